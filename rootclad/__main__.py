@@ -1,0 +1,5 @@
+import sys
+
+from rootclad.cli import main
+
+sys.exit(main())

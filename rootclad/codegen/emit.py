@@ -1,0 +1,389 @@
+"""Emit the C++ of one model: forward, loss, and a backward from the chosen engine.
+
+Memory. Parameters live in one block (``params``, ``d_params``) in the order of the torch
+module's ``named_parameters()``. Activations live in ``act`` (and their adjoints in ``d_act``),
+laid out as one region per value, each ``B * per-sample size`` long: the network input
+first, then each layer's output (and a Conv1d's im2col columns). Flatten and Identity alias
+their input. Offsets are compile-time per-sample constants multiplied by the run-time batch.
+
+Engines.
+- ``pullback``: this module writes the reverse sweep, calling each op's
+  ``clad::custom_derivatives::rootclad::<op>_forward_pullback`` in reverse order.
+- ``clad``: the source asks ``clad::gradient(loss, "params, act")`` and Clad writes the
+  reverse pass, using the same pullbacks (or, with ``pullbacks=False``, differentiating the
+  plain kernel loops itself).
+
+The C API (``extern "C"``, every name prefixed ``rc_<hash>_``) is the same for both engines.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from rootclad.ir.graph import LOSSES, Graph, IRError, Node
+
+_ALIAS_OPS = ("flatten", "identity")
+_CTYPE = {"float32": "float", "float64": "double"}
+
+
+@dataclass
+class Region:
+    name: str
+    offset: int  # per-sample elements
+    size: int  # per-sample elements
+    needs_adjoint: bool = True
+
+
+@dataclass
+class EmittedModel:
+    source: str
+    prefix: str
+    engine: str
+    pullbacks: bool
+    param_offsets: dict[str, tuple[int, tuple[int, ...]]]
+    n_params: int
+    act_per_sample: int
+    input_region: Region
+    output_region: Region
+    output_shape: tuple[int, ...]
+    regions: list[Region] = field(default_factory=list)
+
+
+def _lit(x: float, ctype: str) -> str:
+    return f"T({x!r})"
+
+
+class _Emitter:
+    def __init__(self, graph: Graph, loss: str, engine: str, pullbacks: bool):
+        if loss not in LOSSES:
+            raise IRError(f"loss {loss!r} is not supported; use one of {LOSSES}")
+        self.g = graph
+        self.loss = loss
+        self.engine = engine
+        self.pullbacks = pullbacks
+        self.regions: list[Region] = []
+        self.offset = 0
+        self.param_offsets: dict[str, tuple[int, tuple[int, ...]]] = {}
+        off = 0
+        for p in graph.params:
+            self.param_offsets[p.name] = (off, p.shape)
+            off += p.numel
+        self.n_params = off
+        self.fwd: list[str] = []
+        self.bwd: list[str] = []  # reverse sweep, in forward order; reversed when emitted
+
+    def region(self, name: str, size: int, needs_adjoint: bool = True) -> Region:
+        r = Region(name, self.offset, size, needs_adjoint)
+        self.regions.append(r)
+        self.offset += size
+        return r
+
+    @staticmethod
+    def at(base: str, r: Region) -> str:
+        return f"{base} + (long)B * {r.offset}"
+
+    def param(self, node: Node, role: str, base: str = "params") -> str:
+        name = node.params.get(role)
+        if name is None:
+            return "(T*)nullptr"
+        return f"{base} + {self.param_offsets[name][0]}"
+
+    def build(self) -> None:
+        g = self.g
+        x = self.region("input", math.prod(g.input_shape))
+        self.input_region = x
+        cur = x
+        for idx, node in enumerate(g.nodes):
+            cur = self.node(idx, node, cur, first=cur is x)
+        self.output_region = cur
+
+    def node(self, idx: int, node: Node, inp: Region, first: bool) -> Region:
+        op, a = node.op, node.attrs
+        if op in _ALIAS_OPS:
+            return inp
+        n_in, n_out = math.prod(node.in_shape), math.prod(node.out_shape)
+        out = self.region(f"{idx}:{node.name}", n_out)
+        IN, OUT = self.at("act", inp), self.at("act", out)
+        D_IN, D_OUT = self.at("d_act", inp), self.at("d_act", out)
+        # The network input needs no gradient unless asked (saliency, autograd); Linear and
+        # Conv1d skip that half of their backward when d_inp is null.
+        D_IN_OPT = f"(need_dx ? {D_IN} : (T*)nullptr)" if first else D_IN
+        f, b = self.fwd.append, self.bwd.append
+        cd = "clad::custom_derivatives::rootclad::"
+        f(f"// {node.name}: {op} {node.in_shape} -> {node.out_shape}")
+        if op == "linear":
+            R = f"B * {n_in // node.in_shape[-1]}"
+            C, OC = node.in_shape[-1], node.out_shape[-1]
+            W, BIAS = self.param(node, "weight"), self.param(node, "bias")
+            DW, DB = self.param(node, "weight", "d_params"), self.param(node, "bias", "d_params")
+            f(f"::rootclad::linear_forward({OUT}, {IN}, {W}, {BIAS}, {R}, {C}, {OC});")
+            b(
+                f"{cd}linear_forward_pullback({OUT}, {IN}, {W}, {BIAS}, {R}, {C}, {OC}, "
+                f"{D_OUT}, {D_IN_OPT}, {DW}, {DB}, &di, &di, &di);"
+            )
+        elif op == "conv1d":
+            C, L = node.in_shape
+            OC, LO = node.out_shape
+            K = self.g.param(node.params["weight"]).shape[2]
+            S, P, Dl = a["stride"], a["padding"], a["dilation"]
+            cols = self.region(f"{idx}:{node.name}:cols", C * K * LO, needs_adjoint=False)
+            COLS, D_COLS = self.at("act", cols), self.at("d_act", cols)
+            W, BIAS = self.param(node, "weight"), self.param(node, "bias")
+            DW, DB = self.param(node, "weight", "d_params"), self.param(node, "bias", "d_params")
+            dims = f"B, {C}, {L}, {OC}, {K}, {S}, {P}, {Dl}"
+            f(f"::rootclad::conv1d_forward({OUT}, {COLS}, {IN}, {W}, {BIAS}, {dims});")
+            b(
+                f"{cd}conv1d_forward_pullback({OUT}, {COLS}, {IN}, {W}, {BIAS}, {dims}, {D_OUT}, "
+                f"{D_COLS}, {D_IN_OPT}, {DW}, {DB}, &di, &di, &di, &di, &di, &di, &di, &di);"
+            )
+        elif op in ("maxpool1d", "avgpool1d"):
+            C, L = node.in_shape
+            args = f"B * {C}, {L}, {a['kernel_size']}, {a['stride']}, {a['padding']}"
+            if op == "avgpool1d":
+                args += f", {a['count_include_pad']}"
+            dints = ", ".join(["&di"] * args.count(","))
+            f(f"::rootclad::{op}_forward({OUT}, {IN}, {args});")
+            b(f"{cd}{op}_forward_pullback({OUT}, {IN}, {args}, {D_OUT}, {D_IN}, &di, {dints});")
+        elif op in ("relu", "tanh", "sigmoid"):
+            f(f"::rootclad::{op}_forward({OUT}, {IN}, B * {n_in});")
+            b(f"{cd}{op}_forward_pullback({OUT}, {IN}, B * {n_in}, {D_OUT}, {D_IN}, &di);")
+        elif op == "leaky_relu":
+            s = _lit(a["negative_slope"], "")
+            f(f"::rootclad::leaky_relu_forward({OUT}, {IN}, B * {n_in}, {s});")
+            b(
+                f"{cd}leaky_relu_forward_pullback({OUT}, {IN}, B * {n_in}, {s}, {D_OUT}, {D_IN}, "
+                "&di, &dt);"
+            )
+        elif op == "gelu":
+            if a["approximate"] not in ("none", "tanh"):
+                raise IRError(f"{node.describe()}: approximate={a['approximate']!r}")
+            t = int(a["approximate"] == "tanh")
+            f(f"::rootclad::gelu_forward({OUT}, {IN}, B * {n_in}, {t});")
+            b(
+                f"{cd}gelu_forward_pullback({OUT}, {IN}, B * {n_in}, {t}, {D_OUT}, {D_IN}, &di, "
+                "&di);"
+            )
+        elif op == "dropout":
+            p = f"(training ? {_lit(a['p'], '')} : T(0))"
+            seed = f"::rootclad::dropout_hash(seed, {idx})"
+            f(f"::rootclad::dropout_forward({OUT}, {IN}, B * {n_in}, {p}, {seed});")
+            b(
+                f"{cd}dropout_forward_pullback({OUT}, {IN}, B * {n_in}, {p}, {seed}, {D_OUT}, "
+                f"{D_IN}, &di, &dt, &du);"
+            )
+        else:  # validated earlier; a new op must be taught here
+            raise IRError(f"{node.describe()}: no C++ emitter for op {op!r}")
+        return out
+
+    # -- the loss -----------------------------------------------------------------------
+    def loss_call(self) -> tuple[str, str, str]:
+        """(forward expression, pullback statement, 'elements of y per sample')."""
+        out = self.output_region
+        OUT, D_OUT = self.at("act", out), self.at("d_act", out)
+        cd = "clad::custom_derivatives::rootclad::"
+        if self.loss == "cross_entropy":
+            shape = self.g.output_shape
+            if len(shape) != 1:
+                raise IRError(f"cross_entropy needs logits (B, classes); the model gives {shape}")
+            NC = shape[0]
+            return (
+                f"::rootclad::cross_entropy_forward({OUT}, y, B, {NC})",
+                f"{cd}cross_entropy_forward_pullback({OUT}, y, B, {NC}, T(1), {D_OUT}, &di, &di);",
+                "1",
+            )
+        N = f"B * {out.size}"
+        return (
+            f"::rootclad::{self.loss}_forward({OUT}, y, {N})",
+            f"{cd}{self.loss}_forward_pullback({OUT}, y, {N}, T(1), {D_OUT}, &di);",
+            str(out.size),
+        )
+
+    def source(self, prefix: str) -> str:
+        ctype = _CTYPE[self.g.dtype]
+        loss_expr, loss_pullback, _ = self.loss_call()
+        A = self.offset
+        out = self.output_region
+        adj = [r for r in self.regions if r.needs_adjoint and r is not self.input_region]
+        zero_dact = "\n".join(
+            f"  ::rootclad::zero({self.at('d_act', r)}, (long)B * {r.size});" for r in adj
+        )
+        zero_dx = (
+            f"  if (need_dx) ::rootclad::zero({self.at('d_act', self.input_region)}, "
+            f"(long)B * {self.input_region.size});"
+        )
+        fwd = "\n".join("  " + ln for ln in self.fwd)
+        bwd = "\n".join("  " + ln for ln in reversed(self.bwd))
+        head = [
+            f"// Generated by rootclad for model {prefix}: engine={self.engine}, "
+            f"pullbacks={self.pullbacks}, dtype={self.g.dtype}, loss={self.loss}.",
+            "// Do not edit: regenerate with rootclad.compile().",
+            "#include <cstdint>",
+        ]
+        if self.engine == "clad":
+            head.append('#include "clad/Differentiator/Differentiator.h"')
+        head += ['#include "rootclad/kernels.h"']
+        if self.pullbacks:
+            head.append('#include "rootclad/pullbacks.h"')
+        else:  # the loss keeps its pullback: it reports the loss value (loss_pullbacks.h)
+            head.append('#include "rootclad/loss_pullbacks.h"')
+        head += [
+            '#include "rootclad/optim.h"',
+            "",
+            f"namespace {prefix} {{",
+            f"using T = {ctype};",
+            f"constexpr long N_PARAMS = {self.n_params};",
+            f"constexpr long ACT_PER_SAMPLE = {A};",
+            "",
+        ]
+        body = [
+            "// The forward pass: input already in act's first region.",
+            "inline void forward(T* params, T* act, int B, int training, std::uint64_t seed) {",
+            fwd,
+            "}",
+            "",
+            "// The loss over a batch, after forward().",
+            "inline T loss_value(T* act, const T* y, int B) {",
+            f"  return {loss_expr};",
+            "}",
+            "",
+        ]
+        if self.engine == "pullback":
+            body += [
+                "// The reverse sweep: each op's pullback in reverse order. Expects the output",
+                "// region of d_act filled and the other adjoint regions zeroed.",
+                "inline void backward(T* params, T* act, T* d_params, T* d_act, int B, int training,",
+                "                     std::uint64_t seed, int need_dx) {",
+                "  int di = 0; T dt = 0; std::uint64_t du = 0;",
+                "  (void)di; (void)dt; (void)du;",
+                bwd,
+                "}",
+                "",
+                "inline T loss_and_grad(T* params, T* act, const T* y, T* d_params, T* d_act, int B,",
+                "                       int training, std::uint64_t seed, int need_dx) {",
+                "  int di = 0;",
+                "  ::rootclad::zero(d_params, N_PARAMS);",
+                zero_dact,
+                zero_dx,
+                "  forward(params, act, B, training, seed);",
+                "  T L = loss_value(act, y, B);",
+                f"  {loss_pullback}",
+                "  backward(params, act, d_params, d_act, B, training, seed, need_dx);",
+                "  return L;",
+                "}",
+                "",
+                "// Vector-Jacobian product for an upstream gradient d_out, after forward().",
+                "inline void vjp(T* params, T* act, T* d_params, T* d_act, const T* d_out, int B,",
+                "                int training, std::uint64_t seed, int need_dx) {",
+                "  ::rootclad::zero(d_params, N_PARAMS);",
+                zero_dact,
+                zero_dx,
+                f"  ::rootclad::copy({self.at('d_act', out)}, d_out, (long)B * {out.size});",
+                "  backward(params, act, d_params, d_act, B, training, seed, need_dx);",
+                "}",
+            ]
+        else:
+            OUT = self.at("act", out)
+            body += [
+                "// What Clad differentiates: the loss as a function of params and act.",
+                "T loss_fn(T* params, T* act, const T* y, int B, int training, std::uint64_t seed) {",
+                fwd,
+                f"  return {loss_expr};",
+                "}",
+                "",
+                "// <model output, w>: its gradient is the vector-Jacobian product for w.",
+                "T out_dot(T* params, T* act, const T* w, int B, int training, std::uint64_t seed) {",
+                fwd,
+                "  T s = 0;",
+                f"  for (long i = 0; i < (long)B * {out.size}; ++i)",
+                f"    s += ({OUT})[i] * w[i];",
+                "  return s;",
+                "}",
+                "",
+                "inline T loss_and_grad(T* params, T* act, const T* y, T* d_params, T* d_act, int B,",
+                "                       int training, std::uint64_t seed, int need_dx) {",
+                "  ::rootclad::zero(d_params, N_PARAMS);",
+                "  ::rootclad::zero(d_act, (long)B * ACT_PER_SAMPLE);",
+                '  auto grad = clad::gradient(loss_fn, "params, act");',
+                "  grad.execute(params, act, y, B, training, seed, d_params, d_act);",
+                "  return ::rootclad::last_loss<T>;  // noted by the loss pullback",
+                "}",
+                "",
+                "inline void vjp(T* params, T* act, T* d_params, T* d_act, const T* d_out, int B,",
+                "                int training, std::uint64_t seed, int need_dx) {",
+                "  ::rootclad::zero(d_params, N_PARAMS);",
+                "  ::rootclad::zero(d_act, (long)B * ACT_PER_SAMPLE);",
+                '  auto grad = clad::gradient(out_dot, "params, act");',
+                "  grad.execute(params, act, d_out, B, training, seed, d_params, d_act);",
+                "}",
+            ]
+        api = [
+            f"}} // namespace {prefix}",
+            "",
+            "// The C API: loaded by ctypes (Python), Cling (ROOT) or linked by C++ programs.",
+            'extern "C" {',
+            f"using {prefix}_T = {prefix}::T;",
+            f"long {prefix}_n_params() {{ return {prefix}::N_PARAMS; }}",
+            f"long {prefix}_act_size(int B) {{ return (long)B * {prefix}::ACT_PER_SAMPLE; }}",
+            f'const char* {prefix}_engine() {{ return "{self.engine}'
+            f'{"" if self.pullbacks else "-nopullbacks"}"; }}',
+            f"void {prefix}_forward({prefix}_T* params, {prefix}_T* act, int B, int training, "
+            "std::uint64_t seed) {",
+            f"  {prefix}::forward(params, act, B, training, seed);",
+            "}",
+            f"{prefix}_T {prefix}_loss_value({prefix}_T* act, const {prefix}_T* y, int B) {{",
+            f"  return {prefix}::loss_value(act, y, B);",
+            "}",
+            f"{prefix}_T {prefix}_loss_and_grad({prefix}_T* params, {prefix}_T* act, "
+            f"const {prefix}_T* y, {prefix}_T* d_params, {prefix}_T* d_act, int B, int training, "
+            "std::uint64_t seed, int need_dx) {",
+            f"  return {prefix}::loss_and_grad(params, act, y, d_params, d_act, B, training, seed, "
+            "need_dx);",
+            "}",
+            f"void {prefix}_vjp({prefix}_T* params, {prefix}_T* act, {prefix}_T* d_params, "
+            f"{prefix}_T* d_act, const {prefix}_T* d_out, int B, int training, std::uint64_t seed, "
+            "int need_dx) {",
+            f"  {prefix}::vjp(params, act, d_params, d_act, d_out, B, training, seed, need_dx);",
+            "}",
+            "// forward + backward + optimizer update in one call; returns the loss.",
+            f"{prefix}_T {prefix}_train_step({prefix}_T* params, {prefix}_T* act, "
+            f"const {prefix}_T* y, {prefix}_T* d_params, {prefix}_T* d_act, {prefix}_T* opt_state, "
+            "const double* opt_cfg, long step, int B, std::uint64_t seed) {",
+            f"  {prefix}_T L = {prefix}::loss_and_grad(params, act, y, d_params, d_act, B, 1, seed, 0);",
+            f"  ::rootclad::optim_step(params, d_params, opt_state, {prefix}::N_PARAMS, opt_cfg, step);",
+            "  return L;",
+            "}",
+            "}",
+        ]
+        return "\n".join(head + body + api) + "\n"
+
+
+def emit_model(
+    graph: Graph, loss: str, engine: str = "pullback", pullbacks: bool = True
+) -> EmittedModel:
+    """Emit the C++ source for ``graph`` trained with ``loss``; see the module docstring."""
+    if engine not in ("pullback", "clad"):
+        raise ValueError(f"engine must be 'pullback' or 'clad', got {engine!r}")
+    if engine == "pullback" and not pullbacks:
+        raise ValueError(
+            "pullbacks=False needs engine='clad': without Clad, the pullbacks are "
+            "the only derivatives rootclad has"
+        )
+    em = _Emitter(graph, loss, engine, pullbacks)
+    em.build()
+    tag = f"{engine[0]}{'p' if pullbacks else 'n'}"
+    prefix = f"rc_{graph.fingerprint()}_{loss[:3]}_{tag}"
+    source = em.source(prefix)
+    return EmittedModel(
+        source=source,
+        prefix=prefix,
+        engine=engine,
+        pullbacks=pullbacks,
+        param_offsets=em.param_offsets,
+        n_params=em.n_params,
+        act_per_sample=em.offset,
+        input_region=em.input_region,
+        output_region=em.output_region,
+        output_shape=graph.output_shape,
+        regions=em.regions,
+    )

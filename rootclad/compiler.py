@@ -1,0 +1,109 @@
+"""``rootclad.compile``: torch module -> IR -> C++ -> shared library -> CompiledModel."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from rootclad.codegen import emit_model
+from rootclad.ir.from_torch import graph_from_module
+from rootclad.toolchain import ToolchainError, blas_flags, build_library, find_clad, find_cxx
+
+_DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64"}
+OPT_FLAGS = ["-O3", "-march=native", "-std=c++17", "-fno-math-errno"]
+
+
+def engines_available() -> dict[str, str]:
+    """Which engines can run here, each with a line saying why (or why not)."""
+    out = {}
+    try:
+        cxx, ver = find_cxx()
+        out["pullback"] = f"available ({cxx}: {ver})"
+    except ToolchainError as exc:
+        out["pullback"] = f"unavailable: {exc}"
+    clad, why = find_clad()
+    out["clad"] = (
+        f"available (Clad {clad.version}, plugin {clad.plugin}, {clad.cxx})"
+        if clad
+        else f"unavailable: {why}"
+    )
+    return out
+
+
+def _choose_engine(engine: str, pullbacks: bool):
+    clad, why = find_clad()
+    if engine == "auto":
+        engine = "clad" if clad else "pullback"
+    if engine == "clad":
+        if clad is None:
+            raise ToolchainError(
+                "engine='clad' was asked for, but no Clad was found: " + why + ". Install Clad "
+                "and set ROOTCLAD_CLAD_PLUGIN=/path/to/clad.so, ROOTCLAD_CLAD_INCLUDE=/path/to/"
+                "include and ROOTCLAD_CXX=/path/to/matching/clang++, or use engine='pullback'."
+            )
+        return engine, clad.cxx, clad.flags()
+    if engine == "pullback":
+        if not pullbacks:
+            raise ValueError(
+                "pullbacks=False needs engine='clad' (Clad differentiates the plain "
+                "kernels); the pullback engine is made of the pullbacks"
+            )
+        cxx, _ = find_cxx()
+        return engine, cxx, []
+    raise ValueError(f"engine must be 'auto', 'clad' or 'pullback', got {engine!r}")
+
+
+def compile(
+    model: torch.nn.Module,
+    example_input: torch.Tensor,
+    loss: str = "bce_with_logits",
+    *,
+    engine: str = "auto",
+    pullbacks: bool = True,
+    dtype: torch.dtype | None = None,
+    seed: int = 0,
+):
+    """Compile ``model`` into a :class:`rootclad.torch.CompiledModel`.
+
+    ``example_input`` fixes the per-sample input shape (the batch size stays free).
+    ``loss`` is ``"bce_with_logits"``, ``"cross_entropy"`` (class indices) or ``"mse"``.
+    ``engine``: ``"clad"`` (needs an installed Clad), ``"pullback"`` (rootclad's own reverse
+    sweep over the same hand-written pullbacks) or ``"auto"`` (clad when found).
+    ``pullbacks=False`` (clad only) lets Clad differentiate the plain kernel loops itself.
+    ``dtype`` defaults to the example input's (float32 or float64). The model's current
+    parameters are copied into the compiled model.
+    """
+    from rootclad.torch.model import CompiledModel
+
+    dtype = dtype or example_input.dtype
+    if dtype not in _DTYPE_NAMES:
+        raise TypeError(f"dtype {dtype} is not supported; use torch.float32 or torch.float64")
+    t0 = time.perf_counter()
+    engine, cxx, engine_flags = _choose_engine(engine, pullbacks)
+    graph = graph_from_module(model, example_input, _DTYPE_NAMES[dtype])
+    emitted = emit_model(graph, loss, engine, pullbacks)
+    from rootclad import get_include
+
+    flags = [*OPT_FLAGS, f"-I{get_include()}", *engine_flags]
+    link = []
+    if pullbacks:
+        bc, bl, _ = blas_flags()
+        flags += bc
+        link += bl
+    else:
+        flags.append("-DROOTCLAD_NO_PULLBACKS")
+    lib, built = build_library(
+        emitted.source, name=emitted.prefix, cxx=cxx, flags=flags, link_flags=link
+    )
+    cm = CompiledModel(
+        emitted,
+        graph,
+        lib,
+        loss,
+        compile_seconds=time.perf_counter() - t0,
+        built_now=built,
+        seed=seed,
+    )
+    cm.load_state_dict(dict(model.named_parameters()))
+    return cm

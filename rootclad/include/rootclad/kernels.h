@@ -1,0 +1,376 @@
+// rootclad/kernels.h — the layers and losses rootclad compiles models into.
+//
+// Every op is a pair of stateless functions on raw pointers into one arena:
+//   <op>_forward   writes its output;
+//   <op>_backward  ADDS into the gradients of its inputs and parameters (+=), so fan-out
+//                  and parameter sharing accumulate; the caller zeroes gradient buffers.
+// Shapes are in comments; B batch, C channels in, OC channels out, L length in, LO length
+// out, K kernel size, N element count. All tensors are contiguous, row-major (torch layout).
+// Clad adapters for each op (<op>_forward_pullback) are in rootclad/pullbacks.h.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "rootclad/blas.h"
+
+namespace rootclad {
+
+template <typename T> inline void zero(T* p, long n) {
+  if (n > 0) std::memset(p, 0, sizeof(T) * n);
+}
+
+template <typename T> inline void copy(T* dst, const T* src, long n) {
+  if (n > 0) std::memcpy(dst, src, sizeof(T) * n);
+}
+
+// ---------------------------------------------------------------------------------------
+// Linear: out(R,OC) = inp(R,C) @ weight(OC,C)^T + bias(OC); R = product of leading dims.
+template <typename T>
+void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int R, int C, int OC) {
+  if (bias) {
+    for (int r = 0; r < R; ++r)
+      for (int o = 0; o < OC; ++o)
+        out[r * OC + o] = bias[o];
+  }
+  gemm(false, true, R, OC, C, T(1), inp, C, weight, C, bias ? T(1) : T(0), out, OC);
+}
+
+// d_inp(R,C) += d_out(R,OC) @ weight(OC,C);  d_weight(OC,C) += d_out^T @ inp;
+// d_bias(OC) += column sums of d_out. Null d_inp / d_bias are skipped.
+template <typename T>
+void linear_backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, const T* inp,
+                     const T* weight, int R, int C, int OC) {
+  if (d_inp)
+    gemm(false, false, R, C, OC, T(1), d_out, OC, weight, C, T(1), d_inp, C);
+  gemm(true, false, OC, C, R, T(1), d_out, OC, inp, C, T(1), d_weight, C);
+  if (d_bias)
+    for (int r = 0; r < R; ++r)
+      for (int o = 0; o < OC; ++o)
+        d_bias[o] += d_out[r * OC + o];
+}
+
+// ---------------------------------------------------------------------------------------
+// Conv1d (groups=1) by im2col: for each sample b,
+//   cols_b(C*K, LO)[c*K+k, l] = inp[b, c, l*S - P + k*D]   (0 outside the input)
+//   out_b(OC, LO) = weight(OC, C*K) @ cols_b + bias(OC)
+// cols (B, C*K, LO) is kept for the backward pass.
+inline int conv1d_out_len(int L, int K, int S, int P, int D) {
+  return (L + 2 * P - D * (K - 1) - 1) / S + 1;
+}
+
+template <typename T>
+void conv1d_forward(T* out, T* cols, const T* inp, const T* weight, const T* bias, int B, int C,
+                    int L, int OC, int K, int S, int P, int D) {
+  int LO = conv1d_out_len(L, K, S, P, D);
+  int CK = C * K;
+  for (int b = 0; b < B; ++b) {
+    T* cb = cols + (long)b * CK * LO;
+    for (int c = 0; c < C; ++c)
+      for (int k = 0; k < K; ++k)
+        for (int l = 0; l < LO; ++l) {
+          int i = l * S - P + k * D;
+          cb[(c * K + k) * LO + l] = (i >= 0 && i < L) ? inp[((long)b * C + c) * L + i] : T(0);
+        }
+    T* ob = out + (long)b * OC * LO;
+    if (bias) {
+      for (int o = 0; o < OC; ++o)
+        for (int l = 0; l < LO; ++l)
+          ob[o * LO + l] = bias[o];
+    }
+    gemm(false, false, OC, LO, CK, T(1), weight, CK, cb, LO, bias ? T(1) : T(0), ob, LO);
+  }
+}
+
+// d_weight(OC, C*K) += sum_b d_out_b @ cols_b^T;  d_bias(OC) += sums of d_out over b and l;
+// d_cols_b = weight^T @ d_out_b (d_cols is scratch of the size of cols), scattered back into
+// d_inp by the inverse of im2col. A null d_inp skips that half (e.g. the network input).
+template <typename T>
+void conv1d_backward(T* d_inp, T* d_weight, T* d_bias, T* d_cols, const T* d_out, const T* cols,
+                     const T* weight, int B, int C, int L, int OC, int K, int S, int P, int D) {
+  int LO = conv1d_out_len(L, K, S, P, D);
+  int CK = C * K;
+  for (int b = 0; b < B; ++b) {
+    const T* gb = d_out + (long)b * OC * LO;
+    const T* cb = cols + (long)b * CK * LO;
+    gemm(false, true, OC, CK, LO, T(1), gb, LO, cb, LO, T(1), d_weight, CK);
+    if (d_bias)
+      for (int o = 0; o < OC; ++o) {
+        T s = 0;
+        for (int l = 0; l < LO; ++l)
+          s += gb[o * LO + l];
+        d_bias[o] += s;
+      }
+    if (d_inp) {
+      T* db = d_cols + (long)b * CK * LO;
+      gemm(true, false, CK, LO, OC, T(1), weight, CK, gb, LO, T(0), db, LO);
+      for (int c = 0; c < C; ++c)
+        for (int k = 0; k < K; ++k)
+          for (int l = 0; l < LO; ++l) {
+            int i = l * S - P + k * D;
+            if (i >= 0 && i < L)
+              d_inp[((long)b * C + c) * L + i] += db[(c * K + k) * LO + l];
+          }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Pooling over the last axis of inp(R, L) -> out(R, LO), LO = (L + 2P - K)/S + 1.
+// R = B*C rows. MaxPool takes the first maximum (as torch does); the backward finds it again.
+template <typename T>
+void maxpool1d_forward(T* out, const T* inp, int R, int L, int K, int S, int P) {
+  int LO = (L + 2 * P - K) / S + 1;
+  for (int r = 0; r < R; ++r)
+    for (int o = 0; o < LO; ++o) {
+      int start = o * S - P;
+      T m = -INFINITY;
+      for (int k = 0; k < K; ++k) {
+        int i = start + k;
+        if (i >= 0 && i < L && (inp[(long)r * L + i] > m || std::isnan(inp[(long)r * L + i])))
+          m = inp[(long)r * L + i];
+      }
+      out[(long)r * LO + o] = m;
+    }
+}
+
+template <typename T>
+void maxpool1d_backward(T* d_inp, const T* d_out, const T* inp, int R, int L, int K, int S,
+                        int P) {
+  int LO = (L + 2 * P - K) / S + 1;
+  for (int r = 0; r < R; ++r)
+    for (int o = 0; o < LO; ++o) {
+      int start = o * S - P;
+      int arg = -1;
+      T m = -INFINITY;
+      for (int k = 0; k < K; ++k) {
+        int i = start + k;
+        if (i >= 0 && i < L && (arg < 0 || inp[(long)r * L + i] > m)) {
+          m = inp[(long)r * L + i];
+          arg = i;
+        }
+      }
+      if (arg >= 0)
+        d_inp[(long)r * L + arg] += d_out[(long)r * LO + o];
+    }
+}
+
+// AvgPool: with count_include_pad (torch's default) every window divides by K, otherwise by
+// the number of its elements inside the input.
+template <typename T>
+void avgpool1d_forward(T* out, const T* inp, int R, int L, int K, int S, int P,
+                       int count_include_pad) {
+  int LO = (L + 2 * P - K) / S + 1;
+  for (int r = 0; r < R; ++r)
+    for (int o = 0; o < LO; ++o) {
+      int start = o * S - P;
+      T s = 0;
+      int n = 0;
+      for (int k = 0; k < K; ++k) {
+        int i = start + k;
+        if (i >= 0 && i < L) {
+          s += inp[(long)r * L + i];
+          ++n;
+        }
+      }
+      int div = count_include_pad ? K : n;
+      out[(long)r * LO + o] = div > 0 ? s / div : T(0);
+    }
+}
+
+template <typename T>
+void avgpool1d_backward(T* d_inp, const T* d_out, int R, int L, int K, int S, int P,
+                        int count_include_pad) {
+  int LO = (L + 2 * P - K) / S + 1;
+  for (int r = 0; r < R; ++r)
+    for (int o = 0; o < LO; ++o) {
+      int start = o * S - P;
+      int n = 0;
+      for (int k = 0; k < K; ++k)
+        n += (start + k >= 0 && start + k < L);
+      int div = count_include_pad ? K : n;
+      if (div == 0)
+        continue;
+      T g = d_out[(long)r * LO + o] / div;
+      for (int k = 0; k < K; ++k) {
+        int i = start + k;
+        if (i >= 0 && i < L)
+          d_inp[(long)r * L + i] += g;
+      }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Elementwise activations over N elements. Backwards take the forward's input (and, where
+// cheaper, its output).
+template <typename T> void relu_forward(T* out, const T* inp, int N) {
+  for (int i = 0; i < N; ++i)
+    out[i] = inp[i] > 0 ? inp[i] : T(0);
+}
+template <typename T> void relu_backward(T* d_inp, const T* d_out, const T* inp, int N) {
+  for (int i = 0; i < N; ++i)
+    d_inp[i] += inp[i] > 0 ? d_out[i] : T(0);
+}
+
+template <typename T> void leaky_relu_forward(T* out, const T* inp, int N, T slope) {
+  for (int i = 0; i < N; ++i)
+    out[i] = inp[i] > 0 ? inp[i] : slope * inp[i];
+}
+template <typename T>
+void leaky_relu_backward(T* d_inp, const T* d_out, const T* inp, int N, T slope) {
+  for (int i = 0; i < N; ++i)
+    d_inp[i] += inp[i] > 0 ? d_out[i] : slope * d_out[i];
+}
+
+template <typename T> void tanh_forward(T* out, const T* inp, int N) {
+  for (int i = 0; i < N; ++i)
+    out[i] = std::tanh(inp[i]);
+}
+// out = tanh(inp)  =>  d_inp += d_out * (1 - out^2)
+template <typename T> void tanh_backward(T* d_inp, const T* d_out, const T* out, int N) {
+  for (int i = 0; i < N; ++i)
+    d_inp[i] += d_out[i] * (T(1) - out[i] * out[i]);
+}
+
+template <typename T> void sigmoid_forward(T* out, const T* inp, int N) {
+  for (int i = 0; i < N; ++i)
+    out[i] = T(1) / (T(1) + std::exp(-inp[i]));
+}
+// out = 1/(1+exp(-inp))  =>  d_inp += d_out * out * (1 - out)
+template <typename T> void sigmoid_backward(T* d_inp, const T* d_out, const T* out, int N) {
+  for (int i = 0; i < N; ++i)
+    d_inp[i] += d_out[i] * out[i] * (T(1) - out[i]);
+}
+
+// GELU, exact (erf) form unless tanh_approx: torch's approximate='none' / 'tanh'.
+template <typename T> void gelu_forward(T* out, const T* inp, int N, int tanh_approx) {
+  const T inv_sqrt2 = T(0.70710678118654752440);
+  const T sqrt_2_over_pi = T(0.79788456080286535588);
+  for (int i = 0; i < N; ++i) {
+    T x = inp[i];
+    if (tanh_approx)
+      out[i] = T(0.5) * x * (T(1) + std::tanh(sqrt_2_over_pi * (x + T(0.044715) * x * x * x)));
+    else
+      out[i] = T(0.5) * x * (T(1) + std::erf(x * inv_sqrt2));
+  }
+}
+// exact:  d/dx [x Phi(x)] = Phi(x) + x phi(x)
+// tanh:   d/dx [x/2 (1 + tanh u)] = (1 + tanh u)/2 + x/2 (1 - tanh^2 u) u',
+//         u = sqrt(2/pi)(x + 0.044715 x^3), u' = sqrt(2/pi)(1 + 3*0.044715 x^2)
+template <typename T>
+void gelu_backward(T* d_inp, const T* d_out, const T* inp, int N, int tanh_approx) {
+  const T inv_sqrt2 = T(0.70710678118654752440);
+  const T inv_sqrt_2pi = T(0.39894228040143267794);
+  const T sqrt_2_over_pi = T(0.79788456080286535588);
+  for (int i = 0; i < N; ++i) {
+    T x = inp[i];
+    T g;
+    if (tanh_approx) {
+      T u = sqrt_2_over_pi * (x + T(0.044715) * x * x * x);
+      T t = std::tanh(u);
+      T du = sqrt_2_over_pi * (T(1) + T(3) * T(0.044715) * x * x);
+      g = T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du;
+    } else {
+      g = T(0.5) * (T(1) + std::erf(x * inv_sqrt2)) + x * inv_sqrt_2pi * std::exp(T(-0.5) * x * x);
+    }
+    d_inp[i] += d_out[i] * g;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Dropout (training): element i is kept with probability 1-p and scaled by 1/(1-p). The mask
+// is a counter-based hash of (seed, i), so the backward pass recomputes it instead of
+// storing it, and the same seed reproduces the same mask on any thread or device.
+inline std::uint64_t dropout_hash(std::uint64_t seed, std::uint64_t i) {
+  std::uint64_t z = seed + 0x9E3779B97F4A7C15ull * (i + 1); // splitmix64 finaliser
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+template <typename T> inline T dropout_scale(std::uint64_t seed, int i, T p) {
+  double u = (double)(dropout_hash(seed, (std::uint64_t)i) >> 11) * (1.0 / 9007199254740992.0);
+  return u < (double)p ? T(0) : T(1) / (T(1) - p);
+}
+template <typename T> void dropout_forward(T* out, const T* inp, int N, T p, std::uint64_t seed) {
+  for (int i = 0; i < N; ++i)
+    out[i] = inp[i] * dropout_scale(seed, i, p);
+}
+template <typename T>
+void dropout_backward(T* d_inp, const T* d_out, int N, T p, std::uint64_t seed) {
+  for (int i = 0; i < N; ++i)
+    d_inp[i] += d_out[i] * dropout_scale(seed, i, p);
+}
+
+// ---------------------------------------------------------------------------------------
+// Losses, mean over the batch. Each returns the loss; its backward adds d_loss * dL/dinput.
+//
+// bce_with_logits: L = mean_i [ max(z,0) - z*y + log(1 + exp(-|z|)) ]  (stable form)
+template <typename T> T bce_with_logits_forward(const T* logits, const T* target, int N) {
+  T s = 0;
+  for (int i = 0; i < N; ++i) {
+    T z = logits[i];
+    T az = z > 0 ? z : -z;
+    s += (z > 0 ? z : T(0)) - z * target[i] + std::log1p(std::exp(-az));
+  }
+  return s / N;
+}
+// dL/dz_i = (sigmoid(z_i) - y_i) / N
+template <typename T>
+void bce_with_logits_backward(T* d_logits, T d_loss, const T* logits, const T* target, int N) {
+  for (int i = 0; i < N; ++i) {
+    T z = logits[i];
+    T sig = z >= 0 ? T(1) / (T(1) + std::exp(-z)) : std::exp(z) / (T(1) + std::exp(z));
+    d_logits[i] += d_loss * (sig - target[i]) / N;
+  }
+}
+
+// mse: L = mean_i (x_i - y_i)^2;  dL/dx_i = 2 (x_i - y_i) / N
+template <typename T> T mse_forward(const T* inp, const T* target, int N) {
+  T s = 0;
+  for (int i = 0; i < N; ++i)
+    s += (inp[i] - target[i]) * (inp[i] - target[i]);
+  return s / N;
+}
+template <typename T>
+void mse_backward(T* d_inp, T d_loss, const T* inp, const T* target, int N) {
+  for (int i = 0; i < N; ++i)
+    d_inp[i] += d_loss * T(2) * (inp[i] - target[i]) / N;
+}
+
+// cross_entropy over logits(B, NC) with class indices target(B) (stored as T):
+//   L = mean_b [ logsumexp(logits_b) - logits_b[target_b] ]
+template <typename T> T cross_entropy_forward(const T* logits, const T* target, int B, int NC) {
+  T s = 0;
+  for (int b = 0; b < B; ++b) {
+    const T* z = logits + (long)b * NC;
+    T m = z[0];
+    for (int c = 1; c < NC; ++c)
+      m = z[c] > m ? z[c] : m;
+    T e = 0;
+    for (int c = 0; c < NC; ++c)
+      e += std::exp(z[c] - m);
+    s += m + std::log(e) - z[(int)target[b]];
+  }
+  return s / B;
+}
+// dL/dz_bc = (softmax(z_b)_c - [c == target_b]) / B
+template <typename T>
+void cross_entropy_backward(T* d_logits, T d_loss, const T* logits, const T* target, int B,
+                            int NC) {
+  for (int b = 0; b < B; ++b) {
+    const T* z = logits + (long)b * NC;
+    T m = z[0];
+    for (int c = 1; c < NC; ++c)
+      m = z[c] > m ? z[c] : m;
+    T e = 0;
+    for (int c = 0; c < NC; ++c)
+      e += std::exp(z[c] - m);
+    for (int c = 0; c < NC; ++c) {
+      T p = std::exp(z[c] - m) / e;
+      d_logits[(long)b * NC + c] += d_loss * (p - (c == (int)target[b] ? T(1) : T(0))) / B;
+    }
+  }
+}
+
+} // namespace rootclad

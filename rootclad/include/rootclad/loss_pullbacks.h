@@ -1,0 +1,46 @@
+// rootclad/loss_pullbacks.h — Clad custom derivatives of the losses.
+//
+// Kept apart from the layers' pullbacks because the clad engine uses them in both of its
+// modes: Clad's gradient call returns no value, and its reverse sweep may restore the
+// activations the forward sweep wrote, so the loss value cannot be read back afterwards.
+// The loss pullback runs while the logits still hold their forward values; it recomputes the
+// loss there (O(batch)) and notes it in last_loss<T> for the caller.
+//
+// Loss targets are constants (never differentiated), and Clad's activity analysis then drops
+// their adjoint from the pullback it looks for: these pullbacks take no d_target.
+#pragma once
+
+#include "rootclad/kernels.h"
+
+namespace rootclad {
+template <typename T> inline thread_local T last_loss = T(0);
+} // namespace rootclad
+
+namespace clad {
+namespace custom_derivatives {
+namespace rootclad {
+
+template <typename T>
+void bce_with_logits_forward_pullback(const T* logits, const T* target, int N, T d_loss,
+                                      T* d_logits, int* d_N) {
+  ::rootclad::last_loss<T> = ::rootclad::bce_with_logits_forward(logits, target, N);
+  ::rootclad::bce_with_logits_backward(d_logits, d_loss, logits, target, N);
+}
+
+template <typename T>
+void mse_forward_pullback(const T* inp, const T* target, int N, T d_loss, T* d_inp,
+                          int* d_N) {
+  ::rootclad::last_loss<T> = ::rootclad::mse_forward(inp, target, N);
+  ::rootclad::mse_backward(d_inp, d_loss, inp, target, N);
+}
+
+template <typename T>
+void cross_entropy_forward_pullback(const T* logits, const T* target, int B, int NC, T d_loss,
+                                    T* d_logits, int* d_B, int* d_NC) {
+  ::rootclad::last_loss<T> = ::rootclad::cross_entropy_forward(logits, target, B, NC);
+  ::rootclad::cross_entropy_backward(d_logits, d_loss, logits, target, B, NC);
+}
+
+} // namespace rootclad
+} // namespace custom_derivatives
+} // namespace clad

@@ -1,0 +1,62 @@
+// rootclad/optim.h — fused in-place optimizer updates over the whole parameter block.
+//
+// Each follows torch.optim's update order exactly (so float64 runs track torch to rounding):
+//   SGD:   g += wd*p;  buf = g (first step) | momentum*buf + (1-dampening)*g;
+//          g = nesterov ? g + momentum*buf : buf;  p -= lr*g
+//   Adam:  g += wd*p;  m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g^2;
+//          p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
+//   AdamW: p *= 1 - lr*wd, then Adam without the L2 term.
+#pragma once
+
+#include <cmath>
+
+namespace rootclad {
+
+enum OptimKind { OPTIM_SGD = 0, OPTIM_ADAM = 1, OPTIM_ADAMW = 2 };
+
+// Hyperparameters, laid out as the double array the Python side passes (see optim.py).
+struct OptimConfig {
+  double kind, lr, momentum, dampening, weight_decay, nesterov, beta1, beta2, eps;
+};
+
+// state: SGD needs N (momentum buffer), Adam/AdamW 2N (m then v). step counts from 1.
+template <typename T>
+void optim_step(T* p, const T* g, T* state, long N, const double* cfg_raw, long step) {
+  const OptimConfig& c = *reinterpret_cast<const OptimConfig*>(cfg_raw);
+  const int kind = (int)c.kind;
+  const T lr = (T)c.lr, wd = (T)c.weight_decay;
+  if (kind == OPTIM_SGD) {
+    const T mom = (T)c.momentum, damp = (T)c.dampening;
+    const bool nesterov = c.nesterov != 0;
+    T* buf = state;
+    for (long i = 0; i < N; ++i) {
+      T gi = g[i] + wd * p[i];
+      if (mom != 0) {
+        buf[i] = step == 1 ? gi : mom * buf[i] + (T(1) - damp) * gi;
+        gi = nesterov ? gi + mom * buf[i] : buf[i];
+      }
+      p[i] -= lr * gi;
+    }
+    return;
+  }
+  const T b1 = (T)c.beta1, b2 = (T)c.beta2, eps = (T)c.eps;
+  const T bc1 = T(1) - (T)std::pow(c.beta1, (double)step);
+  const T bc2_sqrt = (T)std::sqrt(1.0 - std::pow(c.beta2, (double)step));
+  const T step_size = lr / bc1;
+  const bool decoupled = kind == OPTIM_ADAMW;
+  T* m = state;
+  T* v = state + N;
+  for (long i = 0; i < N; ++i) {
+    T gi = g[i];
+    if (decoupled)
+      p[i] *= T(1) - lr * wd;
+    else
+      gi += wd * p[i];
+    m[i] = b1 * m[i] + (T(1) - b1) * gi;
+    v[i] = b2 * v[i] + (T(1) - b2) * gi * gi;
+    T denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+    p[i] -= step_size * m[i] / denom;
+  }
+}
+
+} // namespace rootclad

@@ -1,0 +1,273 @@
+"""``CompiledModel``: a torch model compiled to C++, with its parameters in one arena.
+
+The arena is one torch tensor ``[params | grads | optimizer state (2 x params)]``; the tensors
+returned by :meth:`CompiledModel.named_parameters` are views into it, so the C++ code, torch
+optimizers and the user all see the same numbers. Activations and their adjoints live in a
+second workspace that grows to the largest batch seen and is then reused, so
+``train_step`` allocates nothing after its first call at a given batch size.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from collections import OrderedDict
+from pathlib import Path
+
+import torch
+
+_TORCH_DTYPE = {"float32": torch.float32, "float64": torch.float64}
+_C_REAL = {"float32": ctypes.c_float, "float64": ctypes.c_double}
+_VP, _I, _U64, _L = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64, ctypes.c_long
+
+
+class _Library:
+    """The C API of one compiled model, bound with ctypes."""
+
+    def __init__(self, path: Path, prefix: str, dtype: str):
+        self.path = path
+        self.lib = ctypes.CDLL(str(path))
+        real = _C_REAL[dtype]
+
+        def bind(name, restype, *argtypes):
+            fn = getattr(self.lib, f"{prefix}_{name}")
+            fn.restype, fn.argtypes = restype, list(argtypes)
+            return fn
+
+        self.n_params = bind("n_params", _L)
+        self.act_size = bind("act_size", _L, _I)
+        self.engine = bind("engine", ctypes.c_char_p)
+        self.forward = bind("forward", None, _VP, _VP, _I, _I, _U64)
+        self.loss_value = bind("loss_value", real, _VP, _VP, _I)
+        self.loss_and_grad = bind("loss_and_grad", real, _VP, _VP, _VP, _VP, _VP, _I, _I, _U64, _I)
+        self.vjp = bind("vjp", None, _VP, _VP, _VP, _VP, _VP, _I, _I, _U64, _I)
+        self.train_step = bind("train_step", real, _VP, _VP, _VP, _VP, _VP, _VP, _VP, _L, _I, _U64)
+
+
+class CompiledModel:
+    """A compiled model. Build one with :func:`rootclad.compile`.
+
+    Call it like the torch module (``out = cm(x)``, differentiable through torch autograd),
+    or use the fused C++ paths: :meth:`loss_and_grad` and :meth:`train_step`.
+    """
+
+    def __init__(
+        self,
+        emitted,
+        graph,
+        library_path: Path,
+        loss: str,
+        *,
+        compile_seconds: float,
+        built_now: bool,
+        seed: int = 0,
+    ):
+        self._em = emitted
+        self.graph = graph
+        self.loss = loss
+        self.engine = "clad" if emitted.engine == "clad" else "pullback"
+        self.pullbacks = emitted.pullbacks
+        self.dtype = _TORCH_DTYPE[graph.dtype]
+        self.library_path = Path(library_path)
+        self.source_path = self.library_path.with_suffix(".cpp")
+        self.compile_seconds = compile_seconds
+        self.built_now = built_now
+        self.training = True
+        self._seed = int(seed)
+        self._calls = 0
+        self._lib = _Library(self.library_path, emitted.prefix, graph.dtype)
+        P = emitted.n_params
+        if self._lib.n_params() != P:
+            raise RuntimeError(
+                f"{self.library_path} holds {self._lib.n_params()} parameters, "
+                f"expected {P}: stale or foreign library"
+            )
+        self._arena = torch.zeros(4 * max(P, 1), dtype=self.dtype)
+        self._params = self._arena[:P]
+        self._grads = self._arena[P : 2 * P]
+        self._opt_state = self._arena[2 * P : 4 * P]
+        self._views: OrderedDict[str, torch.nn.Parameter] = OrderedDict()
+        self._grad_views: OrderedDict[str, torch.Tensor] = OrderedDict()
+        for name, (off, shape) in emitted.param_offsets.items():
+            n = math.prod(shape)
+            self._views[name] = torch.nn.Parameter(self._params[off : off + n].view(shape))
+            self._grad_views[name] = self._grads[off : off + n].view(shape)
+        self._work = torch.empty(0, dtype=self.dtype)
+        self._work_batch = 0
+        self.input_shape = tuple(graph.input_shape)
+        self.output_shape = tuple(emitted.output_shape)
+
+    # -- parameters ---------------------------------------------------------------------
+    def named_parameters(self):
+        """``(name, tensor)`` pairs named as in the torch module; the tensors view the arena."""
+        return iter(self._views.items())
+
+    def parameters(self):
+        return iter(self._views.values())
+
+    def state_dict(self) -> OrderedDict[str, torch.Tensor]:
+        return OrderedDict((k, v.detach()) for k, v in self._views.items())
+
+    def load_state_dict(self, state_dict, strict: bool = True) -> None:
+        """Copy values in (converting dtype); names and shapes must match the torch module's."""
+        missing = [k for k in self._views if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in self._views]
+        if strict and (missing or unexpected):
+            raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
+        with torch.no_grad():
+            for name, view in self._views.items():
+                if name not in state_dict:
+                    continue
+                value = torch.as_tensor(state_dict[name])
+                if tuple(value.shape) != tuple(view.shape):
+                    raise ValueError(
+                        f"load_state_dict: {name!r} has shape {tuple(value.shape)}, "
+                        f"expected {tuple(view.shape)}"
+                    )
+                view.copy_(value.to(self.dtype))
+
+    def train(self, mode: bool = True) -> CompiledModel:
+        self.training = bool(mode)
+        return self
+
+    def eval(self) -> CompiledModel:
+        return self.train(False)
+
+    # -- checking inputs ----------------------------------------------------------------
+    def _check_x(self, x) -> int:
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"expected a torch.Tensor input, got {type(x).__name__}")
+        if x.device.type != "cpu":
+            raise ValueError(f"input is on {x.device}; this compiled model runs on the CPU")
+        if x.dtype != self.dtype:
+            raise TypeError(
+                f"input dtype is {x.dtype}, expected {self.dtype} (the model was "
+                f"compiled for {self.dtype}; convert with x.to({self.dtype}))"
+            )
+        if x.dim() != len(self.input_shape) + 1 or tuple(x.shape[1:]) != self.input_shape:
+            raise ValueError(
+                f"input shape is {tuple(x.shape)}, expected (B, "
+                f"{', '.join(map(str, self.input_shape))})"
+            )
+        if x.shape[0] < 1:
+            raise ValueError("input batch is empty")
+        return int(x.shape[0])
+
+    def _check_y(self, y, B: int) -> torch.Tensor:
+        if not isinstance(y, torch.Tensor):
+            y = torch.as_tensor(y)
+        if self.loss == "cross_entropy":
+            if y.dtype.is_floating_point or y.numel() != B:
+                raise ValueError(
+                    f"cross_entropy targets must be {B} integer class indices, got "
+                    f"{y.dtype} of shape {tuple(y.shape)}"
+                )
+            nc = self.output_shape[0]
+            if B and (int(y.min()) < 0 or int(y.max()) >= nc):
+                raise ValueError(
+                    f"cross_entropy targets must lie in [0, {nc}), got "
+                    f"[{int(y.min())}, {int(y.max())}]"
+                )
+        else:
+            n = B * math.prod(self.output_shape)
+            if y.numel() != n:
+                raise ValueError(
+                    f"{self.loss} targets have shape {tuple(y.shape)}, expected "
+                    f"{n} values (output shape (B, "
+                    f"{', '.join(map(str, self.output_shape))}))"
+                )
+        return y.reshape(-1).to(self.dtype).contiguous()
+
+    def _workspace(self, B: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """act and d_act for batch B, reusing the largest buffer allocated so far."""
+        if B > self._work_batch:
+            n = self._lib.act_size(B)
+            self._work = torch.empty(2 * n, dtype=self.dtype)
+            self._work_batch = B
+        n = self._lib.act_size(B)
+        return self._work[:n], self._work[n : 2 * n]
+
+    def _load_input(self, act: torch.Tensor, x: torch.Tensor, B: int) -> None:
+        r = self._em.input_region
+        act[B * r.offset : B * (r.offset + r.size)].view_as(x).copy_(x)
+
+    def _output(self, act: torch.Tensor, B: int) -> torch.Tensor:
+        r = self._em.output_region
+        return act[B * r.offset : B * (r.offset + r.size)].view(B, *self.output_shape)
+
+    def _next_seed(self) -> int:
+        self._calls += 1
+        return (self._seed * 0x9E3779B97F4A7C15 + self._calls) & 0xFFFFFFFFFFFFFFFF
+
+    # -- running ------------------------------------------------------------------------
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """The model output, differentiable w.r.t. ``x`` and the parameters via torch autograd."""
+        from rootclad.torch.function import CompiledFunction
+
+        self._check_x(x)
+        return CompiledFunction.apply(x, self, *self._views.values())
+
+    forward = __call__
+
+    def loss_and_grad(self, x: torch.Tensor, y) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The loss of a batch and the gradient of every parameter (fresh tensors)."""
+        B = self._check_x(x)
+        y = self._check_y(y, B)
+        act, d_act = self._workspace(B)
+        self._load_input(act, x, B)
+        loss = self._lib.loss_and_grad(
+            self._params.data_ptr(),
+            act.data_ptr(),
+            y.data_ptr(),
+            self._grads.data_ptr(),
+            d_act.data_ptr(),
+            B,
+            int(self.training),
+            self._next_seed(),
+            0,
+        )
+        grads = {k: v.clone() for k, v in self._grad_views.items()}
+        return torch.tensor(loss, dtype=self.dtype), grads
+
+    def train_step(self, x: torch.Tensor, y, opt) -> float:
+        """Forward, backward and ``opt``'s update in one C++ call; returns the loss."""
+        if opt.model is not self:
+            raise ValueError("this optimizer was created for another compiled model")
+        B = self._check_x(x)
+        y = self._check_y(y, B)
+        act, d_act = self._workspace(B)
+        self._load_input(act, x, B)
+        opt.step_count += 1
+        return self._lib.train_step(
+            self._params.data_ptr(),
+            act.data_ptr(),
+            y.data_ptr(),
+            self._grads.data_ptr(),
+            d_act.data_ptr(),
+            self._opt_state.data_ptr(),
+            ctypes.addressof(opt._cfg),
+            opt.step_count,
+            B,
+            self._next_seed(),
+        )
+
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        """The output without autograd bookkeeping (eval-mode dropout unless training)."""
+        B = self._check_x(x)
+        act, _ = self._workspace(B)
+        self._load_input(act, x, B)
+        self._lib.forward(
+            self._params.data_ptr(), act.data_ptr(), B, int(self.training), self._next_seed()
+        )
+        return self._output(act, B).clone()
+
+    def _reset_optimizer_state(self) -> None:
+        self._opt_state.zero_()
+
+    def __repr__(self) -> str:
+        return (
+            f"CompiledModel(engine={self.engine!r}, pullbacks={self.pullbacks}, "
+            f"dtype={self.dtype}, loss={self.loss!r}, input=(B, "
+            f"{', '.join(map(str, self.input_shape))}), params={self._em.n_params}, "
+            f"library={str(self.library_path)!r})"
+        )
