@@ -14,10 +14,14 @@ Engines.
   plain kernel loops itself).
 
 The C API (``extern "C"``, every name prefixed ``rc_<hash>_``) is the same for both engines.
+Besides the entry points it exports the layout (dtype, loss, input/output offsets and shapes,
+parameter names/offsets/shapes), so C++ hosts such as ``rootclad/torch_function.h`` need
+nothing but the library and its prefix.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 
@@ -318,6 +322,7 @@ class _Emitter:
                 "}",
             ]
         api = [
+            *self.layout_tables(),
             f"}} // namespace {prefix}",
             "",
             "// The C API: loaded by ctypes (Python), Cling (ROOT) or linked by C++ programs.",
@@ -353,9 +358,85 @@ class _Emitter:
             f"  ::rootclad::optim_step(params, d_params, opt_state, {prefix}::N_PARAMS, opt_cfg, step);",
             "  return L;",
             "}",
+            *self.layout_api(prefix),
             "}",
         ]
         return "\n".join(head + body + api) + "\n"
+
+    # -- layout metadata ----------------------------------------------------------------
+    def layout_tables(self) -> list[str]:
+        """Constant tables behind the layout functions; each ends in a sentinel, never empty."""
+        names = [json.dumps(n) for n in self.param_offsets]
+        offsets = [str(off) for off, _ in self.param_offsets.values()]
+        dims, starts = [], []
+        for _, shape in self.param_offsets.values():
+            starts.append(str(len(dims)))
+            dims += [str(d) for d in shape]
+        starts.append(str(len(dims)))
+
+        def table(ctype: str, name: str, values: list[str], end: str) -> str:
+            return f"const {ctype} {name}[] = {{{', '.join([*values, end])}}};"
+
+        return [
+            "",
+            "// Layout tables for the metadata functions of the C API.",
+            table("char* const", "PARAM_NAMES", names, "nullptr"),
+            table("long", "PARAM_OFFSETS", offsets, "N_PARAMS"),
+            table("long", "PARAM_DIMS", dims, "0"),
+            table("int", "PARAM_DIM_STARTS", starts[:-1], starts[-1]),
+            table("long", "INPUT_SHAPE", [str(d) for d in self.g.input_shape], "0"),
+            table("long", "OUTPUT_SHAPE", [str(d) for d in self.g.output_shape], "0"),
+            f"constexpr int N_PARAM_TENSORS = {len(names)};",
+            "",
+        ]
+
+    def layout_api(self, prefix: str) -> list[str]:
+        """The model's layout, for C++ hosts (LibTorch, Cling) that run without the Python side.
+
+        Offsets and sizes count elements of T per sample (multiply by B); shapes exclude the
+        batch dimension. Out-of-range parameter indices give nullptr / -1.
+        """
+        P, ns = prefix, f"{prefix}::"
+        inp, out = self.input_region, self.output_region
+        ok = f"if (i < 0 || i >= {ns}N_PARAM_TENSORS)"
+        return [
+            "// Layout metadata: dtype, loss, per-sample input/output regions, parameters.",
+            f'const char* {P}_dtype() {{ return "{self.g.dtype}"; }}',
+            f'const char* {P}_loss() {{ return "{self.loss}"; }}',
+            f"long {P}_input_offset() {{ return {inp.offset}; }}",
+            f"long {P}_input_size() {{ return {inp.size}; }}",
+            f"const long* {P}_input_shape(int* ndim) {{",
+            f"  *ndim = {len(self.g.input_shape)};",
+            f"  return {ns}INPUT_SHAPE;",
+            "}",
+            f"long {P}_output_offset() {{ return {out.offset}; }}",
+            f"long {P}_output_size() {{ return {out.size}; }}",
+            f"const long* {P}_output_shape(int* ndim) {{",
+            f"  *ndim = {len(self.g.output_shape)};",
+            f"  return {ns}OUTPUT_SHAPE;",
+            "}",
+            f"int {P}_param_count() {{ return {ns}N_PARAM_TENSORS; }}",
+            f"const char* {P}_param_name(int i) {{",
+            f"  {ok} return nullptr;",
+            f"  return {ns}PARAM_NAMES[i];",
+            "}",
+            f"long {P}_param_offset(int i) {{",
+            f"  {ok} return -1;",
+            f"  return {ns}PARAM_OFFSETS[i];",
+            "}",
+            f"long {P}_param_numel(int i) {{",
+            f"  {ok} return -1;",
+            f"  return {ns}PARAM_OFFSETS[i + 1] - {ns}PARAM_OFFSETS[i];",
+            "}",
+            f"const long* {P}_param_shape(int i, int* ndim) {{",
+            f"  {ok} {{",
+            "    *ndim = -1;",
+            "    return nullptr;",
+            "  }",
+            f"  *ndim = {ns}PARAM_DIM_STARTS[i + 1] - {ns}PARAM_DIM_STARTS[i];",
+            f"  return {ns}PARAM_DIMS + {ns}PARAM_DIM_STARTS[i];",
+            "}",
+        ]
 
 
 def emit_model(
