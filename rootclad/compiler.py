@@ -11,7 +11,7 @@ from rootclad.ir.from_torch import graph_from_module
 from rootclad.toolchain import ToolchainError, blas_flags, build_library, find_clad, find_cxx
 
 _DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64"}
-OPT_FLAGS = ["-O3", "-march=native", "-std=c++17", "-fno-math-errno"]
+OPT_FLAGS = ["-O3", "-march=native", "-std=c++17", "-fno-math-errno", "-fopenmp-simd"]
 
 
 def engines_available() -> dict[str, str]:

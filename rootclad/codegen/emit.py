@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from rootclad.ir.graph import LOSSES, Graph, IRError, Node
 
 _ALIAS_OPS = ("flatten", "identity")
+CONV1D_DIRECT_MAX_TAPS = 32  # must match rootclad/kernels.h
 _CTYPE = {"float32": "float", "float64": "double"}
 
 
@@ -131,15 +132,20 @@ class _Emitter:
             OC, LO = node.out_shape
             K = self.g.param(node.params["weight"]).shape[2]
             S, P, Dl = a["stride"], a["padding"], a["dilation"]
-            cols = self.region(f"{idx}:{node.name}:cols", C * K * LO, needs_adjoint=False)
+            # im2col scratch; the direct path (few taps, see kernels.h) needs none
+            direct = C * K <= CONV1D_DIRECT_MAX_TAPS
+            cols = self.region(f"{idx}:{node.name}:cols", 0 if direct else C * K * LO, False)
+            tmp = self.region(f"{idx}:{node.name}:tmp", 0 if direct else OC * LO, False)
             COLS, D_COLS = self.at("act", cols), self.at("d_act", cols)
+            TMP, D_TMP = self.at("act", tmp), self.at("d_act", tmp)
             W, BIAS = self.param(node, "weight"), self.param(node, "bias")
             DW, DB = self.param(node, "weight", "d_params"), self.param(node, "bias", "d_params")
             dims = f"B, {C}, {L}, {OC}, {K}, {S}, {P}, {Dl}"
-            f(f"::rootclad::conv1d_forward({OUT}, {COLS}, {IN}, {W}, {BIAS}, {dims});")
+            f(f"::rootclad::conv1d_forward({OUT}, {TMP}, {COLS}, {IN}, {W}, {BIAS}, {dims});")
             b(
-                f"{cd}conv1d_forward_pullback({OUT}, {COLS}, {IN}, {W}, {BIAS}, {dims}, {D_OUT}, "
-                f"{D_COLS}, {D_IN_OPT}, {DW}, {DB}, &di, &di, &di, &di, &di, &di, &di, &di);"
+                f"{cd}conv1d_forward_pullback({OUT}, {TMP}, {COLS}, {IN}, {W}, {BIAS}, {dims}, "
+                f"{D_OUT}, {D_TMP}, {D_COLS}, {D_IN_OPT}, {DW}, {DB}, "
+                "&di, &di, &di, &di, &di, &di, &di, &di);"
             )
         elif op in ("maxpool1d", "avgpool1d"):
             C, L = node.in_shape

@@ -15,6 +15,17 @@
 
 #include "rootclad/blas.h"
 
+// Vectorisation hints (-fopenmp-simd). Omitted when Clad differentiates the kernels itself:
+// Clad 2.5 crashes on OpenMP directives.
+#ifdef ROOTCLAD_NO_PULLBACKS
+#define ROOTCLAD_SIMD
+#define ROOTCLAD_SIMD_SUM(var)
+#else
+#define ROOTCLAD_PRAGMA(x) _Pragma(#x)
+#define ROOTCLAD_SIMD ROOTCLAD_PRAGMA(omp simd)
+#define ROOTCLAD_SIMD_SUM(var) ROOTCLAD_PRAGMA(omp simd reduction(+ : var))
+#endif
+
 namespace rootclad {
 
 template <typename T> inline void zero(T* p, long n) {
@@ -52,68 +63,242 @@ void linear_backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, const T* 
 }
 
 // ---------------------------------------------------------------------------------------
-// Conv1d (groups=1) by im2col: for each sample b,
-//   cols_b(C*K, LO)[c*K+k, l] = inp[b, c, l*S - P + k*D]   (0 outside the input)
-//   out_b(OC, LO) = weight(OC, C*K) @ cols_b + bias(OC)
-// cols (B, C*K, LO) is kept for the backward pass.
+// Conv1d (groups=1) as one GEMM over the whole batch (im2col):
+//   cols(C*K, B*LO)[c*K+k, b*LO+l] = inp[b, c, l*S - P + k*D]   (0 outside the input)
+//   tmp(OC, B*LO) = weight(OC, C*K) @ cols
+//   out[b, o, l] = tmp[o, b*LO + l] + bias[o]
+// One large product lets BLAS use all cores even for small layers; cols and tmp are kept in
+// the activation arena (tmp's adjoint region is the backward pass's scratch). For B == 1 the
+// two layouts coincide and tmp is not used.
 inline int conv1d_out_len(int L, int K, int S, int P, int D) {
   return (L + 2 * P - D * (K - 1) - 1) / S + 1;
 }
 
-template <typename T>
-void conv1d_forward(T* out, T* cols, const T* inp, const T* weight, const T* bias, int B, int C,
-                    int L, int OC, int K, int S, int P, int D) {
-  int LO = conv1d_out_len(L, K, S, P, D);
-  int CK = C * K;
-  for (int b = 0; b < B; ++b) {
-    T* cb = cols + (long)b * CK * LO;
-    for (int c = 0; c < C; ++c)
-      for (int k = 0; k < K; ++k)
-        for (int l = 0; l < LO; ++l) {
-          int i = l * S - P + k * D;
-          cb[(c * K + k) * LO + l] = (i >= 0 && i < L) ? inp[((long)b * C + c) * L + i] : T(0);
-        }
-    T* ob = out + (long)b * OC * LO;
-    if (bias) {
-      for (int o = 0; o < OC; ++o)
-        for (int l = 0; l < LO; ++l)
-          ob[o * LO + l] = bias[o];
-    }
-    gemm(false, false, OC, LO, CK, T(1), weight, CK, cb, LO, bias ? T(1) : T(0), ob, LO);
-  }
+// The l-range [l0, l1) of output positions whose input index l*S - P + k*D lies in [0, L).
+inline void conv1d_valid_range(int L, int LO, int S, int off, int& l0, int& l1) {
+  l0 = off >= 0 ? 0 : (-off + S - 1) / S;
+  l1 = L - off <= 0 ? 0 : (L - 1 - off) / S + 1;
+  if (l1 > LO)
+    l1 = LO;
+  if (l0 > l1)
+    l0 = l1;
 }
 
-// d_weight(OC, C*K) += sum_b d_out_b @ cols_b^T;  d_bias(OC) += sums of d_out over b and l;
-// d_cols_b = weight^T @ d_out_b (d_cols is scratch of the size of cols), scattered back into
-// d_inp by the inverse of im2col. A null d_inp skips that half (e.g. the network input).
 template <typename T>
-void conv1d_backward(T* d_inp, T* d_weight, T* d_bias, T* d_cols, const T* d_out, const T* cols,
-                     const T* weight, int B, int C, int L, int OC, int K, int S, int P, int D) {
-  int LO = conv1d_out_len(L, K, S, P, D);
-  int CK = C * K;
-  for (int b = 0; b < B; ++b) {
-    const T* gb = d_out + (long)b * OC * LO;
-    const T* cb = cols + (long)b * CK * LO;
-    gemm(false, true, OC, CK, LO, T(1), gb, LO, cb, LO, T(1), d_weight, CK);
-    if (d_bias)
-      for (int o = 0; o < OC; ++o) {
+void conv1d_im2col(T* cols, const T* inp, int B, int C, int L, int K, int S, int P, int D,
+                   int LO) {
+  const long NL = (long)B * LO;
+  for (int c = 0; c < C; ++c)
+    for (int k = 0; k < K; ++k) {
+      int off = k * D - P, l0, l1;
+      conv1d_valid_range(L, LO, S, off, l0, l1);
+      for (int b = 0; b < B; ++b) {
+        T* row = cols + (c * K + k) * NL + (long)b * LO;
+        const T* src = inp + ((long)b * C + c) * L + off;
+        for (int l = 0; l < l0; ++l)
+          row[l] = T(0);
+        if (S == 1)
+          for (int l = l0; l < l1; ++l)
+            row[l] = src[l];
+        else
+          for (int l = l0; l < l1; ++l)
+            row[l] = src[(long)l * S];
+        for (int l = l1; l < LO; ++l)
+          row[l] = T(0);
+      }
+    }
+}
+
+// Direct convolution, for layers with few input taps (C*K small, e.g. the first layer on raw
+// strain): im2col there would copy the input K times to feed a GEMM too thin to be efficient.
+// Each output row stays in L1 while the C*K taps are added into it.
+constexpr int CONV1D_DIRECT_MAX_TAPS = 32;
+
+template <typename T>
+void conv1d_direct_forward(T* out, const T* inp, const T* weight, const T* bias, int B, int C,
+                           int L, int OC, int K, int S, int P, int D, int LO) {
+  for (int b = 0; b < B; ++b)
+    for (int o = 0; o < OC; ++o) {
+      T* dst = out + ((long)b * OC + o) * LO;
+      T bo = bias ? bias[o] : T(0);
+      for (int l = 0; l < LO; ++l)
+        dst[l] = bo;
+      for (int c = 0; c < C; ++c)
+        for (int k = 0; k < K; ++k) {
+          int off = k * D - P, l0, l1;
+          conv1d_valid_range(L, LO, S, off, l0, l1);
+          const T w = weight[(o * C + c) * K + k];
+          const T* src = inp + ((long)b * C + c) * L + off;
+          if (S == 1) {
+ROOTCLAD_SIMD
+            for (int l = l0; l < l1; ++l)
+              dst[l] += w * src[l];
+          } else {
+            for (int l = l0; l < l1; ++l)
+              dst[l] += w * src[(long)l * S];
+          }
+        }
+    }
+}
+
+// d_bias(OC) += sums of d_out;  d_weight[o,c,k] += sum_{b,l} d_out[b,o,l] * inp[b,c,l*S+k*D-P];
+// d_inp[b,c,l*S+k*D-P] += weight[o,c,k] * d_out[b,o,l]. For every output position the K taps
+// are accumulated as one short vector (the loop over l stays sequential), which keeps the
+// reduction out of a single dependency chain.
+template <typename T>
+void conv1d_direct_backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, const T* inp,
+                            const T* weight, int B, int C, int L, int OC, int K, int S, int P,
+                            int D, int LO) {
+  T acc[CONV1D_DIRECT_MAX_TAPS];
+  for (int b = 0; b < B; ++b)
+    for (int o = 0; o < OC; ++o) {
+      const T* g = d_out + ((long)b * OC + o) * LO;
+      if (d_bias) {
         T s = 0;
+ROOTCLAD_SIMD_SUM(s)
         for (int l = 0; l < LO; ++l)
-          s += gb[o * LO + l];
+          s += g[l];
         d_bias[o] += s;
       }
-    if (d_inp) {
-      T* db = d_cols + (long)b * CK * LO;
-      gemm(true, false, CK, LO, OC, T(1), weight, CK, gb, LO, T(0), db, LO);
-      for (int c = 0; c < C; ++c)
+      for (int c = 0; c < C; ++c) {
+        const T* x = inp + ((long)b * C + c) * L;
         for (int k = 0; k < K; ++k)
-          for (int l = 0; l < LO; ++l) {
+          acc[k] = 0;
+        for (int l = 0; l < LO; ++l) {
+          const T gl = g[l];
+          const int i0 = l * S - P;
+          if (i0 >= 0 && i0 + (K - 1) * D < L) { // all taps inside the input
+            const T* xs = x + i0;
+            if (D == 1) {
+ROOTCLAD_SIMD
+              for (int k = 0; k < K; ++k)
+                acc[k] += gl * xs[k];
+            } else {
+              for (int k = 0; k < K; ++k)
+                acc[k] += gl * xs[k * D];
+            }
+          } else {
+            for (int k = 0; k < K; ++k) {
+              int i = i0 + k * D;
+              if (i >= 0 && i < L)
+                acc[k] += gl * x[i];
+            }
+          }
+        }
+        T* dw = d_weight + (o * C + c) * K;
+        for (int k = 0; k < K; ++k)
+          dw[k] += acc[k];
+        if (!d_inp)
+          continue;
+        const T* w = weight + (o * C + c) * K;
+        T* dx = d_inp + ((long)b * C + c) * L;
+        for (int k = 0; k < K; ++k) {
+          int off = k * D - P, l0, l1;
+          conv1d_valid_range(L, LO, S, off, l0, l1);
+          const T wk = w[k];
+          if (S == 1) {
+ROOTCLAD_SIMD
+            for (int l = l0; l < l1; ++l)
+              dx[off + l] += wk * g[l];
+          } else {
+            for (int l = l0; l < l1; ++l)
+              dx[off + (long)l * S] += wk * g[l];
+          }
+        }
+      }
+    }
+}
+
+#ifdef ROOTCLAD_NO_PULLBACKS
+// What Clad differentiates when it writes the whole backward itself: the definition of a
+// convolution as plain loops (out[b,o,l] = bias[o] + sum_{c,k} w[o,c,k] inp[b,c,l*S-P+k*D]).
+template <typename T>
+void conv1d_forward(T* out, T* tmp, T* cols, const T* inp, const T* weight, const T* bias, int B,
+                    int C, int L, int OC, int K, int S, int P, int D) {
+  const int LO = conv1d_out_len(L, K, S, P, D);
+  for (int b = 0; b < B; ++b)
+    for (int o = 0; o < OC; ++o)
+      for (int l = 0; l < LO; ++l) {
+        T s = bias ? bias[o] : T(0);
+        for (int c = 0; c < C; ++c)
+          for (int k = 0; k < K; ++k) {
             int i = l * S - P + k * D;
             if (i >= 0 && i < L)
-              d_inp[((long)b * C + c) * L + i] += db[(c * K + k) * LO + l];
+              s += weight[(o * C + c) * K + k] * inp[((long)b * C + c) * L + i];
           }
+        out[((long)b * OC + o) * LO + l] = s;
+      }
+}
+#else
+template <typename T>
+void conv1d_forward(T* out, T* tmp, T* cols, const T* inp, const T* weight, const T* bias, int B,
+                    int C, int L, int OC, int K, int S, int P, int D) {
+  const int LO = conv1d_out_len(L, K, S, P, D);
+  const int CK = C * K;
+  const long NL = (long)B * LO;
+  if (CK <= CONV1D_DIRECT_MAX_TAPS)
+    return conv1d_direct_forward(out, inp, weight, bias, B, C, L, OC, K, S, P, D, LO);
+  conv1d_im2col(cols, inp, B, C, L, K, S, P, D, LO);
+  T* prod = B == 1 ? out : tmp;
+  gemm(false, false, OC, (int)NL, CK, T(1), weight, CK, cols, (int)NL, T(0), prod, (int)NL);
+  for (int b = 0; b < B; ++b)
+    for (int o = 0; o < OC; ++o) {
+      T* dst = out + ((long)b * OC + o) * LO;
+      const T* src = prod + o * NL + (long)b * LO;
+      T bo = bias ? bias[o] : T(0);
+      for (int l = 0; l < LO; ++l)
+        dst[l] = src[l] + bo;
     }
+}
+#endif
+
+// With g(OC, B*LO) = d_out laid out like tmp (d_tmp is its scratch):
+//   d_weight(OC, C*K) += g @ cols^T;   d_bias(OC) += row sums of g;
+//   d_cols(C*K, B*LO) = weight^T @ g, scattered back into d_inp by the inverse of im2col.
+// A null d_inp skips that half (the network input, when no input gradient is wanted).
+template <typename T>
+void conv1d_backward(T* d_inp, T* d_weight, T* d_bias, T* d_tmp, T* d_cols, const T* d_out,
+                     const T* cols, const T* inp, const T* weight, int B, int C, int L, int OC,
+                     int K, int S, int P, int D) {
+  const int LO = conv1d_out_len(L, K, S, P, D);
+  const int CK = C * K;
+  const long NL = (long)B * LO;
+  if (CK <= CONV1D_DIRECT_MAX_TAPS)
+    return conv1d_direct_backward(d_inp, d_weight, d_bias, d_out, inp, weight, B, C, L, OC, K, S,
+                                  P, D, LO);
+  const T* g = d_out;
+  if (B > 1) {
+    for (int b = 0; b < B; ++b)
+      for (int o = 0; o < OC; ++o)
+        copy(d_tmp + o * NL + (long)b * LO, d_out + ((long)b * OC + o) * LO, LO);
+    g = d_tmp;
   }
+  gemm(false, true, OC, CK, (int)NL, T(1), g, (int)NL, cols, (int)NL, T(1), d_weight, CK);
+  if (d_bias)
+    for (int o = 0; o < OC; ++o) {
+      T s = 0;
+      for (long i = 0; i < NL; ++i)
+        s += g[o * NL + i];
+      d_bias[o] += s;
+    }
+  if (!d_inp)
+    return;
+  gemm(true, false, CK, (int)NL, OC, T(1), weight, CK, g, (int)NL, T(0), d_cols, (int)NL);
+  for (int c = 0; c < C; ++c)
+    for (int k = 0; k < K; ++k) {
+      int off = k * D - P, l0, l1;
+      conv1d_valid_range(L, LO, S, off, l0, l1);
+      for (int b = 0; b < B; ++b) {
+        const T* row = d_cols + (c * K + k) * NL + (long)b * LO;
+        T* dst = d_inp + ((long)b * C + c) * L + off;
+        if (S == 1)
+          for (int l = l0; l < l1; ++l)
+            dst[l] += row[l];
+        else
+          for (int l = l0; l < l1; ++l)
+            dst[(long)l * S] += row[l];
+      }
+    }
 }
 
 // ---------------------------------------------------------------------------------------

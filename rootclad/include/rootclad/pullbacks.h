@@ -24,12 +24,13 @@ void linear_forward_pullback(T* out, const T* inp, const T* weight, const T* bia
 }
 
 template <typename T>
-void conv1d_forward_pullback(T* out, T* cols, const T* inp, const T* weight, const T* bias, int B,
-                             int C, int L, int OC, int K, int S, int P, int D, T* d_out,
-                             T* d_cols, T* d_inp, T* d_weight, T* d_bias, int* d_B, int* d_C,
-                             int* d_L, int* d_OC, int* d_K, int* d_S, int* d_P, int* d_D) {
-  ::rootclad::conv1d_backward(d_inp, d_weight, bias ? d_bias : (T*)nullptr, d_cols, d_out, cols,
-                              weight, B, C, L, OC, K, S, P, D);
+void conv1d_forward_pullback(T* out, T* tmp, T* cols, const T* inp, const T* weight,
+                             const T* bias, int B, int C, int L, int OC, int K, int S, int P, int D,
+                             T* d_out, T* d_tmp, T* d_cols, T* d_inp, T* d_weight, T* d_bias,
+                             int* d_B, int* d_C, int* d_L, int* d_OC, int* d_K, int* d_S, int* d_P,
+                             int* d_D) {
+  ::rootclad::conv1d_backward(d_inp, d_weight, bias ? d_bias : (T*)nullptr, d_tmp, d_cols, d_out,
+                              cols, inp, weight, B, C, L, OC, K, S, P, D);
 }
 
 template <typename T>
