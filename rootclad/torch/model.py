@@ -189,7 +189,9 @@ class CompiledModel:
 
     def _load_input(self, act: torch.Tensor, x: torch.Tensor, B: int) -> None:
         r = self._em.input_region
-        act[B * r.offset : B * (r.offset + r.size)].view_as(x).copy_(x)
+        # detached: a copy that autograd records would turn the shared workspace into a
+        # graph node, and predict()'s output would then carry a silently zero gradient
+        act[B * r.offset : B * (r.offset + r.size)].view_as(x).copy_(x.detach())
 
     def _output(self, act: torch.Tensor, B: int) -> torch.Tensor:
         r = self._em.output_region
