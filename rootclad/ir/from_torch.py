@@ -46,7 +46,8 @@ def _module_node(path: str, mod: nn.Module) -> Node:
     where = f"module {path!r} ({kind.__module__}.{kind.__name__})"
 
     def params(*roles):
-        return {r: f"{path}.{r}" for r in roles if getattr(mod, r, None) is not None}
+        prefix = f"{path}." if path else ""  # the root layer's parameters have no prefix
+        return {r: prefix + r for r in roles if getattr(mod, r, None) is not None}
 
     if isinstance(mod, nn.Linear):
         return Node(path, "linear", {}, params("weight", "bias"))
@@ -158,6 +159,27 @@ def graph_from_module(module: nn.Module, example_input: torch.Tensor, dtype: str
                     ).dtype
                 )
             )
+    if _is_torch_layer(module):
+        # fx would trace into the layer's own forward (F.linear on get_attr weights): a bare
+        # layer is the one-node chain itself
+        nodes = [_module_node("", module)]
+        nodes[0].name = type(module).__name__
+    else:
+        nodes = _chain_from_fx(module)
+    params = [Param(name, tuple(p.shape)) for name, p in module.named_parameters()]
+    graph = Graph(tuple(example_input.shape[1:]), nodes, params, dtype)
+    graph.validate()
+    return graph
+
+
+def _is_torch_layer(module: nn.Module) -> bool:
+    """A torch.nn layer (what torch.fx treats as a leaf), not a container."""
+    return type(module).__module__.startswith("torch.nn") and not isinstance(
+        module, (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+    )
+
+
+def _chain_from_fx(module: nn.Module) -> list[Node]:
     try:
         traced = torch.fx.symbolic_trace(module)
     except Exception as exc:  # fx raises many types; the user needs the reason and the model
@@ -199,8 +221,4 @@ def graph_from_module(module: nn.Module, example_input: torch.Tensor, dtype: str
         else:
             nodes.append(_function_node(fx_node))
         current = fx_node
-
-    params = [Param(name, tuple(p.shape)) for name, p in module.named_parameters()]
-    graph = Graph(tuple(example_input.shape[1:]), nodes, params, dtype)
-    graph.validate()
-    return graph
+    return nodes
