@@ -214,7 +214,8 @@ def _chain_from_fx(module: nn.Module) -> list[Node]:
             raise IRError(
                 f"fx node {fx_node.name!r} ({fx_node.target}) takes {[a.name for a in inputs]}, "
                 f"but rootclad compiles chains in which each layer takes the previous output "
-                f"({current.name!r})"
+                f"({current.name!r}); residual connections (x + f(x)), branches and "
+                "concatenations are not supported"
             )
         if fx_node.op == "call_module":
             nodes.append(_module_node(fx_node.target, traced.get_submodule(fx_node.target)))
