@@ -1,0 +1,374 @@
+"""The GW dataset: whitened detector strain with and without injected signals, in a ROOT file.
+
+One event is one segment of ``n = duration * sample_rate`` samples:
+
+1. Gaussian noise coloured by the PSD (drawn on the segment's Fourier grid);
+2. with probability ``signal_fraction``, a binary-merger signal
+   (:func:`rootclad.gw.waveforms.waveform`) with masses uniform in
+   ``mass_range`` (``m1 >= m2``), coalescence ``t_merger`` seconds after the
+   segment start (uniform), phase uniform, scaled to an optimal SNR drawn
+   uniformly from ``snr`` over ``band`` with the same PSD;
+3. whitened by the same PSD over ``band`` (:func:`rootclad.gw.whiten.whiten`).
+
+Every event has its own seed (``seed`` column), derived from the run seed and
+the event index, and everything about the event is drawn from a generator
+seeded with it, in a fixed order. So a file does not depend on the chunk size
+or the number of worker processes, and :func:`generate_events` regenerates any
+event from its seed and the stored configuration.
+
+File layout (readable by uproot and ROOT):
+
+- TTree ``events``: ``strain[n]/F`` (whitened), ``label/I`` (1 = signal),
+  ``snr/F``, ``m1/F``, ``m2/F`` (solar masses), ``t_merger/F`` (seconds from
+  the segment start), ``seed/L``; ``snr``, masses and ``t_merger`` are 0 for
+  noise-only events;
+- TObjString ``config``: the run configuration as JSON;
+- TTree ``psd``: ``frequency/D``, ``psd/D``: the one-sided PSD on the
+  segment's rfft grid, as used for noise, SNR and whitening.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+import uuid
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from rootclad.gw.noise import _check_length, spectrum_from_normals
+from rootclad.gw.psd import psd_on_grid, rfft_frequencies
+from rootclad.gw.waveforms import BUILTIN, waveform
+from rootclad.gw.whiten import DEFAULT_BAND, band_mask, bin_weights, whitening_filter
+
+FORMAT_VERSION = 1
+EVENT_BRANCHES = ("strain", "label", "snr", "m1", "m2", "t_merger", "seed")
+
+
+@dataclasses.dataclass(frozen=True)
+class SimulationConfig:
+    """Everything that determines a dataset, apart from the number of events."""
+
+    seed: int = 0
+    duration: float = 1.0
+    sample_rate: float = 2048.0
+    snr: tuple[float, float] = (5.0, 20.0)
+    signal_fraction: float = 0.5
+    mass_range: tuple[float, float] = (5.0, 95.0)
+    t_merger: tuple[float, float] | None = None  # default (0.5, 0.9) x duration
+    approximant: str = BUILTIN
+    psd: str = "aligo"
+    band: tuple[float, float] = DEFAULT_BAND
+    f_lower: float = 15.0
+    taper: float = 0.1
+
+    def __post_init__(self):
+        set_ = object.__setattr__
+        for name in ("snr", "mass_range", "band"):
+            set_(self, name, tuple(float(v) for v in getattr(self, name)))
+        if self.t_merger is None:
+            set_(self, "t_merger", (0.5 * self.duration, 0.9 * self.duration))
+        else:
+            set_(self, "t_merger", tuple(float(v) for v in self.t_merger))
+        _check_length(self.n)
+        if not 0.0 <= self.signal_fraction <= 1.0:
+            raise ValueError(f"signal_fraction must be in [0, 1], got {self.signal_fraction}")
+        lo, hi = self.snr
+        if not 0.0 < lo <= hi:
+            raise ValueError(f"snr range must satisfy 0 < low <= high, got {self.snr}")
+        lo, hi = self.mass_range
+        if not 0.0 < lo <= hi:
+            raise ValueError(f"mass_range must satisfy 0 < low <= high, got {self.mass_range}")
+        lo, hi = self.t_merger
+        if not 0.0 <= lo <= hi <= self.duration:
+            raise ValueError(f"t_merger must lie inside the segment, got {self.t_merger}")
+        if not isinstance(self.psd, str):
+            raise TypeError(
+                "simulate takes a named PSD ('aligo' or 'lal:<name>') so it can be stored"
+            )
+        if not 0 <= self.seed < 2**63:
+            raise ValueError("seed must be in [0, 2**63)")
+
+    @property
+    def n(self) -> int:
+        return int(round(self.duration * self.sample_rate))
+
+    def to_json(self) -> str:
+        d = dataclasses.asdict(self)
+        d["format_version"] = FORMAT_VERSION
+        d["n"] = self.n
+        return json.dumps(d, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> SimulationConfig:
+        d = json.loads(text)
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in fields})
+
+
+def event_seeds(seed: int, start: int, stop: int) -> np.ndarray:
+    """Seeds of events ``start..stop-1`` of run ``seed``: int64 in [0, 2**63)."""
+    out = np.empty(stop - start, dtype=np.int64)
+    for j, i in enumerate(range(start, stop)):
+        state = np.random.SeedSequence(entropy=seed, spawn_key=(i,)).generate_state(1, np.uint64)
+        out[j] = int(state[0]) >> 1
+    return out
+
+
+class _Generator:
+    """Per-configuration constants (PSD, filters) and the vectorised event pipeline."""
+
+    def __init__(self, config: SimulationConfig):
+        self.config = config
+        n, fs = config.n, config.sample_rate
+        self.dt = 1.0 / fs
+        self.psd_grid = psd_on_grid(config.psd, n, fs)
+        self.filter = whitening_filter(n, fs, config.psd, config.band)
+        mask = band_mask(n, fs, config.band)
+        # optimal SNR^2 = sum_k snr_weight_k |rfft(h)_k|^2
+        self.snr_weight = np.where(mask, 2.0 * self.dt / n * bin_weights(n) / self.psd_grid, 0.0)
+
+    def events(self, seeds: np.ndarray) -> dict[str, np.ndarray]:
+        c = self.config
+        n, b = c.n, len(seeds)
+        nf = n // 2 + 1
+        u = np.empty((b, 6))
+        z = np.empty((b, nf, 2))
+        for j, s in enumerate(seeds):
+            rng = np.random.default_rng(int(s))
+            u[j] = rng.random(6)
+            z[j] = rng.standard_normal((nf, 2))
+        label = (u[:, 0] < c.signal_fraction).astype(np.int32)
+        ma = c.mass_range[0] + (c.mass_range[1] - c.mass_range[0]) * u[:, 1]
+        mb = c.mass_range[0] + (c.mass_range[1] - c.mass_range[0]) * u[:, 2]
+        m1, m2 = np.maximum(ma, mb), np.minimum(ma, mb)
+        t_merger = c.t_merger[0] + (c.t_merger[1] - c.t_merger[0]) * u[:, 3]
+        phase = 2.0 * np.pi * u[:, 4]
+        snr = c.snr[0] + (c.snr[1] - c.snr[0]) * u[:, 5]
+
+        spec = spectrum_from_normals(z, self.psd_grid, n, self.dt)
+        sig = np.flatnonzero(label)
+        if sig.size:
+            h = waveform(
+                m1[sig], m2[sig], t_merger[sig], phase[sig], n=n, sample_rate=c.sample_rate,
+                approximant=c.approximant, f_lower=c.f_lower, taper=c.taper,
+            )  # fmt: skip
+            hf = np.fft.rfft(h, axis=-1)
+            rho = np.sqrt(np.sum(self.snr_weight * (hf.real**2 + hf.imag**2), axis=-1))
+            if np.any(rho <= 0):
+                bad = sig[rho <= 0][0]
+                raise RuntimeError(f"event with seed {seeds[bad]} has no signal power in the band")
+            spec[sig] += hf * (snr[sig] / rho)[:, None]
+        strain = np.fft.irfft(spec * self.filter, n=n, axis=-1).astype(np.float32)
+        noise_only = label == 0
+        for arr in (snr, m1, m2, t_merger):
+            arr[noise_only] = 0.0
+        return {
+            "strain": strain,
+            "label": label,
+            "snr": snr.astype(np.float32),
+            "m1": m1.astype(np.float32),
+            "m2": m2.astype(np.float32),
+            "t_merger": t_merger.astype(np.float32),
+            "seed": np.asarray(seeds, dtype=np.int64),
+        }
+
+
+def generate_events(seeds, config: SimulationConfig | None = None) -> dict[str, np.ndarray]:
+    """Events with the given per-event ``seeds`` (int64), as :func:`simulate` writes them.
+
+    Returns a dict of numpy arrays keyed by branch name (``strain``: float32 (B, n)).
+    """
+    config = config or SimulationConfig()
+    return _Generator(config).events(np.atleast_1d(np.asarray(seeds, dtype=np.int64)))
+
+
+_WORKER: _Generator | None = None
+
+
+def _worker_init(config_json: str) -> None:
+    global _WORKER
+    _WORKER = _Generator(SimulationConfig.from_json(config_json))
+
+
+def _worker_chunk(seed: int, start: int, stop: int) -> dict[str, np.ndarray]:
+    assert _WORKER is not None
+    return _WORKER.events(event_seeds(seed, start, stop))
+
+
+def _compression(spec):
+    """uproot compression object from 'none', 'lz4', 'zlib', 'lzma', 'zstd' with optional ':level'."""
+    import uproot
+
+    if spec is None or spec == "none":
+        return None
+    if not isinstance(spec, str):
+        return spec
+    name, _, level = spec.partition(":")
+    cls = {"lz4": uproot.LZ4, "zlib": uproot.ZLIB, "lzma": uproot.LZMA, "zstd": uproot.ZSTD}.get(
+        name.lower()
+    )
+    if cls is None:
+        raise ValueError(f"unknown compression {spec!r}: none, lz4, zlib, lzma, zstd[:level]")
+    return cls(int(level)) if level else cls(1)
+
+
+@dataclasses.dataclass
+class SimulationResult:
+    path: Path
+    n_events: int
+    seconds: float
+
+    @property
+    def events_per_second(self) -> float:
+        return self.n_events / self.seconds if self.seconds > 0 else float("inf")
+
+
+def _default_workers() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def simulate(
+    path,
+    n_events: int,
+    seed: int = 0,
+    snr: tuple[float, float] = (5.0, 20.0),
+    signal_fraction: float = 0.5,
+    *,
+    duration: float = 1.0,
+    sample_rate: float = 2048.0,
+    mass_range: tuple[float, float] = (5.0, 95.0),
+    t_merger: tuple[float, float] | None = None,
+    approximant: str = BUILTIN,
+    psd: str = "aligo",
+    band: tuple[float, float] = DEFAULT_BAND,
+    f_lower: float = 15.0,
+    taper: float = 0.1,
+    compression: str | None = "none",
+    chunk_size: int = 1000,
+    workers: int | None = None,
+    progress: bool | None = None,
+) -> SimulationResult:
+    """Write ``n_events`` simulated, whitened segments to the ROOT file ``path``.
+
+    See the module docstring for the physics and the file layout. Same
+    arguments (apart from ``chunk_size``, ``workers``, ``progress``) give the
+    same file contents. The file is written chunk by chunk (``chunk_size``
+    events, one basket per branch per chunk) to a temporary name in the same
+    directory and renamed to ``path`` only when complete; on any error or
+    interrupt the temporary file is removed and ``path`` is left untouched.
+
+    ``compression``: ``"none"`` (default: whitened noise is incompressible, so
+    compression costs read time and saves almost no space; see docs/gw.md),
+    ``"lz4"``, ``"zlib"``, ``"lzma"``, ``"zstd"``, optionally ``":<level>"``.
+    ``workers``: processes generating chunks (default: the usable cores;
+    1 = in this process). ``progress``: tqdm bar (default: when stderr is a tty).
+    """
+    import uproot
+    from tqdm.auto import tqdm
+
+    if n_events < 1:
+        raise ValueError("n_events must be at least 1")
+    config = SimulationConfig(
+        seed=int(seed), duration=duration, sample_rate=sample_rate, snr=snr,
+        signal_fraction=signal_fraction, mass_range=mass_range, t_merger=t_merger,
+        approximant=approximant, psd=psd, band=band, f_lower=f_lower, taper=taper,
+    )  # fmt: skip
+    comp = _compression(compression)
+    path = Path(path)
+    n = config.n
+    workers = _default_workers() if workers is None else max(1, int(workers))
+    chunks = [(i, min(i + chunk_size, n_events)) for i in range(0, n_events, chunk_size)]
+    workers = min(workers, len(chunks))
+    if progress is None:
+        progress = sys.stderr.isatty()
+
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.partial")
+    t0 = time.perf_counter()
+    try:
+        with uproot.recreate(tmp, compression=comp) as f:
+            tree = f.mktree(
+                "events",
+                {
+                    "strain": np.dtype((np.float32, (n,))),
+                    "label": np.int32,
+                    "snr": np.float32,
+                    "m1": np.float32,
+                    "m2": np.float32,
+                    "t_merger": np.float32,
+                    "seed": np.int64,
+                },
+                title="rootclad GW events: whitened strain",
+            )
+            with tqdm(total=n_events, unit="ev", disable=not progress, desc=path.name) as bar:
+                for data in _chunk_results(config, chunks, workers):
+                    tree.extend(data)
+                    bar.update(len(data["label"]))
+            f["config"] = config.to_json()
+            psd_tree = f.mktree("psd", {"frequency": np.float64, "psd": np.float64},
+                                title="one-sided PSD used for noise, SNR and whitening")  # fmt: skip
+            psd_tree.extend(
+                {
+                    "frequency": rfft_frequencies(n, config.sample_rate),
+                    "psd": _Generator(config).psd_grid,
+                }
+            )
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return SimulationResult(path, n_events, time.perf_counter() - t0)
+
+
+def _chunk_results(config: SimulationConfig, chunks, workers: int):
+    """Yield chunk results in order, at most ``2 * workers`` chunks in flight."""
+    if workers <= 1:
+        gen = _Generator(config)
+        for start, stop in chunks:
+            yield gen.events(event_seeds(config.seed, start, stop))
+        return
+    import multiprocessing as mp
+
+    # fork: no re-import of the caller's script (spawn needs a __main__ guard there);
+    # the workers only run numpy, so threads of the parent (ROOT, torch) do not matter
+    ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init,
+                             initargs=(config.to_json(),)) as pool:  # fmt: skip
+        pending = []
+        it = iter(chunks)
+        try:
+            for start, stop in it:
+                pending.append(pool.submit(_worker_chunk, config.seed, start, stop))
+                if len(pending) >= 2 * workers:
+                    yield pending.pop(0).result()
+            while pending:
+                yield pending.pop(0).result()
+        finally:
+            for fut in pending:
+                fut.cancel()
+
+
+def read_config(path) -> SimulationConfig:
+    """The :class:`SimulationConfig` stored in a file written by :func:`simulate`."""
+    import uproot
+
+    with uproot.open(path) as f:
+        if "config" not in f:
+            raise KeyError(f"{path}: no 'config' object (not written by rootclad.gw.simulate?)")
+        return SimulationConfig.from_json(str(f["config"]))
+
+
+def read_psd(path) -> tuple[np.ndarray, np.ndarray]:
+    """``(frequency, psd)`` stored in a file written by :func:`simulate`."""
+    import uproot
+
+    with uproot.open(path) as f:
+        t = f["psd"]
+        return t["frequency"].array(library="np"), t["psd"].array(library="np")
