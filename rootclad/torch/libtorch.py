@@ -1,0 +1,123 @@
+"""Building C++ programs against the LibTorch of the installed torch wheel.
+
+A LibTorch program uses a compiled model through ``rootclad/torch_function.h``; these flags
+put that header, the torch headers and the torch libraries on its build line::
+
+    $ python -m rootclad.torch.libtorch --cflags --libs
+    -std=c++17 -D_GLIBCXX_USE_CXX11_ABI=1 -isystem .../torch/include ... -ltorch -ltorch_cpu -lc10
+
+Compiling a file that includes ``<torch/torch.h>`` takes about 30 s; :func:`build_program`
+caches the executable by a hash of the source, the flags, the compiler and rootclad's headers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from rootclad.toolchain import CompileError, cache_dir, find_cxx
+from rootclad.toolchain.build import source_key
+
+
+def _torch_dir() -> Path:
+    return Path(torch.__file__).resolve().parent
+
+
+def libtorch_flags() -> tuple[list[str], list[str]]:
+    """``(compile flags, link flags)`` for a CPU LibTorch program that includes rootclad headers.
+
+    The C++ ABI flag follows the wheel (``torch._C._GLIBCXX_USE_CXX11_ABI``); a mismatch
+    links but fails at run time on every ``std::string`` crossing into libtorch. The link
+    flags set an rpath to the wheel's libraries, so the program runs without LD_LIBRARY_PATH.
+    """
+    from rootclad import get_include
+
+    tdir = _torch_dir()
+    inc, lib = tdir / "include", tdir / "lib"
+    api_inc = inc / "torch" / "csrc" / "api" / "include"
+    if not (api_inc / "torch" / "torch.h").is_file():
+        raise FileNotFoundError(f"the torch wheel at {tdir} ships no C++ headers ({inc})")
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    cflags = [
+        "-std=c++17",
+        f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+        "-isystem",
+        str(inc),
+        "-isystem",
+        str(api_inc),
+        f"-I{get_include()}",
+    ]
+    ldflags = [f"-L{lib}", f"-Wl,-rpath,{lib}", "-ltorch", "-ltorch_cpu", "-lc10", "-ldl"]
+    return cflags, ldflags
+
+
+def build_program(
+    source: str | Path,
+    name: str,
+    *,
+    extra_flags: list[str] = (),
+    opt_flags: list[str] = ("-O2",),
+    timeout: float = 900,
+) -> tuple[Path, bool]:
+    """Compile a LibTorch C++ program into ``<cache>/libtorch/<name>-<key>``.
+
+    Returns ``(executable, built_now)``. On a compile error the log is kept next to where
+    the executable would be and :class:`rootclad.toolchain.CompileError` names it.
+    """
+    text = Path(source).read_text()
+    cxx, _ = find_cxx()
+    cflags, ldflags = libtorch_flags()
+    flags = [*opt_flags, *cflags, *extra_flags]
+    root = cache_dir() / "libtorch"
+    root.mkdir(parents=True, exist_ok=True)
+    key = source_key(text, cxx, flags, ldflags)
+    exe = root / f"{name}-{key}"
+    if exe.is_file():
+        return exe, False
+    with open(root / f"{name}-{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if exe.is_file():  # another process built it while we waited
+            return exe, False
+        with tempfile.TemporaryDirectory(prefix=f"{name}-", dir=root) as work:
+            src = Path(work) / f"{name}.cpp"
+            src.write_text(text)
+            tmp_exe = Path(work) / name
+            cmd = [cxx, *flags, "-o", str(tmp_exe), str(src), *ldflags]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            if proc.returncode != 0 or not tmp_exe.is_file():
+                log = root / f"{name}-{key}.log"
+                log.write_text(f"$ {' '.join(cmd)}\n\n{proc.stdout}{proc.stderr}")
+                first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), "")
+                raise CompileError(
+                    f"compiling {source} against LibTorch failed ({cxx}); first error: "
+                    f"{first.strip() or '(none printed)'}; full log: {log}",
+                    log,
+                )
+            os.replace(tmp_exe, exe)  # atomic: readers see no program or a whole one
+    return exe, True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m rootclad.torch.libtorch",
+        description="print the flags that build a LibTorch program using rootclad headers",
+    )
+    parser.add_argument("--cflags", action="store_true", help="compile flags")
+    parser.add_argument("--libs", action="store_true", help="link flags")
+    args = parser.parse_args(argv)
+    cflags, ldflags = libtorch_flags()
+    show_all = not (args.cflags or args.libs)
+    out = (cflags if args.cflags or show_all else []) + (ldflags if args.libs or show_all else [])
+    print(" ".join(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
