@@ -1,0 +1,102 @@
+"""The compiled C++ reader (``rootclad/include/rootclad/tree_reader.h``) behind the iterator interface.
+
+:class:`CompiledBatchIterator` takes the same arguments and yields the same
+batches as :class:`rootclad.data.BatchIterator`; the reading, checking,
+shuffling and batch assembly all run in C++ (``rootclad::data::BatchReader``),
+declared to Cling once per process. The GIL is released while C++ fills a
+batch. C++ training loops and ``root.exe`` macros use the header directly
+(see ``macros/read_gw_batches.C``).
+
+Cling compiles the header at -O1. That is enough here: the loop spends its
+time in ROOT's own (compiled) basket reading and in ``memcpy``; see
+docs/data.md for the numbers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rootclad.data.cling import declare_header, import_root
+from rootclad.data.errors import DataError
+from rootclad.data.loader import _BatchIteratorBase
+
+
+def _cxx_error(err: Exception) -> DataError:
+    text = str(err)
+    for marker in ("runtime_error: ", "invalid_argument: ", "out_of_range: "):
+        if marker in text:
+            return DataError.from_message(text.split(marker, 1)[1].strip())
+    return DataError(text.strip())
+
+
+def reader_class():
+    """``ROOT.rootclad.data.BatchReader``, declared on first use."""
+    declare_header("tree_reader.h")
+    root = import_root()
+    cls = root.rootclad.data.BatchReader
+    cls.next_batch.__release_gil__ = True
+    cls.read_range.__release_gil__ = True
+    return cls
+
+
+class CompiledBatchIterator(_BatchIteratorBase):
+    """Like :class:`rootclad.data.BatchIterator`, read by the C++ ``BatchReader``. Needs ROOT."""
+
+    def _open(self):
+        root = import_root()
+        cls = reader_class()
+        names = root.std.vector["std::string"]()
+        for f in self.files:
+            names.push_back(f)
+        try:
+            self._reader = cls(names, self.tree, self.strain, self.label,
+                               -1 if self.length is None else int(self.length))  # fmt: skip
+        except Exception as err:
+            raise _cxx_error(err) from None
+        r = self._reader
+        if self.length is None:
+            self.length = int(r.length())
+        entries = [int(r.file_entries(f)) for f in range(r.files())]
+        offsets = [np.asarray(list(r.basket_offsets(f)), dtype=np.int64) for f in range(r.files())]
+        return offsets, entries
+
+    def _configure(self) -> None:
+        try:
+            self._reader.configure(
+                self.batch_size, self.split, self.validation_fraction, self.shuffle, self.seed,
+                self.drop_last, self.block_size, self.buffer_blocks, self.check_finite,
+            )  # fmt: skip
+        except Exception as err:
+            raise _cxx_error(err) from None
+        plan = np.asarray(list(self._reader.plan()), dtype=np.int64).reshape(-1, 3)
+        mine = np.array([(b.file, b.start, b.stop) for b in self.blocks], dtype=np.int64)
+        if not np.array_equal(plan, mine.reshape(-1, 3)):  # a bug, never bad input
+            raise RuntimeError(
+                "the C++ reader planned different blocks than rootclad.data.schedule"
+            )
+
+    def __iter__(self):
+        epoch = self.epoch
+        self.epoch += 1
+        self._configure()
+        r = self._reader
+        r.start_epoch(epoch)
+        n, bsz = self.length, self.batch_size
+        while True:
+            x = np.empty((bsz, n), dtype=np.float32)
+            y = np.empty(bsz, dtype=np.int32)
+            try:
+                k = int(r.next_batch(x, y))
+            except Exception as err:
+                raise _cxx_error(err) from None
+            if k == 0:
+                return
+            if k < bsz:
+                x, y = x[:k], y[:k]
+            yield self._emit([x], [y])
+
+    def _read_block(self, block, x, y):
+        try:
+            self._reader.read_range(block.file, block.start, block.stop, x, y)
+        except Exception as err:
+            raise _cxx_error(err) from None
