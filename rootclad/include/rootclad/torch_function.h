@@ -227,7 +227,9 @@ inline torch::OrderedDict<std::string, torch::Tensor> read_state_dict(const std:
 }
 
 // A compiled model with its parameters, for LibTorch programs. Parameters start at zero:
-// load them with load_state_dict() or by writing into named_parameters().
+// load them with load_state_dict() or by writing into named_parameters(). Copies share the
+// parameters (tensors are handles). Keep the model alive while a graph built by forward()
+// may still run backward: the graph points at its ModelApi.
 class TorchModel {
 public:
   explicit TorchModel(ModelApi api, std::uint64_t seed = 0)
