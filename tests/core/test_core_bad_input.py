@@ -1,0 +1,432 @@
+"""Bad input fails loudly and says what was expected; odd-but-valid input gives right answers.
+
+Models rootclad cannot compile, inputs of the wrong shape, dtype or device, bad targets,
+missing compilers, broken generated code, concurrent builds and the library cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import OrderedDict
+from pathlib import Path
+
+import pytest
+import torch
+from core_helpers import assert_close_rel, torch_vjp
+from torch import nn
+
+import rootclad
+from rootclad.ir import IRError
+from rootclad.toolchain import CompileError, ToolchainError, build_library, find_cxx
+
+F64, F32 = torch.float64, torch.float32
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _small_cnn():
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv1d(2, 3, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(3 * 8, 2)
+    ).double()
+
+
+def _x(B=3, shape=(2, 8), seed=0):
+    return torch.randn((B, *shape), generator=torch.Generator().manual_seed(seed), dtype=F64)
+
+
+# -- models rootclad refuses, before any C++ is written ----------------------------------
+def test_unsupported_layer_names_path_type_and_supported_layers(monkeypatch, tmp_path):
+    monkeypatch.setenv("ROOTCLAD_CACHE_DIR", str(tmp_path / "cache"))
+    net = nn.Sequential(
+        OrderedDict(
+            features=nn.Sequential(nn.Conv1d(1, 4, 3), nn.ReLU(), nn.BatchNorm1d(4)),
+            head=nn.Sequential(nn.Flatten(), nn.Linear(4 * 14, 1)),
+        )
+    )
+    with pytest.raises(IRError) as err:
+        rootclad.compile(net, example_input=torch.randn(2, 1, 16), engine="pullback")
+    msg = str(err.value)
+    assert "'features.2'" in msg
+    assert "BatchNorm1d" in msg
+    assert "supported layers" in msg
+    for layer in ("Linear", "Conv1d", "MaxPool1d", "AvgPool1d", "GELU", "Dropout"):
+        assert layer in msg
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
+
+
+@pytest.mark.parametrize(
+    "layer, words",
+    [
+        (nn.Conv1d(2, 4, 3, groups=2), ["groups=2"]),
+        (nn.Conv1d(2, 4, 3, padding=1, padding_mode="reflect"), ["padding_mode", "reflect"]),
+        (nn.Conv1d(2, 4, 3, padding="same"), ["padding='same'"]),
+        (nn.MaxPool1d(2, ceil_mode=True), ["ceil_mode"]),
+        (nn.AvgPool1d(2, ceil_mode=True), ["ceil_mode"]),
+        (nn.MaxPool1d(2, dilation=2), ["dilation"]),
+        (nn.MaxPool1d(2, return_indices=True), ["return_indices"]),
+        (nn.Flatten(start_dim=2), ["Flatten(start_dim=1"]),
+        (nn.GRU(8, 4), ["GRU"]),
+        (nn.Softmax(dim=1), ["Softmax"]),
+    ],
+)
+def test_unsupported_layer_options_are_refused_with_the_module_path(layer, words):
+    net = nn.Sequential(nn.Identity(), layer)
+    with pytest.raises(IRError) as err:
+        rootclad.compile(net, example_input=torch.randn(2, 2, 8), engine="pullback")
+    msg = str(err.value)
+    assert "'1'" in msg, msg
+    for word in words:
+        assert word in msg, msg
+
+
+class _Residual(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.out = nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.out(x + self.fc(x))
+
+
+class _Concat(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 2)
+        self.b = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return torch.cat([self.a(x), self.b(x)], dim=1)
+
+
+class _TwoInputs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 1)
+
+    def forward(self, x, z):
+        return self.fc(x)
+
+
+class _Scale(nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+def test_residual_add_is_refused_clearly():
+    with pytest.raises(IRError) as err:
+        rootclad.compile(_Residual(), example_input=torch.randn(2, 4), engine="pullback")
+    msg = str(err.value)
+    assert "'add'" in msg, msg
+    assert "residual" in msg, msg
+
+
+@pytest.mark.parametrize(
+    "module, words",
+    [
+        (_Concat(), ["'b'", "previous output", "concatenations"]),
+        (_TwoInputs(), ["more than one input"]),
+        (_Scale(), ["mul"]),
+    ],
+)
+def test_graphs_that_are_not_single_input_chains_are_refused(module, words):
+    with pytest.raises(IRError) as err:
+        rootclad.compile(module, example_input=torch.randn(2, 4), engine="pullback")
+    for word in words:
+        assert word in str(err.value), str(err.value)
+
+
+def test_layer_shape_mismatch_names_the_node():
+    net = nn.Sequential(nn.Flatten(), nn.Linear(5, 3))
+    with pytest.raises(IRError) as err:
+        rootclad.compile(net, example_input=torch.randn(2, 4), engine="pullback")
+    msg = str(err.value)
+    assert "1 (linear)" in msg and "(..., 5)" in msg and "(4,)" in msg, msg
+    with pytest.raises(IRError, match="shorter than the kernel"):
+        rootclad.compile(nn.Conv1d(1, 1, 9), example_input=torch.randn(2, 1, 8))
+
+
+def test_bad_compile_arguments():
+    net = nn.Sequential(nn.Linear(4, 1))
+    x = torch.randn(2, 4)
+    with pytest.raises(IRError) as err:
+        rootclad.compile(net, example_input=x, loss="hinge", engine="pullback")
+    assert "hinge" in str(err.value) and "bce_with_logits" in str(err.value)
+    with pytest.raises(ValueError, match="engine must be"):
+        rootclad.compile(net, example_input=x, engine="tape")
+    with pytest.raises(ValueError, match="pullbacks=False needs engine='clad'"):
+        rootclad.compile(net, example_input=x, engine="pullback", pullbacks=False)
+    with pytest.raises(TypeError, match="float16"):
+        rootclad.compile(net, example_input=x.half())
+    with pytest.raises(IRError, match="batch axis"):
+        rootclad.compile(net, example_input=torch.randn(4))
+    with pytest.raises(IRError, match="cross_entropy needs logits"):
+        rootclad.compile(
+            nn.Sequential(nn.Conv1d(2, 3, 1)),
+            example_input=torch.randn(2, 2, 4),
+            loss="cross_entropy",
+            engine="pullback",
+        )
+
+
+# -- bad inputs to a compiled model ------------------------------------------------------
+@pytest.fixture(scope="module")
+def cnn():
+    return _small_cnn(), rootclad.compile(
+        _small_cnn(), example_input=_x(), loss="bce_with_logits", engine="pullback"
+    )
+
+
+def _entry_points(cm, x):
+    y = torch.ones(x.shape[0], 2, dtype=F64)
+    return {
+        "call": lambda: cm(x),
+        "predict": lambda: cm.predict(x),
+        "loss_and_grad": lambda: cm.loss_and_grad(x, y),
+        "train_step": lambda: cm.train_step(x, y, rootclad.optim.SGD(cm, lr=0.0)),
+    }
+
+
+@pytest.mark.parametrize("entry", ["call", "predict", "loss_and_grad", "train_step"])
+def test_wrong_input_shape_says_expected_and_got(cnn, entry):
+    _, cm = cnn
+    for bad in (_x(shape=(2, 9)), _x(shape=(3, 8)), _x(shape=(16,)), torch.randn(2, 8, dtype=F64)):
+        with pytest.raises(ValueError) as err:
+            _entry_points(cm, bad)[entry]()
+        msg = str(err.value)
+        assert "expected (B, 2, 8)" in msg and str(tuple(bad.shape)) in msg, msg
+
+
+@pytest.mark.parametrize("entry", ["call", "predict", "loss_and_grad", "train_step"])
+def test_wrong_input_dtype_and_device_say_expected_and_got(cnn, entry):
+    _, cm = cnn
+    with pytest.raises(TypeError) as err:
+        _entry_points(cm, _x().float())[entry]()
+    assert "torch.float32" in str(err.value) and "torch.float64" in str(err.value)
+    with pytest.raises(ValueError) as err:
+        _entry_points(cm, _x().to("meta"))[entry]()
+    assert "meta" in str(err.value) and "CPU" in str(err.value)
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        _entry_points(cm, _x().numpy())[entry]()
+    with pytest.raises(ValueError, match="empty"):
+        _entry_points(cm, _x(B=0))[entry]()
+
+
+def test_wrong_target_shapes(cnn):
+    _, cm = cnn
+    x = _x()
+    with pytest.raises(ValueError) as err:
+        cm.loss_and_grad(x, torch.ones(3, 1, dtype=F64))
+    assert "(3, 1)" in str(err.value) and "6 values" in str(err.value)
+
+
+def test_cross_entropy_targets_out_of_range_or_not_indices():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 3)).double()
+    x = torch.randn(2, 4, dtype=F64)
+    cm = rootclad.compile(net, example_input=x, loss="cross_entropy", engine="pullback")
+    opt = rootclad.optim.SGD(cm, lr=0.1)
+    for y in (torch.tensor([0, 3]), torch.tensor([-1, 1])):
+        with pytest.raises(ValueError) as err:
+            cm.loss_and_grad(x, y)
+        assert "[0, 3)" in str(err.value), str(err.value)
+        with pytest.raises(ValueError, match=r"\[0, 3\)"):
+            cm.train_step(x, y, opt)
+    with pytest.raises(ValueError, match="integer class indices"):
+        cm.loss_and_grad(x, torch.tensor([0.0, 1.0]))
+    with pytest.raises(ValueError, match="2 integer class indices"):
+        cm.loss_and_grad(x, torch.tensor([0, 1, 2]))
+    before = cm.state_dict()["0.weight"].clone()
+    assert torch.equal(cm.state_dict()["0.weight"], before)  # refused steps changed nothing
+
+
+def test_state_dict_and_optimizer_misuse(cnn):
+    net, cm = cnn
+    sd = net.state_dict()
+    with pytest.raises(KeyError, match="missing keys"):
+        cm.load_state_dict({k: v for k, v in sd.items() if k != "3.bias"})
+    with pytest.raises(KeyError, match="unexpected keys"):
+        cm.load_state_dict({**sd, "extra": torch.zeros(1)})
+    with pytest.raises(ValueError) as err:
+        cm.load_state_dict({**sd, "3.bias": torch.zeros(3)})
+    assert "'3.bias'" in str(err.value) and "(3,)" in str(err.value) and "(2,)" in str(err.value)
+    with pytest.raises(TypeError, match="CompiledModel"):
+        rootclad.optim.Adam(net)
+    other = rootclad.compile(_small_cnn(), example_input=_x(), engine="pullback")
+    with pytest.raises(ValueError, match="another compiled model"):
+        cm.train_step(_x(), torch.ones(3, 2, dtype=F64), rootclad.optim.SGD(other))
+    with pytest.raises(ValueError, match="Nesterov"):
+        rootclad.optim.SGD(cm, momentum=0.0, nesterov=True)
+    with pytest.raises(ValueError, match="learning rate"):
+        rootclad.optim.Adam(cm, lr=-1.0)
+
+
+# -- non-contiguous inputs ---------------------------------------------------------------
+def _non_contiguous_inputs():
+    base = _x(B=6, shape=(8, 2), seed=4)
+    wide = _x(B=3, shape=(2, 16), seed=5)
+    tall = _x(B=6, shape=(2, 8), seed=6)
+    return {
+        "transposed": base.transpose(1, 2)[:3],
+        "strided-slice": wide[:, :, ::2],
+        "every-other-sample": tall[::2],
+        "expanded": _x(B=1, seed=7).expand(3, 2, 8),
+    }
+
+
+@pytest.mark.parametrize("kind", list(_non_contiguous_inputs()))
+def test_non_contiguous_input_equals_its_contiguous_copy(cnn, kind):
+    net, cm = cnn
+    x = _non_contiguous_inputs()[kind]
+    assert not x.is_contiguous()
+    xc = x.contiguous()
+    y = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], dtype=F64)
+    assert torch.equal(cm.predict(x), cm.predict(xc))
+    # the autograd Function, against torch on the contiguous copy
+    out_ref, d_out, dx_ref, _ = torch_vjp(net, xc)
+    xg = x.clone() if kind == "expanded" else x.detach().requires_grad_(True)
+    xg.requires_grad_(True)
+    out = cm(xg)
+    (dx,) = torch.autograd.grad(out, xg, d_out)
+    assert_close_rel(out.detach(), out_ref, 1e-10)
+    assert_close_rel(dx, dx_ref, 1e-10)
+    # the fused paths, with non-contiguous targets too
+    l1, g1 = cm.loss_and_grad(x, y.t().contiguous().t())
+    l2, g2 = cm.loss_and_grad(xc, y)
+    assert torch.equal(l1, l2)
+    for k in g1:
+        assert torch.equal(g1[k], g2[k])
+
+
+def test_non_contiguous_input_in_train_step():
+    x = _non_contiguous_inputs()["transposed"]
+    y = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], dtype=F64)
+    a = rootclad.compile(_small_cnn(), example_input=_x(), engine="pullback")
+    b = rootclad.compile(_small_cnn(), example_input=_x(), engine="pullback")
+    opt_a, opt_b = rootclad.optim.Adam(a, lr=0.01), rootclad.optim.Adam(b, lr=0.01)
+    for _ in range(3):
+        assert a.train_step(x, y, opt_a) == b.train_step(x.contiguous(), y, opt_b)
+    for k, v in a.state_dict().items():
+        assert torch.equal(v, b.state_dict()[k])
+
+
+# -- the toolchain -----------------------------------------------------------------------
+def test_no_cxx_compiler_says_what_to_install(toolchain_env, tmp_path):
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    toolchain_env.setenv("ROOTCLAD_CXX", "/nonexistent/bin/c++")
+    toolchain_env.delenv("CXX", raising=False)
+    toolchain_env.setenv("PATH", str(empty))
+    with pytest.raises(ToolchainError) as err:
+        rootclad.compile(nn.Sequential(nn.Linear(4, 1)), torch.randn(2, 4), engine="pullback")
+    msg = str(err.value)
+    assert "/nonexistent/bin/c++" in msg, msg
+    assert "g++" in msg and "install" in msg.lower() and "ROOTCLAD_CXX" in msg, msg
+    assert rootclad.engines_available()["pullback"].startswith("unavailable")
+
+
+def test_compile_error_keeps_the_log_and_leaves_no_library(monkeypatch, tmp_path):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ROOTCLAD_CACHE_DIR", str(cache))
+    cxx, _ = find_cxx()
+    broken = "int f() { return undeclared_name + ; }\n"
+    for _ in range(2):  # a failure is not cached: the second try compiles (and fails) again
+        with pytest.raises(CompileError) as err:
+            build_library(broken, name="rc_broken", cxx=cxx, flags=["-std=c++17"])
+        log = Path(err.value.log_path)
+        assert log.is_file() and log.parent == cache
+        assert str(log) in str(err.value)
+        assert "undeclared_name" in log.read_text()
+        assert "error" in str(err.value)
+        assert list(cache.glob("*.so")) == []
+        assert [p for p in cache.iterdir() if p.is_dir()] == []  # no half-built work dirs
+    lib, built = build_library("int f() { return 1; }\n", name="rc_fixed", cxx=cxx, flags=[])
+    assert built and lib.is_file() and lib.parent == cache
+
+
+def test_warm_cache_recompiles_nothing(monkeypatch, tmp_path):
+    monkeypatch.setenv("ROOTCLAD_CACHE_DIR", str(tmp_path / "cache"))
+    x = _x()
+    first = rootclad.compile(_small_cnn(), example_input=x, engine="pullback")
+    assert first.built_now
+    import rootclad.toolchain.build as build
+
+    def no_compiler(*args, **kwargs):
+        raise AssertionError("the compiler ran for a model already in the cache")
+
+    monkeypatch.setattr(build, "_compile", no_compiler)
+    net = _small_cnn()
+    with torch.no_grad():
+        for p in net.parameters():
+            p.mul_(2.0)  # parameter values are data, not code
+    second = rootclad.compile(net, example_input=_x(B=7), engine="pullback")
+    assert not second.built_now
+    assert second.library_path == first.library_path
+    assert_close_rel(second.predict(x), net(x).detach(), 1e-10)
+    monkeypatch.undo()
+    monkeypatch.setenv("ROOTCLAD_CACHE_DIR", str(tmp_path / "cache"))
+    other = rootclad.compile(_small_cnn().float(), example_input=x.float(), engine="pullback")
+    assert other.built_now and other.library_path != first.library_path
+    assert len(list((tmp_path / "cache").glob("*.so"))) == 2
+
+
+_CHILD = """
+import json, pathlib, sys, time
+import torch
+from torch import nn
+import rootclad
+from rootclad.toolchain import blas_flags, find_cxx
+
+torch.manual_seed(0)
+net = nn.Sequential(nn.Conv1d(1, 3, 5), nn.ReLU(), nn.Flatten(), nn.Linear(3 * 28, 1)).double()
+x = torch.randn(2, 1, 32, dtype=torch.float64)
+find_cxx(); blas_flags()
+pathlib.Path(sys.argv[2]).touch()
+while not pathlib.Path(sys.argv[1]).exists():
+    time.sleep(0.002)
+cm = rootclad.compile(net, example_input=x, engine="pullback")
+err = (cm(x) - net(x)).abs().max().item()
+print(json.dumps({"built_now": cm.built_now, "lib": str(cm.library_path), "err": err}))
+"""
+
+
+def test_two_processes_compiling_one_model_at_once(tmp_path):
+    cache = tmp_path / "cache"
+    env = {**os.environ, "ROOTCLAD_CACHE_DIR": str(cache)}
+    go = tmp_path / "go"
+    ready = [tmp_path / f"ready{i}" for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _CHILD, str(go), str(r)],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in ready
+    ]
+    try:
+        deadline = time.monotonic() + 120
+        while not all(r.exists() for r in ready):
+            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+            assert time.monotonic() < deadline, "children did not start"
+            time.sleep(0.01)
+        go.touch()  # both start compiling now
+        outs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for p, (_, errtext) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, errtext
+    results = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    assert results[0]["lib"] == results[1]["lib"]
+    assert sorted(r["built_now"] for r in results) == [False, True]
+    assert all(r["err"] < 1e-12 for r in results)
+    assert [p.name for p in cache.glob("*.so")] == [Path(results[0]["lib"]).name]
+    assert [p for p in cache.iterdir() if p.is_dir()] == []
