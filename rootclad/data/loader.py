@@ -216,7 +216,8 @@ class BatchIterator(_BatchIteratorBase):
             if not os.path.exists(path):
                 raise DataError("file not found", file=path)
             try:
-                f = uproot.open(path)
+                # no array cache: an epoch must read the file, and memory stays bounded
+                f = uproot.open(path, array_cache=None)
             except Exception as err:
                 raise DataError(f"cannot open as a ROOT file ({_why(err)})", file=path) from err
             try:

@@ -14,7 +14,7 @@ def _pair(text: str) -> tuple[float, float]:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    from rootclad.gw.simulate import simulate
+    from rootclad.gw.dataset import simulate
 
     result = simulate(
         args.output,
@@ -44,7 +44,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 def _cmd_info(args: argparse.Namespace) -> int:
     import uproot
 
-    from rootclad.gw.simulate import read_config
+    from rootclad.gw.dataset import read_config
 
     with uproot.open(args.file) as f:
         tree = f["events"]

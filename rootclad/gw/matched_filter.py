@@ -174,7 +174,7 @@ class MatchedFilterResult:
     time: np.ndarray
 
 
-def matched_filter(
+def matched_filter_snr(
     strain: np.ndarray, bank: TemplateBank, batch_size: int = 512
 ) -> MatchedFilterResult:
     """Maximised matched-filter SNR of whitened segments ``strain`` (B, n) or (B, 1, n).
@@ -211,7 +211,7 @@ def matched_filter(
 
 def bank_for_file(path, **kwargs) -> TemplateBank:
     """A bank matching the configuration stored in a file from :func:`rootclad.gw.simulate`."""
-    from rootclad.gw.simulate import read_config
+    from rootclad.gw.dataset import read_config
 
     c = read_config(path)
     kw = dict(n=c.n, sample_rate=c.sample_rate, psd=c.psd, band=c.band, t_ref=c.t_merger[0],

@@ -89,7 +89,7 @@ def whiten(
     Returns float64 (..., n). Whitened noise has unit variance per sample and
     a flat spectrum inside ``band``, nothing outside it. The segment is
     treated as periodic, which is exact for the noise and signals that
-    :mod:`rootclad.gw.simulate` writes (both are built on the segment's own
+    :func:`rootclad.gw.simulate` writes (both are built on the segment's own
     Fourier grid); for recorded data, taper or crop the edges first.
     """
     x = np.asarray(x, dtype=np.float64)

@@ -106,7 +106,7 @@ def test_vector_float_branch_written_by_root(tmp_path):
 
 
 def test_simulated_file_matches_roots_own_entries(tmp_path):
-    from rootclad.gw.simulate import simulate
+    from rootclad.gw.dataset import simulate
 
     path = tmp_path / "gw.root"
     simulate(path, 150, seed=3, workers=1, chunk_size=64, progress=False)

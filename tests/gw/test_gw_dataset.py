@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 import uproot
 
-from rootclad.gw import simulate as simulate_module
-from rootclad.gw.psd import aligo_psd
-from rootclad.gw.simulate import (
+from rootclad.gw import dataset as dataset_module
+from rootclad.gw.dataset import (
     SimulationConfig,
     generate_events,
     read_config,
     read_psd,
     simulate,
 )
+from rootclad.gw.psd import aligo_psd
 
 BRANCHES = {
     "strain": ("float32", (2048,)),
@@ -97,7 +97,7 @@ def test_any_event_regenerates_from_its_seed(small_file):
 def test_interrupted_run_leaves_no_file(tmp_path, monkeypatch):
     target = tmp_path / "run.root"
     calls = {"n": 0}
-    original = simulate_module._Generator.events
+    original = dataset_module._Generator.events
 
     def failing(self, seeds):
         calls["n"] += 1
@@ -105,7 +105,7 @@ def test_interrupted_run_leaves_no_file(tmp_path, monkeypatch):
             raise KeyboardInterrupt("simulated Ctrl-C")
         return original(self, seeds)
 
-    monkeypatch.setattr(simulate_module._Generator, "events", failing)
+    monkeypatch.setattr(dataset_module._Generator, "events", failing)
     with pytest.raises(KeyboardInterrupt):
         simulate(target, 500, seed=1, chunk_size=100, workers=1, progress=False)
     assert os.listdir(tmp_path) == []
@@ -202,3 +202,19 @@ def test_cli_simulate_and_info(tmp_path, capsys):
     args = parser.parse_args(["gw", "info", str(out)])
     assert args.func(args) == 0
     assert "events: 40" in capsys.readouterr().out
+
+
+def test_package_names_do_not_depend_on_import_order():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, rootclad.gw as gw, rootclad.data\n"
+        "assert 'ROOT' not in sys.modules and 'uproot' not in sys.modules\n"
+        "import rootclad.gw.dataset, rootclad.gw.matched_filter, rootclad.gw.whiten\n"
+        "assert callable(gw.simulate) and gw.simulate.__module__ == 'rootclad.gw.dataset'\n"
+        "assert gw.matched_filter.__name__ == 'rootclad.gw.matched_filter'\n"
+        "assert gw.matched_filter_snr.__module__ == 'rootclad.gw.matched_filter'\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr

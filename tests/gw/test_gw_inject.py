@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from gw_helpers import assert_mean_matches
 
+from rootclad.gw.dataset import SimulationConfig, event_seeds, generate_events
 from rootclad.gw.inject import inject_signal, scale_to_snr
 from rootclad.gw.noise import colored_noise
-from rootclad.gw.simulate import SimulationConfig, event_seeds, generate_events
 from rootclad.gw.waveforms import waveform
 from rootclad.gw.whiten import band_dimensions, optimal_snr
 
