@@ -22,29 +22,29 @@ ROOTCLAD_LINKED_MODEL(LINKED_PREFIX, double)
 
 namespace {
 
-template <typename T> std::vector<T> read_raw(const std::string &path, long n) {
+template <typename T> std::vector<T> read_raw(const std::string& path, long n) {
   std::vector<T> v(n);
   std::ifstream in(path, std::ios::binary);
-  if (!in.read(reinterpret_cast<char *>(v.data()), static_cast<std::streamsize>(n * sizeof(T))))
+  if (!in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * sizeof(T))))
     throw std::runtime_error("cannot read " + std::to_string(n) + " values from " + path);
   return v;
 }
 
 template <typename T>
-void run(const rootclad::ModelApi &api, int B, const std::string &x_path,
-         const std::string &params_path, const std::string &out_path) {
+void run(const rootclad::ModelApi& api, int B, const std::string& x_path,
+         const std::string& params_path, const std::string& out_path) {
   auto params = read_raw<T>(params_path, api.n_params);
   auto x = read_raw<T>(x_path, B * api.input_size);
   std::vector<T> act(api.act_size(B));
   std::copy(x.begin(), x.end(), act.begin() + B * api.input_offset);
   api.entry_points<T>().forward(params.data(), act.data(), B, /*training=*/0, /*seed=*/0);
   std::ofstream out(out_path, std::ios::binary);
-  out.write(reinterpret_cast<const char *>(act.data() + B * api.output_offset),
+  out.write(reinterpret_cast<const char*>(act.data() + B * api.output_offset),
             static_cast<std::streamsize>(B * api.output_size * sizeof(T)));
 }
 
-void print_layout(const rootclad::ModelApi &api) {
-  auto dims = [](const std::vector<long> &s) {
+void print_layout(const rootclad::ModelApi& api) {
+  auto dims = [](const std::vector<long>& s) {
     std::string out = "[";
     for (size_t i = 0; i < s.size(); ++i)
       out += (i ? "," : "") + std::to_string(s[i]);
@@ -54,13 +54,13 @@ void print_layout(const rootclad::ModelApi &api) {
             << "\nn_params " << api.n_params << "\ninput " << api.input_offset << " "
             << api.input_size << " " << dims(api.input_shape) << "\noutput " << api.output_offset
             << " " << api.output_size << " " << dims(api.output_shape) << "\n";
-  for (const auto &p : api.params)
+  for (const auto& p : api.params)
     std::cout << "param " << p.name << " " << p.offset << " " << p.numel << " " << dims(p.shape)
               << "\n";
 }
 
 #ifdef LINKED_PREFIX
-bool same_layout(const rootclad::ModelApi &a, const rootclad::ModelApi &b) {
+bool same_layout(const rootclad::ModelApi& a, const rootclad::ModelApi& b) {
   bool same = a.prefix == b.prefix && a.dtype == b.dtype && a.engine == b.engine &&
               a.loss == b.loss && a.n_params == b.n_params && a.input_offset == b.input_offset &&
               a.input_size == b.input_size && a.output_offset == b.output_offset &&
@@ -76,7 +76,7 @@ bool same_layout(const rootclad::ModelApi &a, const rootclad::ModelApi &b) {
 
 } // namespace
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   if (argc != 7) {
     std::cerr << "usage: " << argv[0] << " <model.so> <prefix> <B> <x.bin> <params.bin> <out>\n";
     return 2;
@@ -97,15 +97,15 @@ int main(int argc, char **argv) {
     else
       api.entry_points<double>();
     std::cout << "wrong-type call: not refused\n";
-  } catch (const std::logic_error &e) {
+  } catch (const std::logic_error& e) {
     std::cout << "wrong-type call: " << e.what() << "\n";
   }
-  for (const auto &[path, pre] : {std::pair<std::string, std::string>{lib, prefix + "_nope"},
+  for (const auto& [path, pre] : {std::pair<std::string, std::string>{lib, prefix + "_nope"},
                                   {lib + ".missing.so", prefix}}) {
     try {
       rootclad::load_model(path, pre);
       std::cout << "bad load: not refused\n";
-    } catch (const std::runtime_error &e) {
+    } catch (const std::runtime_error& e) {
       std::cout << "bad load: " << e.what() << "\n";
     }
   }

@@ -23,7 +23,7 @@ namespace {
 
 int failures = 0;
 
-void check(bool ok, const std::string &name, const std::string &detail = "") {
+void check(bool ok, const std::string& name, const std::string& detail = "") {
   if (ok)
     std::cout << "ok " << name << "\n";
   else {
@@ -33,16 +33,16 @@ void check(bool ok, const std::string &name, const std::string &detail = "") {
 }
 
 // Runs f, which must throw an exception whose message contains `needle`.
-void check_throws(const std::function<void()> &f, const std::string &needle,
-                  const std::string &name) {
+void check_throws(const std::function<void()>& f, const std::string& needle,
+                  const std::string& name) {
   try {
     f();
-  } catch (const c10::Error &e) {
+  } catch (const c10::Error& e) {
     const std::string msg = e.what_without_backtrace();
     check(msg.find(needle) != std::string::npos, name, "message was: " + msg);
     std::cout << "  message: " << msg << "\n";
     return;
-  } catch (const std::exception &e) {
+  } catch (const std::exception& e) {
     const std::string msg = e.what();
     check(msg.find(needle) != std::string::npos, name, "message was: " + msg);
     std::cout << "  message: " << msg << "\n";
@@ -51,27 +51,27 @@ void check_throws(const std::function<void()> &f, const std::string &needle,
   check(false, name, "no exception");
 }
 
-torch::Tensor read_raw(const std::string &path, int64_t n, torch::ScalarType dtype) {
+torch::Tensor read_raw(const std::string& path, int64_t n, torch::ScalarType dtype) {
   auto t = torch::empty({n}, torch::dtype(dtype));
   std::ifstream in(path, std::ios::binary);
   const auto bytes = static_cast<std::streamsize>(n * t.element_size());
-  if (!in.read(static_cast<char *>(t.data_ptr()), bytes))
+  if (!in.read(static_cast<char*>(t.data_ptr()), bytes))
     throw std::runtime_error("cannot read " + std::to_string(n) + " values from " + path);
   return t;
 }
 
-void write_raw(const std::string &path, const torch::Tensor &t) {
+void write_raw(const std::string& path, const torch::Tensor& t) {
   auto c = t.detach().contiguous();
   std::ofstream out(path, std::ios::binary);
-  out.write(static_cast<const char *>(c.data_ptr()),
+  out.write(static_cast<const char*>(c.data_ptr()),
             static_cast<std::streamsize>(c.numel() * c.element_size()));
   if (!out)
     throw std::runtime_error("cannot write " + path);
 }
 
 // The model's loss, written with LibTorch.
-torch::Tensor torch_loss(const std::string &loss, const torch::Tensor &out,
-                         const torch::Tensor &y) {
+torch::Tensor torch_loss(const std::string& loss, const torch::Tensor& out,
+                         const torch::Tensor& y) {
   if (loss == "bce_with_logits")
     return torch::binary_cross_entropy_with_logits(out, y.view_as(out));
   if (loss == "mse")
@@ -83,7 +83,7 @@ torch::Tensor torch_loss(const std::string &loss, const torch::Tensor &out,
 
 } // namespace
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   if (argc != 5) {
     std::cerr << "usage: " << argv[0] << " <model.so> <prefix> <dir> <seed>\n";
     return 2;
@@ -132,9 +132,9 @@ int main(int argc, char **argv) {
     auto named = model.named_parameters();
     check(named.size() == api.params.size(), "named_parameters count");
     bool views_ok = true;
-    for (const auto &p : api.params)
+    for (const auto& p : api.params)
       views_ok = views_ok && named[p.name].data_ptr() ==
-                                 static_cast<char *>(model.flat_parameters().data_ptr()) +
+                                 static_cast<char*>(model.flat_parameters().data_ptr()) +
                                      p.offset * model.flat_parameters().element_size();
     check(views_ok, "named_parameters view the flat block");
 

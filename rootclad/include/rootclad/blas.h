@@ -22,20 +22,20 @@ namespace rootclad {
 #ifndef ROOTCLAD_NO_PULLBACKS
 inline void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
                  const float* B, int ldb, float beta, float* C, int ldc) {
-  ROOTCLAD_SGEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                 M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  ROOTCLAD_SGEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M,
+                 N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 inline void gemm(bool ta, bool tb, int M, int N, int K, double alpha, const double* A, int lda,
                  const double* B, int ldb, double beta, double* C, int ldc) {
-  ROOTCLAD_DGEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                 M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  ROOTCLAD_DGEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M,
+                 N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 #else
 // Loops Clad can differentiate. Only the (no-trans, trans) and (no-trans, no-trans) forms
 // occur in forward passes, which is all Clad differentiates in this mode.
 template <typename T>
-void gemm(bool ta, bool tb, int M, int N, int K, T alpha, const T* A, int lda, const T* B,
-          int ldb, T beta, T* C, int ldc) {
+void gemm(bool ta, bool tb, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb,
+          T beta, T* C, int ldc) {
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
       T acc = 0;

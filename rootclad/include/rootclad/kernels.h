@@ -29,11 +29,13 @@
 namespace rootclad {
 
 template <typename T> inline void zero(T* p, long n) {
-  if (n > 0) std::memset(p, 0, sizeof(T) * n);
+  if (n > 0)
+    std::memset(p, 0, sizeof(T) * n);
 }
 
 template <typename T> inline void copy(T* dst, const T* src, long n) {
-  if (n > 0) std::memcpy(dst, src, sizeof(T) * n);
+  if (n > 0)
+    std::memcpy(dst, src, sizeof(T) * n);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -85,8 +87,7 @@ inline void conv1d_valid_range(int L, int LO, int S, int off, int& l0, int& l1) 
 }
 
 template <typename T>
-void conv1d_im2col(T* cols, const T* inp, int B, int C, int L, int K, int S, int P, int D,
-                   int LO) {
+void conv1d_im2col(T* cols, const T* inp, int B, int C, int L, int K, int S, int P, int D, int LO) {
   const long NL = (long)B * LO;
   for (int c = 0; c < C; ++c)
     for (int k = 0; k < K; ++k) {
@@ -130,7 +131,7 @@ void conv1d_direct_forward(T* out, const T* inp, const T* weight, const T* bias,
           const T w = weight[(o * C + c) * K + k];
           const T* src = inp + ((long)b * C + c) * L + off;
           if (S == 1) {
-ROOTCLAD_SIMD
+            ROOTCLAD_SIMD
             for (int l = l0; l < l1; ++l)
               dst[l] += w * src[l];
           } else {
@@ -155,7 +156,7 @@ void conv1d_direct_backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, co
       const T* g = d_out + ((long)b * OC + o) * LO;
       if (d_bias) {
         T s = 0;
-ROOTCLAD_SIMD_SUM(s)
+        ROOTCLAD_SIMD_SUM(s)
         for (int l = 0; l < LO; ++l)
           s += g[l];
         d_bias[o] += s;
@@ -170,7 +171,7 @@ ROOTCLAD_SIMD_SUM(s)
           if (i0 >= 0 && i0 + (K - 1) * D < L) { // all taps inside the input
             const T* xs = x + i0;
             if (D == 1) {
-ROOTCLAD_SIMD
+              ROOTCLAD_SIMD
               for (int k = 0; k < K; ++k)
                 acc[k] += gl * xs[k];
             } else {
@@ -197,7 +198,7 @@ ROOTCLAD_SIMD
           conv1d_valid_range(L, LO, S, off, l0, l1);
           const T wk = w[k];
           if (S == 1) {
-ROOTCLAD_SIMD
+            ROOTCLAD_SIMD
             for (int l = l0; l < l1; ++l)
               dx[off + l] += wk * g[l];
           } else {
@@ -264,8 +265,8 @@ void conv1d_backward(T* d_inp, T* d_weight, T* d_bias, T* d_tmp, T* d_cols, cons
   const int CK = C * K;
   const long NL = (long)B * LO;
   if (CK <= CONV1D_DIRECT_MAX_TAPS)
-    return conv1d_direct_backward(d_inp, d_weight, d_bias, d_out, inp, weight, B, C, L, OC, K, S,
-                                  P, D, LO);
+    return conv1d_direct_backward(d_inp, d_weight, d_bias, d_out, inp, weight, B, C, L, OC, K, S, P,
+                                  D, LO);
   const T* g = d_out;
   if (B > 1) {
     for (int b = 0; b < B; ++b)
@@ -321,8 +322,7 @@ void maxpool1d_forward(T* out, const T* inp, int R, int L, int K, int S, int P) 
 }
 
 template <typename T>
-void maxpool1d_backward(T* d_inp, const T* d_out, const T* inp, int R, int L, int K, int S,
-                        int P) {
+void maxpool1d_backward(T* d_inp, const T* d_out, const T* inp, int R, int L, int K, int S, int P) {
   int LO = (L + 2 * P - K) / S + 1;
   for (int r = 0; r < R; ++r)
     for (int o = 0; o < LO; ++o) {
@@ -517,8 +517,7 @@ template <typename T> T mse_forward(const T* inp, const T* target, int N) {
     s += (inp[i] - target[i]) * (inp[i] - target[i]);
   return s / N;
 }
-template <typename T>
-void mse_backward(T* d_inp, T d_loss, const T* inp, const T* target, int N) {
+template <typename T> void mse_backward(T* d_inp, T d_loss, const T* inp, const T* target, int N) {
   for (int i = 0; i < N; ++i)
     d_inp[i] += d_loss * T(2) * (inp[i] - target[i]) / N;
 }

@@ -28,8 +28,7 @@ void bce_with_logits_forward_pullback(const T* logits, const T* target, int N, T
 }
 
 template <typename T>
-void mse_forward_pullback(const T* inp, const T* target, int N, T d_loss, T* d_inp,
-                          int* d_N) {
+void mse_forward_pullback(const T* inp, const T* target, int N, T d_loss, T* d_inp, int* d_N) {
   ::rootclad::last_loss<T> = ::rootclad::mse_forward(inp, target, N);
   ::rootclad::mse_backward(d_inp, d_loss, inp, target, N);
 }

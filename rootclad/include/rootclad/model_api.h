@@ -31,19 +31,19 @@ namespace rootclad {
 // The entry points that take or return the real type T (float or double).
 template <typename T> struct ModelEntryPoints {
   // forward(params[n_params], act[act_size(B)], B, training, seed); input already in act
-  void (*forward)(T *params, T *act, int B, int training, std::uint64_t seed) = nullptr;
+  void (*forward)(T* params, T* act, int B, int training, std::uint64_t seed) = nullptr;
   // the mean loss over the batch, after forward(); y holds B * output_size targets
-  T (*loss_value)(T *act, const T *y, int B) = nullptr;
+  T (*loss_value)(T* act, const T* y, int B) = nullptr;
   // forward + loss + backward; fills d_params (and act's input region of d_act if need_dx)
   T(*loss_and_grad)
-  (T *params, T *act, const T *y, T *d_params, T *d_act, int B, int training, std::uint64_t seed,
+  (T* params, T* act, const T* y, T* d_params, T* d_act, int B, int training, std::uint64_t seed,
    int need_dx) = nullptr;
   // after forward(): d_params (and d_act's input region if need_dx) = J^T d_out
-  void (*vjp)(T *params, T *act, T *d_params, T *d_act, const T *d_out, int B, int training,
+  void (*vjp)(T* params, T* act, T* d_params, T* d_act, const T* d_out, int B, int training,
               std::uint64_t seed, int need_dx) = nullptr;
   // loss_and_grad + an optimizer update (opt_cfg: rootclad::OptimConfig, step from 1)
   T(*train_step)
-  (T *params, T *act, const T *y, T *d_params, T *d_act, T *opt_state, const double *opt_cfg,
+  (T* params, T* act, const T* y, T* d_params, T* d_act, T* opt_state, const double* opt_cfg,
    long step, int B, std::uint64_t seed) = nullptr;
 };
 
@@ -74,7 +74,7 @@ struct ModelApi {
   int element_size() const { return is_double() ? 8 : 4; }
 
   // The real-typed entry points; throws if T is not the model's dtype.
-  template <typename T> const ModelEntryPoints<T> &entry_points() const {
+  template <typename T> const ModelEntryPoints<T>& entry_points() const {
     constexpr bool want_double = sizeof(T) == sizeof(double);
     if (want_double != is_double())
       throw std::logic_error("rootclad model " + prefix + " (" + source + ") is " + dtype +
@@ -88,22 +88,22 @@ struct ModelApi {
 
 namespace detail {
 
-template <typename Fn> Fn to_fn(void *p) {
-  static_assert(sizeof(Fn) == sizeof(void *), "function and data pointers differ in size");
+template <typename Fn> Fn to_fn(void* p) {
+  static_assert(sizeof(Fn) == sizeof(void*), "function and data pointers differ in size");
   Fn f;
   std::memcpy(&f, &p, sizeof p);
   return f;
 }
 
-template <typename Fn> void *to_ptr(Fn f) {
-  static_assert(sizeof(Fn) == sizeof(void *), "function and data pointers differ in size");
-  void *p;
+template <typename Fn> void* to_ptr(Fn f) {
+  static_assert(sizeof(Fn) == sizeof(void*), "function and data pointers differ in size");
+  void* p;
   std::memcpy(&p, &f, sizeof p);
   return p;
 }
 
 template <typename T>
-ModelEntryPoints<T> entry_points(const std::function<void *(const char *)> &need) {
+ModelEntryPoints<T> entry_points(const std::function<void*(const char*)>& need) {
   ModelEntryPoints<T> e;
   e.forward = to_fn<decltype(e.forward)>(need("forward"));
   e.loss_value = to_fn<decltype(e.loss_value)>(need("loss_value"));
@@ -113,22 +113,22 @@ ModelEntryPoints<T> entry_points(const std::function<void *(const char *)> &need
   return e;
 }
 
-inline std::vector<long> shape_of(const long *dims, int ndim) {
+inline std::vector<long> shape_of(const long* dims, int ndim) {
   return dims && ndim > 0 ? std::vector<long>(dims, dims + ndim) : std::vector<long>{};
 }
 
 } // namespace detail
 
 // Looks up a symbol by its full name; returns nullptr when it is missing.
-using SymbolLookup = std::function<void *(const std::string &symbol)>;
+using SymbolLookup = std::function<void*(const std::string& symbol)>;
 
 // Fills a ModelApi from any symbol source; throws std::runtime_error naming `source` and the
 // first missing symbol, or a layout the library contradicts.
-inline ModelApi make_model_api(const std::string &source, const std::string &prefix,
-                               const SymbolLookup &lookup) {
-  auto need = [&](const char *suffix) -> void * {
+inline ModelApi make_model_api(const std::string& source, const std::string& prefix,
+                               const SymbolLookup& lookup) {
+  auto need = [&](const char* suffix) -> void* {
     const std::string symbol = prefix + "_" + suffix;
-    if (void *p = lookup(symbol))
+    if (void* p = lookup(symbol))
       return p;
     std::string hint = std::strcmp(suffix, "n_params") == 0
                            ? "is the prefix right? (Python: cm._em.prefix)"
@@ -136,9 +136,9 @@ inline ModelApi make_model_api(const std::string &source, const std::string &pre
     throw std::runtime_error("rootclad: " + source + " has no symbol " + symbol + " (" + hint +
                              ")");
   };
-  using Str = const char *(*)();
+  using Str = const char* (*)();
   using Long = long (*)();
-  using Shape = const long *(*)(int *);
+  using Shape = const long* (*)(int*);
   ModelApi api;
   api.source = source;
   api.prefix = prefix;
@@ -152,15 +152,15 @@ inline ModelApi make_model_api(const std::string &source, const std::string &pre
   api.output_offset = detail::to_fn<Long>(need("output_offset"))();
   api.output_size = detail::to_fn<Long>(need("output_size"))();
   int ndim = 0;
-  const long *dims = detail::to_fn<Shape>(need("input_shape"))(&ndim);
+  const long* dims = detail::to_fn<Shape>(need("input_shape"))(&ndim);
   api.input_shape = detail::shape_of(dims, ndim);
   dims = detail::to_fn<Shape>(need("output_shape"))(&ndim);
   api.output_shape = detail::shape_of(dims, ndim);
   const int count = detail::to_fn<int (*)()>(need("param_count"))();
-  auto name = detail::to_fn<const char *(*)(int)>(need("param_name"));
+  auto name = detail::to_fn<const char* (*)(int)>(need("param_name"));
   auto offset = detail::to_fn<long (*)(int)>(need("param_offset"));
   auto numel = detail::to_fn<long (*)(int)>(need("param_numel"));
-  auto shape = detail::to_fn<const long *(*)(int, int *)>(need("param_shape"));
+  auto shape = detail::to_fn<const long* (*)(int, int*)>(need("param_shape"));
   long total = 0;
   for (int i = 0; i < count; ++i) {
     ParamInfo p;
@@ -188,14 +188,14 @@ inline ModelApi make_model_api(const std::string &source, const std::string &pre
 
 // Opens a compiled model's library with dlopen. The library stays loaded for the life of the
 // process (the returned function pointers point into it).
-inline ModelApi load_model(const std::string &library_path, const std::string &prefix) {
-  void *handle = dlopen(library_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+inline ModelApi load_model(const std::string& library_path, const std::string& prefix) {
+  void* handle = dlopen(library_path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
-    const char *err = dlerror();
+    const char* err = dlerror();
     throw std::runtime_error("rootclad: cannot load model library " + library_path + ": " +
                              (err ? err : "unknown dlopen error"));
   }
-  return make_model_api(library_path, prefix, [handle](const std::string &symbol) {
+  return make_model_api(library_path, prefix, [handle](const std::string& symbol) {
     return dlsym(handle, symbol.c_str());
   });
 }
@@ -209,29 +209,29 @@ inline ModelApi load_model(const std::string &library_path, const std::string &p
   extern "C" {                                                                                     \
   long P##_n_params();                                                                             \
   long P##_act_size(int);                                                                          \
-  const char *P##_engine();                                                                        \
-  const char *P##_dtype();                                                                         \
-  const char *P##_loss();                                                                          \
+  const char* P##_engine();                                                                        \
+  const char* P##_dtype();                                                                         \
+  const char* P##_loss();                                                                          \
   long P##_input_offset();                                                                         \
   long P##_input_size();                                                                           \
-  const long *P##_input_shape(int *);                                                              \
+  const long* P##_input_shape(int*);                                                               \
   long P##_output_offset();                                                                        \
   long P##_output_size();                                                                          \
-  const long *P##_output_shape(int *);                                                             \
+  const long* P##_output_shape(int*);                                                              \
   int P##_param_count();                                                                           \
-  const char *P##_param_name(int);                                                                 \
+  const char* P##_param_name(int);                                                                 \
   long P##_param_offset(int);                                                                      \
   long P##_param_numel(int);                                                                       \
-  const long *P##_param_shape(int, int *);                                                         \
-  void P##_forward(T *, T *, int, int, std::uint64_t);                                             \
-  T P##_loss_value(T *, const T *, int);                                                           \
-  T P##_loss_and_grad(T *, T *, const T *, T *, T *, int, int, std::uint64_t, int);                \
-  void P##_vjp(T *, T *, T *, T *, const T *, int, int, std::uint64_t, int);                       \
-  T P##_train_step(T *, T *, const T *, T *, T *, T *, const double *, long, int, std::uint64_t);  \
+  const long* P##_param_shape(int, int*);                                                          \
+  void P##_forward(T*, T*, int, int, std::uint64_t);                                               \
+  T P##_loss_value(T*, const T*, int);                                                             \
+  T P##_loss_and_grad(T*, T*, const T*, T*, T*, int, int, std::uint64_t, int);                     \
+  void P##_vjp(T*, T*, T*, T*, const T*, int, int, std::uint64_t, int);                            \
+  T P##_train_step(T*, T*, const T*, T*, T*, T*, const double*, long, int, std::uint64_t);         \
   }                                                                                                \
   inline ::rootclad::ModelApi P##_model_api() {                                                    \
     using ::rootclad::detail::to_ptr;                                                              \
-    const std::pair<const char *, void *> table[] = {                                              \
+    const std::pair<const char*, void*> table[] = {                                                \
         {#P "_n_params", to_ptr(&P##_n_params)},                                                   \
         {#P "_act_size", to_ptr(&P##_act_size)},                                                   \
         {#P "_engine", to_ptr(&P##_engine)},                                                       \
@@ -255,8 +255,8 @@ inline ModelApi load_model(const std::string &library_path, const std::string &p
         {#P "_train_step", to_ptr(&P##_train_step)},                                               \
     };                                                                                             \
     ::rootclad::ModelApi api = ::rootclad::make_model_api(                                         \
-        "linked:" #P, #P, [&table](const std::string &symbol) -> void * {                          \
-          for (const auto &entry : table)                                                          \
+        "linked:" #P, #P, [&table](const std::string& symbol) -> void* {                           \
+          for (const auto& entry : table)                                                          \
             if (symbol == entry.first)                                                             \
               return entry.second;                                                                 \
           return nullptr;                                                                          \

@@ -17,17 +17,17 @@ namespace rootclad {
 
 template <typename T>
 void linear_forward_pullback(T* out, const T* inp, const T* weight, const T* bias, int R, int C,
-                             int OC, T* d_out, T* d_inp, T* d_weight, T* d_bias, int* d_R,
-                             int* d_C, int* d_OC) {
-  ::rootclad::linear_backward(d_inp, d_weight, bias ? d_bias : (T*)nullptr, d_out, inp, weight,
-                              R, C, OC);
+                             int OC, T* d_out, T* d_inp, T* d_weight, T* d_bias, int* d_R, int* d_C,
+                             int* d_OC) {
+  ::rootclad::linear_backward(d_inp, d_weight, bias ? d_bias : (T*)nullptr, d_out, inp, weight, R,
+                              C, OC);
 }
 
 template <typename T>
-void conv1d_forward_pullback(T* out, T* tmp, T* cols, const T* inp, const T* weight,
-                             const T* bias, int B, int C, int L, int OC, int K, int S, int P, int D,
-                             T* d_out, T* d_tmp, T* d_cols, T* d_inp, T* d_weight, T* d_bias,
-                             int* d_B, int* d_C, int* d_L, int* d_OC, int* d_K, int* d_S, int* d_P,
+void conv1d_forward_pullback(T* out, T* tmp, T* cols, const T* inp, const T* weight, const T* bias,
+                             int B, int C, int L, int OC, int K, int S, int P, int D, T* d_out,
+                             T* d_tmp, T* d_cols, T* d_inp, T* d_weight, T* d_bias, int* d_B,
+                             int* d_C, int* d_L, int* d_OC, int* d_K, int* d_S, int* d_P,
                              int* d_D) {
   ::rootclad::conv1d_backward(d_inp, d_weight, bias ? d_bias : (T*)nullptr, d_tmp, d_cols, d_out,
                               cols, inp, weight, B, C, L, OC, K, S, P, D);
@@ -52,8 +52,8 @@ void relu_forward_pullback(T* out, const T* inp, int N, T* d_out, T* d_inp, int*
 }
 
 template <typename T>
-void leaky_relu_forward_pullback(T* out, const T* inp, int N, T slope, T* d_out, T* d_inp,
-                                 int* d_N, T* d_slope) {
+void leaky_relu_forward_pullback(T* out, const T* inp, int N, T slope, T* d_out, T* d_inp, int* d_N,
+                                 T* d_slope) {
   ::rootclad::leaky_relu_backward(d_inp, d_out, inp, N, slope);
 }
 

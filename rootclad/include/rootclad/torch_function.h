@@ -33,7 +33,7 @@ namespace rootclad {
 
 namespace detail {
 
-inline torch::ScalarType scalar_type(const ModelApi &api) {
+inline torch::ScalarType scalar_type(const ModelApi& api) {
   return api.is_double() ? torch::kFloat64 : torch::kFloat32;
 }
 
@@ -43,7 +43,7 @@ inline std::string shape_str(torch::IntArrayRef sizes) {
   return s.str();
 }
 
-inline std::string expected_input(const ModelApi &api) {
+inline std::string expected_input(const ModelApi& api) {
   std::string s = "(B";
   for (long d : api.input_shape)
     s += ", " + std::to_string(d);
@@ -51,7 +51,7 @@ inline std::string expected_input(const ModelApi &api) {
 }
 
 // Checks x against the model's per-sample input shape and dtype; returns the batch size.
-inline int check_input(const ModelApi &api, const torch::Tensor &x) {
+inline int check_input(const ModelApi& api, const torch::Tensor& x) {
   const std::string who = "rootclad model " + api.prefix + ": ";
   TORCH_CHECK_VALUE(x.defined(), who, "input tensor is undefined");
   TORCH_CHECK_VALUE(x.device().is_cpu(), who, "input is on ", x.device(),
@@ -69,7 +69,7 @@ inline int check_input(const ModelApi &api, const torch::Tensor &x) {
   return static_cast<int>(x.size(0));
 }
 
-inline torch::Tensor check_params(const ModelApi &api, const torch::Tensor &params) {
+inline torch::Tensor check_params(const ModelApi& api, const torch::Tensor& params) {
   const std::string who = "rootclad model " + api.prefix + ": ";
   TORCH_CHECK_VALUE(params.defined() && params.dim() == 1 && params.numel() == api.n_params, who,
                     "params must be the flat parameter block of ", api.n_params,
@@ -81,23 +81,23 @@ inline torch::Tensor check_params(const ModelApi &api, const torch::Tensor &para
 }
 
 // The region [B*offset, B*(offset+size)) of a flat buffer.
-inline torch::Tensor region(const torch::Tensor &buf, long offset, long size, int B) {
+inline torch::Tensor region(const torch::Tensor& buf, long offset, long size, int B) {
   return buf.narrow(0, static_cast<int64_t>(B) * offset, static_cast<int64_t>(B) * size);
 }
 
-inline std::vector<int64_t> batch_shape(int B, const std::vector<long> &shape) {
+inline std::vector<int64_t> batch_shape(int B, const std::vector<long>& shape) {
   std::vector<int64_t> s{B};
   s.insert(s.end(), shape.begin(), shape.end());
   return s;
 }
 
-template <typename T> T *ptr(const torch::Tensor &t) {
+template <typename T> T* ptr(const torch::Tensor& t) {
   return t.numel() ? t.data_ptr<T>() : nullptr;
 }
 
 template <typename T>
-torch::Tensor forward_impl(torch::autograd::AutogradContext *ctx, const ModelApi &api,
-                           const torch::Tensor &x, const torch::Tensor &params, int B,
+torch::Tensor forward_impl(torch::autograd::AutogradContext* ctx, const ModelApi& api,
+                           const torch::Tensor& x, const torch::Tensor& params, int B,
                            bool training, std::uint64_t seed) {
   auto act = torch::empty({api.act_size(B)}, params.options());
   region(act, api.input_offset, api.input_size, B).view(x.sizes()).copy_(x);
@@ -109,8 +109,8 @@ torch::Tensor forward_impl(torch::autograd::AutogradContext *ctx, const ModelApi
 }
 
 template <typename T>
-torch::autograd::variable_list backward_impl(torch::autograd::AutogradContext *ctx,
-                                             const ModelApi &api, const torch::Tensor &d_out_in) {
+torch::autograd::variable_list backward_impl(torch::autograd::AutogradContext* ctx,
+                                             const ModelApi& api, const torch::Tensor& d_out_in) {
   const int B = static_cast<int>(ctx->saved_data["B"].toInt());
   const bool training = ctx->saved_data["training"].toBool();
   const auto seed = static_cast<std::uint64_t>(ctx->saved_data["seed"].toInt());
@@ -145,8 +145,8 @@ torch::autograd::variable_list backward_impl(torch::autograd::AutogradContext *c
 // `api` must outlive the autograd graph.
 class CompiledFunction : public torch::autograd::Function<CompiledFunction> {
 public:
-  static torch::Tensor forward(torch::autograd::AutogradContext *ctx, const torch::Tensor &x,
-                               const torch::Tensor &params, const ModelApi *api,
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& params, const ModelApi* api,
                                bool training = true, std::uint64_t seed = 0) {
     TORCH_CHECK_VALUE(api != nullptr, "rootclad::CompiledFunction: api is null");
     const int B = detail::check_input(*api, x);
@@ -162,9 +162,9 @@ public:
   }
 
   // Gradients for (x, params); the non-tensor arguments get none.
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out) {
-    const auto *api = reinterpret_cast<const ModelApi *>(ctx->saved_data["api"].toInt());
+    const auto* api = reinterpret_cast<const ModelApi*>(ctx->saved_data["api"].toInt());
     if (api->is_double())
       return detail::backward_impl<double>(ctx, *api, grad_out[0]);
     return detail::backward_impl<float>(ctx, *api, grad_out[0]);
@@ -203,22 +203,22 @@ struct FusedOptimizer {
 // Reads a dict of name -> tensor written in Python by torch.save, for
 // TorchModel::load_state_dict. Save a plain dict: torch.save(dict(cm.state_dict()), path)
 // (LibTorch's unpickler cannot rebuild the collections.OrderedDict of state_dict() itself).
-inline torch::OrderedDict<std::string, torch::Tensor> read_state_dict(const std::string &path) {
+inline torch::OrderedDict<std::string, torch::Tensor> read_state_dict(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   TORCH_CHECK_VALUE(in.good(), "rootclad: cannot open ", path);
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const char *hint =
+  const char* hint =
       "; expected a dict of tensors saved with torch.save(dict(cm.state_dict()), path)";
   torch::IValue value;
   try {
     value = torch::pickle_load(bytes);
-  } catch (const c10::Error &e) {
+  } catch (const c10::Error& e) {
     TORCH_CHECK_VALUE(false, "rootclad: cannot read ", path, ": ", e.what_without_backtrace(),
                       hint);
   }
   TORCH_CHECK_VALUE(value.isGenericDict(), "rootclad: ", path, " holds a ", value.tagKind(), hint);
   torch::OrderedDict<std::string, torch::Tensor> out;
-  for (const auto &item : value.toGenericDict()) {
+  for (const auto& item : value.toGenericDict()) {
     TORCH_CHECK_VALUE(item.key().isString() && item.value().isTensor(), "rootclad: ", path,
                       " holds an entry that is not name -> tensor", hint);
     out.insert(item.key().toStringRef(), item.value().toTensor());
@@ -239,16 +239,16 @@ public:
     grads_ = torch::zeros({api_->n_params}, opts);
   }
 
-  const ModelApi &api() const { return *api_; }
+  const ModelApi& api() const { return *api_; }
 
   // out (B, output_shape...), differentiable w.r.t. x and the parameters.
-  torch::Tensor forward(const torch::Tensor &x) {
+  torch::Tensor forward(const torch::Tensor& x) {
     return CompiledFunction::apply(x, params_, api_.get(), training_, next_seed());
   }
-  torch::Tensor operator()(const torch::Tensor &x) { return forward(x); }
+  torch::Tensor operator()(const torch::Tensor& x) { return forward(x); }
 
   // The output without autograd bookkeeping.
-  torch::Tensor predict(const torch::Tensor &x) {
+  torch::Tensor predict(const torch::Tensor& x) {
     const int B = detail::check_input(*api_, x);
     auto [act, d_act] = workspace(B);
     detail::region(act, api_->input_offset, api_->input_size, B).view(x.sizes()).copy_(x);
@@ -264,34 +264,34 @@ public:
 
   // {flat parameter block}: what torch::optim optimizers take.
   std::vector<torch::Tensor> parameters() const { return {params_}; }
-  const torch::Tensor &flat_parameters() const { return params_; }
+  const torch::Tensor& flat_parameters() const { return params_; }
 
   // Views into the flat block, named and shaped as in the torch module. They do not require
   // grad; writing into them (copy_) changes the model.
   torch::OrderedDict<std::string, torch::Tensor> named_parameters() const {
     torch::OrderedDict<std::string, torch::Tensor> out;
     auto flat = params_.detach();
-    for (const auto &p : api_->params)
+    for (const auto& p : api_->params)
       out.insert(p.name, flat.narrow(0, p.offset, p.numel)
                              .view(std::vector<int64_t>(p.shape.begin(), p.shape.end())));
     return out;
   }
 
   // Copies values in by name (converting dtype); names and shapes must match.
-  void load_state_dict(const torch::OrderedDict<std::string, torch::Tensor> &state,
+  void load_state_dict(const torch::OrderedDict<std::string, torch::Tensor>& state,
                        bool strict = true) {
     auto views = named_parameters();
     if (strict) {
-      for (const auto &item : state)
+      for (const auto& item : state)
         TORCH_CHECK_VALUE(views.contains(item.key()), "rootclad model ", api_->prefix,
                           ": load_state_dict: unexpected key '", item.key(), "'");
-      for (const auto &item : views)
+      for (const auto& item : views)
         TORCH_CHECK_VALUE(state.contains(item.key()), "rootclad model ", api_->prefix,
                           ": load_state_dict: missing key '", item.key(), "'");
     }
     torch::NoGradGuard no_grad;
-    for (auto &item : views) {
-      const torch::Tensor *value = state.find(item.key());
+    for (auto& item : views) {
+      const torch::Tensor* value = state.find(item.key());
       if (!value)
         continue;
       TORCH_CHECK_VALUE(value->sizes() == item.value().sizes(), "rootclad model ", api_->prefix,
@@ -304,8 +304,8 @@ public:
 
   // The mean loss of a batch and the gradient of the flat parameter block (a fresh tensor),
   // in one library call. y: B * output_size targets (cross_entropy: B class indices).
-  std::pair<torch::Tensor, torch::Tensor> loss_and_grad(const torch::Tensor &x,
-                                                        const torch::Tensor &y) {
+  std::pair<torch::Tensor, torch::Tensor> loss_and_grad(const torch::Tensor& x,
+                                                        const torch::Tensor& y) {
     const int B = detail::check_input(*api_, x);
     auto yt = check_targets(y, B);
     auto [act, d_act] = workspace(B);
@@ -320,7 +320,7 @@ public:
   }
 
   // Forward, backward and opt's update in one library call (training mode); returns the loss.
-  double train_step(const torch::Tensor &x, const torch::Tensor &y, FusedOptimizer &opt) {
+  double train_step(const torch::Tensor& x, const torch::Tensor& y, FusedOptimizer& opt) {
     const int B = detail::check_input(*api_, x);
     auto yt = check_targets(y, B);
     if (!opt.state.defined())
@@ -342,11 +342,11 @@ public:
     return loss;
   }
 
-  TorchModel &train(bool on = true) {
+  TorchModel& train(bool on = true) {
     training_ = on;
     return *this;
   }
-  TorchModel &eval() { return train(false); }
+  TorchModel& eval() { return train(false); }
   bool is_training() const { return training_; }
 
 private:
@@ -369,7 +369,7 @@ private:
     return {work_.narrow(0, 0, n), work_.narrow(0, n, n)};
   }
 
-  torch::Tensor check_targets(const torch::Tensor &y, int B) const {
+  torch::Tensor check_targets(const torch::Tensor& y, int B) const {
     const std::string who = "rootclad model " + api_->prefix + ": ";
     TORCH_CHECK_VALUE(y.defined() && y.device().is_cpu(), who, "targets must be a CPU tensor");
     if (api_->loss == "cross_entropy") {
@@ -388,8 +388,8 @@ private:
   }
 
   template <typename T>
-  double call_loss_and_grad(const torch::Tensor &act, const torch::Tensor &d_act,
-                            const torch::Tensor &y, int B, std::uint64_t seed) {
+  double call_loss_and_grad(const torch::Tensor& act, const torch::Tensor& d_act,
+                            const torch::Tensor& y, int B, std::uint64_t seed) {
     using detail::ptr;
     return api_->entry_points<T>().loss_and_grad(ptr<T>(params_), ptr<T>(act), ptr<T>(y),
                                                  ptr<T>(grads_), ptr<T>(d_act), B, training_, seed,
@@ -397,12 +397,12 @@ private:
   }
 
   template <typename T>
-  double call_train_step(const torch::Tensor &act, const torch::Tensor &d_act,
-                         const torch::Tensor &y, FusedOptimizer &opt, int B, std::uint64_t seed) {
+  double call_train_step(const torch::Tensor& act, const torch::Tensor& d_act,
+                         const torch::Tensor& y, FusedOptimizer& opt, int B, std::uint64_t seed) {
     using detail::ptr;
     return api_->entry_points<T>().train_step(
         ptr<T>(params_), ptr<T>(act), ptr<T>(y), ptr<T>(grads_), ptr<T>(d_act), ptr<T>(opt.state),
-        reinterpret_cast<const double *>(&opt.config), opt.step, B, seed);
+        reinterpret_cast<const double*>(&opt.config), opt.step, B, seed);
   }
 };
 

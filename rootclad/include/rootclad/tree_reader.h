@@ -51,7 +51,7 @@ namespace data {
 
 // ---- random numbers and permutations (same as schedule.py) ----------------
 
-inline std::uint64_t splitmix64_next(std::uint64_t &state) {
+inline std::uint64_t splitmix64_next(std::uint64_t& state) {
   state += 0x9E3779B97F4A7C15ULL;
   std::uint64_t z = state;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -64,7 +64,7 @@ inline std::uint64_t stream_key(std::uint64_t seed, std::uint64_t epoch, std::ui
 }
 
 // Fisher-Yates from the last item down: swap item i with item next() % (i + 1).
-inline void permutation(std::vector<long long> &out, long long n, std::uint64_t key) {
+inline void permutation(std::vector<long long>& out, long long n, std::uint64_t key) {
   out.resize(n);
   for (long long i = 0; i < n; ++i)
     out[i] = i;
@@ -78,7 +78,7 @@ inline void permutation(std::vector<long long> &out, long long n, std::uint64_t 
 // True when no element is inf or nan. A float is not finite exactly when all
 // its exponent bits are set; the branch-free integer loop stays fast even at
 // Cling's -O1 (std::isfinite per element halved the reader's throughput there).
-inline bool all_finite(const float *x, long long n) {
+inline bool all_finite(const float* x, long long n) {
   std::uint32_t worst = 0x7f800000u;
   for (long long i = 0; i < n; ++i) {
     std::uint32_t bits;
@@ -99,8 +99,8 @@ struct Block {
 
 class TreeSource {
 public:
-  TreeSource(const std::string &path, const std::string &tree, const std::string &strain,
-             const std::string &label)
+  TreeSource(const std::string& path, const std::string& tree, const std::string& strain,
+             const std::string& label)
       : path_(path), tree_name_(tree), strain_name_(strain), label_name_(label) {
     if (path.find("://") == std::string::npos && gSystem->AccessPathName(path.c_str()))
       fail("file not found");
@@ -115,17 +115,17 @@ public:
     // back non-TObject classes (e.g. an RNTuple) as TObject*, and a dynamic_cast
     // of that crashes.
     const auto slash = tree.rfind('/');
-    TDirectory *dir = slash == std::string::npos
+    TDirectory* dir = slash == std::string::npos
                           ? file_.get()
                           : file_->GetDirectory(tree.substr(0, slash).c_str());
-    TKey *key = dir ? dir->GetKey(tree.substr(slash == std::string::npos ? 0 : slash + 1).c_str())
+    TKey* key = dir ? dir->GetKey(tree.substr(slash == std::string::npos ? 0 : slash + 1).c_str())
                     : nullptr;
     if (!key)
       fail("no such tree in the file", true);
-    TClass *cls = TClass::GetClass(key->GetClassName());
+    TClass* cls = TClass::GetClass(key->GetClassName());
     if (!cls || !cls->InheritsFrom(TTree::Class()))
       fail(std::string("'") + tree + "' is a " + key->GetClassName() + ", not a TTree", true);
-    tree_ = static_cast<TTree *>(key->ReadObj());
+    tree_ = static_cast<TTree*>(key->ReadObj());
     if (!tree_)
       fail("cannot read the tree (truncated or corrupt file?)", true);
     strain_br_ = tree_->GetBranch(strain.c_str());
@@ -138,7 +138,7 @@ public:
     setup_strain();
     setup_label();
     const int nb = strain_br_->GetWriteBasket();
-    const Long64_t *first = strain_br_->GetBasketEntry();
+    const Long64_t* first = strain_br_->GetBasketEntry();
     for (int b = 0; b < nb; ++b)
       offsets_.push_back(first[b]);
     offsets_.push_back(entries_);
@@ -148,11 +148,11 @@ public:
 
   long long entries() const { return entries_; }
   int length() const { return length_; } // -1: variable-length branch, known per entry
-  const std::vector<long long> &basket_offsets() const { return offsets_; }
-  const std::string &path() const { return path_; }
+  const std::vector<long long>& basket_offsets() const { return offsets_; }
+  const std::string& path() const { return path_; }
 
   // Reads entry `entry` into x[0..N) and *y. N = expected length.
-  void read(long long entry, float *x, int *y, int N, bool check_finite) {
+  void read(long long entry, float* x, int* y, int N, bool check_finite) {
     if (strain_br_->GetEntry(entry) <= 0)
       fail_entry(strain_name_, entry, "cannot read the entry (truncated or corrupt file?)");
     switch (kind_) {
@@ -204,8 +204,8 @@ public:
     }
   }
 
-  [[noreturn]] void fail_entry(const std::string &branch, long long entry,
-                               const std::string &what) const {
+  [[noreturn]] void fail_entry(const std::string& branch, long long entry,
+                               const std::string& what) const {
     std::ostringstream os;
     os << path_ << ": tree '" << tree_name_ << "', branch '" << branch << "', entry " << entry
        << ": " << what;
@@ -215,8 +215,8 @@ public:
 private:
   enum class Kind { Fixed, Counted, Vector, RVec };
 
-  [[noreturn]] void fail(const std::string &what, bool with_tree = false,
-                         const std::string &branch = "") const {
+  [[noreturn]] void fail(const std::string& what, bool with_tree = false,
+                         const std::string& branch = "") const {
     std::ostringstream os;
     os << path_;
     if (with_tree)
@@ -227,7 +227,7 @@ private:
     throw std::runtime_error(os.str());
   }
 
-  void copy_var(const float *src, long long n, float *x, int N, long long entry) {
+  void copy_var(const float* src, long long n, float* x, int N, long long entry) {
     if (n != N) {
       std::ostringstream os;
       os << "strain has " << n << " elements, expected " << N;
@@ -237,7 +237,7 @@ private:
   }
 
   void setup_strain() {
-    if (auto *be = dynamic_cast<TBranchElement *>(strain_br_)) {
+    if (auto* be = dynamic_cast<TBranchElement*>(strain_br_)) {
       const std::string cls = be->GetClassName();
       if (cls == "vector<float>") {
         kind_ = Kind::Vector;
@@ -256,7 +256,7 @@ private:
     }
     if (strain_br_->GetListOfLeaves()->GetEntries() != 1)
       fail("expected a single leaf", true, strain_name_);
-    strain_leaf_ = static_cast<TLeaf *>(strain_br_->GetListOfLeaves()->At(0));
+    strain_leaf_ = static_cast<TLeaf*>(strain_br_->GetListOfLeaves()->At(0));
     if (std::string(strain_leaf_->GetTypeName()) != "Float_t")
       fail(std::string("expected a float[N] array or vector<float> per entry, found ") +
                strain_leaf_->GetTypeName() + " (" + strain_br_->GetTitle() + ")",
@@ -275,10 +275,9 @@ private:
   }
 
   void setup_label() {
-    if (dynamic_cast<TBranchElement *>(label_br_) ||
-        label_br_->GetListOfLeaves()->GetEntries() != 1)
+    if (dynamic_cast<TBranchElement*>(label_br_) || label_br_->GetListOfLeaves()->GetEntries() != 1)
       fail("label must be a number per entry", true, label_name_);
-    label_leaf_ = static_cast<TLeaf *>(label_br_->GetListOfLeaves()->At(0));
+    label_leaf_ = static_cast<TLeaf*>(label_br_->GetListOfLeaves()->At(0));
     if (label_leaf_->GetLen() != 1 || label_leaf_->GetLeafCount())
       fail("label must be a number per entry", true, label_name_);
     // the leaf's own buffer holds the value; GetValue converts any numeric type
@@ -292,23 +291,23 @@ public:
     delete vec_;
     delete rvec_;
   }
-  TreeSource(const TreeSource &) = delete;
-  TreeSource &operator=(const TreeSource &) = delete;
+  TreeSource(const TreeSource&) = delete;
+  TreeSource& operator=(const TreeSource&) = delete;
 
 private:
   std::string path_, tree_name_, strain_name_, label_name_;
   std::unique_ptr<TFile> file_;
-  TTree *tree_ = nullptr; // owned by file_
-  TBranch *strain_br_ = nullptr;
-  TBranch *label_br_ = nullptr;
-  TLeaf *strain_leaf_ = nullptr;
-  TLeaf *label_leaf_ = nullptr;
+  TTree* tree_ = nullptr; // owned by file_
+  TBranch* strain_br_ = nullptr;
+  TBranch* label_br_ = nullptr;
+  TLeaf* strain_leaf_ = nullptr;
+  TLeaf* label_leaf_ = nullptr;
   Kind kind_ = Kind::Fixed;
   int length_ = -1;
   long long entries_ = 0;
   std::vector<float> fixed_;
-  std::vector<float> *vec_ = nullptr;
-  ROOT::RVec<float> *rvec_ = nullptr;
+  std::vector<float>* vec_ = nullptr;
+  ROOT::RVec<float>* rvec_ = nullptr;
   std::vector<long long> offsets_;
 };
 
@@ -317,15 +316,15 @@ private:
 class BatchReader {
 public:
   // length: expected strain length N; -1 takes it from the first file.
-  BatchReader(const std::vector<std::string> &files, const std::string &tree = "events",
-              const std::string &strain = "strain", const std::string &label = "label",
+  BatchReader(const std::vector<std::string>& files, const std::string& tree = "events",
+              const std::string& strain = "strain", const std::string& label = "label",
               int length = -1)
       : N_(length) {
     if (files.empty())
       throw std::runtime_error("rootclad::data::BatchReader: no input files given");
-    for (const auto &f : files) {
+    for (const auto& f : files) {
       sources_.emplace_back(new TreeSource(f, tree, strain, label));
-      TreeSource &s = *sources_.back();
+      TreeSource& s = *sources_.back();
       if (s.length() >= 0) {
         if (N_ < 0)
           N_ = s.length();
@@ -337,7 +336,7 @@ public:
       }
     }
     if (N_ < 0) { // only variable-length branches: the first entry decides
-      for (auto &s : sources_)
+      for (auto& s : sources_)
         if (s->entries() > 0) {
           N_ = (int)s->entry_length(0);
           break;
@@ -363,7 +362,7 @@ public:
 
   // split: "train", "validation" or "all" (the last validation_fraction of each
   // file is validation). block_size, buffer_blocks: the shuffle window.
-  void configure(long long batch_size, const std::string &split = "all",
+  void configure(long long batch_size, const std::string& split = "all",
                  double validation_fraction = 0.0, bool shuffle = true, unsigned long long seed = 0,
                  bool drop_last = false, long long block_size = 1024, long long buffer_blocks = 8,
                  bool check_finite = true) {
@@ -393,7 +392,7 @@ public:
       add_blocks(f, lo, hi, block_size);
     }
     split_entries_ = 0;
-    for (const auto &b : blocks_)
+    for (const auto& b : blocks_)
       split_entries_ += b.size();
     start_epoch(0);
   }
@@ -415,7 +414,7 @@ public:
 
   // Fills x (B, N) and y (B,) with the next batch; returns its size, 0 at the end
   // of the epoch. The last batch is shorter unless drop_last.
-  long long next_batch(float *x, int *y) {
+  long long next_batch(float* x, int* y) {
     long long filled = 0;
     while (filled < batch_size_) {
       if (buf_pos_ == buf_rows_ && !load_buffer())
@@ -446,8 +445,8 @@ public:
   }
 
   // Reads entries [start, stop) of file `file` in order into x (n, N), y (n,).
-  void read_range(int file, long long start, long long stop, float *x, int *y) {
-    TreeSource &s = *sources_.at(file);
+  void read_range(int file, long long start, long long stop, float* x, int* y) {
+    TreeSource& s = *sources_.at(file);
     if (start < 0 || stop > s.entries() || start > stop)
       throw std::out_of_range("rootclad::data::BatchReader::read_range: bad entry range");
     for (long long e = start; e < stop; ++e)
@@ -457,7 +456,7 @@ public:
   // The planned blocks (file, start, stop), flattened, for tests and tools.
   std::vector<long long> plan() const {
     std::vector<long long> out;
-    for (const auto &b : blocks_) {
+    for (const auto& b : blocks_) {
       out.push_back(b.file);
       out.push_back(b.start);
       out.push_back(b.stop);
@@ -467,7 +466,7 @@ public:
 
 private:
   void add_blocks(int f, long long lo, long long hi, long long block_size) {
-    const auto &off = sources_[f]->basket_offsets();
+    const auto& off = sources_[f]->basket_offsets();
     long long start = lo, cur = lo;
     for (size_t b = 0; b + 1 < off.size(); ++b) {
       const long long b_lo = std::max(off[b], lo), b_hi = std::min(off[b + 1], hi);
@@ -496,7 +495,7 @@ private:
     }
     long long pos = 0;
     for (long long i = next_block_; i < end; ++i) {
-      const Block &b = blocks_[order_[i]];
+      const Block& b = blocks_[order_[i]];
       read_range(b.file, b.start, b.stop, &buf_x_[pos * N_], &buf_y_[pos]);
       pos += b.size();
     }

@@ -1,0 +1,69 @@
+"""``rootclad doctor``: which engines, compilers, BLAS, ROOT and CUDA tools are present."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+
+
+def _line(name: str, value: str) -> str:
+    return f"  {name:<18} {value}"
+
+
+def _root_status() -> str:
+    try:
+        version = importlib.metadata.version("ROOT")
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    try:
+        import ROOT  # noqa: N811  (PyROOT's module name)
+    except Exception as exc:  # PyROOT fails in many ways when misinstalled
+        return f"not importable ({type(exc).__name__}: {exc})" + (
+            f"; package ROOT {version} is installed" if version else ""
+        )
+    features = str(ROOT.gROOT.GetConfigFeatures())
+    clad = "with Clad" if "clad" in features.split() else "without Clad"
+    sofie = "with TMVA-SOFIE" if "tmva-sofie" in features.split() else "without TMVA-SOFIE"
+    return f"{ROOT.gROOT.GetVersion()} ({clad}, {sofie})"
+
+
+def report() -> str:
+    import torch
+
+    from rootclad import __version__
+    from rootclad.compiler import engines_available
+    from rootclad.toolchain import ToolchainError, blas_flags, cache_dir, find_clad, find_nvcc
+
+    lines = [
+        f"rootclad {__version__} on {platform.machine()} {platform.system()}, "
+        f"Python {platform.python_version()}, {os.cpu_count()} CPUs",
+        "",
+        "Engines:",
+    ]
+    for name, status in engines_available().items():
+        lines.append(_line(name, status))
+    lines.append(_line("torch autograd", f"reference (torch {torch.__version__})"))
+    lines += ["", "Toolchain:"]
+    clad, why = find_clad()
+    if clad:
+        lines += [
+            _line("Clad plugin", clad.plugin),
+            _line("Clad headers", clad.include),
+            _line("Clad compiler", clad.cxx),
+        ]
+    else:
+        lines.append(_line("Clad", f"not found ({why})"))
+    try:
+        _, _, blas = blas_flags()
+        lines.append(_line("BLAS", blas))
+    except ToolchainError as exc:
+        lines.append(_line("BLAS", f"missing: {exc}"))
+    nvcc = find_nvcc()
+    lines.append(_line("nvcc", f"{nvcc[0]} ({nvcc[1]})" if nvcc else "not found"))
+    gpu = torch.cuda.is_available()
+    lines.append(_line("CUDA device", torch.cuda.get_device_name(0) if gpu else "none"))
+    lines.append(_line("ROOT", _root_status()))
+    lines.append(_line("cache", str(cache_dir())))
+    lines.append(_line("torch threads", str(torch.get_num_threads())))
+    return "\n".join(lines)
