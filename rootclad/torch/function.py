@@ -26,6 +26,13 @@ class CompiledFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d_out):
+        if torch.is_grad_enabled():
+            # create_graph=True: the C++ VJP is invisible to autograd, so any higher-order
+            # gradient through it would silently miss this model's terms
+            raise RuntimeError(
+                "rootclad compiled models support first-order gradients only; "
+                "create_graph=True (double backward, gradient penalties) is not supported"
+            )
         cm, B = ctx.cm, ctx.B
         (act,) = ctx.saved_tensors
         need_dx = bool(ctx.needs_input_grad[0])
