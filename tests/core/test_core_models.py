@@ -265,3 +265,66 @@ def test_predict_output_is_not_part_of_an_autograd_graph():
     value, _ = cm.loss_and_grad(x, torch.ones(4, 1, dtype=F64))
     assert not value.requires_grad
     assert not cm.predict(x.detach()).requires_grad
+
+
+def test_double_backward_fails_loudly_instead_of_dropping_terms():
+    """A gradient penalty needs d(dx)/dparams; the C++ VJP cannot give it, so it must raise
+    rather than silently leave this model's second-order terms out."""
+    torch.manual_seed(0)
+    net = _mlp()
+    x = torch.randn(4, 8, dtype=F64, requires_grad=True)
+    cm = rootclad.compile(net, example_input=x.detach(), engine="pullback")
+    out = cm(x)
+    with pytest.raises(RuntimeError, match="first-order"):
+        torch.autograd.grad(out.sum(), x, create_graph=True)
+    (dx,) = torch.autograd.grad(cm(x).sum(), x)  # first order is fine
+    (dx_ref,) = torch.autograd.grad(net(x).sum(), x)
+    assert_close_rel(dx, dx_ref, 1e-10)
+
+
+def test_frozen_parameters_get_no_gradient():
+    torch.manual_seed(0)
+    net = _mlp()
+    x = torch.randn(4, 8, dtype=F64)
+    cm = rootclad.compile(net, example_input=x, engine="pullback")
+    for model in (cm, net):
+        for name, p in model.named_parameters():
+            p.requires_grad_(not name.startswith("0."))
+        torch_loss("mse", model(x), torch.zeros(4, 1, dtype=F64)).backward()
+    for (name, p), q in zip(cm.named_parameters(), net.parameters(), strict=True):
+        if name.startswith("0."):
+            assert p.grad is None and q.grad is None
+        else:
+            assert_close_rel(p.grad, q.grad, 1e-10, name)
+
+
+def test_a_layer_used_twice_shares_its_parameters():
+    """Sequential(l, Tanh, l): one set of parameters, both uses' gradients summed."""
+    torch.manual_seed(0)
+    shared = nn.Linear(4, 4)
+    net = nn.Sequential(shared, nn.Tanh(), shared).double()
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(5, 4, generator=gen, dtype=F64)
+    y = torch.randn(5, 4, generator=gen, dtype=F64)
+    cm = _compare_loss_and_grad(net, x, y, "mse", F64)
+    assert [n for n, _ in cm.named_parameters()] == ["0.weight", "0.bias"]
+    check_against_torch(net, x)
+
+
+def test_maxpool_ties_send_the_gradient_where_torch_does():
+    """Equal values in a window (e.g. quantised inputs): the first maximum gets the gradient."""
+    net = nn.Sequential(nn.MaxPool1d(3, stride=2, padding=1)).double()
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 3, (3, 2, 11), generator=gen).to(F64)
+    check_against_torch(net, x)
+
+
+def test_dtype_argument_overrides_the_example_dtype():
+    torch.manual_seed(0)
+    net = _mlp().float()
+    x = torch.randn(4, 8)
+    cm = rootclad.compile(net, example_input=x, engine="pullback", dtype=F64)
+    assert cm.dtype == F64 and dict(cm.named_parameters())["0.weight"].dtype == F64
+    with pytest.raises(TypeError, match="float64"):
+        cm(x)
+    assert_close_rel(cm.predict(x.double()), net.double()(x.double()).detach(), 1e-10)
