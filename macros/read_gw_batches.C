@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-int read_gw_batches(const char *files = "gw.root", int batch_size = 256, int epochs = 1,
-                    const char *split = "all", double validation_fraction = 0.0,
+int read_gw_batches(const char* files = "gw.root", int batch_size = 256, int epochs = 1,
+                    const char* split = "all", double validation_fraction = 0.0,
                     unsigned long long seed = 0) {
   std::vector<std::string> names;
   std::stringstream list(files);
@@ -51,7 +51,7 @@ int read_gw_batches(const char *files = "gw.root", int batch_size = 256, int epo
       std::printf("epoch %d: entries %lld batches %lld length %lld MB/s %.1f checksum %.17g\n",
                   epoch, entries, batches, N, entries * N * 4.0 / 1e6 / seconds, checksum);
     }
-  } catch (const std::exception &e) {
+  } catch (const std::exception& e) {
     std::cerr << "read_gw_batches: error: " << e.what() << std::endl;
     return 1;
   }
