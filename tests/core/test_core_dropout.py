@@ -117,3 +117,13 @@ def test_dropout_is_the_identity_in_eval_mode():
     assert torch.equal(dx, g)
     cm.train()
     assert not torch.equal(cm(x.detach()), x.detach())
+
+
+def test_mask_checker_fails_on_outputs_that_are_not_dropout():
+    x = _x(B=1)
+    p = 0.25
+    mask = (torch.arange(N) % 2).to(F64) / (1 - p)
+    assert torch.equal(_mask(x * mask, x, p), mask.expand_as(x))  # a true dropout passes
+    for wrong in (x * 2.0, x * (1 / (1 - p)) * (1 + 1e-9), x * 0.5):
+        with pytest.raises(AssertionError):
+            _mask(wrong, x, p)
