@@ -394,6 +394,7 @@ print(json.dumps({"built_now": cm.built_now, "lib": str(cm.library_path), "err":
 """
 
 
+@pytest.mark.slow
 def test_two_processes_compiling_one_model_at_once(tmp_path):
     cache = tmp_path / "cache"
     env = {**os.environ, "ROOTCLAD_CACHE_DIR": str(cache)}

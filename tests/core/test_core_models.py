@@ -14,6 +14,7 @@ from core_helpers import (
     assert_close_rel,
     assert_grads_close,
     check_against_torch,
+    max_rel_err,
     mixed_batch,
     mixed_model,
     rounded_reference,
@@ -328,3 +329,65 @@ def test_dtype_argument_overrides_the_example_dtype():
     with pytest.raises(TypeError, match="float64"):
         cm(x)
     assert_close_rel(cm.predict(x.double()), net.double()(x.double()).detach(), 1e-10)
+
+
+def test_large_uneven_batches_match_torch():
+    """37 samples: big enough to be split into per-thread chunks, uneven for any count."""
+    torch.manual_seed(0)
+    net = mixed_model().eval()
+    x, y = mixed_batch(37, seed=5)
+    _compare_loss_and_grad(net, x, y, "cross_entropy", F64)
+    check_against_torch(net, x, loss="cross_entropy")
+
+
+_THREADS_CHILD = """
+import sys
+import torch
+sys.path.insert(0, sys.argv[2])
+from core_helpers import mixed_batch, mixed_model
+import rootclad
+
+torch.manual_seed(0)
+x, y = mixed_batch(37, seed=6)
+cm = rootclad.compile(mixed_model(), x, loss="cross_entropy", engine="pullback", seed=11)
+res = {}
+res["loss"], res["grads"] = cm.loss_and_grad(x, y)
+xg = x.clone().requires_grad_()
+out = cm(xg)
+res["out"] = out.detach()
+res["dx"] = torch.autograd.grad(out, xg, torch.ones_like(out))[0]
+opt = rootclad.optim.Adam(cm, lr=1e-2)
+res["losses"] = torch.tensor([cm.train_step(x, y, opt) for _ in range(5)], dtype=torch.float64)
+res["params"] = dict(cm.state_dict())
+res["out_eval"] = cm.eval().predict(x)
+torch.save(res, sys.argv[1])
+"""
+
+
+@pytest.mark.slow
+def test_results_do_not_depend_on_the_thread_count(tmp_path):
+    """ROOTCLAD_NUM_THREADS=1 and =3 (training mode, dropout on): the same masks, losses,
+    gradients and training run, up to the order of the per-chunk gradient sums."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    torch.manual_seed(0)
+    x, _ = mixed_batch(37, seed=6)
+    rootclad.compile(mixed_model(), x, loss="cross_entropy", engine="pullback")  # warm cache
+    procs = {}
+    for n in (1, 3):
+        env = {**os.environ, "ROOTCLAD_NUM_THREADS": str(n), "OMP_NUM_THREADS": "1"}
+        cmd = [sys.executable, "-c", _THREADS_CHILD, str(tmp_path / f"{n}.pt"), str(here)]
+        procs[n] = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    for p in procs.values():
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    one, three = (torch.load(tmp_path / f"{n}.pt") for n in (1, 3))
+    assert max_rel_err(one["out"], one["out_eval"]) > 1e-3  # dropout was on
+    for key in ("loss", "out", "dx", "losses", "out_eval"):  # equal outputs: equal masks
+        assert_close_rel(three[key], one[key], 1e-12, key)
+    assert_grads_close(three["grads"], one["grads"], 1e-12, "grads")
+    assert_grads_close(three["params"], one["params"], 1e-12, "params")

@@ -3,7 +3,10 @@
 Each case is a one-layer model (or layer + Flatten/Linear) compiled with the pullback engine;
 ``cm(x)`` runs the C++ forward, ``torch.autograd.grad`` with a random upstream gradient runs
 the compiled VJP. The reference is torch in float64 on the same (dtype-rounded) numbers:
-float64 must agree to 1e-10 relative, float32 to 1e-4.
+float64 must agree to 1e-10 relative, float32 to 1e-4. Every case runs in float64; the
+float32 cases are those whose float32 code differs beyond the element type (BLAS calls,
+index arithmetic, transcendental functions); the mixed model in test_core_models runs every
+op in float32 too.
 """
 
 from __future__ import annotations
@@ -25,33 +28,36 @@ def _seq(*layers):
 # (id, builder of the net, per-sample input shape, also run in float32)
 # fmt: off
 CASES = [
-    ("linear", lambda: _seq(nn.Linear(5, 3)), (5,), True),
+    ("linear", lambda: _seq(nn.Linear(5, 3)), (5,), False),
     ("linear-nobias", lambda: _seq(nn.Linear(5, 3, bias=False)), (5,), False),
     ("linear-3d", lambda: _seq(nn.Linear(5, 3)), (4, 5), True),
     ("linear-3d-nobias", lambda: _seq(nn.Linear(5, 2, bias=False)), (3, 5), False),
-    ("conv-1to4-k3", lambda: _seq(nn.Conv1d(1, 4, 3)), (1, 17), True),
+    # C*K <= 32 taps: a direct convolution in kernels.h
+    ("conv-1to4-k3", lambda: _seq(nn.Conv1d(1, 4, 3)), (1, 17), False),
     ("conv-3to2-k5-s2-p2-nobias", lambda: _seq(nn.Conv1d(3, 2, 5, stride=2, padding=2, bias=False)), (3, 16), True),
     ("conv-2to5-k3-s3-p1-d2", lambda: _seq(nn.Conv1d(2, 5, 3, stride=3, padding=1, dilation=2)), (2, 20), False),
     ("conv-4to1-k1", lambda: _seq(nn.Conv1d(4, 1, 1)), (4, 9), False),
     ("conv-2to3-k4-d3-p3-nobias", lambda: _seq(nn.Conv1d(2, 3, 4, padding=3, dilation=3, bias=False)), (2, 11), False),
-    ("maxpool-k2", lambda: _seq(nn.MaxPool1d(2)), (3, 10), True),
+    # C*K > 32 taps: im2col and a GEMM
+    ("conv-8to4-k5", lambda: _seq(nn.Conv1d(8, 4, 5)), (8, 12), True),
+    ("conv-6to3-k7-s2-p3-d2-nobias", lambda: _seq(nn.Conv1d(6, 3, 7, stride=2, padding=3, dilation=2, bias=False)), (6, 19), False),
+    ("conv-16to1-k3-s3", lambda: _seq(nn.Conv1d(16, 1, 3, stride=3)), (16, 10), False),
+    ("maxpool-k2", lambda: _seq(nn.MaxPool1d(2)), (3, 10), False),
     ("maxpool-k3-s2-p1", lambda: _seq(nn.MaxPool1d(3, stride=2, padding=1)), (2, 11), True),
     ("maxpool-k4-s1-p2", lambda: _seq(nn.MaxPool1d(4, stride=1, padding=2)), (2, 9), False),
     ("maxpool-k5-s3-odd-tail", lambda: _seq(nn.MaxPool1d(5, stride=3)), (1, 14), False),
-    ("avgpool-k2", lambda: _seq(nn.AvgPool1d(2)), (3, 10), True),
-    ("avgpool-k3-s2-p1-cip", lambda: _seq(nn.AvgPool1d(3, stride=2, padding=1)), (2, 11), True),
+    ("avgpool-k2", lambda: _seq(nn.AvgPool1d(2)), (3, 10), False),
+    ("avgpool-k3-s2-p1-cip", lambda: _seq(nn.AvgPool1d(3, stride=2, padding=1)), (2, 11), False),
     ("avgpool-k3-s2-p1-nocip", lambda: _seq(nn.AvgPool1d(3, stride=2, padding=1, count_include_pad=False)), (2, 11), True),
     ("avgpool-k4-s3-p2-nocip", lambda: _seq(nn.AvgPool1d(4, stride=3, padding=2, count_include_pad=False)), (2, 13), False),
-    ("avgpool-k4-s1-p2-cip", lambda: _seq(nn.AvgPool1d(4, stride=1, padding=2, count_include_pad=True)), (1, 9), False),
-    ("relu", lambda: _seq(nn.ReLU()), (3, 7), True),
-    ("leaky_relu", lambda: _seq(nn.LeakyReLU(0.1)), (3, 7), True),
+    ("relu", lambda: _seq(nn.ReLU()), (3, 7), False),
+    ("leaky_relu", lambda: _seq(nn.LeakyReLU(0.1)), (3, 7), False),
     ("leaky_relu-default", lambda: _seq(nn.LeakyReLU()), (11,), False),
-    ("tanh", lambda: _seq(nn.Tanh()), (3, 7), True),
+    ("tanh", lambda: _seq(nn.Tanh()), (3, 7), False),
     ("sigmoid", lambda: _seq(nn.Sigmoid()), (3, 7), True),
-    ("gelu", lambda: _seq(nn.GELU()), (3, 7), True),
+    ("gelu", lambda: _seq(nn.GELU()), (3, 7), False),
     ("gelu-tanh", lambda: _seq(nn.GELU(approximate="tanh")), (3, 7), True),
-    ("flatten", lambda: _seq(nn.Flatten()), (3, 4), False),
-    ("flatten-linear", lambda: _seq(nn.Flatten(), nn.Linear(12, 2)), (3, 4), True),
+    ("flatten-linear", lambda: _seq(nn.Flatten(), nn.Linear(12, 2)), (3, 4), False),
     ("identity", lambda: _seq(nn.Identity()), (6,), False),
     ("identity-linear", lambda: _seq(nn.Identity(), nn.Linear(6, 2)), (6,), False),
     ("dropout-eval-linear", lambda: _seq(nn.Dropout(0.5), nn.Linear(6, 2)).eval(), (6,), False),
