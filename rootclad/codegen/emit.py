@@ -29,6 +29,7 @@ from rootclad.ir.graph import LOSSES, Graph, IRError, Node
 
 _ALIAS_OPS = ("flatten", "identity")
 CONV1D_DIRECT_MAX_TAPS = 32  # must match rootclad/kernels.h
+MIN_CHUNK = 4  # samples per thread below which a batch is not split (see parallel.h)
 _CTYPE = {"float32": "float", "float64": "double"}
 
 
@@ -86,7 +87,8 @@ class _Emitter:
 
     @staticmethod
     def at(base: str, r: Region) -> str:
-        return f"{base} + (long)B * {r.offset}"
+        """The chunk's slice of region r: regions are Bf samples long, the chunk starts at b0."""
+        return f"{base} + (long)Bf * {r.offset} + (long)b0 * {r.size}"
 
     def param(self, node: Node, role: str, base: str = "params") -> str:
         name = node.params.get(role)
@@ -177,18 +179,24 @@ class _Emitter:
         elif op == "dropout":
             p = f"(training ? {_lit(a['p'], '')} : T(0))"
             seed = f"::rootclad::dropout_hash(seed, {idx})"
-            f(f"::rootclad::dropout_forward({OUT}, {IN}, B * {n_in}, {p}, {seed});")
+            i0 = f"(long)b0 * {n_in}"
+            f(f"::rootclad::dropout_forward({OUT}, {IN}, B * {n_in}, {p}, {seed}, {i0});")
             b(
-                f"{cd}dropout_forward_pullback({OUT}, {IN}, B * {n_in}, {p}, {seed}, {D_OUT}, "
-                f"{D_IN}, &di, &dt, &du);"
+                f"{cd}dropout_forward_pullback({OUT}, {IN}, B * {n_in}, {p}, {seed}, {i0}, "
+                f"{D_OUT}, {D_IN}, &di, &dt, &du, &dl);"
             )
         else:  # validated earlier; a new op must be taught here
             raise IRError(f"{node.describe()}: no C++ emitter for op {op!r}")
         return out
 
     # -- the loss -----------------------------------------------------------------------
-    def loss_call(self) -> tuple[str, str, str]:
-        """(forward expression, pullback statement, 'elements of y per sample')."""
+    def loss_call(self) -> tuple[str, str]:
+        """(forward expression, pullback statement) for the chunk's share of the batch loss.
+
+        Each loss kernel returns the mean over its chunk; ``scale = B / Bf`` turns that into
+        the chunk's share of the mean over the whole batch, and is the adjoint handed to the
+        loss pullback.
+        """
         out = self.output_region
         OUT, D_OUT = self.at("act", out), self.at("d_act", out)
         cd = "clad::custom_derivatives::rootclad::"
@@ -197,38 +205,47 @@ class _Emitter:
             if len(shape) != 1:
                 raise IRError(f"cross_entropy needs logits (B, classes); the model gives {shape}")
             NC = shape[0]
+            Y = "y + (long)b0"
             return (
-                f"::rootclad::cross_entropy_forward({OUT}, y, B, {NC})",
-                f"{cd}cross_entropy_forward_pullback({OUT}, y, B, {NC}, T(1), {D_OUT}, &di, &di);",
-                "1",
+                f"::rootclad::cross_entropy_forward({OUT}, {Y}, B, {NC})",
+                f"{cd}cross_entropy_forward_pullback({OUT}, {Y}, B, {NC}, scale, {D_OUT}, &di, "
+                "&di);",
             )
         N = f"B * {out.size}"
+        Y = f"y + (long)b0 * {out.size}"
         return (
-            f"::rootclad::{self.loss}_forward({OUT}, y, {N})",
-            f"{cd}{self.loss}_forward_pullback({OUT}, y, {N}, T(1), {D_OUT}, &di);",
-            str(out.size),
+            f"::rootclad::{self.loss}_forward({OUT}, {Y}, {N})",
+            f"{cd}{self.loss}_forward_pullback({OUT}, {Y}, {N}, scale, {D_OUT}, &di);",
         )
 
     def source(self, prefix: str) -> str:
         ctype = _CTYPE[self.g.dtype]
-        loss_expr, loss_pullback, _ = self.loss_call()
-        A = self.offset
+        loss_expr, loss_pullback = self.loss_call()
         out = self.output_region
-        adj = [r for r in self.regions if r.needs_adjoint and r is not self.input_region]
+        inp = self.input_region
+        ind = "  "
+        if self.engine == "pullback":
+            zeroed = [r for r in self.regions if r.needs_adjoint and r is not inp]
+        else:  # Clad accumulates into every adjoint it uses
+            zeroed = [r for r in self.regions if r is not inp and r.size]
         zero_dact = "\n".join(
-            f"  ::rootclad::zero({self.at('d_act', r)}, (long)B * {r.size});" for r in adj
+            f"{ind}::rootclad::zero({self.at('d_act', r)}, (long)B * {r.size});" for r in zeroed
         )
         zero_dx = (
-            f"  if (need_dx) ::rootclad::zero({self.at('d_act', self.input_region)}, "
-            f"(long)B * {self.input_region.size});"
+            f"{ind}if (need_dx) ::rootclad::zero({self.at('d_act', inp)}, (long)B * {inp.size});"
         )
-        fwd = "\n".join("  " + ln for ln in self.fwd)
-        bwd = "\n".join("  " + ln for ln in reversed(self.bwd))
+        fwd = "\n".join(ind + ln for ln in self.fwd)
+        bwd = "\n".join(ind + ln for ln in reversed(self.bwd))
+        chunk = "int Bf, int b0, int B, int training, std::uint64_t seed"
         head = [
             f"// Generated by rootclad for model {prefix}: engine={self.engine}, "
             f"pullbacks={self.pullbacks}, dtype={self.g.dtype}, loss={self.loss}.",
             "// Do not edit: regenerate with rootclad.compile().",
+            "//",
+            "// Functions named *_chunk work on samples [b0, b0 + B) of a batch of Bf samples;",
+            "// the C API at the end splits a batch into chunks over rootclad's thread pool.",
             "#include <cstdint>",
+            "#include <vector>",
         ]
         if self.engine == "clad":
             head.append('#include "clad/Differentiator/Differentiator.h"')
@@ -239,22 +256,24 @@ class _Emitter:
             head.append('#include "rootclad/loss_pullbacks.h"')
         head += [
             '#include "rootclad/optim.h"',
+            '#include "rootclad/parallel.h"',
             "",
             f"namespace {prefix} {{",
             f"using T = {ctype};",
             f"constexpr long N_PARAMS = {self.n_params};",
-            f"constexpr long ACT_PER_SAMPLE = {A};",
+            f"constexpr long ACT_PER_SAMPLE = {self.offset};",
             "",
         ]
         body = [
-            "// The forward pass: input already in act's first region.",
-            "inline void forward(T* params, T* act, int B, int training, std::uint64_t seed) {",
+            "// The forward pass; the input is already in act's first region.",
+            f"inline void forward_chunk(T* params, T* act, {chunk}) {{",
             fwd,
             "}",
             "",
-            "// The loss over a batch, after forward().",
-            "inline T loss_value(T* act, const T* y, int B) {",
-            f"  return {loss_expr};",
+            "// The chunk's share of the batch's mean loss, after forward_chunk().",
+            "inline T loss_chunk(T* act, const T* y, int Bf, int b0, int B) {",
+            "  const T scale = T(B) / T(Bf);",
+            f"  return scale * {loss_expr};",
             "}",
             "",
         ]
@@ -262,47 +281,49 @@ class _Emitter:
             body += [
                 "// The reverse sweep: each op's pullback in reverse order. Expects the output",
                 "// region of d_act filled and the other adjoint regions zeroed.",
-                "inline void backward(T* params, T* act, T* d_params, T* d_act, int B, int training,",
-                "                     std::uint64_t seed, int need_dx) {",
-                "  int di = 0; T dt = 0; std::uint64_t du = 0;",
-                "  (void)di; (void)dt; (void)du;",
+                f"inline void backward_chunk(T* params, T* act, T* d_params, T* d_act, {chunk},",
+                "                           int need_dx) {",
+                "  int di = 0; T dt = 0; std::uint64_t du = 0; long dl = 0;",
+                "  (void)di; (void)dt; (void)du; (void)dl;",
                 bwd,
                 "}",
                 "",
-                "inline T loss_and_grad(T* params, T* act, const T* y, T* d_params, T* d_act, int B,",
-                "                       int training, std::uint64_t seed, int need_dx) {",
+                "inline T loss_and_grad_chunk(T* params, T* act, const T* y, T* d_params, T* d_act,",
+                f"                             {chunk}, int need_dx) {{",
                 "  int di = 0;",
-                "  ::rootclad::zero(d_params, N_PARAMS);",
+                "  const T scale = T(B) / T(Bf);",
                 zero_dact,
                 zero_dx,
-                "  forward(params, act, B, training, seed);",
-                "  T L = loss_value(act, y, B);",
+                "  forward_chunk(params, act, Bf, b0, B, training, seed);",
+                "  T L = loss_chunk(act, y, Bf, b0, B);",
                 f"  {loss_pullback}",
-                "  backward(params, act, d_params, d_act, B, training, seed, need_dx);",
+                "  backward_chunk(params, act, d_params, d_act, Bf, b0, B, training, seed, need_dx);",
                 "  return L;",
                 "}",
                 "",
-                "// Vector-Jacobian product for an upstream gradient d_out, after forward().",
-                "inline void vjp(T* params, T* act, T* d_params, T* d_act, const T* d_out, int B,",
-                "                int training, std::uint64_t seed, int need_dx) {",
-                "  ::rootclad::zero(d_params, N_PARAMS);",
+                "// Vector-Jacobian product for an upstream gradient d_out (Bf samples), after",
+                "// forward_chunk().",
+                "inline void vjp_chunk(T* params, T* act, T* d_params, T* d_act, const T* d_out,",
+                f"                    {chunk}, int need_dx) {{",
                 zero_dact,
                 zero_dx,
-                f"  ::rootclad::copy({self.at('d_act', out)}, d_out, (long)B * {out.size});",
-                "  backward(params, act, d_params, d_act, B, training, seed, need_dx);",
+                f"  ::rootclad::copy({self.at('d_act', out)}, d_out + (long)b0 * {out.size}, "
+                f"(long)B * {out.size});",
+                "  backward_chunk(params, act, d_params, d_act, Bf, b0, B, training, seed, need_dx);",
                 "}",
             ]
         else:
             OUT = self.at("act", out)
             body += [
-                "// What Clad differentiates: the loss as a function of params and act.",
-                "T loss_fn(T* params, T* act, const T* y, int B, int training, std::uint64_t seed) {",
+                "// What Clad differentiates: the chunk's share of the loss, as a function of",
+                "// params and act.",
+                f"T loss_fn(T* params, T* act, const T* y, {chunk}) {{",
                 fwd,
-                f"  return {loss_expr};",
+                f"  return T(B) / T(Bf) * {loss_expr};",
                 "}",
                 "",
                 "// <model output, w>: its gradient is the vector-Jacobian product for w.",
-                "T out_dot(T* params, T* act, const T* w, int B, int training, std::uint64_t seed) {",
+                f"T out_dot(T* params, T* act, const T* w, {chunk}) {{",
                 fwd,
                 "  T s = 0;",
                 f"  for (long i = 0; i < (long)B * {out.size}; ++i)",
@@ -310,58 +331,140 @@ class _Emitter:
                 "  return s;",
                 "}",
                 "",
-                "inline T loss_and_grad(T* params, T* act, const T* y, T* d_params, T* d_act, int B,",
-                "                       int training, std::uint64_t seed, int need_dx) {",
-                "  ::rootclad::zero(d_params, N_PARAMS);",
-                "  ::rootclad::zero(d_act, (long)B * ACT_PER_SAMPLE);",
+                "inline T loss_and_grad_chunk(T* params, T* act, const T* y, T* d_params, T* d_act,",
+                f"                             {chunk}, int need_dx) {{",
+                zero_dact,
+                zero_dx,
                 '  auto grad = clad::gradient(loss_fn, "params, act");',
-                "  grad.execute(params, act, y, B, training, seed, d_params, d_act);",
-                "  return ::rootclad::last_loss<T>;  // noted by the loss pullback",
+                "  grad.execute(params, act, y, Bf, b0, B, training, seed, d_params, d_act);",
+                "  // the loss pullback noted the chunk's mean loss",
+                "  return T(B) / T(Bf) * ::rootclad::last_loss<T>;",
                 "}",
                 "",
-                "inline void vjp(T* params, T* act, T* d_params, T* d_act, const T* d_out, int B,",
-                "                int training, std::uint64_t seed, int need_dx) {",
-                "  ::rootclad::zero(d_params, N_PARAMS);",
-                "  ::rootclad::zero(d_act, (long)B * ACT_PER_SAMPLE);",
+                "inline void vjp_chunk(T* params, T* act, T* d_params, T* d_act, const T* d_out,",
+                f"                    {chunk}, int need_dx) {{",
+                zero_dact,
+                zero_dx,
                 '  auto grad = clad::gradient(out_dot, "params, act");',
-                "  grad.execute(params, act, d_out, B, training, seed, d_params, d_act);",
+                f"  const T* w = d_out + (long)b0 * {out.size};",
+                "  grad.execute(params, act, w, Bf, b0, B, training, seed, d_params, d_act);",
                 "}",
             ]
+        body += [
+            "",
+            "// -- splitting a batch over threads ----------------------------------------------",
+            "// Chunks of fewer samples than this are not worth a thread: BLAS threads instead.",
+            f"constexpr int MIN_CHUNK = {MIN_CHUNK};",
+            "enum Mode { FORWARD, LOSS_AND_GRAD, VJP };",
+            "struct Job {",
+            "  Mode mode;",
+            "  T* params; T* act; const T* y; T* d_params; T* d_act; const T* d_out; T* scratch;",
+            "  int Bf, training, need_dx;",
+            "  std::uint64_t seed;",
+            "  T loss[256];",
+            "};",
+            "",
+            "inline void run_chunk(void* ctx, int t, int n) {",
+            "  Job& j = *static_cast<Job*>(ctx);",
+            "  int b0, b1;",
+            "  ::rootclad::chunk_range(j.Bf, n, t, b0, b1);",
+            "  const int B = b1 - b0;",
+            "  if (j.mode == FORWARD) {",
+            "    forward_chunk(j.params, j.act, j.Bf, b0, B, j.training, j.seed);",
+            "    return;",
+            "  }",
+            "  // thread 0 writes the caller's gradient, the others their own block of scratch",
+            "  T* dp = t == 0 ? j.d_params : j.scratch + (long)(t - 1) * N_PARAMS;",
+            "  ::rootclad::zero(dp, N_PARAMS);",
+            "  if (j.mode == LOSS_AND_GRAD)",
+            "    j.loss[t] = loss_and_grad_chunk(j.params, j.act, j.y, dp, j.d_act, j.Bf, b0, B,",
+            "                                    j.training, j.seed, j.need_dx);",
+            "  else",
+            "    vjp_chunk(j.params, j.act, dp, j.d_act, j.d_out, j.Bf, b0, B, j.training, j.seed,",
+            "              j.need_dx);",
+            "}",
+            "",
+            "inline int threads_for(int Bf) {",
+            "  int n = ::rootclad::ThreadPool::instance().size();",
+            "  int by_batch = Bf / MIN_CHUNK;",
+            "  n = n < by_batch ? n : by_batch;",
+            "  return n < 1 ? 1 : (n > 256 ? 256 : n);",
+            "}",
+            "",
+            "// d_params += the other threads' gradients, split over the pool by parameter range.",
+            "struct Reduce { T* d_params; const T* scratch; int parts; };",
+            "inline void reduce_range(void* ctx, int t, int n) {",
+            "  const Reduce& r = *static_cast<const Reduce*>(ctx);",
+            "  int p0, p1;",
+            "  ::rootclad::chunk_range((int)N_PARAMS, n, t, p0, p1);",
+            "  for (int k = 0; k < r.parts; ++k) {",
+            "    const T* src = r.scratch + (long)k * N_PARAMS;",
+            "    for (int i = p0; i < p1; ++i)",
+            "      r.d_params[i] += src[i];",
+            "  }",
+            "}",
+            "",
+            "inline T run(Job& j) {",
+            "  auto& pool = ::rootclad::ThreadPool::instance();",
+            "  const int n = threads_for(j.Bf);",
+            "  // per calling thread, grown once: nothing is allocated in steady state",
+            "  static thread_local std::vector<T> scratch;",
+            "  if (j.mode != FORWARD && n > 1) {",
+            "    if (scratch.size() < (size_t)(n - 1) * N_PARAMS)",
+            "      scratch.resize((size_t)(n - 1) * N_PARAMS);",
+            "    j.scratch = scratch.data();",
+            "  }",
+            "  pool.run(run_chunk, &j, n);",
+            "  if (j.mode == FORWARD)",
+            "    return T(0);",
+            "  if (n > 1) {",
+            "    Reduce r{j.d_params, j.scratch, n - 1};",
+            "    pool.run(reduce_range, &r, N_PARAMS >= 65536 ? pool.size() : 1);",
+            "  }",
+            "  T L = 0;",
+            "  for (int t = 0; t < n; ++t)",
+            "    L += j.loss[t];",
+            "  return L;",
+            "}",
+        ]
+        P, PT = prefix, f"{prefix}_T"
         api = [
             *self.layout_tables(),
             f"}} // namespace {prefix}",
             "",
             "// The C API: loaded by ctypes (Python), Cling (ROOT) or linked by C++ programs.",
             'extern "C" {',
-            f"using {prefix}_T = {prefix}::T;",
-            f"long {prefix}_n_params() {{ return {prefix}::N_PARAMS; }}",
-            f"long {prefix}_act_size(int B) {{ return (long)B * {prefix}::ACT_PER_SAMPLE; }}",
-            f'const char* {prefix}_engine() {{ return "{self.engine}'
+            f"using {PT} = {P}::T;",
+            f"long {P}_n_params() {{ return {P}::N_PARAMS; }}",
+            f"long {P}_act_size(int B) {{ return (long)B * {P}::ACT_PER_SAMPLE; }}",
+            f'const char* {P}_engine() {{ return "{self.engine}'
             f'{"" if self.pullbacks else "-nopullbacks"}"; }}',
-            f"void {prefix}_forward({prefix}_T* params, {prefix}_T* act, int B, int training, "
-            "std::uint64_t seed) {",
-            f"  {prefix}::forward(params, act, B, training, seed);",
+            f"void {P}_forward({PT}* params, {PT}* act, int B, int training, std::uint64_t seed) {{",
+            f"  {P}::Job j{{{P}::FORWARD, params, act, nullptr, nullptr, nullptr, nullptr, nullptr,",
+            "             B, training, 0, seed, {}};",
+            f"  {P}::run(j);",
             "}",
-            f"{prefix}_T {prefix}_loss_value({prefix}_T* act, const {prefix}_T* y, int B) {{",
-            f"  return {prefix}::loss_value(act, y, B);",
+            f"{PT} {P}_loss_value({PT}* act, const {PT}* y, int B) {{",
+            f"  return {P}::loss_chunk(act, y, B, 0, B);",
             "}",
-            f"{prefix}_T {prefix}_loss_and_grad({prefix}_T* params, {prefix}_T* act, "
-            f"const {prefix}_T* y, {prefix}_T* d_params, {prefix}_T* d_act, int B, int training, "
-            "std::uint64_t seed, int need_dx) {",
-            f"  return {prefix}::loss_and_grad(params, act, y, d_params, d_act, B, training, seed, "
-            "need_dx);",
+            f"{PT} {P}_loss_and_grad({PT}* params, {PT}* act, const {PT}* y, {PT}* d_params, "
+            f"{PT}* d_act, int B, int training, std::uint64_t seed, int need_dx) {{",
+            f"  {P}::Job j{{{P}::LOSS_AND_GRAD, params, act, y, d_params, d_act, nullptr, nullptr,",
+            "             B, training, need_dx, seed, {}};",
+            f"  return {P}::run(j);",
             "}",
-            f"void {prefix}_vjp({prefix}_T* params, {prefix}_T* act, {prefix}_T* d_params, "
-            f"{prefix}_T* d_act, const {prefix}_T* d_out, int B, int training, std::uint64_t seed, "
-            "int need_dx) {",
-            f"  {prefix}::vjp(params, act, d_params, d_act, d_out, B, training, seed, need_dx);",
+            f"void {P}_vjp({PT}* params, {PT}* act, {PT}* d_params, {PT}* d_act, const {PT}* d_out, "
+            "int B, int training, std::uint64_t seed, int need_dx) {",
+            f"  {P}::Job j{{{P}::VJP, params, act, nullptr, d_params, d_act, d_out, nullptr,",
+            "             B, training, need_dx, seed, {}};",
+            f"  {P}::run(j);",
             "}",
             "// forward + backward + optimizer update in one call; returns the loss.",
-            f"{prefix}_T {prefix}_train_step({prefix}_T* params, {prefix}_T* act, "
-            f"const {prefix}_T* y, {prefix}_T* d_params, {prefix}_T* d_act, {prefix}_T* opt_state, "
-            "const double* opt_cfg, long step, int B, std::uint64_t seed) {",
-            f"  {prefix}_T L = {prefix}::loss_and_grad(params, act, y, d_params, d_act, B, 1, seed, 0);",
-            f"  ::rootclad::optim_step(params, d_params, opt_state, {prefix}::N_PARAMS, opt_cfg, step);",
+            f"{PT} {P}_train_step({PT}* params, {PT}* act, const {PT}* y, {PT}* d_params, "
+            f"{PT}* d_act, {PT}* opt_state, const double* opt_cfg, long step, int B, "
+            "std::uint64_t seed) {",
+            f"  {PT} L = {P}_loss_and_grad(params, act, y, d_params, d_act, B, 1, seed, 0);",
+            f"  ::rootclad::optim_step(params, d_params, opt_state, {P}::N_PARAMS, opt_cfg, step);",
             "  return L;",
             "}",
             *self.layout_api(prefix),

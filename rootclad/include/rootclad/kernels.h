@@ -473,18 +473,21 @@ inline std::uint64_t dropout_hash(std::uint64_t seed, std::uint64_t i) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
-template <typename T> inline T dropout_scale(std::uint64_t seed, int i, T p) {
+// i0 is the index of element 0 within the whole batch, so a batch split into chunks draws
+// the same mask as the batch in one piece.
+template <typename T> inline T dropout_scale(std::uint64_t seed, long i, T p) {
   double u = (double)(dropout_hash(seed, (std::uint64_t)i) >> 11) * (1.0 / 9007199254740992.0);
   return u < (double)p ? T(0) : T(1) / (T(1) - p);
 }
-template <typename T> void dropout_forward(T* out, const T* inp, int N, T p, std::uint64_t seed) {
+template <typename T>
+void dropout_forward(T* out, const T* inp, int N, T p, std::uint64_t seed, long i0) {
   for (int i = 0; i < N; ++i)
-    out[i] = inp[i] * dropout_scale(seed, i, p);
+    out[i] = inp[i] * dropout_scale(seed, i0 + i, p);
 }
 template <typename T>
-void dropout_backward(T* d_inp, const T* d_out, int N, T p, std::uint64_t seed) {
+void dropout_backward(T* d_inp, const T* d_out, int N, T p, std::uint64_t seed, long i0) {
   for (int i = 0; i < N; ++i)
-    d_inp[i] += d_out[i] * dropout_scale(seed, i, p);
+    d_inp[i] += d_out[i] * dropout_scale(seed, i0 + i, p);
 }
 
 // ---------------------------------------------------------------------------------------

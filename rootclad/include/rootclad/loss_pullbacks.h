@@ -6,8 +6,9 @@
 // The loss pullback runs while the logits still hold their forward values; it recomputes the
 // loss there (O(batch)) and notes it in last_loss<T> for the caller.
 //
-// Loss targets are constants (never differentiated), and Clad's activity analysis then drops
-// their adjoint from the pullback it looks for: these pullbacks take no d_target.
+// Loss targets are constants (never differentiated), and Clad's activity analysis may then
+// drop their adjoint from the pullback it looks for (DESIGN.md): each loss has a pullback
+// without d_target and one with it.
 #pragma once
 
 #include "rootclad/kernels.h"
@@ -38,6 +39,27 @@ void cross_entropy_forward_pullback(const T* logits, const T* target, int B, int
                                     T* d_logits, int* d_B, int* d_NC) {
   ::rootclad::last_loss<T> = ::rootclad::cross_entropy_forward(logits, target, B, NC);
   ::rootclad::cross_entropy_backward(d_logits, d_loss, logits, target, B, NC);
+}
+
+// The same pullbacks with an adjoint for the targets, which Clad asks for when the target
+// pointer is computed from the arguments (as in a chunk of a batch). Targets are constants:
+// d_target is left untouched.
+template <typename T>
+void bce_with_logits_forward_pullback(const T* logits, const T* target, int N, T d_loss,
+                                      T* d_logits, T* d_target, int* d_N) {
+  bce_with_logits_forward_pullback(logits, target, N, d_loss, d_logits, d_N);
+}
+
+template <typename T>
+void mse_forward_pullback(const T* inp, const T* target, int N, T d_loss, T* d_inp, T* d_target,
+                          int* d_N) {
+  mse_forward_pullback(inp, target, N, d_loss, d_inp, d_N);
+}
+
+template <typename T>
+void cross_entropy_forward_pullback(const T* logits, const T* target, int B, int NC, T d_loss,
+                                    T* d_logits, T* d_target, int* d_B, int* d_NC) {
+  cross_entropy_forward_pullback(logits, target, B, NC, d_loss, d_logits, d_B, d_NC);
 }
 
 } // namespace rootclad

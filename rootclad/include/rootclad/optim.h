@@ -10,6 +10,8 @@
 
 #include <cmath>
 
+#include "rootclad/parallel.h"
+
 namespace rootclad {
 
 enum OptimKind { OPTIM_SGD = 0, OPTIM_ADAM = 1, OPTIM_ADAMW = 2 };
@@ -19,17 +21,17 @@ struct OptimConfig {
   double kind, lr, momentum, dampening, weight_decay, nesterov, beta1, beta2, eps;
 };
 
-// state: SGD needs N (momentum buffer), Adam/AdamW 2N (m then v). step counts from 1.
+// Updates p[0..n) from g; buf (SGD momentum) or m, v (Adam) are the matching slices of the
+// optimizer state. step counts from 1.
 template <typename T>
-void optim_step(T* p, const T* g, T* state, long N, const double* cfg_raw, long step) {
-  const OptimConfig& c = *reinterpret_cast<const OptimConfig*>(cfg_raw);
+void optim_update(T* p, const T* g, T* m, T* v, long n, const OptimConfig& c, long step) {
   const int kind = (int)c.kind;
   const T lr = (T)c.lr, wd = (T)c.weight_decay;
   if (kind == OPTIM_SGD) {
     const T mom = (T)c.momentum, damp = (T)c.dampening;
     const bool nesterov = c.nesterov != 0;
-    T* buf = state;
-    for (long i = 0; i < N; ++i) {
+    T* buf = m;
+    for (long i = 0; i < n; ++i) {
       T gi = g[i] + wd * p[i];
       if (mom != 0) {
         buf[i] = step == 1 ? gi : mom * buf[i] + (T(1) - damp) * gi;
@@ -44,9 +46,7 @@ void optim_step(T* p, const T* g, T* state, long N, const double* cfg_raw, long 
   const T bc2_sqrt = (T)std::sqrt(1.0 - std::pow(c.beta2, (double)step));
   const T step_size = lr / bc1;
   const bool decoupled = kind == OPTIM_ADAMW;
-  T* m = state;
-  T* v = state + N;
-  for (long i = 0; i < N; ++i) {
+  for (long i = 0; i < n; ++i) {
     T gi = g[i];
     if (decoupled)
       p[i] *= T(1) - lr * wd;
@@ -57,6 +57,32 @@ void optim_step(T* p, const T* g, T* state, long N, const double* cfg_raw, long 
     T denom = std::sqrt(v[i]) / bc2_sqrt + eps;
     p[i] -= step_size * m[i] / denom;
   }
+}
+
+template <typename T> struct OptimJob {
+  T* p;
+  const T* g;
+  T* state;
+  long N;
+  const OptimConfig* c;
+  long step;
+};
+
+template <typename T> void optim_range(void* ctx, int t, int n) {
+  const OptimJob<T>& j = *static_cast<const OptimJob<T>*>(ctx);
+  long chunk = (j.N + n - 1) / n, i0 = t * chunk, i1 = i0 + chunk < j.N ? i0 + chunk : j.N;
+  if (i0 < i1)
+    optim_update(j.p + i0, j.g + i0, j.state + i0, j.state + j.N + i0, i1 - i0, *j.c, j.step);
+}
+
+// state: SGD needs N (momentum buffer), Adam/AdamW 2N (m then v). Large parameter blocks are
+// updated in parallel over rootclad's thread pool.
+template <typename T>
+void optim_step(T* p, const T* g, T* state, long N, const double* cfg_raw, long step) {
+  const OptimConfig* c = reinterpret_cast<const OptimConfig*>(cfg_raw);
+  OptimJob<T> job{p, g, state, N, c, step};
+  ThreadPool& pool = ThreadPool::instance();
+  pool.run(optim_range<T>, &job, N >= 65536 ? pool.size() : 1);
 }
 
 } // namespace rootclad

@@ -74,9 +74,10 @@ void gelu_forward_pullback(T* out, const T* inp, int N, int tanh_approx, T* d_ou
 }
 
 template <typename T>
-void dropout_forward_pullback(T* out, const T* inp, int N, T p, ::std::uint64_t seed, T* d_out,
-                              T* d_inp, int* d_N, T* d_p, ::std::uint64_t* d_seed) {
-  ::rootclad::dropout_backward(d_inp, d_out, N, p, seed);
+void dropout_forward_pullback(T* out, const T* inp, int N, T p, ::std::uint64_t seed, long i0,
+                              T* d_out, T* d_inp, int* d_N, T* d_p, ::std::uint64_t* d_seed,
+                              long* d_i0) {
+  ::rootclad::dropout_backward(d_inp, d_out, N, p, seed, i0);
 }
 
 } // namespace rootclad

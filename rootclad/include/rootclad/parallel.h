@@ -1,0 +1,141 @@
+// rootclad/parallel.h — a small persistent thread pool for batch-parallel training steps.
+//
+// A compiled model splits a batch into one chunk per thread; each thread runs the whole
+// forward and backward pass on its chunk with single-threaded BLAS, and the parameter
+// gradients are summed afterwards. Every op (im2col, pooling, activations) is then parallel,
+// not only the GEMMs. The pool is created on first use and reused, so a training step
+// allocates nothing after the first call. ROOTCLAD_NUM_THREADS overrides the thread count
+// (default: the hardware's).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+// While chunks run in parallel, BLAS must not start threads of its own: OpenBLAS's thread
+// count is set to 1 for the duration (the wheel's OpenBLAS has no per-thread setting).
+#if defined(ROOTCLAD_CBLAS_SCIPY)
+extern "C" void scipy_openblas_set_num_threads(int);
+extern "C" int scipy_openblas_get_num_threads(void);
+#define ROOTCLAD_BLAS_GET_THREADS() scipy_openblas_get_num_threads()
+#define ROOTCLAD_BLAS_SET_THREADS(n) scipy_openblas_set_num_threads(n)
+#else
+#define ROOTCLAD_BLAS_GET_THREADS() 0
+#define ROOTCLAD_BLAS_SET_THREADS(n) (void)0
+#endif
+
+namespace rootclad {
+
+inline int default_num_threads() {
+  if (const char* env = std::getenv("ROOTCLAD_NUM_THREADS")) {
+    int n = std::atoi(env);
+    if (n > 0)
+      return n;
+  }
+  unsigned hw = std::thread::hardware_concurrency();
+  return hw > 0 ? (int)hw : 1;
+}
+
+class ThreadPool {
+public:
+  using Task = void (*)(void* ctx, int thread, int n_threads);
+
+  static ThreadPool& instance() {
+    static ThreadPool pool(default_num_threads());
+    return pool;
+  }
+
+  int size() const { return (int)workers_.size() + 1; }
+
+  // Runs task(ctx, t, n) for t = 0..n-1, t = 0 on the calling thread; returns when all are done.
+  // n is capped at size(). BLAS runs single-threaded inside the tasks.
+  void run(Task task, void* ctx, int n) {
+    if (n > size())
+      n = size();
+    if (n <= 1) {
+      task(ctx, 0, 1);
+      return;
+    }
+    std::unique_lock<std::mutex> call(call_mutex_); // one parallel call at a time
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      task_ = task;
+      ctx_ = ctx;
+      n_ = n;
+      remaining_ = n - 1;
+      ++generation_;
+    }
+    cv_.notify_all();
+    const int blas_threads = ROOTCLAD_BLAS_GET_THREADS();
+    if (blas_threads > 1)
+      ROOTCLAD_BLAS_SET_THREADS(1);
+    task(ctx, 0, n);
+    {
+      std::unique_lock<std::mutex> lk(m_);
+      done_.wait(lk, [&] { return remaining_ == 0; });
+    }
+    if (blas_threads > 1)
+      ROOTCLAD_BLAS_SET_THREADS(blas_threads);
+  }
+
+  ~ThreadPool() {
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& w : workers_)
+      w.join();
+  }
+
+private:
+  explicit ThreadPool(int n) {
+    for (int t = 1; t < n; ++t)
+      workers_.emplace_back([this, t] { loop(t); });
+  }
+
+  void loop(int t) {
+    long seen = 0;
+    for (;;) {
+      Task task;
+      void* ctx;
+      int n;
+      {
+        std::unique_lock<std::mutex> lk(m_);
+        cv_.wait(lk, [&] { return stop_ || generation_ != seen; });
+        if (stop_)
+          return;
+        seen = generation_;
+        task = task_;
+        ctx = ctx_;
+        n = n_;
+      }
+      if (t < n)
+        task(ctx, t, n);
+      std::lock_guard<std::mutex> lk(m_);
+      if (t < n && --remaining_ == 0)
+        done_.notify_one();
+    }
+  }
+
+  std::vector<std::thread> workers_;
+  std::mutex call_mutex_, m_;
+  std::condition_variable cv_, done_;
+  Task task_ = nullptr;
+  void* ctx_ = nullptr;
+  int n_ = 0, remaining_ = 0;
+  long generation_ = 0;
+  bool stop_ = false;
+};
+
+// [begin, end) of chunk t when n items are split into `parts` nearly equal chunks.
+inline void chunk_range(int n, int parts, int t, int& begin, int& end) {
+  int base = n / parts, extra = n % parts;
+  begin = t * base + (t < extra ? t : extra);
+  end = begin + base + (t < extra ? 1 : 0);
+}
+
+} // namespace rootclad
