@@ -1,0 +1,352 @@
+"""Train-step speed and memory: rootclad's engines next to torch eager, torch.compile and LibTorch.
+
+For the issue's MLP (2048-256-64-1) and CNN (three Conv1d/ReLU/MaxPool1d blocks + two Linear)
+at batch 1, 16, 64 and 256, one full training step with Adam (forward, BCE-with-logits loss,
+backward, update) is timed in this process, side by side: torch eager, torch.compile
+(inductor), rootclad's pullback engine and, where Clad is installed, the clad engine with and
+without custom pullbacks. A LibTorch C++ program runs the same step in its own process.
+Reported: median step time, achieved GFLOP/s (3 x the forward FLOPs per step) as a fraction
+of this machine's sgemm peak (measured here, same threads), first-compile and warm-cache load
+times and peak RSS (in fresh processes).
+
+usage: python benchmarks/core/bench_train_step.py [--quick] [--no-torch-compile] [--no-libtorch]
+Writes benchmarks/results/train_step.json and docs/benchmarks/train_step.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+BATCHES = (1, 16, 64, 256)
+ENGINES = (("pullback", True), ("clad", True), ("clad", False))
+
+
+def make_model(name: str) -> torch.nn.Module:
+    nn = torch.nn
+    if name == "mlp":
+        return nn.Sequential(nn.Linear(2048, 256), nn.ReLU(), nn.Linear(256, 64), nn.ReLU(),
+                             nn.Linear(64, 1))  # fmt: skip
+    return nn.Sequential(
+        nn.Conv1d(1, 16, 16), nn.ReLU(), nn.MaxPool1d(4),
+        nn.Conv1d(16, 32, 8), nn.ReLU(), nn.MaxPool1d(4),
+        nn.Conv1d(32, 64, 8), nn.ReLU(), nn.MaxPool1d(4),
+        nn.Flatten(), nn.Linear(64 * 29, 64), nn.ReLU(), nn.Linear(64, 1),
+    )  # fmt: skip
+
+
+def example(name: str, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(batch)
+    shape = (batch, 2048) if name == "mlp" else (batch, 1, 2048)
+    return torch.randn(shape, generator=g), torch.randint(0, 2, (batch,), generator=g).float()
+
+
+def forward_flops(net: torch.nn.Module, x: torch.Tensor) -> float:
+    """2 x multiply-adds of the Linear and Conv1d layers for one forward pass of x."""
+    total = 0
+
+    def hook(mod, inp, out):
+        nonlocal total
+        if isinstance(mod, torch.nn.Linear):
+            total += 2 * out.numel() * mod.in_features
+        elif isinstance(mod, torch.nn.Conv1d):
+            total += 2 * out.numel() * mod.in_channels * mod.kernel_size[0]
+
+    handles = [m.register_forward_hook(hook) for m in net.modules()]
+    with torch.no_grad():
+        net(x)
+    for h in handles:
+        h.remove()
+    return float(total)
+
+
+def sgemm_peak_gflops(threads: int, n: int = 2048) -> float:
+    """Best-of-5 GFLOP/s of OpenBLAS sgemm (n x n) with `threads` threads."""
+    import numpy as np
+    import scipy_openblas32 as ob
+
+    lib = ctypes.CDLL(os.path.join(ob.get_lib_dir(), f"lib{ob.get_library()}.so"))
+    f = lib.scipy_cblas_sgemm
+    P = ctypes.c_void_p
+    f.argtypes = [ctypes.c_int] * 6 + [ctypes.c_float, P, ctypes.c_int, P, ctypes.c_int,
+                                       ctypes.c_float, P, ctypes.c_int]  # fmt: skip
+    lib.scipy_openblas_set_num_threads(threads)
+    a, b = (np.random.default_rng(0).random((n, n), dtype=np.float32) for _ in range(2))
+    c = np.zeros((n, n), np.float32)
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        f(101, 111, 111, n, n, n, 1.0, a.ctypes.data, n, b.ctypes.data, n, 0.0, c.ctypes.data, n)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best / 1e9
+
+
+def time_steps(step, min_time: float, min_reps: int = 5, max_reps: int = 300) -> list[float]:
+    """Times of repeated calls (ms), after warm-up calls, for at least min_time seconds."""
+    t = time.perf_counter()
+    step()
+    if time.perf_counter() - t < 0.5:  # slow implementations get one warm-up call only
+        for _ in range(2):
+            step()
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < max_reps and (
+        len(times) < min_reps or time.perf_counter() - start < min_time
+    ):
+        t = time.perf_counter()
+        step()
+        times.append(1e3 * (time.perf_counter() - t))
+    return times
+
+
+def torch_step(net, x, y, compiled: bool = False):
+    model = torch.compile(net, dynamic=False) if compiled else net
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    lossf = torch.nn.BCEWithLogitsLoss()
+
+    def step():
+        opt.zero_grad()
+        lossf(model(x).squeeze(1), y).backward()
+        opt.step()
+
+    return step
+
+
+def rss_child(model: str, impl: str, batch: int) -> dict:
+    """Runs in a fresh process: warm-cache load time and peak RSS of one implementation."""
+    import rootclad
+
+    torch.manual_seed(0)
+    net = make_model(model)
+    x, y = example(model, batch)
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out = {"baseline_rss_mb": base}
+    if impl == "torch-eager":
+        step = torch_step(net, x, y)
+    else:
+        engine, pullbacks = impl.split("/")
+        t = time.perf_counter()
+        cm = rootclad.compile(net, x, engine=engine, pullbacks=pullbacks == "pullbacks")
+        out["warm_load_s"] = time.perf_counter() - t
+        out["built_now"] = cm.built_now
+        opt = rootclad.optim.Adam(cm, lr=1e-3)
+
+        def step():
+            cm.train_step(x, y, opt)
+
+    for _ in range(5):
+        step()
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return out
+
+
+def run_rss_child(model: str, impl: str, batch: int) -> dict:
+    cmd = [sys.executable, __file__, "--rss-child", model, impl, str(batch)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if res.returncode != 0:
+        return {"error": res.stderr[-2000:]}
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def impl_name(engine: str, pullbacks: bool) -> str:
+    return f"{engine}/{'pullbacks' if pullbacks else 'no-pullbacks'}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="short timing windows")
+    ap.add_argument("--no-torch-compile", action="store_true")
+    ap.add_argument("--no-libtorch", action="store_true")
+    ap.add_argument("--models", default="mlp,cnn")
+    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "train_step.json")
+    ap.add_argument(
+        "--rss-child", nargs=3, metavar=("MODEL", "IMPL", "BATCH"), help=argparse.SUPPRESS
+    )
+    args = ap.parse_args(argv)
+    if args.rss_child:
+        m, impl, b = args.rss_child
+        print(json.dumps(rss_child(m, impl, int(b))))
+        return 0
+
+    import rootclad
+    from rootclad.toolchain import find_clad
+
+    # Cold compiles go to a fresh cache; the children then load from it (warm).
+    os.environ["ROOTCLAD_CACHE_DIR"] = tempfile.mkdtemp(prefix="rootclad-bench-")
+    threads = torch.get_num_threads()
+    clad, why = find_clad()
+    engines = [e for e in ENGINES if e[0] != "clad" or clad]
+    min_time = 0.3 if args.quick else 1.5
+    report = {
+        "what": "one Adam training step (forward, BCE-with-logits, backward, update), float32",
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "torch_threads": threads,
+            "rootclad_threads": threads,
+        },  # fmt: skip
+        "clad": f"Clad at {clad.plugin}" if clad else f"absent: {why}",
+        "sgemm_peak_gflops": {str(t): sgemm_peak_gflops(t) for t in (1, threads)},
+        "compile": {},
+        "memory": {},
+        "results": [],
+    }
+    peak = report["sgemm_peak_gflops"][str(threads)]
+    print(f"sgemm peak: {report['sgemm_peak_gflops']} GFLOP/s", flush=True)
+
+    libtorch_exe = None
+    if not args.no_libtorch:
+        from rootclad.torch.libtorch import build_program
+
+        t = time.perf_counter()
+        libtorch_exe, _ = build_program(HERE / "libtorch_train_step.cpp", "bench_train_step",
+                                        opt_flags=("-O2",))  # fmt: skip
+        print(f"built the LibTorch program in {time.perf_counter() - t:.0f} s", flush=True)
+
+    for model in args.models.split(","):
+        torch.manual_seed(0)
+        compiled = {}
+        for engine, pullbacks in engines:
+            name = impl_name(engine, pullbacks)
+            x, _ = example(model, 16)
+            t = time.perf_counter()
+            compiled[name] = rootclad.compile(make_model(model), x, engine=engine,
+                                              pullbacks=pullbacks)  # fmt: skip
+            report["compile"].setdefault(model, {})[name] = {
+                "first_compile_s": time.perf_counter() - t,
+                "built_now": compiled[name].built_now,
+            }
+            print(f"{model} {name}: first compile {time.perf_counter() - t:.1f} s", flush=True)
+        for batch in BATCHES:
+            x, y = example(model, batch)
+            flops = 3 * forward_flops(make_model(model), x)
+            rows = {}
+            net = make_model(model)
+            rows["torch-eager"] = time_steps(torch_step(net, x, y), min_time)
+            for name, cm in compiled.items():
+                cm.load_state_dict(make_model(model).state_dict())
+                opt = rootclad.optim.Adam(cm, lr=1e-3)
+                reps = 3 if name.endswith("no-pullbacks") and batch >= 64 else 5
+                rows[name] = time_steps(lambda cm=cm, opt=opt, x=x, y=y: cm.train_step(x, y, opt),
+                                        min_time, min_reps=reps)  # fmt: skip
+            if not args.no_torch_compile:
+                torch._dynamo.reset()
+                t = time.perf_counter()
+                step = torch_step(make_model(model), x, y, compiled=True)
+                step()
+                report["compile"].setdefault(model, {}).setdefault("torch.compile", {})[
+                    str(batch)] = time.perf_counter() - t  # fmt: skip
+                rows["torch.compile"] = time_steps(step, min_time)
+            if libtorch_exe is not None:
+                reps = max(
+                    5,
+                    min(
+                        200, int(min_time * 1e3 / max(statistics.median(rows["torch-eager"]), 0.05))
+                    ),
+                )
+                res = subprocess.run([str(libtorch_exe), model, str(batch), str(reps)],
+                                     capture_output=True, text=True, timeout=900)  # fmt: skip
+                rows["libtorch"] = json.loads(res.stdout)["times_ms"]
+            eager = statistics.median(rows["torch-eager"])
+            for impl, times in rows.items():
+                med = statistics.median(times)
+                entry = {"model": model, "batch": batch, "impl": impl, "median_ms": med,
+                         "repeats": len(times), "times_ms": times,
+                         "gflops": flops / med / 1e6, "fraction_of_peak": flops / med / 1e6 / peak,
+                         "speedup_vs_eager": eager / med}  # fmt: skip
+                report["results"].append(entry)
+                print(
+                    f"{model:3s} B={batch:<4d} {impl:22s} {med:9.3f} ms  x{eager / med:5.2f} "
+                    f"vs eager  {100 * entry['fraction_of_peak']:5.1f}% of sgemm peak",
+                    flush=True,
+                )
+        for impl in ["torch-eager", *compiled]:
+            report["memory"].setdefault(model, {})[impl] = run_rss_child(model, impl, 256)
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(report, indent=1))
+    os.replace(tmp, args.out)
+    md = REPO / "docs" / "benchmarks" / "train_step.md"
+    md.parent.mkdir(parents=True, exist_ok=True)
+    md.write_text(render_markdown(report))
+    print(f"wrote {args.out} and {md}")
+    return 0
+
+
+def render_markdown(report: dict) -> str:
+    impls = []
+    for r in report["results"]:
+        if r["impl"] not in impls:
+            impls.append(r["impl"])
+    peak = report["sgemm_peak_gflops"]
+    m = report["machine"]
+    lines = [
+        "# Train-step benchmark",
+        "",
+        "Generated by `python benchmarks/core/bench_train_step.py` from "
+        "`benchmarks/results/train_step.json`; do not edit by hand.",
+        "",
+        f"{report['what']}. Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']} with "
+        f"{m['torch_threads']} threads, rootclad with {m['rootclad_threads']} threads. "
+        f"OpenBLAS sgemm peak measured in the same run: "
+        + ", ".join(
+            f"{v:.0f} GFLOP/s ({k} thread{'s' if k != '1' else ''})" for k, v in peak.items()
+        )
+        + f". Clad: {report['clad']}.",
+        "",
+        "Median step time in ms (speed-up over torch eager in brackets; % = achieved GFLOP/s "
+        "of 3x the forward FLOPs, as a fraction of the sgemm peak):",
+        "",
+    ]
+    for model in dict.fromkeys(r["model"] for r in report["results"]):
+        lines += [f"## {model.upper()}", "", "| batch | " + " | ".join(impls) + " |",
+                  "|---:|" + "---:|" * len(impls)]  # fmt: skip
+        for batch in dict.fromkeys(r["batch"] for r in report["results"] if r["model"] == model):
+            cells = []
+            for impl in impls:
+                r = next((r for r in report["results"] if r["model"] == model and
+                          r["batch"] == batch and r["impl"] == impl), None)  # fmt: skip
+                cells.append("—" if r is None else
+                             f"{r['median_ms']:.2f} (x{r['speedup_vs_eager']:.2f}, "
+                             f"{100 * r['fraction_of_peak']:.0f}%)")  # fmt: skip
+            lines.append(f"| {batch} | " + " | ".join(cells) + " |")
+        comp = report["compile"].get(model, {})
+        mem = report["memory"].get(model, {})
+        lines += ["", "| implementation | first compile (s) | warm-cache load (s) | peak RSS at "
+                  "batch 256 (MB) |", "|---|---:|---:|---:|"]  # fmt: skip
+        for impl, c in comp.items():
+            if impl == "torch.compile":
+                first = ", ".join(f"B={b}: {s:.1f}" for b, s in c.items())
+                lines.append(f"| torch.compile | {first} | — | — |")
+                continue
+            mm = mem.get(impl, {})
+            lines.append(f"| {impl} | {c['first_compile_s']:.2f} | "
+                         f"{mm.get('warm_load_s', float('nan')):.3f} | "
+                         f"{mm.get('peak_rss_mb', float('nan')):.0f} |")  # fmt: skip
+        if "torch-eager" in mem:
+            lines.append(
+                f"| torch-eager | — | — | {mem['torch-eager'].get('peak_rss_mb', 0):.0f} |"
+            )
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
