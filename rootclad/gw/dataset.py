@@ -111,12 +111,18 @@ class SimulationConfig:
 
 
 def event_seeds(seed: int, start: int, stop: int) -> np.ndarray:
-    """Seeds of events ``start..stop-1`` of run ``seed``: int64 in [0, 2**63)."""
-    out = np.empty(stop - start, dtype=np.int64)
-    for j, i in enumerate(range(start, stop)):
-        state = np.random.SeedSequence(entropy=seed, spawn_key=(i,)).generate_state(1, np.uint64)
-        out[j] = int(state[0]) >> 1
-    return out
+    """Seeds of events ``start..stop-1`` of run ``seed``: int64 in [0, 2**63).
+
+    splitmix64 of ``seed * 0xBF58476D1CE4E5B9 + (i + 1) * golden``, top 63 bits:
+    distinct, well-mixed seeds for every (run, event), computed without a loop.
+    """
+    with np.errstate(over="ignore"):
+        i = np.arange(start, stop, dtype=np.uint64) + np.uint64(1)
+        z = np.uint64(seed) * np.uint64(0xBF58476D1CE4E5B9) + i * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(1)).astype(np.int64)
 
 
 class _Generator:
@@ -132,16 +138,33 @@ class _Generator:
         # optimal SNR^2 = sum_k snr_weight_k |rfft(h)_k|^2
         self.snr_weight = np.where(mask, 2.0 * self.dt / n * bin_weights(n) / self.psd_grid, 0.0)
 
+    # events are made in slices of this many: arrays stay a few MB, which the
+    # allocator reuses; fresh 30 MB arrays cost more in page faults than in FFTs
+    SLICE = 256
+
     def events(self, seeds: np.ndarray) -> dict[str, np.ndarray]:
+        seeds = np.asarray(seeds, dtype=np.int64)
+        if len(seeds) <= self.SLICE:
+            return self._slice(seeds)
+        out = None
+        for i in range(0, len(seeds), self.SLICE):
+            part = self._slice(seeds[i : i + self.SLICE])
+            if out is None:
+                out = {k: np.empty((len(seeds), *v.shape[1:]), v.dtype) for k, v in part.items()}
+            for k, v in part.items():
+                out[k][i : i + len(v)] = v
+        return out
+
+    def _slice(self, seeds: np.ndarray) -> dict[str, np.ndarray]:
         c = self.config
         n, b = c.n, len(seeds)
         nf = n // 2 + 1
         u = np.empty((b, 6))
-        z = np.empty((b, nf, 2))
-        for j, s in enumerate(seeds):
-            rng = np.random.default_rng(int(s))
-            u[j] = rng.random(6)
-            z[j] = rng.standard_normal((nf, 2))
+        z = np.empty((b, nf, 2), dtype=np.float32)  # float32 normals: half the drawing time
+        for j, s in enumerate(seeds.tolist()):
+            rng = np.random.default_rng(s)
+            rng.random(out=u[j])
+            rng.standard_normal(out=z[j], dtype=np.float32)
         label = (u[:, 0] < c.signal_fraction).astype(np.int32)
         ma = c.mass_range[0] + (c.mass_range[1] - c.mass_range[0]) * u[:, 1]
         mb = c.mass_range[0] + (c.mass_range[1] - c.mass_range[0]) * u[:, 2]
