@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PY_DIRS = ["rootclad", "tests", "benchmarks"]
+PY_DIRS = ["rootclad", "tests", "benchmarks", "tutorials"]
 
 
 def _run(cmd):
