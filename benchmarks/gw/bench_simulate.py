@@ -110,7 +110,7 @@ def main() -> int:
         }
         print(json.dumps(matched))
     result = {
-        "benchmark": "rootclad.gw.simulate, 1 s segments at 2048 Hz, uncompressed, chunk 1000",
+        "benchmark": "rootclad.gw.simulate, 1 s segments at 2048 Hz, uncompressed, chunks of 256 events",
         "conditions_before": before,
         "load_average_after": os.getloadavg(),
         "runs": runs,

@@ -79,7 +79,12 @@ def register(subparsers) -> None:
     p.add_argument("--psd", default="aligo", help="'aligo' or 'lal:<name>'")
     p.add_argument("--band", type=_pair, default=(20.0, 1000.0), help="whitening band (Hz)")
     p.add_argument("--compression", default="none", help="none, lz4, zlib, lzma, zstd[:level]")
-    p.add_argument("--chunk-size", type=int, default=1000)
+    p.add_argument(
+        "--chunk-size",
+        type=int,
+        default=256,
+        help="events per basket (2 MB of strain at 2048 samples)",
+    )
     p.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_simulate)
