@@ -86,7 +86,9 @@ def check_against_torch(net, x, dtype=torch.float64, engine="pullback", rtol=Non
     rtol = RTOL[dtype] if rtol is None else rtol
     net_c = copy.deepcopy(net).to(dtype)
     x_c = x.detach().to(dtype)
-    cm = rootclad.compile(net_c, example_input=x_c, loss=kw.pop("loss", "mse"), engine=engine, **kw)
+    cm = rootclad.compile(
+        net_c, example_input=x_c, loss=kw.pop("loss", "bce_with_logits"), engine=engine, **kw
+    )
     cm.train(net.training)  # compile() starts in training mode whatever the module's mode
     ref = rounded_reference(net, dtype)
     out_ref, d_out, dx_ref, dp_ref = torch_vjp(ref, x_c.to(torch.float64))

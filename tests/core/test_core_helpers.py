@@ -87,8 +87,8 @@ def test_torch_loss_references_match_their_formulas():
 
 def test_check_against_torch_fails_when_the_compiled_model_is_wrong(monkeypatch):
     torch.manual_seed(0)
-    net = nn.Sequential(nn.Linear(4, 3)).double()
-    x = torch.randn(5, 4, dtype=torch.float64)
+    net = nn.Sequential(nn.Linear(5, 3)).double()
+    x = torch.randn(4, 5, dtype=torch.float64)
     check_against_torch(net, x)  # the honest model passes
 
     real_compile = rootclad.compile

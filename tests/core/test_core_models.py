@@ -150,7 +150,7 @@ def test_several_forward_calls_then_one_backward():
     """Each call keeps its own activations: (cm(a) + 2 cm(b)).sum() backpropagates both."""
     torch.manual_seed(0)
     net = mixed_model().eval()
-    cm = rootclad.compile(net, example_input=mixed_batch()[0], engine="pullback").eval()
+    cm = rootclad.compile(net, mixed_batch()[0], loss="cross_entropy", engine="pullback").eval()
     a, _ = mixed_batch(3, seed=1)
     b, _ = mixed_batch(2, seed=2)
     a_c, b_c = a.clone().requires_grad_(), b.clone().requires_grad_()
@@ -183,7 +183,7 @@ def test_state_dict_round_trips_both_ways():
     torch.manual_seed(0)
     net = mixed_model().eval()
     x, _ = mixed_batch()
-    cm = rootclad.compile(net, example_input=x, engine="pullback").eval()
+    cm = rootclad.compile(net, example_input=x, loss="cross_entropy", engine="pullback").eval()
     other = mixed_model().eval()  # different random weights
     cm.load_state_dict(other.state_dict())
     assert_close_rel(cm.predict(x), other(x).detach(), 1e-10, "after cm.load_state_dict")
