@@ -128,7 +128,7 @@ def mixed_model() -> torch.nn.Module:
         nn.Conv1d(2, 4, 5, stride=2, padding=2),  # (4, 16)
         nn.LeakyReLU(0.1),
         nn.AvgPool1d(3, stride=2, padding=1, count_include_pad=False),  # (4, 8)
-        nn.Conv1d(4, 3, 3, dilation=2, bias=False),  # (3, 4)
+        nn.Conv1d(4, 3, 9, padding=6, dilation=2, bias=False),  # (3, 4); 36 taps: im2col+GEMM
         nn.GELU(approximate="tanh"),
         nn.MaxPool1d(2, padding=1),  # (3, 3)
         nn.Tanh(),
