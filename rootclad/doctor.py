@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
+import warnings
 
 
 def _line(name: str, value: str) -> str:
@@ -17,7 +18,9 @@ def _root_status() -> str:
     except importlib.metadata.PackageNotFoundError:
         version = None
     try:
-        import ROOT  # noqa: N811  (PyROOT's module name)
+        with warnings.catch_warnings():  # the ROOT wheel warns that it is an alpha release
+            warnings.simplefilter("ignore")
+            import ROOT  # noqa: N811  (PyROOT's module name)
     except Exception as exc:  # PyROOT fails in many ways when misinstalled
         return f"not importable ({type(exc).__name__}: {exc})" + (
             f"; package ROOT {version} is installed" if version else ""

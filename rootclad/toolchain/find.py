@@ -6,6 +6,7 @@ Everything is found through the environment; nothing is downloaded or built.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import shutil
 import subprocess
@@ -22,7 +23,10 @@ def _version(cmd: str) -> str:
         out = subprocess.run([cmd, "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
-    return (out.stdout or out.stderr).splitlines()[0].strip() if (out.stdout or out.stderr) else ""
+    lines = (out.stdout or out.stderr).strip().splitlines()
+    # nvcc prints its release on a later line than the first
+    release = [ln for ln in lines if "release" in ln]
+    return (release or lines or [""])[0].strip()
 
 
 @functools.cache
@@ -56,7 +60,15 @@ class CladInstall:
     version: str
 
     def flags(self) -> list[str]:
-        return [f"-fplugin={self.plugin}", f"-I{self.include}"]
+        # The stamp (version, size and mtime of the plugin) changes the compile cache key
+        # when Clad is rebuilt or updated; it is otherwise unused.
+        st = Path(self.plugin).stat()
+        stamp = hashlib.sha256(f"{self.version}:{st.st_size}:{st.st_mtime_ns}".encode())
+        return [
+            f"-fplugin={self.plugin}",
+            f"-I{self.include}",
+            f"-DROOTCLAD_CLAD_STAMP=0x{stamp.hexdigest()[:12]}",
+        ]
 
 
 def _clad_candidates() -> list[tuple[str, str]]:
@@ -70,6 +82,16 @@ def _clad_candidates() -> list[tuple[str, str]]:
         if prefix:
             out.append((str(Path(prefix, "lib", "clad.so")), str(Path(prefix, "include"))))
     return out
+
+
+def _clad_version(include: str) -> str:
+    """Clad's version from its installed Version.inc (``#define CLAD_VERSION_STRING "..."``)."""
+    inc = Path(include, "clad", "Differentiator", "Version.inc")
+    if inc.is_file():
+        for line in inc.read_text().splitlines():
+            if "CLAD_VERSION_STRING" in line and '"' in line:
+                return line.split('"')[1]
+    return "unknown"
 
 
 @functools.cache
@@ -100,8 +122,7 @@ def find_clad() -> tuple[CladInstall | None, str]:
         if not path:
             reasons.append("Clad plugin found but no clang++ to load it (set ROOTCLAD_CXX)")
             continue
-        version = Path(include, "..", "VERSION")
-        ver = version.read_text().strip() if version.is_file() else "unknown"
+        ver = _clad_version(include)
         return CladInstall(cxx=path, plugin=plugin, include=include, version=ver), "found"
     return None, "; ".join(reasons) or "no candidate locations"
 
