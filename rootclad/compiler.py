@@ -72,7 +72,7 @@ def compile(
     sweep over the same hand-written pullbacks) or ``"auto"`` (clad when found).
     ``pullbacks=False`` (clad only) lets Clad differentiate the plain kernel loops itself.
     ``dtype`` defaults to the example input's (float32 or float64). The model's current
-    parameters are copied into the compiled model.
+    parameters and its training mode (``model.training``) are copied into the compiled model.
     """
     from rootclad.torch.model import CompiledModel
 
@@ -106,4 +106,5 @@ def compile(
         seed=seed,
     )
     cm.load_state_dict(dict(model.named_parameters()))
+    cm.train(model.training)  # an eval-mode module must not predict with dropout on
     return cm
