@@ -127,3 +127,15 @@ def test_mask_checker_fails_on_outputs_that_are_not_dropout():
     for wrong in (x * 2.0, x * (1 / (1 - p)) * (1 + 1e-9), x * 0.5):
         with pytest.raises(AssertionError):
             _mask(wrong, x, p)
+
+
+def test_compile_keeps_the_modules_training_mode():
+    """An eval-mode module compiles to an eval-mode model: no dropout in its predictions."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Dropout(0.25), nn.Linear(N, 2)).double().eval()
+    x = _x()
+    cm = rootclad.compile(net, example_input=x, engine="pullback")
+    assert not cm.training
+    assert_close_rel(cm.predict(x), net(x).detach(), 1e-10)
+    assert_close_rel(cm(x).detach(), net(x).detach(), 1e-10)
+    assert rootclad.compile(net.train(), example_input=x, engine="pullback").training
