@@ -230,6 +230,7 @@ def test_cross_entropy_targets_out_of_range_or_not_indices():
     x = torch.randn(2, 4, dtype=F64)
     cm = rootclad.compile(net, example_input=x, loss="cross_entropy", engine="pullback")
     opt = rootclad.optim.SGD(cm, lr=0.1)
+    before = cm.state_dict()["0.weight"].clone()
     for y in (torch.tensor([0, 3]), torch.tensor([-1, 1])):
         with pytest.raises(ValueError) as err:
             cm.loss_and_grad(x, y)
@@ -240,8 +241,8 @@ def test_cross_entropy_targets_out_of_range_or_not_indices():
         cm.loss_and_grad(x, torch.tensor([0.0, 1.0]))
     with pytest.raises(ValueError, match="2 integer class indices"):
         cm.loss_and_grad(x, torch.tensor([0, 1, 2]))
-    before = cm.state_dict()["0.weight"].clone()
     assert torch.equal(cm.state_dict()["0.weight"], before)  # refused steps changed nothing
+    assert opt.step_count == 0
 
 
 def test_state_dict_and_optimizer_misuse(cnn):
