@@ -55,7 +55,13 @@ def main() -> int:
         for workers in args.workers:
             for rep in range(args.repeats):
                 path = Path(tmp) / f"sim_{workers}_{rep}.root"
+                t0 = os.times()
                 r = simulate(path, args.events, seed=rep, workers=workers, progress=False)
+                t1 = os.times()
+                cpu_main = t1.user + t1.system - t0.user - t0.system
+                cpu_workers = (
+                    t1.children_user + t1.children_system - t0.children_user - t0.children_system
+                )
                 runs.append(
                     {
                         "approximant": "builtin",
@@ -63,6 +69,9 @@ def main() -> int:
                         "events": args.events,
                         "seconds": round(r.seconds, 3),
                         "events_per_second": round(r.events_per_second, 1),
+                        "cpu_seconds_main": round(cpu_main, 2),
+                        "cpu_seconds_workers": round(cpu_workers, 2),
+                        "events_per_cpu_second": round(args.events / (cpu_main + cpu_workers), 1),
                         "file_MB": round(path.stat().st_size / 1e6, 1),
                         "load_average_after": os.getloadavg(),
                     }
@@ -110,7 +119,7 @@ def main() -> int:
         }
         print(json.dumps(matched))
     result = {
-        "benchmark": "rootclad.gw.simulate, 1 s segments at 2048 Hz, uncompressed, chunks of 256 events",
+        "benchmark": "rootclad.gw.simulate, 1 s segments at 2048 Hz, uncompressed, chunks of 1024 events",
         "conditions_before": before,
         "load_average_after": os.getloadavg(),
         "runs": runs,

@@ -82,8 +82,8 @@ def register(subparsers) -> None:
     p.add_argument(
         "--chunk-size",
         type=int,
-        default=256,
-        help="events per basket (2 MB of strain at 2048 samples)",
+        default=1024,
+        help="events per basket (8 MB of strain at 2048 samples)",
     )
     p.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
