@@ -226,8 +226,8 @@ def test_wrong_target_shapes(cnn):
 
 def test_cross_entropy_targets_out_of_range_or_not_indices():
     torch.manual_seed(0)
-    net = nn.Sequential(nn.Linear(4, 3)).double()
-    x = torch.randn(2, 4, dtype=F64)
+    net = nn.Sequential(nn.Linear(6, 3)).double()  # the library of the loss tests
+    x = torch.randn(2, 6, dtype=F64)
     cm = rootclad.compile(net, example_input=x, loss="cross_entropy", engine="pullback")
     opt = rootclad.optim.SGD(cm, lr=0.1)
     before = cm.state_dict()["0.weight"].clone()

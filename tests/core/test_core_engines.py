@@ -155,8 +155,8 @@ def test_auto_picks_clad_when_present(clad):
 
 def test_engine_clad_without_clad_says_what_was_looked_for(toolchain_env):
     toolchain_env.setenv("ROOTCLAD_CLAD_PLUGIN", "/nonexistent/lib/clad.so")
-    net = nn.Sequential(nn.Linear(4, 2)).double()
-    x = torch.randn(2, 4, dtype=F64)
+    net = nn.Sequential(nn.Linear(5, 3)).double()  # the library of the per-op Linear case
+    x = torch.randn(2, 5, dtype=F64)
     with pytest.raises(ToolchainError) as err:
         rootclad.compile(net, example_input=x, engine="clad")
     msg = str(err.value)
