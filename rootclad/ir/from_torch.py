@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rootclad.ir.graph import Graph, IRError, Node, Param
+from rootclad.ir.optimize import pool_before_activation
 
 SUPPORTED_MODULES = (
     "Linear, LazyLinear, Conv1d (groups=1, zero padding), MaxPool1d, AvgPool1d, ReLU, LeakyReLU, "
@@ -169,7 +170,7 @@ def graph_from_module(module: nn.Module, example_input: torch.Tensor, dtype: str
     params = [Param(name, tuple(p.shape)) for name, p in module.named_parameters()]
     graph = Graph(tuple(example_input.shape[1:]), nodes, params, dtype)
     graph.validate()
-    return graph
+    return pool_before_activation(graph)
 
 
 def _is_torch_layer(module: nn.Module) -> bool:

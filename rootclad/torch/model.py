@@ -151,7 +151,14 @@ class CompiledModel:
             )
         if x.shape[0] < 1:
             raise ValueError("input batch is empty")
-        return int(x.shape[0])
+        B = int(x.shape[0])
+        largest = max(r.size for r in self._em.regions)
+        if B * largest >= 2**31:  # the kernels count a layer's elements in an int
+            raise ValueError(
+                f"batch of {B} is too large for one call: a layer would hold {B * largest} "
+                f"values (limit {2**31 - 1}); use batches of at most {(2**31 - 1) // largest}"
+            )
+        return B
 
     def _check_y(self, y, B: int) -> torch.Tensor:
         if not isinstance(y, torch.Tensor):

@@ -432,3 +432,12 @@ def test_two_processes_compiling_one_model_at_once(tmp_path):
     assert all(r["err"] < 1e-12 for r in results)
     assert [p.name for p in cache.glob("*.so")] == [Path(results[0]["lib"]).name]
     assert [p for p in cache.iterdir() if p.is_dir()] == []
+
+
+def test_batch_too_large_for_int_counts_is_refused():
+    """The kernels count a layer's elements in an int; a batch past that must fail loudly."""
+    net = torch.nn.Sequential(torch.nn.Linear(4, 2**20))
+    cm = rootclad.compile(net, torch.randn(2, 4), "mse", engine="pullback")
+    with pytest.raises(ValueError, match=r"batch of 4096 is too large.*at most 2047"):
+        cm.predict(torch.randn(4096, 4))
+    assert cm.predict(torch.randn(2, 4)).shape == (2, 2**20)  # a normal batch still runs
