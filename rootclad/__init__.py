@@ -2,19 +2,36 @@
 
 >>> cm = rootclad.compile(net, example_input=x, loss="bce_with_logits")
 >>> loss = cm.train_step(x, y, rootclad.optim.Adam(cm, lr=1e-3))
+
+Submodules are imported on first use, so ``import rootclad.gw`` does not load torch.
 """
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
-
-from rootclad import optim
-from rootclad.compiler import compile, engines_available
 
 __version__ = "0.1.0"
 __all__ = ["compile", "engines_available", "get_include", "optim", "__version__"]
+
+_LAZY = {"compile": "rootclad.compiler", "engines_available": "rootclad.compiler"}
 
 
 def get_include() -> str:
     """The directory to put on the include path for ``#include "rootclad/kernels.h"``."""
     return str(Path(__file__).resolve().parent / "include")
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    elif name == "optim":
+        value = importlib.import_module("rootclad.optim")
+    else:
+        raise AttributeError(f"module 'rootclad' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted([*globals(), *_LAZY, "optim"])

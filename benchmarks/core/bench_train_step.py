@@ -126,6 +126,15 @@ def torch_step(net, x, y, compiled: bool = False):
     return step
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory. VmHWM belongs to the address space, which exec
+    replaces; ru_maxrss would carry over the parent's peak into a child."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def rss_child(model: str, impl: str, batch: int) -> dict:
     """Runs in a fresh process: warm-cache load time and peak RSS of one implementation."""
     import rootclad
@@ -133,7 +142,7 @@ def rss_child(model: str, impl: str, batch: int) -> dict:
     torch.manual_seed(0)
     net = make_model(model)
     x, y = example(model, batch)
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    base = peak_rss_mb()
     out = {"baseline_rss_mb": base}
     if impl == "torch-eager":
         step = torch_step(net, x, y)
@@ -150,7 +159,7 @@ def rss_child(model: str, impl: str, batch: int) -> dict:
 
     for _ in range(5):
         step()
-    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out["peak_rss_mb"] = peak_rss_mb()
     return out
 
 
@@ -172,6 +181,11 @@ def main(argv=None) -> int:
     ap.add_argument("--no-torch-compile", action="store_true")
     ap.add_argument("--no-libtorch", action="store_true")
     ap.add_argument("--models", default="mlp,cnn")
+    ap.add_argument(
+        "--memory-only",
+        action="store_true",
+        help="redo only the load-time/peak-RSS part of an existing result file",
+    )
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "train_step.json")
     ap.add_argument(
         "--rss-child", nargs=3, metavar=("MODEL", "IMPL", "BATCH"), help=argparse.SUPPRESS
@@ -181,6 +195,13 @@ def main(argv=None) -> int:
         m, impl, b = args.rss_child
         print(json.dumps(rss_child(m, impl, int(b))))
         return 0
+
+    if args.memory_only:
+        report = json.loads(args.out.read_text())
+        for model in report["compile"]:
+            for impl in ["torch-eager", *(k for k in report["compile"][model] if "/" in k)]:
+                report["memory"].setdefault(model, {})[impl] = run_rss_child(model, impl, 256)
+        return write_report(report, args.out)
 
     import rootclad
     from rootclad.toolchain import find_clad
@@ -279,14 +300,19 @@ def main(argv=None) -> int:
         for impl in ["torch-eager", *compiled]:
             report["memory"].setdefault(model, {})[impl] = run_rss_child(model, impl, 256)
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(report, indent=1))
-    os.replace(tmp, args.out)
+    return write_report(report, args.out)
+
+
+def write_report(report: dict, out: Path) -> int:
+    """The JSON result and its markdown table, each written to a temporary name and renamed."""
+    out.parent.mkdir(parents=True, exist_ok=True)
     md = REPO / "docs" / "benchmarks" / "train_step.md"
     md.parent.mkdir(parents=True, exist_ok=True)
-    md.write_text(render_markdown(report))
-    print(f"wrote {args.out} and {md}")
+    for path, text in ((out, json.dumps(report, indent=1)), (md, render_markdown(report))):
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    print(f"wrote {out} and {md}")
     return 0
 
 

@@ -15,8 +15,9 @@
 #include <thread>
 #include <vector>
 
-// While chunks run in parallel, BLAS must not start threads of its own: OpenBLAS's thread
-// count is set to 1 for the duration (the wheel's OpenBLAS has no per-thread setting).
+// rootclad's parallelism is its own: the OpenBLAS it links is set to one thread when the pool
+// starts. Measured here (2 vCPUs with steal time), OpenBLAS's own threads made small GEMMs
+// several times slower and erratic, and switching its thread count on every call cost ~5 ms.
 #if defined(ROOTCLAD_CBLAS_SCIPY)
 extern "C" void scipy_openblas_set_num_threads(int);
 extern "C" int scipy_openblas_get_num_threads(void);
@@ -51,7 +52,7 @@ public:
   int size() const { return (int)workers_.size() + 1; }
 
   // Runs task(ctx, t, n) for t = 0..n-1, t = 0 on the calling thread; returns when all are done.
-  // n is capped at size(). BLAS runs single-threaded inside the tasks.
+  // n is capped at size().
   void run(Task task, void* ctx, int n) {
     if (n > size())
       n = size();
@@ -69,16 +70,9 @@ public:
       ++generation_;
     }
     cv_.notify_all();
-    const int blas_threads = ROOTCLAD_BLAS_GET_THREADS();
-    if (blas_threads > 1)
-      ROOTCLAD_BLAS_SET_THREADS(1);
     task(ctx, 0, n);
-    {
-      std::unique_lock<std::mutex> lk(m_);
-      done_.wait(lk, [&] { return remaining_ == 0; });
-    }
-    if (blas_threads > 1)
-      ROOTCLAD_BLAS_SET_THREADS(blas_threads);
+    std::unique_lock<std::mutex> lk(m_);
+    done_.wait(lk, [&] { return remaining_ == 0; });
   }
 
   ~ThreadPool() {
@@ -93,6 +87,8 @@ public:
 
 private:
   explicit ThreadPool(int n) {
+    if (ROOTCLAD_BLAS_GET_THREADS() > 1)
+      ROOTCLAD_BLAS_SET_THREADS(1);
     for (int t = 1; t < n; ++t)
       workers_.emplace_back([this, t] { loop(t); });
   }
