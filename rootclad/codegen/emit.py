@@ -56,7 +56,7 @@ class EmittedModel:
     regions: list[Region] = field(default_factory=list)
 
 
-def _lit(x: float, ctype: str) -> str:
+def _lit(x: float) -> str:
     return f"T({x!r})"
 
 
@@ -161,7 +161,7 @@ class _Emitter:
             f(f"::rootclad::{op}_forward({OUT}, {IN}, B * {n_in});")
             b(f"{cd}{op}_forward_pullback({OUT}, {IN}, B * {n_in}, {D_OUT}, {D_IN}, &di);")
         elif op == "leaky_relu":
-            s = _lit(a["negative_slope"], "")
+            s = _lit(a["negative_slope"])
             f(f"::rootclad::leaky_relu_forward({OUT}, {IN}, B * {n_in}, {s});")
             b(
                 f"{cd}leaky_relu_forward_pullback({OUT}, {IN}, B * {n_in}, {s}, {D_OUT}, {D_IN}, "
@@ -177,7 +177,7 @@ class _Emitter:
                 "&di);"
             )
         elif op == "dropout":
-            p = f"(training ? {_lit(a['p'], '')} : T(0))"
+            p = f"(training ? {_lit(a['p'])} : T(0))"
             seed = f"::rootclad::dropout_hash(seed, {idx})"
             i0 = f"(long)b0 * {n_in}"
             f(f"::rootclad::dropout_forward({OUT}, {IN}, B * {n_in}, {p}, {seed}, {i0});")

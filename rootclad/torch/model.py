@@ -94,6 +94,7 @@ class CompiledModel:
             self._grad_views[name] = self._grads[off : off + n].view(shape)
         self._work = torch.empty(0, dtype=self.dtype)
         self._work_batch = 0
+        self._largest_region = max(r.size for r in emitted.regions)
         self.input_shape = tuple(graph.input_shape)
         self.output_shape = tuple(emitted.output_shape)
 
@@ -152,7 +153,7 @@ class CompiledModel:
         if x.shape[0] < 1:
             raise ValueError("input batch is empty")
         B = int(x.shape[0])
-        largest = max(r.size for r in self._em.regions)
+        largest = self._largest_region
         if B * largest >= 2**31:  # the kernels count a layer's elements in an int
             raise ValueError(
                 f"batch of {B} is too large for one call: a layer would hold {B * largest} "
