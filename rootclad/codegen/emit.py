@@ -134,8 +134,8 @@ class _Emitter:
             OC, LO = node.out_shape
             K = self.g.param(node.params["weight"]).shape[2]
             S, P, Dl = a["stride"], a["padding"], a["dilation"]
-            # im2col scratch; the direct path (few taps, see kernels.h) needs none
-            direct = C * K <= CONV1D_DIRECT_MAX_TAPS
+            # im2col scratch; the direct paths (stride 1 or few taps, kernels.h) need none
+            direct = S == 1 or C * K <= CONV1D_DIRECT_MAX_TAPS
             cols = self.region(f"{idx}:{node.name}:cols", 0 if direct else C * K * LO, False)
             tmp = self.region(f"{idx}:{node.name}:tmp", 0 if direct else OC * LO, False)
             COLS, D_COLS = self.at("act", cols), self.at("d_act", cols)

@@ -36,13 +36,22 @@ CASES = [
     ("conv-3to2-k5-s2-p2-nobias", lambda: _seq(nn.Conv1d(3, 2, 5, stride=2, padding=2, bias=False)), (3, 16), True),
     ("conv-2to5-k3-s3-p1-d2", lambda: _seq(nn.Conv1d(2, 5, 3, stride=3, padding=1, dilation=2)), (2, 20), False),
     ("conv-2to3-k4-d3-p3-nobias", lambda: _seq(nn.Conv1d(2, 3, 4, padding=3, dilation=3, bias=False)), (2, 11), False),
-    # C*K > 32 taps: im2col and a GEMM
+    # stride 1, rows of at least one vector: the register-blocked kernels of conv1d_s1.h
+    # (10 channels: one block of 8 and 2 single rows; K=5: a block of 4 taps and one more)
+    ("conv-s1-3to10-k5", lambda: _seq(nn.Conv1d(3, 10, 5)), (3, 70), True),
+    ("conv-s1-4to5-k6-p3-d2-nobias", lambda: _seq(nn.Conv1d(4, 5, 6, padding=3, dilation=2, bias=False)), (4, 41), True),
+    ("conv-s1-2to3-k3-one-vector", lambda: _seq(nn.Conv1d(2, 3, 3)), (2, 20), True),
+    ("conv-s1-1to2-k40-short-rows", lambda: _seq(nn.Conv1d(1, 2, 40, padding=1)), (1, 45), False),
+    # C*K > 32 taps and stride > 1: im2col and a GEMM
     ("conv-8to4-k5", lambda: _seq(nn.Conv1d(8, 4, 5)), (8, 12), True),
     ("conv-6to3-k7-s2-p3-d2-nobias", lambda: _seq(nn.Conv1d(6, 3, 7, stride=2, padding=3, dilation=2, bias=False)), (6, 19), False),
     ("conv-16to1-k3-s3", lambda: _seq(nn.Conv1d(16, 1, 3, stride=3)), (16, 10), False),
     ("maxpool-k3-s2-p1", lambda: _seq(nn.MaxPool1d(3, stride=2, padding=1)), (2, 11), False),
     ("maxpool-k4-s1-p2", lambda: _seq(nn.MaxPool1d(4, stride=1, padding=2)), (2, 9), False),
     ("maxpool-k5-s3-odd-tail", lambda: _seq(nn.MaxPool1d(5, stride=3)), (1, 14), False),
+    # non-overlapping windows: K = 4 (unrolled) and K = 5 (any K), with a tail left over
+    ("maxpool-k4-s4-tail", lambda: _seq(nn.MaxPool1d(4)), (2, 23), True),
+    ("maxpool-k5-s5", lambda: _seq(nn.MaxPool1d(5)), (2, 20), False),
     ("avgpool-k3-s2-p1-cip", lambda: _seq(nn.AvgPool1d(3, stride=2, padding=1)), (2, 11), False),
     ("avgpool-k3-s2-p1-nocip", lambda: _seq(nn.AvgPool1d(3, stride=2, padding=1, count_include_pad=False)), (2, 11), False),
     ("avgpool-k4-s3-p2-nocip", lambda: _seq(nn.AvgPool1d(4, stride=3, padding=2, count_include_pad=False)), (2, 13), False),
@@ -84,6 +93,17 @@ def test_op_compiled_model_serves_other_batch_sizes():
     net = _seq(nn.Conv1d(8, 4, 5))  # a case above: the library is already built
     for B in (1, 7, 2):
         check_against_torch(net, _input((8, 12), B=B, seed=B))
+
+
+@pytest.mark.parametrize("K", [4, 5])
+def test_maxpool_ties_send_the_gradient_to_the_first_maximum(K):
+    """Windows with repeated maxima (small integers, and -0.0 next to 0.0): the gradient goes
+    to the element torch picks, the first maximum, in both window-search paths."""
+    gen = torch.Generator().manual_seed(K)
+    x = torch.randint(-1, 2, (4, 2, 8 * K + 3), generator=gen).to(F64)
+    x[0, 0, :2] = torch.tensor([-0.0, 0.0], dtype=F64)
+    x[0, 0, 2:K] = -1.0
+    check_against_torch(_seq(nn.MaxPool1d(K)), x)
 
 
 # -- losses ------------------------------------------------------------------------------

@@ -12,8 +12,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "rootclad/blas.h"
+#ifndef ROOTCLAD_NO_PULLBACKS
+#include "rootclad/conv1d_s1.h"
+#endif
 
 // Vectorisation hints (-fopenmp-simd). Omitted when Clad differentiates the kernels itself:
 // Clad 2.5 crashes on OpenMP directives.
@@ -110,10 +114,15 @@ void conv1d_im2col(T* cols, const T* inp, int B, int C, int L, int K, int S, int
     }
 }
 
-// Direct convolution, for layers with few input taps (C*K small, e.g. the first layer on raw
-// strain): im2col there would copy the input K times to feed a GEMM too thin to be efficient.
-// Each output row stays in L1 while the C*K taps are added into it.
+// Direct convolution, for stride 1 (the register-blocked kernels of conv1d_s1.h, or these
+// loops for rows shorter than a vector) and for layers with few input taps (C*K small, e.g. a
+// strided first layer on raw strain): im2col there would copy the input K times to feed a
+// GEMM too thin to be efficient. Each output row stays in L1 while the taps are added into it.
+// Only the other layers need im2col's cols/tmp scratch (rootclad/codegen/emit.py mirrors this).
 constexpr int CONV1D_DIRECT_MAX_TAPS = 32;
+inline bool conv1d_is_direct(int C, int K, int S) {
+  return S == 1 || C * K <= CONV1D_DIRECT_MAX_TAPS;
+}
 
 template <typename T>
 void conv1d_direct_forward(T* out, const T* inp, const T* weight, const T* bias, int B, int C,
@@ -163,32 +172,35 @@ void conv1d_direct_backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, co
       }
       for (int c = 0; c < C; ++c) {
         const T* x = inp + ((long)b * C + c) * L;
-        for (int k = 0; k < K; ++k)
-          acc[k] = 0;
-        for (int l = 0; l < LO; ++l) {
-          const T gl = g[l];
-          const int i0 = l * S - P;
-          if (i0 >= 0 && i0 + (K - 1) * D < L) { // all taps inside the input
-            const T* xs = x + i0;
-            if (D == 1) {
-              ROOTCLAD_SIMD
-              for (int k = 0; k < K; ++k)
-                acc[k] += gl * xs[k];
+        for (int k0 = 0; k0 < K; k0 += CONV1D_DIRECT_MAX_TAPS) { // taps k0 .. k0 + nk - 1
+          const int nk = K - k0 < CONV1D_DIRECT_MAX_TAPS ? K - k0 : CONV1D_DIRECT_MAX_TAPS;
+          for (int k = 0; k < nk; ++k)
+            acc[k] = 0;
+          for (int l = 0; l < LO; ++l) {
+            const T gl = g[l];
+            const int i0 = l * S - P + k0 * D;
+            if (i0 >= 0 && i0 + (nk - 1) * D < L) { // all taps inside the input
+              const T* xs = x + i0;
+              if (D == 1) {
+                ROOTCLAD_SIMD
+                for (int k = 0; k < nk; ++k)
+                  acc[k] += gl * xs[k];
+              } else {
+                for (int k = 0; k < nk; ++k)
+                  acc[k] += gl * xs[k * D];
+              }
             } else {
-              for (int k = 0; k < K; ++k)
-                acc[k] += gl * xs[k * D];
-            }
-          } else {
-            for (int k = 0; k < K; ++k) {
-              int i = i0 + k * D;
-              if (i >= 0 && i < L)
-                acc[k] += gl * x[i];
+              for (int k = 0; k < nk; ++k) {
+                int i = i0 + k * D;
+                if (i >= 0 && i < L)
+                  acc[k] += gl * x[i];
+              }
             }
           }
+          T* dw = d_weight + (o * C + c) * K + k0;
+          for (int k = 0; k < nk; ++k)
+            dw[k] += acc[k];
         }
-        T* dw = d_weight + (o * C + c) * K;
-        for (int k = 0; k < K; ++k)
-          dw[k] += acc[k];
         if (!d_inp)
           continue;
         const T* w = weight + (o * C + c) * K;
@@ -237,7 +249,9 @@ void conv1d_forward(T* out, T* tmp, T* cols, const T* inp, const T* weight, cons
   const int LO = conv1d_out_len(L, K, S, P, D);
   const int CK = C * K;
   const long NL = (long)B * LO;
-  if (CK <= CONV1D_DIRECT_MAX_TAPS)
+  if (S == 1 && conv_s1::forward(out, inp, weight, bias, B, C, L, OC, K, P, D, LO))
+    return;
+  if (conv1d_is_direct(C, K, S))
     return conv1d_direct_forward(out, inp, weight, bias, B, C, L, OC, K, S, P, D, LO);
   conv1d_im2col(cols, inp, B, C, L, K, S, P, D, LO);
   T* prod = B == 1 ? out : tmp;
@@ -264,7 +278,12 @@ void conv1d_backward(T* d_inp, T* d_weight, T* d_bias, T* d_tmp, T* d_cols, cons
   const int LO = conv1d_out_len(L, K, S, P, D);
   const int CK = C * K;
   const long NL = (long)B * LO;
-  if (CK <= CONV1D_DIRECT_MAX_TAPS)
+#ifndef ROOTCLAD_NO_PULLBACKS
+  if (S == 1 &&
+      conv_s1::backward(d_inp, d_weight, d_bias, d_out, inp, weight, B, C, L, OC, K, P, D, LO))
+    return;
+#endif
+  if (conv1d_is_direct(C, K, S))
     return conv1d_direct_backward(d_inp, d_weight, d_bias, d_out, inp, weight, B, C, L, OC, K, S, P,
                                   D, LO);
   const T* g = d_out;
@@ -335,36 +354,52 @@ void maxpool1d_forward(T* out, const T* inp, int R, int L, int K, int S, int P) 
     }
 }
 
-template <typename T>
-void maxpool1d_backward(T* d_inp, const T* d_out, const T* inp, int R, int L, int K, int S, int P) {
-  int LO = (L + 2 * P - K) / S + 1;
-  if (S == K && P == 0) { // the first maximum of each window, found 64 windows at a time
-    constexpr int NB = 64;
-    T best[NB];
-    int arg[NB];
-    for (long r = 0; r < R; ++r) {
-      const T* x = inp + r * L;
-      for (int o0 = 0; o0 < LO; o0 += NB) {
-        const int n = LO - o0 < NB ? LO - o0 : NB;
-        const T* xb = x + (long)o0 * K;
-        for (int o = 0; o < n; ++o) {
-          best[o] = xb[(long)o * K];
-          arg[o] = 0;
-        }
-        for (int k = 1; k < K; ++k)
-          for (int o = 0; o < n; ++o) {
-            T v = xb[(long)o * K + k];
-            bool c = v > best[o];
-            best[o] = c ? v : best[o];
-            arg[o] = c ? k : arg[o];
-          }
-        T* dx = d_inp + r * L + (long)o0 * K;
-        const T* g = d_out + r * LO + o0;
-        for (int o = 0; o < n; ++o)
-          dx[(long)o * K + arg[o]] += g[o];
+// Non-overlapping windows (S == K, P == 0), given the forward's output m: the gradient of
+// window o goes to the first element the forward's maximum was copied from. With K a compile-time
+// constant (the common sizes) the search is unrolled and branch-free; no argmax is tracked, and no
+// index is stored between the passes.
+template <typename T, int K>
+void maxpool1d_backward_windows(T* d_inp, const T* d_out, const T* out, const T* inp, long R, int L,
+                                int LO, int Kr) {
+  typedef typename std::conditional<sizeof(T) == 4, std::uint32_t, std::uint64_t>::type Bits;
+  const int KK = K > 0 ? K : Kr;
+  for (long r = 0; r < R; ++r) {
+    const T* x = inp + r * L;
+    const T* m = out + r * LO;
+    const T* g = d_out + r * LO;
+    T* dx = d_inp + r * L;
+    for (int o = 0; o < LO; ++o) {
+      // m[o] is a copy of one of the window's values: compare bit patterns (no NaN or
+      // signed-zero cases), branch-free, keeping the lowest k that matches
+      Bits mb, wb;
+      std::memcpy(&mb, m + o, sizeof(T));
+      int first = KK - 1;
+      for (int k = KK - 1; k >= 0; --k) {
+        std::memcpy(&wb, x + (long)o * KK + k, sizeof(T));
+        first = wb == mb ? k : first;
       }
+      dx[(long)o * KK + first] += g[o];
     }
-    return;
+  }
+}
+
+template <typename T>
+void maxpool1d_backward(T* d_inp, const T* d_out, const T* out, const T* inp, int R, int L, int K,
+                        int S, int P) {
+  int LO = (L + 2 * P - K) / S + 1;
+  if (S == K && P == 0) {
+    switch (K) {
+    case 2:
+      return maxpool1d_backward_windows<T, 2>(d_inp, d_out, out, inp, R, L, LO, K);
+    case 3:
+      return maxpool1d_backward_windows<T, 3>(d_inp, d_out, out, inp, R, L, LO, K);
+    case 4:
+      return maxpool1d_backward_windows<T, 4>(d_inp, d_out, out, inp, R, L, LO, K);
+    case 8:
+      return maxpool1d_backward_windows<T, 8>(d_inp, d_out, out, inp, R, L, LO, K);
+    default:
+      return maxpool1d_backward_windows<T, 0>(d_inp, d_out, out, inp, R, L, LO, K);
+    }
   }
   for (int r = 0; r < R; ++r)
     for (int o = 0; o < LO; ++o) {

@@ -36,7 +36,7 @@ void conv1d_forward_pullback(T* out, T* tmp, T* cols, const T* inp, const T* wei
 template <typename T>
 void maxpool1d_forward_pullback(T* out, const T* inp, int R, int L, int K, int S, int P, T* d_out,
                                 T* d_inp, int* d_R, int* d_L, int* d_K, int* d_S, int* d_P) {
-  ::rootclad::maxpool1d_backward(d_inp, d_out, inp, R, L, K, S, P);
+  ::rootclad::maxpool1d_backward(d_inp, d_out, out, inp, R, L, K, S, P);
 }
 
 template <typename T>
