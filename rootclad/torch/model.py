@@ -197,6 +197,12 @@ class CompiledModel:
 
     def _load_input(self, act: torch.Tensor, x: torch.Tensor, B: int) -> None:
         r = self._em.input_region
+        if x.device.type == "cpu" and x.dtype == self.dtype and x.is_contiguous():
+            # a plain memcpy: torch's copy_ would start its OpenMP threads, which then
+            # compete with rootclad's own for the cores during the step
+            size = act.element_size()
+            ctypes.memmove(act.data_ptr() + B * r.offset * size, x.data_ptr(), x.numel() * size)
+            return
         # detached: a copy that autograd records would turn the shared workspace into a
         # graph node, and predict()'s output would then carry a silently zero gradient
         act[B * r.offset : B * (r.offset + r.size)].view_as(x).copy_(x.detach())

@@ -212,7 +212,11 @@ void dweight_rows(T* dw, const T* g, const T* x, int B, int C, int Lx, int OC, i
     int k0 = 0;
     for (; k0 + KB <= K; k0 += KB)
       dweight_block<T, OB, KB>(dw, g, x, B, C, Lx, OC, K, D, LO, o0, c, k0);
-    for (; k0 < K; ++k0)
+    if (K - k0 == 3)
+      dweight_block<T, OB, 3>(dw, g, x, B, C, Lx, OC, K, D, LO, o0, c, k0);
+    else if (K - k0 == 2)
+      dweight_block<T, OB, 2>(dw, g, x, B, C, Lx, OC, K, D, LO, o0, c, k0);
+    else if (K - k0 == 1)
       dweight_block<T, OB, 1>(dw, g, x, B, C, Lx, OC, K, D, LO, o0, c, k0);
   }
 }
