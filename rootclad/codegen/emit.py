@@ -76,6 +76,7 @@ class _Emitter:
             self.param_offsets[p.name] = (off, p.shape)
             off += p.numel
         self.n_params = off
+        self.flops = 0  # multiply-adds x 2 of one sample's forward (Linear and Conv1d)
         self.fwd: list[str] = []
         self.bwd: list[str] = []  # reverse sweep, in forward order; reversed when emitted
 
@@ -122,6 +123,7 @@ class _Emitter:
         if op == "linear":
             R = f"B * {n_in // node.in_shape[-1]}"
             C, OC = node.in_shape[-1], node.out_shape[-1]
+            self.flops += 2 * n_in * OC
             W, BIAS = self.param(node, "weight"), self.param(node, "bias")
             DW, DB = self.param(node, "weight", "d_params"), self.param(node, "bias", "d_params")
             f(f"::rootclad::linear_forward({OUT}, {IN}, {W}, {BIAS}, {R}, {C}, {OC});")
@@ -134,6 +136,7 @@ class _Emitter:
             OC, LO = node.out_shape
             K = self.g.param(node.params["weight"]).shape[2]
             S, P, Dl = a["stride"], a["padding"], a["dilation"]
+            self.flops += 2 * OC * LO * C * K
             # im2col scratch; the direct paths (stride 1 or few taps, kernels.h) need none
             direct = S == 1 or C * K <= CONV1D_DIRECT_MAX_TAPS
             cols = self.region(f"{idx}:{node.name}:cols", 0 if direct else C * K * LO, False)
@@ -262,6 +265,7 @@ class _Emitter:
             f"using T = {ctype};",
             f"constexpr long N_PARAMS = {self.n_params};",
             f"constexpr long ACT_PER_SAMPLE = {self.offset};",
+            f"constexpr double FLOPS_PER_SAMPLE = {self.flops}; // forward, Linear and Conv1d",
             "",
         ]
         body = [
@@ -384,10 +388,12 @@ class _Emitter:
             "              j.need_dx);",
             "}",
             "",
-            "// Splitting pays when activations outweigh parameters: every extra chunk adds a",
-            "// parameter-gradient block to fill and sum (an MLP on 2048 inputs stays in one).",
+            "// Every extra chunk adds a parameter-gradient block to fill and sum, so a batch is",
+            "// split when its activations outweigh the parameters, or its arithmetic does by far",
+            "// (the MLP 2048-256-64-1: not at batch 64, at 256; the GW CNN: from batch 8).",
             "inline int threads_for(int Bf) {",
-            "  if ((double)Bf * ACT_PER_SAMPLE < 2.0 * N_PARAMS)",
+            "  if ((double)Bf * ACT_PER_SAMPLE < 2.0 * N_PARAMS &&",
+            "      (double)Bf * FLOPS_PER_SAMPLE < 256.0 * N_PARAMS)",
             "    return 1;",
             "  int n = ::rootclad::ThreadPool::instance().size();",
             "  int by_batch = Bf / MIN_CHUNK;",
