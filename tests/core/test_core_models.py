@@ -5,6 +5,7 @@ Function inside ordinary torch code, and the parameter arena (state_dict, views,
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 import torch
@@ -75,6 +76,22 @@ def test_gw_cnn_on_2048_samples_matches_torch(dtype):
     assert cm.output_shape == (1,)
     assert dict(cm.named_parameters())["4.weight"].shape == (1, 16 * ((L - 15) // 4))
     check_against_torch(net, x[:3], dtype)  # the VJP path of the same model
+
+
+def test_gw_cnn_head_runs_in_micro_batches_with_a_remainder():
+    """The ops before the first Linear run MICRO samples at a time (codegen/emit.py): a
+    batch of 2 * MICRO + 1 samples takes three passes, the last of one sample."""
+    torch.manual_seed(0)
+    net = _gw_cnn(2048)
+    probe = rootclad.compile(net, torch.randn(1, 1, 2048, dtype=F64), engine="pullback")
+    micro = int(re.search(r"constexpr int MICRO = (\d+);", probe._em.source).group(1))
+    assert 1 < micro < 8  # ~800 KB of activations and gradients per sample in float64
+    B = 2 * micro + 1
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(B, 1, 2048, generator=gen, dtype=F64)
+    y = torch.randint(0, 2, (B, 1), generator=gen).to(F64)
+    _compare_loss_and_grad(net, x, y, "bce_with_logits", F64)
+    check_against_torch(net, x, F64)  # the VJP, with the input's gradient
 
 
 def test_gw_cnn_lazy_model_compiles_without_a_forward_pass_first():
