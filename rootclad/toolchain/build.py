@@ -47,11 +47,29 @@ def _headers_digest() -> str:
     return h.hexdigest()
 
 
+@functools.lru_cache(maxsize=1)
+def _cpu_tag() -> str:
+    """What -march=native compiles for: the CPU model and its instruction-set flags. A cache
+    shared between machines (a home directory on a batch farm) then keeps one library per
+    kind of CPU instead of handing AVX-512 code to a CPU without it."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        import platform
+
+        return f"{platform.machine()} {platform.processor()}"
+    keep = ("model name", "flags", "Features", "CPU part", "CPU implementer")
+    lines = [ln for ln in info.splitlines() if ln.split(":")[0].strip() in keep]
+    return "\n".join(dict.fromkeys(lines))  # the first processor's lines, once each
+
+
 def source_key(source: str, cxx: str, flags: list[str], link_flags: list[str]) -> str:
     h = hashlib.sha256()
     for part in (source, cxx, _version(cxx), " ".join(flags), " ".join(link_flags)):
         h.update(part.encode())
         h.update(b"\0")
+    if any(f.startswith(("-march=native", "-mcpu=native", "-mtune=native")) for f in flags):
+        h.update(_cpu_tag().encode())
     h.update(_headers_digest().encode())
     return h.hexdigest()[:20]
 

@@ -396,6 +396,20 @@ print(json.dumps({"built_now": cm.built_now, "lib": str(cm.library_path), "err":
 
 
 @pytest.mark.slow
+def test_cache_shared_between_cpus_keeps_one_library_per_cpu(monkeypatch):
+    """-march=native code is keyed by the CPU it was built on (a home directory shared by
+    batch nodes must not hand AVX-512 code to a CPU without it); other flags are not."""
+    import rootclad.toolchain.build as build
+
+    native = ["-O3", "-march=native"]
+    here = build.source_key("int f();", "g++", native, [])
+    assert build.source_key("int f();", "g++", native, []) == here
+    plain = build.source_key("int f();", "g++", ["-O3"], [])
+    monkeypatch.setattr(build, "_cpu_tag", lambda: "model name : other\nflags : sse2")
+    assert build.source_key("int f();", "g++", native, []) != here
+    assert build.source_key("int f();", "g++", ["-O3"], []) == plain
+
+
 def test_two_processes_compiling_one_model_at_once(tmp_path):
     cache = tmp_path / "cache"
     env = {**os.environ, "ROOTCLAD_CACHE_DIR": str(cache)}
