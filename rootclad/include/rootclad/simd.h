@@ -80,11 +80,27 @@ template <typename T> inline void in_register(V<T>& v) {
   (void)v;
 #endif
 }
+// The sum of v's lanes: halves added until 16 bytes are left (vextract + add, rather
+// than one extract per lane).
+template <typename T, int BYTES> struct halves {
+  typedef T H __attribute__((vector_size(BYTES / 2)));
+  template <typename W> static T sum(const W& v) {
+    H lo, hi;
+    std::memcpy(&lo, &v, sizeof lo);
+    std::memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof lo, sizeof hi);
+    return halves<T, BYTES / 2>::sum(lo + hi);
+  }
+};
+template <typename T> struct halves<T, 16> {
+  template <typename W> static T sum(const W& v) {
+    T s = 0;
+    for (int i = 0; i < 16 / (int)sizeof(T); ++i)
+      s += v[i];
+    return s;
+  }
+};
 template <typename T> inline T hsum(const V<T>& v) {
-  T s = 0;
-  for (int i = 0; i < lanes<T>(); ++i)
-    s += v[i];
-  return s;
+  return halves<T, ROOTCLAD_VEC_BYTES>::sum(v);
 }
 
 } // namespace simd
