@@ -197,7 +197,12 @@ class CompiledModel:
 
     def _load_input(self, act: torch.Tensor, x: torch.Tensor, B: int) -> None:
         r = self._em.input_region
-        if x.device.type == "cpu" and x.dtype == self.dtype and x.is_contiguous():
+        if (
+            x.device.type == "cpu"
+            and x.dtype == self.dtype
+            and x.is_contiguous()
+            and not x.is_neg()
+        ):
             # a plain memcpy: torch's copy_ would start its OpenMP threads, which then
             # compete with rootclad's own for the cores during the step
             size = act.element_size()
