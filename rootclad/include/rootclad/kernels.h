@@ -12,7 +12,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 
 #include "rootclad/blas.h"
 #ifndef ROOTCLAD_NO_PULLBACKS
@@ -387,13 +386,12 @@ void maxpool1d_forward(T* out, const T* inp, int R, int L, int K, int S, int P) 
 }
 
 // Non-overlapping windows (S == K, P == 0), given the forward's output m: the gradient of
-// window o goes to the first element the forward's maximum was copied from. With K a compile-time
-// constant (the common sizes) the search is unrolled and branch-free; no argmax is tracked, and no
-// index is stored between the passes.
+// window o goes to its first element equal to m[o], the first maximum (as torch), or to its
+// first NaN. With K a compile-time constant (the common sizes) the window loop is unrolled
+// and branch-free; no argmax is kept between the passes.
 template <typename T, int K>
 void maxpool1d_backward_windows(T* d_inp, const T* d_out, const T* out, const T* inp, long R, int L,
                                 int LO, int Kr) {
-  typedef typename std::conditional<sizeof(T) == 4, std::uint32_t, std::uint64_t>::type Bits;
   const int KK = K > 0 ? K : Kr;
   for (long r = 0; r < R; ++r) {
     const T* x = inp + r * L;
@@ -401,16 +399,16 @@ void maxpool1d_backward_windows(T* d_inp, const T* d_out, const T* out, const T*
     const T* g = d_out + r * LO;
     T* dx = d_inp + r * L;
     for (int o = 0; o < LO; ++o) {
-      // m[o] is a copy of one of the window's values: compare bit patterns (no NaN or
-      // signed-zero cases), branch-free, keeping the lowest k that matches
-      Bits mb, wb;
-      std::memcpy(&mb, m + o, sizeof(T));
-      int first = KK - 1;
-      for (int k = KK - 1; k >= 0; --k) {
-        std::memcpy(&wb, x + (long)o * KK + k, sizeof(T));
-        first = wb == mb ? k : first;
+      // the first element equal to the maximum (or the first NaN, when the maximum is NaN)
+      // takes the gradient; branch-free: every element adds either it or zero
+      const T mo = m[o];
+      T rem = g[o];
+      for (int k = 0; k < KK; ++k) {
+        const T v = x[(long)o * KK + k];
+        const bool hit = (v == mo) | (v != v);
+        dx[(long)o * KK + k] += hit ? rem : T(0);
+        rem = hit ? T(0) : rem;
       }
-      dx[(long)o * KK + first] += g[o];
     }
   }
 }
