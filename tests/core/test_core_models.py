@@ -94,6 +94,21 @@ def test_gw_cnn_head_runs_in_micro_batches_with_a_remainder():
     check_against_torch(net, x, F64)  # the VJP, with the input's gradient
 
 
+def test_wide_mlp_in_one_chunk_shares_its_gemms_between_threads():
+    """Batch 16 of this MLP runs in one chunk, and its large products are split by rows or
+    columns over rootclad's threads (blas.h): loss, gradients and the VJP match torch."""
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Linear(1024, 512), nn.ReLU(), nn.Linear(512, 1024), nn.Tanh(), nn.Linear(1024, 1)
+    ).double()
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(16, 1024, generator=gen, dtype=F64)
+    y = torch.randint(0, 2, (16, 1), generator=gen).to(F64)
+    for dtype in (F64, F32):
+        _compare_loss_and_grad(net, x, y, "bce_with_logits", dtype)
+    check_against_torch(net, x, F64)
+
+
 def test_gw_cnn_lazy_model_compiles_without_a_forward_pass_first():
     """compile() materialises LazyLinear from the example input itself."""
     torch.manual_seed(0)

@@ -8,6 +8,8 @@
 
 #ifndef ROOTCLAD_NO_PULLBACKS
 #include <cblas.h>
+
+#include "rootclad/parallel.h"
 #if defined(ROOTCLAD_CBLAS_SCIPY)
 #define ROOTCLAD_SGEMM scipy_cblas_sgemm
 #define ROOTCLAD_DGEMM scipy_cblas_dgemm
@@ -20,15 +22,57 @@
 namespace rootclad {
 
 #ifndef ROOTCLAD_NO_PULLBACKS
-inline void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
-                 const float* B, int ldb, float beta, float* C, int ldc) {
+inline void blas_gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+                      const float* B, int ldb, float beta, float* C, int ldc) {
   ROOTCLAD_SGEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M,
                  N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
-inline void gemm(bool ta, bool tb, int M, int N, int K, double alpha, const double* A, int lda,
-                 const double* B, int ldb, double beta, double* C, int ldc) {
+inline void blas_gemm(bool ta, bool tb, int M, int N, int K, double alpha, const double* A, int lda,
+                      const double* B, int ldb, double beta, double* C, int ldc) {
   ROOTCLAD_DGEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M,
                  N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// A product outside any parallel section (a batch run in one chunk, e.g. an MLP at batch
+// 64) is shared by rootclad's threads, each taking a block of rows or columns of C; OpenBLAS
+// itself stays single-threaded (parallel.h). Below GEMM_SPLIT_MIN multiply-adds, waking a
+// thread costs more than it saves.
+constexpr double GEMM_SPLIT_MIN = 1 << 20;
+template <typename T> struct GemmJob {
+  bool ta, tb, by_rows;
+  int M, N, K;
+  T alpha;
+  const T* A;
+  int lda;
+  const T* B;
+  int ldb;
+  T beta;
+  T* C;
+  int ldc;
+};
+template <typename T> void gemm_part(void* ctx, int t, int n) {
+  const GemmJob<T>& j = *static_cast<const GemmJob<T>*>(ctx);
+  int b0, b1;
+  chunk_range(j.by_rows ? j.M : j.N, n, t, b0, b1);
+  if (b0 >= b1)
+    return;
+  if (j.by_rows) // rows b0..b1 of C and of op(A)
+    blas_gemm(j.ta, j.tb, b1 - b0, j.N, j.K, j.alpha, j.A + (j.ta ? b0 : (long)b0 * j.lda), j.lda,
+              j.B, j.ldb, j.beta, j.C + (long)b0 * j.ldc, j.ldc);
+  else // columns b0..b1 of C and of op(B)
+    blas_gemm(j.ta, j.tb, j.M, b1 - b0, j.K, j.alpha, j.A, j.lda,
+              j.B + (j.tb ? (long)b0 * j.ldb : b0), j.ldb, j.beta, j.C + b0, j.ldc);
+}
+template <typename T>
+void gemm(bool ta, bool tb, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb,
+          T beta, T* C, int ldc) {
+  ThreadPool* pool = nullptr;
+  if (!in_pool_task() && (double)M * N * K >= GEMM_SPLIT_MIN && (M > 1 || N > 1))
+    pool = &ThreadPool::instance();
+  if (!pool || pool->size() < 2)
+    return blas_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  GemmJob<T> job{ta, tb, M >= N, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc};
+  pool->run(gemm_part<T>, &job, pool->size());
 }
 #else
 // Loops Clad can differentiate. Only the (no-trans, trans) and (no-trans, no-trans) forms

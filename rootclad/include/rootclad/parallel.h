@@ -40,6 +40,13 @@ inline int default_num_threads() {
   return hw > 0 ? (int)hw : 1;
 }
 
+// True on a thread while it runs its share of a parallel call (always on the pool's own
+// threads): a kernel asked to split its work (gemm in blas.h) then runs it whole instead.
+inline bool& in_pool_task() {
+  static thread_local bool flag = false;
+  return flag;
+}
+
 class ThreadPool {
 public:
   using Task = void (*)(void* ctx, int thread, int n_threads);
@@ -70,7 +77,9 @@ public:
       ++generation_;
     }
     cv_.notify_all();
+    in_pool_task() = true;
     task(ctx, 0, n);
+    in_pool_task() = false;
     std::unique_lock<std::mutex> lk(m_);
     done_.wait(lk, [&] { return remaining_ == 0; });
   }
@@ -94,6 +103,7 @@ private:
   }
 
   void loop(int t) {
+    in_pool_task() = true;
     long seen = 0;
     for (;;) {
       Task task;
