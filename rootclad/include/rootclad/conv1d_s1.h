@@ -12,7 +12,7 @@
 //   d_w[o,c,k] = sum_{b,l} d_out[b,o,l] * x[b,c,l+k*D]: OB x KB accumulators, vectors
 //         along l, summed across lanes once per block.
 // Row tails are handled by one more block that ends at the last position and overlaps the
-// previous one; lanes already written are skipped (or, in d_w, zeroed in d_out's copy).
+// previous one; lanes already written are skipped (or, in d_w, zeroed in the loaded vector).
 // Rows shorter than one vector return false: the caller then uses the scalar loops.
 #pragma once
 
@@ -221,13 +221,16 @@ void dweight_rows(T* dw, const T* g, const T* x, int B, int C, int Lx, int OC, i
   }
 }
 
-// All of d_w, a few samples at a time: the OB rows of d_out a block reads are read again for
-// every (c, k) block, so a group's rows should stay in L1 (about 32 KiB) across them.
+// All of d_w, a group of samples at a time: the OB rows of d_out a block reads are read
+// again for every (c, k) block, so a group's rows should stay in cache across them. Groups
+// of about 128 KiB of those rows did best among 16-512 KiB on the GW CNN (whole batches,
+// one thread); the micro-batched head passes fewer samples than that anyway.
+constexpr long DWEIGHT_GROUP_BYTES = 131072;
 template <typename T>
 void dweight(T* dw, const T* g, const T* x, int B, int C, int Lx, int OC, int K, int D, int LO) {
   constexpr int OB = ROOTCLAD_VEC_REGS / 8;
   const long per_sample = (long)OB * LO * sizeof(T);
-  const int G = per_sample >= 524288 ? 1 : (int)(524288 / per_sample);
+  const int G = per_sample >= DWEIGHT_GROUP_BYTES ? 1 : (int)(DWEIGHT_GROUP_BYTES / per_sample);
   for (int b0 = 0; b0 < B; b0 += G) {
     const int nb = B - b0 < G ? B - b0 : G;
     const T* gb = g + (long)b0 * OC * LO;

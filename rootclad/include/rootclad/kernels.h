@@ -325,7 +325,7 @@ void conv1d_backward(T* d_inp, T* d_weight, T* d_bias, T* d_tmp, T* d_cols, cons
 // R = B*C rows. MaxPool takes the first maximum (as torch does); the backward finds it again.
 #ifndef ROOTCLAD_NO_PULLBACKS
 // Non-overlapping windows of a compile-time size K: the window loop unrolled, the compiler
-// vectorises over windows (3.5x the runtime-K loop below on the GW CNN's first pool).
+// vectorises over windows, which it cannot do for the runtime-K loop below.
 template <typename T, int K>
 void maxpool1d_forward_windows(T* out, const T* inp, long R, int L, int LO) {
   for (long r = 0; r < R; ++r) {
