@@ -1,9 +1,12 @@
-"""Conv1d kernels on one core: rootclad's direct stride-1 kernels against im2col + sgemm.
+"""Conv1d kernels on one core: rootclad's direct stride-1 kernels against im2col + sgemm, and
+the sparse backward pass (nonzero output gradients only) against the dense one.
 
 Builds benchmarks/core/conv_kernels.cpp with the flags rootclad compiles models with, runs it
 in one thread for a micro-batch (4 samples, what the GW CNN's head runs at a time) and for 64
 samples, and reports GFLOP/s per kernel next to this process's OpenBLAS sgemm peak (one
-thread, with the kernels the environment selects).
+thread, with the kernels the environment selects). The sparse pass is timed on output
+gradients with one nonzero per window of 1, 2, 3, 4 and 8 positions (what a max-pool of that
+size leaves), next to the dense d_weight + d_input.
 
 usage: python benchmarks/core/bench_conv_kernels.py
 Writes benchmarks/results/conv_kernels.json and docs/benchmarks/conv_kernels.md.
@@ -87,6 +90,17 @@ def render(report: dict) -> str:
         for ly in run["layers"]:
             cells = [f"{ly['gflop_per_pass'] / (ly['ms'][k] / 1e3):.0f}" for k in KERNELS]
             lines.append(f"| {ly['C']}, {ly['L']} -> {ly['OC']}, {ly['K']} | "
+                         + " | ".join(cells) + " |")  # fmt: skip
+        lines.append("")
+        fills = list(run["layers"][0]["sparse_backward_ms"])
+        lines += [f"Batch {run['batch']}, backward pass (d_weight + d_input) in ms: dense "
+                  "(direct) against sparse with one nonzero output gradient in N:", "",
+                  "| layer | dense | " + " | ".join(f"sparse {f}" for f in fills) + " |",
+                  "|---|---:|" + "---:|" * len(fills)]  # fmt: skip
+        for ly in run["layers"]:
+            dense = ly["ms"]["direct_d_weight"] + ly["ms"]["direct_d_input"]
+            cells = [f"{ly['sparse_backward_ms'][f]:.3f}" for f in fills]
+            lines.append(f"| {ly['C']}, {ly['L']} -> {ly['OC']}, {ly['K']} | {dense:.3f} | "
                          + " | ".join(cells) + " |")  # fmt: skip
         lines.append("")
     return "\n".join(lines)

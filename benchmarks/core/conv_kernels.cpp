@@ -1,6 +1,8 @@
 // The GW CNN's three Conv1d layers, float32, one thread: rootclad's direct stride-1 kernels
 // (conv1d_s1.h) next to im2col + OpenBLAS sgemm (the forward rootclad used before them,
-// built from the same kernels.h pieces). Prints one JSON object; run by bench_conv_kernels.py.
+// built from the same kernels.h pieces), and the backward pass over nonzero output
+// gradients only (conv1d_sparse.h) at several fractions of nonzeros, against the dense one.
+// Prints one JSON object; run by bench_conv_kernels.py.
 //
 // usage: conv_kernels B REPS
 #include <algorithm>
@@ -73,10 +75,31 @@ int main(int argc, char** argv) {
                 out[((long)b * OC + o) * LO + l] = tmp[o * NL + (long)b * LO + l] + bias[o];
         },
         reps);
+    // Output gradients with one nonzero per window of `every` positions, at a random place
+    // in it (what a max-pool of that size leaves), then the sparse backward pass of both
+    // gradients; every = 1 is the dense gradient.
     std::printf("%s{\"C\": %d, \"L\": %d, \"OC\": %d, \"K\": %d, \"gflop_per_pass\": %.6g, "
                 "\"ms\": {\"direct_forward\": %.6g, \"direct_d_weight\": %.6g, "
-                "\"direct_d_input\": %.6g, \"im2col_sgemm_forward\": %.6g}}",
+                "\"direct_d_input\": %.6g, \"im2col_sgemm_forward\": %.6g}, "
+                "\"sparse_backward_ms\": {",
                 i ? ", " : "", C, L, OC, K, gflop, fwd, dweight, both - dweight, im2col);
+    const int everys[] = {1, 2, 3, 4, 8};
+    for (int v = 0; v < 5; ++v) {
+      const int every = everys[v];
+      std::vector<float> gs(g.size(), 0.0f);
+      std::uniform_int_distribution<int> at(0, every - 1);
+      for (long r = 0; r < (long)B * OC; ++r)
+        for (int l0 = 0; l0 + every <= LO; l0 += every)
+          gs[r * LO + l0 + at(gen)] = nd(gen);
+      const double sparse = median_ms(
+          [&] {
+            conv_sparse::backward_any(dx.data(), dw.data(), db.data(), gs.data(), x.data(),
+                                      w.data(), B, C, L, OC, K, 1, 0, 1, LO);
+          },
+          reps);
+      std::printf("%s\"1/%d\": %.6g", v ? ", " : "", every, sparse);
+    }
+    std::printf("}}");
   }
   std::printf("]}\n");
   return 0;

@@ -53,16 +53,35 @@ def rounded_reference(net: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Modu
     return copy.deepcopy(net).to(dtype).to(torch.float64)
 
 
-def torch_vjp(net: torch.nn.Module, x: torch.Tensor, d_out: torch.Tensor | None = None, seed=0):
+def sparse_like(d_out: torch.Tensor, every: int, seed: int = 0) -> torch.Tensor:
+    """``d_out`` with one nonzero per window of ``every`` positions along the last axis, at a
+    random place in it, and a quarter of those zeroed too: what a max-pool and a ReLU leave."""
+    gen = torch.Generator().manual_seed(seed)
+    n = d_out.shape[-1]
+    keep = torch.zeros(d_out.shape, dtype=torch.bool)
+    for w0 in range(0, n, every):
+        width = min(every, n - w0)
+        at = w0 + torch.randint(0, width, d_out.shape[:-1], generator=gen)
+        keep.scatter_(-1, at.unsqueeze(-1), True)
+    keep &= torch.rand(d_out.shape, generator=gen) >= 0.25
+    return torch.where(keep, d_out, torch.zeros((), dtype=d_out.dtype))
+
+
+def torch_vjp(
+    net: torch.nn.Module, x: torch.Tensor, d_out: torch.Tensor | None = None, seed=0, every=1
+):
     """torch's output of ``net`` and the VJP (w.r.t. x and each named parameter) for ``d_out``.
 
-    ``d_out`` defaults to a random upstream gradient drawn with ``seed``.
+    ``d_out`` defaults to a random upstream gradient drawn with ``seed``, with one nonzero in
+    ``every`` positions (``sparse_like``) when ``every`` > 1.
     """
     x = x.detach().clone().requires_grad_(True)
     out = net(x)
     if d_out is None:
         gen = torch.Generator().manual_seed(seed)
         d_out = torch.randn(out.shape, generator=gen, dtype=out.dtype)
+        if every > 1:
+            d_out = sparse_like(d_out, every, seed)
     names = [n for n, _ in net.named_parameters()]
     grads = torch.autograd.grad(out, [x, *net.parameters()], d_out)
     return out.detach(), d_out, grads[0], dict(zip(names, grads[1:], strict=True))
@@ -77,11 +96,12 @@ def compiled_vjp(cm, x: torch.Tensor, d_out: torch.Tensor):
     return out.detach(), grads[0], dict(zip(names, grads[1:], strict=True))
 
 
-def check_against_torch(net, x, dtype=torch.float64, engine="pullback", rtol=None, **kw):
+def check_against_torch(net, x, dtype=torch.float64, engine="pullback", rtol=None, every=1, **kw):
     """Compile ``net`` for ``dtype`` and compare forward and VJP with torch in float64.
 
     Returns the compiled model. The reference is ``net`` in float64 with its parameters
-    rounded to ``dtype``, run on ``x`` rounded to ``dtype``.
+    rounded to ``dtype``, run on ``x`` rounded to ``dtype``. ``every`` > 1 makes the upstream
+    gradient sparse (``sparse_like``).
     """
     rtol = RTOL[dtype] if rtol is None else rtol
     net_c = copy.deepcopy(net).to(dtype)
@@ -90,7 +110,7 @@ def check_against_torch(net, x, dtype=torch.float64, engine="pullback", rtol=Non
         net_c, example_input=x_c, loss=kw.pop("loss", "bce_with_logits"), engine=engine, **kw
     )
     ref = rounded_reference(net, dtype)
-    out_ref, d_out, dx_ref, dp_ref = torch_vjp(ref, x_c.to(torch.float64))
+    out_ref, d_out, dx_ref, dp_ref = torch_vjp(ref, x_c.to(torch.float64), every=every)
     out, dx, dp = compiled_vjp(cm, x_c, d_out)
     assert out.dtype == dtype, f"output dtype {out.dtype}, expected {dtype}"
     assert_close_rel(out, out_ref, rtol, "forward")

@@ -95,6 +95,32 @@ def test_op_compiled_model_serves_other_batch_sizes():
         check_against_torch(net, _input((8, 12), B=B, seed=B))
 
 
+# Upstream gradients with one nonzero in 4 positions (or fewer): conv1d_sparse.h's backward
+# pass, for layers of C*K >= 64 taps. (id, builder, per-sample input shape, one nonzero in)
+# fmt: off
+SPARSE_CASES = [
+    # 128 taps: whole vectors in float32 and float64; every tap inside the input
+    ("conv-s1-16to5-k8", lambda: _seq(nn.Conv1d(16, 5, 8)), (16, 40), 4),
+    # 64 taps, padding: the first and last nonzeros take the loop per tap
+    ("conv-s1-8to3-k8-p3", lambda: _seq(nn.Conv1d(8, 3, 8, padding=3)), (8, 30), 4),
+    # 70 taps: whole vectors and a tail of elements; no bias
+    ("conv-s1-7to4-k10-nobias", lambda: _seq(nn.Conv1d(7, 4, 10, bias=False)), (7, 33), 5),
+    # 65 taps, stride 2 and padding; dilation 2 (a loop per tap for every nonzero)
+    ("conv-5to4-k13-s2-p2", lambda: _seq(nn.Conv1d(5, 4, 13, stride=2, padding=2)), (5, 41), 4),
+    ("conv-9to3-k8-d2-p4", lambda: _seq(nn.Conv1d(9, 3, 8, padding=4, dilation=2)), (9, 37), 8),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("dtype", [F64, F32], ids=["f64", "f32"])
+@pytest.mark.parametrize(
+    "build, shape, every", [pytest.param(*c[1:], id=c[0]) for c in SPARSE_CASES]
+)
+def test_conv_backward_on_sparse_upstream_gradients_matches_torch(build, shape, every, dtype):
+    torch.manual_seed(0)
+    check_against_torch(build(), _input(shape, B=4), dtype, every=every)
+
+
 @pytest.mark.parametrize("K", [4, 5])
 def test_maxpool_ties_send_the_gradient_to_the_first_maximum(K):
     """Windows with repeated maxima (small integers, and -0.0 next to 0.0): the gradient goes

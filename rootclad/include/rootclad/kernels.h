@@ -14,10 +14,6 @@
 #include <cstring>
 
 #include "rootclad/blas.h"
-#ifndef ROOTCLAD_NO_PULLBACKS
-#include "rootclad/conv1d_s1.h"
-#endif
-
 // Vectorisation hints (-fopenmp-simd). Omitted when Clad differentiates the kernels itself:
 // Clad 2.5 crashes on OpenMP directives.
 #ifdef ROOTCLAD_NO_PULLBACKS
@@ -27,6 +23,11 @@
 #define ROOTCLAD_PRAGMA(x) _Pragma(#x)
 #define ROOTCLAD_SIMD ROOTCLAD_PRAGMA(omp simd)
 #define ROOTCLAD_SIMD_SUM(var) ROOTCLAD_PRAGMA(omp simd reduction(+ : var))
+#endif
+
+#ifndef ROOTCLAD_NO_PULLBACKS
+#include "rootclad/conv1d_s1.h"
+#include "rootclad/conv1d_sparse.h"
 #endif
 
 namespace rootclad {
@@ -278,6 +279,9 @@ void conv1d_backward(T* d_inp, T* d_weight, T* d_bias, T* d_tmp, T* d_cols, cons
   const int CK = C * K;
   const long NL = (long)B * LO;
 #ifndef ROOTCLAD_NO_PULLBACKS
+  if (conv_sparse::backward(d_inp, d_weight, d_bias, d_out, inp, weight, B, C, L, OC, K, S, P, D,
+                            LO))
+    return;
   if (S == 1 &&
       conv_s1::backward(d_inp, d_weight, d_bias, d_out, inp, weight, B, C, L, OC, K, P, D, LO))
     return;
