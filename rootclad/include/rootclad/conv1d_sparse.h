@@ -1,8 +1,8 @@
 // rootclad/conv1d_sparse.h — the Conv1d backward pass over the nonzero output gradients only.
 //
 // A Conv1d followed by a max-pool receives a gradient at one position per pool window (the
-// window's maximum), and a ReLU zeroes some of those: in the GW CNN, about 1 output
-// gradient in 4-5 is nonzero. The dense backward (conv1d_s1.h, or im2col + GEMM) does C*K
+// window's maximum), and a ReLU zeroes some of those: in the GW CNN (pools of 4), at most 1
+// output gradient in 4 is nonzero. The dense backward (conv1d_s1.h, or im2col + GEMM) does C*K
 // multiply-adds per output position, zero or not; this one visits only the nonzero ones:
 //   d_w[o, c, k]             += g[b, o, l] * x[b, c, l*S - P + k*D]
 //   d_x[b, c, l*S - P + k*D] += g[b, o, l] * w[o, c, k]
