@@ -95,6 +95,30 @@ def test_op_compiled_model_serves_other_batch_sizes():
         check_against_torch(net, _input((8, 12), B=B, seed=B))
 
 
+# Products with one row, one column or a depth of one go to GEMV / GER instead of GEMM
+# (blas.h): batch 1, one output feature, one input feature, with and without bias (beta 0
+# and 1). (id, builder, per-sample input shape, batch)
+# fmt: off
+GEMV_CASES = [
+    ("linear-5to3-b1", lambda: _seq(nn.Linear(5, 3)), (5,), 1),
+    ("linear-5to3-nobias-b1", lambda: _seq(nn.Linear(5, 3, bias=False)), (5,), 1),
+    ("linear-5to1-b3", lambda: _seq(nn.Linear(5, 1)), (5,), 3),
+    ("linear-5to1-nobias-b1", lambda: _seq(nn.Linear(5, 1, bias=False)), (5,), 1),
+    ("linear-1to4-b3", lambda: _seq(nn.Linear(1, 4)), (1,), 3),
+    ("linear-1to4-nobias-b3", lambda: _seq(nn.Linear(1, 4, bias=False)), (1,), 3),
+    ("linear-3d-4x5to3-b1", lambda: _seq(nn.Linear(5, 3)), (4, 5), 1),
+    ("mlp-6to4to1-b1", lambda: _seq(nn.Linear(6, 4), nn.Tanh(), nn.Linear(4, 1)), (6,), 1),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("dtype", [F64, F32], ids=["f64", "f32"])
+@pytest.mark.parametrize("build, shape, B", [pytest.param(*c[1:], id=c[0]) for c in GEMV_CASES])
+def test_linear_as_gemv_and_ger_matches_torch(build, shape, B, dtype):
+    torch.manual_seed(0)
+    check_against_torch(build(), _input(shape, B=B), dtype)
+
+
 # Upstream gradients with one nonzero in 4 positions (or fewer): conv1d_sparse.h's backward
 # pass, for layers of C*K >= 64 taps. (id, builder, per-sample input shape, one nonzero in)
 # fmt: off
