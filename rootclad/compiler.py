@@ -54,6 +54,16 @@ def _choose_engine(engine: str, pullbacks: bool):
     raise ValueError(f"engine must be 'auto', 'clad' or 'pullback', got {engine!r}")
 
 
+def _parameter_aliases(model: torch.nn.Module) -> dict[str, str]:
+    """{other name: first name} of each parameter the module reaches by several paths."""
+    first = {id(p): n for n, p in model.named_parameters()}
+    return {
+        n: first[id(p)]
+        for n, p in model.named_parameters(remove_duplicate=False)
+        if first[id(p)] != n
+    }
+
+
 def compile(
     model: torch.nn.Module,
     example_input: torch.Tensor,
@@ -104,6 +114,7 @@ def compile(
         compile_seconds=time.perf_counter() - t0,
         built_now=built,
         seed=seed,
+        aliases=_parameter_aliases(model),
     )
     cm.load_state_dict(dict(model.named_parameters()))
     cm.train(model.training)  # an eval-mode module must not predict with dropout on

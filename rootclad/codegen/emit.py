@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 
 from rootclad.ir.graph import LOSSES, Graph, IRError, Node
@@ -82,6 +83,11 @@ class _Emitter:
         self.flops = 0  # multiply-adds x 2 of one sample's forward (Linear and Conv1d)
         self.fwd: list[str] = []
         self.bwd: list[str] = []  # reverse sweep, in forward order; reversed when emitted
+        # train_step's reverse sweep at small batches: the same, but a Linear layer whose
+        # parameters no other op uses updates them in place of storing their gradient
+        self.bwd_update: list[str] = []
+        self.fused_params: set[str] = set()
+        self.uses = Counter(name for n in graph.nodes for name in n.params.values())
 
     def region(self, name: str, size: int, needs_adjoint: bool = True) -> Region:
         r = Region(name, self.offset, size, needs_adjoint)
@@ -122,6 +128,20 @@ class _Emitter:
         return len(self.fwd), len(self.bwd), inner, size
 
     def node(self, idx: int, node: Node, inp: Region, first: bool) -> Region:
+        out = self._node(idx, node, inp, first)
+        # ops without a fused form run their usual pullback in train_step's sweep too
+        self.bwd_update += self.bwd[len(self.bwd_update) :]
+        return out
+
+    def state(self, node: Node, role: str) -> tuple[str, str]:
+        """A parameter's slices of the optimizer state: (m, v); see rootclad/optim.h."""
+        name = node.params.get(role)
+        if name is None:
+            return "(T*)nullptr", "(T*)nullptr"
+        off = self.param_offsets[name][0]
+        return f"state + {off}", f"state + N_PARAMS + {off}"
+
+    def _node(self, idx: int, node: Node, inp: Region, first: bool) -> Region:
         op, a = node.op, node.attrs
         if op in _ALIAS_OPS:
             return inp
@@ -146,6 +166,13 @@ class _Emitter:
                 f"{cd}linear_forward_pullback({OUT}, {IN}, {W}, {BIAS}, {R}, {C}, {OC}, "
                 f"{D_OUT}, {D_IN_OPT}, {DW}, {DB}, &di, &di, &di);"
             )
+            if all(self.uses[name] == 1 for name in node.params.values()):
+                (WM, WV), (BM, BV) = self.state(node, "weight"), self.state(node, "bias")
+                self.bwd_update.append(
+                    f"::rootclad::linear_backward_update({D_IN_OPT}, {D_OUT}, {IN}, {W}, {BIAS}, "
+                    f"{R}, {C}, {OC}, {WM}, {WV}, {DB}, {BM}, {BV}, cfg, step);"
+                )
+                self.fused_params.update(node.params.values())
         elif op == "conv1d":
             C, L = node.in_shape
             OC, LO = node.out_shape
@@ -289,6 +316,8 @@ class _Emitter:
         if self.engine == "clad":
             head.append('#include "clad/Differentiator/Differentiator.h"')
         head += ['#include "rootclad/kernels.h"']
+        if self.has_train_chunk():
+            head.append('#include "rootclad/linear_update.h"')
         if self.pullbacks:
             head.append('#include "rootclad/pullbacks.h"')
         else:  # the loss keeps its pullback: it reports the loss value (loss_pullbacks.h)
@@ -388,6 +417,9 @@ class _Emitter:
                 f"(long)B * {out.size});",
                 "  backward_chunk(params, act, d_params, d_act, Bf, b0, B, training, seed, need_dx);",
                 "}",
+                *self.train_chunk(
+                    nb, zero_dact, loss_pullback, loop.replace("{call}", call) if nf else ""
+                ),
             ]
         else:
             OUT = self.at("act", out)
@@ -546,6 +578,15 @@ class _Emitter:
             f"{PT} {P}_train_step({PT}* params, {PT}* act, const {PT}* y, {PT}* d_params, "
             f"{PT}* d_act, {PT}* opt_state, const double* opt_cfg, long step, int B, "
             "std::uint64_t seed) {",
+            *(
+                [
+                    f"  if (B <= ::rootclad::FUSED_UPDATE_MAX_BATCH && {P}::threads_for(B) == 1)",
+                    f"    return {P}::train_chunk(params, act, y, d_params, d_act, opt_state, "
+                    "opt_cfg, step, B, seed);",
+                ]
+                if self.has_train_chunk()
+                else []
+            ),
             f"  {PT} L = {P}_loss_and_grad(params, act, y, d_params, d_act, B, 1, seed, 0);",
             f"  ::rootclad::optim_step(params, d_params, opt_state, {P}::N_PARAMS, opt_cfg, step);",
             "  return L;",
@@ -554,6 +595,51 @@ class _Emitter:
             "}",
         ]
         return "\n".join(head + body + api) + "\n"
+
+    def has_train_chunk(self) -> bool:
+        return self.engine == "pullback" and bool(self.fused_params)
+
+    def train_chunk(self, nb: int, zero_dact: str, loss_pullback: str, head_loop: str) -> list[str]:
+        """train_step at small batches, as one chunk: forward, loss, and a reverse sweep that
+        updates each unshared Linear layer's parameters as soon as its gradient is known
+        (rootclad/linear_update.h). The other parameters' gradients are formed as in
+        loss_and_grad and updated at the end, one contiguous run of the block at a time."""
+        if not self.has_train_chunk():
+            return []
+        runs: list[list[int]] = []  # [offset, size] of the parameters updated at the end
+        for name, (off, shape) in self.param_offsets.items():
+            if name in self.fused_params:
+                continue
+            if runs and runs[-1][0] + runs[-1][1] == off:
+                runs[-1][1] += math.prod(shape)
+            else:
+                runs.append([off, math.prod(shape)])
+        ind = "  "
+        return [
+            "",
+            "// train_step at batches of at most FUSED_UPDATE_MAX_BATCH samples (linear_update.h):",
+            "// the Linear layers' gradients are consumed by the optimizer as they are formed.",
+            "inline T train_chunk(T* params, T* act, const T* y, T* d_params, T* d_act, T* state,",
+            "                     const double* cfg, long step, int B, std::uint64_t seed) {",
+            "  const int Bf = B, b0 = 0, training = 1, need_dx = 0;",
+            "  int di = 0; T dt = 0; std::uint64_t du = 0; long dl = 0;",
+            "  (void)di; (void)dt; (void)du; (void)dl;",
+            "  const T scale = T(1);",
+            zero_dact,
+            *(f"{ind}::rootclad::zero(d_params + {off}, {n});" for off, n in runs),
+            "  forward_chunk(params, act, Bf, b0, B, training, seed);",
+            "  T L = loss_chunk(act, y, Bf, b0, B);",
+            f"  {loss_pullback}",
+            *(ind + ln for ln in reversed(self.bwd_update[nb:])),
+            *([head_loop] if head_loop else []),
+            *(
+                f"{ind}::rootclad::optim_step_mv(params + {off}, d_params + {off}, state + {off}, "
+                f"state + N_PARAMS + {off}, {n}, cfg, step);"
+                for off, n in runs
+            ),
+            "  return L;",
+            "}",
+        ]
 
     # -- layout metadata ----------------------------------------------------------------
     def layout_tables(self) -> list[str]:

@@ -61,6 +61,7 @@ class CompiledModel:
         compile_seconds: float,
         built_now: bool,
         seed: int = 0,
+        aliases: dict[str, str] | None = None,
     ):
         self._em = emitted
         self.graph = graph
@@ -74,6 +75,9 @@ class CompiledModel:
         self.built_now = built_now
         self.training = True
         self._seed = int(seed)
+        # other names of a parameter in the torch module (a layer used twice): its state_dict
+        # lists each; named_parameters() and this model list the first only
+        self._aliases = dict(aliases or {})
         self._calls = 0
         self._lib = _Library(self.library_path, emitted.prefix, graph.dtype)
         P = emitted.n_params
@@ -110,16 +114,23 @@ class CompiledModel:
         return OrderedDict((k, v.detach()) for k, v in self._views.items())
 
     def load_state_dict(self, state_dict, strict: bool = True) -> None:
-        """Copy values in (converting dtype); names and shapes must match the torch module's."""
-        missing = [k for k in self._views if k not in state_dict]
-        unexpected = [k for k in state_dict if k not in self._views]
+        """Copy values in (converting dtype); names and shapes must match the torch module's.
+
+        A parameter the module uses under several names (a layer used twice) may come under
+        any of them, as in the module's own ``state_dict()``."""
+        found = {k: k for k in self._views if k in state_dict}
+        for alias, name in self._aliases.items():
+            if alias in state_dict:
+                found.setdefault(name, alias)
+        missing = [k for k in self._views if k not in found]
+        unexpected = [k for k in state_dict if k not in self._views and k not in self._aliases]
         if strict and (missing or unexpected):
             raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
         with torch.no_grad():
             for name, view in self._views.items():
-                if name not in state_dict:
+                if name not in found:
                     continue
-                value = torch.as_tensor(state_dict[name])
+                value = torch.as_tensor(state_dict[found[name]])
                 if tuple(value.shape) != tuple(view.shape):
                     raise ValueError(
                         f"load_state_dict: {name!r} has shape {tuple(value.shape)}, "

@@ -342,6 +342,16 @@ def test_a_layer_used_twice_shares_its_parameters():
     cm = _compare_loss_and_grad(net, x, y, "mse", F64)
     assert [n for n, _ in cm.named_parameters()] == ["0.weight", "0.bias"]
     check_against_torch(net, x)
+    # the module's state_dict names the layer twice ("0." and "2."); either name loads it
+    state = net.state_dict()
+    assert set(state) == {"0.weight", "0.bias", "2.weight", "2.bias"}
+    cm.load_state_dict({k: torch.zeros_like(v) for k, v in state.items()})
+    assert all(float(p.abs().max()) == 0 for p in cm.state_dict().values())
+    cm.load_state_dict({"2.weight": state["2.weight"], "2.bias": state["2.bias"]})
+    assert_close_rel(cm.state_dict()["0.weight"], shared.weight.detach(), 0.0)
+    cm.load_state_dict(state)
+    with pytest.raises(KeyError, match=r"unexpected keys \['3.weight'\]"):
+        cm.load_state_dict({**state, "3.weight": state["0.weight"]})
 
 
 def test_maxpool_ties_send_the_gradient_where_torch_does():

@@ -62,7 +62,8 @@ void optim_update(T* p, const T* g, T* m, T* v, long n, const OptimConfig& c, lo
 template <typename T> struct OptimJob {
   T* p;
   const T* g;
-  T* state;
+  T* m;
+  T* v;
   long N;
   const OptimConfig* c;
   long step;
@@ -72,17 +73,26 @@ template <typename T> void optim_range(void* ctx, int t, int n) {
   const OptimJob<T>& j = *static_cast<const OptimJob<T>*>(ctx);
   long chunk = (j.N + n - 1) / n, i0 = t * chunk, i1 = i0 + chunk < j.N ? i0 + chunk : j.N;
   if (i0 < i1)
-    optim_update(j.p + i0, j.g + i0, j.state + i0, j.state + j.N + i0, i1 - i0, *j.c, j.step);
+    optim_update(j.p + i0, j.g + i0, j.m + i0, j.v + i0, i1 - i0, *j.c, j.step);
 }
 
-// state: SGD needs N (momentum buffer), Adam/AdamW 2N (m then v). Large parameter blocks are
-// updated in parallel over rootclad's thread pool.
+// Below this many parameters, waking a thread costs more than updating them.
+constexpr long OPTIM_SPLIT_MIN = 65536;
+
+// Updates p[0..n) from g with state m (SGD's momentum buffer, Adam's first moment) and v
+// (Adam's second moment), each n long; large blocks in parallel over rootclad's thread pool.
+template <typename T>
+void optim_step_mv(T* p, const T* g, T* m, T* v, long n, const double* cfg_raw, long step) {
+  const OptimConfig* c = reinterpret_cast<const OptimConfig*>(cfg_raw);
+  OptimJob<T> job{p, g, m, v, n, c, step};
+  ThreadPool& pool = ThreadPool::instance();
+  pool.run(optim_range<T>, &job, n >= OPTIM_SPLIT_MIN && !in_pool_task() ? pool.size() : 1);
+}
+
+// The whole parameter block: state holds 2N values, m then v (SGD uses the first N).
 template <typename T>
 void optim_step(T* p, const T* g, T* state, long N, const double* cfg_raw, long step) {
-  const OptimConfig* c = reinterpret_cast<const OptimConfig*>(cfg_raw);
-  OptimJob<T> job{p, g, state, N, c, step};
-  ThreadPool& pool = ThreadPool::instance();
-  pool.run(optim_range<T>, &job, N >= 65536 ? pool.size() : 1);
+  optim_step_mv(p, g, state, state + N, N, cfg_raw, step);
 }
 
 } // namespace rootclad
