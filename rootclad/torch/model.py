@@ -5,12 +5,19 @@ returned by :meth:`CompiledModel.named_parameters` are views into it, so the C++
 optimizers and the user all see the same numbers. Activations and their adjoints live in a
 second workspace that grows to the largest batch seen and is then reused, so
 ``train_step`` allocates nothing after its first call at a given batch size.
+
+Threads: ctypes releases the GIL during the C++ calls. Each Python thread has its own
+workspace, so ``predict`` and ``cm(x)`` run side by side; ``loss_and_grad`` and
+``train_step`` write the model's gradient block and parameters, so on one model they take a
+lock and run one at a time.
 """
 
 from __future__ import annotations
 
 import ctypes
+import itertools
 import math
+import threading
 from collections import OrderedDict
 from pathlib import Path
 
@@ -78,7 +85,7 @@ class CompiledModel:
         # other names of a parameter in the torch module (a layer used twice): its state_dict
         # lists each; named_parameters() and this model list the first only
         self._aliases = dict(aliases or {})
-        self._calls = 0
+        self._calls = itertools.count(1)  # next() is atomic: no two threads share a seed
         self._lib = _Library(self.library_path, emitted.prefix, graph.dtype)
         P = emitted.n_params
         if self._lib.n_params() != P:
@@ -96,8 +103,8 @@ class CompiledModel:
             n = math.prod(shape)
             self._views[name] = torch.nn.Parameter(self._params[off : off + n].view(shape))
             self._grad_views[name] = self._grads[off : off + n].view(shape)
-        self._work = torch.empty(0, dtype=self.dtype)
-        self._work_batch = 0
+        self._local = threading.local()  # per-thread workspace: see _workspace
+        self._lock = threading.Lock()  # loss_and_grad and train_step: one at a time
         self._largest_region = max(r.size for r in emitted.regions)
         self.input_shape = tuple(graph.input_shape)
         self.output_shape = tuple(emitted.output_shape)
@@ -198,13 +205,13 @@ class CompiledModel:
         return y.reshape(-1).to(self.dtype).contiguous()
 
     def _workspace(self, B: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """act and d_act for batch B, reusing the largest buffer allocated so far."""
-        if B > self._work_batch:
-            n = self._lib.act_size(B)
-            self._work = torch.empty(2 * n, dtype=self.dtype)
-            self._work_batch = B
+        """This thread's act and d_act for batch B, reusing the largest buffer it has had."""
+        local = self._local
+        if B > getattr(local, "batch", 0):
+            local.work = torch.empty(2 * self._lib.act_size(B), dtype=self.dtype)
+            local.batch = B
         n = self._lib.act_size(B)
-        return self._work[:n], self._work[n : 2 * n]
+        return local.work[:n], local.work[n : 2 * n]
 
     def _load_input(self, act: torch.Tensor, x: torch.Tensor, B: int) -> None:
         r = self._em.input_region
@@ -228,8 +235,7 @@ class CompiledModel:
         return act[B * r.offset : B * (r.offset + r.size)].view(B, *self.output_shape)
 
     def _next_seed(self) -> int:
-        self._calls += 1
-        return (self._seed * 0x9E3779B97F4A7C15 + self._calls) & 0xFFFFFFFFFFFFFFFF
+        return (self._seed * 0x9E3779B97F4A7C15 + next(self._calls)) & 0xFFFFFFFFFFFFFFFF
 
     # -- running ------------------------------------------------------------------------
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -247,18 +253,19 @@ class CompiledModel:
         y = self._check_y(y, B)
         act, d_act = self._workspace(B)
         self._load_input(act, x, B)
-        loss = self._lib.loss_and_grad(
-            self._params.data_ptr(),
-            act.data_ptr(),
-            y.data_ptr(),
-            self._grads.data_ptr(),
-            d_act.data_ptr(),
-            B,
-            int(self.training),
-            self._next_seed(),
-            0,
-        )
-        grads = {k: v.clone() for k, v in self._grad_views.items()}
+        with self._lock:
+            loss = self._lib.loss_and_grad(
+                self._params.data_ptr(),
+                act.data_ptr(),
+                y.data_ptr(),
+                self._grads.data_ptr(),
+                d_act.data_ptr(),
+                B,
+                int(self.training),
+                self._next_seed(),
+                0,
+            )
+            grads = {k: v.clone() for k, v in self._grad_views.items()}
         return torch.tensor(loss, dtype=self.dtype), grads
 
     def train_step(self, x: torch.Tensor, y, opt) -> float:
@@ -269,19 +276,20 @@ class CompiledModel:
         y = self._check_y(y, B)
         act, d_act = self._workspace(B)
         self._load_input(act, x, B)
-        opt.step_count += 1
-        return self._lib.train_step(
-            self._params.data_ptr(),
-            act.data_ptr(),
-            y.data_ptr(),
-            self._grads.data_ptr(),
-            d_act.data_ptr(),
-            self._opt_state.data_ptr(),
-            ctypes.addressof(opt._cfg),
-            opt.step_count,
-            B,
-            self._next_seed(),
-        )
+        with self._lock:
+            opt.step_count += 1
+            return self._lib.train_step(
+                self._params.data_ptr(),
+                act.data_ptr(),
+                y.data_ptr(),
+                self._grads.data_ptr(),
+                d_act.data_ptr(),
+                self._opt_state.data_ptr(),
+                ctypes.addressof(opt._cfg),
+                opt.step_count,
+                B,
+                self._next_seed(),
+            )
 
     def predict(self, x: torch.Tensor) -> torch.Tensor:
         """The output without autograd bookkeeping (eval-mode dropout unless training)."""
