@@ -100,10 +100,20 @@ private:
       ROOTCLAD_BLAS_SET_THREADS(1);
     for (int t = 1; t < n; ++t)
       workers_.emplace_back([this, t] { loop(t); });
+    // Returns once every worker runs: a thread's first use of this library's thread-locals
+    // makes the dynamic loader allocate them (the library is dlopen'ed), and that must not
+    // happen later, inside a training step (tests/test_no_alloc.py caught it, under load).
+    std::unique_lock<std::mutex> lk(m_);
+    done_.wait(lk, [&] { return started_ == n - 1; });
   }
 
   void loop(int t) {
     in_pool_task() = true;
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      ++started_;
+    }
+    done_.notify_all();
     long seen = 0;
     for (;;) {
       Task task;
@@ -132,7 +142,7 @@ private:
   std::condition_variable cv_, done_;
   Task task_ = nullptr;
   void* ctx_ = nullptr;
-  int n_ = 0, remaining_ = 0;
+  int n_ = 0, remaining_ = 0, started_ = 0;
   long generation_ = 0;
   bool stop_ = false;
 };
