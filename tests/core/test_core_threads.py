@@ -102,8 +102,7 @@ def test_train_step_from_several_threads_takes_every_step():
     with torch.no_grad():
         dict(cm.named_parameters())["0.weight"].zero_()
     opt = rootclad.optim.SGD(cm, lr=0.01)
-    # y = 0 and w = 0: every gradient is 0 unless a step saw another step's half-written w;
-    # a constant y = 1 with x = e_t makes each thread's step move only its own coordinate.
+    # w = 0, y = 1 and x = e_t: each thread's steps move only its own coordinate
     xs = [torch.eye(6, dtype=F64)[t : t + 1] for t in range(THREADS)]
     y = torch.ones(1, 1, dtype=F64)
 
