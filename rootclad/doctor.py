@@ -48,7 +48,10 @@ def report() -> str:
         lines.append(_line(name, status))
     lines.append(_line("torch autograd", f"reference (torch {torch.__version__})"))
     lines += ["", "Toolchain:"]
-    clad, why = find_clad()
+    try:
+        clad, why = find_clad()
+    except ToolchainError as exc:
+        clad, why = None, str(exc)
     if clad:
         lines += [
             _line("Clad plugin", clad.plugin),
@@ -62,8 +65,11 @@ def report() -> str:
         lines.append(_line("BLAS", blas))
     except ToolchainError as exc:
         lines.append(_line("BLAS", f"missing: {exc}"))
-    nvcc = find_nvcc()
-    lines.append(_line("nvcc", f"{nvcc[0]} ({nvcc[1]})" if nvcc else "not found"))
+    try:
+        nvcc = find_nvcc()
+        lines.append(_line("nvcc", f"{nvcc[0]} ({nvcc[1]})" if nvcc else "not found"))
+    except ToolchainError as exc:
+        lines.append(_line("nvcc", str(exc)))
     gpu = torch.cuda.is_available()
     lines.append(_line("CUDA device", torch.cuda.get_device_name(0) if gpu else "none"))
     lines.append(_line("ROOT", _root_status()))

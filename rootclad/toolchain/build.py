@@ -1,9 +1,12 @@
-"""Compile C++ source into a shared library, cached by content.
+"""Compile C++ source into a shared library (or a program), cached by content.
 
 The cache key is a hash of the source, the flags, the compiler's identity and the
 rootclad headers the source may include. Builds happen in a temporary directory and
 are renamed into place, under a per-key file lock, so two processes building the same
-model at once never see or leave a half-written library.
+model at once never see or leave a half-written library. Each build records the size
+and SHA-256 of what it wrote (``<file>.sha256``); a cached file that no longer matches
+(truncated, overwritten) is built again instead of loaded, and a work directory left by
+a killed build is removed by the next build of the same key.
 """
 
 from __future__ import annotations
@@ -83,53 +86,87 @@ def build_library(
     link_flags: list[str] = (),
     suffix: str = ".cpp",
     timeout: float = 900,
+    shared: bool = True,
+    subdir: str | None = None,
 ) -> tuple[Path, bool]:
     """Build ``source`` into ``<cache>/<name>-<key>.so``; returns ``(path, built_now)``.
 
-    A warm cache returns at once without running the compiler. On a compile error the
-    compiler log is kept at ``<cache>/<name>-<key>.log`` and :class:`CompileError` names it;
-    no library is left in the cache.
+    ``shared=False`` links a program instead (``<cache>/<subdir>/<name>-<key>``, no suffix).
+    A warm cache returns without running the compiler, once the cached file matches the size
+    and SHA-256 recorded when it was built (a truncated or overwritten library is rebuilt,
+    never loaded). On a compile error the compiler log is kept at ``<cache>/<name>-<key>.log``
+    and :class:`CompileError` names it; no library is left in the cache.
     """
     key = source_key(source, cxx, list(flags), list(link_flags))
     root = cache_dir()
-    lib = root / f"{name}-{key}.so"
-    if lib.is_file():
-        return lib, False
+    if subdir:
+        root = root / subdir
+        root.mkdir(parents=True, exist_ok=True)
+    out = root / f"{name}-{key}{'.so' if shared else ''}"
+    if _verified(out):
+        return out, False
     lock_path = root / f"{name}-{key}.lock"
     with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            if lib.is_file():  # another process built it while we waited
-                return lib, False
+            if _verified(out):  # another process built it while we waited
+                return out, False
+            out.unlink(missing_ok=True)  # missing, truncated or foreign: build it again
+            # a work directory of this key left behind is stale: its builder held this lock
+            for stale in root.glob(f"{name}-{key}.tmp-*"):
+                shutil.rmtree(stale, ignore_errors=True)
             _compile(
                 source,
-                lib,
+                out,
                 key=key,
                 name=name,
                 cxx=cxx,
                 flags=flags,
                 link_flags=link_flags,
+                shared=shared,
                 suffix=suffix,
                 timeout=timeout,
             )
-            return lib, True
+            return out, True
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _compile(source, lib, *, key, name, cxx, flags, link_flags, suffix, timeout):
-    root = lib.parent
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _manifest(out: Path) -> Path:
+    return out.with_name(out.name + ".sha256")
+
+
+def _verified(out: Path) -> bool:
+    """``out`` exists and matches the size and SHA-256 recorded when it was built."""
+    try:
+        size, digest = _manifest(out).read_text().split()
+        return out.stat().st_size == int(size) and _digest(out) == digest
+    except (OSError, ValueError):
+        return False
+
+
+def _compile(source, out, *, key, name, cxx, flags, link_flags, suffix, timeout, shared):
+    root = out.parent
     log_path = root / f"{name}-{key}.log"
-    work = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root))
+    work = Path(tempfile.mkdtemp(prefix=f"{name}-{key}.tmp-", dir=root))
     try:
         src = work / f"{name}{suffix}"
         src.write_text(source)
-        tmp_lib = work / lib.name
-        cmd = [cxx, *flags, "-shared", "-fPIC", "-o", str(tmp_lib), str(src), *link_flags]
+        tmp_out = work / out.name
+        kind = ["-shared", "-fPIC"] if shared else []
+        cmd = [cxx, *flags, *kind, "-o", str(tmp_out), str(src), *link_flags]
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         elapsed = time.perf_counter() - t0
-        if proc.returncode != 0 or not tmp_lib.is_file():
+        if proc.returncode != 0 or not tmp_out.is_file():
             kept_src = root / f"{name}-{key}{suffix}"
             shutil.copyfile(src, kept_src)
             log_path.write_text(
@@ -146,6 +183,10 @@ def _compile(source, lib, *, key, name, cxx, flags, link_flags, suffix, timeout)
         (root / f"{name}-{key}.build").write_text(
             f"$ {' '.join(cmd)}\nseconds: {elapsed:.2f}\n{proc.stderr}"
         )
-        os.replace(tmp_lib, lib)  # atomic: readers see no library or a whole one
+        # the manifest first, then the file: whoever sees the file can verify it
+        manifest = work / "manifest"
+        manifest.write_text(f"{tmp_out.stat().st_size} {_digest(tmp_out)}\n")
+        os.replace(manifest, _manifest(out))
+        os.replace(tmp_out, out)  # atomic: readers see no library or a whole one
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -29,23 +29,36 @@ def _version(cmd: str) -> str:
     return (release or lines or [""])[0].strip()
 
 
+def _explicit_program(var: str) -> str | None:
+    """The executable ``$var`` names, or None when unset; an error when it names none."""
+    value = os.environ.get(var)
+    if not value:
+        return None
+    path = shutil.which(value)
+    if not path:
+        raise ToolchainError(f"{var}={value} names no executable program; fix or unset {var}")
+    return path
+
+
 @functools.cache
 def find_cxx() -> tuple[str, str]:
     """The C++ compiler for the pullback engine: ``ROOTCLAD_CXX``, ``CXX``, g++ or clang++.
 
-    Returns ``(path, version line)``; raises :class:`ToolchainError` when none is found.
+    Returns ``(path, version line)``. A variable that is set must name a compiler: it is
+    an error, not a silent fall-back, when it does not. Raises :class:`ToolchainError`
+    when none is found.
     """
-    tried = []
-    for name in (os.environ.get("ROOTCLAD_CXX"), os.environ.get("CXX"), "g++", "clang++", "c++"):
-        if not name:
-            continue
-        tried.append(name)
+    for var in ("ROOTCLAD_CXX", "CXX"):
+        path = _explicit_program(var)
+        if path:
+            return path, _version(path)
+    for name in ("g++", "clang++", "c++"):
         path = shutil.which(name)
         if path:
             return path, _version(path)
     raise ToolchainError(
         "rootclad needs a C++17 compiler to build models and found none "
-        f"(tried {', '.join(tried)}). Install one, e.g. `apt-get install g++` "
+        "(tried g++, clang++, c++). Install one, e.g. `apt-get install g++` "
         "or `conda install gxx`, or point ROOTCLAD_CXX at it."
     )
 
@@ -71,16 +84,39 @@ class CladInstall:
         ]
 
 
+_CLAD_HEADER = Path("clad", "Differentiator", "Differentiator.h")
+
+
 def _clad_candidates() -> list[tuple[str, str]]:
-    """(plugin, include) pairs to try: the environment first, then common prefixes."""
+    """(plugin, include) pairs to try, most explicit first.
+
+    ``ROOTCLAD_CLAD_PLUGIN`` and ``ROOTCLAD_CLAD_INCLUDE`` each fix their half (the other half
+    is looked for beside it, then under the prefixes); ``CLAD_PREFIX`` then ``/usr/local``
+    and ``/opt/clad`` are the prefixes. A variable that is set but points at nothing Clad
+    installs is a :class:`ToolchainError` naming it.
+    """
     env_plugin = os.environ.get("ROOTCLAD_CLAD_PLUGIN")
     env_include = os.environ.get("ROOTCLAD_CLAD_INCLUDE")
-    if env_plugin or env_include:
-        return [(env_plugin or "", env_include or "")]
+    env_prefix = os.environ.get("CLAD_PREFIX")
+    if env_plugin and not Path(env_plugin).is_file():
+        raise ToolchainError(f"ROOTCLAD_CLAD_PLUGIN={env_plugin} is not a file (Clad's clad.so)")
+    if env_include and not Path(env_include, _CLAD_HEADER).is_file():
+        raise ToolchainError(
+            f"ROOTCLAD_CLAD_INCLUDE={env_include} holds no {_CLAD_HEADER} (it should be the "
+            "include directory of an installed Clad)"
+        )
+    if env_prefix and not Path(env_prefix, "lib", "clad.so").is_file():
+        raise ToolchainError(f"CLAD_PREFIX={env_prefix} holds no lib/clad.so")
+    prefixes = [Path(p) for p in (env_prefix, "/usr/local", "/opt/clad") if p]
+    if env_plugin:  # its own prefix first: <prefix>/lib/clad.so
+        prefixes.insert(0, Path(env_plugin).resolve().parent.parent)
+    if env_include:
+        prefixes.insert(0, Path(env_include).resolve().parent)
     out = []
-    for prefix in (os.environ.get("CLAD_PREFIX"), "/usr/local", "/opt/clad"):
-        if prefix:
-            out.append((str(Path(prefix, "lib", "clad.so")), str(Path(prefix, "include"))))
+    for prefix in dict.fromkeys(prefixes):
+        plugin = env_plugin or str(prefix / "lib" / "clad.so")
+        include = env_include or str(prefix / "include")
+        out.append((plugin, include))
     return out
 
 
@@ -101,30 +137,31 @@ def find_clad() -> tuple[CladInstall | None, str]:
     Uses ``ROOTCLAD_CLAD_PLUGIN`` (the plugin ``clad.so``), ``ROOTCLAD_CLAD_INCLUDE`` (the
     directory holding ``clad/Differentiator/Differentiator.h``) and ``ROOTCLAD_CXX`` (the clang++
     Clad was built against; default: the clang++ matching the plugin's LLVM if found).
-    Returns ``(install or None, what was looked for / why it was rejected)``.
+    Returns ``(install or None, what was looked for / why it was rejected)``; raises
+    :class:`ToolchainError` when one of those variables is set but points at nothing.
     """
     reasons = []
-    for plugin, include in _clad_candidates():
-        if not plugin or not Path(plugin).is_file():
-            reasons.append(f"no Clad plugin at {plugin or '$ROOTCLAD_CLAD_PLUGIN (unset)'}")
+    candidates = _clad_candidates()
+    for plugin, include in candidates:
+        if not Path(plugin).is_file():
+            reasons.append(f"no Clad plugin at {plugin}")
             continue
-        header = Path(include, "clad", "Differentiator", "Differentiator.h")
-        if not header.is_file():
-            reasons.append(f"no {header} (set ROOTCLAD_CLAD_INCLUDE)")
+        if not Path(include, _CLAD_HEADER).is_file():
+            reasons.append(f"no {Path(include, _CLAD_HEADER)} (set ROOTCLAD_CLAD_INCLUDE)")
             continue
-        cxx = os.environ.get("ROOTCLAD_CXX")
+        cxx = _explicit_program("ROOTCLAD_CXX")
         if not cxx or "clang" not in Path(cxx).name:
-            for cand in ("clang++-19", "clang++-20", "clang++-21", "clang++-18", "clang++"):
-                if shutil.which(cand):
-                    cxx = cand
-                    break
-        path = shutil.which(cxx) if cxx else None
-        if not path:
+            cxx = next(
+                (shutil.which(c) for c in ("clang++-19", "clang++-20", "clang++-21", "clang++-18",
+                                           "clang++") if shutil.which(c)),
+                None,
+            )  # fmt: skip
+        if not cxx:
             reasons.append("Clad plugin found but no clang++ to load it (set ROOTCLAD_CXX)")
             continue
         ver = _clad_version(include)
-        return CladInstall(cxx=path, plugin=plugin, include=include, version=ver), "found"
-    return None, "; ".join(reasons) or "no candidate locations"
+        return CladInstall(cxx=cxx, plugin=plugin, include=include, version=ver), "found"
+    return None, "; ".join(dict.fromkeys(reasons)) or "no candidate locations"
 
 
 @functools.cache
@@ -149,7 +186,7 @@ def blas_flags() -> tuple[list[str], list[str], str]:
 
 @functools.cache
 def find_nvcc() -> tuple[str, str] | None:
-    path = shutil.which(os.environ.get("ROOTCLAD_NVCC", "nvcc"))
+    path = _explicit_program("ROOTCLAD_NVCC") or shutil.which("nvcc")
     if not path:
         return None
     return path, _version(path)

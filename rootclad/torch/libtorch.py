@@ -13,17 +13,12 @@ caches the executable by a hash of the source, the flags, the compiler and rootc
 from __future__ import annotations
 
 import argparse
-import fcntl
-import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
 
-from rootclad.toolchain import CompileError, cache_dir, find_cxx
-from rootclad.toolchain.build import source_key
+from rootclad.toolchain import build_library, find_cxx
 
 
 def _torch_dir() -> Path:
@@ -71,37 +66,18 @@ def build_program(
     Returns ``(executable, built_now)``. On a compile error the log is kept next to where
     the executable would be and :class:`rootclad.toolchain.CompileError` names it.
     """
-    text = Path(source).read_text()
     cxx, _ = find_cxx()
     cflags, ldflags = libtorch_flags()
-    flags = [*opt_flags, *cflags, *extra_flags]
-    root = cache_dir() / "libtorch"
-    root.mkdir(parents=True, exist_ok=True)
-    key = source_key(text, cxx, flags, ldflags)
-    exe = root / f"{name}-{key}"
-    if exe.is_file():
-        return exe, False
-    with open(root / f"{name}-{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if exe.is_file():  # another process built it while we waited
-            return exe, False
-        with tempfile.TemporaryDirectory(prefix=f"{name}-", dir=root) as work:
-            src = Path(work) / f"{name}.cpp"
-            src.write_text(text)
-            tmp_exe = Path(work) / name
-            cmd = [cxx, *flags, "-o", str(tmp_exe), str(src), *ldflags]
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-            if proc.returncode != 0 or not tmp_exe.is_file():
-                log = root / f"{name}-{key}.log"
-                log.write_text(f"$ {' '.join(cmd)}\n\n{proc.stdout}{proc.stderr}")
-                first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), "")
-                raise CompileError(
-                    f"compiling {source} against LibTorch failed ({cxx}); first error: "
-                    f"{first.strip() or '(none printed)'}; full log: {log}",
-                    log,
-                )
-            os.replace(tmp_exe, exe)  # atomic: readers see no program or a whole one
-    return exe, True
+    return build_library(
+        Path(source).read_text(),
+        name=name,
+        cxx=cxx,
+        flags=[*opt_flags, *cflags, *extra_flags],
+        link_flags=ldflags,
+        timeout=timeout,
+        shared=False,
+        subdir="libtorch",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

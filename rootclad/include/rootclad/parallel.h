@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -30,14 +31,22 @@ extern "C" int scipy_openblas_get_num_threads(void);
 
 namespace rootclad {
 
+// The most threads a pool runs: a batch is split into at most this many chunks (the
+// generated Job keeps one loss per chunk), and more would only oversubscribe a node.
+constexpr int MAX_THREADS = 256;
+
+// ROOTCLAD_NUM_THREADS when it is a count from 1 to MAX_THREADS, else the hardware's (capped).
+// Python checks the variable and names it when it is wrong (rootclad.compiler.num_threads);
+// here a bad value must not end the host process, so it is ignored or capped.
 inline int default_num_threads() {
   if (const char* env = std::getenv("ROOTCLAD_NUM_THREADS")) {
-    int n = std::atoi(env);
-    if (n > 0)
-      return n;
+    char* end = nullptr;
+    long n = std::strtol(env, &end, 10);
+    if (end != env && *end == '\0' && n > 0)
+      return n < MAX_THREADS ? (int)n : MAX_THREADS;
   }
   unsigned hw = std::thread::hardware_concurrency();
-  return hw > 0 ? (int)hw : 1;
+  return hw == 0 ? 1 : (hw < (unsigned)MAX_THREADS ? (int)hw : MAX_THREADS);
 }
 
 // True on a thread while it runs its share of a parallel call (always on the pool's own
@@ -98,13 +107,19 @@ private:
   explicit ThreadPool(int n) {
     if (ROOTCLAD_BLAS_GET_THREADS() > 1)
       ROOTCLAD_BLAS_SET_THREADS(1);
-    for (int t = 1; t < n; ++t)
-      workers_.emplace_back([this, t] { loop(t); });
+    for (int t = 1; t < n; ++t) {
+      try {
+        workers_.emplace_back([this, t] { loop(t); });
+      } catch (const std::system_error&) { // the system refused a thread: run with fewer
+        break;
+      }
+    }
+    const int started = (int)workers_.size();
     // Returns once every worker runs: a thread's first use of this library's thread-locals
     // makes the dynamic loader allocate them (the library is dlopen'ed), and that must not
     // happen later, inside a training step (tests/test_no_alloc.py caught it, under load).
     std::unique_lock<std::mutex> lk(m_);
-    done_.wait(lk, [&] { return started_ == n - 1; });
+    done_.wait(lk, [&] { return started_ == started; });
   }
 
   void loop(int t) {
