@@ -171,3 +171,16 @@ def mixed_batch(B: int = 4, seed: int = 0):
     x = torch.randn(B, 2, 32, generator=gen, dtype=torch.float64)
     y = torch.randint(0, 3, (B,), generator=gen)
     return x, y
+
+
+def assert_same_nan(actual, expected, what: str = "") -> None:
+    """Equal shapes and NaN at exactly the places where the reference has NaN."""
+    a = torch.as_tensor(actual).detach()
+    e = torch.as_tensor(expected).detach()
+    label = f"{what}: " if what else ""
+    assert tuple(a.shape) == tuple(e.shape), f"{label}shape {tuple(a.shape)} != {tuple(e.shape)}"
+    diff = a.isnan() != e.isnan()
+    assert not bool(diff.any()), (
+        f"{label}NaN at {int(a.isnan().sum())} places, the reference at {int(e.isnan().sum())}; "
+        f"first difference at {tuple(int(i) for i in diff.nonzero()[0])}"
+    )

@@ -7,6 +7,7 @@ import torch
 from core_helpers import (
     assert_close_rel,
     assert_grads_close,
+    assert_same_nan,
     check_against_torch,
     max_rel_err,
     torch_loss,
@@ -102,3 +103,18 @@ def test_check_against_torch_fails_when_the_compiled_model_is_wrong(monkeypatch)
     monkeypatch.setattr(rootclad, "compile", compile_with_a_perturbed_weight)
     with pytest.raises(AssertionError):
         check_against_torch(net, x)
+
+
+def test_assert_same_nan_passes_on_the_same_pattern():
+    nan = float("nan")
+    assert_same_nan(torch.tensor([1.0, nan, 2.0]), torch.tensor([5.0, nan, 0.0]))
+
+
+@pytest.mark.parametrize(
+    "actual, expected",
+    [([1.0, 0.0, 2.0], [1.0, float("nan"), 2.0]), ([float("nan"), 1.0], [1.0, 1.0]),
+     ([float("nan")], [float("nan"), float("nan")])],
+)  # fmt: skip
+def test_assert_same_nan_fails_on_another_pattern(actual, expected):
+    with pytest.raises(AssertionError):
+        assert_same_nan(torch.tensor(actual), torch.tensor(expected))

@@ -442,8 +442,11 @@ void maxpool1d_backward(T* d_inp, const T* d_out, const T* out, const T* inp, in
       T m = -INFINITY;
       for (int k = 0; k < K; ++k) {
         int i = start + k;
-        if (i >= 0 && i < L && (arg < 0 || inp[(long)r * L + i] > m)) {
-          m = inp[(long)r * L + i];
+        const T v = i >= 0 && i < L ? inp[(long)r * L + i] : T(0);
+        // the first maximum, or the first NaN (the forward's output then), as the
+        // non-overlapping path above
+        if (i >= 0 && i < L && (arg < 0 || (m == m && (v > m || v != v)))) {
+          m = v;
           arg = i;
         }
       }
@@ -500,13 +503,16 @@ void avgpool1d_backward(T* d_inp, const T* d_out, int R, int L, int K, int S, in
 // ---------------------------------------------------------------------------------------
 // Elementwise activations over N elements. Backwards take the forward's input (and, where
 // cheaper, its output).
+// Written as "x <= 0 ? 0 : x", not "x > 0 ? x : 0": a NaN input stays NaN, as in torch (the
+// other form made it 0, so a NaN input gave a finite loss while the parameters turned NaN).
+// The backward passes the gradient where the output is not <= 0, as torch's does.
 template <typename T> void relu_forward(T* out, const T* inp, int N) {
   for (int i = 0; i < N; ++i)
-    out[i] = inp[i] > 0 ? inp[i] : T(0);
+    out[i] = inp[i] <= T(0) ? T(0) : inp[i];
 }
 template <typename T> void relu_backward(T* d_inp, const T* d_out, const T* inp, int N) {
   for (int i = 0; i < N; ++i)
-    d_inp[i] += inp[i] > 0 ? d_out[i] : T(0);
+    d_inp[i] += inp[i] <= T(0) ? T(0) : d_out[i];
 }
 
 template <typename T> void leaky_relu_forward(T* out, const T* inp, int N, T slope) {
