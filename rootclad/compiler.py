@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import torch
@@ -22,7 +23,10 @@ def engines_available() -> dict[str, str]:
         out["pullback"] = f"available ({cxx}: {ver})"
     except ToolchainError as exc:
         out["pullback"] = f"unavailable: {exc}"
-    clad, why = find_clad()
+    try:
+        clad, why = find_clad()
+    except ToolchainError as exc:
+        clad, why = None, str(exc)
     out["clad"] = (
         f"available (Clad {clad.version}, plugin {clad.plugin}, {clad.cxx})"
         if clad
@@ -31,8 +35,29 @@ def engines_available() -> dict[str, str]:
     return out
 
 
+MAX_THREADS = 256  # must match rootclad/parallel.h
+
+
+def num_threads() -> int | None:
+    """``ROOTCLAD_NUM_THREADS`` as a count (None when unset); an error naming it when it is
+    not a whole number from 1 to MAX_THREADS. The C++ pool reads the variable itself, and
+    there a bad value can only be ignored, so it is checked here first."""
+    value = os.environ.get("ROOTCLAD_NUM_THREADS")
+    if value is None or not value.strip():
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_THREADS:
+        raise ValueError(
+            f"ROOTCLAD_NUM_THREADS={value!r}: must be a whole number from 1 to {MAX_THREADS}"
+        )
+    return n
+
+
 def _choose_engine(engine: str, pullbacks: bool):
-    clad, why = find_clad()
+    clad, why = find_clad() if engine in ("auto", "clad") else (None, "")
     if engine == "auto":
         engine = "clad" if clad else "pullback"
     if engine == "clad":
@@ -82,7 +107,8 @@ def compile(
     sweep over the same hand-written pullbacks) or ``"auto"`` (clad when found).
     ``pullbacks=False`` (clad only) lets Clad differentiate the plain kernel loops itself.
     ``dtype`` defaults to the example input's (float32 or float64). The model's current
-    parameters and its training mode (``model.training``) are copied into the compiled model.
+    parameters, which of them are frozen (``requires_grad``) and its training mode
+    (``model.training``) are copied into the compiled model.
     """
     from rootclad.torch.model import CompiledModel
 
@@ -90,6 +116,7 @@ def compile(
     if dtype not in _DTYPE_NAMES:
         raise TypeError(f"dtype {dtype} is not supported; use torch.float32 or torch.float64")
     t0 = time.perf_counter()
+    num_threads()
     engine, cxx, engine_flags = _choose_engine(engine, pullbacks)
     graph = graph_from_module(model, example_input, _DTYPE_NAMES[dtype])
     emitted = emit_model(graph, loss, engine, pullbacks)
@@ -117,5 +144,7 @@ def compile(
         aliases=_parameter_aliases(model),
     )
     cm.load_state_dict(dict(model.named_parameters()))
+    for name, p in model.named_parameters():  # frozen stays frozen (see CompiledModel)
+        cm._views[name].requires_grad_(p.requires_grad)
     cm.train(model.training)  # an eval-mode module must not predict with dropout on
     return cm

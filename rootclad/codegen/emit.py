@@ -470,7 +470,7 @@ class _Emitter:
             "  T* params; T* act; const T* y; T* d_params; T* d_act; const T* d_out; T* scratch;",
             "  int Bf, training, need_dx;",
             "  std::uint64_t seed;",
-            "  T loss[256];",
+            "  T loss[::rootclad::MAX_THREADS];",
             "};",
             "",
             "inline void run_chunk(void* ctx, int t, int n) {",
@@ -503,7 +503,7 @@ class _Emitter:
             "  int n = ::rootclad::ThreadPool::instance().size();",
             "  int by_batch = Bf / MIN_CHUNK;",
             "  n = n < by_batch ? n : by_batch;",
-            "  return n < 1 ? 1 : (n > 256 ? 256 : n);",
+            "  return n < 1 ? 1 : n;",
             "}",
             "",
             "// d_params += the other threads' gradients, split over the pool by parameter range.",
@@ -575,12 +575,15 @@ class _Emitter:
             f"  {P}::run(j);",
             "}",
             "// forward + backward + optimizer update in one call; returns the loss.",
+            "// tensor_steps: null (every parameter tensor at `step`), or each parameter tensor's",
+            "// own step count, 0 for a frozen one (not updated).",
             f"{PT} {P}_train_step({PT}* params, {PT}* act, const {PT}* y, {PT}* d_params, "
             f"{PT}* d_act, {PT}* opt_state, const double* opt_cfg, long step, int B, "
-            "std::uint64_t seed) {",
+            "std::uint64_t seed, const long* tensor_steps) {",
             *(
                 [
-                    f"  if (B <= ::rootclad::FUSED_UPDATE_MAX_BATCH && {P}::threads_for(B) == 1)",
+                    "  if (!tensor_steps && B <= ::rootclad::FUSED_UPDATE_MAX_BATCH &&",
+                    f"      {P}::threads_for(B) == 1)",
                     f"    return {P}::train_chunk(params, act, y, d_params, d_act, opt_state, "
                     "opt_cfg, step, B, seed);",
                 ]
@@ -588,7 +591,18 @@ class _Emitter:
                 else []
             ),
             f"  {PT} L = {P}_loss_and_grad(params, act, y, d_params, d_act, B, 1, seed, 0);",
-            f"  ::rootclad::optim_step(params, d_params, opt_state, {P}::N_PARAMS, opt_cfg, step);",
+            "  if (!tensor_steps) {",
+            f"    ::rootclad::optim_step(params, d_params, opt_state, {P}::N_PARAMS, opt_cfg, step);",
+            "    return L;",
+            "  }",
+            f"  for (int i = 0; i < {P}::N_PARAM_TENSORS; ++i) {{",
+            "    if (tensor_steps[i] <= 0)",
+            "      continue;",
+            f"    const long off = {P}::PARAM_OFFSETS[i], n = {P}::PARAM_OFFSETS[i + 1] - off;",
+            "    ::rootclad::optim_step_mv(params + off, d_params + off, opt_state + off,",
+            f"                              opt_state + {P}::N_PARAMS + off, n, opt_cfg,",
+            "                              tensor_steps[i]);",
+            "  }",
             "  return L;",
             "}",
             *self.layout_api(prefix),

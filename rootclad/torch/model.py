@@ -1,8 +1,10 @@
 """``CompiledModel``: a torch model compiled to C++, with its parameters in one arena.
 
-The arena is one torch tensor ``[params | grads | optimizer state (2 x params)]``; the tensors
-returned by :meth:`CompiledModel.named_parameters` are views into it, so the C++ code, torch
-optimizers and the user all see the same numbers. Activations and their adjoints live in a
+The arena is one torch tensor ``[params | grads]``; the tensors returned by
+:meth:`CompiledModel.named_parameters` are views into it, so the C++ code, torch optimizers
+and the user all see the same numbers (each rootclad optimizer keeps its own state). A
+parameter whose ``requires_grad`` is False is frozen: ``train_step`` leaves it unchanged and
+``loss_and_grad`` reports no gradient for it, as torch would. Activations and their adjoints live in a
 second workspace that grows to the largest batch seen and is then reused, so
 ``train_step`` allocates nothing after its first call at a given batch size.
 
@@ -48,7 +50,28 @@ class _Library:
         self.loss_value = bind("loss_value", real, _VP, _VP, _I)
         self.loss_and_grad = bind("loss_and_grad", real, _VP, _VP, _VP, _VP, _VP, _I, _I, _U64, _I)
         self.vjp = bind("vjp", None, _VP, _VP, _VP, _VP, _VP, _I, _I, _U64, _I)
-        self.train_step = bind("train_step", real, _VP, _VP, _VP, _VP, _VP, _VP, _VP, _L, _I, _U64)
+        self.train_step = bind(
+            "train_step", real, _VP, _VP, _VP, _VP, _VP, _VP, _VP, _L, _I, _U64, _VP
+        )
+
+
+class _ArenaParameter(torch.nn.Parameter):
+    """A parameter that views the compiled model's arena.
+
+    ``p.data = t`` would point it at other memory, which the compiled code never reads: the
+    model would silently go on with the old values. That assignment is refused."""
+
+    @property
+    def data(self):
+        return torch._C.TensorBase.data.__get__(self, type(self))
+
+    @data.setter
+    def data(self, value):
+        raise RuntimeError(
+            "a compiled model's parameter views its arena: assigning .data would detach it "
+            "from the compiled code; copy the values in instead (with torch.no_grad(): "
+            "p.copy_(value)) or use cm.load_state_dict()"
+        )
 
 
 class CompiledModel:
@@ -93,15 +116,14 @@ class CompiledModel:
                 f"{self.library_path} holds {self._lib.n_params()} parameters, "
                 f"expected {P}: stale or foreign library"
             )
-        self._arena = torch.zeros(4 * max(P, 1), dtype=self.dtype)
+        self._arena = torch.zeros(2 * max(P, 1), dtype=self.dtype)
         self._params = self._arena[:P]
         self._grads = self._arena[P : 2 * P]
-        self._opt_state = self._arena[2 * P : 4 * P]
         self._views: OrderedDict[str, torch.nn.Parameter] = OrderedDict()
         self._grad_views: OrderedDict[str, torch.Tensor] = OrderedDict()
         for name, (off, shape) in emitted.param_offsets.items():
             n = math.prod(shape)
-            self._views[name] = torch.nn.Parameter(self._params[off : off + n].view(shape))
+            self._views[name] = _ArenaParameter(self._params[off : off + n].view(shape))
             self._grad_views[name] = self._grads[off : off + n].view(shape)
         self._local = threading.local()  # per-thread workspace: see _workspace
         self._lock = threading.Lock()  # loss_and_grad and train_step: one at a time
@@ -180,12 +202,14 @@ class CompiledModel:
         return B
 
     def _check_y(self, y, B: int) -> torch.Tensor:
+        """Targets as torch's losses take them: cross_entropy (B,) class indices, the others
+        the output's shape (B, ...); a model with one output per sample also takes (B,)."""
         if not isinstance(y, torch.Tensor):
             y = torch.as_tensor(y)
         if self.loss == "cross_entropy":
-            if y.dtype.is_floating_point or y.numel() != B:
+            if y.dtype.is_floating_point or tuple(y.shape) != (B,):
                 raise ValueError(
-                    f"cross_entropy targets must be {B} integer class indices, got "
+                    f"cross_entropy targets must be {B} integer class indices, shape ({B},), got "
                     f"{y.dtype} of shape {tuple(y.shape)}"
                 )
             nc = self.output_shape[0]
@@ -195,12 +219,13 @@ class CompiledModel:
                     f"[{int(y.min())}, {int(y.max())}]"
                 )
         else:
-            n = B * math.prod(self.output_shape)
-            if y.numel() != n:
+            shapes = [(B, *self.output_shape)]
+            if math.prod(self.output_shape) == 1:
+                shapes.append((B,))
+            if tuple(y.shape) not in shapes:
                 raise ValueError(
                     f"{self.loss} targets have shape {tuple(y.shape)}, expected "
-                    f"{n} values (output shape (B, "
-                    f"{', '.join(map(str, self.output_shape))}))"
+                    f"{' or '.join(map(str, shapes))} (the model output's shape)"
                 )
         return y.reshape(-1).to(self.dtype).contiguous()
 
@@ -265,11 +290,16 @@ class CompiledModel:
                 self._next_seed(),
                 0,
             )
-            grads = {k: v.clone() for k, v in self._grad_views.items()}
+            grads = {
+                k: v.clone() for k, v in self._grad_views.items() if self._views[k].requires_grad
+            }
         return torch.tensor(loss, dtype=self.dtype), grads
 
     def train_step(self, x: torch.Tensor, y, opt) -> float:
-        """Forward, backward and ``opt``'s update in one C++ call; returns the loss."""
+        """Forward, backward and ``opt``'s update in one C++ call; returns the loss.
+
+        Parameters with ``requires_grad=False`` are not updated (nor is their optimizer
+        state); each parameter counts its own steps, as torch.optim's do."""
         if opt.model is not self:
             raise ValueError("this optimizer was created for another compiled model")
         B = self._check_x(x)
@@ -277,18 +307,19 @@ class CompiledModel:
         act, d_act = self._workspace(B)
         self._load_input(act, x, B)
         with self._lock:
-            opt.step_count += 1
+            step, tensor_steps = opt._advance([v.requires_grad for v in self._views.values()])
             return self._lib.train_step(
                 self._params.data_ptr(),
                 act.data_ptr(),
                 y.data_ptr(),
                 self._grads.data_ptr(),
                 d_act.data_ptr(),
-                self._opt_state.data_ptr(),
+                opt._state.data_ptr(),
                 ctypes.addressof(opt._cfg),
-                opt.step_count,
+                step,
                 B,
                 self._next_seed(),
+                tensor_steps,
             )
 
     def predict(self, x: torch.Tensor) -> torch.Tensor:
@@ -300,9 +331,6 @@ class CompiledModel:
             self._params.data_ptr(), act.data_ptr(), B, int(self.training), self._next_seed()
         )
         return self._output(act, B).clone()
-
-    def _reset_optimizer_state(self) -> None:
-        self._opt_state.zero_()
 
     def __repr__(self) -> str:
         return (

@@ -7,6 +7,9 @@ rootclad run and a torch run of the same model and data track each other.
 from __future__ import annotations
 
 import ctypes
+import math
+
+import torch
 
 # must match rootclad::OptimConfig in rootclad/optim.h
 _FIELDS = (
@@ -22,7 +25,30 @@ _FIELDS = (
 )
 
 
+def _check(name: str, value, low: float, high: float = math.inf, high_open: bool = False):
+    """``value`` as a float in [low, high] ([low, high) with ``high_open``); torch.optim's
+    checks, which also refuse NaN and, here, infinities (they turn every parameter NaN)."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number, got {value!r}") from None
+    ok = math.isfinite(v) and low <= v and (v < high if high_open else v <= high)
+    if not ok:
+        span = (
+            f"[{low:g}, {high:g}{')' if high_open else ']'}" if high < math.inf else f">= {low:g}"
+        )
+        raise ValueError(f"invalid {name}: {value!r} (must be finite and {span})")
+    return v
+
+
 class Optimizer:
+    """The update of every parameter of one compiled model, run inside ``train_step``.
+
+    Each optimizer keeps its own state (momentum or Adam's moments) and its own step count per
+    parameter tensor, so two optimizers on one model never share or reset each other's
+    state. A parameter with ``requires_grad=False`` is skipped, as torch.optim skips a
+    parameter without a gradient."""
+
     kind = -1
 
     def __init__(self, model, lr: float, **hyper):
@@ -33,13 +59,28 @@ class Optimizer:
                 f"{type(self).__name__} takes a rootclad CompiledModel, got "
                 f"{type(model).__name__}; for torch modules use torch.optim"
             )
-        if lr < 0:
-            raise ValueError(f"invalid learning rate {lr}")
         self.model = model
-        self.step_count = 0
-        values = {"kind": self.kind, "lr": lr, **hyper}
+        self.step_count = 0  # train_step calls made with this optimizer
+        values = {"kind": self.kind, "lr": _check("learning rate", lr, 0.0), **hyper}
         self._cfg = (ctypes.c_double * len(_FIELDS))(*[float(values.get(f, 0.0)) for f in _FIELDS])
-        model._reset_optimizer_state()
+        self._state = torch.zeros(2 * max(model._em.n_params, 1), dtype=model.dtype)
+        n = len(model._em.param_offsets)
+        self._steps = (ctypes.c_long * max(n, 1))()  # per parameter tensor
+        self._call_steps = (ctypes.c_long * max(n, 1))()  # this call's: 0 = frozen
+
+    def _advance(self, trainable: list[bool]):
+        """Count one step for each trainable tensor; ``(step, tensor_steps or None)`` for the
+        C call: None while every tensor trains and all counts agree (the common case)."""
+        self.step_count += 1
+        steps = self._steps
+        for i, t in enumerate(trainable):
+            if t:
+                steps[i] += 1
+        if all(trainable) and all(steps[i] == steps[0] for i in range(len(trainable))):
+            return steps[0], None
+        for i, t in enumerate(trainable):
+            self._call_steps[i] = steps[i] if t else 0
+        return self.step_count, ctypes.addressof(self._call_steps)
 
     @property
     def lr(self) -> float:
@@ -47,7 +88,7 @@ class Optimizer:
 
     @lr.setter
     def lr(self, value: float) -> None:
-        self._cfg[1] = float(value)
+        self._cfg[1] = _check("learning rate", value, 0.0)
 
     def hyperparameters(self) -> dict[str, float]:
         return {f: self._cfg[i] for i, f in enumerate(_FIELDS) if f != "kind"}
@@ -69,6 +110,9 @@ class SGD(Optimizer):
         weight_decay: float = 0.0,
         nesterov: bool = False,
     ):
+        momentum = _check("momentum", momentum, 0.0)
+        dampening = _check("dampening", dampening, -math.inf)
+        weight_decay = _check("weight_decay", weight_decay, 0.0)
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
         super().__init__(
@@ -92,8 +136,15 @@ class Adam(Optimizer):
         eps: float = 1e-8,
         weight_decay: float = 0.0,
     ):
+        if len(betas) != 2:
+            raise ValueError(f"betas must be two numbers, got {betas!r}")
         super().__init__(
-            model, lr, beta1=betas[0], beta2=betas[1], eps=eps, weight_decay=weight_decay
+            model,
+            lr,
+            beta1=_check("beta parameter at index 0", betas[0], 0.0, 1.0, high_open=True),
+            beta2=_check("beta parameter at index 1", betas[1], 0.0, 1.0, high_open=True),
+            eps=_check("epsilon value", eps, 0.0),
+            weight_decay=_check("weight_decay", weight_decay, 0.0),
         )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ import pytest
 import torch
 from core_helpers import assert_close_rel, torch_vjp
 from torch import nn
+from torch.nn import functional as F
 
 import rootclad
 from rootclad.ir import IRError
@@ -221,7 +223,36 @@ def test_wrong_target_shapes(cnn):
     x = _x()
     with pytest.raises(ValueError) as err:
         cm.loss_and_grad(x, torch.ones(3, 1, dtype=F64))
-    assert "(3, 1)" in str(err.value) and "6 values" in str(err.value)
+    assert "(3, 1)" in str(err.value) and "expected (3, 2)" in str(err.value)
+
+
+@pytest.mark.parametrize("loss", ["bce_with_logits", "mse"])
+@pytest.mark.parametrize("outputs", [1, 2])
+def test_targets_of_the_right_count_but_not_the_output_shape_are_refused(loss, outputs):
+    """Checked by shape as torch's losses check it, not by element count: a transposed
+    (outputs, B) or flattened target is refused where torch refuses it; a single-output model
+    also takes (B,) targets, which the data readers give."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, outputs)).double()
+    x = torch.randn(3, 4, dtype=F64)
+    cm = rootclad.compile(net, example_input=x, loss=loss, engine="pullback")
+    fn = {"bce_with_logits": F.binary_cross_entropy_with_logits, "mse": F.mse_loss}[loss]
+    y = torch.rand(3, outputs, dtype=F64)
+    bad = [y.t().contiguous(), y.reshape(1, -1), y.reshape(-1, 1, 1)]
+    if outputs > 1:
+        bad.append(y.reshape(-1))
+    for wrong in bad:
+        if loss == "bce_with_logits":  # torch's own verdict on the same shapes
+            with pytest.raises(ValueError):
+                fn(net(x), wrong)
+        with pytest.raises(ValueError, match="targets have shape"):
+            cm.loss_and_grad(x, wrong)
+        with pytest.raises(ValueError, match="targets have shape"):
+            cm.train_step(x, wrong, rootclad.optim.SGD(cm, lr=0.1))
+    value, _ = cm.loss_and_grad(x, y)
+    assert_close_rel(value, fn(net(x), y), 1e-10)
+    if outputs == 1:
+        assert torch.equal(cm.loss_and_grad(x, y.reshape(3))[0], value)
 
 
 def test_cross_entropy_targets_out_of_range_or_not_indices():
@@ -319,15 +350,102 @@ def test_non_contiguous_input_in_train_step():
 def test_no_cxx_compiler_says_what_to_install(toolchain_env, tmp_path):
     empty = tmp_path / "empty-bin"
     empty.mkdir()
-    toolchain_env.setenv("ROOTCLAD_CXX", "/nonexistent/bin/c++")
+    toolchain_env.delenv("ROOTCLAD_CXX", raising=False)
     toolchain_env.delenv("CXX", raising=False)
     toolchain_env.setenv("PATH", str(empty))
     with pytest.raises(ToolchainError) as err:
         rootclad.compile(nn.Sequential(nn.Linear(4, 1)), torch.randn(2, 4), engine="pullback")
     msg = str(err.value)
-    assert "/nonexistent/bin/c++" in msg, msg
     assert "g++" in msg and "install" in msg.lower() and "ROOTCLAD_CXX" in msg, msg
     assert rootclad.engines_available()["pullback"].startswith("unavailable")
+
+
+@pytest.mark.parametrize("var", ["ROOTCLAD_CXX", "CXX"])
+def test_a_compiler_variable_that_names_nothing_is_an_error(toolchain_env, var):
+    """Before, ROOTCLAD_CXX=/nonexistent/g++ silently built with the g++ on PATH."""
+    toolchain_env.delenv("ROOTCLAD_CXX", raising=False)
+    toolchain_env.setenv(var, "/nonexistent/g++")
+    with pytest.raises(ToolchainError, match=f"{var}=/nonexistent/g\\+\\+"):
+        rootclad.compile(nn.Sequential(nn.Linear(4, 1)), torch.randn(2, 4), engine="pullback")
+
+
+def _fake_clad(root: Path) -> tuple[Path, Path]:
+    """A directory laid out like an installed Clad: lib/clad.so and the header (empty files;
+    only the finder looks at them)."""
+    (root / "lib").mkdir(parents=True)
+    (root / "include" / "clad" / "Differentiator").mkdir(parents=True)
+    (root / "lib" / "clad.so").write_bytes(b"")
+    (root / "include" / "clad" / "Differentiator" / "Differentiator.h").write_text("")
+    return root / "lib" / "clad.so", root / "include"
+
+
+@pytest.mark.parametrize(
+    "var", ["ROOTCLAD_CLAD_PLUGIN", "ROOTCLAD_CLAD_INCLUDE", "CLAD_PREFIX", "ROOTCLAD_NVCC"]
+)
+def test_a_clad_or_nvcc_variable_that_points_nowhere_is_an_error(toolchain_env, tmp_path, var):
+    from rootclad.toolchain import find_clad, find_nvcc
+
+    find_nvcc.cache_clear()
+    for v in ("ROOTCLAD_CLAD_PLUGIN", "ROOTCLAD_CLAD_INCLUDE", "CLAD_PREFIX", "ROOTCLAD_NVCC"):
+        toolchain_env.delenv(v, raising=False)
+    toolchain_env.setenv(var, str(tmp_path / "nowhere"))
+    finder = find_nvcc if var == "ROOTCLAD_NVCC" else find_clad
+    with pytest.raises(ToolchainError, match=var):
+        finder()
+    find_nvcc.cache_clear()
+    if var != "ROOTCLAD_NVCC":  # engine="auto" must not quietly fall back to the pullbacks
+        with pytest.raises(ToolchainError, match=var):
+            rootclad.compile(nn.Sequential(nn.Linear(4, 1)), torch.randn(2, 4))
+        assert var in rootclad.engines_available()["clad"]
+
+
+def test_clad_include_alone_still_finds_the_plugin_beside_it(toolchain_env, tmp_path):
+    """Setting only ROOTCLAD_CLAD_INCLUDE used to turn discovery off and then complain about
+    the plugin; the plugin of the same installation is found next to it."""
+    from rootclad.toolchain import find_clad
+
+    plugin, include = _fake_clad(tmp_path / "clad")
+    for v in ("ROOTCLAD_CLAD_PLUGIN", "CLAD_PREFIX"):
+        toolchain_env.delenv(v, raising=False)
+    toolchain_env.setenv("ROOTCLAD_CLAD_INCLUDE", str(include))
+    install, why = find_clad()
+    if install is None:  # only a missing clang++ may stop it now
+        assert "clang++" in why, why
+    else:
+        assert (install.plugin, install.include) == (str(plugin), str(include))
+
+
+def test_num_threads_outside_1_to_256_is_an_error_naming_it(monkeypatch):
+    from rootclad.compiler import num_threads
+
+    net = nn.Sequential(nn.Linear(4, 1))
+    for bad in ("100000", "0", "-2", "many", "2.5"):
+        monkeypatch.setenv("ROOTCLAD_NUM_THREADS", bad)
+        with pytest.raises(ValueError, match=f"ROOTCLAD_NUM_THREADS='{re.escape(bad)}'"):
+            rootclad.compile(net, torch.randn(2, 4), engine="pullback")
+    monkeypatch.setenv("ROOTCLAD_NUM_THREADS", "3")
+    assert num_threads() == 3
+
+
+def test_a_huge_thread_count_does_not_abort_a_host_that_skips_the_check(tmp_path):
+    """A C++ host (a macro, LibTorch) reads ROOTCLAD_NUM_THREADS without Python's check: the
+    pool caps it (it used to abort the process trying to start 100000 threads)."""
+    code = (
+        "import torch, rootclad\n"
+        "from rootclad.compiler import num_threads\n"
+        "net = torch.nn.Sequential(torch.nn.Linear(4, 1)).double()\n"
+        "x = torch.randn(300, 4, dtype=torch.float64)\n"
+        "import os; os.environ['ROOTCLAD_NUM_THREADS'] = '3'\n"
+        "cm = rootclad.compile(net, example_input=x, engine='pullback')\n"
+        "os.environ['ROOTCLAD_NUM_THREADS'] = '100000'  # after the check, before the pool\n"
+        "err = (cm.predict(x) - net(x)).abs().max().item()\n"
+        "print('ok', err)\n"
+    )
+    env = {**os.environ, "ROOTCLAD_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("ok") and float(proc.stdout.split()[1]) < 1e-12
 
 
 def test_compile_error_keeps_the_log_and_leaves_no_library(monkeypatch, tmp_path):
@@ -347,6 +465,80 @@ def test_compile_error_keeps_the_log_and_leaves_no_library(monkeypatch, tmp_path
         assert [p for p in cache.iterdir() if p.is_dir()] == []  # no half-built work dirs
     lib, built = build_library("int f() { return 1; }\n", name="rc_fixed", cxx=cxx, flags=[])
     assert built and lib.is_file() and lib.parent == cache
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "garbage"])
+def test_a_damaged_cached_library_is_rebuilt_not_loaded(tmp_path, damage):
+    """A truncated library crashed every later compile of the model with SIGBUS (in the
+    dynamic loader); a 0-byte or garbage one failed forever. Each is verified against the
+    size and hash recorded at build, and rebuilt. Run in child processes: a regression kills
+    the interpreter that loads the library."""
+    cache = tmp_path / "cache"
+    env = {**os.environ, "ROOTCLAD_CACHE_DIR": str(cache)}
+    code = (
+        "import json, torch, rootclad\n"
+        "torch.manual_seed(0)\n"
+        "net = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), "
+        "torch.nn.Linear(3, 1)).double()\n"
+        "x = torch.randn(5, 4, dtype=torch.float64)\n"
+        "cm = rootclad.compile(net, example_input=x, engine='pullback')\n"
+        "err = (cm.predict(x) - net(x)).abs().max().item()\n"
+        "print(json.dumps({'lib': str(cm.library_path), 'built': cm.built_now, 'err': err}))\n"
+    )
+
+    def run():
+        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+        assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-2000:]}"
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    first = run()
+    lib = Path(first["lib"])
+    size = lib.stat().st_size
+    if damage == "truncated":
+        os.truncate(lib, size // 2)
+    elif damage == "empty":
+        os.truncate(lib, 0)
+    else:
+        lib.write_bytes(os.urandom(size))  # same size, other bytes
+    second = run()
+    assert second["lib"] == first["lib"] and second["built"] and second["err"] < 1e-12
+    assert lib.stat().st_size == size
+    assert not run()["built"]  # and the rebuilt one is trusted again
+
+
+def test_a_killed_build_leaves_no_work_directory_behind(tmp_path, monkeypatch):
+    """A compile killed mid-way left its temporary directory in the cache for good; the next
+    build of the same key removes it (the lock proves its builder is gone)."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ROOTCLAD_CACHE_DIR", str(cache))
+    cxx, _ = find_cxx()
+    src = "int f() { return 7; }\n"
+    code = (
+        "import sys, subprocess\n"
+        "from rootclad.toolchain import build_library, find_cxx\n"
+        "import rootclad.toolchain.build as b\n"
+        "real = subprocess.run\n"
+        "def hang(cmd, **kw):\n"
+        "    if '-o' not in cmd:  # the compiler's --version\n"
+        "        return real(cmd, **kw)\n"
+        "    print('compiling', flush=True)\n"
+        "    import time; time.sleep(600)\n"
+        "b.subprocess.run = hang\n"
+        f"build_library({src!r}, name='rc_killed', cxx=find_cxx()[0], flags=[])\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "ROOTCLAD_CACHE_DIR": str(cache)})  # fmt: skip
+    try:
+        assert proc.stdout.readline().strip() == "compiling"
+        assert len([p for p in cache.iterdir() if p.is_dir()]) == 1
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+    lib, built = build_library(src, name="rc_killed", cxx=cxx, flags=[])
+    assert built and lib.is_file()
+    assert [p for p in cache.iterdir() if p.is_dir()] == []
 
 
 def test_warm_cache_recompiles_nothing(monkeypatch, tmp_path):

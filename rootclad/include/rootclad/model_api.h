@@ -41,10 +41,12 @@ template <typename T> struct ModelEntryPoints {
   // after forward(): d_params (and d_act's input region if need_dx) = J^T d_out
   void (*vjp)(T* params, T* act, T* d_params, T* d_act, const T* d_out, int B, int training,
               std::uint64_t seed, int need_dx) = nullptr;
-  // loss_and_grad + an optimizer update (opt_cfg: rootclad::OptimConfig, step from 1)
+  // loss_and_grad + an optimizer update (opt_cfg: rootclad::OptimConfig, step from 1).
+  // tensor_steps: null (every parameter tensor at `step`), or one step count per parameter
+  // tensor, 0 for a frozen one (left unchanged, as torch.optim skips a parameter without grad)
   T(*train_step)
   (T* params, T* act, const T* y, T* d_params, T* d_act, T* opt_state, const double* opt_cfg,
-   long step, int B, std::uint64_t seed) = nullptr;
+   long step, int B, std::uint64_t seed, const long* tensor_steps) = nullptr;
 };
 
 struct ParamInfo {
@@ -227,7 +229,8 @@ inline ModelApi load_model(const std::string& library_path, const std::string& p
   T P##_loss_value(T*, const T*, int);                                                             \
   T P##_loss_and_grad(T*, T*, const T*, T*, T*, int, int, std::uint64_t, int);                     \
   void P##_vjp(T*, T*, T*, T*, const T*, int, int, std::uint64_t, int);                            \
-  T P##_train_step(T*, T*, const T*, T*, T*, T*, const double*, long, int, std::uint64_t);         \
+  T P##_train_step(T*, T*, const T*, T*, T*, T*, const double*, long, int, std::uint64_t,          \
+                   const long*);                                                                   \
   }                                                                                                \
   inline ::rootclad::ModelApi P##_model_api() {                                                    \
     using ::rootclad::detail::to_ptr;                                                              \

@@ -379,10 +379,12 @@ private:
       const int64_t nc = api_->output_size;
       TORCH_CHECK_VALUE(y.min().item<int64_t>() >= 0 && y.max().item<int64_t>() < nc, who,
                         "cross_entropy targets must lie in [0, ", nc, ")");
-    } else {
-      TORCH_CHECK_VALUE(y.numel() == static_cast<int64_t>(B) * api_->output_size, who, api_->loss,
+    } else { // the output's shape, as torch's losses demand; (B) too for one output per sample
+      const auto shape = detail::batch_shape(B, api_->output_shape);
+      const bool single = api_->output_size == 1 && y.dim() == 1 && y.size(0) == B;
+      TORCH_CHECK_VALUE(y.sizes() == c10::IntArrayRef(shape) || single, who, api_->loss,
                         " targets have shape ", detail::shape_str(y.sizes()), ", expected ",
-                        static_cast<int64_t>(B) * api_->output_size, " values");
+                        detail::shape_str(shape), " (the model output's shape)");
     }
     return y.reshape({-1}).to(grads_.scalar_type()).contiguous();
   }
@@ -402,7 +404,7 @@ private:
     using detail::ptr;
     return api_->entry_points<T>().train_step(
         ptr<T>(params_), ptr<T>(act), ptr<T>(y), ptr<T>(grads_), ptr<T>(d_act), ptr<T>(opt.state),
-        reinterpret_cast<const double*>(&opt.config), opt.step, B, seed);
+        reinterpret_cast<const double*>(&opt.config), opt.step, B, seed, nullptr);
   }
 };
 
