@@ -15,16 +15,31 @@ import warnings
 from pathlib import Path
 
 _LOCK = threading.RLock()
+CLING_LOCK = _LOCK  # for callers whose first use of a declared class must not race either
 _DECLARED: set[str] = set()
 _INCLUDE_PATHS: set[str] = set()
 
 
+_ROOT = None
+
+
 def import_root():
-    """``import ROOT``, silencing only the wheel's "alpha stage" UserWarning."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"(?s).*alpha stage", category=UserWarning)
-        import ROOT
-    return ROOT
+    """``import ROOT``, silencing only the wheel's "alpha stage" UserWarning.
+
+    Once per process, under the lock: ROOT sets itself up on first attribute access, and two
+    threads doing that at once saw a half-made module (``ROOT.std`` missing)."""
+    global _ROOT
+    with _LOCK:
+        if _ROOT is None:
+            with warnings.catch_warnings():
+                warnings.filterwarnings(
+                    "ignore", message=r"(?s).*alpha stage", category=UserWarning
+                )
+                import ROOT
+            ROOT.gInterpreter  # noqa: B018  (finishes ROOT's lazy set-up)
+            ROOT.std  # noqa: B018
+            _ROOT = ROOT
+    return _ROOT
 
 
 def include_dir() -> str:

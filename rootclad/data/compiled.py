@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rootclad.data.cling import declare_header, import_root
+from rootclad.data.cling import CLING_LOCK, declare_header, import_root
 from rootclad.data.errors import DataError
 from rootclad.data.loader import _BatchIteratorBase
 
@@ -29,14 +29,29 @@ def _cxx_error(err: Exception) -> DataError:
     return DataError(text.strip())
 
 
+_CLASS = None
+
+
 def reader_class():
-    """``ROOT.rootclad.data.BatchReader``, declared on first use."""
-    declare_header("tree_reader.h")
-    root = import_root()
-    cls = root.rootclad.data.BatchReader
-    cls.next_batch.__release_gil__ = True
-    cls.read_range.__release_gil__ = True
-    return cls
+    """``ROOT.rootclad.data.BatchReader``, declared and bound once per process.
+
+    All of it under the Cling lock: two threads that made their first reader at once raced in
+    PyROOT's lazy lookups (one got an extra batch of memory that was never read, or
+    ``ROOT.std`` missing). ROOT's own thread safety is switched on, since readers in several
+    threads read files at the same time."""
+    global _CLASS
+    with CLING_LOCK:
+        if _CLASS is None:
+            root = import_root()
+            root.EnableThreadSafety()
+            declare_header("tree_reader.h")
+            cls = root.rootclad.data.BatchReader
+            # every binding the iterator uses, resolved now rather than at a first call
+            root.std.vector["std::string"]
+            cls.next_batch.__release_gil__ = True
+            cls.read_range.__release_gil__ = True
+            _CLASS = cls
+    return _CLASS
 
 
 class CompiledBatchIterator(_BatchIteratorBase):
@@ -45,14 +60,15 @@ class CompiledBatchIterator(_BatchIteratorBase):
     def _open(self):
         root = import_root()
         cls = reader_class()
-        names = root.std.vector["std::string"]()
-        for f in self.files:
-            names.push_back(f)
-        try:
-            self._reader = cls(names, self.tree, self.strain, self.label,
-                               -1 if self.length is None else int(self.length))  # fmt: skip
-        except Exception as err:
-            raise _cxx_error(err) from None
+        with CLING_LOCK:  # the first construction and calls instantiate wrappers in Cling
+            names = root.std.vector["std::string"]()
+            for f in self.files:
+                names.push_back(f)
+            try:
+                self._reader = cls(names, self.tree, self.strain, self.label,
+                                   -1 if self.length is None else int(self.length))  # fmt: skip
+            except Exception as err:
+                raise _cxx_error(err) from None
         r = self._reader
         if self.length is None:
             self.length = int(r.length())
@@ -82,6 +98,7 @@ class CompiledBatchIterator(_BatchIteratorBase):
         r = self._reader
         r.start_epoch(epoch)
         n, bsz = self.length, self.batch_size
+        left = self.entries - (self.entries % bsz if self.drop_last else 0)
         while True:
             x = np.empty((bsz, n), dtype=np.float32)
             y = np.empty(bsz, dtype=np.int32)
@@ -89,6 +106,12 @@ class CompiledBatchIterator(_BatchIteratorBase):
                 k = int(r.next_batch(x, y))
             except Exception as err:
                 raise _cxx_error(err) from None
+            if not 0 <= k <= min(bsz, left) or (k == 0 and left):  # a bug, never bad input
+                raise RuntimeError(
+                    f"the C++ reader reported a batch of {k} with {left} entries of the epoch "
+                    "left; no rows it did not read are handed out"
+                )
+            left -= k
             if k == 0:
                 return
             if k < bsz:

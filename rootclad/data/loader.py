@@ -31,6 +31,9 @@ from rootclad.data.schedule import (
 )
 
 
+_STRAIN_KINDS = "expected a float[N] array or vector<float> per entry"
+
+
 class _BatchIteratorBase:
     """Plan and batch assembly shared by the uproot and compiled readers."""
 
@@ -192,6 +195,17 @@ class _BatchIteratorBase:
                     f"label {y_raw[row]} is not an integer",
                     file=path, tree=self.tree, branch=self.label, entry=block.start + row,
                 )  # fmt: skip
+        # labels are int32: a wider value must not wrap (2**40 became 0); tree_reader.h says
+        # the same words
+        if y_raw.dtype.itemsize > 4 or y_raw.dtype.kind in "uf":
+            wide = y_raw.astype(np.float64) if y_raw.dtype.kind == "f" else y_raw
+            wrong = (wide < -(2**31)) | (wide > 2**31 - 1)
+            if wrong.any():
+                row = int(np.flatnonzero(wrong)[0])
+                raise DataError(
+                    f"label {int(y_raw[row])} does not fit a 32-bit integer",
+                    file=path, tree=self.tree, branch=self.label, entry=block.start + row,
+                )  # fmt: skip
 
 
 class BatchIterator(_BatchIteratorBase):
@@ -283,12 +297,17 @@ class BatchIterator(_BatchIteratorBase):
             dt = interp.to_dtype
             if dt.subdtype is not None and dt.subdtype[0] == np.float32 and len(dt.shape) == 1:
                 return True, int(dt.shape[0])
+            if dt.subdtype is None:  # tree_reader.h says the same words
+                raise DataError(
+                    f"{_STRAIN_KINDS}, found one number per entry",
+                    file=path, tree=self.tree, branch=self.strain,
+                )  # fmt: skip
         if isinstance(interp, uproot.interpretation.jagged.AsJagged):
             content = interp.content
             if getattr(content, "to_dtype", None) == np.dtype(np.float32):
                 return False, None
         raise DataError(
-            f"expected a float[N] array or vector<float> per entry, found {interp}",
+            f"{_STRAIN_KINDS}, found {interp}",
             file=path, tree=self.tree, branch=self.strain,
         )  # fmt: skip
 

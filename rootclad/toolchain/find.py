@@ -85,6 +85,7 @@ class CladInstall:
 
 
 _CLAD_HEADER = Path("clad", "Differentiator", "Differentiator.h")
+CLAD_PREFIXES = ("/usr/local", "/opt/clad")  # searched after $CLAD_PREFIX
 
 
 def _clad_candidates() -> list[tuple[str, str]]:
@@ -107,7 +108,7 @@ def _clad_candidates() -> list[tuple[str, str]]:
         )
     if env_prefix and not Path(env_prefix, "lib", "clad.so").is_file():
         raise ToolchainError(f"CLAD_PREFIX={env_prefix} holds no lib/clad.so")
-    prefixes = [Path(p) for p in (env_prefix, "/usr/local", "/opt/clad") if p]
+    prefixes = [Path(p) for p in (env_prefix, *CLAD_PREFIXES) if p]
     if env_plugin:  # its own prefix first: <prefix>/lib/clad.so
         prefixes.insert(0, Path(env_plugin).resolve().parent.parent)
     if env_include:

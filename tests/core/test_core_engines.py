@@ -153,14 +153,19 @@ def test_auto_picks_clad_when_present(clad):
     assert rootclad.engines_available()["clad"].startswith("available")
 
 
-def test_engine_clad_without_clad_says_what_was_looked_for(toolchain_env):
-    toolchain_env.setenv("ROOTCLAD_CLAD_PLUGIN", "/nonexistent/lib/clad.so")
+def test_engine_clad_without_clad_says_what_was_looked_for(toolchain_env, tmp_path):
+    import rootclad.toolchain.find as find
+
+    for var in ("ROOTCLAD_CLAD_PLUGIN", "ROOTCLAD_CLAD_INCLUDE", "CLAD_PREFIX"):
+        toolchain_env.delenv(var, raising=False)
+    toolchain_env.setattr(find, "CLAD_PREFIXES", (str(tmp_path / "no-clad"),))
     net = nn.Sequential(nn.Linear(5, 3)).double()  # the library of the per-op Linear case
     x = torch.randn(2, 5, dtype=F64)
     with pytest.raises(ToolchainError) as err:
         rootclad.compile(net, example_input=x, engine="clad")
     msg = str(err.value)
-    assert "/nonexistent/lib/clad.so" in msg and "ROOTCLAD_CLAD_PLUGIN" in msg, msg
+    assert str(tmp_path / "no-clad" / "lib" / "clad.so") in msg, msg
+    assert "ROOTCLAD_CLAD_PLUGIN" in msg, msg
     assert "engine='pullback'" in msg, msg
     with pytest.raises(ToolchainError):
         rootclad.compile(net, example_input=x, engine="clad", pullbacks=False)

@@ -35,11 +35,23 @@ SCHEDULE = [(0, {"0.weight"}), (20, {"0.weight", "0.bias"}), (40, set()), (55, {
 def test_frozen_parameters_stay_frozen_and_the_rest_tracks_torch(name, ours, theirs, kwargs, sizes):
     """Parameters frozen at compile time and frozen / thawed mid-run: torch.optim skips a
     parameter without a gradient (its state and step count too); so must train_step."""
+    _track_frozen("pullback", name, ours, theirs, kwargs, sizes)
+
+
+@pytest.mark.clad
+@pytest.mark.parametrize("name, ours, theirs, kwargs", [OPTIMIZERS[3], OPTIMIZERS[1]],
+                         ids=["adam", "sgd-nesterov-wd"])  # fmt: skip
+def test_frozen_parameters_stay_frozen_with_the_clad_engine(clad, name, ours, theirs, kwargs):
+    _track_frozen("clad", name, ours, theirs, kwargs, (1, 8))
+
+
+def _track_frozen(engine, name, ours, theirs, kwargs, sizes):
     build, shape = SMALL_BATCH_MODELS["conv-head"]
     torch.manual_seed(0)
     net0 = build().double()
     net0[0].weight.requires_grad_(False)
-    cm = rootclad.compile(net0, example_input=torch.zeros(1, *shape, dtype=F64), engine="pullback")
+    cm = rootclad.compile(net0, example_input=torch.zeros(1, *shape, dtype=F64), engine=engine)
+    assert cm.engine == engine
     assert not cm.state_dict()["0.weight"].requires_grad
     assert not dict(cm.named_parameters())["0.weight"].requires_grad
     net = copy.deepcopy(net0)

@@ -129,6 +129,56 @@ def test_non_integer_label(reader, tmp_path):
     assert (e.value.branch, e.value.entry) == ("label", 11)
 
 
+# Both readers refuse these with the same words (the C++ reader used to turn 2**40 into
+# INT_MIN and the Python one into 0, and the C++ one read a scalar as a strain of length 1).
+MESSAGES = {}
+
+
+@pytest.mark.parametrize(
+    "dtype, value",
+    [(np.int64, 2**40), (np.int64, -(2**31) - 1), (np.uint32, 2**31), (np.float64, 1e10)],
+)
+def test_label_that_does_not_fit_int32_is_refused(reader, tmp_path, dtype, value):
+    path = tmp_path / "wide.root"
+    labels = np.zeros(20, dtype)
+    labels[7] = value
+    with uproot.recreate(path) as f:
+        f.mktree("events", {"strain": np.dtype((np.float32, (N,))), "label": dtype}).extend(
+            {"strain": encoded_rows(np.arange(20)), "label": labels}
+        )
+    with pytest.raises(DataError) as e:
+        _epoch(reader, str(path))
+    assert (e.value.branch, e.value.entry) == ("label", 7)
+    assert e.value.what == f"label {int(value)} does not fit a 32-bit integer"
+    assert MESSAGES.setdefault(("label", dtype, value), e.value.what) == e.value.what
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+def test_a_scalar_branch_is_no_strain(reader, tmp_path, dtype):
+    path = tmp_path / "scalar.root"
+    with uproot.recreate(path) as f:
+        f.mktree("events", {"strain": dtype, "label": np.int32}).extend(
+            {"strain": np.arange(20).astype(dtype), "label": np.zeros(20, np.int32)}
+        )
+    with pytest.raises(DataError) as e:
+        reader(str(path))
+    assert e.value.branch == "strain"
+    assert e.value.what.endswith("found one number per entry"), e.value.what
+    assert MESSAGES.setdefault(("scalar", dtype), e.value.what) == e.value.what
+
+
+def test_labels_at_the_int32_limits_are_read(reader, tmp_path):
+    path = tmp_path / "limits.root"
+    labels = np.zeros(20, np.int64)
+    labels[[3, 4]] = [2**31 - 1, -(2**31)]
+    with uproot.recreate(path) as f:
+        f.mktree("events", {"strain": np.dtype((np.float32, (N,))), "label": np.int64}).extend(
+            {"strain": encoded_rows(np.arange(20)), "label": labels}
+        )
+    _, y = reader(str(path), shuffle=False).read_all()
+    assert y.tolist() == labels.tolist()
+
+
 @pytest.mark.parametrize("fraction", [0.3, 0.95, 0.999])
 def test_truncated_file(reader, tmp_path, good, fraction):
     data = good.read_bytes()

@@ -37,6 +37,7 @@
 #include <ROOT/RVec.hxx>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -185,6 +186,14 @@ public:
       os << "label " << v << " is not an integer";
       fail_entry(label_name_, entry, os.str());
     }
+    // labels are int: a wider value must not wrap (2**40 became INT_MIN); the Python reader
+    // says the same words
+    if (v < (double)INT_MIN || v > (double)INT_MAX) {
+      std::ostringstream os;
+      os << "label " << (label_integral_ ? label_leaf_->GetValueLong64(0) : (long long)v)
+         << " does not fit a 32-bit integer";
+      fail_entry(label_name_, entry, os.str());
+    }
     *y = static_cast<int>(v);
   }
 
@@ -257,6 +266,12 @@ private:
     if (strain_br_->GetListOfLeaves()->GetEntries() != 1)
       fail("expected a single leaf", true, strain_name_);
     strain_leaf_ = static_cast<TLeaf*>(strain_br_->GetListOfLeaves()->At(0));
+    // a scalar leaf ("strain/F") has one element too, but it is no strain array (the Python
+    // reader says the same words)
+    if (!strain_leaf_->GetLeafCount() &&
+        std::string(strain_leaf_->GetTitle()).find('[') == std::string::npos)
+      fail("expected a float[N] array or vector<float> per entry, found one number per entry",
+           true, strain_name_);
     if (std::string(strain_leaf_->GetTypeName()) != "Float_t")
       fail(std::string("expected a float[N] array or vector<float> per entry, found ") +
                strain_leaf_->GetTypeName() + " (" + strain_br_->GetTitle() + ")",
@@ -281,6 +296,9 @@ private:
     if (label_leaf_->GetLen() != 1 || label_leaf_->GetLeafCount())
       fail("label must be a number per entry", true, label_name_);
     // the leaf's own buffer holds the value; GetValue converts any numeric type
+    const std::string type = label_leaf_->GetTypeName();
+    label_integral_ = type != "Float_t" && type != "Double_t" && type != "Float16_t" &&
+                      type != "Double32_t";
   }
 
 public:
@@ -302,6 +320,7 @@ private:
   TBranch* label_br_ = nullptr;
   TLeaf* strain_leaf_ = nullptr;
   TLeaf* label_leaf_ = nullptr;
+  bool label_integral_ = true;
   Kind kind_ = Kind::Fixed;
   int length_ = -1;
   long long entries_ = 0;
