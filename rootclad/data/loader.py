@@ -30,7 +30,6 @@ from rootclad.data.schedule import (
     split_range,
 )
 
-
 _STRAIN_KINDS = "expected a float[N] array or vector<float> per entry"
 
 

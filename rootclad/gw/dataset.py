@@ -31,8 +31,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
+import signal
+import socket
 import sys
+import threading
 import time
 import uuid
 from concurrent.futures import ProcessPoolExecutor
@@ -74,6 +78,11 @@ class SimulationConfig:
             set_(self, "t_merger", (0.5 * self.duration, 0.9 * self.duration))
         else:
             set_(self, "t_merger", tuple(float(v) for v in self.t_merger))
+        for f in dataclasses.fields(self):  # an infinite SNR wrote NaN strain
+            value = getattr(self, f.name)
+            values = value if isinstance(value, tuple) else (value,)
+            if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+                raise ValueError(f"{f.name} must be finite, got {value}")
         _check_length(self.n)
         if not 0.0 <= self.signal_fraction <= 1.0:
             raise ValueError(f"signal_fraction must be in [0, 1], got {self.signal_fraction}")
@@ -213,9 +222,25 @@ def generate_events(seeds, config: SimulationConfig | None = None) -> dict[str, 
 _WORKER: _Generator | None = None
 
 
-def _worker_init(config_json: str) -> None:
+def _worker_init(config_json: str, parent: int) -> None:
     global _WORKER
+    _die_with_parent(parent)
+    # Ctrl-C reaches the whole process group: the parent stops the workers, which must not
+    # each print a KeyboardInterrupt traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _WORKER = _Generator(SimulationConfig.from_json(config_json))
+
+
+def _die_with_parent(parent: int) -> None:
+    """Linux: the kernel sends this process SIGKILL when its parent dies (a killed
+    ``simulate`` left its workers running, 200 MB each)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before the line above
+        os._exit(1)
 
 
 def _worker_chunk(seed: int, start: int, stop: int) -> dict[str, np.ndarray]:
@@ -301,6 +326,8 @@ def simulate(
 
     if n_events < 1:
         raise ValueError("n_events must be at least 1")
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be at least 1, got {chunk_size}")
     config = SimulationConfig(
         seed=int(seed), duration=duration, sample_rate=sample_rate, snr=snr,
         signal_fraction=signal_fraction, mass_range=mass_range, t_merger=t_merger,
@@ -308,6 +335,9 @@ def simulate(
     )  # fmt: skip
     comp = _compression(compression)
     path = Path(path)
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"{path.parent}: no such directory (create it first)")
+    _remove_stale_partials(path)
     n = config.n
     workers = _default_workers() if workers is None else max(1, int(workers))
     chunks = [(i, min(i + chunk_size, n_events)) for i in range(0, n_events, chunk_size)]
@@ -315,8 +345,9 @@ def simulate(
     if progress is None:
         progress = sys.stderr.isatty()
 
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.partial")
+    tmp = _partial_name(path, os.getpid(), uuid.uuid4().hex[:12])
     t0 = time.perf_counter()
+    restore = _terminate_like_interrupt()
     try:
         with uproot.recreate(tmp, compression=comp) as f:
             tree = f.mktree(
@@ -349,7 +380,44 @@ def simulate(
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    finally:
+        restore()
     return SimulationResult(path, n_events, time.perf_counter() - t0)
+
+
+def _partial_name(path: Path, pid: int, tag: str) -> Path:
+    """The temporary file a run writes before renaming it to ``path``: named by the host and
+    process that write it, so a later run can tell a dead writer's file from a live one."""
+    return path.with_name(f".{path.name}.{socket.gethostname()}.{pid}.{tag}.partial")
+
+
+def _remove_stale_partials(path: Path) -> None:
+    """Delete the temporary files of earlier runs on this host whose process is gone (a
+    SIGKILL leaves no chance to clean up)."""
+    host = socket.gethostname()
+    for partial in path.parent.glob(f".{path.name}.{host}.*.partial"):
+        pid = partial.name[len(f".{path.name}.{host}.") :].split(".")[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            partial.unlink(missing_ok=True)
+        except PermissionError:  # alive, someone else's
+            pass
+
+
+def _terminate_like_interrupt():
+    """While a file is written, SIGTERM (a batch system's kill, ``kill PID``) unwinds like
+    Ctrl-C: the workers stop and the temporary file is removed. Returns the undo."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def on_term(signum, frame):
+        raise SystemExit(128 + signum)
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    return lambda: signal.signal(signal.SIGTERM, old)
 
 
 def _chunk_results(config: SimulationConfig, chunks, workers: int):
@@ -364,20 +432,26 @@ def _chunk_results(config: SimulationConfig, chunks, workers: int):
     # fork: no re-import of the caller's script (spawn needs a __main__ guard there);
     # the workers only run numpy, so threads of the parent (ROOT, torch) do not matter
     ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init,
-                             initargs=(config.to_json(),)) as pool:  # fmt: skip
-        pending = []
-        it = iter(chunks)
-        try:
-            for start, stop in it:
-                pending.append(pool.submit(_worker_chunk, config.seed, start, stop))
-                if len(pending) >= 2 * workers:
-                    yield pending.pop(0).result()
-            while pending:
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init,
+                               initargs=(config.to_json(), os.getpid()))  # fmt: skip
+    pending = []
+    finished = False
+    try:
+        for start, stop in chunks:
+            pending.append(pool.submit(_worker_chunk, config.seed, start, stop))
+            if len(pending) >= 2 * workers:
                 yield pending.pop(0).result()
-        finally:
-            for fut in pending:
-                fut.cancel()
+        while pending:
+            yield pending.pop(0).result()
+        finished = True
+    finally:
+        if not finished:  # interrupted: stop the workers now, not after their chunks
+            if hasattr(pool, "terminate_workers"):  # Python 3.14
+                pool.terminate_workers()
+            else:  # no public way before: the executor's own table of processes
+                for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                    proc.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def read_config(path) -> SimulationConfig:

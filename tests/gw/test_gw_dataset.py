@@ -1,7 +1,13 @@
 """The dataset file: layout, reproducibility, atomic writing; read back by uproot and by ROOT."""
 
 import json
+import math
 import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -124,7 +130,88 @@ def test_bad_arguments_are_refused(tmp_path):
         simulate(tmp_path / "x.root", 10, snr=(10, 5))
     with pytest.raises(ValueError, match="compression"):
         simulate(tmp_path / "x.root", 10, compression="gzip")
+    # an infinite SNR wrote NaN strain; a chunk size of 0 failed inside range()
+    with pytest.raises(ValueError, match=r"snr must be finite, got \(5.0, inf\)"):
+        simulate(tmp_path / "x.root", 10, snr=(5, math.inf))
+    for name, value in (("mass_range", (5, math.nan)), ("duration", math.inf),
+                        ("band", (20, math.inf)), ("signal_fraction", math.nan)):  # fmt: skip
+        with pytest.raises(ValueError, match=name):
+            simulate(tmp_path / "x.root", 10, **{name: value})
+    with pytest.raises(ValueError, match="chunk_size must be at least 1, got 0"):
+        simulate(tmp_path / "x.root", 10, chunk_size=0)
+    # a directory that does not exist is not made up (a typo would scatter files)
+    with pytest.raises(FileNotFoundError, match="no such directory"):
+        simulate(tmp_path / "nonexistent" / "dir" / "x.root", 10)
     assert not any(tmp_path.iterdir())
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _running(pid: int) -> bool:
+    try:  # a zombie has ended; only its exit status waits to be collected
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_killed_simulation_leaves_no_workers_and_no_partial_file(tmp_path, sig):
+    """`rootclad gw simulate --workers 2` killed mid-run: the workers (200 MB each) used to
+    outlive it, and its temporary file stayed. SIGTERM now unwinds like Ctrl-C; after a
+    SIGKILL the workers die with their parent and the next run removes the dead run's file."""
+    target = tmp_path / "x.root"
+    cmd = [sys.executable, "-m", "rootclad", "gw", "simulate", str(target), "-n", "200000",
+           "--workers", "2", "-q"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(_children(proc.pid)) < 2 or not list(tmp_path.glob(".*.partial")):
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "the workers did not start"
+            time.sleep(0.05)
+        workers = _children(proc.pid)
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stderr.close()
+    assert proc.returncode == (-sig if sig == signal.SIGKILL else 128 + sig)
+    deadline = time.monotonic() + 30
+    while any(_running(w) for w in workers):
+        assert time.monotonic() < deadline, f"workers {workers} outlived their parent"
+        time.sleep(0.05)
+    partials = list(tmp_path.glob(".*.partial"))
+    assert not target.exists()
+    if sig == signal.SIGTERM:
+        assert partials == []
+    else:  # no process can clean up after a SIGKILL; the next run does
+        assert len(partials) == 1
+        simulate(target, 10, workers=1, progress=False)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["x.root"]
+
+
+def test_a_live_runs_partial_file_is_left_alone(tmp_path):
+    """Only a dead writer's file is removed: a run of this host whose process still lives
+    (this one) keeps its file, and so does one of another host."""
+    live = dataset_module._partial_name(tmp_path / "x.root", os.getpid(), "a")
+    other = tmp_path / ".x.root.otherhost.1.b.partial"
+    for p in (live, other):
+        p.write_bytes(b"")
+    simulate(tmp_path / "x.root", 10, workers=1, progress=False)
+    assert live.exists() and other.exists()
 
 
 def test_compressed_files_hold_the_same_events(small_file, tmp_path):

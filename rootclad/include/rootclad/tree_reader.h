@@ -270,8 +270,8 @@ private:
     // reader says the same words)
     if (!strain_leaf_->GetLeafCount() &&
         std::string(strain_leaf_->GetTitle()).find('[') == std::string::npos)
-      fail("expected a float[N] array or vector<float> per entry, found one number per entry",
-           true, strain_name_);
+      fail("expected a float[N] array or vector<float> per entry, found one number per entry", true,
+           strain_name_);
     if (std::string(strain_leaf_->GetTypeName()) != "Float_t")
       fail(std::string("expected a float[N] array or vector<float> per entry, found ") +
                strain_leaf_->GetTypeName() + " (" + strain_br_->GetTitle() + ")",
@@ -297,8 +297,8 @@ private:
       fail("label must be a number per entry", true, label_name_);
     // the leaf's own buffer holds the value; GetValue converts any numeric type
     const std::string type = label_leaf_->GetTypeName();
-    label_integral_ = type != "Float_t" && type != "Double_t" && type != "Float16_t" &&
-                      type != "Double32_t";
+    label_integral_ =
+        type != "Float_t" && type != "Double_t" && type != "Float16_t" && type != "Double32_t";
   }
 
 public:
