@@ -12,7 +12,8 @@ of this machine's sgemm peak (measured here, same threads), first-compile and wa
 times and peak RSS (in fresh processes).
 
 usage: python benchmarks/core/bench_train_step.py [--quick] [--no-torch-compile] [--no-libtorch]
-Writes benchmarks/results/train_step.json and docs/benchmarks/train_step.md.
+Writes benchmarks/results/train_step.json and docs/benchmarks/train_step.md (with --out
+elsewhere: that JSON and a table beside it).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
+RESULT = REPO / "benchmarks" / "results" / "train_step.json"
+TABLE = REPO / "docs" / "benchmarks" / "train_step.md"
 BATCHES = (1, 16, 64, 256)
 ROUNDS = 3  # turns each in-process implementation takes (see main)
 ENGINES = (("pullback", True), ("clad", True), ("clad", False))
@@ -214,7 +217,14 @@ def main(argv=None) -> int:
         action="store_true",
         help="redo only the load-time/peak-RSS part of an existing result file",
     )
-    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "train_step.json")
+    ap.add_argument("--out", type=Path, default=RESULT, help=f"the JSON result (default {RESULT})")
+    ap.add_argument(
+        "--table",
+        type=Path,
+        default=None,
+        help=f"the markdown table (default {TABLE} with the default --out, else the --out "
+        "path with .md: a scratch run never overwrites the tracked docs table)",
+    )
     ap.add_argument(
         "--rss-child", nargs=3, metavar=("MODEL", "IMPL", "BATCH"), help=argparse.SUPPRESS
     )
@@ -235,7 +245,7 @@ def main(argv=None) -> int:
         for model in report["compile"]:
             for impl in ["torch-eager", *(k for k in report["compile"][model] if "/" in k)]:
                 report["memory"].setdefault(model, {})[impl] = run_rss_child(model, impl, 256)
-        return write_report(report, args.out)
+        return write_report(report, args.out, args.table)
 
     import rootclad
     from rootclad.toolchain import find_clad
@@ -347,13 +357,17 @@ def main(argv=None) -> int:
         for impl in ["torch-eager", *compiled]:
             report["memory"].setdefault(model, {})[impl] = run_rss_child(model, impl, 256)
 
-    return write_report(report, args.out)
+    return write_report(report, args.out, args.table)
 
 
-def write_report(report: dict, out: Path) -> int:
-    """The JSON result and its markdown table, each written to a temporary name and renamed."""
+def write_report(report: dict, out: Path, md: Path | None = None) -> int:
+    """The JSON result and its markdown table, each written to a temporary name and renamed.
+
+    The table goes to ``md``, by default the tracked docs table only when ``out`` is the
+    tracked result, else beside ``out``."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    md = REPO / "docs" / "benchmarks" / "train_step.md"
+    if md is None:
+        md = TABLE if out.resolve() == RESULT.resolve() else out.with_suffix(".md")
     md.parent.mkdir(parents=True, exist_ok=True)
     for path, text in ((out, json.dumps(report, indent=1)), (md, render_markdown(report))):
         tmp = path.with_name(path.name + ".tmp")

@@ -1,0 +1,67 @@
+"""The README's speed table quotes the kept benchmark run, engine by engine; the benchmark
+writes the tracked docs table only from a tracked run."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks" / "core"))
+
+import bench_train_step  # noqa: E402
+
+IMPLS = {"pullback engine": "pullback/pullbacks", "clad engine": "clad/pullbacks"}
+MODELS = {"1-d CNN": "cnn", "MLP 2048-256-64-1": "mlp"}
+
+
+def _speed_table() -> dict[tuple[str, str], list[str]]:
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("## Speed") :]
+    section = section[: section.index("\n## ", 1)]
+    lines = [ln for ln in section.splitlines() if ln.startswith("|")]
+    heads = [c.strip() for c in lines[0].strip("|").split("|")]
+    out = {}
+    for ln in lines[2:]:
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        for head, cell in zip(heads[1:], cells[1:], strict=True):
+            engine = next(k for k in IMPLS if head.startswith(k))
+            out[(MODELS[cells[0]], IMPLS[engine])] = re.findall(r"([\d.]+)x", cell)
+    return out
+
+
+def _kept_speedups(report) -> dict[tuple[str, str], list[str]]:
+    out: dict = {}
+    for r in sorted(report["results"], key=lambda r: r["batch"]):
+        out.setdefault((r["model"], r["impl"]), []).append(f"{r['speedup_vs_eager']:.2f}")
+    return out
+
+
+def test_readme_speed_table_quotes_the_kept_run_for_each_engine():
+    report = json.loads(bench_train_step.RESULT.read_text())
+    table = _speed_table()
+    assert set(table) == {(m, i) for m in MODELS.values() for i in IMPLS.values()}
+    kept = _kept_speedups(report)
+    for key, quoted in table.items():
+        assert quoted == kept[key], (key, quoted, kept[key])
+
+
+def test_readme_check_fails_on_a_figure_the_run_did_not_produce():
+    report = json.loads(bench_train_step.RESULT.read_text())
+    for r in report["results"]:
+        if (r["model"], r["impl"], r["batch"]) == ("cnn", "clad/pullbacks", 64):
+            r["speedup_vs_eager"] += 0.5
+    table, kept = _speed_table(), _kept_speedups(report)
+    assert table[("cnn", "clad/pullbacks")] != kept[("cnn", "clad/pullbacks")]
+
+
+def test_a_scratch_benchmark_run_leaves_the_tracked_docs_table_alone(tmp_path):
+    report = json.loads(bench_train_step.RESULT.read_text())
+    report["results"][0]["median_ms"] *= 3  # a scratch run measures other numbers
+    before = bench_train_step.TABLE.read_bytes()
+    bench_train_step.write_report(report, tmp_path / "scratch.json")
+    assert bench_train_step.TABLE.read_bytes() == before
+    assert (tmp_path / "scratch.md").read_text().startswith("# Train-step benchmark")
+    assert json.loads((tmp_path / "scratch.json").read_text()) == report
