@@ -64,22 +64,21 @@ class Optimizer:
         values = {"kind": self.kind, "lr": _check("learning rate", lr, 0.0), **hyper}
         self._cfg = (ctypes.c_double * len(_FIELDS))(*[float(values.get(f, 0.0)) for f in _FIELDS])
         self._state = torch.zeros(2 * max(model._em.n_params, 1), dtype=model.dtype)
-        n = len(model._em.param_offsets)
-        self._steps = (ctypes.c_long * max(n, 1))()  # per parameter tensor
-        self._call_steps = (ctypes.c_long * max(n, 1))()  # this call's: 0 = frozen
+        # per parameter tensor, kept once some tensor skipped a step (None: all at step_count)
+        self._steps: list[int] | None = None
+        self._call_steps = (ctypes.c_long * max(len(model._em.param_offsets), 1))()
 
     def _advance(self, trainable: list[bool]):
         """Count one step for each trainable tensor; ``(step, tensor_steps or None)`` for the
-        C call: None while every tensor trains and all counts agree (the common case)."""
+        C call: None while every tensor has trained at every step (the common case)."""
         self.step_count += 1
-        steps = self._steps
+        if self._steps is None:
+            if all(trainable):
+                return self.step_count, None
+            self._steps = [self.step_count - 1] * len(trainable)
         for i, t in enumerate(trainable):
-            if t:
-                steps[i] += 1
-        if all(trainable) and all(steps[i] == steps[0] for i in range(len(trainable))):
-            return steps[0], None
-        for i, t in enumerate(trainable):
-            self._call_steps[i] = steps[i] if t else 0
+            self._steps[i] += t
+            self._call_steps[i] = self._steps[i] if t else 0  # 0: frozen, not updated
         return self.step_count, ctypes.addressof(self._call_steps)
 
     @property
