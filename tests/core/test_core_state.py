@@ -152,8 +152,8 @@ def test_optimizer_refuses_a_non_finite_learning_rate_set_later(cm):
 
 
 def test_two_optimizers_on_one_model_keep_their_own_state(cm):
-    """Two Adam optimizers taking turns on one model equal two torch.optim.Adam doing the same;
-    before, creating the second zeroed the first's moments (one shared arena)."""
+    """An Adam and an SGD with momentum taking turns on one model equal torch.optim's two doing
+    the same; before, creating the second zeroed the first's state (one shared arena)."""
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(6, 12), nn.Tanh(), nn.Linear(12, 8), nn.GELU(), nn.Linear(8, 1))
     net = net.double()
