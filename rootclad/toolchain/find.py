@@ -142,8 +142,7 @@ def find_clad() -> tuple[CladInstall | None, str]:
     :class:`ToolchainError` when one of those variables is set but points at nothing.
     """
     reasons = []
-    candidates = _clad_candidates()
-    for plugin, include in candidates:
+    for plugin, include in _clad_candidates():
         if not Path(plugin).is_file():
             reasons.append(f"no Clad plugin at {plugin}")
             continue
