@@ -1,17 +1,17 @@
 """``CompiledModel``: a torch model compiled to C++, with its parameters in one arena.
 
 The arena is one torch tensor ``[params | grads]``; the tensors returned by
-:meth:`CompiledModel.named_parameters` are views into it, so the C++ code, torch optimizers
-and the user all see the same numbers (each rootclad optimizer keeps its own state). A
-parameter whose ``requires_grad`` is False is frozen: ``train_step`` leaves it unchanged and
-``loss_and_grad`` reports no gradient for it, as torch would. Activations and their adjoints live in a
-second workspace that grows to the largest batch seen and is then reused, so
+:meth:`CompiledModel.named_parameters` are views into it, so the C++ code, torch optimizers and
+the user all see the same numbers (each rootclad optimizer keeps its own state). A parameter
+whose ``requires_grad`` is False is frozen: ``train_step`` leaves it unchanged and
+``loss_and_grad`` reports no gradient for it, as torch would. Activations and their adjoints
+live in a second workspace that grows to the largest batch seen and is then reused, so
 ``train_step`` allocates nothing after its first call at a given batch size.
 
 Threads: ctypes releases the GIL during the C++ calls. Each Python thread has its own
-workspace, so ``predict`` and ``cm(x)`` run side by side; ``loss_and_grad`` and
-``train_step`` write the model's gradient block and parameters, so on one model they take a
-lock and run one at a time.
+workspace, so ``predict`` and ``cm(x)`` run side by side; ``loss_and_grad`` and ``train_step``
+write the model's gradient block and parameters, so on one model they take a lock and run one
+at a time.
 """
 
 from __future__ import annotations
