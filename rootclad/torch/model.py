@@ -332,6 +332,13 @@ class CompiledModel:
         )
         return self._output(act, B).clone()
 
+    def export(self, stem):
+        """Write ``STEM.so``, ``STEM.root`` (the parameters) and ``STEM.h``, for ROOT macros,
+        compiled C++ programs and :func:`rootclad.root.load`; see rootclad/root/export.py."""
+        from rootclad.root.export import export
+
+        return export(self, stem)
+
     def __repr__(self) -> str:
         return (
             f"CompiledModel(engine={self.engine!r}, pullbacks={self.pullbacks}, "

@@ -1,0 +1,427 @@
+// rootclad/model.h — an exported rootclad model in C++: ROOT macros, compiled programs and
+// PyROOT, with neither Python nor torch.
+//
+// cm.export("build/gwnet") (Python) or `rootclad build ... -o build/gwnet` writes
+//   build/gwnet.so    the compiled model (forward, Clad or pullback backward, optimizers)
+//   build/gwnet.root  its parameters, one TTree per tensor (branch "values", one entry), and
+//                     a TObjString "rootclad_metadata" (JSON: prefix, dtype, loss, shapes,
+//                     the library's MD5); uproot reads it too
+//   build/gwnet.h     includes this header
+//
+//   rootclad::Model m("build/gwnet");          // library + weights, checked against each other
+//   rootclad::Adam opt(m, 1e-3);
+//   double loss = m.train_step(x.data(), y.data(), B, opt);
+//   m.predict(x.data(), out.data(), B);  m.input_grad(x.data(), dx.data(), B);
+//   m.save("trained.root");
+//
+// Inputs and outputs may be float or double whatever the model's dtype (converted on the way
+// in and out). A Model owns its parameters and one workspace sized for the largest batch it
+// has run (grown on demand, never per call); one Model is not for concurrent calls: use one
+// per thread (rootclad::SlotModels does that for RDataFrame's processing slots).
+#pragma once
+
+#include <TFile.h>
+#include <TMD5.h>
+#include <TObjString.h>
+#include <TTree.h>
+
+#include <ROOT/RVec.hxx>
+
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "rootclad/model_api.h"
+#include "rootclad/optim.h"
+
+namespace rootclad {
+
+namespace detail {
+
+// The value of "key": in the flat JSON object rootclad writes (strings and numbers only).
+inline std::string json_field(const std::string& json, const std::string& key) {
+  const std::string tag = "\"" + key + "\": ";
+  const auto at = json.find(tag);
+  if (at == std::string::npos)
+    return "";
+  auto begin = at + tag.size();
+  if (json[begin] == '"') {
+    const auto end = json.find('"', begin + 1);
+    return json.substr(begin + 1, end - begin - 1);
+  }
+  const auto end = json.find_first_of(",}", begin);
+  return json.substr(begin, end - begin);
+}
+
+inline std::string md5_of(const std::string& path) {
+  std::unique_ptr<TMD5> md5(TMD5::FileChecksum(path.c_str()));
+  if (!md5)
+    throw std::runtime_error("rootclad: cannot read " + path);
+  return md5->AsString();
+}
+
+} // namespace detail
+
+class Model;
+
+// An optimizer run inside the library's train_step; hyperparameters, defaults and update
+// order as torch.optim's (rootclad/optim.h). Its state belongs to it, not to the model.
+class Optimizer {
+public:
+  OptimConfig config{};
+  long step = 0;
+  std::vector<double> state_d; // 2 * n_params: momentum, or Adam's two moments
+  std::vector<float> state_f;
+
+protected:
+  static double check(const char* what, double v, double low, double high = INFINITY,
+                      bool high_open = false) {
+    const bool ok = std::isfinite(v) && v >= low && (high_open ? v < high : v <= high);
+    if (!ok)
+      throw std::invalid_argument(std::string("rootclad: invalid ") + what + ": " +
+                                  std::to_string(v));
+    return v;
+  }
+};
+
+class SGD : public Optimizer {
+public:
+  explicit SGD(const Model&, double lr = 1e-3, double momentum = 0, double dampening = 0,
+               double weight_decay = 0, bool nesterov = false) {
+    config = {OPTIM_SGD,
+              check("learning rate", lr, 0),
+              check("momentum", momentum, 0),
+              check("dampening", dampening, -INFINITY),
+              check("weight_decay", weight_decay, 0),
+              double(nesterov),
+              0,
+              0,
+              0};
+    if (nesterov && (momentum <= 0 || dampening != 0))
+      throw std::invalid_argument("rootclad: Nesterov momentum requires a momentum and zero "
+                                  "dampening");
+  }
+};
+
+class Adam : public Optimizer {
+public:
+  explicit Adam(const Model&, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999,
+                double eps = 1e-8, double weight_decay = 0) {
+    config = {OPTIM_ADAM,
+              check("learning rate", lr, 0),
+              0,
+              0,
+              check("weight_decay", weight_decay, 0),
+              0,
+              check("beta1", beta1, 0, 1, true),
+              check("beta2", beta2, 0, 1, true),
+              check("epsilon", eps, 0)};
+  }
+};
+
+class AdamW : public Adam {
+public:
+  explicit AdamW(const Model& m, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999,
+                 double eps = 1e-8, double weight_decay = 1e-2)
+      : Adam(m, lr, beta1, beta2, eps, weight_decay) {
+    config.kind = OPTIM_ADAMW;
+  }
+};
+
+class Model {
+public:
+  // Opens STEM.so and STEM.root; throws std::runtime_error naming the file when either is
+  // missing, the library is not the one the weights were exported with, or a tensor's
+  // shape differs.
+  explicit Model(const std::string& stem) : stem_(stem) {
+    const std::string lib = stem + ".so", weights = stem + ".root";
+    std::unique_ptr<TFile> f(TFile::Open(weights.c_str(), "READ"));
+    if (!f || f->IsZombie())
+      throw std::runtime_error("rootclad: cannot open " + weights +
+                               " (the weights of an exported model: cm.export(stem))");
+    auto* meta = f->Get<TObjString>("rootclad_metadata");
+    if (!meta)
+      throw std::runtime_error("rootclad: " + weights +
+                               " holds no rootclad_metadata (not written by cm.export?)");
+    const std::string json = meta->GetString().Data();
+    const std::string prefix = detail::json_field(json, "prefix");
+    if (!std::ifstream(lib).good())
+      throw std::runtime_error("rootclad: " + lib + " is missing (export the model again)");
+    const std::string want = detail::json_field(json, "library_md5");
+    const std::string have = detail::md5_of(lib);
+    if (want != have)
+      throw std::runtime_error("rootclad: " + lib + " is not the library " + weights +
+                               " was exported with (MD5 " + have + ", expected " + want +
+                               "): a stale or foreign library");
+    api_ = load_model(lib, prefix);
+    if (api_.is_double())
+      pd_.assign(api_.n_params, 0.0);
+    else
+      pf_.assign(api_.n_params, 0.0f);
+    read_params(*f, weights);
+  }
+
+  const ModelApi& api() const { return api_; }
+  const std::string& stem() const { return stem_; }
+  long n_params() const { return api_.n_params; }
+  long input_size() const { return api_.input_size; }
+  long output_size() const { return api_.output_size; }
+  const std::string& dtype() const { return api_.dtype; }
+  const std::string& engine() const { return api_.engine; }
+  const std::string& loss() const { return api_.loss; }
+
+  // out (B, output_size) = the model on x (B, input_size), in eval mode.
+  void predict(const float* x, float* out, int B) { predict_as(x, out, B); }
+  void predict(const double* x, double* out, int B) { predict_as(x, out, B); }
+  // dx (B, input_size) = d(sum of the outputs) / dx: the saliency of a one-output model.
+  void input_grad(const float* x, float* dx, int B) { input_grad_as(x, dx, B); }
+  void input_grad(const double* x, double* dx, int B) { input_grad_as(x, dx, B); }
+  // The mean loss of a batch (y: B * output_size targets, cross_entropy: B class indices);
+  // the gradient of every parameter is left in gradients().
+  double loss_and_grad(const float* x, const float* y, int B) { return lag_as(x, y, B); }
+  double loss_and_grad(const double* x, const double* y, int B) { return lag_as(x, y, B); }
+  // Forward, backward and opt's update in one library call (training mode); the loss.
+  double train_step(const float* x, const float* y, int B, Optimizer& o) {
+    return step_as(x, y, B, o);
+  }
+  double train_step(const double* x, const double* y, int B, Optimizer& o) {
+    return step_as(x, y, B, o);
+  }
+
+  // One event (RDataFrame): the first output, and d(first output)/d(input).
+  double score(const ROOT::RVec<float>& x) { return score_as(x.data(), (long)x.size()); }
+  double score(const ROOT::RVec<double>& x) { return score_as(x.data(), (long)x.size()); }
+  ROOT::RVec<float> saliency(const ROOT::RVec<float>& x) { return saliency_as(x); }
+  ROOT::RVec<double> saliency(const ROOT::RVec<double>& x) { return saliency_as(x); }
+
+  // The flat parameter block (a copy) and its gradient after loss_and_grad, as doubles.
+  std::vector<double> parameters() const { return as_doubles(pd_, pf_); }
+  std::vector<double> gradients() const { return as_doubles(gd_, gf_); }
+  void set_parameters(const std::vector<double>& p) {
+    if ((long)p.size() != api_.n_params)
+      throw std::invalid_argument("rootclad: set_parameters: " + std::to_string(p.size()) +
+                                  " values for " + std::to_string(api_.n_params) + " parameters");
+    for (long i = 0; i < api_.n_params; ++i)
+      api_.is_double() ? void(pd_[i] = p[i]) : void(pf_[i] = (float)p[i]);
+  }
+
+  // Parameters to a ROOT file in the layout cm.export writes (one TTree per tensor), written
+  // to a temporary name and renamed; load() reads such a file (shapes checked).
+  void save(const std::string& path) const {
+    const std::string tmp = path + ".partial";
+    {
+      std::unique_ptr<TFile> f(TFile::Open(tmp.c_str(), "RECREATE"));
+      if (!f || f->IsZombie())
+        throw std::runtime_error("rootclad: cannot write " + tmp);
+      const auto p = parameters();
+      for (const auto& info : api_.params) {
+        TTree t(info.name.c_str(), ("rootclad parameter, shape " + shape_str(info.shape)).c_str());
+        std::vector<double> values(p.begin() + info.offset, p.begin() + info.offset + info.numel);
+        t.Branch("values", values.data(), ("values[" + std::to_string(info.numel) + "]/D").c_str());
+        t.Fill();
+        t.Write();
+      }
+      std::unique_ptr<TFile> src(TFile::Open((stem_ + ".root").c_str(), "READ"));
+      if (auto* meta = src ? src->Get<TObjString>("rootclad_metadata") : nullptr)
+        f->WriteObject(meta, "rootclad_metadata");
+      f->Close();
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0)
+      throw std::runtime_error("rootclad: cannot rename " + tmp + " to " + path);
+  }
+  void load(const std::string& path) {
+    std::unique_ptr<TFile> f(TFile::Open(path.c_str(), "READ"));
+    if (!f || f->IsZombie())
+      throw std::runtime_error("rootclad: cannot open " + path);
+    read_params(*f, path);
+  }
+
+private:
+  std::string stem_;
+  ModelApi api_;
+  std::vector<double> pd_, gd_, wd_; // parameters, gradients, workspace (act | d_act)
+  std::vector<float> pf_, gf_, wf_;
+  int work_batch_ = 0;
+  std::uint64_t calls_ = 0;
+
+  static std::string shape_str(const std::vector<long>& s) {
+    std::string out = "(";
+    for (size_t i = 0; i < s.size(); ++i)
+      out += (i ? ", " : "") + std::to_string(s[i]);
+    return out + (s.size() == 1 ? ",)" : ")");
+  }
+
+  static std::vector<double> as_doubles(const std::vector<double>& d, const std::vector<float>& f) {
+    return d.empty() ? std::vector<double>(f.begin(), f.end()) : d;
+  }
+
+  void read_params(TFile& f, const std::string& path) {
+    std::vector<double> p(api_.n_params);
+    for (const auto& info : api_.params) {
+      auto* t = f.Get<TTree>(info.name.c_str());
+      if (!t)
+        throw std::runtime_error("rootclad: " + path + " has no tensor '" + info.name + "'");
+      auto* leaf = t->GetLeaf("values");
+      if (!leaf || leaf->GetLen() != info.numel || t->GetEntries() != 1)
+        throw std::runtime_error("rootclad: " + path + ": tensor '" + info.name + "' has " +
+                                 std::to_string(leaf ? leaf->GetLen() : 0) +
+                                 " values, the model expects " + std::to_string(info.numel) +
+                                 " (shape " + shape_str(info.shape) + ")");
+      t->SetBranchAddress("values", p.data() + info.offset);
+      t->GetEntry(0);
+      t->ResetBranchAddresses();
+    }
+    set_parameters(p);
+  }
+
+  template <typename T> T* params() { return api_.is_double() ? (T*)pd_.data() : (T*)pf_.data(); }
+  template <typename T> std::vector<T>& grads() {
+    if constexpr (sizeof(T) == 8)
+      return gd_;
+    else
+      return gf_;
+  }
+  template <typename T> std::vector<T>& work() {
+    if constexpr (sizeof(T) == 8)
+      return wd_;
+    else
+      return wf_;
+  }
+
+  // act and d_act for batch B (grown, never shrunk), the input copied (converted) in.
+  template <typename T, typename In> T* stage(const In* x, int B) {
+    if (B < 1)
+      throw std::invalid_argument("rootclad: batch size must be at least 1");
+    auto& w = work<T>();
+    const long n = api_.act_size(B);
+    if (B > work_batch_ || (long)w.size() < 2 * n) {
+      w.assign(2 * n, T(0));
+      work_batch_ = B;
+    }
+    T* act = w.data();
+    T* in = act + (long)B * api_.input_offset;
+    for (long i = 0; i < (long)B * api_.input_size; ++i)
+      in[i] = (T)x[i];
+    return act;
+  }
+
+  std::uint64_t next_seed() { return 0x9E3779B97F4A7C15ULL + ++calls_; }
+
+  template <typename In> void predict_as(const In* x, In* out, int B) {
+    api_.is_double() ? predict_t<double>(x, out, B) : predict_t<float>(x, out, B);
+  }
+  template <typename T, typename In> void predict_t(const In* x, In* out, int B) {
+    T* act = stage<T>(x, B);
+    api_.entry_points<T>().forward(params<T>(), act, B, 0, next_seed());
+    const T* o = act + (long)B * api_.output_offset;
+    for (long i = 0; i < (long)B * api_.output_size; ++i)
+      out[i] = (In)o[i];
+  }
+
+  template <typename In> void input_grad_as(const In* x, In* dx, int B) {
+    api_.is_double() ? input_grad_t<double>(x, dx, B) : input_grad_t<float>(x, dx, B);
+  }
+  template <typename T, typename In> void input_grad_t(const In* x, In* dx, int B) {
+    T* act = stage<T>(x, B);
+    const long n = api_.act_size(B);
+    auto& g = grads<T>();
+    g.assign(api_.n_params, T(0));
+    const auto seed = next_seed();
+    const auto& e = api_.entry_points<T>();
+    e.forward(params<T>(), act, B, 0, seed);
+    std::vector<T> ones((long)B * api_.output_size, T(1));
+    e.vjp(params<T>(), act, g.data(), act + n, ones.data(), B, 0, seed, 1);
+    const T* d = act + n + (long)B * api_.input_offset;
+    for (long i = 0; i < (long)B * api_.input_size; ++i)
+      dx[i] = (In)d[i];
+  }
+
+  template <typename In> double lag_as(const In* x, const In* y, int B) {
+    return api_.is_double() ? lag_t<double>(x, y, B) : lag_t<float>(x, y, B);
+  }
+  template <typename T, typename In> double lag_t(const In* x, const In* y, int B) {
+    T* act = stage<T>(x, B);
+    std::vector<T> yt(targets(B));
+    for (size_t i = 0; i < yt.size(); ++i)
+      yt[i] = (T)y[i];
+    auto& g = grads<T>();
+    g.assign(api_.n_params, T(0));
+    return api_.entry_points<T>().loss_and_grad(params<T>(), act, yt.data(), g.data(),
+                                                act + api_.act_size(B), B, 1, next_seed(), 0);
+  }
+
+  template <typename In> double step_as(const In* x, const In* y, int B, Optimizer& o) {
+    return api_.is_double() ? step_t<double>(x, y, B, o, o.state_d)
+                            : step_t<float>(x, y, B, o, o.state_f);
+  }
+  template <typename T, typename In>
+  double step_t(const In* x, const In* y, int B, Optimizer& o, std::vector<T>& state) {
+    if (state.empty())
+      state.assign(2 * api_.n_params, T(0));
+    if ((long)state.size() != 2 * api_.n_params)
+      throw std::invalid_argument("rootclad: this optimizer was used with another model");
+    T* act = stage<T>(x, B);
+    std::vector<T> yt(targets(B));
+    for (size_t i = 0; i < yt.size(); ++i)
+      yt[i] = (T)y[i];
+    auto& g = grads<T>();
+    if ((long)g.size() != api_.n_params)
+      g.assign(api_.n_params, T(0));
+    o.step += 1;
+    return api_.entry_points<T>().train_step(
+        params<T>(), act, yt.data(), g.data(), act + api_.act_size(B), state.data(),
+        reinterpret_cast<const double*>(&o.config), o.step, B, next_seed(), nullptr);
+  }
+
+  long targets(int B) const {
+    return api_.loss == "cross_entropy" ? (long)B : (long)B * api_.output_size;
+  }
+
+  void check_event(size_t n) const {
+    if ((long)n != api_.input_size)
+      throw std::invalid_argument("rootclad: an event of " + std::to_string(n) +
+                                  " values; the model " + stem_ + " takes " +
+                                  std::to_string(api_.input_size));
+  }
+  template <typename In> ROOT::RVec<In> saliency_as(const ROOT::RVec<In>& x) {
+    check_event(x.size());
+    if (api_.output_size != 1)
+      throw std::invalid_argument("rootclad: saliency needs a model with one output per event; " +
+                                  stem_ + " has " + std::to_string(api_.output_size));
+    ROOT::RVec<In> dx(x.size());
+    input_grad_as(x.data(), dx.data(), 1);
+    return dx;
+  }
+  template <typename In> double score_as(const In* x, long n) {
+    check_event(n);
+    if (api_.output_size == 1) {
+      In out;
+      predict_as(x, &out, 1);
+      return out;
+    }
+    std::vector<In> out(api_.output_size);
+    predict_as(x, out.data(), 1);
+    return out[0];
+  }
+};
+
+// One Model per RDataFrame processing slot (ROOT::EnableImplicitMT): Define expressions
+// call slots[rdfslot_].score(x), so no two threads share a workspace.
+class SlotModels {
+public:
+  SlotModels(const std::string& stem, unsigned n) {
+    for (unsigned i = 0; i < (n ? n : 1); ++i)
+      models_.emplace_back(new Model(stem));
+  }
+  Model& operator[](unsigned slot) { return *models_.at(slot); }
+  unsigned size() const { return (unsigned)models_.size(); }
+
+private:
+  std::vector<std::unique_ptr<Model>> models_;
+};
+
+} // namespace rootclad

@@ -1,0 +1,86 @@
+"""``cm.export(stem)``: the files a ROOT user needs, written without ROOT.
+
+``STEM.so`` is the compiled library; ``STEM.root`` holds every parameter as a TTree named like
+the torch parameter, with one entry of a ``values[n]/D`` branch and the shape in its title, and
+a TObjString ``rootclad_metadata`` (JSON); ``STEM.h`` includes ``rootclad/model.h``. Each file is
+written to a temporary name first and renamed once all three are written; the weights name
+the library's MD5, so ``rootclad::Model`` never pairs weights with a library they were not
+exported with.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+import rootclad
+
+
+def _md5(path: Path) -> str:
+    h = hashlib.md5()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def metadata(cm, library_md5: str) -> dict:
+    """What ``STEM.root`` says about the model (``rootclad::Model`` reads prefix and MD5)."""
+    return {
+        "prefix": cm._em.prefix,
+        "library_md5": library_md5,
+        "dtype": str(cm.dtype).removeprefix("torch."),
+        "loss": cm.loss,
+        "engine": cm.engine,
+        "pullbacks": cm.pullbacks,
+        "input_shape": list(cm.input_shape),
+        "output_shape": list(cm.output_shape),
+        "parameters": [{"name": n, "shape": list(p.shape)} for n, p in cm.named_parameters()],
+        "rootclad_version": rootclad.__version__,
+    }
+
+
+def export(cm, stem) -> dict[str, Path]:
+    """Write ``STEM.so``, ``STEM.root`` and ``STEM.h`` for ``cm``; returns their paths."""
+    import uproot
+
+    stem = Path(stem)
+    if not stem.parent.is_dir():
+        raise FileNotFoundError(f"{stem.parent}: no such directory (create it first)")
+    paths = {k: stem.with_name(stem.name + k) for k in (".so", ".root", ".h")}
+    tmp = {k: p.with_name(p.name + ".partial") for k, p in paths.items()}
+    try:
+        shutil.copyfile(cm.library_path, tmp[".so"])
+        md5 = _md5(tmp[".so"])
+        with uproot.recreate(tmp[".root"]) as f:
+            for name, p in cm.named_parameters():
+                values = p.detach().to(dtype=p.dtype).double().reshape(1, -1).numpy()
+                tree = f.mktree(
+                    name,
+                    {"values": np.dtype((np.float64, (values.shape[1],)))},
+                    title=f"rootclad parameter, shape {tuple(p.shape)}",
+                )
+                tree.extend({"values": values})
+            f["rootclad_metadata"] = json.dumps(metadata(cm, md5))
+        tmp[".h"].write_text(
+            f"// {paths['.h'].name}: the rootclad model exported as {stem.name}"
+            f" ({cm._em.prefix}).\n"
+            "// In a macro: R__LOAD_LIBRARY(<stem>.so) is not needed: rootclad::Model opens it.\n"
+            '//   rootclad::Model m("<stem>");  // see rootclad/model.h\n'
+            "#pragma once\n"
+            "#ifdef __CLING__\n"
+            f"R__ADD_INCLUDE_PATH({rootclad.get_include()})\n"
+            "#endif\n"
+            '#include "rootclad/model.h"\n'
+        )
+        for ext in (".so", ".root", ".h"):  # all written: now each replaces its old file
+            os.replace(tmp[ext], paths[ext])
+    finally:
+        for t in tmp.values():
+            t.unlink(missing_ok=True)
+    return paths

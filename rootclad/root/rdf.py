@@ -1,0 +1,70 @@
+"""``rootclad::Model`` in PyROOT and as RDataFrame columns, with no per-event Python."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from rootclad.data.cling import CLING_LOCK, declare, declare_header, import_root
+
+
+def _stem(stem) -> str:
+    stem = str(Path(stem).resolve())
+    for ext in (".so", ".root"):
+        if not os.path.exists(stem + ext):
+            raise FileNotFoundError(f"{stem}{ext}: no such file (write it with cm.export)")
+    return stem
+
+
+def _model_class():
+    declare_header("model.h")
+    root = import_root()
+    return root.rootclad.Model
+
+
+def load(stem):
+    """``ROOT.rootclad.Model`` for the exported files ``STEM.so`` / ``STEM.root``.
+
+    C++ exceptions (a stale library, weights of other shapes) surface as Python exceptions."""
+    stem = _stem(stem)
+    cls = _model_class()
+    with CLING_LOCK:
+        return cls(stem)
+
+
+def _slots(stem: str) -> str:
+    """A C++ global ``rootclad::SlotModels`` for ``stem``: one Model per processing slot."""
+    root = import_root()
+    _model_class()
+    n = max(1, int(root.ROOT.GetThreadPoolSize()))
+    name = "rootclad_slots_" + hashlib.sha256(f"{stem}:{n}".encode()).hexdigest()[:16]
+    declare(f'auto& {name} = *new rootclad::SlotModels("{stem}", {n});\n')
+    return name
+
+
+def _input_expr(inputs, what: str) -> str:
+    if isinstance(inputs, str):
+        return inputs
+    cols = list(inputs)
+    if not cols:
+        raise ValueError(f"{what}: no input columns given")
+    return "ROOT::RVecD{" + ", ".join(f"(double){c}" for c in cols) + "}"
+
+
+def define_score(df, stem, inputs, column: str = "score"):
+    """``df`` with a column ``column``: the model's (first) output for each event.
+
+    ``inputs`` is one column holding the whole input (``RVec<float>``/``RVec<double>``, a
+    fixed-size array) or a list of numeric columns concatenated in that order. Works under
+    ``ROOT.EnableImplicitMT()`` (one model per processing slot)."""
+    slots = _slots(_stem(stem))
+    return df.Define(column, f"{slots}[rdfslot_].score({_input_expr(inputs, 'define_score')})")
+
+
+def define_saliency(df, stem, inputs, column: str = "saliency"):
+    """``df`` with a column ``column``: d(output) / d(input) per event, for a one-output model
+    (``RVec<float>`` for a float input column, ``RVec<double>`` for a list of columns)."""
+    slots = _slots(_stem(stem))
+    expr = _input_expr(inputs, "define_saliency")
+    return df.Define(column, f"{slots}[rdfslot_].saliency({expr})")

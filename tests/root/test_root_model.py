@@ -1,0 +1,224 @@
+"""An exported model in ROOT: rootclad::Model from PyROOT, RDataFrame score and saliency columns.
+
+References: the compiled model's own Python path (cm.predict, cm.train_step, itself checked
+against torch in tests/core), torch autograd for saliency, uproot for the weights file.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import uproot
+from torch import nn
+
+ROOT = pytest.importorskip("ROOT", reason="rootclad.root needs ROOT (PyROOT)")
+pytestmark = pytest.mark.root
+
+import rootclad  # noqa: E402
+import rootclad.root  # noqa: E402
+
+F64 = torch.float64
+L = 64
+
+
+def _cnn():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv1d(1, 4, 5), nn.ReLU(), nn.MaxPool1d(2), nn.Flatten(),
+                         nn.Linear(4 * 30, 8), nn.Tanh(), nn.Linear(8, 1))  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    d = tmp_path_factory.mktemp("export")
+    net = _cnn()
+    cm = rootclad.compile(net, example_input=torch.zeros(1, 1, L), engine="pullback")
+    paths = cm.export(d / "cnn")
+    return net, cm, d / "cnn", paths
+
+
+@pytest.fixture(scope="module")
+def events(tmp_path_factory):
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(300, 1, L, generator=gen)
+    path = tmp_path_factory.mktemp("events") / "events.root"
+    with uproot.recreate(path) as f:
+        f.mktree("events", {"strain": np.dtype((np.float32, (L,))), "label": np.int32}).extend(
+            {"strain": x.numpy().reshape(300, L), "label": np.arange(300, dtype=np.int32) % 2}
+        )
+    return x, path
+
+
+def test_export_writes_library_weights_and_header(exported):
+    net, cm, stem, paths = exported
+    assert sorted(p.name for p in stem.parent.iterdir()) == ["cnn.h", "cnn.root", "cnn.so"]
+    with uproot.open(paths[".root"]) as f:
+        for name, p in net.named_parameters():
+            values = f[name]["values"].array(library="np")
+            assert values.shape == (1, p.numel())
+            assert np.array_equal(values[0], p.detach().double().numpy().reshape(-1))
+            assert str(tuple(p.shape)) in f[name].title
+        assert '"prefix": "' + cm._em.prefix in str(f["rootclad_metadata"])
+    assert '#include "rootclad/model.h"' in paths[".h"].read_text()
+
+
+def test_model_predicts_and_differentiates_like_the_compiled_model(exported, events):
+    net, cm, stem, _ = exported
+    x, _ = events
+    m = rootclad.root.load(stem)
+    assert (m.n_params(), m.input_size(), m.output_size()) == (cm._em.n_params, L, 1)
+    xs = x[:7].numpy().copy()
+    out = np.zeros((7, 1), np.float32)
+    m.predict(xs, out, 7)
+    assert np.array_equal(out, cm.predict(x[:7]).numpy())
+    out64 = np.zeros((7, 1), np.float64)  # double in and out of a float32 model: converted
+    m.predict(xs.astype(np.float64), out64, 7)
+    assert np.array_equal(out64.astype(np.float32), out)
+    dx = np.zeros_like(xs)
+    m.input_grad(xs, dx, 7)
+    xr = x[:7].clone().requires_grad_()
+    (ref,) = torch.autograd.grad(net(xr).sum(), xr)
+    np.testing.assert_allclose(dx, ref.numpy(), rtol=1e-4, atol=1e-6 * float(ref.abs().max()))
+    assert float(np.abs(ref.numpy()).max()) > 0
+
+
+def test_rdataframe_score_and_saliency_columns(exported, events):
+    net, cm, stem, _ = exported
+    x, path = events
+    df = ROOT.RDataFrame("events", str(path))
+    df = rootclad.root.define_score(df, stem, inputs="strain", column="score")
+    df = rootclad.root.define_saliency(df, stem, inputs="strain", column="saliency")
+    cols = df.AsNumpy(["score", "saliency"])
+    np.testing.assert_allclose(cols["score"], cm(x).detach().numpy()[:, 0], rtol=1e-5, atol=1e-6)
+    sal = np.stack([np.asarray(v) for v in cols["saliency"]])
+    xr = x.clone().requires_grad_()
+    (ref,) = torch.autograd.grad(net(xr).sum(), xr)
+    np.testing.assert_allclose(sal, ref.numpy().reshape(300, L), rtol=1e-4,
+                               atol=1e-6 * float(ref.abs().max()))  # fmt: skip
+
+
+_MT = """
+import sys, numpy as np, ROOT, rootclad.root
+ROOT.EnableImplicitMT(2)
+df = ROOT.RDataFrame("events", sys.argv[1])
+df = rootclad.root.define_score(df, sys.argv[2], inputs="strain", column="score")
+cols = df.AsNumpy(["score", "label"])
+np.save(sys.argv[3], cols["score"])
+"""
+
+
+def test_rdataframe_score_under_implicit_mt_equals_single_threaded(exported, events, tmp_path):
+    """One model per processing slot; the scores do not depend on the threads (own process:
+    implicit MT is process-wide)."""
+    _, cm, stem, _ = exported
+    x, path = events
+    out = tmp_path / "mt.npy"
+    proc = subprocess.run([sys.executable, "-c", _MT, str(path), str(stem), str(out)],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    scores = np.load(out)
+    ref = cm.predict(x).numpy()[:, 0]  # the entry order may differ under MT: compare as sets
+    np.testing.assert_allclose(np.sort(scores), np.sort(ref), rtol=1e-5, atol=1e-6)
+
+
+def test_scalar_columns_make_one_input_vector(tmp_path):
+    torch.manual_seed(1)
+    net = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 1)).double()
+    cm = rootclad.compile(net, example_input=torch.zeros(1, 3, dtype=F64), engine="pullback")
+    cm.export(tmp_path / "tab")
+    n = 50
+    cols = {"pt": np.linspace(1, 50, n, dtype=np.float32), "eta": np.linspace(-2, 2, n),
+            "njet": np.arange(n, dtype=np.int32) % 4}  # fmt: skip
+    with uproot.recreate(tmp_path / "tab.root.data") as f:
+        f["t"] = cols
+    df = ROOT.RDataFrame("t", str(tmp_path / "tab.root.data"))
+    df = rootclad.root.define_score(df, tmp_path / "tab", inputs=["pt", "eta", "njet"])
+    df = rootclad.root.define_saliency(df, tmp_path / "tab", inputs=["pt", "eta", "njet"])
+    got = df.AsNumpy(["score", "saliency"])
+    x = torch.tensor(np.stack([cols["pt"], cols["eta"], cols["njet"]], 1), dtype=F64)
+    np.testing.assert_allclose(got["score"], net(x).detach().numpy()[:, 0], rtol=1e-12)
+    xr = x.clone().requires_grad_()
+    (ref,) = torch.autograd.grad(net(xr).sum(), xr)
+    np.testing.assert_allclose(np.stack([np.asarray(v) for v in got["saliency"]]), ref.numpy(),
+                               rtol=1e-10)  # fmt: skip
+
+
+def test_training_in_cpp_equals_training_in_python(tmp_path):
+    """The same model, data order and optimizer: rootclad::Model.train_step from PyROOT and
+    CompiledModel.train_step end with the same weights (float64)."""
+    torch.manual_seed(2)
+    net = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 1)).double()
+    cm = rootclad.compile(net, example_input=torch.zeros(1, 6, dtype=F64), engine="pullback")
+    cm.export(tmp_path / "mlp")
+    m = rootclad.root.load(tmp_path / "mlp")
+    opt_py = rootclad.optim.Adam(cm, lr=1e-2)
+    opt_cpp = ROOT.rootclad.Adam(m, 1e-2)
+    gen = torch.Generator().manual_seed(4)
+    for B in (3, 16, 5, 40, 8):
+        x = torch.randn(B, 6, generator=gen, dtype=F64)
+        y = (x[:, :1] > 0).to(F64)
+        a = cm.train_step(x, y, opt_py)
+        b = m.train_step(x.numpy().copy(), y.numpy().copy(), B, opt_cpp)
+        assert abs(a - b) <= 1e-12 * abs(a)
+    flat = torch.cat([p.detach().reshape(-1) for p in cm.parameters()])
+    np.testing.assert_allclose(np.asarray(m.parameters()), flat.numpy(), rtol=1e-10, atol=1e-14)
+    assert not np.allclose(
+        np.asarray(m.parameters()),
+        torch.cat([p.detach().reshape(-1) for p in net.parameters()]).numpy(),
+    )
+    # the trained weights round-trip through a ROOT file, read by uproot and by load()
+    m.save(str(tmp_path / "trained.root"))
+    with uproot.open(tmp_path / "trained.root") as f:
+        got = f["0.weight"]["values"].array(library="np")[0]
+    np.testing.assert_array_equal(got, cm.state_dict()["0.weight"].reshape(-1).numpy())
+    fresh = rootclad.root.load(tmp_path / "mlp")
+    fresh.load(str(tmp_path / "trained.root"))
+    assert np.array_equal(np.asarray(fresh.parameters()), np.asarray(m.parameters()))
+
+
+def test_bad_files_and_events_are_clear_errors(exported, tmp_path):
+    _, cm, stem, _ = exported
+    with pytest.raises(FileNotFoundError, match="nope.so"):
+        rootclad.root.load(tmp_path / "nope")
+    # a library of another model under this stem: the weights name the library's MD5
+    other = rootclad.compile(nn.Sequential(nn.Linear(3, 1)), torch.zeros(1, 3), engine="pullback")
+    for ext in (".root", ".h"):
+        shutil.copyfile(f"{stem}{ext}", tmp_path / f"stale{ext}")
+    shutil.copyfile(other.library_path, tmp_path / "stale.so")
+    with pytest.raises(Exception, match="not the library"):
+        rootclad.root.load(tmp_path / "stale")
+    # weights of other shapes
+    other.export(tmp_path / "small")
+    m = rootclad.root.load(stem)
+    with pytest.raises(Exception, match="tensor '0.weight'|has no tensor"):
+        m.load(str(tmp_path / "small.root"))
+    # an event of the wrong length
+    with pytest.raises(Exception, match="an event of 5 values"):
+        m.score(ROOT.RVec["float"]([1.0] * 5))
+    with pytest.raises(FileNotFoundError, match="no such directory"):
+        cm.export(tmp_path / "missing" / "dir" / "x")
+    assert not list(tmp_path.glob("*.partial"))
+
+
+def test_export_replaces_files_atomically(exported, tmp_path, monkeypatch):
+    """A failure while writing leaves the previous export whole and no partial files (a
+    library of another model is exported over the first, and fails)."""
+    _, cm, _, _ = exported
+    cm.export(tmp_path / "a")
+    other = rootclad.compile(nn.Sequential(nn.Linear(3, 1)), torch.zeros(1, 3), engine="pullback")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    real = uproot.recreate
+
+    def full_disk(path, *args, **kwargs):  # the weights file breaks after the library copy
+        real(path, *args, **kwargs).close()
+        raise OSError("disk full")
+
+    monkeypatch.setattr(uproot, "recreate", full_disk)
+    with pytest.raises(OSError, match="disk full"):
+        other.export(tmp_path / "a")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    rootclad.root.load(tmp_path / "a")  # still a matching pair
