@@ -21,6 +21,7 @@
 #pragma once
 
 #include <TFile.h>
+#include <TLeaf.h>
 #include <TMD5.h>
 #include <TObjString.h>
 #include <TTree.h>
@@ -35,8 +36,8 @@
 #include <string>
 #include <vector>
 
-#include "rootclad/model_api.h"
-#include "rootclad/optim.h"
+#include "model_api.h" // sibling-relative: macros include this header by path
+#include "optim.h"
 
 namespace rootclad {
 
@@ -180,8 +181,12 @@ public:
   // dx (B, input_size) = d(sum of the outputs) / dx: the saliency of a one-output model.
   void input_grad(const float* x, float* dx, int B) { input_grad_as(x, dx, B); }
   void input_grad(const double* x, double* dx, int B) { input_grad_as(x, dx, B); }
-  // The mean loss of a batch (y: B * output_size targets, cross_entropy: B class indices);
-  // the gradient of every parameter is left in gradients().
+  // The mean loss of a batch in eval mode (y: B * output_size targets, cross_entropy: B class
+  // indices), without gradients: a validation loss.
+  double loss(const float* x, const float* y, int B) { return loss_as(x, y, B); }
+  double loss(const double* x, const double* y, int B) { return loss_as(x, y, B); }
+  // The mean loss of a batch in training mode; the gradient of every parameter is left in
+  // gradients().
   double loss_and_grad(const float* x, const float* y, int B) { return lag_as(x, y, B); }
   double loss_and_grad(const double* x, const double* y, int B) { return lag_as(x, y, B); }
   // Forward, backward and opt's update in one library call (training mode); the loss.
@@ -352,6 +357,19 @@ private:
     g.assign(api_.n_params, T(0));
     return api_.entry_points<T>().loss_and_grad(params<T>(), act, yt.data(), g.data(),
                                                 act + api_.act_size(B), B, 1, next_seed(), 0);
+  }
+
+  template <typename In> double loss_as(const In* x, const In* y, int B) {
+    return api_.is_double() ? loss_t<double>(x, y, B) : loss_t<float>(x, y, B);
+  }
+  template <typename T, typename In> double loss_t(const In* x, const In* y, int B) {
+    T* act = stage<T>(x, B);
+    std::vector<T> yt(targets(B));
+    for (size_t i = 0; i < yt.size(); ++i)
+      yt[i] = (T)y[i];
+    const auto& e = api_.entry_points<T>();
+    e.forward(params<T>(), act, B, 0, next_seed());
+    return e.loss_value(act, yt.data(), B);
   }
 
   template <typename In> double step_as(const In* x, const In* y, int B, Optimizer& o) {

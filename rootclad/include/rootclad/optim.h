@@ -10,7 +10,7 @@
 
 #include <cmath>
 
-#include "rootclad/parallel.h"
+#include "parallel.h" // sibling-relative: macros include these headers by path
 
 namespace rootclad {
 

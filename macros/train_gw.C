@@ -1,0 +1,86 @@
+// Train an exported rootclad model on a GW dataset file, in C++ only (no Python, no torch).
+//
+//   root -l -b -q 'macros/train_gw.C("gw.root", "build/gwnet", 5)'
+//   root -l -b -q 'macros/train_gw.C+("gw.root", "build/gwnet", 5)'      // compiled by ACLiC
+//
+// Arguments: comma-separated dataset files (TTree "events": strain[N]/F, label/I, as written by
+// `rootclad gw simulate`), the model's stem (cm.export(stem) wrote stem.so and stem.root),
+// epochs, batch size, learning rate (Adam), validation fraction, seed. Batches come from
+// rootclad/tree_reader.h (the plan and shuffle of rootclad.data, so a Python loop over
+// rootclad.data.compiled.CompiledBatchIterator with the same settings sees the same batches);
+// each step is rootclad::Model::train_step: forward, the Clad or pullback backward and the
+// Adam update in the model's library. Prints the train and validation loss per epoch and
+// saves the weights back to stem.root (written to a temporary name, then renamed).
+#include "../rootclad/include/rootclad/model.h"
+#include "../rootclad/include/rootclad/tree_reader.h"
+
+#include <TStopwatch.h>
+
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+std::vector<std::string> split_files(const char* files) {
+  std::vector<std::string> names;
+  std::stringstream list(files);
+  for (std::string item; std::getline(list, item, ',');)
+    if (!item.empty())
+      names.push_back(item);
+  return names;
+}
+
+// Mean loss over one pass of `reader` (training steps when opt is given).
+double run_epoch(rootclad::Model& m, rootclad::data::BatchReader& reader, unsigned long long epoch,
+                 rootclad::Optimizer* opt) {
+  const long long B = reader.batch_size(), N = reader.length();
+  std::vector<float> x(B * N), y(B);
+  std::vector<int> labels(B);
+  reader.start_epoch(epoch);
+  double total = 0;
+  long long seen = 0;
+  while (long long n = reader.next_batch(x.data(), labels.data())) {
+    for (long long i = 0; i < n; ++i)
+      y[i] = (float)labels[i];
+    const double loss =
+        opt ? m.train_step(x.data(), y.data(), (int)n, *opt) : m.loss(x.data(), y.data(), (int)n);
+    total += loss * n;
+    seen += n;
+  }
+  return seen ? total / seen : 0.0;
+}
+} // namespace
+
+int train_gw(const char* files = "gw.root", const char* stem = "build/gwnet", int epochs = 5,
+             int batch_size = 64, double lr = 1e-3, double validation_fraction = 0.2,
+             unsigned long long seed = 0) {
+  try {
+    rootclad::Model m(stem);
+    if (m.input_size() <= 0 || m.output_size() != 1)
+      throw std::runtime_error(std::string(stem) + " is not a one-output classifier");
+    rootclad::data::BatchReader train(split_files(files)), val(split_files(files));
+    train.configure(batch_size, "train", validation_fraction, /*shuffle=*/true, seed);
+    val.configure(batch_size, "validation", validation_fraction, /*shuffle=*/false, seed);
+    if (train.length() != m.input_size())
+      throw std::runtime_error(std::string("the strain has ") + std::to_string(train.length()) +
+                               " samples; the model " + stem + " takes " +
+                               std::to_string(m.input_size()));
+    rootclad::Adam opt(m, lr);
+    printf("training %s (%s engine, %s) on %lld events, validating on %lld\n", stem,
+           m.engine().c_str(), m.dtype().c_str(), train.entries(), val.entries());
+    for (int epoch = 0; epoch < epochs; ++epoch) {
+      TStopwatch clock;
+      const double train_loss = run_epoch(m, train, epoch, &opt);
+      const double val_loss = val.entries() ? run_epoch(m, val, 0, nullptr) : 0.0;
+      printf("epoch %d: train loss %.6f, validation loss %.6f, %.1f s\n", epoch + 1, train_loss,
+             val_loss, clock.RealTime());
+    }
+    m.save(std::string(stem) + ".root");
+    printf("saved the weights to %s.root\n", stem);
+  } catch (const std::exception& e) {
+    fprintf(stderr, "train_gw: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
