@@ -20,6 +20,46 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_build(args: argparse.Namespace) -> int:
+    """``rootclad build module:callable -o STEM``: compile a torch model and export it."""
+    import importlib
+    import time
+
+    import torch
+
+    import rootclad
+
+    module_name, sep, attr = args.source.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"SOURCE must be 'module:callable', got {args.source!r}")
+    sys.path.insert(0, os.getcwd())  # as `python -m` would: the user's own modules
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"cannot load {args.source}: {err}") from None
+    net = factory()
+    if not isinstance(net, torch.nn.Module):
+        raise TypeError(f"{args.source}() returned {type(net).__name__}, not a torch.nn.Module")
+    dtype = {"float32": torch.float32, "float64": torch.float64}[args.dtype]
+    shape = tuple(int(v) for v in args.input_shape.replace(",", " ").split())
+    example = torch.zeros((1, *shape), dtype=dtype)
+    net = net.to(dtype)
+    with torch.no_grad():
+        net(example)  # materialises lazy layers before the weights are loaded
+    if args.weights:
+        state = torch.load(args.weights, map_location="cpu", weights_only=True)
+        net.load_state_dict(state)
+    net.eval()
+    t0 = time.perf_counter()
+    cm = rootclad.compile(net, example_input=example, loss=args.loss, engine=args.engine)
+    paths = cm.export(args.output)
+    print(
+        f"built {args.source} ({cm.engine} engine, {args.dtype}, input {shape}) in "
+        f"{time.perf_counter() - t0:.1f} s: " + ", ".join(str(p) for p in paths.values())
+    )
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from rootclad.demo import run_demo
 
@@ -32,6 +72,22 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("doctor", help="show which engines, compilers, BLAS and ROOT were found")
     p.set_defaults(func=_cmd_doctor)
+
+    p = sub.add_parser(
+        "build",
+        help="compile a torch model and export it for ROOT (STEM.so, STEM.root, STEM.h)",
+        description="Compile the nn.Module that SOURCE ('module:callable') returns, with the "
+        "weights of a state_dict file, and export it (see docs/root.md).",
+    )
+    p.add_argument("source", help="'module:callable' returning a torch.nn.Module")
+    p.add_argument("-o", "--output", required=True, help="the stem of the files to write")
+    p.add_argument("--weights", help="a state_dict saved with torch.save")
+    p.add_argument("--input-shape", required=True, help="per-sample input shape, e.g. 1,2048")
+    p.add_argument("--loss", default="bce_with_logits",
+                   choices=["bce_with_logits", "cross_entropy", "mse"])  # fmt: skip
+    p.add_argument("--engine", default="auto", choices=["auto", "clad", "pullback"])
+    p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    p.set_defaults(func=_cmd_build)
 
     from rootclad.demo import add_arguments as add_demo_arguments
 

@@ -52,3 +52,51 @@ def test_help_does_not_call_the_demo_the_gw_workflow():
     out = _rootclad("--help")
     demo = out.stdout[out.stdout.index("demo") :]
     assert "synthetic" in demo and "not yet the GW workflow" in " ".join(demo.split())
+
+
+_MODELS = """
+import torch
+def make_net():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv1d(1, 2, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                               torch.nn.LazyLinear(1))
+def not_a_model():
+    return 3
+"""
+
+
+def test_build_compiles_and_exports_a_model_with_its_weights(tmp_path):
+    import numpy as np
+    import torch
+    import uproot
+
+    (tmp_path / "mymodels.py").write_text(_MODELS)
+    ns: dict = {}
+    exec(_MODELS, ns)
+    net = ns["make_net"]()
+    net(torch.zeros(1, 1, 10))
+    with torch.no_grad():
+        for p in net.parameters():
+            p.add_(1.0)  # weights that differ from the callable's own
+    torch.save(net.state_dict(), tmp_path / "state.pt")
+    stem = tmp_path / "out" / "net"
+    stem.parent.mkdir()
+    out = subprocess.run([sys.executable, "-m", "rootclad", "build", "mymodels:make_net",
+                          "--weights", "state.pt", "--input-shape", "1,10", "--engine",
+                          "pullback", "-o", str(stem)], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert sorted(p.name for p in stem.parent.iterdir()) == ["net.h", "net.root", "net.so"]
+    with uproot.open(f"{stem}.root") as f:
+        for name, p in net.state_dict().items():
+            got = f[name]["values"].array(library="np")[0]
+            np.testing.assert_allclose(got, p.reshape(-1).numpy(), rtol=1e-7)
+    for args, words in (
+        (["mymodels:not_a_model", "--input-shape", "1,10"], "not a torch.nn.Module"),
+        (["mymodels", "--input-shape", "1,10"], "module:callable"),
+        (["nomodule:x", "--input-shape", "1,10"], "cannot load nomodule:x"),
+    ):
+        bad = subprocess.run([sys.executable, "-m", "rootclad", "build", *args, "-o",
+                              str(tmp_path / "x")], cwd=tmp_path, capture_output=True, text=True,
+                             timeout=300)  # fmt: skip
+        assert bad.returncode == 2 and words in bad.stderr, bad.stderr

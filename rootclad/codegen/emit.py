@@ -471,7 +471,18 @@ class _Emitter:
             "  int Bf, training, need_dx;",
             "  std::uint64_t seed;",
             "  T loss[::rootclad::MAX_THREADS];",
+            "  const T* w = nullptr; // per-sample loss weights (LOSS_AND_GRAD), or none",
+            "  T* dz = nullptr;      // with w: the weighted loss's d_output, Bf samples",
             "};",
+            "",
+            "// The chunk's share of the weighted mean loss (kernels.h: weighted_loss) after",
+            "// forward_chunk(); writes its gradient w.r.t. the output to dz (Bf samples).",
+            "inline T weighted_loss_chunk(T* act, const T* y, const T* w, T* dz, int Bf, int b0,",
+            "                             int B) {",
+            f"  return ::rootclad::weighted_loss({self.loss_kind()}, {self.at('act', out)}, "
+            f"{self.y_at()}, w + b0,",
+            f"                                   dz + (long)b0 * {out.size}, Bf, B, {out.size});",
+            "}",
             "",
             "inline void run_chunk(void* ctx, int t, int n) {",
             "  Job& j = *static_cast<Job*>(ctx);",
@@ -485,7 +496,14 @@ class _Emitter:
             "  // thread 0 writes the caller's gradient, the others their own block of scratch",
             "  T* dp = t == 0 ? j.d_params : j.scratch + (long)(t - 1) * N_PARAMS;",
             "  ::rootclad::zero(dp, N_PARAMS);",
-            "  if (j.mode == LOSS_AND_GRAD)",
+            "  if (j.mode == LOSS_AND_GRAD && j.w) {",
+            "    // weighted: the loss's gradient is formed here, the model's backward is the VJP",
+            "    // (the pullback engine's sweep, or Clad's gradient of <output, d_output>)",
+            "    forward_chunk(j.params, j.act, j.Bf, b0, B, j.training, j.seed);",
+            "    j.loss[t] = weighted_loss_chunk(j.act, j.y, j.w, j.dz, j.Bf, b0, B);",
+            "    vjp_chunk(j.params, j.act, dp, j.d_act, j.dz, j.Bf, b0, B, j.training, j.seed,",
+            "              j.need_dx);",
+            "  } else if (j.mode == LOSS_AND_GRAD)",
             "    j.loss[t] = loss_and_grad_chunk(j.params, j.act, j.y, dp, j.d_act, j.Bf, b0, B,",
             "                                    j.training, j.seed, j.need_dx);",
             "  else",
@@ -523,7 +541,10 @@ class _Emitter:
             "  auto& pool = ::rootclad::ThreadPool::instance();",
             "  const int n = threads_for(j.Bf);",
             "  // per calling thread, grown once: nothing is allocated in steady state",
-            "  static thread_local std::vector<T> scratch;",
+            "  static thread_local std::vector<T> scratch, dz;",
+            f"  if (j.w && dz.size() < (size_t)j.Bf * {out.size})",
+            f"    dz.resize((size_t)j.Bf * {out.size});",
+            "  j.dz = dz.data();",
             "  if (j.mode != FORWARD && n > 1) {",
             "    if (scratch.size() < (size_t)(n - 1) * N_PARAMS)",
             "      scratch.resize((size_t)(n - 1) * N_PARAMS);",
@@ -562,10 +583,12 @@ class _Emitter:
             f"{PT} {P}_loss_value({PT}* act, const {PT}* y, int B) {{",
             f"  return {P}::loss_chunk(act, y, B, 0, B);",
             "}",
+            "// w: per-sample loss weights (B values), or null",
             f"{PT} {P}_loss_and_grad({PT}* params, {PT}* act, const {PT}* y, {PT}* d_params, "
-            f"{PT}* d_act, int B, int training, std::uint64_t seed, int need_dx) {{",
+            f"{PT}* d_act, int B, int training, std::uint64_t seed, int need_dx, const {PT}* w) {{",
             f"  {P}::Job j{{{P}::LOSS_AND_GRAD, params, act, y, d_params, d_act, nullptr, nullptr,",
             "             B, training, need_dx, seed, {}};",
+            "  j.w = w;",
             f"  return {P}::run(j);",
             "}",
             f"void {P}_vjp({PT}* params, {PT}* act, {PT}* d_params, {PT}* d_act, const {PT}* d_out, "
@@ -576,13 +599,13 @@ class _Emitter:
             "}",
             "// forward + backward + optimizer update in one call; returns the loss.",
             "// tensor_steps: null (every parameter tensor at `step`), or each parameter tensor's",
-            "// own step count, 0 for a frozen one (not updated).",
+            "// own step count, 0 for a frozen one (not updated). w: per-sample loss weights.",
             f"{PT} {P}_train_step({PT}* params, {PT}* act, const {PT}* y, {PT}* d_params, "
             f"{PT}* d_act, {PT}* opt_state, const double* opt_cfg, long step, int B, "
-            "std::uint64_t seed, const long* tensor_steps) {",
+            f"std::uint64_t seed, const long* tensor_steps, const {PT}* w) {{",
             *(
                 [
-                    "  if (!tensor_steps && B <= ::rootclad::FUSED_UPDATE_MAX_BATCH &&",
+                    "  if (!tensor_steps && !w && B <= ::rootclad::FUSED_UPDATE_MAX_BATCH &&",
                     f"      {P}::threads_for(B) == 1)",
                     f"    return {P}::train_chunk(params, act, y, d_params, d_act, opt_state, "
                     "opt_cfg, step, B, seed);",
@@ -590,7 +613,7 @@ class _Emitter:
                 if self.has_train_chunk()
                 else []
             ),
-            f"  {PT} L = {P}_loss_and_grad(params, act, y, d_params, d_act, B, 1, seed, 0);",
+            f"  {PT} L = {P}_loss_and_grad(params, act, y, d_params, d_act, B, 1, seed, 0, w);",
             "  if (!tensor_steps) {",
             f"    ::rootclad::optim_step(params, d_params, opt_state, {P}::N_PARAMS, opt_cfg, step);",
             "    return L;",
@@ -609,6 +632,15 @@ class _Emitter:
             "}",
         ]
         return "\n".join(head + body + api) + "\n"
+
+    def loss_kind(self) -> int:
+        """The loss's number in rootclad::weighted_loss (kernels.h)."""
+        return {"bce_with_logits": 0, "mse": 1, "cross_entropy": 2}[self.loss]
+
+    def y_at(self) -> str:
+        """The chunk's first target: one class index per sample, else one per output."""
+        size = 1 if self.loss == "cross_entropy" else self.output_region.size
+        return f"y + (long)b0 * {size}"
 
     def has_train_chunk(self) -> bool:
         return self.engine == "pullback" and bool(self.fused_params)

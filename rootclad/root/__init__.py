@@ -10,6 +10,6 @@ macros and compiled programs use the same files (see docs/root.md).
 """
 
 from rootclad.root.export import export
-from rootclad.root.rdf import define_saliency, define_score, load
+from rootclad.root.rdf import define_saliency, define_score, load, score_tree
 
-__all__ = ["export", "load", "define_score", "define_saliency"]
+__all__ = ["export", "load", "define_score", "define_saliency", "score_tree"]

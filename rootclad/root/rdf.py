@@ -68,3 +68,32 @@ def define_saliency(df, stem, inputs, column: str = "saliency"):
     slots = _slots(_stem(stem))
     expr = _input_expr(inputs, "define_saliency")
     return df.Define(column, f"{slots}[rdfslot_].saliency({expr})")
+
+
+def score_tree(
+    file,
+    stem,
+    inputs: str = "strain",
+    tree: str = "events",
+    output=None,
+    out_tree: str = "scores",
+    column: str = "score",
+    batch_size: int = 256,
+) -> Path:
+    """Score every entry of ``tree`` in batches (C++: ``rootclad::score_tree``) and write the
+    scores, entry by entry, to the TTree ``out_tree`` of ``output`` (default
+    ``<file>_scores.root``): a friend of the input tree (``t.AddFriend(out_tree, output)``).
+    ``inputs`` is one branch holding the whole input (``float[N]``, ``vector<float>``)."""
+    stem = _stem(stem)
+    file = Path(file)
+    if not file.is_file():
+        raise FileNotFoundError(f"{file}: no such file")
+    output = Path(output) if output else file.with_name(file.stem + "_scores.root")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    root = import_root()
+    _model_class()
+    fn = root.rootclad.score_tree
+    fn.__release_gil__ = True
+    fn(str(file), tree, inputs, stem, str(output), out_tree, column, int(batch_size))
+    return output

@@ -48,10 +48,12 @@ class _Library:
         self.engine = bind("engine", ctypes.c_char_p)
         self.forward = bind("forward", None, _VP, _VP, _I, _I, _U64)
         self.loss_value = bind("loss_value", real, _VP, _VP, _I)
-        self.loss_and_grad = bind("loss_and_grad", real, _VP, _VP, _VP, _VP, _VP, _I, _I, _U64, _I)
+        self.loss_and_grad = bind(
+            "loss_and_grad", real, _VP, _VP, _VP, _VP, _VP, _I, _I, _U64, _I, _VP
+        )
         self.vjp = bind("vjp", None, _VP, _VP, _VP, _VP, _VP, _I, _I, _U64, _I)
         self.train_step = bind(
-            "train_step", real, _VP, _VP, _VP, _VP, _VP, _VP, _VP, _L, _I, _U64, _VP
+            "train_step", real, _VP, _VP, _VP, _VP, _VP, _VP, _VP, _L, _I, _U64, _VP, _VP
         )
 
 
@@ -272,10 +274,30 @@ class CompiledModel:
 
     forward = __call__
 
-    def loss_and_grad(self, x: torch.Tensor, y) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The loss of a batch and the gradient of every parameter (fresh tensors)."""
+    def _check_weight(self, weight, B: int):
+        """Per-sample loss weights as the model's dtype (B,), or None."""
+        if weight is None:
+            return None
+        w = torch.as_tensor(weight)
+        if tuple(w.shape) != (B,) or w.is_complex() or w.dtype == torch.bool:
+            raise ValueError(f"weight must hold one number per sample, shape ({B},), got "
+                             f"{w.dtype} of shape {tuple(w.shape)}")  # fmt: skip
+        w = w.to(self.dtype).contiguous()
+        if not bool(torch.isfinite(w).all()):
+            raise ValueError("weight holds non-finite values")
+        return w
+
+    def loss_and_grad(
+        self, x: torch.Tensor, y, weight=None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The loss of a batch and the gradient of every parameter (fresh tensors).
+
+        ``weight`` (B,): per-sample weights (HEP event weights). The loss is then the mean over
+        elements of ``weight[b] * loss_element``, as ``(F.<loss>(out, y, reduction="none") *
+        weight[:, None]).mean()`` in torch."""
         B = self._check_x(x)
         y = self._check_y(y, B)
+        w = self._check_weight(weight, B)
         act, d_act = self._workspace(B)
         self._load_input(act, x, B)
         with self._lock:
@@ -289,21 +311,24 @@ class CompiledModel:
                 int(self.training),
                 self._next_seed(),
                 0,
+                None if w is None else w.data_ptr(),
             )
             grads = {
                 k: v.clone() for k, v in self._grad_views.items() if self._views[k].requires_grad
             }
         return torch.tensor(loss, dtype=self.dtype), grads
 
-    def train_step(self, x: torch.Tensor, y, opt) -> float:
+    def train_step(self, x: torch.Tensor, y, opt, weight=None) -> float:
         """Forward, backward and ``opt``'s update in one C++ call; returns the loss.
 
         Parameters with ``requires_grad=False`` are not updated (nor is their optimizer
-        state); each parameter counts its own steps, as torch.optim's do."""
+        state); each parameter counts its own steps, as torch.optim's do. ``weight``: per-sample
+        loss weights, as in :meth:`loss_and_grad`."""
         if opt.model is not self:
             raise ValueError("this optimizer was created for another compiled model")
         B = self._check_x(x)
         y = self._check_y(y, B)
+        w = self._check_weight(weight, B)
         act, d_act = self._workspace(B)
         self._load_input(act, x, B)
         with self._lock:
@@ -320,6 +345,7 @@ class CompiledModel:
                 B,
                 self._next_seed(),
                 tensor_steps,
+                None if w is None else w.data_ptr(),
             )
 
     def predict(self, x: torch.Tensor) -> torch.Tensor:

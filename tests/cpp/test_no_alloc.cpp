@@ -78,7 +78,7 @@ template <typename T> int run(const rootclad::ModelApi& api, int B) {
   long step = 0;
   auto train = [&](int b) {
     return e.train_step(params.data(), act.data(), y.data(), grads.data(), d_act.data(),
-                        state.data(), cfg, ++step, b, 7, nullptr);
+                        state.data(), cfg, ++step, b, 7, nullptr, nullptr);
   };
   for (int i = 0; i < 3; ++i) // warm-up: thread pool, gradient scratch, BLAS buffers
     train(B);

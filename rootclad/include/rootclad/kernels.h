@@ -677,4 +677,49 @@ void cross_entropy_backward(T* d_logits, T d_loss, const T* logits, const T* tar
   }
 }
 
+// ---------------------------------------------------------------------------------------
+// Per-sample weights (HEP event weights): the loss is the mean over all N = Bf * K elements of
+// w_b * l(z_bk, y_bk) (cross_entropy: over the Bf samples of w_b * l_b), so that
+// F.<loss>(z, y, reduction="none") weighted the same way and averaged gives the same number;
+// weights of 1 give the unweighted loss. For rows [0, B) of a batch of Bf samples with K
+// outputs each (z, y, w and d_z point at the chunk's first row), returns the chunk's share
+// and writes (not adds) d_z = dL/dz. kind: 0 bce_with_logits, 1 mse, 2 cross_entropy.
+template <typename T>
+T weighted_loss(int kind, const T* z, const T* y, const T* w, T* d_z, int Bf, int B, int K) {
+  T s = 0;
+  if (kind == 2) {
+    for (int b = 0; b < B; ++b) {
+      const T* zb = z + (long)b * K;
+      T m = zb[0];
+      for (int c = 1; c < K; ++c)
+        m = zb[c] > m ? zb[c] : m;
+      T e = 0;
+      for (int c = 0; c < K; ++c)
+        e += std::exp(zb[c] - m);
+      const int t = (int)y[b];
+      s += w[b] * (m + std::log(e) - zb[t]);
+      for (int c = 0; c < K; ++c)
+        d_z[(long)b * K + c] = w[b] * (std::exp(zb[c] - m) / e - (c == t ? T(1) : T(0))) / Bf;
+    }
+    return s / Bf;
+  }
+  const T N = T(Bf) * T(K);
+  for (int b = 0; b < B; ++b)
+    for (int k = 0; k < K; ++k) {
+      const long i = (long)b * K + k;
+      const T zi = z[i], yi = y[i];
+      if (kind == 0) { // as bce_with_logits_forward / _backward
+        const T az = zi > 0 ? zi : -zi;
+        s += w[b] * ((zi > 0 ? zi : T(0)) - zi * yi + std::log1p(std::exp(-az)));
+        const T sig =
+            zi >= 0 ? T(1) / (T(1) + std::exp(-zi)) : std::exp(zi) / (T(1) + std::exp(zi));
+        d_z[i] = w[b] * (sig - yi) / N;
+      } else {
+        s += w[b] * (zi - yi) * (zi - yi);
+        d_z[i] = w[b] * T(2) * (zi - yi) / N;
+      }
+    }
+  return s / N;
+}
+
 } // namespace rootclad

@@ -25,11 +25,15 @@
 #include <TMD5.h>
 #include <TObjString.h>
 #include <TTree.h>
+#include <TTreeReader.h>
+#include <TTreeReaderArray.h>
 
 #include <ROOT/RVec.hxx>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <stdexcept>
@@ -186,15 +190,21 @@ public:
   double loss(const float* x, const float* y, int B) { return loss_as(x, y, B); }
   double loss(const double* x, const double* y, int B) { return loss_as(x, y, B); }
   // The mean loss of a batch in training mode; the gradient of every parameter is left in
-  // gradients().
-  double loss_and_grad(const float* x, const float* y, int B) { return lag_as(x, y, B); }
-  double loss_and_grad(const double* x, const double* y, int B) { return lag_as(x, y, B); }
-  // Forward, backward and opt's update in one library call (training mode); the loss.
-  double train_step(const float* x, const float* y, int B, Optimizer& o) {
-    return step_as(x, y, B, o);
+  // gradients(). w: per-sample weights (B values; HEP event weights) or null: the loss is then
+  // the mean over elements of w[b] * loss_element (kernels.h: weighted_loss).
+  double loss_and_grad(const float* x, const float* y, int B, const float* w = nullptr) {
+    return lag_as(x, y, B, w);
   }
-  double train_step(const double* x, const double* y, int B, Optimizer& o) {
-    return step_as(x, y, B, o);
+  double loss_and_grad(const double* x, const double* y, int B, const double* w = nullptr) {
+    return lag_as(x, y, B, w);
+  }
+  // Forward, backward and opt's update in one library call (training mode); the loss.
+  double train_step(const float* x, const float* y, int B, Optimizer& o, const float* w = nullptr) {
+    return step_as(x, y, B, o, w);
+  }
+  double train_step(const double* x, const double* y, int B, Optimizer& o,
+                    const double* w = nullptr) {
+    return step_as(x, y, B, o, w);
   }
 
   // One event (RDataFrame): the first output, and d(first output)/d(input).
@@ -345,18 +355,23 @@ private:
       dx[i] = (In)d[i];
   }
 
-  template <typename In> double lag_as(const In* x, const In* y, int B) {
-    return api_.is_double() ? lag_t<double>(x, y, B) : lag_t<float>(x, y, B);
+  template <typename In> double lag_as(const In* x, const In* y, int B, const In* w) {
+    return api_.is_double() ? lag_t<double>(x, y, B, w) : lag_t<float>(x, y, B, w);
   }
-  template <typename T, typename In> double lag_t(const In* x, const In* y, int B) {
+  template <typename T, typename In> double lag_t(const In* x, const In* y, int B, const In* w) {
     T* act = stage<T>(x, B);
-    std::vector<T> yt(targets(B));
-    for (size_t i = 0; i < yt.size(); ++i)
-      yt[i] = (T)y[i];
+    const std::vector<T> yt = converted<T>(y, targets(B)), wt = converted<T>(w, w ? B : 0);
     auto& g = grads<T>();
     g.assign(api_.n_params, T(0));
     return api_.entry_points<T>().loss_and_grad(params<T>(), act, yt.data(), g.data(),
-                                                act + api_.act_size(B), B, 1, next_seed(), 0);
+                                                act + api_.act_size(B), B, 1, next_seed(), 0,
+                                                w ? wt.data() : nullptr);
+  }
+  template <typename T, typename In> static std::vector<T> converted(const In* v, long n) {
+    std::vector<T> out(n);
+    for (long i = 0; i < n; ++i)
+      out[i] = (T)v[i];
+    return out;
   }
 
   template <typename In> double loss_as(const In* x, const In* y, int B) {
@@ -364,35 +379,33 @@ private:
   }
   template <typename T, typename In> double loss_t(const In* x, const In* y, int B) {
     T* act = stage<T>(x, B);
-    std::vector<T> yt(targets(B));
-    for (size_t i = 0; i < yt.size(); ++i)
-      yt[i] = (T)y[i];
+    const std::vector<T> yt = converted<T>(y, targets(B));
     const auto& e = api_.entry_points<T>();
     e.forward(params<T>(), act, B, 0, next_seed());
     return e.loss_value(act, yt.data(), B);
   }
 
-  template <typename In> double step_as(const In* x, const In* y, int B, Optimizer& o) {
-    return api_.is_double() ? step_t<double>(x, y, B, o, o.state_d)
-                            : step_t<float>(x, y, B, o, o.state_f);
+  template <typename In>
+  double step_as(const In* x, const In* y, int B, Optimizer& o, const In* w) {
+    return api_.is_double() ? step_t<double>(x, y, B, o, o.state_d, w)
+                            : step_t<float>(x, y, B, o, o.state_f, w);
   }
   template <typename T, typename In>
-  double step_t(const In* x, const In* y, int B, Optimizer& o, std::vector<T>& state) {
+  double step_t(const In* x, const In* y, int B, Optimizer& o, std::vector<T>& state, const In* w) {
     if (state.empty())
       state.assign(2 * api_.n_params, T(0));
     if ((long)state.size() != 2 * api_.n_params)
       throw std::invalid_argument("rootclad: this optimizer was used with another model");
     T* act = stage<T>(x, B);
-    std::vector<T> yt(targets(B));
-    for (size_t i = 0; i < yt.size(); ++i)
-      yt[i] = (T)y[i];
+    const std::vector<T> yt = converted<T>(y, targets(B)), wt = converted<T>(w, w ? B : 0);
     auto& g = grads<T>();
     if ((long)g.size() != api_.n_params)
       g.assign(api_.n_params, T(0));
     o.step += 1;
-    return api_.entry_points<T>().train_step(
-        params<T>(), act, yt.data(), g.data(), act + api_.act_size(B), state.data(),
-        reinterpret_cast<const double*>(&o.config), o.step, B, next_seed(), nullptr);
+    return api_.entry_points<T>().train_step(params<T>(), act, yt.data(), g.data(),
+                                             act + api_.act_size(B), state.data(),
+                                             reinterpret_cast<const double*>(&o.config), o.step, B,
+                                             next_seed(), nullptr, w ? wt.data() : nullptr);
   }
 
   long targets(int B) const {
@@ -426,6 +439,69 @@ private:
     return out[0];
   }
 };
+
+// Scores every entry of `tree` in `file` in batches of `batch` and writes them, entry by entry,
+// to a TTree `out_tree` (one float branch `column`: the first output) in `out_file`, to be used
+// as a friend of the input tree. `input` names one branch holding the whole model input per
+// entry (float[N], vector<float> or RVec<float>). Returns the number of entries. The output
+// file is written to a temporary name and renamed.
+inline long long score_tree(const std::string& file, const std::string& tree,
+                            const std::string& input, const std::string& stem,
+                            const std::string& out_file, const std::string& out_tree = "scores",
+                            const std::string& column = "score", int batch = 256) {
+  Model m(stem);
+  std::unique_ptr<TFile> in(TFile::Open(file.c_str(), "READ"));
+  if (!in || in->IsZombie())
+    throw std::runtime_error("rootclad::score_tree: cannot open " + file);
+  auto* t = in->Get<TTree>(tree.c_str());
+  if (!t)
+    throw std::runtime_error("rootclad::score_tree: " + file + " has no TTree '" + tree + "'");
+  TTreeReader reader(t);
+  TTreeReaderArray<float> x(reader, input.c_str());
+  const long N = m.input_size(), K = m.output_size();
+  std::vector<float> xs((size_t)batch * N), out((size_t)batch * K);
+  const std::string tmp = out_file + ".partial";
+  std::unique_ptr<TFile> of(TFile::Open(tmp.c_str(), "RECREATE"));
+  if (!of || of->IsZombie())
+    throw std::runtime_error("rootclad::score_tree: cannot write " + tmp);
+  TTree scores(out_tree.c_str(), ("rootclad scores of " + stem).c_str());
+  float value = 0;
+  scores.Branch(column.c_str(), &value, (column + "/F").c_str());
+  long long entries = 0;
+  int filled = 0;
+  auto flush = [&] {
+    if (!filled)
+      return;
+    m.predict(xs.data(), out.data(), filled);
+    for (int i = 0; i < filled; ++i) {
+      value = out[(size_t)i * K];
+      scores.Fill();
+    }
+    filled = 0;
+  };
+  while (reader.Next()) {
+    if ((long)x.GetSize() != N)
+      throw std::runtime_error("rootclad::score_tree: " + file + ", branch '" + input +
+                               "', entry " + std::to_string(entries) + ": " +
+                               std::to_string(x.GetSize()) + " values, the model takes " +
+                               std::to_string(N));
+    std::copy(x.begin(), x.end(), xs.begin() + (size_t)filled * N);
+    ++entries;
+    if (++filled == batch)
+      flush();
+  }
+  if (reader.GetEntryStatus() != TTreeReader::kEntryBeyondEnd &&
+      reader.GetEntryStatus() != TTreeReader::kEntryValid)
+    throw std::runtime_error("rootclad::score_tree: cannot read " + file + ", branch '" + input +
+                             "'");
+  flush();
+  of->cd();
+  scores.Write();
+  of->Close();
+  if (std::rename(tmp.c_str(), out_file.c_str()) != 0)
+    throw std::runtime_error("rootclad::score_tree: cannot rename " + tmp);
+  return entries;
+}
 
 // One Model per RDataFrame processing slot (ROOT::EnableImplicitMT): Define expressions
 // call slots[rdfslot_].score(x), so no two threads share a workspace.

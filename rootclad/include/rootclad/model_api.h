@@ -34,19 +34,21 @@ template <typename T> struct ModelEntryPoints {
   void (*forward)(T* params, T* act, int B, int training, std::uint64_t seed) = nullptr;
   // the mean loss over the batch, after forward(); y holds B * output_size targets
   T (*loss_value)(T* act, const T* y, int B) = nullptr;
-  // forward + loss + backward; fills d_params (and act's input region of d_act if need_dx)
+  // forward + loss + backward; fills d_params (and act's input region of d_act if need_dx);
+  // w: per-sample loss weights (B values) or null (kernels.h: weighted_loss)
   T(*loss_and_grad)
   (T* params, T* act, const T* y, T* d_params, T* d_act, int B, int training, std::uint64_t seed,
-   int need_dx) = nullptr;
+   int need_dx, const T* w) = nullptr;
   // after forward(): d_params (and d_act's input region if need_dx) = J^T d_out
   void (*vjp)(T* params, T* act, T* d_params, T* d_act, const T* d_out, int B, int training,
               std::uint64_t seed, int need_dx) = nullptr;
   // loss_and_grad + an optimizer update (opt_cfg: rootclad::OptimConfig, step from 1).
   // tensor_steps: null (every parameter tensor at `step`), or one step count per parameter
-  // tensor, 0 for a frozen one (left unchanged, as torch.optim skips a parameter without grad)
+  // tensor, 0 for a frozen one (left unchanged, as torch.optim skips a parameter without grad);
+  // w: per-sample loss weights or null
   T(*train_step)
   (T* params, T* act, const T* y, T* d_params, T* d_act, T* opt_state, const double* opt_cfg,
-   long step, int B, std::uint64_t seed, const long* tensor_steps) = nullptr;
+   long step, int B, std::uint64_t seed, const long* tensor_steps, const T* w) = nullptr;
 };
 
 struct ParamInfo {
@@ -227,10 +229,10 @@ inline ModelApi load_model(const std::string& library_path, const std::string& p
   const long* P##_param_shape(int, int*);                                                          \
   void P##_forward(T*, T*, int, int, std::uint64_t);                                               \
   T P##_loss_value(T*, const T*, int);                                                             \
-  T P##_loss_and_grad(T*, T*, const T*, T*, T*, int, int, std::uint64_t, int);                     \
+  T P##_loss_and_grad(T*, T*, const T*, T*, T*, int, int, std::uint64_t, int, const T*);           \
   void P##_vjp(T*, T*, T*, T*, const T*, int, int, std::uint64_t, int);                            \
   T P##_train_step(T*, T*, const T*, T*, T*, T*, const double*, long, int, std::uint64_t,          \
-                   const long*);                                                                   \
+                   const long*, const T*);                                                         \
   }                                                                                                \
   inline ::rootclad::ModelApi P##_model_api() {                                                    \
     using ::rootclad::detail::to_ptr;                                                              \

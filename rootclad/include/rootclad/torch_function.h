@@ -395,7 +395,7 @@ private:
     using detail::ptr;
     return api_->entry_points<T>().loss_and_grad(ptr<T>(params_), ptr<T>(act), ptr<T>(y),
                                                  ptr<T>(grads_), ptr<T>(d_act), B, training_, seed,
-                                                 0);
+                                                 0, nullptr);
   }
 
   template <typename T>
@@ -404,7 +404,7 @@ private:
     using detail::ptr;
     return api_->entry_points<T>().train_step(
         ptr<T>(params_), ptr<T>(act), ptr<T>(y), ptr<T>(grads_), ptr<T>(d_act), ptr<T>(opt.state),
-        reinterpret_cast<const double*>(&opt.config), opt.step, B, seed, nullptr);
+        reinterpret_cast<const double*>(&opt.config), opt.step, B, seed, nullptr, nullptr);
   }
 };
 
