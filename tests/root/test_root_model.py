@@ -262,3 +262,41 @@ def test_batched_scorer_writes_a_friend_tree_aligned_entry_by_entry(exported, ev
     with pytest.raises(Exception, match="has no TTree 'nope'"):
         rootclad.root.score_tree(path, stem, tree="nope", output=tmp_path / "t.root")
     assert not list(tmp_path.glob("*.partial"))
+
+
+def test_batched_scorer_reads_vector_branches_and_names_bad_entries(exported, tmp_path):
+    """The other read path (a vector<float> branch, through TTreeReader) and its errors."""
+    _, cm, stem, _ = exported
+    gen = torch.Generator().manual_seed(9)
+    x = torch.randn(40, 1, L, generator=gen)
+    rows = [list(r) for r in x.numpy().reshape(40, L)]
+    path = tmp_path / "vec.root"
+    f = ROOT.TFile(str(path), "RECREATE")
+    t = ROOT.TTree("events", "vector<float> strain")
+    v = ROOT.std.vector["float"]()
+    t.Branch("strain", v)
+    for i, r in enumerate(rows):
+        v.clear()
+        for value in r if i != 33 else r[:-1]:  # entry 33 is one sample short
+            v.push_back(value)
+        t.Fill()
+    t.Write()
+    f.Close()
+    with pytest.raises(Exception, match=f"entry 33: {L - 1} values, the model takes {L}"):
+        rootclad.root.score_tree(path, stem, output=tmp_path / "s.root", batch_size=16)
+    assert not list(tmp_path.glob("s.root*"))
+    ok = tmp_path / "vec_ok.root"
+    f = ROOT.TFile(str(ok), "RECREATE")
+    t = ROOT.TTree("events", "vector<float> strain")
+    t.Branch("strain", v)
+    for r in rows:
+        v.clear()
+        for value in r:
+            v.push_back(value)
+        t.Fill()
+    t.Write()
+    f.Close()
+    out = rootclad.root.score_tree(ok, stem, output=tmp_path / "s.root", batch_size=16)
+    with uproot.open(out) as fo:
+        scores = fo["scores"]["score"].array(library="np")
+    np.testing.assert_allclose(scores, cm.predict(x).numpy()[:, 0], rtol=1e-5, atol=1e-6)

@@ -34,6 +34,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <stdexcept>
@@ -260,6 +261,8 @@ private:
   ModelApi api_;
   std::vector<double> pd_, gd_, wd_; // parameters, gradients, workspace (act | d_act)
   std::vector<float> pf_, gf_, wf_;
+  std::vector<double> auxd_[2]; // targets and weights in the model's type
+  std::vector<float> auxf_[2];
   int work_batch_ = 0;
   std::uint64_t calls_ = 0;
 
@@ -348,8 +351,8 @@ private:
     const auto seed = next_seed();
     const auto& e = api_.entry_points<T>();
     e.forward(params<T>(), act, B, 0, seed);
-    std::vector<T> ones((long)B * api_.output_size, T(1));
-    e.vjp(params<T>(), act, g.data(), act + n, ones.data(), B, 0, seed, 1);
+    T* ones = converted<T>(aux<T>(0), (const T*)nullptr, (long)B * api_.output_size);
+    e.vjp(params<T>(), act, g.data(), act + n, ones, B, 0, seed, 1);
     const T* d = act + n + (long)B * api_.input_offset;
     for (long i = 0; i < (long)B * api_.input_size; ++i)
       dx[i] = (In)d[i];
@@ -360,18 +363,26 @@ private:
   }
   template <typename T, typename In> double lag_t(const In* x, const In* y, int B, const In* w) {
     T* act = stage<T>(x, B);
-    const std::vector<T> yt = converted<T>(y, targets(B)), wt = converted<T>(w, w ? B : 0);
+    const T* yt = converted<T>(aux<T>(0), y, targets(B));
+    const T* wt = w ? converted<T>(aux<T>(1), w, B) : nullptr;
     auto& g = grads<T>();
     g.assign(api_.n_params, T(0));
-    return api_.entry_points<T>().loss_and_grad(params<T>(), act, yt.data(), g.data(),
-                                                act + api_.act_size(B), B, 1, next_seed(), 0,
-                                                w ? wt.data() : nullptr);
+    return api_.entry_points<T>().loss_and_grad(params<T>(), act, yt, g.data(),
+                                                act + api_.act_size(B), B, 1, next_seed(), 0, wt);
   }
-  template <typename T, typename In> static std::vector<T> converted(const In* v, long n) {
-    std::vector<T> out(n);
+  // targets, weights (or ones, from null) as T in a buffer of the model's, grown on demand
+  template <typename T, typename In> static T* converted(std::vector<T>& buf, const In* v, long n) {
+    if ((long)buf.size() < n)
+      buf.resize(n);
     for (long i = 0; i < n; ++i)
-      out[i] = (T)v[i];
-    return out;
+      buf[i] = v ? (T)v[i] : T(1);
+    return buf.data();
+  }
+  template <typename T> std::vector<T>& aux(int i) {
+    if constexpr (sizeof(T) == 8)
+      return auxd_[i];
+    else
+      return auxf_[i];
   }
 
   template <typename In> double loss_as(const In* x, const In* y, int B) {
@@ -379,10 +390,10 @@ private:
   }
   template <typename T, typename In> double loss_t(const In* x, const In* y, int B) {
     T* act = stage<T>(x, B);
-    const std::vector<T> yt = converted<T>(y, targets(B));
+    const T* yt = converted<T>(aux<T>(0), y, targets(B));
     const auto& e = api_.entry_points<T>();
     e.forward(params<T>(), act, B, 0, next_seed());
-    return e.loss_value(act, yt.data(), B);
+    return e.loss_value(act, yt, B);
   }
 
   template <typename In>
@@ -397,15 +408,15 @@ private:
     if ((long)state.size() != 2 * api_.n_params)
       throw std::invalid_argument("rootclad: this optimizer was used with another model");
     T* act = stage<T>(x, B);
-    const std::vector<T> yt = converted<T>(y, targets(B)), wt = converted<T>(w, w ? B : 0);
+    const T* yt = converted<T>(aux<T>(0), y, targets(B));
+    const T* wt = w ? converted<T>(aux<T>(1), w, B) : nullptr;
     auto& g = grads<T>();
     if ((long)g.size() != api_.n_params)
       g.assign(api_.n_params, T(0));
     o.step += 1;
-    return api_.entry_points<T>().train_step(params<T>(), act, yt.data(), g.data(),
-                                             act + api_.act_size(B), state.data(),
-                                             reinterpret_cast<const double*>(&o.config), o.step, B,
-                                             next_seed(), nullptr, w ? wt.data() : nullptr);
+    return api_.entry_points<T>().train_step(
+        params<T>(), act, yt, g.data(), act + api_.act_size(B), state.data(),
+        reinterpret_cast<const double*>(&o.config), o.step, B, next_seed(), nullptr, wt);
   }
 
   long targets(int B) const {
@@ -456,18 +467,16 @@ inline long long score_tree(const std::string& file, const std::string& tree,
   auto* t = in->Get<TTree>(tree.c_str());
   if (!t)
     throw std::runtime_error("rootclad::score_tree: " + file + " has no TTree '" + tree + "'");
-  TTreeReader reader(t);
-  TTreeReaderArray<float> x(reader, input.c_str());
   const long N = m.input_size(), K = m.output_size();
   std::vector<float> xs((size_t)batch * N), out((size_t)batch * K);
   const std::string tmp = out_file + ".partial";
   std::unique_ptr<TFile> of(TFile::Open(tmp.c_str(), "RECREATE"));
   if (!of || of->IsZombie())
     throw std::runtime_error("rootclad::score_tree: cannot write " + tmp);
-  TTree scores(out_tree.c_str(), ("rootclad scores of " + stem).c_str());
+  // owned by the output file, which deletes it on Close
+  auto* scores = new TTree(out_tree.c_str(), ("rootclad scores of " + stem).c_str());
   float value = 0;
-  scores.Branch(column.c_str(), &value, (column + "/F").c_str());
-  long long entries = 0;
+  scores->Branch(column.c_str(), &value, (column + "/F").c_str());
   int filled = 0;
   auto flush = [&] {
     if (!filled)
@@ -475,28 +484,59 @@ inline long long score_tree(const std::string& file, const std::string& tree,
     m.predict(xs.data(), out.data(), filled);
     for (int i = 0; i < filled; ++i) {
       value = out[(size_t)i * K];
-      scores.Fill();
+      scores->Fill();
     }
     filled = 0;
   };
-  while (reader.Next()) {
-    if ((long)x.GetSize() != N)
-      throw std::runtime_error("rootclad::score_tree: " + file + ", branch '" + input +
-                               "', entry " + std::to_string(entries) + ": " +
-                               std::to_string(x.GetSize()) + " values, the model takes " +
-                               std::to_string(N));
-    std::copy(x.begin(), x.end(), xs.begin() + (size_t)filled * N);
-    ++entries;
-    if (++filled == batch)
-      flush();
+  auto fail = [&](long long entry, const std::string& what) {
+    of->Close();
+    std::remove(tmp.c_str()); // nothing half-written is left
+    throw std::runtime_error("rootclad::score_tree: " + file + ", branch '" + input + "'" +
+                             (entry >= 0 ? ", entry " + std::to_string(entry) : "") + ": " + what);
+  };
+  auto* br = t->GetBranch(input.c_str());
+  if (!br)
+    fail(-1, "no such branch");
+  auto* leaf = br->GetListOfLeaves()->GetEntries() == 1
+                   ? static_cast<TLeaf*>(br->GetListOfLeaves()->At(0))
+                   : nullptr;
+  long long entries = 0;
+  if (leaf && !leaf->GetLeafCount() && std::string(leaf->GetTypeName()) == "Float_t" &&
+      leaf->GetLen() == N) {
+    // float[N]: one address for the branch, a memcpy per entry (as tree_reader.h reads)
+    std::vector<float> row(N);
+    br->SetAddress(row.data());
+    const long long total = t->GetEntries();
+    for (long long e = 0; e < total; ++e) {
+      if (br->GetEntry(e) <= 0)
+        fail(e, "cannot read the entry (truncated or corrupt file?)");
+      std::memcpy(xs.data() + (size_t)filled * N, row.data(), sizeof(float) * N);
+      ++entries;
+      if (++filled == batch)
+        flush();
+    }
+    br->ResetAddress();
+  } else { // vector<float>, RVec<float>, a counted array
+    TTreeReader reader(t);
+    TTreeReaderArray<float> x(reader, input.c_str());
+    while (reader.Next()) {
+      if ((long)x.GetSize() != N)
+        fail(entries,
+             std::to_string(x.GetSize()) + " values, the model takes " + std::to_string(N));
+      float* row = xs.data() + (size_t)filled * N;
+      for (long i = 0; i < N; ++i)
+        row[i] = x[i];
+      ++entries;
+      if (++filled == batch)
+        flush();
+    }
+    if (reader.GetEntryStatus() != TTreeReader::kEntryBeyondEnd &&
+        reader.GetEntryStatus() != TTreeReader::kEntryValid)
+      fail(entries, "cannot read the entry");
   }
-  if (reader.GetEntryStatus() != TTreeReader::kEntryBeyondEnd &&
-      reader.GetEntryStatus() != TTreeReader::kEntryValid)
-    throw std::runtime_error("rootclad::score_tree: cannot read " + file + ", branch '" + input +
-                             "'");
   flush();
   of->cd();
-  scores.Write();
+  scores->Write();
   of->Close();
   if (std::rename(tmp.c_str(), out_file.c_str()) != 0)
     throw std::runtime_error("rootclad::score_tree: cannot rename " + tmp);
