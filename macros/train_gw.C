@@ -76,7 +76,7 @@ int train_gw(const char* files = "gw.root", const char* stem = "build/gwnet", in
       printf("epoch %d: train loss %.6f, validation loss %.6f, %.1f s\n", epoch + 1, train_loss,
              val_loss, clock.RealTime());
     }
-    m.save(std::string(stem) + ".root");
+    m.save(std::string(stem) + ".root", &opt); // with Adam's state: training can resume
     printf("saved the weights to %s.root\n", stem);
   } catch (const std::exception& e) {
     fprintf(stderr, "train_gw: %s\n", e.what());

@@ -45,8 +45,34 @@ def metadata(cm, library_md5: str) -> dict:
     }
 
 
-def export(cm, stem) -> dict[str, Path]:
-    """Write ``STEM.so``, ``STEM.root`` and ``STEM.h`` for ``cm``; returns their paths."""
+def _optimizer_tree(f, cm, opt) -> None:
+    """``rootclad_optimizer`` as ``rootclad::Model::save(path, &opt)`` writes it."""
+    if opt.model is not cm:
+        raise ValueError("this optimizer was created for another compiled model")
+    steps = set(opt._steps) if opt._steps is not None else {opt.step_count}
+    if len(steps) != 1:
+        raise ValueError(
+            "the optimizer's parameters have taken different numbers of steps (some were "
+            "frozen); rootclad::Model keeps one step count and cannot resume it"
+        )
+    P = cm._em.n_params
+    config = np.frombuffer(opt._cfg, dtype=np.float64).reshape(1, -1)
+    tree = f.mktree(
+        "rootclad_optimizer",
+        {"config": np.dtype((np.float64, (config.shape[1],))), "step": np.int64,
+         "state": np.dtype((np.float64, (2 * P,)))},
+        title="rootclad optimizer: hyperparameters, step, state",
+    )  # fmt: skip
+    state = opt._state[: 2 * P].double().reshape(1, -1).numpy()
+    tree.extend({"config": config, "step": np.array([steps.pop()], np.int64), "state": state})
+
+
+def export(cm, stem, optimizer=None) -> dict[str, Path]:
+    """Write ``STEM.so``, ``STEM.root`` and ``STEM.h`` for ``cm``; returns their paths.
+
+    With ``optimizer`` (a rootclad optimizer of ``cm``), ``STEM.root`` also holds its
+    hyperparameters, step count and state, which ``rootclad::Model::load(path, &opt)``
+    restores: training resumes in C++ where Python left it."""
     import uproot
 
     stem = Path(stem)
@@ -66,6 +92,8 @@ def export(cm, stem) -> dict[str, Path]:
                     title=f"rootclad parameter, shape {tuple(p.shape)}",
                 )
                 tree.extend({"values": values})
+            if optimizer is not None:
+                _optimizer_tree(f, cm, optimizer)
             f["rootclad_metadata"] = json.dumps(metadata(cm, md5))
         tmp[".h"].write_text(
             f"// {paths['.h'].name}: the rootclad model exported as {stem.name}"

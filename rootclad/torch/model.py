@@ -358,12 +358,13 @@ class CompiledModel:
         )
         return self._output(act, B).clone()
 
-    def export(self, stem):
-        """Write ``STEM.so``, ``STEM.root`` (the parameters) and ``STEM.h``, for ROOT macros,
-        compiled C++ programs and :func:`rootclad.root.load`; see rootclad/root/export.py."""
+    def export(self, stem, optimizer=None):
+        """Write ``STEM.so``, ``STEM.root`` (the parameters, and ``optimizer``'s state if
+        given) and ``STEM.h``, for ROOT macros, compiled C++ programs and
+        :func:`rootclad.root.load`; see rootclad/root/export.py."""
         from rootclad.root.export import export
 
-        return export(self, stem)
+        return export(self, stem, optimizer)
 
     def __repr__(self) -> str:
         return (

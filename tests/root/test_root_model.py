@@ -300,3 +300,68 @@ def test_batched_scorer_reads_vector_branches_and_names_bad_entries(exported, tm
     with uproot.open(out) as fo:
         scores = fo["scores"]["score"].array(library="np")
     np.testing.assert_allclose(scores, cm.predict(x).numpy()[:, 0], rtol=1e-5, atol=1e-6)
+
+
+def test_saved_optimizer_state_resumes_training_exactly(tmp_path):
+    """5 Adam steps in one go equal 3 steps, save with the optimizer, load into a fresh model
+    and optimizer, 2 more steps (float64)."""
+    torch.manual_seed(7)
+    net = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 1)).double()
+    cm = rootclad.compile(net, example_input=torch.zeros(1, 4, dtype=F64), engine="pullback")
+    cm.export(tmp_path / "r")
+    gen = torch.Generator().manual_seed(8)
+    batches = [torch.randn(7, 4, generator=gen, dtype=F64) for _ in range(5)]
+    data = [(x.numpy().copy(), (x[:, :1] > 0).to(F64).numpy().copy()) for x in batches]
+    straight = rootclad.root.load(tmp_path / "r")
+    opt = ROOT.rootclad.Adam(straight, 1e-2)
+    for x, y in data:
+        straight.train_step(x, y, 7, opt)
+    first = rootclad.root.load(tmp_path / "r")
+    opt1 = ROOT.rootclad.Adam(first, 1e-2)
+    for x, y in data[:3]:
+        first.train_step(x, y, 7, opt1)
+    first.save(str(tmp_path / "ckpt.root"), opt1)
+    resumed = rootclad.root.load(tmp_path / "r")
+    opt2 = ROOT.rootclad.Adam(resumed, 0.5)  # the saved lr comes back too
+    resumed.load(str(tmp_path / "ckpt.root"), opt2)
+    assert opt2.step == 3 and opt2.config.lr == 1e-2
+    for x, y in data[3:]:
+        resumed.train_step(x, y, 7, opt2)
+    np.testing.assert_array_equal(np.asarray(resumed.parameters()),
+                                  np.asarray(straight.parameters()))  # fmt: skip
+    without = rootclad.root.load(tmp_path / "r")  # parameters alone do not resume Adam
+    opt3 = ROOT.rootclad.Adam(without, 1e-2)
+    without.load(str(tmp_path / "ckpt.root"))
+    for x, y in data[3:]:
+        without.train_step(x, y, 7, opt3)
+    assert not np.array_equal(np.asarray(without.parameters()), np.asarray(straight.parameters()))
+    with pytest.raises(Exception, match="another kind of optimizer"):
+        resumed.load(str(tmp_path / "ckpt.root"), ROOT.rootclad.SGD(resumed, 0.1))
+    with pytest.raises(Exception, match="holds no optimizer state"):
+        resumed.load(str(tmp_path / "r.root"), opt2)
+
+
+def test_training_started_in_python_resumes_in_cpp(tmp_path):
+    torch.manual_seed(11)
+    net = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 1)).double()
+    cm = rootclad.compile(net, example_input=torch.zeros(1, 4, dtype=F64), engine="pullback")
+    opt = rootclad.optim.Adam(cm, lr=1e-2, betas=(0.8, 0.99))
+    gen = torch.Generator().manual_seed(12)
+    batches = [torch.randn(7, 4, generator=gen, dtype=F64) for _ in range(5)]
+    ys = [(x[:, :1] > 0).to(F64) for x in batches]
+    for x, y in zip(batches[:3], ys[:3], strict=True):
+        cm.train_step(x, y, opt)
+    cm.export(tmp_path / "p", optimizer=opt)
+    m = rootclad.root.load(tmp_path / "p")
+    opt_cpp = ROOT.rootclad.Adam(m)
+    m.load(str(tmp_path / "p.root"), opt_cpp)
+    assert opt_cpp.step == 3 and opt_cpp.config.beta1 == 0.8
+    for x, y in zip(batches[3:], ys[3:], strict=True):
+        cm.train_step(x, y, opt)
+        m.train_step(x.numpy().copy(), y.numpy().copy(), 7, opt_cpp)
+    flat = torch.cat([p.detach().reshape(-1) for p in cm.parameters()]).numpy()
+    np.testing.assert_allclose(np.asarray(m.parameters()), flat, rtol=1e-12, atol=1e-15)
+    cm._views["0.bias"].requires_grad_(False)  # per-tensor step counts now differ
+    cm.train_step(batches[0], ys[0], opt)
+    with pytest.raises(ValueError, match="different numbers of steps"):
+        cm.export(tmp_path / "q", optimizer=opt)

@@ -225,9 +225,12 @@ public:
       api_.is_double() ? void(pd_[i] = p[i]) : void(pf_[i] = (float)p[i]);
   }
 
-  // Parameters to a ROOT file in the layout cm.export writes (one TTree per tensor), written
-  // to a temporary name and renamed; load() reads such a file (shapes checked).
-  void save(const std::string& path) const {
+  // Parameters to a ROOT file in the layout cm.export writes (one TTree per tensor), and with
+  // `opt` its hyperparameters, step count and state (TTree "rootclad_optimizer": config[9],
+  // step, state[2 * n_params]), so that training resumes where it stopped; written to a
+  // temporary name and renamed. load() reads such a file (shapes checked), and the optimizer
+  // state into `opt` when given.
+  void save(const std::string& path, const Optimizer* opt = nullptr) const {
     const std::string tmp = path + ".partial";
     {
       std::unique_ptr<TFile> f(TFile::Open(tmp.c_str(), "RECREATE"));
@@ -241,6 +244,8 @@ public:
         t.Fill();
         t.Write();
       }
+      if (opt)
+        write_optimizer(*opt);
       std::unique_ptr<TFile> src(TFile::Open((stem_ + ".root").c_str(), "READ"));
       if (auto* meta = src ? src->Get<TObjString>("rootclad_metadata") : nullptr)
         f->WriteObject(meta, "rootclad_metadata");
@@ -249,11 +254,13 @@ public:
     if (std::rename(tmp.c_str(), path.c_str()) != 0)
       throw std::runtime_error("rootclad: cannot rename " + tmp + " to " + path);
   }
-  void load(const std::string& path) {
+  void load(const std::string& path, Optimizer* opt = nullptr) {
     std::unique_ptr<TFile> f(TFile::Open(path.c_str(), "READ"));
     if (!f || f->IsZombie())
       throw std::runtime_error("rootclad: cannot open " + path);
     read_params(*f, path);
+    if (opt)
+      read_optimizer(*f, path, *opt);
   }
 
 private:
@@ -265,6 +272,56 @@ private:
   std::vector<float> auxf_[2];
   int work_batch_ = 0;
   std::uint64_t calls_ = 0;
+
+  static constexpr int N_CONFIG = sizeof(OptimConfig) / sizeof(double);
+
+  void write_optimizer(const Optimizer& o) const { // into the current directory
+    TTree t("rootclad_optimizer", "rootclad optimizer: hyperparameters, step, state");
+    double config[N_CONFIG];
+    std::memcpy(config, &o.config, sizeof config);
+    Long64_t step = o.step;
+    std::vector<double> state(2 * api_.n_params, 0.0);
+    const auto& d = o.state_d;
+    const auto& f = o.state_f;
+    for (size_t i = 0; i < state.size(); ++i)
+      state[i] = !d.empty() ? d[i] : (!f.empty() ? (double)f[i] : 0.0);
+    t.Branch("config", config, ("config[" + std::to_string(N_CONFIG) + "]/D").c_str());
+    t.Branch("step", &step, "step/L");
+    t.Branch("state", state.data(), ("state[" + std::to_string(state.size()) + "]/D").c_str());
+    t.Fill();
+    t.Write();
+  }
+
+  void read_optimizer(TFile& f, const std::string& path, Optimizer& o) {
+    auto* t = f.Get<TTree>("rootclad_optimizer");
+    if (!t)
+      throw std::runtime_error("rootclad: " + path +
+                               " holds no optimizer state (save it with "
+                               "save(path, &opt))");
+    auto* leaf = t->GetLeaf("state");
+    if (!leaf || leaf->GetLen() != 2 * api_.n_params)
+      throw std::runtime_error("rootclad: " + path + ": the optimizer state is for a model of " +
+                               std::to_string(leaf ? leaf->GetLen() / 2 : 0) +
+                               " parameters, this one has " + std::to_string(api_.n_params));
+    double config[N_CONFIG];
+    Long64_t step = 0;
+    std::vector<double> state(2 * api_.n_params);
+    t->SetBranchAddress("config", config);
+    t->SetBranchAddress("step", &step);
+    t->SetBranchAddress("state", state.data());
+    t->GetEntry(0);
+    t->ResetBranchAddresses();
+    if ((int)config[0] != (int)o.config.kind)
+      throw std::runtime_error("rootclad: " + path +
+                               " holds the state of another kind of "
+                               "optimizer");
+    std::memcpy(&o.config, config, sizeof config);
+    o.step = (long)step;
+    if (api_.is_double())
+      o.state_d = state;
+    else
+      o.state_f.assign(state.begin(), state.end());
+  }
 
   static std::string shape_str(const std::vector<long>& s) {
     std::string out = "(";
