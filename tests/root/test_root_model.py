@@ -365,3 +365,21 @@ def test_training_started_in_python_resumes_in_cpp(tmp_path):
     cm.train_step(batches[0], ys[0], opt)
     with pytest.raises(ValueError, match="different numbers of steps"):
         cm.export(tmp_path / "q", optimizer=opt)
+
+
+def test_batched_scorer_sees_weights_written_after_its_first_use(events, tmp_path):
+    """score_tree keeps the opened model per stem; new weights (a macro's training) are read."""
+    x, path = events
+    net = _cnn()
+    cm = rootclad.compile(net, example_input=torch.zeros(1, 1, L), engine="pullback")
+    cm.export(tmp_path / "m")
+    first = rootclad.root.score_tree(path, tmp_path / "m", output=tmp_path / "a.root")
+    with torch.no_grad():
+        for p in cm.parameters():
+            p.mul_(1.5)
+    cm.export(tmp_path / "m")  # same library, new weights
+    second = rootclad.root.score_tree(path, tmp_path / "m", output=tmp_path / "b.root")
+    with uproot.open(first) as f, uproot.open(second) as g:
+        a, b = f["scores"]["score"].array(library="np"), g["scores"]["score"].array(library="np")
+    assert not np.allclose(a, b)
+    np.testing.assert_allclose(b, cm.predict(x).numpy()[:, 0], rtol=1e-5, atol=1e-6)

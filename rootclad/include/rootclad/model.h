@@ -513,11 +513,13 @@ private:
 // as a friend of the input tree. `input` names one branch holding the whole model input per
 // entry (float[N], vector<float> or RVec<float>). Returns the number of entries. The output
 // file is written to a temporary name and renamed.
-inline long long score_tree(const std::string& file, const std::string& tree,
-                            const std::string& input, const std::string& stem,
-                            const std::string& out_file, const std::string& out_tree = "scores",
+// The Model overload scores with a model already open (opening one reads its weights and
+// checks its library: ~0.1 s for the 541k-parameter MLP, as long as scoring 3000 events).
+inline long long score_tree(Model& m, const std::string& file, const std::string& tree,
+                            const std::string& input, const std::string& out_file,
+                            const std::string& out_tree = "scores",
                             const std::string& column = "score", int batch = 256) {
-  Model m(stem);
+  const std::string& stem = m.stem();
   std::unique_ptr<TFile> in(TFile::Open(file.c_str(), "READ"));
   if (!in || in->IsZombie())
     throw std::runtime_error("rootclad::score_tree: cannot open " + file);
@@ -598,6 +600,14 @@ inline long long score_tree(const std::string& file, const std::string& tree,
   if (std::rename(tmp.c_str(), out_file.c_str()) != 0)
     throw std::runtime_error("rootclad::score_tree: cannot rename " + tmp);
   return entries;
+}
+
+inline long long score_tree(const std::string& file, const std::string& tree,
+                            const std::string& input, const std::string& stem,
+                            const std::string& out_file, const std::string& out_tree = "scores",
+                            const std::string& column = "score", int batch = 256) {
+  Model m(stem);
+  return score_tree(m, file, tree, input, out_file, out_tree, column, batch);
 }
 
 // One Model per RDataFrame processing slot (ROOT::EnableImplicitMT): Define expressions
