@@ -37,6 +37,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 RESULT = REPO / "benchmarks" / "results" / "train_step.json"
 TABLE = REPO / "docs" / "benchmarks" / "train_step.md"
+sys.path.insert(0, str(REPO / "benchmarks"))
 BATCHES = (1, 16, 64, 256)
 ROUNDS = 3  # turns each in-process implementation takes (see main)
 ENGINES = (("pullback", True), ("clad", True), ("clad", False))
@@ -361,20 +362,10 @@ def main(argv=None) -> int:
 
 
 def write_report(report: dict, out: Path, md: Path | None = None) -> int:
-    """The JSON result and its markdown table, each written to a temporary name and renamed.
+    """The JSON result and its markdown table (benchmarks/report.py)."""
+    from report import write_report as write
 
-    The table goes to ``md``, by default the tracked docs table only when ``out`` is the
-    tracked result, else beside ``out``."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if md is None:
-        md = TABLE if out.resolve() == RESULT.resolve() else out.with_suffix(".md")
-    md.parent.mkdir(parents=True, exist_ok=True)
-    for path, text in ((out, json.dumps(report, indent=1)), (md, render_markdown(report))):
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    print(f"wrote {out} and {md}")
-    return 0
+    return write(report, out, RESULT, TABLE, render_markdown, md)
 
 
 def render_markdown(report: dict) -> str:

@@ -37,6 +37,7 @@ REPO = HERE.parents[1]
 RESULT = REPO / "benchmarks" / "results" / "root_scoring.json"
 TABLE = REPO / "docs" / "benchmarks" / "root.md"
 sys.path.insert(0, str(REPO / "benchmarks" / "core"))
+sys.path.insert(0, str(REPO / "benchmarks"))
 
 METHODS = ("define_score", "score_tree", "torch")
 
@@ -215,18 +216,10 @@ def main(argv=None) -> int:
 
 
 def write_report(report: dict, out: Path, md: Path | None = None) -> int:
-    """JSON and markdown, each to a temporary name and renamed; the tracked table only for the
-    tracked result (a scratch run writes its table beside its JSON)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if md is None:
-        md = TABLE if out.resolve() == RESULT.resolve() else out.with_suffix(".md")
-    md.parent.mkdir(parents=True, exist_ok=True)
-    for path, text in ((out, json.dumps(report, indent=1)), (md, render_markdown(report))):
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    print(f"wrote {out} and {md}")
-    return 0
+    """The JSON result and its markdown table (benchmarks/report.py)."""
+    from report import write_report as write
+
+    return write(report, out, RESULT, TABLE, render_markdown, md)
 
 
 def render_markdown(r: dict) -> str:

@@ -10,7 +10,6 @@ exported with.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -19,14 +18,7 @@ from pathlib import Path
 import numpy as np
 
 import rootclad
-
-
-def _md5(path: Path) -> str:
-    h = hashlib.md5()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
+from rootclad.toolchain.build import file_digest
 
 
 def metadata(cm, library_md5: str) -> dict:
@@ -82,7 +74,7 @@ def export(cm, stem, optimizer=None) -> dict[str, Path]:
     tmp = {k: p.with_name(p.name + ".partial") for k, p in paths.items()}
     try:
         shutil.copyfile(cm.library_path, tmp[".so"])
-        md5 = _md5(tmp[".so"])
+        md5 = file_digest(tmp[".so"], "md5")  # ROOT's TMD5 checks it in rootclad::Model
         with uproot.recreate(tmp[".root"]) as f:
             for name, p in cm.named_parameters():
                 values = p.detach().to(dtype=p.dtype).double().reshape(1, -1).numpy()

@@ -132,8 +132,9 @@ def build_library(
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
+def file_digest(path: Path, algorithm: str = "sha256") -> str:
+    """The hex digest of a file's bytes, read in blocks."""
+    h = hashlib.new(algorithm)
     with open(path, "rb") as f:
         while block := f.read(1 << 20):
             h.update(block)
@@ -148,7 +149,7 @@ def _verified(out: Path) -> bool:
     """``out`` exists and matches the size and SHA-256 recorded when it was built."""
     try:
         size, digest = _manifest(out).read_text().split()
-        return out.stat().st_size == int(size) and _digest(out) == digest
+        return out.stat().st_size == int(size) and file_digest(out) == digest
     except (OSError, ValueError):
         return False
 
@@ -185,7 +186,7 @@ def _compile(source, out, *, key, name, cxx, flags, link_flags, suffix, timeout,
         )
         # the manifest first, then the file: whoever sees the file can verify it
         manifest = work / "manifest"
-        manifest.write_text(f"{tmp_out.stat().st_size} {_digest(tmp_out)}\n")
+        manifest.write_text(f"{tmp_out.stat().st_size} {file_digest(tmp_out)}\n")
         os.replace(manifest, _manifest(out))
         os.replace(tmp_out, out)  # atomic: readers see no library or a whole one
     finally:

@@ -644,16 +644,23 @@ template <typename T> void mse_backward(T* d_inp, T d_loss, const T* inp, const 
 
 // cross_entropy over logits(B, NC) with class indices target(B) (stored as T):
 //   L = mean_b [ logsumexp(logits_b) - logits_b[target_b] ]
+// The stable softmax denominator of one row: m = max_c z[c], returns sum_c exp(z[c] - m).
+template <typename T> inline T softmax_denominator(const T* z, int NC, T& m) {
+  m = z[0];
+  for (int c = 1; c < NC; ++c)
+    m = z[c] > m ? z[c] : m;
+  T e = 0;
+  for (int c = 0; c < NC; ++c)
+    e += std::exp(z[c] - m);
+  return e;
+}
+
 template <typename T> T cross_entropy_forward(const T* logits, const T* target, int B, int NC) {
   T s = 0;
   for (int b = 0; b < B; ++b) {
     const T* z = logits + (long)b * NC;
-    T m = z[0];
-    for (int c = 1; c < NC; ++c)
-      m = z[c] > m ? z[c] : m;
-    T e = 0;
-    for (int c = 0; c < NC; ++c)
-      e += std::exp(z[c] - m);
+    T m;
+    const T e = softmax_denominator(z, NC, m);
     s += m + std::log(e) - z[(int)target[b]];
   }
   return s / B;
@@ -664,12 +671,8 @@ void cross_entropy_backward(T* d_logits, T d_loss, const T* logits, const T* tar
                             int NC) {
   for (int b = 0; b < B; ++b) {
     const T* z = logits + (long)b * NC;
-    T m = z[0];
-    for (int c = 1; c < NC; ++c)
-      m = z[c] > m ? z[c] : m;
-    T e = 0;
-    for (int c = 0; c < NC; ++c)
-      e += std::exp(z[c] - m);
+    T m;
+    const T e = softmax_denominator(z, NC, m);
     for (int c = 0; c < NC; ++c) {
       T p = std::exp(z[c] - m) / e;
       d_logits[(long)b * NC + c] += d_loss * (p - (c == (int)target[b] ? T(1) : T(0))) / B;
@@ -690,12 +693,8 @@ T weighted_loss(int kind, const T* z, const T* y, const T* w, T* d_z, int Bf, in
   if (kind == 2) {
     for (int b = 0; b < B; ++b) {
       const T* zb = z + (long)b * K;
-      T m = zb[0];
-      for (int c = 1; c < K; ++c)
-        m = zb[c] > m ? zb[c] : m;
-      T e = 0;
-      for (int c = 0; c < K; ++c)
-        e += std::exp(zb[c] - m);
+      T m;
+      const T e = softmax_denominator(zb, K, m);
       const int t = (int)y[b];
       s += w[b] * (m + std::log(e) - zb[t]);
       for (int c = 0; c < K; ++c)
