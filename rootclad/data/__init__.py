@@ -3,6 +3,8 @@
 - :class:`BatchIterator`: Python iterator over ``(x, y)`` batches, read with uproot;
 - :class:`CompiledBatchIterator`: the same batches from the compiled C++ reader
   (``rootclad/include/rootclad/tree_reader.h``, needs ROOT);
+- :class:`TableIterator`, :func:`from_rdataframe`: any numeric columns as features, a
+  target and optional event weights, from files or an RDataFrame;
 - :class:`DataError`: bad input, naming file, tree, branch and entry.
 
 Names load lazily; ``import rootclad.data`` imports neither uproot nor ROOT.
@@ -16,6 +18,8 @@ _EXPORTS = {
     "BatchIterator": "loader",
     "CompiledBatchIterator": "compiled",
     "DataError": "errors",
+    "TableIterator": "table",
+    "from_rdataframe": "table",
     "declare": "cling",
     "include_dir": "cling",
 }

@@ -116,7 +116,7 @@ class CompiledBatchIterator(_BatchIteratorBase):
                 return
             if k < bsz:
                 x, y = x[:k], y[:k]
-            yield self._emit([x], [y])
+            yield self._emit([[x], [y]])
 
     def _read_block(self, block, x, y):
         try:

@@ -105,78 +105,85 @@ class _BatchIteratorBase:
         """Choose the epoch the next iteration uses (the shuffle depends on it)."""
         self.epoch = int(epoch)
 
-    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    def _columns(self) -> list[tuple[tuple[int, ...], type]]:
+        """Per-entry shape and dtype of each array of a batch, in order (x first)."""
+        return [((self.length,), np.float32), ((), np.int32)]
+
+    def _shape_batch(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        """The batch as yielded: the GW strain as (B, 1, N), one channel."""
+        x, *rest = arrays
+        return [x.reshape(x.shape[0], 1, x.shape[1]), *rest]
+
+    def __iter__(self) -> Iterator[tuple[np.ndarray, ...]]:
         """Yield ``(x, y)``: x float32 (B, 1, N) C-contiguous, y int32 (B,).
 
         Each iteration is one epoch and advances ``epoch`` by one.
         """
         epoch = self.epoch
         self.epoch += 1
-        n = self.length
         bsz = self.batch_size
-        # the buffer outlives the epoch: a fresh 64 MB each epoch costs page faults
-        buf_x, buf_y = getattr(
-            self, "_buffer", (np.empty((0, n), np.float32), np.empty(0, np.int32))
-        )
-        carry_x: list[np.ndarray] = []
-        carry_y: list[np.ndarray] = []
+        cols = self._columns()
+        # the buffers outlive the epoch: a fresh 64 MB each epoch costs page faults
+        bufs = getattr(self, "_buffer", None) or [np.empty((0, *s), d) for s, d in cols]
+        carry: list[list[np.ndarray]] = [[] for _ in cols]
         carried = 0
         produced = 0
         for blocks, perm in epoch_buffers(
             self.blocks, self.shuffle, self.seed, epoch, self.buffer_blocks
         ):
             m = sum(b.size for b in blocks)
-            if buf_x.shape[0] < m:
-                buf_x = np.empty((m, n), dtype=np.float32)
-                buf_y = np.empty(m, dtype=np.int32)
-                self._buffer = (buf_x, buf_y)
+            if bufs[0].shape[0] < m:
+                bufs = [np.empty((m, *s), dtype=d) for s, d in cols]
+                self._buffer = bufs
             pos = 0
             for b in blocks:
-                self._read_block(b, buf_x[pos : pos + b.size], buf_y[pos : pos + b.size])
+                self._read_block(b, *(buf[pos : pos + b.size] for buf in bufs))
                 pos += b.size
             order = perm if perm is not None else np.arange(m)
             pos = 0
             while pos < m:
                 take = min(bsz - carried, m - pos)
                 idx = order[pos : pos + take]
-                carry_x.append(np.take(buf_x, idx, axis=0))
-                carry_y.append(np.take(buf_y, idx, axis=0))
+                for part, buf in zip(carry, bufs, strict=True):
+                    part.append(np.take(buf, idx, axis=0))
                 carried += take
                 pos += take
                 if carried == bsz:
                     produced += bsz
-                    yield self._emit(carry_x, carry_y)
-                    carry_x, carry_y, carried = [], [], 0
+                    yield self._emit(carry)
+                    carry, carried = [[] for _ in cols], 0
         if carried and not self.drop_last:
             produced += carried
-            yield self._emit(carry_x, carry_y)
+            yield self._emit(carry)
         expected = self.entries - (self.entries % bsz if self.drop_last else 0)
         if produced != expected:  # a bug, never bad input: fail loudly
             raise RuntimeError(f"epoch produced {produced} entries, planned {expected}")
 
-    def _emit(self, xs: list[np.ndarray], ys: list[np.ndarray]):
-        x = xs[0] if len(xs) == 1 else np.concatenate(xs)
-        y = ys[0] if len(ys) == 1 else np.concatenate(ys)
-        x = x.reshape(x.shape[0], 1, x.shape[1])
+    def _emit(self, parts: list[list[np.ndarray]]):
+        arrays = [p[0] if len(p) == 1 else np.concatenate(p) for p in parts]
+        arrays = self._shape_batch(arrays)
         if self.as_torch:
             import torch
 
-            return torch.from_numpy(x), torch.from_numpy(y)
-        return x, y
+            return tuple(torch.from_numpy(a) for a in arrays)
+        return tuple(arrays)
 
-    def read_all(self) -> tuple[np.ndarray, np.ndarray]:
+    def read_all(self) -> tuple[np.ndarray, ...]:
         """Every entry of the split in file order: x (E, 1, N), y (E,)."""
-        x = np.empty((self.entries, self.length), dtype=np.float32)
-        y = np.empty(self.entries, dtype=np.int32)
+        arrays = [np.empty((self.entries, *s), dtype=d) for s, d in self._columns()]
         pos = 0
         for b in self.blocks:
-            self._read_block(b, x[pos : pos + b.size], y[pos : pos + b.size])
+            self._read_block(b, *(a[pos : pos + b.size] for a in arrays))
             pos += b.size
-        return x.reshape(self.entries, 1, self.length), y
+        return tuple(self._shape_batch(arrays))
 
-    def _check_block(self, block: Block, x: np.ndarray, y_raw: np.ndarray) -> None:
-        """Shared checks of a block that was read: finite strain, integral labels."""
+    def _check_block(
+        self, block: Block, x: np.ndarray, y_raw: np.ndarray, branch: str | None = None
+    ) -> None:
+        """Shared checks of a block that was read: finite strain, integral labels (in
+        ``branch``, default the label branch)."""
         path = self.files[block.file]
+        label = branch or self.label
         # row sums are finite unless a row holds inf/nan (or overflows, which the
         # exact test below then clears); one pass, no (k, N) boolean temporary
         if self.check_finite and not np.isfinite(x.sum(axis=1)).all() and not np.isfinite(x).all():
@@ -192,7 +199,7 @@ class _BatchIteratorBase:
                 row = int(np.flatnonzero(wrong)[0])
                 raise DataError(
                     f"label {y_raw[row]} is not an integer",
-                    file=path, tree=self.tree, branch=self.label, entry=block.start + row,
+                    file=path, tree=self.tree, branch=label, entry=block.start + row,
                 )  # fmt: skip
         # labels are int32: a wider value must not wrap (2**40 became 0); tree_reader.h says
         # the same words
@@ -203,7 +210,7 @@ class _BatchIteratorBase:
                 row = int(np.flatnonzero(wrong)[0])
                 raise DataError(
                     f"label {int(y_raw[row])} does not fit a 32-bit integer",
-                    file=path, tree=self.tree, branch=self.label, entry=block.start + row,
+                    file=path, tree=self.tree, branch=label, entry=block.start + row,
                 )  # fmt: skip
 
 

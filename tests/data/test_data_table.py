@@ -1,0 +1,141 @@
+"""TableIterator and from_rdataframe: numeric columns as features, a target and event weights.
+
+Each entry carries its id in a column, so every batch is checked against arrays built here with
+numpy from the values written, never against the reader's own output.
+"""
+
+from __future__ import annotations
+
+import awkward as ak
+import numpy as np
+import pytest
+import uproot
+
+from rootclad.data import DataError, TableIterator
+
+N = 300
+
+
+def _columns(ids: np.ndarray) -> dict:
+    n = len(ids)
+    return (
+        {
+            "id": ids.astype(np.int64),
+            "pt": (ids * 1.5).astype(np.float32),
+            "eta": np.sin(ids).astype(np.float64),
+            "njet": (ids % 5).astype(np.int32),
+            "jets": np.stack([ids + 0.25, ids + 0.5, ids + 0.75], 1).astype(np.float32),
+            "tracks": ak.Array([[float(i), -float(i)] for i in ids]),
+            "y_int": (ids % 2).astype(np.int32),
+            "y_float": (ids / 10.0).astype(np.float64),
+            "w": (1.0 + (ids % 3)).astype(np.float32),
+        }
+        if n
+        else {}
+    )
+
+
+def _expected(ids: np.ndarray) -> np.ndarray:
+    """The feature rows for features [id, pt, jets, tracks, eta, njet], built by hand."""
+    ids = ids.astype(np.float64)
+    return np.concatenate(
+        [ids[:, None], ids[:, None] * 1.5, ids[:, None] + [0.25, 0.5, 0.75],
+         np.stack([ids, -ids], 1), np.sin(ids)[:, None], (ids % 5)[:, None]], axis=1,
+    ).astype(np.float32)  # fmt: skip
+
+
+FEATURES = ["id", "pt", "jets", "tracks", "eta", "njet"]
+
+
+def _write(path, ids, basket=64):
+    with uproot.recreate(path) as f:
+        cols = _columns(ids)
+        f.mktree("t", {k: (v.type if isinstance(v, ak.Array) else v.dtype) if not
+                       (isinstance(v, np.ndarray) and v.ndim == 2) else
+                       np.dtype((v.dtype, (v.shape[1],))) for k, v in cols.items()})  # fmt: skip
+        for lo in range(0, len(ids), basket):
+            f["t"].extend({k: v[lo : lo + basket] for k, v in cols.items()})
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("table")
+    return [_write(d / "a.root", np.arange(N)), _write(d / "b.root", 1000 + np.arange(170), 50)]
+
+
+def test_mixed_features_target_and_weights_in_every_batch(files):
+    it = TableIterator(files, tree="t", features=FEATURES, target="y_float", weight="w",
+                       batch_size=64, seed=3)  # fmt: skip
+    assert it.length == 1 + 1 + 3 + 2 + 1 + 1 and len(it) == -(-(N + 170) // 64)
+    seen = []
+    for x, y, w in it:
+        assert x.dtype == np.float32 and y.dtype == np.float32 and w.dtype == np.float32
+        ids = x[:, 0].astype(np.int64)
+        np.testing.assert_array_equal(x, _expected(ids))
+        np.testing.assert_allclose(y, (ids / 10.0).astype(np.float32))
+        np.testing.assert_array_equal(w, 1.0 + (ids % 3))
+        seen.append(ids)
+    seen = np.concatenate(seen)
+    assert sorted(seen) == [*range(N), *range(1000, 1170)]  # each entry once
+    assert not np.array_equal(seen, np.sort(seen))  # shuffled
+
+
+def test_integer_target_splits_and_epochs(files):
+    train = TableIterator(files, tree="t", features=["id", "jets"], target="y_int",
+                          split="train", validation_fraction=0.2, batch_size=50)  # fmt: skip
+    val = TableIterator(files, tree="t", features=["id", "jets"], target="y_int",
+                        split="validation", validation_fraction=0.2, batch_size=50)  # fmt: skip
+    a = np.concatenate([x[:, 0] for x, y in train]).astype(np.int64)
+    b = np.concatenate([x[:, 0] for x, y in val]).astype(np.int64)
+    assert not set(a) & set(b) and len(a) + len(b) == N + 170
+    x, y = next(iter(val))
+    assert y.dtype == np.int32 and np.array_equal(y, x[:, 0].astype(np.int64) % 2)
+    e1 = np.concatenate([x[:, 0] for x, _ in train])
+    assert not np.array_equal(a, e1)  # the next epoch shuffles differently
+
+
+def test_from_rdataframe_applies_filters_and_defines(files):
+    ROOT = pytest.importorskip("ROOT", reason="from_rdataframe needs ROOT")
+    from rootclad.data import from_rdataframe
+
+    df = ROOT.RDataFrame("t", files[0]).Filter("njet > 1").Define("pt2", "pt * pt")
+    it = from_rdataframe(df, features=["id", "pt2", "jets"], target="y_int", weight="w",
+                         batch_size=32, shuffle=False)  # fmt: skip
+    x, y, w = (np.concatenate(p) for p in zip(*it, strict=True))
+    ids = np.arange(N)[np.arange(N) % 5 > 1]
+    np.testing.assert_array_equal(x[:, 0], ids)
+    np.testing.assert_allclose(x[:, 1], (ids * 1.5).astype(np.float32) ** 2, rtol=1e-6)
+    np.testing.assert_array_equal(x[:, 2:], ids[:, None] + np.array([0.25, 0.5, 0.75]))
+    np.testing.assert_array_equal(y, ids % 2)
+    np.testing.assert_array_equal(w, 1.0 + ids % 3)
+
+
+def test_table_bad_input_names_file_branch_and_entry(files, tmp_path):
+    with pytest.raises(DataError, match="no such branch") as e:
+        TableIterator(files, tree="t", features=["id", "nope"], target="y_int")
+    assert e.value.branch == "nope"
+    with pytest.raises(DataError, match="one number per entry") as e:
+        TableIterator(files, tree="t", features=["id"], target="jets")
+    ids = np.arange(40)
+    cols = _columns(ids)
+    cols["tracks"] = ak.Array([[1.0, 2.0]] * 17 + [[1.0]] + [[1.0, 2.0]] * 22)
+    cols["w"][25] = np.nan
+    path = tmp_path / "bad.root"
+    with uproot.recreate(path) as f:
+        sub = {k: cols[k] for k in ("id", "tracks", "y_int")}
+        f.mktree("t", {k: (v.type if isinstance(v, ak.Array) else v.dtype)
+                       for k, v in sub.items()}).extend(sub)  # fmt: skip
+    with pytest.raises(DataError, match="1 values where the first entry had 2") as e:
+        list(TableIterator(str(path), tree="t", features=["id", "tracks"], target="y_int",
+                           shuffle=False))  # fmt: skip
+    assert (e.value.branch, e.value.entry) == ("tracks", 17)
+    path2 = tmp_path / "badw.root"
+    with uproot.recreate(path2) as f:
+        sub = {k: cols[k] for k in ("id", "y_int", "w")}
+        f.mktree("t", {k: v.dtype for k, v in sub.items()}).extend(sub)
+    with pytest.raises(DataError, match="non-finite weight") as e:
+        list(TableIterator(str(path2), tree="t", features=["id"], target="y_int", weight="w"))
+    assert (e.value.branch, e.value.entry) == ("w", 25)
+    with pytest.raises(TypeError, match="features= and target="):
+        TableIterator(files, tree="t", features=["id"], target="y_int", strain="id")
