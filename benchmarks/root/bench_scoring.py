@@ -96,6 +96,20 @@ m = rootclad.root.load(sys.argv[1])
 print(json.dumps({"import_root_s": t_root, "load_s": time.perf_counter() - t}))
 """
 
+_TORCH_HEADERS = r"""
+import json, time
+import ROOT
+ROOT.gInterpreter
+from rootclad.torch.libtorch import libtorch_flags
+cflags, _ = libtorch_flags()
+for i, f in enumerate(cflags):
+    if f == "-isystem" or f.startswith("-I"):
+        ROOT.gInterpreter.AddIncludePath(cflags[i + 1] if f == "-isystem" else f[2:])
+t = time.perf_counter()
+ok = ROOT.gInterpreter.Declare("#include <torch/torch.h>")
+print(json.dumps({"torch_headers_s": time.perf_counter() - t, "declared": bool(ok)}))
+"""
+
 _STEP_LOOP = """
 #include <chrono>
 double rootclad_bench_steps(rootclad::Model& m, const float* x, const float* y, int B,
@@ -156,13 +170,34 @@ def train_step_times(model: str, stem: str, rounds: int, n: int) -> dict:
     return {"engine": cm.engine, "cling_ms": cling, "python_ms": python}
 
 
+def torch_headers_times(repeats: int = 2) -> list[dict]:
+    """``#include <torch/torch.h>`` declared to Cling in a fresh process (after import ROOT):
+    the start-up cost of using torch_function.h from a macro, which rootclad::Model avoids."""
+    out = []
+    for _ in range(repeats):
+        proc = subprocess.run([sys.executable, "-c", _TORCH_HEADERS], capture_output=True,
+                              text=True, timeout=600)  # fmt: skip
+        out.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    print("torch headers in Cling:", out)
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=4096)
     ap.add_argument("--quick", action="store_true", help="fewer repeats")
     ap.add_argument("--out", type=Path, default=RESULT)
     ap.add_argument("--table", type=Path, default=None)
+    ap.add_argument(
+        "--headers-only",
+        action="store_true",
+        help="redo only the torch-headers-in-Cling timing of an existing result",
+    )
     args = ap.parse_args(argv)
+    if args.headers_only:
+        report = json.loads(args.out.read_text())
+        report["torch_headers"] = torch_headers_times()
+        return write_report(report, args.out, args.table)
     repeats = 2 if args.quick else 5
     import torch
 
@@ -212,6 +247,7 @@ def main(argv=None) -> int:
         loads.append(json.loads(out.stdout.strip().splitlines()[-1]))
     report["load"] = loads
     print("load:", loads)
+    report["torch_headers"] = torch_headers_times()
     return write_report(report, args.out, args.table)
 
 
@@ -255,6 +291,14 @@ def render_markdown(r: dict) -> str:
     imp = statistics.median(x["import_root_s"] for x in r["load"])
     lines += ["", f"`rootclad.root.load` in a fresh process after `import ROOT`: {load:.2f} s "
               f"(`import ROOT` itself: {imp:.2f} s; no torch headers on that path).", ""]  # fmt: skip
+    if "torch_headers" in r:
+        th = statistics.median(x["torch_headers_s"] for x in r["torch_headers"])
+        lines += [
+            f"Declaring `#include <torch/torch.h>` to Cling in a fresh process, the start of "
+            f"a macro that uses LibTorch through `rootclad/torch_function.h`: {th:.1f} s. "
+            "`rootclad::Model` needs no torch headers, hence the load time above.",
+            "",
+        ]
     return "\n".join(lines)
 
 
