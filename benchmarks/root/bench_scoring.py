@@ -9,8 +9,8 @@ test file, single-threaded and with 2 threads:
   pool splits each batch), the scores written to a friend tree;
 - "torch": uproot batches of 256 into the torch model under torch.inference_mode(), with
   torch.set_num_threads(threads).
-Each is timed in its own fresh process (implicit MT is process-wide), median of REPEATS runs
-over the whole file after one warm-up pass. Also: one training step (batch 64, Adam) driven
+Each pass is timed in a fresh process (implicit MT is process-wide) after one warm-up pass;
+the three methods take turns for REPEATS rounds and the median pass is reported. Also: one training step (batch 64, Adam) driven
 from Cling (a JIT-ed loop over rootclad::Model::train_step, as a macro runs it) next to
 CompiledModel.train_step from Python, in one process taking turns; and
 rootclad.root.load of an exported model in a fresh process after `import ROOT`.
@@ -226,11 +226,17 @@ def main(argv=None) -> int:
         cm.export(stem)
         report.setdefault("engine", cm.engine)
         for threads in (1, 2):
+            # the methods take turns, one timed pass each per round, so that a change in the
+            # host's load falls on all of them
+            times = {m: [] for m in METHODS}
+            for _ in range(repeats):
+                for method in METHODS:
+                    times[method] += child(method, model, threads, path, stem, 1)
             for method in METHODS:
-                times = child(method, model, threads, path, stem, repeats)
-                med = statistics.median(times)
-                row = {"model": model, "threads": threads, "method": method, "times_s": times,
-                       "median_s": med, "events_per_s": args.events / med}  # fmt: skip
+                med = statistics.median(times[method])
+                row = {"model": model, "threads": threads, "method": method,
+                       "times_s": times[method], "median_s": med,
+                       "events_per_s": args.events / med}  # fmt: skip
                 report["scoring"].append(row)
                 print(f"{model} x{threads} {method:13s} {args.events / med:10.0f} events/s")
     report["train_step"] = {
@@ -267,7 +273,7 @@ def render_markdown(r: dict) -> str:
         "`benchmarks/results/root_scoring.json`; do not edit by hand.",
         "",
         f"{r['what']}; {r['events']} events, median of {r['repeats']} passes after a warm-up, "
-        f"each method in a fresh process. Machine: {r['machine']['cores']} cores, torch "
+        f"each pass in a fresh process, the methods taking turns. Machine: {r['machine']['cores']} cores, torch "
         f"{r['machine']['torch']}; rootclad engine: {r['engine']}.",
         "",
         "Events per second (ratio to the torch route in brackets):",

@@ -34,11 +34,15 @@ def load(stem):
 
 
 def _slots(stem: str) -> str:
-    """A C++ global ``rootclad::SlotModels`` for ``stem``: one Model per processing slot."""
-    root = import_root()
-    _model_class()
-    n = max(1, int(root.ROOT.GetThreadPoolSize()))
-    name = "rootclad_slots_" + hashlib.sha256(f"{stem}:{n}".encode()).hexdigest()[:16]
+    """A C++ global ``rootclad::SlotModels`` for ``stem``: one Model per processing slot.
+
+    Named by the stem, the slot count and the files' modification times, so weights written
+    after a first use (a macro's training) are read. The files are checked first through
+    Python (a stale library raises here, not inside Cling's declaration)."""
+    _cached_model(stem)
+    n = max(1, int(import_root().ROOT.GetThreadPoolSize()))
+    times = [os.stat(stem + ext).st_mtime_ns for ext in (".so", ".root")]
+    name = "rootclad_slots_" + hashlib.sha256(f"{stem}:{n}:{times}".encode()).hexdigest()[:16]
     declare(f'auto& {name} = *new rootclad::SlotModels("{stem}", {n});\n')
     return name
 

@@ -119,3 +119,27 @@ def test_macros_report_bad_input_and_return_nonzero(tmp_path):
     assert "(int) 1" in out.stdout
     out = _root(f'macros/score_gw.C("{tmp_path / "nope.root"}", "{tmp_path / "nope"}")', tmp_path)
     assert "score_gw: " in out.stderr and "nope" in out.stderr, out.stderr
+
+
+def test_exported_header_is_all_a_macro_needs(tmp_path):
+    """#include "STEM.h" puts rootclad's headers on Cling's path and declares rootclad::Model;
+    the macro lives outside the checkout."""
+    cm = rootclad.compile(_net(), example_input=torch.zeros(1, 1, N), engine="pullback")
+    cm.export(tmp_path / "net")
+    x = torch.linspace(-1, 1, N).reshape(1, 1, N)
+    (tmp_path / "use_net.C").write_text(
+        f'#include "{tmp_path / "net.h"}"\n'
+        "int use_net() {\n"
+        f'  rootclad::Model m("{tmp_path / "net"}");\n'
+        f"  std::vector<float> x({N}), out(1);\n"
+        f"  for (int i = 0; i < {N}; ++i) x[i] = -1.0f + 2.0f * i / ({N} - 1);\n"
+        "  m.predict(x.data(), out.data(), 1);\n"
+        '  printf("score %.9g\\n", out[0]);\n'
+        "  return 0;\n"
+        "}\n"
+    )
+    out = subprocess.run(["root", "-l", "-b", "-q", str(tmp_path / "use_net.C")], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    m = re.search(r"score (\S+)", out.stdout)
+    assert m, out.stdout + out.stderr
+    assert abs(float(m.group(1)) - cm.predict(x).item()) <= 1e-6

@@ -383,3 +383,30 @@ def test_batched_scorer_sees_weights_written_after_its_first_use(events, tmp_pat
         a, b = f["scores"]["score"].array(library="np"), g["scores"]["score"].array(library="np")
     assert not np.allclose(a, b)
     np.testing.assert_allclose(b, cm.predict(x).numpy()[:, 0], rtol=1e-5, atol=1e-6)
+
+
+def test_define_score_reads_weights_written_after_its_first_use(events, tmp_path):
+    x, path = events
+    cm = rootclad.compile(_cnn(), example_input=torch.zeros(1, 1, L), engine="pullback")
+    cm.export(tmp_path / "d")
+
+    def scores():
+        df = rootclad.root.define_score(ROOT.RDataFrame("events", str(path)), tmp_path / "d",
+                                        inputs="strain")  # fmt: skip
+        return df.AsNumpy(["score"])["score"]
+
+    first = scores()
+    with torch.no_grad():
+        for p in cm.parameters():
+            p.mul_(0.5)
+    cm.export(tmp_path / "d")
+    second = scores()
+    assert not np.allclose(first, second)
+    np.testing.assert_allclose(second, cm.predict(x).numpy()[:, 0], rtol=1e-5, atol=1e-6)
+    shutil.copyfile(tmp_path / "d.root", tmp_path / "stale.root")  # weights of "d" ...
+    other = rootclad.compile(nn.Sequential(nn.Flatten(), nn.Linear(L, 1)),
+                             torch.zeros(1, 1, L), engine="pullback")  # fmt: skip
+    shutil.copyfile(other.library_path, tmp_path / "stale.so")  # ... with another library
+    with pytest.raises(Exception, match="not the library"):
+        rootclad.root.define_score(ROOT.RDataFrame("events", str(path)), tmp_path / "stale",
+                                   inputs="strain")  # fmt: skip
