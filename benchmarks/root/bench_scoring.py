@@ -5,7 +5,7 @@ For the GW CNN and MLP of benchmarks/core (2048 samples in, one logit out), on a
 test file, single-threaded and with 2 threads:
 - "define_score": RDataFrame with rootclad.root.define_score (per event, one Model per slot;
   2 threads: ROOT.EnableImplicitMT(2)), the scores taken with AsNumpy;
-- "score_tree": rootclad.root.score_tree (TTreeReader, batches of 256, 2 threads: rootclad's
+- "score_tree": rootclad.root.score_tree (batches sized to the cache, 2 threads: rootclad's
   pool splits each batch), the scores written to a friend tree;
 - "torch": uproot batches of 256 into the torch model under torch.inference_mode(), with
   torch.set_num_threads(threads).
@@ -278,7 +278,7 @@ def render_markdown(r: dict) -> str:
         "",
         "Events per second (ratio to the torch route in brackets):",
         "",
-        "| model | threads | define_score (per event) | score_tree (batches of 256) | torch |",
+        "| model | threads | define_score (per event) | score_tree (batched) | torch |",
         "|---|---:|---:|---:|---:|",
     ]
     for model in ("cnn", "mlp"):

@@ -180,6 +180,15 @@ public:
   const std::string& engine() const { return api_.engine; }
   const std::string& loss() const { return api_.loss; }
 
+  // The batch whose activations fill about `bytes` (a forward pass reads each layer's input
+  // from cache), within [8, 256]: the GW CNN (350 KB a sample) 12, the MLP 256. Measured on
+  // the CNN, one thread: 126 us an event at batch 16, 176 at 256.
+  int cache_batch(long bytes = 4L << 20) const {
+    const long per = api_.act_size(1) * api_.element_size();
+    const long b = per > 0 ? bytes / per : 256;
+    return (int)(b < 8 ? 8 : (b > 256 ? 256 : b));
+  }
+
   // out (B, output_size) = the model on x (B, input_size), in eval mode.
   void predict(const float* x, float* out, int B) { predict_as(x, out, B); }
   void predict(const double* x, double* out, int B) { predict_as(x, out, B); }
@@ -508,7 +517,8 @@ private:
   }
 };
 
-// Scores every entry of `tree` in `file` in batches of `batch` and writes them, entry by entry,
+// Scores every entry of `tree` in `file` in batches of `batch` (0: m.cache_batch()) and writes
+// them, entry by entry,
 // to a TTree `out_tree` (one float branch `column`: the first output) in `out_file`, to be used
 // as a friend of the input tree. `input` names one branch holding the whole model input per
 // entry (float[N], vector<float> or RVec<float>). Returns the number of entries. The output
@@ -518,8 +528,10 @@ private:
 inline long long score_tree(Model& m, const std::string& file, const std::string& tree,
                             const std::string& input, const std::string& out_file,
                             const std::string& out_tree = "scores",
-                            const std::string& column = "score", int batch = 256) {
+                            const std::string& column = "score", int batch = 0) {
   const std::string& stem = m.stem();
+  if (batch <= 0)
+    batch = m.cache_batch();
   std::unique_ptr<TFile> in(TFile::Open(file.c_str(), "READ"));
   if (!in || in->IsZombie())
     throw std::runtime_error("rootclad::score_tree: cannot open " + file);
@@ -605,7 +617,7 @@ inline long long score_tree(Model& m, const std::string& file, const std::string
 inline long long score_tree(const std::string& file, const std::string& tree,
                             const std::string& input, const std::string& stem,
                             const std::string& out_file, const std::string& out_tree = "scores",
-                            const std::string& column = "score", int batch = 256) {
+                            const std::string& column = "score", int batch = 0) {
   Model m(stem);
   return score_tree(m, file, tree, input, out_file, out_tree, column, batch);
 }
