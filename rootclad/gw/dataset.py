@@ -228,6 +228,10 @@ def _worker_init(config_json: str, parent: int) -> None:
     # Ctrl-C reaches the whole process group: the parent stops the workers, which must not
     # each print a KeyboardInterrupt traceback
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # a forked worker inherits the parent's SIGTERM handler, which raises SystemExit; the
+    # pool's worker loop catches that around each chunk and goes on, so the parent's
+    # terminate() could not stop it and shutdown() waited forever (seen in CI)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _WORKER = _Generator(SimulationConfig.from_json(config_json))
 
 
@@ -450,7 +454,7 @@ def _chunk_results(config: SimulationConfig, chunks, workers: int):
                 pool.terminate_workers()
             else:  # no public way before: the executor's own table of processes
                 for proc in list((getattr(pool, "_processes", None) or {}).values()):
-                    proc.terminate()
+                    proc.kill()
         pool.shutdown(wait=True, cancel_futures=True)
 
 

@@ -203,6 +203,32 @@ def test_killed_simulation_leaves_no_workers_and_no_partial_file(tmp_path, sig):
         assert sorted(p.name for p in tmp_path.iterdir()) == ["x.root"]
 
 
+def _worker_sigterm_handler(queue):
+    queue.put(signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks")
+def test_workers_do_not_inherit_the_parents_sigterm_handler():
+    """A forked worker inherited `simulate`'s SIGTERM handler (raise SystemExit), which the
+    pool's worker loop catches around each chunk: the parent's terminate() left it running
+    and shutdown() waited forever (the SIGTERM test above hung in CI once)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    old = signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        config = SimulationConfig().to_json()
+        proc = ctx.Process(target=lambda: (dataset_module._worker_init(config, os.getppid()),
+                                           _worker_sigterm_handler(queue)))  # fmt: skip
+        proc.start()
+        default = queue.get(timeout=60)
+        proc.join(60)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert default, "a simulation worker keeps the parent's Python SIGTERM handler"
+
+
 def test_a_live_runs_partial_file_is_left_alone(tmp_path):
     """Only a dead writer's file is removed: a run of this host whose process still lives
     (this one) keeps its file, and so does one of another host."""
