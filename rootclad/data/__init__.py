@@ -5,6 +5,7 @@
   (``rootclad/include/rootclad/tree_reader.h``, needs ROOT);
 - :class:`TableIterator`, :func:`from_rdataframe`: any numeric columns as features, a
   target and optional event weights, from files or an RDataFrame;
+  :class:`CompiledTableIterator` reads the same with the C++ ``TableReader``;
 - :class:`DataError`: bad input, naming file, tree, branch and entry.
 
 Names load lazily; ``import rootclad.data`` imports neither uproot nor ROOT.
@@ -17,6 +18,7 @@ import importlib
 _EXPORTS = {
     "BatchIterator": "loader",
     "CompiledBatchIterator": "compiled",
+    "CompiledTableIterator": "compiled",
     "DataError": "errors",
     "TableIterator": "table",
     "from_rdataframe": "table",

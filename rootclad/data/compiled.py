@@ -1,8 +1,9 @@
-"""The compiled C++ reader (``rootclad/include/rootclad/tree_reader.h``) behind the iterator interface.
+"""The compiled C++ readers (``rootclad/include/rootclad/tree_reader.h``) behind the iterator interface.
 
 :class:`CompiledBatchIterator` takes the same arguments and yields the same
-batches as :class:`rootclad.data.BatchIterator`; the reading, checking,
-shuffling and batch assembly all run in C++ (``rootclad::data::BatchReader``),
+batches as :class:`rootclad.data.BatchIterator`, and :class:`CompiledTableIterator`
+those of :class:`rootclad.data.TableIterator`; the reading, checking,
+shuffling and batch assembly all run in C++ (``rootclad::data::BatchReader``, ``TableReader``),
 declared to Cling once per process. The GIL is released while C++ fills a
 batch. C++ training loops and ``root.exe`` macros use the header directly
 (see ``macros/read_gw_batches.C``).
@@ -19,6 +20,7 @@ import numpy as np
 from rootclad.data.cling import CLING_LOCK, declare_header, import_root
 from rootclad.data.errors import DataError
 from rootclad.data.loader import _BatchIteratorBase
+from rootclad.data.table import TableIterator
 
 
 def _cxx_error(err: Exception) -> DataError:
@@ -48,33 +50,23 @@ def reader_class():
             cls = root.rootclad.data.BatchReader
             # every binding the iterator uses, resolved now rather than at a first call
             root.std.vector["std::string"]
-            cls.next_batch.__release_gil__ = True
-            cls.read_range.__release_gil__ = True
+            for c in (cls, root.rootclad.data.TableReader):
+                c.next_batch.__release_gil__ = True
+                c.read_range.__release_gil__ = True
             _CLASS = cls
     return _CLASS
 
 
-class CompiledBatchIterator(_BatchIteratorBase):
-    """Like :class:`rootclad.data.BatchIterator`, read by the C++ ``BatchReader``. Needs ROOT."""
+def _strings(values):
+    vec = import_root().std.vector["std::string"]()
+    for v in values:
+        vec.push_back(v)
+    return vec
 
-    def _open(self):
-        root = import_root()
-        cls = reader_class()
-        with CLING_LOCK:  # the first construction and calls instantiate wrappers in Cling
-            names = root.std.vector["std::string"]()
-            for f in self.files:
-                names.push_back(f)
-            try:
-                self._reader = cls(names, self.tree, self.strain, self.label,
-                                   -1 if self.length is None else int(self.length))  # fmt: skip
-            except Exception as err:
-                raise _cxx_error(err) from None
-        r = self._reader
-        if self.length is None:
-            self.length = int(r.length())
-        entries = [int(r.file_entries(f)) for f in range(r.files())]
-        offsets = [np.asarray(list(r.basket_offsets(f)), dtype=np.int64) for f in range(r.files())]
-        return offsets, entries
+
+class _CompiledReading:
+    """Epochs and blocks read by a C++ reader (``self._reader``, a ``RowBatcher``) whose plan
+    must equal :mod:`rootclad.data.schedule`'s; the batch's arrays are ``self._columns()``."""
 
     def _configure(self) -> None:
         try:
@@ -91,19 +83,25 @@ class CompiledBatchIterator(_BatchIteratorBase):
                 "the C++ reader planned different blocks than rootclad.data.schedule"
             )
 
+    def _reader_files(self):
+        r = self._reader
+        entries = [int(r.file_entries(f)) for f in range(r.files())]
+        offsets = [np.asarray(list(r.basket_offsets(f)), dtype=np.int64) for f in range(r.files())]
+        return offsets, entries
+
     def __iter__(self):
         epoch = self.epoch
         self.epoch += 1
         self._configure()
         r = self._reader
         r.start_epoch(epoch)
-        n, bsz = self.length, self.batch_size
+        bsz = self.batch_size
+        cols = self._columns()
         left = self.entries - (self.entries % bsz if self.drop_last else 0)
         while True:
-            x = np.empty((bsz, n), dtype=np.float32)
-            y = np.empty(bsz, dtype=np.int32)
+            arrays = [np.empty((bsz, *shape), dtype=dtype) for shape, dtype in cols]
             try:
-                k = int(r.next_batch(x, y))
+                k = int(r.next_batch(*arrays))
             except Exception as err:
                 raise _cxx_error(err) from None
             if not 0 <= k <= min(bsz, left) or (k == 0 and left):  # a bug, never bad input
@@ -114,12 +112,46 @@ class CompiledBatchIterator(_BatchIteratorBase):
             left -= k
             if k == 0:
                 return
-            if k < bsz:
-                x, y = x[:k], y[:k]
-            yield self._emit([[x], [y]])
+            yield self._emit([[a[:k] if k < bsz else a] for a in arrays])
 
-    def _read_block(self, block, x, y):
+    def _read_block(self, block, *arrays):
         try:
-            self._reader.read_range(block.file, block.start, block.stop, x, y)
+            self._reader.read_range(block.file, block.start, block.stop, *arrays)
         except Exception as err:
             raise _cxx_error(err) from None
+
+
+class CompiledBatchIterator(_CompiledReading, _BatchIteratorBase):
+    """Like :class:`rootclad.data.BatchIterator`, read by the C++ ``BatchReader``. Needs ROOT."""
+
+    def _open(self):
+        cls = reader_class()
+        with CLING_LOCK:  # the first construction and calls instantiate wrappers in Cling
+            try:
+                self._reader = cls(_strings(self.files), self.tree, self.strain, self.label,
+                                   -1 if self.length is None else int(self.length))  # fmt: skip
+            except Exception as err:
+                raise _cxx_error(err) from None
+        if self.length is None:
+            self.length = int(self._reader.length())
+        return self._reader_files()
+
+
+class CompiledTableIterator(_CompiledReading, TableIterator):
+    """Like :class:`rootclad.data.TableIterator`, read by the C++ ``TableReader``. Needs ROOT."""
+
+    def _open(self):
+        reader_class()  # declares the header, once
+        cls = import_root().rootclad.data.TableReader
+        with CLING_LOCK:
+            try:
+                self._reader = cls(_strings(self.files), self.tree, _strings(self.features),
+                                   self.target, self.weight or "")  # fmt: skip
+            except Exception as err:
+                raise _cxx_error(err) from None
+        r = self._reader
+        self._widths = [int(v) for v in r.widths()]
+        self._target_dtype = np.int32 if r.integral_target() else np.float32
+        self.length = int(r.length())
+        self._starts = np.cumsum([0, *self._widths])
+        return self._reader_files()

@@ -204,8 +204,10 @@ class TableIterator(_BatchIteratorBase):
 
 
 def from_rdataframe(df, *, features: str | Sequence[str], target: str,
-                    weight: str | None = None, **kwargs) -> TableIterator:  # fmt: skip
-    """A :class:`TableIterator` over an RDataFrame, its filters and defines applied.
+                    weight: str | None = None, compiled: bool = False,
+                    **kwargs) -> TableIterator:  # fmt: skip
+    """A :class:`TableIterator` over an RDataFrame, its filters and defines applied
+    (``compiled=True``: a :class:`rootclad.data.CompiledTableIterator`, read in C++).
 
     The needed columns are written once with RDataFrame's Snapshot to a temporary file, kept
     as long as the iterator lives, and read from there (epochs then cost no event loop)."""
@@ -224,8 +226,12 @@ def from_rdataframe(df, *, features: str | Sequence[str], target: str,
     except Exception as err:
         shutil.rmtree(tmpdir, ignore_errors=True)
         raise DataError(f"RDataFrame could not write the columns {columns}: {_why(err)}") from err
+    if compiled:
+        from rootclad.data.compiled import CompiledTableIterator as cls
+    else:
+        cls = TableIterator
     try:
-        it = TableIterator(path, tree="table", features=feats, target=target, weight=weight,
+        it = cls(path, tree="table", features=feats, target=target, weight=weight,
                            **kwargs)  # fmt: skip
     except BaseException:
         shutil.rmtree(tmpdir, ignore_errors=True)

@@ -1,4 +1,5 @@
-// rootclad/tree_reader.h: batches of whitened strain and labels from TTrees.
+// rootclad/tree_reader.h: training batches from TTrees: the GW strain and labels
+// (BatchReader) and any numeric columns with a target and weights (TableReader).
 //
 // Header-only; needs ROOT (TFile, TTree). Works included from a root.exe
 // macro, declared from PyROOT through Cling, or compiled with g++ against
@@ -330,48 +331,21 @@ private:
   std::vector<long long> offsets_;
 };
 
-// ---- batches over several files -------------------------------------------
+// ---- the plan, the shuffle buffer and batch assembly, shared by the readers ----
 
-class BatchReader {
+// Rows of `width()` floats, a target (held as double: an int label or a float
+// target is exact in it) and an optional weight, read block by block from
+// several files and handed out in shuffled batches. A reader derives from it
+// and supplies the files' entry counts, basket offsets and read_rows().
+class RowBatcher {
 public:
-  // length: expected strain length N; -1 takes it from the first file.
-  BatchReader(const std::vector<std::string>& files, const std::string& tree = "events",
-              const std::string& strain = "strain", const std::string& label = "label",
-              int length = -1)
-      : N_(length) {
-    if (files.empty())
-      throw std::runtime_error("rootclad::data::BatchReader: no input files given");
-    for (const auto& f : files) {
-      sources_.emplace_back(new TreeSource(f, tree, strain, label));
-      TreeSource& s = *sources_.back();
-      if (s.length() >= 0) {
-        if (N_ < 0)
-          N_ = s.length();
-        else if (s.length() != N_) {
-          std::ostringstream os;
-          os << "strain arrays have " << s.length() << " elements, expected " << N_;
-          s.fail_entry(strain, 0, os.str());
-        }
-      }
-    }
-    if (N_ < 0) { // only variable-length branches: the first entry decides
-      for (auto& s : sources_)
-        if (s->entries() > 0) {
-          N_ = (int)s->entry_length(0);
-          break;
-        }
-      if (N_ < 0)
-        throw std::runtime_error("rootclad::data::BatchReader: cannot tell the strain length: "
-                                 "every file is empty");
-    }
-    configure(256);
-  }
+  virtual ~RowBatcher() = default;
 
   int length() const { return N_; }
-  int files() const { return (int)sources_.size(); }
-  long long file_entries(int f) const { return sources_.at(f)->entries(); }
-  // First entry of each basket of the strain branch of file f, then its entry count.
-  std::vector<long long> basket_offsets(int f) const { return sources_.at(f)->basket_offsets(); }
+  int files() const { return (int)entries_.size(); }
+  long long file_entries(int f) const { return entries_.at(f); }
+  // First entry of each basket of file f's first column, then its entry count.
+  std::vector<long long> basket_offsets(int f) const { return offsets_.at(f); }
   long long entries() const { return split_entries_; } // in the configured split
   long long batch_size() const { return batch_size_; }
   long long batches_per_epoch() const {
@@ -386,13 +360,11 @@ public:
                  bool drop_last = false, long long block_size = 1024, long long buffer_blocks = 8,
                  bool check_finite = true) {
     if (batch_size < 1 || block_size < 1 || buffer_blocks < 1)
-      throw std::invalid_argument("rootclad::data::BatchReader: sizes must be at least 1");
+      throw std::invalid_argument("rootclad::data: sizes must be at least 1");
     if (!(validation_fraction >= 0.0 && validation_fraction < 1.0))
-      throw std::invalid_argument("rootclad::data::BatchReader: validation_fraction must be in "
-                                  "[0, 1)");
+      throw std::invalid_argument("rootclad::data: validation_fraction must be in [0, 1)");
     if (split != "train" && split != "validation" && split != "all")
-      throw std::invalid_argument("rootclad::data::BatchReader: split must be 'train', "
-                                  "'validation' or 'all'");
+      throw std::invalid_argument("rootclad::data: split must be 'train', 'validation' or 'all'");
     batch_size_ = batch_size;
     shuffle_ = shuffle;
     seed_ = seed;
@@ -400,8 +372,8 @@ public:
     buffer_blocks_ = buffer_blocks;
     check_finite_ = check_finite;
     blocks_.clear();
-    for (int f = 0; f < (int)sources_.size(); ++f) {
-      const long long n = sources_[f]->entries();
+    for (int f = 0; f < files(); ++f) {
+      const long long n = entries_[f];
       const long long n_val = (long long)std::floor(validation_fraction * (double)n + 0.5);
       long long lo = 0, hi = n;
       if (split == "train")
@@ -431,9 +403,40 @@ public:
     produced_ = 0;
   }
 
-  // Fills x (B, N) and y (B,) with the next batch; returns its size, 0 at the end
-  // of the epoch. The last batch is shorter unless drop_last.
-  long long next_batch(float* x, int* y) {
+  // The planned blocks (file, start, stop), flattened, for tests and tools.
+  std::vector<long long> plan() const {
+    std::vector<long long> out;
+    for (const auto& b : blocks_) {
+      out.push_back(b.file);
+      out.push_back(b.start);
+      out.push_back(b.stop);
+    }
+    return out;
+  }
+
+protected:
+  // Reads entries [start, stop) of file `file` in order: x (n, N), y (n,), w (n,) or null.
+  virtual void read_rows(int file, long long start, long long stop, float* x, double* y,
+                         float* w) = 0;
+
+  // Called by the derived constructor once the files are open.
+  void set_files(std::vector<long long> entries, std::vector<std::vector<long long>> offsets,
+                 int width, bool weighted) {
+    entries_ = std::move(entries);
+    offsets_ = std::move(offsets);
+    N_ = width;
+    weighted_ = weighted;
+    configure(256);
+  }
+
+  void check_range(int file, long long start, long long stop) const {
+    if (file < 0 || file >= files() || start < 0 || stop > entries_[file] || start > stop)
+      throw std::out_of_range("rootclad::data: bad entry range");
+  }
+
+  // Fills x (B, N), y (B,) and w (B,) when not null with the next batch; returns
+  // its size, 0 at the end of the epoch. The last batch is shorter unless drop_last.
+  template <class Y> long long fill(float* x, Y* y, float* w) {
     long long filled = 0;
     while (filled < batch_size_) {
       if (buf_pos_ == buf_rows_ && !load_buffer())
@@ -442,7 +445,9 @@ public:
       for (long long i = 0; i < take; ++i) {
         const long long r = shuffle_ ? perm_[buf_pos_ + i] : buf_pos_ + i;
         std::memcpy(x + (filled + i) * N_, &buf_x_[r * N_], sizeof(float) * N_);
-        y[filled + i] = buf_y_[r];
+        y[filled + i] = static_cast<Y>(buf_y_[r]);
+        if (w)
+          w[filled + i] = buf_w_[r];
       }
       filled += take;
       buf_pos_ += take;
@@ -455,37 +460,18 @@ public:
           drop_last_ ? split_entries_ - split_entries_ % batch_size_ : split_entries_;
       if (produced_ != expected) { // a bug, never bad input: fail loudly
         std::ostringstream os;
-        os << "rootclad::data::BatchReader: epoch produced " << produced_ << " entries, planned "
-           << expected;
+        os << "rootclad::data: epoch produced " << produced_ << " entries, planned " << expected;
         throw std::logic_error(os.str());
       }
     }
     return filled;
   }
 
-  // Reads entries [start, stop) of file `file` in order into x (n, N), y (n,).
-  void read_range(int file, long long start, long long stop, float* x, int* y) {
-    TreeSource& s = *sources_.at(file);
-    if (start < 0 || stop > s.entries() || start > stop)
-      throw std::out_of_range("rootclad::data::BatchReader::read_range: bad entry range");
-    for (long long e = start; e < stop; ++e)
-      s.read(e, x + (e - start) * N_, y + (e - start), N_, check_finite_);
-  }
-
-  // The planned blocks (file, start, stop), flattened, for tests and tools.
-  std::vector<long long> plan() const {
-    std::vector<long long> out;
-    for (const auto& b : blocks_) {
-      out.push_back(b.file);
-      out.push_back(b.start);
-      out.push_back(b.stop);
-    }
-    return out;
-  }
+  bool check_finite_ = true;
 
 private:
   void add_blocks(int f, long long lo, long long hi, long long block_size) {
-    const auto& off = sources_[f]->basket_offsets();
+    const auto& off = offsets_[f];
     long long start = lo, cur = lo;
     for (size_t b = 0; b + 1 < off.size(); ++b) {
       const long long b_lo = std::max(off[b], lo), b_hi = std::min(off[b + 1], hi);
@@ -511,11 +497,14 @@ private:
     if ((long long)buf_y_.size() < rows) {
       buf_x_.resize(rows * N_);
       buf_y_.resize(rows);
+      if (weighted_)
+        buf_w_.resize(rows);
     }
     long long pos = 0;
     for (long long i = next_block_; i < end; ++i) {
       const Block& b = blocks_[order_[i]];
-      read_range(b.file, b.start, b.stop, &buf_x_[pos * N_], &buf_y_[pos]);
+      read_rows(b.file, b.start, b.stop, &buf_x_[pos * N_], &buf_y_[pos],
+                weighted_ ? &buf_w_[pos] : nullptr);
       pos += b.size();
     }
     if (shuffle_)
@@ -527,16 +516,457 @@ private:
     return true;
   }
 
-  std::vector<std::unique_ptr<TreeSource>> sources_;
+  std::vector<long long> entries_;
+  std::vector<std::vector<long long>> offsets_;
   int N_ = -1;
+  bool weighted_ = false;
   std::vector<Block> blocks_;
   long long batch_size_ = 256, buffer_blocks_ = 8, split_entries_ = 0;
-  bool shuffle_ = true, drop_last_ = false, check_finite_ = true;
+  bool shuffle_ = true, drop_last_ = false;
   unsigned long long seed_ = 0, epoch_ = 0;
   std::vector<long long> order_, perm_;
   long long next_block_ = 0, buffer_index_ = 0, buf_rows_ = 0, buf_pos_ = 0, produced_ = 0;
-  std::vector<float> buf_x_;
-  std::vector<int> buf_y_;
+  std::vector<float> buf_x_, buf_w_;
+  std::vector<double> buf_y_;
+};
+
+// ---- GW batches: strain arrays and integer labels ---------------------------
+
+class BatchReader : public RowBatcher {
+public:
+  // length: expected strain length N; -1 takes it from the first file.
+  BatchReader(const std::vector<std::string>& files, const std::string& tree = "events",
+              const std::string& strain = "strain", const std::string& label = "label",
+              int length = -1) {
+    if (files.empty())
+      throw std::runtime_error("rootclad::data::BatchReader: no input files given");
+    int N = length;
+    for (const auto& f : files) {
+      sources_.emplace_back(new TreeSource(f, tree, strain, label));
+      TreeSource& s = *sources_.back();
+      if (s.length() >= 0) {
+        if (N < 0)
+          N = s.length();
+        else if (s.length() != N) {
+          std::ostringstream os;
+          os << "strain arrays have " << s.length() << " elements, expected " << N;
+          s.fail_entry(strain, 0, os.str());
+        }
+      }
+    }
+    if (N < 0) { // only variable-length branches: the first entry decides
+      for (auto& s : sources_)
+        if (s->entries() > 0) {
+          N = (int)s->entry_length(0);
+          break;
+        }
+      if (N < 0)
+        throw std::runtime_error("rootclad::data::BatchReader: cannot tell the strain length: "
+                                 "every file is empty");
+    }
+    std::vector<long long> entries;
+    std::vector<std::vector<long long>> offsets;
+    for (auto& s : sources_) {
+      entries.push_back(s->entries());
+      offsets.push_back(s->basket_offsets());
+    }
+    set_files(std::move(entries), std::move(offsets), N, false);
+  }
+
+  // Fills x (B, N) and y (B,) with the next batch; returns its size, 0 at the end
+  // of the epoch. The last batch is shorter unless drop_last.
+  long long next_batch(float* x, int* y) { return fill(x, y, nullptr); }
+
+  // Reads entries [start, stop) of file `file` in order into x (n, N), y (n,).
+  void read_range(int file, long long start, long long stop, float* x, int* y) {
+    check_range(file, start, stop);
+    TreeSource& s = *sources_[file];
+    for (long long e = start; e < stop; ++e)
+      s.read(e, x + (e - start) * length(), y + (e - start), length(), check_finite_);
+  }
+
+protected:
+  void read_rows(int file, long long start, long long stop, float* x, double* y, float*) override {
+    TreeSource& s = *sources_[file];
+    for (long long e = start; e < stop; ++e) {
+      int label;
+      s.read(e, x + (e - start) * length(), &label, length(), check_finite_);
+      y[e - start] = label;
+    }
+  }
+
+private:
+  std::vector<std::unique_ptr<TreeSource>> sources_;
+};
+
+// ---- any numeric columns: features, a target and an optional weight ----------
+
+namespace detail {
+
+// A std::vector<T> or RVec<T> branch, read through its own object.
+struct VectorColumn {
+  virtual ~VectorColumn() = default;
+  virtual void attach(TBranch* b) = 0;
+  virtual long long size() const = 0;
+  virtual void copy(float* out) const = 0; // size() values, converted to float
+};
+
+template <class V> struct VectorColumnOf : VectorColumn {
+  V* v = new V();
+  ~VectorColumnOf() override { delete v; }
+  void attach(TBranch* b) override { b->SetAddress(&v); }
+  long long size() const override { return (long long)v->size(); }
+  void copy(float* out) const override {
+    for (size_t i = 0; i < v->size(); ++i)
+      out[i] = static_cast<float>((*v)[i]);
+  }
+};
+
+template <class T> VectorColumn* vector_column_if(TClass* cls) {
+  if (cls == TClass::GetClass(typeid(std::vector<T>)))
+    return new VectorColumnOf<std::vector<T>>();
+  if (cls == TClass::GetClass(typeid(ROOT::RVec<T>)))
+    return new VectorColumnOf<ROOT::RVec<T>>();
+  return nullptr;
+}
+
+// The vector and RVec element types rootclad reads (those of uproot's numeric interpretations).
+inline VectorColumn* make_vector_column(TClass* cls) {
+  VectorColumn* c = nullptr;
+  (c = vector_column_if<float>(cls)) || (c = vector_column_if<double>(cls)) ||
+      (c = vector_column_if<int>(cls)) || (c = vector_column_if<unsigned int>(cls)) ||
+      (c = vector_column_if<Long64_t>(cls)) || (c = vector_column_if<ULong64_t>(cls)) ||
+      (c = vector_column_if<short>(cls)) || (c = vector_column_if<unsigned short>(cls)) ||
+      (c = vector_column_if<signed char>(cls)) || (c = vector_column_if<unsigned char>(cls)) ||
+      (c = vector_column_if<char>(cls)) || (c = vector_column_if<bool>(cls));
+  return c;
+}
+
+inline bool integral_leaf(TLeaf* leaf) {
+  const std::string type = leaf->GetTypeName();
+  return type != "Float_t" && type != "Double_t" && type != "Float16_t" && type != "Double32_t";
+}
+
+} // namespace detail
+
+// One TTree of one file, read as rows: the features concatenated (float), a
+// target (double: integral or floating-point) and an optional weight.
+class TableSource {
+public:
+  TableSource(const std::string& path, const std::string& tree,
+              const std::vector<std::string>& features, const std::string& target,
+              const std::string& weight)
+      : path_(path), tree_name_(tree) {
+    if (path.find("://") == std::string::npos && gSystem->AccessPathName(path.c_str()))
+      fail("file not found");
+    file_.reset(TFile::Open(path.c_str(), "READ"));
+    if (!file_ || file_->IsZombie())
+      fail("cannot open as a ROOT file (not ROOT, truncated or corrupt; ROOT's own message is "
+           "above)");
+    if (file_->TestBit(TFile::kRecovered))
+      fail("the file was not closed properly (truncated?); ROOT had to recover it");
+    TKey* key = file_->GetKey(tree.c_str());
+    if (!key)
+      fail("no such tree in the file", true);
+    TClass* cls = TClass::GetClass(key->GetClassName());
+    if (!cls || !cls->InheritsFrom(TTree::Class()))
+      fail(std::string("'") + tree + "' is a " + key->GetClassName() + ", not a TTree", true);
+    tree_ = static_cast<TTree*>(key->ReadObj());
+    if (!tree_)
+      fail("cannot read the tree (truncated or corrupt file?)", true);
+    entries_ = tree_->GetEntries();
+    for (const auto& name : features)
+      features_.push_back(open_column(name, false));
+    target_ = open_column(target, true);
+    if (!weight.empty())
+      weight_ = open_column(weight, true);
+    TBranch* first = features_.front().branch;
+    const int nb = first->GetWriteBasket();
+    const Long64_t* starts = first->GetBasketEntry();
+    for (int b = 0; b < nb; ++b)
+      offsets_.push_back(starts[b]);
+    offsets_.push_back(entries_);
+    if (offsets_.size() < 2 || offsets_.front() != 0)
+      offsets_ = {0, entries_};
+  }
+
+  ~TableSource() {
+    for (auto& c : features_)
+      c.branch->ResetAddress();
+  }
+  TableSource(const TableSource&) = delete;
+  TableSource& operator=(const TableSource&) = delete;
+
+  long long entries() const { return entries_; }
+  const std::vector<long long>& basket_offsets() const { return offsets_; }
+  const std::string& path() const { return path_; }
+  const std::string& tree() const { return tree_name_; }
+
+  // Values per entry of each feature: fixed ones from the branch, the others
+  // from the first entry (0 for an empty tree); checked on every entry read.
+  std::vector<int> widths() {
+    std::vector<int> out;
+    for (auto& c : features_)
+      out.push_back(c.fixed >= 0 ? c.fixed : entries_ > 0 ? (int)entry_width(c, 0) : 0);
+    return out;
+  }
+
+  // Reads entry `entry`: x (sum of widths), *y, and *w when weighted.
+  void read(long long entry, const std::vector<int>& widths, float* x, double* y, float* w,
+            bool check_finite) {
+    float* out = x;
+    for (size_t i = 0; i < features_.size(); ++i) {
+      Column& c = features_[i];
+      const long long n = entry_width(c, entry);
+      if (n != widths[i]) {
+        std::ostringstream os;
+        os << n << " values where the first entry had " << widths[i];
+        fail_entry(c.name, entry, os.str());
+      }
+      if (c.vec)
+        c.vec->copy(out);
+      else if (c.is_float)
+        std::memcpy(out, c.leaf->GetValuePointer(), sizeof(float) * n);
+      else
+        for (long long k = 0; k < n; ++k)
+          out[k] = static_cast<float>(c.leaf->GetValue((int)k));
+      if (check_finite && !all_finite(out, n)) {
+        long long k = 0;
+        while (std::isfinite(out[k]))
+          ++k;
+        std::ostringstream os;
+        os << "non-finite value (" << out[k] << ") in a feature";
+        fail_entry(c.name, entry, os.str());
+      }
+      out += n;
+    }
+    *y = scalar(target_, entry);
+    if (target_.integral) {
+      if (*y < (double)INT_MIN || *y > (double)INT_MAX) {
+        std::ostringstream os;
+        os << "label " << target_.leaf->GetValueLong64(0) << " does not fit a 32-bit integer";
+        fail_entry(target_.name, entry, os.str());
+      }
+    } else if (!std::isfinite((float)*y)) {
+      std::ostringstream os;
+      os << "non-finite target (" << (float)*y << ")";
+      fail_entry(target_.name, entry, os.str());
+    }
+    if (w) {
+      *w = (float)scalar(weight_, entry);
+      if (!std::isfinite(*w)) {
+        std::ostringstream os;
+        os << "non-finite weight (" << *w << ")";
+        fail_entry(weight_.name, entry, os.str());
+      }
+    }
+  }
+
+  bool integral_target() const { return target_.integral; }
+
+  [[noreturn]] void fail_entry(const std::string& branch, long long entry,
+                               const std::string& what) const {
+    std::ostringstream os;
+    os << path_ << ": tree '" << tree_name_ << "', branch '" << branch << "', entry " << entry
+       << ": " << what;
+    throw std::runtime_error(os.str());
+  }
+
+  [[noreturn]] void fail(const std::string& what, bool with_tree = false,
+                         const std::string& branch = "") const {
+    std::ostringstream os;
+    os << path_;
+    if (with_tree)
+      os << ": tree '" << tree_name_ << "'";
+    if (!branch.empty())
+      os << ", branch '" << branch << "'";
+    os << ": " << what;
+    throw std::runtime_error(os.str());
+  }
+
+private:
+  struct Column {
+    std::string name;
+    TBranch* branch = nullptr;
+    TLeaf* leaf = nullptr;                     // leaf columns
+    std::shared_ptr<detail::VectorColumn> vec; // vector/RVec columns
+    int fixed = -1;                            // values per entry when fixed, else -1
+    bool is_float = false, integral = false;
+  };
+
+  Column open_column(const std::string& name, bool scalar) {
+    Column c;
+    c.name = name;
+    c.branch = tree_->GetBranch(name.c_str());
+    if (!c.branch)
+      fail("no such branch", true, name);
+    if (auto* be = dynamic_cast<TBranchElement*>(c.branch)) {
+      TClass* cls = TClass::GetClass(be->GetClassName());
+      detail::VectorColumn* vec = cls ? detail::make_vector_column(cls) : nullptr;
+      if (!vec || scalar)
+        fail(std::string(scalar ? "expected one number per entry"
+                                : "expected numbers: a "
+                                  "scalar, a fixed-size array or a vector per entry") +
+                 ", found " + be->GetClassName(),
+             true, name);
+      c.vec.reset(vec);
+      c.vec->attach(c.branch);
+      return c;
+    }
+    if (c.branch->GetListOfLeaves()->GetEntries() != 1)
+      fail("expected a single leaf", true, name);
+    c.leaf = static_cast<TLeaf*>(c.branch->GetListOfLeaves()->At(0));
+    const std::string type = c.leaf->GetTypeName();
+    static const char* numeric[] = {"Float_t",   "Double_t", "Int_t",    "UInt_t",    "Long64_t",
+                                    "ULong64_t", "Short_t",  "UShort_t", "Char_t",    "UChar_t",
+                                    "Bool_t",    "Long_t",   "ULong_t",  "Float16_t", "Double32_t"};
+    if (std::find_if(std::begin(numeric), std::end(numeric),
+                     [&](const char* t) { return type == t; }) == std::end(numeric))
+      fail("expected numbers, found " + type, true, name);
+    const std::string title = c.leaf->GetTitle();
+    const auto brackets = std::count(title.begin(), title.end(), '[');
+    if (brackets > 1)
+      fail("expected numbers: a scalar, a fixed-size array or a vector per entry, found the "
+           "multi-dimensional array " +
+               title,
+           true, name);
+    if (scalar && (brackets || c.leaf->GetLeafCount() || c.leaf->GetLen() != 1))
+      fail("expected one number per entry, found " + title, true, name);
+    c.is_float = type == "Float_t";
+    c.integral = detail::integral_leaf(c.leaf);
+    c.fixed = c.leaf->GetLeafCount() ? -1 : c.leaf->GetLen();
+    return c;
+  }
+
+  long long entry_width(Column& c, long long entry) {
+    if (c.branch->GetEntry(entry) <= 0)
+      fail_entry(c.name, entry, "cannot read the entry (truncated or corrupt file?)");
+    if (c.vec)
+      return c.vec->size();
+    return c.leaf->GetLeafCount() ? c.leaf->GetLen() : c.fixed; // GetEntry read the count
+  }
+
+  double scalar(Column& c, long long entry) {
+    if (c.branch->GetEntry(entry) <= 0)
+      fail_entry(c.name, entry, "cannot read the entry (truncated or corrupt file?)");
+    return c.leaf->GetValue(0);
+  }
+
+  std::string path_, tree_name_;
+  std::unique_ptr<TFile> file_;
+  TTree* tree_ = nullptr; // owned by file_
+  long long entries_ = 0;
+  std::vector<Column> features_;
+  Column target_, weight_;
+  std::vector<long long> offsets_;
+};
+
+// Batches of rows from numeric columns of one or more files: the C++ twin of
+// rootclad.data.TableIterator (same plan, shuffle and checks, same batches).
+//
+//   rootclad::data::TableReader r({"ttbar.root"}, "t", {"jet_pt", "jet_eta", "met"},
+//                                 "is_signal", "w");
+//   r.configure(512, "train", 0.2, true, 1);
+//   std::vector<float> x(512 * r.length()), w(512);
+//   std::vector<int> y(512);          // float y when !r.integral_target()
+//   while (long long n = r.next_batch(x.data(), y.data(), w.data())) { ... }
+class TableReader : public RowBatcher {
+public:
+  TableReader(const std::vector<std::string>& files, const std::string& tree,
+              const std::vector<std::string>& features, const std::string& target,
+              const std::string& weight = "") {
+    if (files.empty())
+      throw std::runtime_error("rootclad::data::TableReader: no input files given");
+    if (features.empty())
+      throw std::runtime_error("rootclad::data::TableReader: no feature columns given");
+    std::vector<long long> entries;
+    std::vector<std::vector<long long>> offsets;
+    for (const auto& f : files) {
+      sources_.emplace_back(new TableSource(f, tree, features, target, weight));
+      TableSource& s = *sources_.back();
+      const std::vector<int> w = s.widths();
+      if (sources_.size() == 1) {
+        widths_ = w;
+        integral_ = s.integral_target();
+      } else if (w != widths_) {
+        std::ostringstream os;
+        os << "feature lengths ";
+        for (size_t i = 0; i < w.size(); ++i)
+          os << (i ? ", " : "{") << "'" << features[i] << "': " << w[i];
+        os << "} differ from the first file's";
+        for (size_t i = 0; i < w.size(); ++i)
+          os << (i ? ", " : " {") << "'" << features[i] << "': " << widths_[i];
+        os << "}";
+        s.fail(os.str(), true);
+      } else if (s.integral_target() != integral_) {
+        s.fail("the target is integral in one file and floating-point in another", true, target);
+      }
+      entries.push_back(s.entries());
+      offsets.push_back(s.basket_offsets());
+    }
+    int total = 0;
+    for (int v : widths_)
+      total += v;
+    set_files(std::move(entries), std::move(offsets), total, !weight.empty());
+  }
+
+  bool integral_target() const { return integral_; }
+  std::vector<int> widths() const { return widths_; }
+
+  // The next batch: x (B, length()), y (B,), w (B,) (ignored when no weight column).
+  // Integer y for an integral target, float y otherwise.
+  long long next_batch(float* x, int* y, float* w = nullptr) {
+    require(true);
+    return fill(x, y, w);
+  }
+  long long next_batch(float* x, float* y, float* w = nullptr) {
+    require(false);
+    return fill(x, y, w);
+  }
+
+  // Entries [start, stop) of file `file` in order.
+  void read_range(int file, long long start, long long stop, float* x, int* y, float* w = nullptr) {
+    require(true);
+    read_as(file, start, stop, x, y, w);
+  }
+  void read_range(int file, long long start, long long stop, float* x, float* y,
+                  float* w = nullptr) {
+    require(false);
+    read_as(file, start, stop, x, y, w);
+  }
+
+protected:
+  void read_rows(int file, long long start, long long stop, float* x, double* y,
+                 float* w) override {
+    TableSource& s = *sources_[file];
+    for (long long e = start; e < stop; ++e)
+      s.read(e, widths_, x + (e - start) * length(), y + (e - start), w ? w + (e - start) : nullptr,
+             check_finite_);
+  }
+
+private:
+  void require(bool integral) const {
+    if (integral != integral_)
+      throw std::invalid_argument(
+          std::string("rootclad::data::TableReader: the target is ") +
+          (integral_ ? "integral: pass int labels" : "floating-point: pass float targets"));
+  }
+
+  template <class Y>
+  void read_as(int file, long long start, long long stop, float* x, Y* y, float* w) {
+    check_range(file, start, stop);
+    TableSource& s = *sources_[file];
+    double target;
+    for (long long e = start; e < stop; ++e) {
+      s.read(e, widths_, x + (e - start) * length(), &target, w ? w + (e - start) : nullptr,
+             check_finite_);
+      y[e - start] = static_cast<Y>(target);
+    }
+  }
+
+  std::vector<std::unique_ptr<TableSource>> sources_;
+  std::vector<int> widths_;
+  bool integral_ = true;
 };
 
 } // namespace data
