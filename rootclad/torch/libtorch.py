@@ -80,6 +80,26 @@ def build_program(
     )
 
 
+def build_trainer(timeout: float = 900) -> Path:
+    """The library behind ``rootclad/libtorch_trainer.h`` (LibTorch training for ROOT sessions
+    that should not parse the torch headers), built once into the cache; its path."""
+    from rootclad import get_include
+
+    cxx, _ = find_cxx()
+    cflags, ldflags = libtorch_flags()
+    source = Path(get_include()) / "rootclad" / "libtorch_trainer.cpp"
+    path, _ = build_library(
+        source.read_text(),
+        name="libtorch_trainer",
+        cxx=cxx,
+        flags=["-O2", *cflags],
+        link_flags=ldflags,
+        timeout=timeout,
+        subdir="libtorch",
+    )
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m rootclad.torch.libtorch",
@@ -87,7 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--cflags", action="store_true", help="compile flags")
     parser.add_argument("--libs", action="store_true", help="link flags")
+    parser.add_argument("--trainer", action="store_true",
+                        help="build (once) the library of rootclad/libtorch_trainer.h and print "
+                        "its path")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.trainer:
+        print(build_trainer())
+        return 0
     cflags, ldflags = libtorch_flags()
     show_all = not (args.cflags or args.libs)
     out = (cflags if args.cflags or show_all else []) + (ldflags if args.libs or show_all else [])

@@ -226,6 +226,24 @@ inline torch::OrderedDict<std::string, torch::Tensor> read_state_dict(const std:
   return out;
 }
 
+// The model's loss on its output as torch computes it (mean over the batch), for LibTorch
+// loops that call backward() themselves: bce_with_logits and mse take targets of the
+// output's shape (or (B) for one output), cross_entropy B integer class indices.
+inline torch::Tensor loss_of(const ModelApi& api, const torch::Tensor& out,
+                             const torch::Tensor& y) {
+  if (api.loss == "cross_entropy")
+    return torch::nn::functional::cross_entropy(out, y.to(torch::kLong).reshape({-1}));
+  TORCH_CHECK_VALUE(y.numel() == out.numel(), "rootclad model ", api.prefix, ": ", api.loss,
+                    " targets have shape ", detail::shape_str(y.sizes()), ", expected ",
+                    detail::shape_str(out.sizes()));
+  auto target = y.to(out.scalar_type()).reshape(out.sizes());
+  if (api.loss == "bce_with_logits")
+    return torch::binary_cross_entropy_with_logits(out, target);
+  TORCH_CHECK_VALUE(api.loss == "mse", "rootclad model ", api.prefix, ": unknown loss '", api.loss,
+                    "'");
+  return torch::mse_loss(out, target);
+}
+
 // A compiled model with its parameters, for LibTorch programs. Parameters start at zero:
 // load them with load_state_dict() or by writing into named_parameters(). Copies share the
 // parameters (tensors are handles). Keep the model alive while a graph built by forward()
