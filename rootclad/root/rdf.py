@@ -20,7 +20,70 @@ def _stem(stem) -> str:
 def _model_class():
     declare_header("model.h")
     root = import_root()
-    return root.rootclad.Model
+    cls = root.rootclad.Model
+    with CLING_LOCK:
+        if not getattr(cls, "_rootclad_sizes_checked", False):
+            _check_array_sizes(cls)
+    return cls
+
+
+# Per method, what each argument before and after the batch size B (always the third) must
+# hold: "in" B * input_size values, "out" B * output_size, "y" the targets of B samples,
+# "w" B weights, None no check (the optimizer).
+_ARRAY_ARGS = {
+    "predict": ("in", "out"),
+    "input_grad": ("in", "in"),
+    "loss": ("in", "y"),
+    "loss_and_grad": ("in", "y", None, "w"),
+    "train_step": ("in", "y", None, None, "w"),
+}
+
+
+def _check_array_sizes(cls) -> None:
+    """From Python, arrays reach ``rootclad::Model`` as bare pointers: a batch size larger than
+    the arrays given would read or write past them. Check numpy arrays, RVecs and vectors
+    against B first and raise ValueError naming the method and the array."""
+
+    def wrap(name, kinds):
+        cxx = getattr(cls, name)
+
+        def method(self, *args):
+            if len(args) > 2:
+                _check_batch(self, name, kinds, args)
+            return cxx(self, *args)
+
+        method.__name__ = name
+        method.__doc__ = getattr(cxx, "__doc__", None)
+        setattr(cls, name, method)
+
+    for name, kinds in _ARRAY_ARGS.items():
+        wrap(name, kinds)
+    cls._rootclad_sizes_checked = True
+
+
+def _check_batch(model, method: str, kinds, args) -> None:
+    B = args[2]
+    if not isinstance(B, int):
+        return
+    arrays = [a for i, a in enumerate(args) if i != 2]
+    per = {"in": model.input_size(), "out": model.output_size(), "w": 1,
+           "y": 1 if str(model.loss()) == "cross_entropy" else model.output_size()}  # fmt: skip
+    names = {"in": "input", "out": "output", "y": "target", "w": "weight"}
+    for kind, array in zip(kinds, arrays, strict=False):
+        if kind is None or array is None:
+            continue
+        size = getattr(array, "size", None)
+        if not isinstance(size, int):
+            try:
+                size = len(array)
+            except TypeError:
+                continue  # a bare pointer: nothing to check
+        need = B * per[kind]
+        if size < need:
+            raise ValueError(
+                f"rootclad.Model.{method}: a batch of {B} needs {need} {names[kind]} values, "
+                f"the array given holds {size}"
+            )
 
 
 def load(stem):
@@ -47,31 +110,82 @@ def _slots(stem: str) -> str:
     return name
 
 
-def _input_expr(inputs, what: str) -> str:
-    if isinstance(inputs, str):
-        return inputs
-    cols = list(inputs)
+_NUMBERS = {
+    "bool", "char", "signed char", "unsigned char", "short", "unsigned short", "int",
+    "unsigned int", "long", "unsigned long", "long long", "unsigned long long", "float", "double",
+    "Bool_t", "Char_t", "UChar_t", "Short_t", "UShort_t", "Int_t", "UInt_t", "Long_t", "ULong_t",
+    "Long64_t", "ULong64_t", "Float_t", "Double_t", "Float16_t", "Double32_t", "int8_t",
+    "uint8_t", "int16_t", "uint16_t", "int32_t", "uint32_t", "int64_t", "uint64_t",
+}  # fmt: skip
+
+
+def _element_type(type_name: str) -> str | None:
+    """``float`` for ``ROOT::VecOps::RVec<float>``, ``vector<Float_t>``...; None otherwise."""
+    t = type_name.replace("ROOT::VecOps::", "").replace("ROOT::", "").replace("std::", "")
+    for head in ("RVec<", "vector<"):
+        if t.startswith(head) and t.endswith(">"):
+            inner = t[len(head) : -1].strip()
+            return inner if inner in _NUMBERS else None
+    return None
+
+
+def _input_expr(df, inputs, stem: str, what: str) -> str:
+    """The C++ expression handing one event's input to ``Model::score``/``saliency``, after
+    checking the columns' types (and, for a list of columns, their number) in Python, so that
+    a mistake names the column instead of failing in Cling's compilation of the Define."""
+    n_in = int(_cached_model(stem).input_size())
+    names = [str(c) for c in df.GetColumnNames()]
+    cols = [inputs] if isinstance(inputs, str) else list(inputs)
     if not cols:
         raise ValueError(f"{what}: no input columns given")
+    for c in cols:
+        if c not in names:
+            raise ValueError(f"{what}: no column '{c}' in the RDataFrame")
+    if isinstance(inputs, str):
+        type_name = str(df.GetColumnType(inputs))
+        element = _element_type(type_name)
+        if element is None:
+            raise ValueError(
+                f"{what}: column '{inputs}' holds {type_name}; one input column must hold the "
+                f"whole input ({n_in} numbers per event: an array, vector or RVec), or pass a "
+                "list of scalar columns"
+            )
+        if element in ("float", "Float_t", "double", "Double_t") and "RVec" in type_name:
+            return inputs
+        return f"ROOT::RVecD({inputs}.begin(), {inputs}.end())"
+    for c in cols:
+        type_name = str(df.GetColumnType(c))
+        if type_name.replace("std::", "") not in _NUMBERS:
+            raise ValueError(
+                f"{what}: column '{c}' holds {type_name}; a list of input columns must hold "
+                "one number each"
+            )
+    if len(cols) != n_in:
+        raise ValueError(
+            f"{what}: {len(cols)} input columns {cols}; the model {stem} takes {n_in} values"
+        )
     return "ROOT::RVecD{" + ", ".join(f"(double){c}" for c in cols) + "}"
 
 
 def define_score(df, stem, inputs, column: str = "score"):
     """``df`` with a column ``column``: the model's (first) output for each event.
 
-    ``inputs`` is one column holding the whole input (``RVec<float>``/``RVec<double>``, a
-    fixed-size array) or a list of numeric columns concatenated in that order. Works under
+    ``inputs`` is one column holding the whole input (an ``RVec``, ``std::vector`` or fixed-size
+    array of numbers) or a list of numeric columns concatenated in that order; a wrong column
+    type or count raises ValueError naming the columns, an event of another length raises from
+    the event loop. NaN inputs give NaN scores, as in torch. Works under
     ``ROOT.EnableImplicitMT()`` (one model per processing slot)."""
-    slots = _slots(_stem(stem))
-    return df.Define(column, f"{slots}[rdfslot_].score({_input_expr(inputs, 'define_score')})")
+    stem = _stem(stem)
+    expr = _input_expr(df, inputs, stem, "define_score")
+    return df.Define(column, f"{_slots(stem)}[rdfslot_].score({expr})")
 
 
 def define_saliency(df, stem, inputs, column: str = "saliency"):
     """``df`` with a column ``column``: d(output) / d(input) per event, for a one-output model
     (``RVec<float>`` for a float input column, ``RVec<double>`` for a list of columns)."""
-    slots = _slots(_stem(stem))
-    expr = _input_expr(inputs, "define_saliency")
-    return df.Define(column, f"{slots}[rdfslot_].saliency({expr})")
+    stem = _stem(stem)
+    expr = _input_expr(df, inputs, stem, "define_saliency")
+    return df.Define(column, f"{_slots(stem)}[rdfslot_].saliency({expr})")
 
 
 def score_tree(

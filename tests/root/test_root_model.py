@@ -410,3 +410,84 @@ def test_define_score_reads_weights_written_after_its_first_use(events, tmp_path
     with pytest.raises(Exception, match="not the library"):
         rootclad.root.define_score(ROOT.RDataFrame("events", str(path)), tmp_path / "stale",
                                    inputs="strain")  # fmt: skip
+
+
+_BAD_MT = r"""
+import sys, ROOT, rootclad.root
+ROOT.EnableImplicitMT(2)
+df = ROOT.RDataFrame(2000).Define("v", "ROOT::RVecF(rdfentry_ == 1500 ? 5 : %d, 1.f)")
+try:
+    rootclad.root.define_score(df, sys.argv[1], "v").Sum("score").GetValue()
+except Exception as err:
+    print("raised:", str(err).splitlines()[-1])
+ok = rootclad.root.define_score(ROOT.RDataFrame(10).Define("v", "ROOT::RVecF(%d, 1.f)"),
+                                sys.argv[1], "v").Count().GetValue()
+print("after:", ok)
+"""
+
+
+def test_bad_rdataframe_columns_are_python_errors_never_an_abort(exported, tmp_path):
+    """Wrong column types or counts are refused in Python naming the columns; an event of the
+    wrong length raises from the event loop, single- and multi-threaded, and the session goes
+    on; NaN inputs give NaN scores, as cm(x) does."""
+    _, cm, stem, _ = exported
+    df = (
+        ROOT.RDataFrame(20)
+        .Define("v", "ROOT::RVecF(rdfentry_ == 7 ? 3 : 64, 0.5f)")
+        .Define("vi", "ROOT::RVecI(64, int(rdfentry_ % 3))")
+        .Define("s", 'std::string("x")')
+        .Define("a", "1.0")
+    )
+    with pytest.raises(ValueError, match="column 's' holds .*string"):
+        rootclad.root.define_score(df, stem, ["a", "s"])
+    with pytest.raises(ValueError, match="column 'a' holds double; one input column must hold"):
+        rootclad.root.define_score(df, stem, "a")
+    with pytest.raises(ValueError, match=r"1 input columns \['a'\]; the model .* takes 64"):
+        rootclad.root.define_score(df, stem, ["a"])
+    with pytest.raises(ValueError, match="no column 'nope'"):
+        rootclad.root.define_saliency(df, stem, "nope")
+    with pytest.raises(Exception, match="an event of 3 values; the model .* takes 64"):
+        rootclad.root.define_score(df, stem, "v").Sum("score").GetValue()
+    # an RVec<int> column is converted
+    scores = rootclad.root.define_score(df, stem, "vi").AsNumpy(["score"])["score"]
+    x = (torch.arange(20) % 3).float()[:, None, None].expand(20, 1, L)
+    np.testing.assert_allclose(scores, cm.predict(x).numpy()[:, 0], rtol=1e-5, atol=1e-6)
+    nan = ROOT.RDataFrame(2).Define("v", "ROOT::RVecF(64, rdfentry_ == 1 ? NAN : 0.f)")
+    s = rootclad.root.define_score(nan, stem, "v").AsNumpy(["score"])["score"]
+    assert np.isfinite(s[0]) and np.isnan(s[1])
+    assert torch.isnan(cm.predict(torch.full((1, 1, L), float("nan")))).all()
+    proc = subprocess.run([sys.executable, "-c", _BAD_MT % (L, L), str(stem)], capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "an event of 5 values" in proc.stdout and "after: 10" in proc.stdout, proc.stdout
+
+
+def test_model_refuses_batches_larger_than_its_arrays_and_nan_training(exported):
+    _, cm, stem, _ = exported
+    m = rootclad.root.load(stem)
+    x = np.zeros((4, L), np.float32)
+    out = np.zeros(4, np.float32)
+    with pytest.raises(ValueError, match="predict: a batch of 5 needs 320 input values, the "
+                                         "array given holds 256"):  # fmt: skip
+        m.predict(x, out, 5)
+    with pytest.raises(ValueError, match="a batch of 4 needs 4 output values, the array given "
+                                         "holds 3"):  # fmt: skip
+        m.predict(x, out[:3], 4)
+    with pytest.raises(Exception, match="batch size must be at least 1"):
+        m.predict(x, out, 0)
+    opt = ROOT.rootclad.Adam(m, 1e-3)
+    y = np.zeros(4, np.float32)
+    with pytest.raises(ValueError, match="train_step: a batch of 4 needs 4 target values"):
+        m.train_step(x, y[:2], 4, opt)
+    before = np.asarray(m.parameters()).copy()
+    x[2, 7] = np.nan
+    with pytest.raises(Exception, match=r"train_step: non-finite input \(nan\) in sample 2, "
+                                        "value 7; .* was not updated"):  # fmt: skip
+        m.train_step(x, y, 4, opt)
+    x[2, 7] = 0
+    w = np.ones(4, np.float32)
+    w[1] = np.inf
+    with pytest.raises(Exception, match=r"non-finite weight \(inf\) in sample 1"):
+        m.loss_and_grad(x, y, 4, w)
+    np.testing.assert_array_equal(np.asarray(m.parameters()), before)
+    assert np.isfinite(m.train_step(x, y, 4, opt))  # the model still trains

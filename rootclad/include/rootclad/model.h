@@ -37,6 +37,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -383,7 +384,13 @@ private:
     auto& w = work<T>();
     const long n = api_.act_size(B);
     if (B > work_batch_ || (long)w.size() < 2 * n) {
-      w.assign(2 * n, T(0));
+      try {
+        w.assign(2 * n, T(0));
+      } catch (const std::bad_alloc&) {
+        throw std::length_error("rootclad: a batch of " + std::to_string(B) + " needs " +
+                                std::to_string(2 * n * (long)sizeof(T) >> 20) +
+                                " MiB of activations for " + stem_ + "; not available");
+      }
       work_batch_ = B;
     }
     T* act = w.data();
@@ -428,6 +435,7 @@ private:
     return api_.is_double() ? lag_t<double>(x, y, B, w) : lag_t<float>(x, y, B, w);
   }
   template <typename T, typename In> double lag_t(const In* x, const In* y, int B, const In* w) {
+    check_finite("loss_and_grad", x, y, w, B);
     T* act = stage<T>(x, B);
     const T* yt = converted<T>(aux<T>(0), y, targets(B));
     const T* wt = w ? converted<T>(aux<T>(1), w, B) : nullptr;
@@ -473,6 +481,7 @@ private:
       state.assign(2 * api_.n_params, T(0));
     if ((long)state.size() != 2 * api_.n_params)
       throw std::invalid_argument("rootclad: this optimizer was used with another model");
+    check_finite("train_step", x, y, w, B);
     T* act = stage<T>(x, B);
     const T* yt = converted<T>(aux<T>(0), y, targets(B));
     const T* wt = w ? converted<T>(aux<T>(1), w, B) : nullptr;
@@ -483,6 +492,33 @@ private:
     return api_.entry_points<T>().train_step(
         params<T>(), act, yt, g.data(), act + api_.act_size(B), state.data(),
         reinterpret_cast<const double*>(&o.config), o.step, B, next_seed(), nullptr, wt);
+  }
+
+  // Training refuses non-finite inputs, targets and weights before touching the parameters
+  // (one NaN would turn every weight into NaN); predict and score propagate NaN, as torch does.
+  template <typename In>
+  void check_finite(const char* what, const In* x, const In* y, const In* w, int B) const {
+    if (B < 1)
+      throw std::invalid_argument("rootclad: batch size must be at least 1");
+    auto first_bad = [](const In* v, long n) {
+      for (long i = 0; i < n; ++i)
+        if (!std::isfinite(v[i]))
+          return i;
+      return -1L;
+    };
+    const long per[3] = {api_.input_size, targets(B) / B, 1};
+    const In* arrays[3] = {x, y, w};
+    const char* names[3] = {"input", "target", "weight"};
+    for (int a = 0; a < 3; ++a) {
+      const long i = arrays[a] ? first_bad(arrays[a], (long)B * per[a]) : -1;
+      if (i >= 0) {
+        std::ostringstream os;
+        os << "rootclad: " << what << ": non-finite " << names[a] << " (" << arrays[a][i]
+           << ") in sample " << i / per[a] << ", value " << i % per[a] << "; " << stem_
+           << " was not updated";
+        throw std::invalid_argument(os.str());
+      }
+    }
   }
 
   long targets(int B) const {
