@@ -203,7 +203,7 @@ def score_tree(
     ``<file>_scores.root``): a friend of the input tree (``t.AddFriend(out_tree, output)``).
     ``inputs`` is one branch holding the whole input (``float[N]``, ``vector<float>``).
     ``batch_size`` defaults to the batch whose activations fill about 4 MB
-    (``rootclad::Model::cache_batch``: 12 for the GW CNN, 256 for the MLP)."""
+    (``rootclad::Model::cache_batch``: 12 per thread for the GW CNN, 256 for the MLP)."""
     stem = _stem(stem)
     file = Path(file)
     if not file.is_file():
