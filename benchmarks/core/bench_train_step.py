@@ -44,16 +44,9 @@ ENGINES = (("pullback", True), ("clad", True), ("clad", False))
 
 
 def make_model(name: str) -> torch.nn.Module:
-    nn = torch.nn
-    if name == "mlp":
-        return nn.Sequential(nn.Linear(2048, 256), nn.ReLU(), nn.Linear(256, 64), nn.ReLU(),
-                             nn.Linear(64, 1))  # fmt: skip
-    return nn.Sequential(
-        nn.Conv1d(1, 16, 16), nn.ReLU(), nn.MaxPool1d(4),
-        nn.Conv1d(16, 32, 8), nn.ReLU(), nn.MaxPool1d(4),
-        nn.Conv1d(32, 64, 8), nn.ReLU(), nn.MaxPool1d(4),
-        nn.Flatten(), nn.Linear(64 * 29, 64), nn.ReLU(), nn.Linear(64, 1),
-    )  # fmt: skip
+    from rootclad.gw.models import make
+
+    return make(name)
 
 
 def example(name: str, batch: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -92,6 +92,31 @@ class Optimizer:
     def hyperparameters(self) -> dict[str, float]:
         return {f: self._cfg[i] for i, f in enumerate(_FIELDS) if f != "kind"}
 
+    def state_dict(self) -> dict:
+        """Hyperparameters, step counts and state (copies), for a checkpoint."""
+        return {"kind": self.kind, "config": list(self._cfg), "step_count": self.step_count,
+                "steps": None if self._steps is None else list(self._steps),
+                "state": self._state.clone()}  # fmt: skip
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what :meth:`state_dict` returned (of an optimizer of the same kind, for a
+        model with the same parameters): training then continues exactly."""
+        if state.get("kind") != self.kind:
+            raise ValueError(
+                f"the state is of another kind of optimizer ({state.get('kind')}), this is "
+                f"{type(self).__name__} ({self.kind})"
+            )
+        values = torch.as_tensor(state["state"], dtype=self._state.dtype)
+        if values.shape != self._state.shape:
+            raise ValueError(
+                f"the state holds {values.numel()} values; this model's optimizer needs "
+                f"{self._state.numel()}"
+            )
+        self._cfg[:] = [float(v) for v in state["config"]]
+        self.step_count = int(state["step_count"])
+        self._steps = None if state["steps"] is None else [int(v) for v in state["steps"]]
+        self._state.copy_(values)
+
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v:g}" for k, v in self.hyperparameters().items())
         return f"rootclad.optim.{type(self).__name__}({args})"
