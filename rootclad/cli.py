@@ -1,4 +1,4 @@
-"""The ``rootclad`` command line: ``doctor``, ``demo`` and the ``gw`` tools."""
+"""The ``rootclad`` command line: ``doctor``, ``build`` and the ``gw`` workflow (``gw run``, the main job)."""
 
 from __future__ import annotations
 
@@ -60,12 +60,6 @@ def _cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_demo(args: argparse.Namespace) -> int:
-    from rootclad.demo import run_demo
-
-    return run_demo(args)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rootclad", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -88,16 +82,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engine", default="auto", choices=["auto", "clad", "pullback"])
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.set_defaults(func=_cmd_build)
-
-    from rootclad.demo import add_arguments as add_demo_arguments
-
-    p = sub.add_parser(
-        "demo",
-        help="train a small 1-d CNN on synthetic signal-vs-noise data, timed against torch "
-        "(not yet the GW workflow, which will replace it)",
-    )
-    add_demo_arguments(p)
-    p.set_defaults(func=_cmd_demo)
 
     try:
         from rootclad.gw.cli import register as register_gw

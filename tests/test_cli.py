@@ -48,10 +48,19 @@ def test_ordinary_mistakes_get_one_line_not_a_traceback(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
-def test_help_does_not_call_the_demo_the_gw_workflow():
-    out = _rootclad("--help")
-    demo = out.stdout[out.stdout.index("demo") :]
-    assert "synthetic" in demo and "not yet the GW workflow" in " ".join(demo.split())
+def test_gw_run_is_the_main_job_and_reports_bad_config_in_one_line(tmp_path):
+    out = _rootclad("gw", "--help")
+    assert "run" in out.stdout and "the main job" in " ".join(out.stdout.split())
+    (tmp_path / "run.toml").write_text("epochs = 0\n")
+    for args, words in [
+        (["--config", str(tmp_path / "run.toml")], "epochs must be at least 1"),
+        (["--config", str(tmp_path / "none.toml")], "no such configuration file"),
+        (["--events", "0", "--out", str(tmp_path / "o")], "train_events must be at least 1"),
+    ]:
+        out = _rootclad("gw", "run", *args)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+        assert out.stderr.startswith("rootclad gw run: error:") and words in out.stderr, out.stderr
+    assert not (tmp_path / "o").exists()
 
 
 _MODELS = """

@@ -122,7 +122,9 @@ def evaluate(stat: dict[str, np.ndarray], label: np.ndarray, snr: np.ndarray, *,
     for (name, key), values in draws.items():
         v = np.asarray(values)
         ok = v[np.isfinite(v)]
-        out["methods"][name]["fap"][key]["snr50_std"] = float(ok.std(ddof=1)) if len(ok) > 1 else float("nan")
+        out["methods"][name]["fap"][key]["snr50_std"] = (
+            float(ok.std(ddof=1)) if len(ok) > 1 else float("nan")
+        )
     if len(names) == 2:
         a, b = names
         out["ratio"] = {}
@@ -132,5 +134,8 @@ def evaluate(stat: dict[str, np.ndarray], label: np.ndarray, snr: np.ndarray, *,
             r = va / vb
             r = r[np.isfinite(r)]
             point = out["methods"][a]["fap"][k]["snr50"] / out["methods"][b]["fap"][k]["snr50"]
-            out["ratio"][k] = {"value": point, "std": float(r.std(ddof=1)) if len(r) > 1 else float("nan")}
+            out["ratio"][k] = {
+                "value": point,
+                "std": float(r.std(ddof=1)) if len(r) > 1 else float("nan"),
+            }
     return out

@@ -33,8 +33,9 @@ class TrainResult:
 def batches(files, cfg: RunConfig, **kwargs):
     """The C++ reader when ROOT is there, else uproot's (both give the same batches)."""
     try:
-        import ROOT  # noqa: F401
+        from rootclad.data.cling import import_root
 
+        import_root()
         from rootclad.data.compiled import CompiledBatchIterator as cls
     except ImportError:
         from rootclad.data import BatchIterator as cls
@@ -81,13 +82,15 @@ def _save_checkpoint(path: Path, state: dict) -> None:
 
 def train(cfg: RunConfig, train_file, val_file, out: Path, *, resume: bool = False,
           progress: bool | None = None, log=print) -> TrainResult:  # fmt: skip
-    import rootclad
     from tqdm.auto import tqdm
+
+    import rootclad
 
     cm = compile_model(cfg)
     opt = rootclad.optim.Adam(cm, lr=cfg.lr)
     tr = batches([train_file], cfg, batch_size=cfg.batch_size)
     va = batches([val_file], cfg, batch_size=1024, shuffle=False)
+    out.mkdir(parents=True, exist_ok=True)
     ckpt = out / "checkpoint.pt"
     history: list[dict] = []
     best = (float("inf"), -1, None)  # (val loss, epoch, weights)
@@ -109,7 +112,7 @@ def train(cfg: RunConfig, train_file, val_file, out: Path, *, resume: bool = Fal
         progress = sys.stderr.isatty()
     stopped = False
     for epoch in range(start, cfg.epochs):
-        if bad >= cfg.patience:
+        if bad >= cfg.patience:  # no better validation loss for `patience` epochs
             stopped = True
             break
         tr.set_epoch(epoch)
@@ -140,8 +143,6 @@ def train(cfg: RunConfig, train_file, val_file, out: Path, *, resume: bool = Fal
             "optimizer": opt.state_dict(), "history": history, "bad_epochs": bad,
             "best_val": best[0], "best_epoch": best[1], "best_model": best[2],
         })  # fmt: skip
-    else:
-        stopped = bad >= cfg.patience and len(history) < cfg.epochs
     if best[2] is not None:
         cm.load_state_dict(best[2])
     return TrainResult(cm, cm.engine, history, best[1], stopped, resumed)

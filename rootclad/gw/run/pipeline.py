@@ -1,0 +1,258 @@
+"""``rootclad gw run``: simulate, train, evaluate against the matched filter, explain, score in
+ROOT, report. Each stage is timed; everything lands in one output directory:
+
+    config.toml        the resolved configuration (rerun with --config)
+    data/              train.root, val.root, test.root (reused when their configuration matches)
+    checkpoint.pt      weights, optimizer state and epoch, written atomically after each epoch
+    model/gwnet.*      the exported model (cm.export: .so, .root, .h)
+    cache/bank-*.npz   the matched filter's template bank
+    scores.root        ROOT: score histograms per class, ROC and efficiency TGraphs
+    plots/*.png        loss, ROC, efficiency vs SNR, score distributions, saliency
+    report.md, report.html (self-contained), summary.json
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from rootclad.gw.run.config import ConfigError, RunConfig
+
+
+class Stages:
+    """Seconds per stage, in order."""
+
+    def __init__(self, log):
+        self.times: dict[str, float] = {}
+        self.log = log
+
+    def run(self, name, fn, *args, **kwargs):
+        self.log(f"== {name}")
+        t = time.perf_counter()
+        out = fn(*args, **kwargs)
+        self.times[name] = time.perf_counter() - t
+        return out
+
+
+def _check_output(out: Path, cfg: RunConfig) -> None:
+    """Before any work: the directory can be written, and the disk holds the data files."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise ConfigError(f"cannot write to the output directory {out}: {err.strerror}") from None
+    n = round(cfg.duration * cfg.sample_rate)
+    need = (cfg.train_events + cfg.val_events + cfg.test_events) * (n * 4 + 64) * 1.05 + 50e6
+    free = shutil.disk_usage(out).free
+    if free < need:
+        raise ConfigError(f"{out}: {free / 1e9:.2f} GB free, the run needs about "
+                          f"{need / 1e9:.2f} GB (fewer events: --events)")  # fmt: skip
+
+
+def simulate_all(cfg: RunConfig, data: Path, progress, log) -> dict[str, Path]:
+    from rootclad.gw.dataset import SimulationConfig, read_config, simulate
+
+    data.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for split in ("train", "val", "test"):
+        path = data / f"{split}.root"
+        kwargs = cfg.simulation(split)
+        n = kwargs.pop("n_events")
+        want = SimulationConfig(**kwargs)
+        try:
+            have = read_config(path) if path.exists() else None
+            same = have == want and _entries(path) == n
+        except Exception:  # unreadable: simulate again
+            same = False
+        if same:
+            log(f"{path}: reused ({n} events, same configuration)")
+        else:
+            result = simulate(path, n, progress=progress, **kwargs)
+            log(f"{path}: {n} events in {result.seconds:.1f} s")
+        files[split] = path
+    return files
+
+
+def _entries(path: Path) -> int:
+    import uproot
+
+    with uproot.open(path) as f:
+        return int(f["events"].num_entries)
+
+
+def read_test(path: Path) -> dict[str, np.ndarray]:
+    import uproot
+
+    with uproot.open(path) as f:
+        t = f["events"]
+        d = t.arrays(["strain", "label", "snr", "seed"], library="np")
+    d["strain"] = d["strain"].reshape(len(d["label"]), 1, -1).astype(np.float32)
+    return d
+
+
+def template_bank(cfg: RunConfig, test_file: Path, cache: Path, log):
+    """The bank for the test file's configuration, cached by that configuration."""
+    from rootclad.gw.dataset import read_config
+    from rootclad.gw.matched_filter import TemplateBank, bank_for_file
+
+    sim = read_config(test_file)
+    key = hashlib.sha256(f"{sim.to_json()}:{cfg.bank_min_match}".encode()).hexdigest()[:16]
+    path = cache / f"bank-{key}.npz"
+    if path.exists():
+        z = np.load(path)
+        log(f"template bank: {len(z['masses'])} templates, cached in {path}")
+        return TemplateBank(z["masses"], z["templates"], int(z["n"]), float(z["sample_rate"]),
+                            tuple(z["band"]), sim.psd, float(z["t_ref"]), sim.approximant)  # fmt: skip
+    bank = bank_for_file(test_file, min_match=cfg.bank_min_match, seed=cfg.seed)
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial.npz")
+    np.savez(tmp, masses=bank.masses, templates=bank.templates, n=bank.n,
+             sample_rate=bank.sample_rate, band=np.asarray(bank.band), t_ref=bank.t_ref)  # fmt: skip
+    os.replace(tmp, path)
+    log(f"template bank: {len(bank)} templates (min match {cfg.bank_min_match}), cached")
+    return bank
+
+
+def matched_filter(bank, strain, progress) -> np.ndarray:
+    from tqdm.auto import tqdm
+
+    from rootclad.gw.matched_filter import matched_filter_snr
+
+    out = np.empty(len(strain))
+    step = 512
+    with tqdm(total=len(strain), unit="ev", disable=not progress, desc="matched filter") as bar:
+        for lo in range(0, len(strain), step):
+            out[lo : lo + step] = matched_filter_snr(strain[lo : lo + step], bank).snr
+            bar.update(len(strain[lo : lo + step]))
+    return out
+
+
+def explain(cm, cfg, test: dict, test_file: Path) -> dict:
+    """Saliency of example signal events (loud, median and quiet among the detected ones)
+    with the injected whitened signal for the overlay."""
+    from rootclad.gw.dataset import injected_signals, read_config
+    from rootclad.gw.run.train import saliency
+
+    sig = np.flatnonzero(test["label"] == 1)
+    order = sig[np.argsort(test["snr"][sig])]
+    k = min(cfg.saliency_examples, len(order))
+    picks = order[np.linspace(len(order) // 2, len(order) - 1, k).astype(int)] if k else order[:0]
+    return {
+        "index": picks.tolist(),
+        "snr": test["snr"][picks].tolist(),
+        "strain": test["strain"][picks, 0],
+        "signal": injected_signals(test["seed"][picks], read_config(test_file)),
+        "saliency": saliency(cm, cfg, test["strain"][picks]),
+    }
+
+
+def root_scoring(cfg, stem: Path, test_file: Path, network: np.ndarray, ev: dict, out: Path):
+    """The test file scored in ROOT through RDataFrame (define_score), checked against the
+    Python scores, and a ROOT file with histograms per class and the curves as TGraphs."""
+    try:
+        from rootclad.data.cling import import_root
+
+        ROOT = import_root()
+    except ImportError:
+        return {"skipped": "ROOT is not installed"}
+    import rootclad.root
+
+    df = rootclad.root.define_score(ROOT.RDataFrame("events", str(test_file)), stem,
+                                    inputs="strain", column="score")  # fmt: skip
+    cols = df.AsNumpy(["score", "label"])
+    diff = float(np.max(np.abs(cols["score"] - network)))
+    lo, hi = float(np.min(network)), float(np.max(network))
+    path = out / "scores.root"
+    tmp = out / f".scores.root.{os.getpid()}.partial"
+    f = ROOT.TFile(str(tmp), "RECREATE")
+    try:
+        for label, name in ((0, "noise"), (1, "signal")):
+            h = df.Filter(f"label == {label}").Histo1D(
+                (f"score_{name}", f"network logit, {name} events;logit;events", 60, lo, hi),
+                "score",
+            )
+            f.WriteObject(h.GetPtr(), f"score_{name}")
+        for method, m in ev["methods"].items():
+            fpr, tpr = np.asarray(m["roc"]["fpr"]), np.asarray(m["roc"]["tpr"])
+            g = ROOT.TGraph(len(fpr), fpr, tpr)
+            g.SetTitle(f"ROC, {method} (AUC {m['auc']:.4f});false-alarm probability;efficiency")
+            f.WriteObject(g, f"roc_{method}")
+            for key, v in m["fap"].items():
+                e = v["efficiency"]
+                x, y = np.asarray(e["snr"]), np.asarray(e["efficiency"])
+                g = ROOT.TGraphErrors(len(x), x, y, np.zeros(len(x)), np.asarray(e["error"]))
+                g.SetTitle(f"{method}, false-alarm probability {key};injected SNR;efficiency")
+                f.WriteObject(g, f"efficiency_{method}_{key}")
+    finally:
+        f.Close()
+    os.replace(tmp, path)
+    return {"file": str(path), "max_abs_diff_to_python": diff, "events": int(len(cols["score"]))}
+
+
+def versions() -> dict:
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version()}
+    for pkg in ("rootclad", "torch", "numpy", "scipy", "uproot", "ROOT", "lalsuite", "matplotlib"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            pass
+    return out
+
+
+def run(cfg: RunConfig, out: Path, *, resume: bool = False, progress: bool | None = None,
+        log=print) -> dict:  # fmt: skip
+    """The whole run; returns the summary (also written to ``out/summary.json``)."""
+    from rootclad.gw.run import report, train
+
+    out = Path(out)
+    _check_output(out, cfg)
+    if progress is None:
+        progress = sys.stderr.isatty()
+    (out / "config.toml").write_text(cfg.to_toml())
+    stages = Stages(log)
+    files = stages.run("simulate", simulate_all, cfg, out / "data", progress, log)
+    tr = stages.run("train", train.train, cfg, files["train"], files["val"], out, resume=resume,
+                    progress=progress, log=log)  # fmt: skip
+    log(f"engine: {tr.engine}; best validation loss at epoch {tr.best_epoch}")
+    test = read_test(files["test"])
+    network = stages.run("score (network)", train.scores, tr.cm, cfg, test["strain"])
+    bank = stages.run("template bank", template_bank, cfg, files["test"], out / "cache", log)
+    mf = stages.run("matched filter", matched_filter, bank, test["strain"], progress)
+    ev = stages.run("evaluate", _evaluate, cfg, network, mf, test)
+    examples = stages.run("saliency", explain, tr.cm, cfg, test, files["test"])
+    (out / "model").mkdir(exist_ok=True)
+    stem = out / "model" / "gwnet"
+    stages.run("export", tr.cm.export, stem)
+    in_root = stages.run("score in ROOT", root_scoring, cfg, stem, files["test"], network, ev, out)
+    summary = report.summary(cfg, tr, ev, len(bank), in_root, stages.times, versions())
+    stages.run("report", report.write, out, cfg, tr, ev, test, network, mf, examples, summary)
+    log(f"report: {out / 'report.html'}")
+    return summary
+
+
+def _evaluate(cfg, network, mf, test):
+    from rootclad.gw.run.evaluate import evaluate
+
+    return evaluate({"network": network, "matched_filter": mf}, test["label"], test["snr"],
+                    bootstrap=cfg.bootstrap, seed=cfg.seed)  # fmt: skip
+
+
+def machine() -> dict:
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cores": os.cpu_count()}  # fmt: skip
+
+
+__all__ = ["run", "RunConfig", "machine", "dataclasses", "json"]

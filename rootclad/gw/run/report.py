@@ -1,0 +1,247 @@
+"""Report stage: summary.json (machine-readable), PNG plots, report.md and a self-contained
+report.html (the plots embedded)."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+
+from rootclad.gw.run.evaluate import FAPS, fap_key
+
+METHODS = {"network": "network (compiled CNN)", "matched_filter": "matched filter"}
+
+
+def _num(v):
+    return None if v is None or (isinstance(v, float) and not math.isfinite(v)) else v
+
+
+def summary(cfg, tr, ev, bank_size, in_root, times, versions) -> dict:
+    from rootclad.gw.run.pipeline import machine
+
+    out = {
+        "engine": tr.engine,
+        "model": cfg.model,
+        "auc": {m: ev["methods"][m]["auc"] for m in ev["methods"]},
+        "snr50": {},
+        "ratio": {},
+        "test_events": {"noise": ev["noise_events"], "signal": ev["signal_events"]},
+        "template_bank": bank_size,
+        "training": {
+            "epochs_run": len(tr.history),
+            "best_epoch": tr.best_epoch,
+            "stopped_early": tr.stopped_early,
+            "resumed_after_epoch": tr.resumed_from,
+            "history": tr.history,
+        },  # fmt: skip
+        "root": in_root,
+        "config": {
+            k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.__dict__.items()
+        },  # fmt: skip
+        "seconds": times,
+        "versions": versions,
+        "machine": machine(),
+    }
+    for fap in FAPS:
+        k = fap_key(fap)
+        out["snr50"][k] = {m: {"value": _num(ev["methods"][m]["fap"][k]["snr50"]),
+                               "std": _num(ev["methods"][m]["fap"][k]["snr50_std"])}
+                           for m in ev["methods"]}  # fmt: skip
+        r = ev.get("ratio", {}).get(k, {})
+        out["ratio"][k] = {"value": _num(r.get("value")), "std": _num(r.get("std"))}
+    return out
+
+
+def _fig():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plots(out: Path, cfg, tr, ev, test, network, mf, examples) -> list[tuple[str, str]]:
+    plt = _fig()
+    d = out / "plots"
+    d.mkdir(parents=True, exist_ok=True)
+    made = []
+
+    def save(fig, name, caption):
+        path = d / f"{name}.png"
+        tmp = d / f".{name}.{os.getpid()}.partial.png"
+        fig.savefig(tmp, dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        os.replace(tmp, path)
+        made.append((f"plots/{name}.png", caption))
+
+    h = tr.history
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    ax.plot([e["epoch"] for e in h], [e["train_loss"] for e in h], "o-", label="train")
+    ax.plot([e["epoch"] for e in h], [e["val_loss"] for e in h], "s-", label="validation")
+    ax.axvline(tr.best_epoch, color="grey", ls=":", label=f"best (epoch {tr.best_epoch})")
+    ax.set(xlabel="epoch", ylabel="binary cross-entropy", title=f"training ({tr.engine} engine)")
+    ax.legend()
+    save(fig, "loss", "Training and validation loss per epoch.")
+
+    fig, ax = plt.subplots(figsize=(5, 4.5))
+    for m, label in METHODS.items():
+        r = ev["methods"][m]
+        ax.plot(r["roc"]["fpr"], r["roc"]["tpr"], label=f"{label}, AUC {r['auc']:.4f}")
+    ax.set(xscale="log", xlim=(1e-4, 1), ylim=(0, 1), xlabel="false-alarm probability",
+           ylabel="efficiency (all injected SNRs)", title="ROC")  # fmt: skip
+    ax.legend(loc="lower right")
+    save(fig, "roc", "ROC of both methods on the same test events.")
+
+    fig, axes = plt.subplots(1, len(FAPS), figsize=(4.2 * len(FAPS), 3.6), sharey=True)
+    for ax, fap in zip(axes, FAPS, strict=True):
+        k = fap_key(fap)
+        for m, label in METHODS.items():
+            e = ev["methods"][m]["fap"][k]["efficiency"]
+            s50 = ev["methods"][m]["fap"][k]["snr50"]
+            ax.errorbar(e["snr"], e["efficiency"], e["error"], fmt="o-", ms=3,
+                        label=f"{label}: SNR50 {s50:.2f}")  # fmt: skip
+        ax.axhline(0.5, color="grey", ls=":")
+        ax.set(xlabel="injected optimal SNR", title=f"false-alarm probability {k}")
+        ax.legend(fontsize=8, loc="lower right")
+    axes[0].set_ylabel("efficiency")
+    save(
+        fig,
+        "efficiency",
+        "Detection efficiency against injected SNR at three false-alarm "
+        "probabilities (thresholds set on the noise-only test events).",
+    )
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    lab = test["label"]
+    for ax, (stat, name) in zip(axes, ((network, "network logit"), (mf, "matched-filter SNR")),
+                                strict=True):  # fmt: skip
+        bins = np.linspace(np.min(stat), np.max(stat), 60)
+        ax.hist(stat[lab == 0], bins, histtype="step", label="noise")
+        ax.hist(stat[lab == 1], bins, histtype="step", label="signal")
+        ax.set(xlabel=name, ylabel="events", yscale="log")
+        ax.legend()
+    save(fig, "scores", "Distributions of both statistics per class.")
+
+    k = len(examples["index"])
+    if k:
+        n = examples["strain"].shape[1]
+        t = np.arange(n) / cfg.sample_rate
+        fig, axes = plt.subplots(k, 1, figsize=(9, 2.4 * k), sharex=True, squeeze=False)
+        for i, ax in enumerate(axes[:, 0]):
+            ax.plot(t, examples["strain"][i], color="0.7", lw=0.6, label="whitened strain")
+            ax.plot(t, examples["signal"][i], color="C1", lw=1.0, label="injected signal")
+            ax2 = ax.twinx()
+            sal = np.abs(examples["saliency"][i])
+            ax2.fill_between(t, 0, sal / max(sal.max(), 1e-30), color="C0", alpha=0.3,
+                             label="|d logit / d strain|")  # fmt: skip
+            ax2.set_yticks([])
+            ax.set_title(f"test event {examples['index'][i]}, injected SNR "
+                         f"{examples['snr'][i]:.1f}", fontsize=9)  # fmt: skip
+            if i == 0:
+                h1, l1 = ax.get_legend_handles_labels()
+                h2, l2 = ax2.get_legend_handles_labels()
+                ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper left")
+        axes[-1, 0].set_xlabel("time (s)")
+        save(
+            fig,
+            "saliency",
+            "Saliency (gradient of the logit with respect to the strain, from "
+            "the compiled backward) with the injected waveform over the whitened strain.",
+        )
+    return made
+
+
+def table(s: dict) -> list[str]:
+    rows = ["| | network | matched filter | network / matched filter |", "|---|---:|---:|---:|",
+            f"| AUC | {s['auc']['network']:.4f} | {s['auc']['matched_filter']:.4f} | |"]  # fmt: skip
+
+    def pm(v):
+        return "n/a" if v["value"] is None else f"{v['value']:.2f} ± {v['std'] or float('nan'):.2f}"
+
+    def pm3(v):
+        return "n/a" if v["value"] is None else f"{v['value']:.3f} ± {v['std'] or float('nan'):.3f}"
+
+    for k, v in s["snr50"].items():
+        rows.append(f"| SNR at 50% efficiency, false-alarm probability {k} | "
+                    f"{pm(v['network'])} | {pm(v['matched_filter'])} | {pm3(s['ratio'][k])} |")  # fmt: skip
+    return rows
+
+
+def markdown(s: dict, figures) -> str:
+    t = s["training"]
+    lines = [
+        "# rootclad gw run: a gravitational-wave classifier against the matched filter", "",
+        f"Engine: **{s['engine']}** (the backward pass of the compiled {s['model'].upper()}); "
+        f"{t['epochs_run']} epochs (best at {t['best_epoch']}"
+        f"{', stopped early' if t['stopped_early'] else ''}); test set: "
+        f"{s['test_events']['noise']} noise and {s['test_events']['signal']} signal events; "
+        f"template bank: {s['template_bank']} templates.", "",
+        *table(s), "",
+        "SNR50: the injected optimal SNR at which half the signals are found at the given "
+        "false-alarm probability (fit of a normal CDF to the detections; ± one bootstrap "
+        "standard deviation). A ratio above 1 means the network needs louder signals.", "",
+    ]  # fmt: skip
+    for path, caption in figures:
+        lines += [f"![{caption}]({path})", "", caption, ""]
+    root = s["root"]
+    if "file" in root:
+        lines += [f"ROOT: {root['events']} test events scored through RDataFrame "
+                  f"(`define_score`), largest difference to the Python scores "
+                  f"{root['max_abs_diff_to_python']:.2e}; histograms and curves in "
+                  f"`{Path(root['file']).name}`.", ""]  # fmt: skip
+    else:
+        lines += [f"ROOT stage skipped: {root.get('skipped')}.", ""]
+    lines += ["Time per stage (s): " + ", ".join(f"{k} {v:.1f}" for k, v in s["seconds"].items()),
+              "", "Versions: " + ", ".join(f"{k} {v}" for k, v in s["versions"].items()), "",
+              "Reproduce: `rootclad gw run --config config.toml` (the resolved configuration).", ""]  # fmt: skip
+    return "\n".join(lines)
+
+
+def html_page(md_text: str, out: Path) -> str:
+    """A self-contained page: the markdown's paragraphs and table, images inlined."""
+    body = []
+    table_rows: list[str] = []
+    for line in md_text.splitlines() + [""]:
+        if line.startswith("|"):
+            if not set(line) <= set("|-: "):
+                cells = [html.escape(c.strip()) for c in line.strip("|").split("|")]
+                tag = "th" if not table_rows else "td"
+                table_rows.append("<tr>" + "".join(f"<{tag}>{c}</{tag}>" for c in cells) + "</tr>")
+            continue
+        if table_rows:
+            body.append("<table>" + "".join(table_rows) + "</table>")
+            table_rows = []
+        if line.startswith("# "):
+            body.append(f"<h1>{html.escape(line[2:])}</h1>")
+        elif line.startswith("!["):
+            src = line[line.rindex("](") + 2 : -1]
+            data = base64.b64encode((out / src).read_bytes()).decode()
+            body.append(f'<img src="data:image/png;base64,{data}" style="max-width:100%">')
+        elif line.strip():
+            text = html.escape(line).replace("**", "")
+            body.append(f"<p>{text}</p>")
+    style = ("body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em}"
+             "table{border-collapse:collapse}td,th{border:1px solid #bbb;padding:.3em .6em}"
+             "td{text-align:right}")  # fmt: skip
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>rootclad gw run</title>"
+            f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")  # fmt: skip
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write(out: Path, cfg, tr, ev, test, network, mf, examples, s: dict) -> None:
+    figures = plots(out, cfg, tr, ev, test, network, mf, examples)
+    md_text = markdown(s, figures)
+    _write(out / "report.md", md_text)
+    _write(out / "report.html", html_page(md_text, out))
+    _write(out / "summary.json", json.dumps(s, indent=1, default=float) + "\n")

@@ -1,0 +1,193 @@
+"""``rootclad gw run``: configuration checks, the evaluation's statistics against independent
+computations, resuming, and a small run end to end (summary, report, ROOT file)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from rootclad.gw.run import evaluate as ev
+from rootclad.gw.run.config import ConfigError, resolve
+
+SMALL = dict(train_events=1200, val_events=300, test_events=800, epochs=2, bootstrap=20,
+             bank_min_match=0.9, saliency_examples=2)  # fmt: skip
+
+
+# -- configuration -------------------------------------------------------------------------
+def test_config_file_round_trips_and_bad_values_name_their_key(tmp_path):
+    cfg = resolve(epochs=3)
+    path = tmp_path / "run.toml"
+    path.write_text(cfg.to_toml())
+    assert resolve(path) == cfg
+    for text, match in [
+        ("epoch = 3", "unknown key 'epoch'"),
+        ("epochs = 'three'", "epochs must be an integer"),
+        ("snr = [5]", r"snr must be two numbers"),
+        ("snr = [8, 4]", r"snr must be \[low, high\]"),
+        ("train_events = 0", "train_events must be at least 1"),
+        ("test_events = 100", "test_events must be at least 200"),
+        ("duration = 0.1", "at least 280"),
+        ("model = 'resnet'", "model must be one of cnn, mlp"),
+        ("lr = nan", "lr must be a positive number"),
+        ("epochs = ", "not TOML"),
+    ]:
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=match):
+            resolve(path)
+    with pytest.raises(ConfigError, match="no such configuration file"):
+        resolve(tmp_path / "missing.toml")
+    with pytest.raises(ConfigError, match="unknown preset"):
+        resolve(preset="huge")
+
+
+def test_an_approximant_without_lalsuite_is_refused(monkeypatch):
+    monkeypatch.setitem(sys.modules, "lalsimulation", None)  # import now fails
+    with pytest.raises(ConfigError, match="approximant 'IMRPhenomD' needs lalsuite"):
+        resolve(approximant="IMRPhenomD")
+
+
+def test_unwritable_output_or_full_disk_is_reported_before_simulating(tmp_path, monkeypatch):
+    from rootclad.gw.run import pipeline
+
+    (tmp_path / "file").write_text("")
+    cfg = resolve(**SMALL)
+    with pytest.raises(ConfigError, match="cannot write to the output directory"):
+        pipeline.run(cfg, tmp_path / "file" / "out", log=lambda *_: None)
+    monkeypatch.setattr(pipeline.shutil, "disk_usage",
+                        lambda p: shutil._ntuple_diskusage(10**9, 10**9 - 10**6, 10**6))  # fmt: skip
+    with pytest.raises(ConfigError, match="GB free, the run needs about"):
+        pipeline.run(cfg, tmp_path / "out", log=lambda *_: None)
+    assert not (tmp_path / "out" / "data").exists()
+
+
+# -- evaluation ------------------------------------------------------------------------------
+def _pairwise_auc(score, label):
+    s1, s0 = score[label == 1], score[label == 0]
+    return ((s1[:, None] > s0[None]).sum() + 0.5 * (s1[:, None] == s0[None]).sum()) / (
+        len(s1) * len(s0)
+    )
+
+
+def test_auc_and_roc_equal_direct_counts():
+    rng = np.random.default_rng(1)
+    label = (rng.random(500) < 0.4).astype(int)
+    score = np.round(rng.standard_normal(500) + label, 1)  # ties
+    assert ev.auc(score, label) == pytest.approx(_pairwise_auc(score, label), abs=1e-12)
+    fpr, tpr = ev.roc(score, label)
+    for t in (-1.0, 0.0, 0.7, 2.0):  # each threshold's rates are a point of the curve
+        f = (score[label == 0] >= t).mean()
+        p = (score[label == 1] >= t).mean()
+        assert np.any(np.isclose(fpr, f) & np.isclose(tpr, p))
+    assert np.trapezoid(tpr, fpr) == pytest.approx(ev.auc(score, label), abs=1e-12)
+
+
+def test_snr50_fit_recovers_a_known_efficiency_curve_and_its_error_covers_it():
+    """Statistic N(0, 1) + 0.3 SNR: at false-alarm probability f, half the signals pass at
+    SNR = isf(f) / 0.3 exactly."""
+    rng = np.random.default_rng(7)
+    n = 20000
+    label = (rng.random(n) < 0.5).astype(int)
+    snr = np.where(label == 1, rng.uniform(2, 14, n), 0.0)
+    out = ev.evaluate({"a": rng.standard_normal(n) + 0.3 * snr,
+                       "b": rng.standard_normal(n) + 0.36 * snr}, label, snr, bootstrap=60)  # fmt: skip
+    for fap in ev.FAPS:
+        k = ev.fap_key(fap)
+        for name, slope in (("a", 0.3), ("b", 0.36)):
+            r = out["methods"][name]["fap"][k]
+            truth = stats.norm.isf(fap) / slope
+            assert abs(r["snr50"] - truth) < 4 * r["snr50_std"] + 0.05, (name, k, r, truth)
+        ratio = out["ratio"][k]
+        assert abs(ratio["value"] - 1.2) < 4 * ratio["std"] + 0.01
+    assert ev.fap_key(1e-2) == "1e-2" and ev.fap_key(1e-3) == "1e-3"
+
+
+def test_snr50_fit_is_nan_without_a_crossing():
+    snr = np.linspace(5, 10, 100)
+    assert np.isnan(ev.fit_snr50(snr, np.ones(100)))
+    assert np.isnan(ev.fit_snr50(snr, (snr > 4.0).astype(float)))
+
+
+# -- training: resume ends where an uninterrupted run ends -----------------------------------
+@pytest.fixture(scope="module")
+def small_files(tmp_path_factory):
+    from rootclad.gw.run.pipeline import simulate_all
+
+    cfg = resolve(**SMALL)
+    d = tmp_path_factory.mktemp("gwrun")
+    return cfg, simulate_all(cfg, d / "data", False, lambda *_: None)
+
+
+def test_interrupted_training_resumes_to_the_same_weights(small_files, tmp_path):
+    from rootclad.gw.run.train import train
+
+    cfg, files = small_files
+    cfg = resolve(**{**SMALL, "epochs": 3, "engine": "pullback"})
+    quiet = lambda *_: None  # noqa: E731
+    full = train(cfg, files["train"], files["val"], tmp_path / "a", progress=False, log=quiet)
+
+    def stop_after_two(msg):
+        if msg.startswith("epoch 2:"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, files["train"], files["val"], tmp_path / "b", progress=False,
+              log=stop_after_two)  # fmt: skip
+    # the log line comes before the epoch's checkpoint: the last good one is epoch 1's
+    assert torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)["epoch"] == 1
+    assert [p.name for p in (tmp_path / "b").iterdir()] == ["checkpoint.pt"]
+    resumed = train(cfg, files["train"], files["val"], tmp_path / "b", resume=True,
+                    progress=False, log=quiet)  # fmt: skip
+    assert resumed.resumed_from == 1
+    assert [h["val_loss"] for h in resumed.history] == [h["val_loss"] for h in full.history]
+    for (k, a), b in zip(full.cm.state_dict().items(), resumed.cm.state_dict().values(),
+                         strict=True):  # fmt: skip
+        assert torch.equal(a, b), k
+    other = resolve(**{**SMALL, "epochs": 3, "engine": "pullback", "lr": 2e-3})
+    with pytest.raises(ValueError, match="another configuration"):
+        train(other, files["train"], files["val"], tmp_path / "b", resume=True, progress=False,
+              log=quiet)  # fmt: skip
+
+
+# -- end to end --------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_small_run_writes_summary_report_and_root_file(small_files, tmp_path):
+    from rootclad.gw.run.pipeline import run
+
+    cfg, files = small_files
+    out = tmp_path / "run"
+    shutil.copytree(files["train"].parent, out / "data")
+    lines = []
+    summary = run(cfg, out, progress=False, log=lines.append)
+    assert sum("reused" in line for line in lines) == 3  # same configuration: not rewritten
+    s = json.loads((out / "summary.json").read_text())
+    assert s["engine"] in ("clad", "pullback") and s["engine"] == summary["engine"]
+    for m in ("network", "matched_filter"):
+        assert 0.5 < s["auc"][m] <= 1
+    for k in ("1e-1", "1e-2", "1e-3"):
+        for m in ("network", "matched_filter"):
+            assert set(s["snr50"][k][m]) == {"value", "std"}
+        assert set(s["ratio"][k]) == {"value", "std"}
+    # the matched filter is the optimal statistic here: it must beat chance clearly
+    assert s["auc"]["matched_filter"] > 0.8
+    page = (out / "report.html").read_text()
+    assert page.count('src="data:image/png;base64,') == 5 and 'src="plots/' not in page
+    assert "SNR at 50% efficiency" in (out / "report.md").read_text()
+    assert resolve(out / "config.toml") == cfg
+    for stem in ("gwnet.so", "gwnet.root", "gwnet.h"):
+        assert (out / "model" / stem).exists()
+    if "skipped" not in s["root"]:
+        import uproot
+
+        assert s["root"]["max_abs_diff_to_python"] < 1e-4
+        with uproot.open(out / "scores.root") as f:
+            names = {k.split(";")[0] for k in f.keys()}
+            assert {"score_noise", "score_signal", "roc_network", "roc_matched_filter",
+                    "efficiency_network_1e-2", "efficiency_matched_filter_1e-3"} <= names  # fmt: skip
+            assert f["score_noise"].values().sum() == s["test_events"]["noise"]
+    assert not list(out.rglob("*.partial*"))
