@@ -18,20 +18,14 @@
 
 #include <cstdio>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 int read_gw_batches(const char* files = "gw.root", int batch_size = 256, int epochs = 1,
                     const char* split = "all", double validation_fraction = 0.0,
                     unsigned long long seed = 0) {
-  std::vector<std::string> names;
-  std::stringstream list(files);
-  for (std::string item; std::getline(list, item, ',');)
-    if (!item.empty())
-      names.push_back(item);
   try {
-    rootclad::data::BatchReader reader(names);
+    rootclad::data::BatchReader reader(rootclad::data::file_list(files));
     reader.configure(batch_size, split, validation_fraction, /*shuffle=*/true, seed);
     const long long N = reader.length();
     std::vector<float> x(batch_size * N);

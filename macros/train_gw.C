@@ -17,20 +17,10 @@
 #include <TStopwatch.h>
 
 #include <cstdio>
-#include <sstream>
 #include <string>
 #include <vector>
 
 namespace {
-std::vector<std::string> split_files(const char* files) {
-  std::vector<std::string> names;
-  std::stringstream list(files);
-  for (std::string item; std::getline(list, item, ',');)
-    if (!item.empty())
-      names.push_back(item);
-  return names;
-}
-
 // Mean loss over one pass of `reader` (training steps when opt is given).
 double run_epoch(rootclad::Model& m, rootclad::data::BatchReader& reader, unsigned long long epoch,
                  rootclad::Optimizer* opt) {
@@ -59,7 +49,8 @@ int train_gw(const char* files = "gw.root", const char* stem = "build/gwnet", in
     rootclad::Model m(stem);
     if (m.input_size() <= 0 || m.output_size() != 1)
       throw std::runtime_error(std::string(stem) + " is not a one-output classifier");
-    rootclad::data::BatchReader train(split_files(files)), val(split_files(files));
+    rootclad::data::BatchReader train(rootclad::data::file_list(files)),
+        val(rootclad::data::file_list(files));
     train.configure(batch_size, "train", validation_fraction, /*shuffle=*/true, seed);
     val.configure(batch_size, "validation", validation_fraction, /*shuffle=*/false, seed);
     if (train.length() != m.input_size())

@@ -16,7 +16,6 @@
 #include <TStopwatch.h>
 
 #include <cstdio>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -65,11 +64,7 @@ int train_libtorch(const char* files = "gw.root", const char* stem = "build/gwne
       const std::vector<double> p = m.parameters();
       model.flat_parameters().copy_(torch::tensor(p, torch::kFloat64));
     }
-    std::vector<std::string> names;
-    std::stringstream list(files);
-    for (std::string item; std::getline(list, item, ',');)
-      if (!item.empty())
-        names.push_back(item);
+    const auto names = rootclad::data::file_list(files);
     rootclad::data::BatchReader train(names), val(names);
     train.configure(batch_size, "train", validation_fraction, /*shuffle=*/true, seed);
     val.configure(batch_size, "validation", validation_fraction, /*shuffle=*/false, seed);

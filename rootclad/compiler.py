@@ -12,7 +12,11 @@ from rootclad.ir.from_torch import graph_from_module
 from rootclad.toolchain import ToolchainError, blas_flags, build_library, find_clad, find_cxx
 
 _DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64"}
-OPT_FLAGS = ["-O3", "-march=native", "-std=c++17", "-fno-math-errno", "-fopenmp-simd"]
+# -fvisibility=hidden: a model library exports its C API only (emit.py), nothing of the
+# header-only runtime, whose inline functions and statics would otherwise be shared between
+# the model libraries of one process (see parallel.h's ThreadPool)
+OPT_FLAGS = ["-O3", "-march=native", "-std=c++17", "-fno-math-errno", "-fopenmp-simd",
+             "-fvisibility=hidden"]  # fmt: skip
 
 
 def engines_available() -> dict[str, str]:

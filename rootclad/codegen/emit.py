@@ -568,7 +568,12 @@ class _Emitter:
             *self.layout_tables(),
             f"}} // namespace {prefix}",
             "",
-            "// The C API: loaded by ctypes (Python), Cling (ROOT) or linked by C++ programs.",
+            "// The C API: loaded by ctypes (Python), Cling (ROOT) or linked by C++ programs. It is",
+            "// all the library exports: the build hides everything else (-fvisibility=hidden),",
+            "// so that two model libraries in one process never bind to each other's inline",
+            "// functions and statics (their thread pools and per-thread flags then mixed, and a",
+            "// training step deadlocked).",
+            "#pragma GCC visibility push(default)",
             'extern "C" {',
             f"using {PT} = {P}::T;",
             f"long {P}_n_params() {{ return {P}::N_PARAMS; }}",
@@ -630,6 +635,7 @@ class _Emitter:
             "}",
             *self.layout_api(prefix),
             "}",
+            "#pragma GCC visibility pop",
         ]
         return "\n".join(head + body + api) + "\n"
 

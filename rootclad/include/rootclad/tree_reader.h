@@ -91,19 +91,29 @@ inline bool all_finite(const float* x, long long n) {
   return worst != 0;
 }
 
+// "a.root,b.root" -> {"a.root", "b.root"}: the file lists of macros' arguments.
+inline std::vector<std::string> file_list(const std::string& comma_separated) {
+  std::vector<std::string> names;
+  std::stringstream list(comma_separated);
+  for (std::string item; std::getline(list, item, ',');)
+    if (!item.empty())
+      names.push_back(item);
+  return names;
+}
+
 struct Block {
   int file;
   long long start, stop;
   long long size() const { return stop - start; }
 };
 
-// ---- one input file ---------------------------------------------------------
+// ---- one TTree of one file: opening, checks and error messages ------------------
 
-class TreeSource {
+// Opens `tree` in `path` (a "dir/name" path too) and names the file, tree, branch
+// and entry in every error it throws. The readers' sources derive from it.
+class TreeFile {
 public:
-  TreeSource(const std::string& path, const std::string& tree, const std::string& strain,
-             const std::string& label)
-      : path_(path), tree_name_(tree), strain_name_(strain), label_name_(label) {
+  TreeFile(const std::string& path, const std::string& tree) : path_(path), tree_name_(tree) {
     if (path.find("://") == std::string::npos && gSystem->AccessPathName(path.c_str()))
       fail("file not found");
     file_.reset(TFile::Open(path.c_str(), "READ"));
@@ -130,17 +140,46 @@ public:
     tree_ = static_cast<TTree*>(key->ReadObj());
     if (!tree_)
       fail("cannot read the tree (truncated or corrupt file?)", true);
-    strain_br_ = tree_->GetBranch(strain.c_str());
-    if (!strain_br_)
-      fail("no such branch", true, strain_name_);
-    label_br_ = tree_->GetBranch(label.c_str());
-    if (!label_br_)
-      fail("no such branch", true, label_name_);
     entries_ = tree_->GetEntries();
-    setup_strain();
-    setup_label();
-    const int nb = strain_br_->GetWriteBasket();
-    const Long64_t* first = strain_br_->GetBasketEntry();
+  }
+  TreeFile(const TreeFile&) = delete;
+  TreeFile& operator=(const TreeFile&) = delete;
+
+  long long entries() const { return entries_; }
+  const std::string& path() const { return path_; }
+  // First entry of each basket of the first column read, then the entry count.
+  const std::vector<long long>& basket_offsets() const { return offsets_; }
+
+  [[noreturn]] void fail_entry(const std::string& branch, long long entry,
+                               const std::string& what) const {
+    std::ostringstream os;
+    os << path_ << ": tree '" << tree_name_ << "', branch '" << branch << "', entry " << entry
+       << ": " << what;
+    throw std::runtime_error(os.str());
+  }
+
+  [[noreturn]] void fail(const std::string& what, bool with_tree = false,
+                         const std::string& branch = "") const {
+    std::ostringstream os;
+    os << path_;
+    if (with_tree)
+      os << ": tree '" << tree_name_ << "'";
+    if (!branch.empty())
+      os << ", branch '" << branch << "'";
+    os << ": " << what;
+    throw std::runtime_error(os.str());
+  }
+
+protected:
+  TBranch* branch(const std::string& name) const {
+    TBranch* b = tree_->GetBranch(name.c_str());
+    if (!b)
+      fail("no such branch", true, name);
+    return b;
+  }
+  void set_offsets(TBranch* br) {
+    const int nb = br->GetWriteBasket();
+    const Long64_t* first = br->GetBasketEntry();
     for (int b = 0; b < nb; ++b)
       offsets_.push_back(first[b]);
     offsets_.push_back(entries_);
@@ -148,10 +187,28 @@ public:
       offsets_ = {0, entries_};
   }
 
-  long long entries() const { return entries_; }
+  std::string path_, tree_name_;
+  std::unique_ptr<TFile> file_;
+  TTree* tree_ = nullptr; // owned by file_
+  long long entries_ = 0;
+  std::vector<long long> offsets_;
+};
+
+// ---- the GW strain and label of one file ---------------------------------------
+
+class TreeSource : public TreeFile {
+public:
+  TreeSource(const std::string& path, const std::string& tree, const std::string& strain,
+             const std::string& label)
+      : TreeFile(path, tree), strain_name_(strain), label_name_(label) {
+    strain_br_ = branch(strain);
+    label_br_ = branch(label);
+    setup_strain();
+    setup_label();
+    set_offsets(strain_br_);
+  }
+
   int length() const { return length_; } // -1: variable-length branch, known per entry
-  const std::vector<long long>& basket_offsets() const { return offsets_; }
-  const std::string& path() const { return path_; }
 
   // Reads entry `entry` into x[0..N) and *y. N = expected length.
   void read(long long entry, float* x, int* y, int N, bool check_finite) {
@@ -214,28 +271,8 @@ public:
     }
   }
 
-  [[noreturn]] void fail_entry(const std::string& branch, long long entry,
-                               const std::string& what) const {
-    std::ostringstream os;
-    os << path_ << ": tree '" << tree_name_ << "', branch '" << branch << "', entry " << entry
-       << ": " << what;
-    throw std::runtime_error(os.str());
-  }
-
 private:
   enum class Kind { Fixed, Counted, Vector, RVec };
-
-  [[noreturn]] void fail(const std::string& what, bool with_tree = false,
-                         const std::string& branch = "") const {
-    std::ostringstream os;
-    os << path_;
-    if (with_tree)
-      os << ": tree '" << tree_name_ << "'";
-    if (!branch.empty())
-      os << ", branch '" << branch << "'";
-    os << ": " << what;
-    throw std::runtime_error(os.str());
-  }
 
   void copy_var(const float* src, long long n, float* x, int N, long long entry) {
     if (n != N) {
@@ -310,13 +347,9 @@ public:
     delete vec_;
     delete rvec_;
   }
-  TreeSource(const TreeSource&) = delete;
-  TreeSource& operator=(const TreeSource&) = delete;
 
 private:
-  std::string path_, tree_name_, strain_name_, label_name_;
-  std::unique_ptr<TFile> file_;
-  TTree* tree_ = nullptr; // owned by file_
+  std::string strain_name_, label_name_;
   TBranch* strain_br_ = nullptr;
   TBranch* label_br_ = nullptr;
   TLeaf* strain_leaf_ = nullptr;
@@ -324,11 +357,9 @@ private:
   bool label_integral_ = true;
   Kind kind_ = Kind::Fixed;
   int length_ = -1;
-  long long entries_ = 0;
   std::vector<float> fixed_;
   std::vector<float>* vec_ = nullptr;
   ROOT::RVec<float>* rvec_ = nullptr;
-  std::vector<long long> offsets_;
 };
 
 // ---- the plan, the shuffle buffer and batch assembly, shared by the readers ----
@@ -651,56 +682,24 @@ inline bool integral_leaf(TLeaf* leaf) {
 
 // One TTree of one file, read as rows: the features concatenated (float), a
 // target (double: integral or floating-point) and an optional weight.
-class TableSource {
+class TableSource : public TreeFile {
 public:
   TableSource(const std::string& path, const std::string& tree,
               const std::vector<std::string>& features, const std::string& target,
               const std::string& weight)
-      : path_(path), tree_name_(tree) {
-    if (path.find("://") == std::string::npos && gSystem->AccessPathName(path.c_str()))
-      fail("file not found");
-    file_.reset(TFile::Open(path.c_str(), "READ"));
-    if (!file_ || file_->IsZombie())
-      fail("cannot open as a ROOT file (not ROOT, truncated or corrupt; ROOT's own message is "
-           "above)");
-    if (file_->TestBit(TFile::kRecovered))
-      fail("the file was not closed properly (truncated?); ROOT had to recover it");
-    TKey* key = file_->GetKey(tree.c_str());
-    if (!key)
-      fail("no such tree in the file", true);
-    TClass* cls = TClass::GetClass(key->GetClassName());
-    if (!cls || !cls->InheritsFrom(TTree::Class()))
-      fail(std::string("'") + tree + "' is a " + key->GetClassName() + ", not a TTree", true);
-    tree_ = static_cast<TTree*>(key->ReadObj());
-    if (!tree_)
-      fail("cannot read the tree (truncated or corrupt file?)", true);
-    entries_ = tree_->GetEntries();
+      : TreeFile(path, tree) {
     for (const auto& name : features)
       features_.push_back(open_column(name, false));
     target_ = open_column(target, true);
     if (!weight.empty())
       weight_ = open_column(weight, true);
-    TBranch* first = features_.front().branch;
-    const int nb = first->GetWriteBasket();
-    const Long64_t* starts = first->GetBasketEntry();
-    for (int b = 0; b < nb; ++b)
-      offsets_.push_back(starts[b]);
-    offsets_.push_back(entries_);
-    if (offsets_.size() < 2 || offsets_.front() != 0)
-      offsets_ = {0, entries_};
+    set_offsets(features_.front().branch);
   }
 
   ~TableSource() {
     for (auto& c : features_)
       c.branch->ResetAddress();
   }
-  TableSource(const TableSource&) = delete;
-  TableSource& operator=(const TableSource&) = delete;
-
-  long long entries() const { return entries_; }
-  const std::vector<long long>& basket_offsets() const { return offsets_; }
-  const std::string& path() const { return path_; }
-  const std::string& tree() const { return tree_name_; }
 
   // Values per entry of each feature: fixed ones from the branch, the others
   // from the first entry (0 for an empty tree); checked on every entry read.
@@ -764,26 +763,6 @@ public:
 
   bool integral_target() const { return target_.integral; }
 
-  [[noreturn]] void fail_entry(const std::string& branch, long long entry,
-                               const std::string& what) const {
-    std::ostringstream os;
-    os << path_ << ": tree '" << tree_name_ << "', branch '" << branch << "', entry " << entry
-       << ": " << what;
-    throw std::runtime_error(os.str());
-  }
-
-  [[noreturn]] void fail(const std::string& what, bool with_tree = false,
-                         const std::string& branch = "") const {
-    std::ostringstream os;
-    os << path_;
-    if (with_tree)
-      os << ": tree '" << tree_name_ << "'";
-    if (!branch.empty())
-      os << ", branch '" << branch << "'";
-    os << ": " << what;
-    throw std::runtime_error(os.str());
-  }
-
 private:
   struct Column {
     std::string name;
@@ -797,9 +776,7 @@ private:
   Column open_column(const std::string& name, bool scalar) {
     Column c;
     c.name = name;
-    c.branch = tree_->GetBranch(name.c_str());
-    if (!c.branch)
-      fail("no such branch", true, name);
+    c.branch = branch(name);
     if (auto* be = dynamic_cast<TBranchElement*>(c.branch)) {
       TClass* cls = TClass::GetClass(be->GetClassName());
       detail::VectorColumn* vec = cls ? detail::make_vector_column(cls) : nullptr;
@@ -852,13 +829,8 @@ private:
     return c.leaf->GetValue(0);
   }
 
-  std::string path_, tree_name_;
-  std::unique_ptr<TFile> file_;
-  TTree* tree_ = nullptr; // owned by file_
-  long long entries_ = 0;
   std::vector<Column> features_;
   Column target_, weight_;
-  std::vector<long long> offsets_;
 };
 
 // Batches of rows from numeric columns of one or more files: the C++ twin of
