@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import torch
 
@@ -12,11 +13,13 @@ from rootclad.ir.from_torch import graph_from_module
 from rootclad.toolchain import ToolchainError, blas_flags, build_library, find_clad, find_cxx
 
 _DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64"}
-# -fvisibility=hidden: a model library exports its C API only (emit.py), nothing of the
-# header-only runtime, whose inline functions and statics would otherwise be shared between
-# the model libraries of one process (see parallel.h's ThreadPool)
+# -fvisibility=hidden and the linker's version script (exports.map): a model library exports
+# its C API only (emit.py), nothing of the header-only runtime or of libstdc++'s templates,
+# whose inline functions and statics were otherwise shared between the model libraries of one
+# process: one library's ThreadPool::run met another's gemm and a training step deadlocked
 OPT_FLAGS = ["-O3", "-march=native", "-std=c++17", "-fno-math-errno", "-fopenmp-simd",
              "-fvisibility=hidden"]  # fmt: skip
+EXPORTS_MAP = Path(__file__).resolve().parent / "toolchain" / "exports.map"
 
 
 def engines_available() -> dict[str, str]:
@@ -127,7 +130,7 @@ def compile(
     from rootclad import get_include
 
     flags = [*OPT_FLAGS, f"-I{get_include()}", *engine_flags]
-    link = []
+    link = [f"-Wl,--version-script={EXPORTS_MAP}"]
     if pullbacks:
         bc, bl, _ = blas_flags()
         flags += bc

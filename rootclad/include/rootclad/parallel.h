@@ -4,7 +4,9 @@
 // forward and backward pass on its chunk with single-threaded BLAS, and the parameter
 // gradients are summed afterwards. Every op (im2col, pooling, activations) is then parallel,
 // not only the GEMMs. The pool is created on first use and reused, so a training step
-// allocates nothing after the first call. ROOTCLAD_NUM_THREADS overrides the thread count
+// allocates nothing after the first call. Each model library has its own pool: libraries are
+// built with -fvisibility=hidden, so their copies of this header never bind to each other's
+// (two libraries' ThreadPool::run and gemm with different in_pool_task flags deadlocked). ROOTCLAD_NUM_THREADS overrides the thread count
 // (default: the hardware's).
 #pragma once
 
