@@ -6,8 +6,8 @@
 // not only the GEMMs. The pool is created on first use and reused, so a training step
 // allocates nothing after the first call. Each model library has its own pool: libraries are
 // built with -fvisibility=hidden, so their copies of this header never bind to each other's
-// (two libraries' ThreadPool::run and gemm with different in_pool_task flags deadlocked). ROOTCLAD_NUM_THREADS overrides the thread count
-// (default: the hardware's).
+// (two libraries' ThreadPool::run and gemm with different in_pool_task flags deadlocked).
+// ROOTCLAD_NUM_THREADS overrides the thread count (default: the hardware's).
 #pragma once
 
 #include <atomic>
