@@ -13,9 +13,7 @@ ROOT, report. Each stage is timed; everything lands in one output directory:
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import json
 import os
 import platform
 import shutil
@@ -92,13 +90,40 @@ def _entries(path: Path) -> int:
 
 
 def read_test(path: Path) -> dict[str, np.ndarray]:
+    """Label, injected SNR and seed of every test event (the strain is read in chunks)."""
     import uproot
 
     with uproot.open(path) as f:
-        t = f["events"]
-        d = t.arrays(["strain", "label", "snr", "seed"], library="np")
-    d["strain"] = d["strain"].reshape(len(d["label"]), 1, -1).astype(np.float32)
-    return d
+        return f["events"].arrays(["label", "snr", "seed"], library="np")
+
+
+def strain_chunks(path: Path, step: int = 4096):
+    """The test file's strain, (k, 1, n) float32 chunks of ``step`` events, in entry order: a
+    test set of any size is never held in memory whole."""
+    import uproot
+
+    with uproot.open(path) as f:
+        for part in f["events"].iterate(["strain"], step_size=step, library="np"):
+            x = part["strain"]
+            yield np.ascontiguousarray(x.reshape(len(x), 1, -1), dtype=np.float32)
+
+
+def strain_of(path: Path, entries) -> np.ndarray:
+    """The strain of a few entries, (k, 1, n)."""
+    import uproot
+
+    with uproot.open(path) as f:
+        branch = f["events"]["strain"]
+        rows = [branch.array(entry_start=int(e), entry_stop=int(e) + 1, library="np")[0]
+                for e in entries]  # fmt: skip
+    return np.asarray(rows, dtype=np.float32).reshape(len(rows), 1, -1)
+
+
+def network_scores(cm, cfg: RunConfig, path: Path) -> np.ndarray:
+    """The network's logit for every test event, chunk by chunk."""
+    from rootclad.gw.run.train import scores
+
+    return np.concatenate([scores(cm, cfg, x) for x in strain_chunks(path)])
 
 
 def template_bank(cfg: RunConfig, test_file: Path, cache: Path, log):
@@ -124,18 +149,18 @@ def template_bank(cfg: RunConfig, test_file: Path, cache: Path, log):
     return bank
 
 
-def matched_filter(bank, strain, progress) -> np.ndarray:
+def matched_filter(bank, path: Path, progress) -> np.ndarray:
+    """The maximised matched-filter SNR of every test event, chunk by chunk."""
     from tqdm.auto import tqdm
 
     from rootclad.gw.matched_filter import matched_filter_snr
 
-    out = np.empty(len(strain))
-    step = 512
-    with tqdm(total=len(strain), unit="ev", disable=not progress, desc="matched filter") as bar:
-        for lo in range(0, len(strain), step):
-            out[lo : lo + step] = matched_filter_snr(strain[lo : lo + step], bank).snr
-            bar.update(len(strain[lo : lo + step]))
-    return out
+    out = []
+    with tqdm(total=_entries(path), unit="ev", disable=not progress, desc="matched filter") as bar:
+        for x in strain_chunks(path, 512):
+            out.append(matched_filter_snr(x, bank).snr)
+            bar.update(len(x))
+    return np.concatenate(out)
 
 
 def explain(cm, cfg, test: dict, test_file: Path) -> dict:
@@ -148,12 +173,13 @@ def explain(cm, cfg, test: dict, test_file: Path) -> dict:
     order = sig[np.argsort(test["snr"][sig])]
     k = min(cfg.saliency_examples, len(order))
     picks = order[np.linspace(len(order) // 2, len(order) - 1, k).astype(int)] if k else order[:0]
+    strain = strain_of(test_file, picks)
     return {
         "index": picks.tolist(),
         "snr": test["snr"][picks].tolist(),
-        "strain": test["strain"][picks, 0],
+        "strain": strain[:, 0],
         "signal": injected_signals(test["seed"][picks], read_config(test_file)),
-        "saliency": saliency(cm, cfg, test["strain"][picks]),
+        "saliency": saliency(cm, cfg, strain),
     }
 
 
@@ -228,9 +254,9 @@ def run(cfg: RunConfig, out: Path, *, resume: bool = False, progress: bool | Non
                     progress=progress, log=log)  # fmt: skip
     log(f"engine: {tr.engine}; best validation loss at epoch {tr.best_epoch}")
     test = read_test(files["test"])
-    network = stages.run("score (network)", train.scores, tr.cm, cfg, test["strain"])
+    network = stages.run("score (network)", network_scores, tr.cm, cfg, files["test"])
     bank = stages.run("template bank", template_bank, cfg, files["test"], out / "cache", log)
-    mf = stages.run("matched filter", matched_filter, bank, test["strain"], progress)
+    mf = stages.run("matched filter", matched_filter, bank, files["test"], progress)
     ev = stages.run("evaluate", _evaluate, cfg, network, mf, test)
     examples = stages.run("saliency", explain, tr.cm, cfg, test, files["test"])
     (out / "model").mkdir(exist_ok=True)
@@ -253,6 +279,3 @@ def _evaluate(cfg, network, mf, test):
 def machine() -> dict:
     return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
             "cores": os.cpu_count()}  # fmt: skip
-
-
-__all__ = ["run", "RunConfig", "machine", "dataclasses", "json"]
