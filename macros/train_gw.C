@@ -13,6 +13,7 @@
 // saves the weights back to stem.root (written to a temporary name, then renamed).
 #include "../rootclad/include/rootclad/model.h"
 #include "../rootclad/include/rootclad/tree_reader.h"
+#include "gw_training.h"
 
 #include <TStopwatch.h>
 
@@ -24,21 +25,12 @@ namespace {
 // Mean loss over one pass of `reader` (training steps when opt is given).
 double run_epoch(rootclad::Model& m, rootclad::data::BatchReader& reader, unsigned long long epoch,
                  rootclad::Optimizer* opt) {
-  const long long B = reader.batch_size(), N = reader.length();
-  std::vector<float> x(B * N), y(B);
-  std::vector<int> labels(B);
-  reader.start_epoch(epoch);
-  double total = 0;
-  long long seen = 0;
-  while (long long n = reader.next_batch(x.data(), labels.data())) {
+  std::vector<float> y(reader.batch_size());
+  return gw_training::mean_loss(reader, epoch, [&](const float* x, const int* labels, long long n) {
     for (long long i = 0; i < n; ++i)
       y[i] = (float)labels[i];
-    const double loss =
-        opt ? m.train_step(x.data(), y.data(), (int)n, *opt) : m.loss(x.data(), y.data(), (int)n);
-    total += loss * n;
-    seen += n;
-  }
-  return seen ? total / seen : 0.0;
+    return opt ? m.train_step(x, y.data(), (int)n, *opt) : m.loss(x, y.data(), (int)n);
+  });
 }
 } // namespace
 
@@ -51,12 +43,7 @@ int train_gw(const char* files = "gw.root", const char* stem = "build/gwnet", in
       throw std::runtime_error(std::string(stem) + " is not a one-output classifier");
     rootclad::data::BatchReader train(rootclad::data::file_list(files)),
         val(rootclad::data::file_list(files));
-    train.configure(batch_size, "train", validation_fraction, /*shuffle=*/true, seed);
-    val.configure(batch_size, "validation", validation_fraction, /*shuffle=*/false, seed);
-    if (train.length() != m.input_size())
-      throw std::runtime_error(std::string("the strain has ") + std::to_string(train.length()) +
-                               " samples; the model " + stem + " takes " +
-                               std::to_string(m.input_size()));
+    gw_training::configure(train, val, batch_size, validation_fraction, seed, m.input_size(), stem);
     rootclad::Adam opt(m, lr);
     printf("training %s (%s engine, %s) on %lld events, validating on %lld\n", stem,
            m.engine().c_str(), m.dtype().c_str(), train.entries(), val.entries());

@@ -12,6 +12,7 @@
 #include "../rootclad/include/rootclad/model.h"
 #include "../rootclad/include/rootclad/torch_function.h"
 #include "../rootclad/include/rootclad/tree_reader.h"
+#include "gw_training.h"
 
 #include <TStopwatch.h>
 
@@ -23,33 +24,23 @@ namespace {
 // Mean loss over one pass of `reader`; an optimizer step per batch when opt is given.
 double libtorch_epoch(rootclad::TorchModel& model, rootclad::data::BatchReader& reader,
                       unsigned long long epoch, torch::optim::Optimizer* opt) {
-  const long long B = reader.batch_size(), N = reader.length();
-  std::vector<float> x(B * N);
-  std::vector<int> labels(B);
   const auto& api = model.api();
-  reader.start_epoch(epoch);
-  double total = 0;
-  long long seen = 0;
-  while (long long n = reader.next_batch(x.data(), labels.data())) {
-    auto xt = torch::from_blob(x.data(), rootclad::detail::batch_shape((int)n, api.input_shape))
+  return gw_training::mean_loss(reader, epoch, [&](float* x, int* labels, long long n) {
+    auto xt = torch::from_blob(x, rootclad::detail::batch_shape((int)n, api.input_shape))
                   .to(model.flat_parameters().scalar_type());
-    auto yt = torch::from_blob(labels.data(), {n}, torch::kInt32).to(torch::kFloat32);
-    torch::Tensor loss;
-    if (opt) {
-      model.train();
-      loss = rootclad::loss_of(api, model(xt), yt);
-      opt->zero_grad();
-      loss.backward();
-      opt->step();
-    } else {
+    auto yt = torch::from_blob(labels, {n}, torch::kInt32).to(torch::kFloat32);
+    if (!opt) {
       torch::NoGradGuard no_grad;
       model.eval();
-      loss = rootclad::loss_of(api, model.predict(xt), yt);
+      return rootclad::loss_of(api, model.predict(xt), yt).item<double>();
     }
-    total += loss.item<double>() * n;
-    seen += n;
-  }
-  return seen ? total / seen : 0.0;
+    model.train();
+    auto loss = rootclad::loss_of(api, model(xt), yt);
+    opt->zero_grad();
+    loss.backward();
+    opt->step();
+    return loss.item<double>();
+  });
 }
 } // namespace
 
@@ -66,12 +57,7 @@ int train_libtorch(const char* files = "gw.root", const char* stem = "build/gwne
     }
     const auto names = rootclad::data::file_list(files);
     rootclad::data::BatchReader train(names), val(names);
-    train.configure(batch_size, "train", validation_fraction, /*shuffle=*/true, seed);
-    val.configure(batch_size, "validation", validation_fraction, /*shuffle=*/false, seed);
-    if (train.length() != m.input_size())
-      throw std::runtime_error(std::string("the strain has ") + std::to_string(train.length()) +
-                               " samples; the model " + stem + " takes " +
-                               std::to_string(m.input_size()));
+    gw_training::configure(train, val, batch_size, validation_fraction, seed, m.input_size(), stem);
     torch::optim::Adam opt(model.parameters(), torch::optim::AdamOptions(lr));
     printf("training %s with LibTorch (%s engine backward, torch::optim::Adam) on %lld events\n",
            stem, m.engine().c_str(), train.entries());

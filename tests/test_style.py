@@ -31,7 +31,7 @@ def test_ruff_format():
 @pytest.mark.skipif(shutil.which("clang-format") is None, reason="clang-format is not installed")
 def test_clang_format():
     files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "rootclad" / "include").rglob("*.h"))
-    files += sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("macros/*.C"))
+    files += sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("macros/*.[Ch]"))
     files += sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("tests/**/*.cpp"))
     out = _run(["clang-format", "--dry-run", "--Werror", *files])
     assert out.returncode == 0, out.stdout + out.stderr
