@@ -63,7 +63,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     n = args.events
     cfg = resolve(
         args.config, args.preset, model=args.model, engine=args.engine, epochs=args.epochs,
-        device=args.device, seed=args.seed, train_events=n,
+        device=args.device, seed=args.seed, approximant=args.approximant, train_events=n,
         val_events=None if n is None else max(n // 6, 256),
         test_events=None if n is None else max(n // 2, 1024),
     )  # fmt: skip
@@ -128,6 +128,8 @@ def register(subparsers) -> None:
     p.add_argument("--model", choices=["cnn", "mlp"])
     p.add_argument("--engine", choices=["auto", "clad", "pullback"])
     p.add_argument("--seed", type=int)
+    p.add_argument("--approximant", help="'builtin' (default) or a LALSimulation name, e.g. "
+                   "IMRPhenomD (needs lalsuite)")  # fmt: skip
     p.add_argument("--device", choices=["cpu"], help="only cpu so far")
     p.add_argument("--preset", default="default", choices=["default", "full"])
     p.add_argument("--resume", action="store_true", help="continue from out/checkpoint.pt")

@@ -191,3 +191,16 @@ def test_small_run_writes_summary_report_and_root_file(small_files, tmp_path):
                     "efficiency_network_1e-2", "efficiency_matched_filter_1e-3"} <= names  # fmt: skip
             assert f["score_noise"].values().sum() == s["test_events"]["noise"]
     assert not list(out.rglob("*.partial*"))
+    # the same seed gives the same numbers
+    again = run(cfg, tmp_path / "again", progress=False, log=lambda *_: None)
+    assert again["auc"] == s["auc"] and again["snr50"] == s["snr50"]
+
+
+def test_a_lalsuite_approximant_simulates_through_the_run_config(tmp_path):
+    pytest.importorskip("lalsimulation", reason="needs lalsuite")
+    from rootclad.gw.dataset import read_config
+    from rootclad.gw.run.pipeline import simulate_all
+
+    cfg = resolve(train_events=20, val_events=10, test_events=200, approximant="IMRPhenomD")
+    files = simulate_all(cfg, tmp_path, False, lambda *_: None)
+    assert read_config(files["test"]).approximant == "IMRPhenomD"
