@@ -204,3 +204,21 @@ def test_a_lalsuite_approximant_simulates_through_the_run_config(tmp_path):
     cfg = resolve(train_events=20, val_events=10, test_events=200, approximant="IMRPhenomD")
     files = simulate_all(cfg, tmp_path, False, lambda *_: None)
     assert read_config(files["test"]).approximant == "IMRPhenomD"
+
+
+def test_the_best_epochs_weights_are_kept_not_the_last(small_files, tmp_path, monkeypatch):
+    """state_dict() views the live parameters: keeping it as "the best weights" kept whatever
+    the last epoch left. The validation losses are set so that epoch 2 is the best."""
+    from rootclad.gw.run import train as train_module
+
+    cfg, files = small_files
+    cfg = resolve(**{**SMALL, "epochs": 3, "engine": "pullback"})
+    losses = iter([0.5, 0.4, 0.6])
+    monkeypatch.setattr(train_module, "validation_loss", lambda *a: next(losses))
+    result = train_module.train(cfg, files["train"], files["val"], tmp_path, progress=False,
+                                log=lambda *_: None)  # fmt: skip
+    assert result.best_epoch == 2
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    for name, value in result.cm.state_dict().items():
+        assert torch.equal(value, state["best_model"][name]), name
+    assert any(not torch.equal(state["model"][k], state["best_model"][k]) for k in state["model"])

@@ -70,6 +70,11 @@ def validation_loss(cm, it, cfg) -> float:
     return total / seen
 
 
+def _weights(cm) -> dict:
+    """A copy of the weights: state_dict() views the arena, which later steps overwrite."""
+    return {k: v.clone() for k, v in cm.state_dict().items()}
+
+
 def _save_checkpoint(path: Path, state: dict) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
     try:
@@ -133,13 +138,13 @@ def train(cfg: RunConfig, train_file, val_file, out: Path, *, resume: bool = Fal
         history.append({"epoch": epoch + 1, "train_loss": total / seen, "val_loss": val,
                         "seconds": seconds, "events_per_s": seen / seconds})  # fmt: skip
         if val < best[0]:
-            best, bad = (val, epoch + 1, cm.state_dict()), 0
+            best, bad = (val, epoch + 1, _weights(cm)), 0
         else:
             bad += 1
         log(f"epoch {epoch + 1}: train loss {total / seen:.4f}, validation loss {val:.4f}, "
             f"{seen / seconds:.0f} events/s")  # fmt: skip
         _save_checkpoint(ckpt, {
-            "config": cfg.to_toml(), "epoch": epoch + 1, "model": cm.state_dict(),
+            "config": cfg.to_toml(), "epoch": epoch + 1, "model": _weights(cm),
             "optimizer": opt.state_dict(), "history": history, "bad_epochs": bad,
             "best_val": best[0], "best_epoch": best[1], "best_model": best[2],
         })  # fmt: skip
