@@ -222,3 +222,16 @@ def test_the_best_epochs_weights_are_kept_not_the_last(small_files, tmp_path, mo
     for name, value in result.cm.state_dict().items():
         assert torch.equal(value, state["best_model"][name]), name
     assert any(not torch.equal(state["model"][k], state["best_model"][k]) for k in state["model"])
+
+
+def test_the_mlp_trains_and_scores_too(small_files, tmp_path):
+    from rootclad.gw.run.pipeline import network_scores
+    from rootclad.gw.run.train import train
+
+    cfg, files = small_files
+    cfg = resolve(**{**SMALL, "epochs": 1, "model": "mlp", "engine": "pullback"})
+    result = train(cfg, files["train"], files["val"], tmp_path, progress=False,
+                   log=lambda *_: None)  # fmt: skip
+    scores = network_scores(result.cm, cfg, files["test"])
+    assert scores.shape == (cfg.test_events,) and np.isfinite(scores).all()
+    assert np.isfinite(result.history[0]["val_loss"])
