@@ -67,7 +67,7 @@ class RunConfig:
 
 PRESETS = {
     "default": {},
-    # longer training on more data; not run in CI (about an hour on 2 cores)
+    # longer training on more data; not run in CI (8 minutes on 2 cores, docs/gw_run.md)
     "full": {
         "train_events": 200_000,
         "val_events": 20_000,
