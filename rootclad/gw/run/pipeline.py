@@ -247,7 +247,7 @@ def run(cfg: RunConfig, out: Path, *, resume: bool = False, progress: bool | Non
     _check_output(out, cfg)
     if progress is None:
         progress = sys.stderr.isatty()
-    (out / "config.toml").write_text(cfg.to_toml())
+    report.write_text(out / "config.toml", cfg.to_toml())
     stages = Stages(log)
     files = stages.run("simulate", simulate_all, cfg, out / "data", progress, log)
     tr = stages.run("train", train.train, cfg, files["train"], files["val"], out, resume=resume,

@@ -233,7 +233,8 @@ def html_page(md_text: str, out: Path) -> str:
             f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")  # fmt: skip
 
 
-def _write(path: Path, text: str) -> None:
+def write_text(path: Path, text: str) -> None:
+    """``text`` to a temporary name beside ``path``, then renamed: never a truncated file."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
     tmp.write_text(text)
     os.replace(tmp, path)
@@ -242,6 +243,6 @@ def _write(path: Path, text: str) -> None:
 def write(out: Path, cfg, tr, ev, test, network, mf, examples, s: dict) -> None:
     figures = plots(out, cfg, tr, ev, test, network, mf, examples)
     md_text = markdown(s, figures)
-    _write(out / "report.md", md_text)
-    _write(out / "report.html", html_page(md_text, out))
-    _write(out / "summary.json", json.dumps(s, indent=1, default=float) + "\n")
+    write_text(out / "report.md", md_text)
+    write_text(out / "report.html", html_page(md_text, out))
+    write_text(out / "summary.json", json.dumps(s, indent=1, default=float) + "\n")
