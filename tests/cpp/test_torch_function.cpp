@@ -215,6 +215,21 @@ int main(int argc, char** argv) {
     write_raw(dir + "params_fused.bin", model.flat_parameters());
   }
 
+  // 4. The fused steps with per-sample (event) weights w[s] = 0.5 + (sample index mod 3).
+  {
+    auto model = fresh_model();
+    auto opt = optimizer == "sgd" ? rootclad::FusedOptimizer::sgd(lr, 0.9)
+                                  : rootclad::FusedOptimizer::adam(lr);
+    auto w = 0.5 + torch::arange(B, torch::kFloat64).remainder(3);
+    auto losses = torch::empty({steps}, dtype);
+    for (int s = 0; s < steps; ++s)
+      losses[s] = model.train_step(xs[s], ys[s], opt, w);
+    write_raw(dir + "losses_weighted.bin", losses);
+    write_raw(dir + "params_weighted.bin", model.flat_parameters());
+    check_throws([&] { model.train_step(xs[0], ys[0], opt, w.narrow(0, 0, B - 1)); }, "weights",
+                 "weights of another length refused");
+  }
+
   std::cout << (failures ? "FAILED\n" : "PASSED\n");
   return failures ? 1 : 0;
 }

@@ -111,6 +111,25 @@ def python_training(engine, dtype, optimizer, lr, x, y):
     )
     losses = [cm.train_step(x[s], y[s], fused) for s in range(STEPS)]
     results["fused"] = (torch.tensor(losses, dtype=dtype), flat(cm.parameters()))
+
+    # event weights, with the weighted loss written out in torch (reduction="none")
+    w = 0.5 + torch.arange(B, dtype=dtype) % 3
+    cm = rootclad.compile(make_net(dtype), x[0], engine=engine, seed=SEED)
+    opt = (
+        torch.optim.SGD(cm.parameters(), lr=lr, momentum=0.9)
+        if optimizer == "sgd"
+        else torch.optim.Adam(cm.parameters(), lr=lr)
+    )
+    losses = []
+    for s in range(STEPS):
+        opt.zero_grad()
+        per = torch.nn.functional.binary_cross_entropy_with_logits(cm(x[s]), y[s],
+                                                                   reduction="none")  # fmt: skip
+        loss = (w[:, None] * per).mean()
+        loss.backward()
+        opt.step()
+        losses.append(loss.detach())
+    results["weighted"] = (torch.stack(losses), flat(cm.parameters()))
     return results
 
 

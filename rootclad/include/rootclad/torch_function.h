@@ -322,25 +322,31 @@ public:
 
   // The mean loss of a batch and the gradient of the flat parameter block (a fresh tensor),
   // in one library call. y: B * output_size targets (cross_entropy: B class indices).
-  std::pair<torch::Tensor, torch::Tensor> loss_and_grad(const torch::Tensor& x,
-                                                        const torch::Tensor& y) {
+  // w (optional): B per-sample weights (HEP event weights), the loss then the mean over
+  // elements of w[b] * loss_element, as torch's reduction="none" losses weighted that way.
+  std::pair<torch::Tensor, torch::Tensor>
+  loss_and_grad(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& w = {}) {
     const int B = detail::check_input(*api_, x);
     auto yt = check_targets(y, B);
+    auto wt = check_weights(w, B);
     auto [act, d_act] = workspace(B);
     detail::region(act, api_->input_offset, api_->input_size, B).view(x.sizes()).copy_(x);
     const auto seed = next_seed();
     double loss;
     if (api_->is_double())
-      loss = call_loss_and_grad<double>(act, d_act, yt, B, seed);
+      loss = call_loss_and_grad<double>(act, d_act, yt, wt, B, seed);
     else
-      loss = call_loss_and_grad<float>(act, d_act, yt, B, seed);
+      loss = call_loss_and_grad<float>(act, d_act, yt, wt, B, seed);
     return {torch::tensor(loss, params_.options().requires_grad(false)), grads_.clone()};
   }
 
   // Forward, backward and opt's update in one library call (training mode); returns the loss.
-  double train_step(const torch::Tensor& x, const torch::Tensor& y, FusedOptimizer& opt) {
+  // w (optional): per-sample weights, as in loss_and_grad.
+  double train_step(const torch::Tensor& x, const torch::Tensor& y, FusedOptimizer& opt,
+                    const torch::Tensor& w = {}) {
     const int B = detail::check_input(*api_, x);
     auto yt = check_targets(y, B);
+    auto wt = check_weights(w, B);
     if (!opt.state.defined())
       opt.state = torch::zeros({2 * api_->n_params}, grads_.options());
     TORCH_CHECK_VALUE(
@@ -352,9 +358,9 @@ public:
     const auto seed = next_seed();
     double loss;
     if (api_->is_double())
-      loss = call_train_step<double>(act, d_act, yt, opt, B, seed);
+      loss = call_train_step<double>(act, d_act, yt, wt, opt, B, seed);
     else
-      loss = call_train_step<float>(act, d_act, yt, opt, B, seed);
+      loss = call_train_step<float>(act, d_act, yt, wt, opt, B, seed);
     // The library wrote params_ behind autograd's back: make graphs that saved it fail loudly.
     params_.unsafeGetTensorImpl()->bump_version();
     return loss;
@@ -407,22 +413,42 @@ private:
     return y.reshape({-1}).to(grads_.scalar_type()).contiguous();
   }
 
+  // Undefined (no weights) or B finite weights, in the model's dtype.
+  torch::Tensor check_weights(const torch::Tensor& w, int B) const {
+    if (!w.defined())
+      return w;
+    const std::string who = "rootclad model " + api_->prefix + ": ";
+    TORCH_CHECK_VALUE(w.device().is_cpu() && w.numel() == B && (w.dim() == 1 || w.dim() == 2), who,
+                      "weights must be ", B, " per-sample values on the CPU, got shape ",
+                      detail::shape_str(w.sizes()));
+    auto wt = w.reshape({-1}).to(grads_.scalar_type()).contiguous();
+    TORCH_CHECK_VALUE(torch::isfinite(wt).all().item<bool>(), who, "weights must be finite");
+    return wt;
+  }
+
+  template <typename T> static const T* weights_ptr(const torch::Tensor& w) {
+    return w.defined() ? w.data_ptr<T>() : nullptr;
+  }
+
   template <typename T>
   double call_loss_and_grad(const torch::Tensor& act, const torch::Tensor& d_act,
-                            const torch::Tensor& y, int B, std::uint64_t seed) {
+                            const torch::Tensor& y, const torch::Tensor& w, int B,
+                            std::uint64_t seed) {
     using detail::ptr;
     return api_->entry_points<T>().loss_and_grad(ptr<T>(params_), ptr<T>(act), ptr<T>(y),
                                                  ptr<T>(grads_), ptr<T>(d_act), B, training_, seed,
-                                                 0, nullptr);
+                                                 0, weights_ptr<T>(w));
   }
 
   template <typename T>
   double call_train_step(const torch::Tensor& act, const torch::Tensor& d_act,
-                         const torch::Tensor& y, FusedOptimizer& opt, int B, std::uint64_t seed) {
+                         const torch::Tensor& y, const torch::Tensor& w, FusedOptimizer& opt, int B,
+                         std::uint64_t seed) {
     using detail::ptr;
-    return api_->entry_points<T>().train_step(
-        ptr<T>(params_), ptr<T>(act), ptr<T>(y), ptr<T>(grads_), ptr<T>(d_act), ptr<T>(opt.state),
-        reinterpret_cast<const double*>(&opt.config), opt.step, B, seed, nullptr, nullptr);
+    return api_->entry_points<T>().train_step(ptr<T>(params_), ptr<T>(act), ptr<T>(y),
+                                              ptr<T>(grads_), ptr<T>(d_act), ptr<T>(opt.state),
+                                              reinterpret_cast<const double*>(&opt.config),
+                                              opt.step, B, seed, nullptr, weights_ptr<T>(w));
   }
 };
 
