@@ -85,35 +85,9 @@ def test_assert_close_fails_on_a_wrong_answer():
         assert_close(wrong, ref, 1e-5, "wrong")
 
 
-def python_training(engine, dtype, optimizer, lr, x, y):
-    """The steps the C++ program runs, in Python: (losses, params) for both paths."""
-    results = {}
-    cm = rootclad.compile(make_net(dtype), x[0], engine=engine, seed=SEED)
-    opt = (
-        torch.optim.SGD(cm.parameters(), lr=lr, momentum=0.9)
-        if optimizer == "sgd"
-        else torch.optim.Adam(cm.parameters(), lr=lr)
-    )
-    losses = []
-    for s in range(STEPS):
-        opt.zero_grad()
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(cm(x[s]), y[s])
-        loss.backward()
-        opt.step()
-        losses.append(loss.detach())
-    results["torch_optim"] = (torch.stack(losses), flat(cm.parameters()))
-
-    cm = rootclad.compile(make_net(dtype), x[0], engine=engine, seed=SEED)
-    fused = (
-        rootclad.optim.SGD(cm, lr=lr, momentum=0.9)
-        if optimizer == "sgd"
-        else rootclad.optim.Adam(cm, lr=lr)
-    )
-    losses = [cm.train_step(x[s], y[s], fused) for s in range(STEPS)]
-    results["fused"] = (torch.tensor(losses, dtype=dtype), flat(cm.parameters()))
-
-    # event weights, with the weighted loss written out in torch (reduction="none")
-    w = 0.5 + torch.arange(B, dtype=dtype) % 3
+def torch_optim_training(engine, dtype, optimizer, lr, x, y, w=None):
+    """cm(x), torch autograd and torch.optim; with w, the loss is torch's reduction="none"
+    loss weighted per sample and averaged. (losses, final parameters)."""
     cm = rootclad.compile(make_net(dtype), x[0], engine=engine, seed=SEED)
     opt = (
         torch.optim.SGD(cm.parameters(), lr=lr, momentum=0.9)
@@ -125,11 +99,27 @@ def python_training(engine, dtype, optimizer, lr, x, y):
         opt.zero_grad()
         per = torch.nn.functional.binary_cross_entropy_with_logits(cm(x[s]), y[s],
                                                                    reduction="none")  # fmt: skip
-        loss = (w[:, None] * per).mean()
+        loss = per.mean() if w is None else (w[:, None] * per).mean()
         loss.backward()
         opt.step()
         losses.append(loss.detach())
-    results["weighted"] = (torch.stack(losses), flat(cm.parameters()))
+    return torch.stack(losses), flat(cm.parameters())
+
+
+def python_training(engine, dtype, optimizer, lr, x, y):
+    """The steps the C++ program runs, in Python: (losses, params) for each path."""
+    results = {"torch_optim": torch_optim_training(engine, dtype, optimizer, lr, x, y)}
+    cm = rootclad.compile(make_net(dtype), x[0], engine=engine, seed=SEED)
+    fused = (
+        rootclad.optim.SGD(cm, lr=lr, momentum=0.9)
+        if optimizer == "sgd"
+        else rootclad.optim.Adam(cm, lr=lr)
+    )
+    losses = [cm.train_step(x[s], y[s], fused) for s in range(STEPS)]
+    results["fused"] = (torch.tensor(losses, dtype=dtype), flat(cm.parameters()))
+    # the C++ program's event weights: 0.5 + (sample index mod 3)
+    w = 0.5 + torch.arange(B, dtype=dtype) % 3
+    results["weighted"] = torch_optim_training(engine, dtype, optimizer, lr, x, y, w)
     return results
 
 
