@@ -1,9 +1,13 @@
 // What the GW training macros (train_gw.C, train_libtorch.C) share: the training and
-// validation readers of a file list, and the mean loss of one pass over a reader.
+// validation readers of a file list, the mean loss of one pass over a reader, the epoch loop.
 #ifndef ROOTCLAD_MACROS_GW_TRAINING_H
 #define ROOTCLAD_MACROS_GW_TRAINING_H
 
 #include "../rootclad/include/rootclad/tree_reader.h"
+
+#include <TStopwatch.h>
+
+#include <cstdio>
 
 #include <stdexcept>
 #include <string>
@@ -39,6 +43,20 @@ double mean_loss(rootclad::data::BatchReader& reader, unsigned long long epoch, 
     seen += n;
   }
   return seen ? total / seen : 0.0;
+}
+
+// `epochs` passes: epoch_loss(reader, epoch, training) is the mean loss of one pass, with
+// optimizer steps when training; prints the training and validation loss of each epoch.
+template <class EpochLoss>
+void train_epochs(int epochs, rootclad::data::BatchReader& train, rootclad::data::BatchReader& val,
+                  EpochLoss&& epoch_loss) {
+  for (int epoch = 0; epoch < epochs; ++epoch) {
+    TStopwatch clock;
+    const double train_loss = epoch_loss(train, epoch, true);
+    const double val_loss = val.entries() ? epoch_loss(val, 0, false) : 0.0;
+    printf("epoch %d: train loss %.6f, validation loss %.6f, %.1f s\n", epoch + 1, train_loss,
+           val_loss, clock.RealTime());
+  }
 }
 
 } // namespace gw_training

@@ -15,8 +15,6 @@
 #include "../rootclad/include/rootclad/tree_reader.h"
 #include "gw_training.h"
 
-#include <TStopwatch.h>
-
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -47,13 +45,9 @@ int train_gw(const char* files = "gw.root", const char* stem = "build/gwnet", in
     rootclad::Adam opt(m, lr);
     printf("training %s (%s engine, %s) on %lld events, validating on %lld\n", stem,
            m.engine().c_str(), m.dtype().c_str(), train.entries(), val.entries());
-    for (int epoch = 0; epoch < epochs; ++epoch) {
-      TStopwatch clock;
-      const double train_loss = run_epoch(m, train, epoch, &opt);
-      const double val_loss = val.entries() ? run_epoch(m, val, 0, nullptr) : 0.0;
-      printf("epoch %d: train loss %.6f, validation loss %.6f, %.1f s\n", epoch + 1, train_loss,
-             val_loss, clock.RealTime());
-    }
+    gw_training::train_epochs(epochs, train, val, [&](auto& reader, int epoch, bool training) {
+      return run_epoch(m, reader, epoch, training ? &opt : nullptr);
+    });
     m.save(std::string(stem) + ".root", &opt); // with Adam's state: training can resume
     printf("saved the weights to %s.root\n", stem);
   } catch (const std::exception& e) {

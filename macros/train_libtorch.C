@@ -14,8 +14,6 @@
 #include "../rootclad/include/rootclad/tree_reader.h"
 #include "gw_training.h"
 
-#include <TStopwatch.h>
-
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -61,13 +59,9 @@ int train_libtorch(const char* files = "gw.root", const char* stem = "build/gwne
     torch::optim::Adam opt(model.parameters(), torch::optim::AdamOptions(lr));
     printf("training %s with LibTorch (%s engine backward, torch::optim::Adam) on %lld events\n",
            stem, m.engine().c_str(), train.entries());
-    for (int epoch = 0; epoch < epochs; ++epoch) {
-      TStopwatch clock;
-      const double train_loss = libtorch_epoch(model, train, epoch, &opt);
-      const double val_loss = val.entries() ? libtorch_epoch(model, val, 0, nullptr) : 0.0;
-      printf("epoch %d: train loss %.6f, validation loss %.6f, %.1f s\n", epoch + 1, train_loss,
-             val_loss, clock.RealTime());
-    }
+    gw_training::train_epochs(epochs, train, val, [&](auto& reader, int epoch, bool training) {
+      return libtorch_epoch(model, reader, epoch, training ? &opt : nullptr);
+    });
     auto p = model.flat_parameters().detach().to(torch::kFloat64).contiguous();
     m.set_parameters(std::vector<double>(p.data_ptr<double>(), p.data_ptr<double>() + p.numel()));
     m.save(std::string(stem) + ".root");

@@ -185,8 +185,7 @@ public:
   // The batch whose activations fill about `bytes` per thread of the library's pool (a
   // forward pass reads each layer's input from cache; the pool gives each thread a share of
   // the batch), within [8, 256] per thread: the GW CNN (350 KB a sample) 12 a thread, the MLP
-  // 256. Measured on the CNN: one thread 126 us an event at batch 16, 176 at 256; two threads
-  // 15.0k events/s at batch 24, 13.5k at 12.
+  // 256. Measured on the CNN, one thread: 126 us an event at batch 16, 176 at 256.
   int cache_batch(long bytes = 4L << 20) const {
     const long per = api_.act_size(1) * api_.element_size();
     const long b = per > 0 ? bytes / per : 256;
