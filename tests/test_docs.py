@@ -82,3 +82,27 @@ def test_documentation_site_builds_without_warnings(tmp_path):
                          timeout=600)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     assert (tmp_path / "site" / "api" / "index.html").read_text().count("doc-heading") > 10
+
+
+def _gw_run_quotes(text: str) -> list[str]:
+    """The "a ± b" figures quoted next to "ratio" in a text."""
+    return re.findall(r"ratio[^\n]*?(\d\.\d{3} ± \d\.\d{3})", text)
+
+
+def _kept_ratios(preset: str) -> set[str]:
+    s = json.loads((REPO / "benchmarks" / "results" / f"gw_run_{preset}.json").read_text())
+    return {f"{r['value']:.3f} ± {r['std']:.3f}" for r in s["ratio"].values()}
+
+
+def test_gw_run_figures_in_readme_and_docs_are_the_kept_runs():
+    """README and docs/gw_run.md quote the SNR50 ratios of benchmarks/results/gw_run_*.json."""
+    kept = _kept_ratios("default") | _kept_ratios("full")
+    readme = _gw_run_quotes((REPO / "README.md").read_text())
+    assert readme and set(readme) <= _kept_ratios("default"), readme
+    rows = re.findall(r"\| (\d\.\d{3} ± \d\.\d{3}) \|", (REPO / "docs" / "gw_run.md").read_text())
+    assert len(rows) == 6 and set(rows) <= kept, rows
+
+
+def test_gw_run_figure_check_fails_on_a_figure_no_run_produced():
+    assert not {"1.044 ± 0.014"} <= _kept_ratios("default")
+    assert _gw_run_quotes("a ratio of 1.044 ± 0.014") == ["1.044 ± 0.014"]
