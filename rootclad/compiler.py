@@ -108,7 +108,8 @@ def compile(
 ):
     """Compile ``model`` into a :class:`rootclad.torch.CompiledModel`.
 
-    ``example_input`` fixes the per-sample input shape (the batch size stays free).
+    ``example_input`` fixes the per-sample input shape (the batch size stays free); a model
+    whose ``forward`` takes several tensors gets a tuple, one example per input.
     ``loss`` is ``"bce_with_logits"``, ``"cross_entropy"`` (class indices) or ``"mse"``.
     ``engine``: ``"clad"`` (needs an installed Clad), ``"pullback"`` (rootclad's own reverse
     sweep over the same hand-written pullbacks) or ``"auto"`` (clad when found).
@@ -119,7 +120,8 @@ def compile(
     """
     from rootclad.torch.model import CompiledModel
 
-    dtype = dtype or example_input.dtype
+    first = example_input[0] if isinstance(example_input, (tuple, list)) else example_input
+    dtype = dtype or getattr(first, "dtype", None)
     if dtype not in _DTYPE_NAMES:
         raise TypeError(f"dtype {dtype} is not supported; use torch.float32 or torch.float64")
     t0 = time.perf_counter()

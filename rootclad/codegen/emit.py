@@ -2,13 +2,20 @@
 
 Memory. Parameters live in one block (``params``, ``d_params``) in the order of the torch
 module's ``named_parameters()``. Activations live in ``act`` (and their adjoints in ``d_act``),
-laid out as one region per value, each ``B * per-sample size`` long: the network input
-first, then each layer's output (and a Conv1d's im2col columns). Flatten and Identity alias
-their input. Offsets are compile-time per-sample constants multiplied by the run-time batch.
+laid out as one region per value of the graph, each ``B * per-sample size`` long: the model
+inputs first, then each node's output (and its scratch, e.g. a Conv1d's im2col columns), in
+the graph's order. Reshape, Flatten and Identity alias their input. Offsets are compile-time
+per-sample constants multiplied by the run-time batch.
+
+Every op's C++ comes from its entry in the op registry (:mod:`rootclad.ir.ops`): a list of
+kernel calls, from which this module writes the forward call and, by Clad's convention, the
+pullback call (the same arguments, then one adjoint per argument).
 
 Engines.
 - ``pullback``: this module writes the reverse sweep, calling each op's
-  ``clad::custom_derivatives::rootclad::<op>_forward_pullback`` in reverse order.
+  ``clad::custom_derivatives::rootclad::<op>_forward_pullback`` in reverse graph order. The
+  pullbacks add into their inputs' adjoints, so a value read by several nodes receives the
+  sum of their contributions.
 - ``clad``: the source asks ``clad::gradient(loss, "params, act")`` and Clad writes the
   reverse pass, using the same pullbacks (or, with ``pullbacks=False``, differentiating the
   plain kernel loops itself).
@@ -27,9 +34,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from rootclad.ir.graph import LOSSES, Graph, IRError, Node
+from rootclad.ir.ops import OPS, Arg, Site
 
-_ALIAS_OPS = ("flatten", "identity")
-CONV1D_DIRECT_MAX_TAPS = 32  # must match rootclad/kernels.h
+# the dummy a pullback takes for the adjoint of each kind of scalar argument
+_SCALAR_ADJOINT = {"int": "&di", "real": "&dt", "u64": "&du", "long": "&dl"}
 MIN_CHUNK = 4  # samples per thread below which a batch is not split (see parallel.h)
 # The ops before the first Linear run a few samples at a time (see _Emitter.source): as many
 # as keep about this many bytes of their activations and gradients in cache.
@@ -54,10 +62,11 @@ class EmittedModel:
     param_offsets: dict[str, tuple[int, tuple[int, ...]]]
     n_params: int
     act_per_sample: int
-    input_region: Region
+    input_region: Region  # the first input's (the only one's, for most models)
     output_region: Region
     output_shape: tuple[int, ...]
     regions: list[Region] = field(default_factory=list)
+    input_regions: list[Region] = field(default_factory=list)  # one per model input, in order
 
 
 def _lit(x: float) -> str:
@@ -108,30 +117,30 @@ class _Emitter:
 
     def build(self) -> None:
         g = self.g
-        x = self.region("input", math.prod(g.input_shape))
-        self.input_region = x
-        cur = x
+        self.value_region: dict[str, Region] = {}
+        for name, shape in zip(g.inputs, g.input_shapes, strict=True):
+            self.value_region[name] = self.region(f"input:{name}", math.prod(shape))
+        self.input_regions = [self.value_region[name] for name in g.inputs]
+        self.input_region = self.input_regions[0]
         # the head: the ops before the first Linear (lines of self.fwd / self.bwd), and the
-        # regions they write but their output (whose adjoint comes from the rest of the model)
+        # regions they write but those read later (whose adjoints come from the rest)
         self.head = None
         for idx, node in enumerate(g.nodes):
             if node.op == "linear" and self.head is None:
-                self.head = self._head(cur)
-            cur = self.node(idx, node, cur, first=cur is x)
+                self.head = self._head(g.nodes[:idx], g.nodes[idx:])
+            self.node(idx, node)
         if self.head is None:
-            self.head = self._head(cur)
-        self.output_region = cur
+            self.head = self._head(g.nodes, [])
+        self.output_region = self.value_region[g.output]
 
-    def _head(self, boundary: Region) -> tuple[int, int, list[Region], int]:
-        inner = [r for r in self.regions[1:] if r is not boundary]
-        size = sum(r.size for r in self.regions)  # per sample, input and output included
+    def _head(self, head: list[Node], rest: list[Node]) -> tuple[int, int, list[Region], int]:
+        known = self.value_region  # the values written so far: the inputs and the head's
+        reads = [v for n in rest for v in n.inputs] + [self.g.output]
+        boundary = {id(known[v]) for v in reads if v in known}
+        written = self.regions[len(self.input_regions) :]
+        inner = [r for r in written if id(r) not in boundary]
+        size = sum(r.size for r in self.regions)  # per sample, inputs included
         return len(self.fwd), len(self.bwd), inner, size
-
-    def node(self, idx: int, node: Node, inp: Region, first: bool) -> Region:
-        out = self._node(idx, node, inp, first)
-        # ops without a fused form run their usual pullback in train_step's sweep too
-        self.bwd_update += self.bwd[len(self.bwd_update) :]
-        return out
 
     def state(self, node: Node, role: str) -> tuple[str, str]:
         """A parameter's slices of the optimizer state: (m, v); see rootclad/optim.h."""
@@ -141,98 +150,57 @@ class _Emitter:
         off = self.param_offsets[name][0]
         return f"state + {off}", f"state + N_PARAMS + {off}"
 
-    def _node(self, idx: int, node: Node, inp: Region, first: bool) -> Region:
-        op, a = node.op, node.attrs
-        if op in _ALIAS_OPS:
-            return inp
-        n_in, n_out = math.prod(node.in_shape), math.prod(node.out_shape)
-        out = self.region(f"{idx}:{node.name}", n_out)
-        IN, OUT = self.at("act", inp), self.at("act", out)
-        D_IN, D_OUT = self.at("d_act", inp), self.at("d_act", out)
-        # The network input needs no gradient unless asked (saliency, autograd); Linear and
-        # Conv1d skip that half of their backward when d_inp is null.
-        D_IN_OPT = f"(need_dx ? {D_IN} : (T*)nullptr)" if first else D_IN
-        f, b = self.fwd.append, self.bwd.append
+    def render(self, arg: Arg, node: Node, out: Region, scratch: dict[str, Region]):
+        """An argument's C++ expression, and the adjoint its pullback takes in its place."""
+        if arg.kind in _SCALAR_ADJOINT:
+            return arg.ref, _SCALAR_ADJOINT[arg.kind]
+        if arg.kind == "param":
+            return self.param(node, arg.ref), self.param(node, arg.ref, "d_params")
+        if arg.kind == "out":
+            r = out
+        elif arg.kind == "scratch":
+            r = scratch[arg.ref]
+        else:
+            r = self.value_region[node.inputs[arg.ref]]
+        d = self.at("d_act", r)
+        if arg.kind == "in" and arg.nullable and any(r is x for x in self.input_regions):
+            # a model input needs no gradient unless asked (saliency, autograd)
+            d = f"(need_dx ? {d} : (T*)nullptr)"
+        return self.at("act", r), d
+
+    def node(self, idx: int, node: Node) -> None:
+        spec = OPS[node.op]
+        if spec.calls is None:  # reshape, flatten, identity: the output aliases the input
+            self.value_region[node.output] = self.value_region[node.inputs[0]]
+            return
+        out = self.region(f"{idx}:{node.name}", math.prod(node.out_shape))
+        self.value_region[node.output] = out
+        sizes = spec.scratch(node, self.g) if spec.scratch else {}
+        scratch = {k: self.region(f"{idx}:{node.name}:{k}", n, False) for k, n in sizes.items()}
+        if spec.flops:
+            self.flops += spec.flops(node, self.g)
         cd = "clad::custom_derivatives::rootclad::"
-        f(f"// {node.name}: {op} {node.in_shape} -> {node.out_shape}")
-        if op == "linear":
-            R = f"B * {n_in // node.in_shape[-1]}"
-            C, OC = node.in_shape[-1], node.out_shape[-1]
-            self.flops += 2 * n_in * OC
-            W, BIAS = self.param(node, "weight"), self.param(node, "bias")
-            DW, DB = self.param(node, "weight", "d_params"), self.param(node, "bias", "d_params")
-            f(f"::rootclad::linear_forward({OUT}, {IN}, {W}, {BIAS}, {R}, {C}, {OC});")
-            b(
-                f"{cd}linear_forward_pullback({OUT}, {IN}, {W}, {BIAS}, {R}, {C}, {OC}, "
-                f"{D_OUT}, {D_IN_OPT}, {DW}, {DB}, &di, &di, &di);"
+        shapes = ", ".join(map(str, node.in_shapes))
+        self.fwd.append(f"// {node.name}: {node.op} {shapes} -> {node.out_shape}")
+        lines = []
+        for call in spec.calls(node, self.g, Site(idx)):
+            rendered = [self.render(arg, node, out, scratch) for arg in call.args]
+            primal = ", ".join(r[0] for r in rendered)
+            adjoint = ", ".join(r[1] for r in rendered)
+            self.fwd.append(f"::rootclad::{call.kernel}_forward({primal});")
+            lines.append(f"{cd}{call.kernel}_forward_pullback({primal}, {adjoint});")
+        self.bwd += lines
+        if node.op == "linear" and all(self.uses[n] == 1 for n in node.params.values()):
+            # train_step's sweep at small batches updates these parameters in place
+            (OUT, _), (IN, D_IN), (W, _), (BIAS, DB), (R, _), (C, _), (OC, _) = rendered
+            (WM, WV), (BM, BV) = self.state(node, "weight"), self.state(node, "bias")
+            self.bwd_update.append(
+                f"::rootclad::linear_backward_update({D_IN}, {self.at('d_act', out)}, {IN}, "
+                f"{W}, {BIAS}, {R}, {C}, {OC}, {WM}, {WV}, {DB}, {BM}, {BV}, cfg, step);"
             )
-            if all(self.uses[name] == 1 for name in node.params.values()):
-                (WM, WV), (BM, BV) = self.state(node, "weight"), self.state(node, "bias")
-                self.bwd_update.append(
-                    f"::rootclad::linear_backward_update({D_IN_OPT}, {D_OUT}, {IN}, {W}, {BIAS}, "
-                    f"{R}, {C}, {OC}, {WM}, {WV}, {DB}, {BM}, {BV}, cfg, step);"
-                )
-                self.fused_params.update(node.params.values())
-        elif op == "conv1d":
-            C, L = node.in_shape
-            OC, LO = node.out_shape
-            K = self.g.param(node.params["weight"]).shape[2]
-            S, P, Dl = a["stride"], a["padding"], a["dilation"]
-            self.flops += 2 * OC * LO * C * K
-            # im2col scratch; the direct paths (stride 1 or few taps, kernels.h) need none
-            direct = S == 1 or C * K <= CONV1D_DIRECT_MAX_TAPS
-            cols = self.region(f"{idx}:{node.name}:cols", 0 if direct else C * K * LO, False)
-            tmp = self.region(f"{idx}:{node.name}:tmp", 0 if direct else OC * LO, False)
-            COLS, D_COLS = self.at("act", cols), self.at("d_act", cols)
-            TMP, D_TMP = self.at("act", tmp), self.at("d_act", tmp)
-            W, BIAS = self.param(node, "weight"), self.param(node, "bias")
-            DW, DB = self.param(node, "weight", "d_params"), self.param(node, "bias", "d_params")
-            dims = f"B, {C}, {L}, {OC}, {K}, {S}, {P}, {Dl}"
-            f(f"::rootclad::conv1d_forward({OUT}, {TMP}, {COLS}, {IN}, {W}, {BIAS}, {dims});")
-            b(
-                f"{cd}conv1d_forward_pullback({OUT}, {TMP}, {COLS}, {IN}, {W}, {BIAS}, {dims}, "
-                f"{D_OUT}, {D_TMP}, {D_COLS}, {D_IN_OPT}, {DW}, {DB}, "
-                "&di, &di, &di, &di, &di, &di, &di, &di);"
-            )
-        elif op in ("maxpool1d", "avgpool1d"):
-            C, L = node.in_shape
-            args = f"B * {C}, {L}, {a['kernel_size']}, {a['stride']}, {a['padding']}"
-            if op == "avgpool1d":
-                args += f", {a['count_include_pad']}"
-            dints = ", ".join(["&di"] * args.count(","))
-            f(f"::rootclad::{op}_forward({OUT}, {IN}, {args});")
-            b(f"{cd}{op}_forward_pullback({OUT}, {IN}, {args}, {D_OUT}, {D_IN}, &di, {dints});")
-        elif op in ("relu", "tanh", "sigmoid"):
-            f(f"::rootclad::{op}_forward({OUT}, {IN}, B * {n_in});")
-            b(f"{cd}{op}_forward_pullback({OUT}, {IN}, B * {n_in}, {D_OUT}, {D_IN}, &di);")
-        elif op == "leaky_relu":
-            s = _lit(a["negative_slope"])
-            f(f"::rootclad::leaky_relu_forward({OUT}, {IN}, B * {n_in}, {s});")
-            b(
-                f"{cd}leaky_relu_forward_pullback({OUT}, {IN}, B * {n_in}, {s}, {D_OUT}, {D_IN}, "
-                "&di, &dt);"
-            )
-        elif op == "gelu":
-            if a["approximate"] not in ("none", "tanh"):
-                raise IRError(f"{node.describe()}: approximate={a['approximate']!r}")
-            t = int(a["approximate"] == "tanh")
-            f(f"::rootclad::gelu_forward({OUT}, {IN}, B * {n_in}, {t});")
-            b(
-                f"{cd}gelu_forward_pullback({OUT}, {IN}, B * {n_in}, {t}, {D_OUT}, {D_IN}, &di, "
-                "&di);"
-            )
-        elif op == "dropout":
-            p = f"(training ? {_lit(a['p'])} : T(0))"
-            seed = f"::rootclad::dropout_hash(seed, {idx})"
-            i0 = f"(long)b0 * {n_in}"
-            f(f"::rootclad::dropout_forward({OUT}, {IN}, B * {n_in}, {p}, {seed}, {i0});")
-            b(
-                f"{cd}dropout_forward_pullback({OUT}, {IN}, B * {n_in}, {p}, {seed}, {i0}, "
-                f"{D_OUT}, {D_IN}, &di, &dt, &du, &dl);"
-            )
-        else:  # validated earlier; a new op must be taught here
-            raise IRError(f"{node.describe()}: no C++ emitter for op {op!r}")
-        return out
+            self.fused_params.update(node.params.values())
+        else:
+            self.bwd_update += lines
 
     # -- the loss -----------------------------------------------------------------------
     def loss_call(self) -> tuple[str, str]:
@@ -267,12 +235,13 @@ class _Emitter:
         ctype = _CTYPE[self.g.dtype]
         loss_expr, loss_pullback = self.loss_call()
         out = self.output_region
-        inp = self.input_region
+        inputs = self.input_regions
         ind = "  "
+        written = self.regions[len(inputs) :]
         if self.engine == "pullback":
-            zeroed = [r for r in self.regions if r.needs_adjoint and r is not inp]
+            zeroed = [r for r in written if r.needs_adjoint]
         else:  # Clad accumulates into every adjoint it uses
-            zeroed = [r for r in self.regions if r is not inp and r.size]
+            zeroed = [r for r in written if r.size]
 
         def zero(regions) -> str:
             return "\n".join(
@@ -280,8 +249,9 @@ class _Emitter:
                 for r in regions
             )
 
-        zero_dx = (
-            f"{ind}if (need_dx) ::rootclad::zero({self.at('d_act', inp)}, (long)B * {inp.size});"
+        zero_dx = "\n".join(
+            f"{ind}if (need_dx) ::rootclad::zero({self.at('d_act', r)}, (long)B * {r.size});"
+            for r in inputs
         )
         fwd = "\n".join(ind + ln for ln in self.fwd)
         bwd = "\n".join(ind + ln for ln in reversed(self.bwd))
@@ -375,7 +345,6 @@ class _Emitter:
                     "                          int need_dx) {",
                     *dummies,
                     zero_head,
-                    zero_dx,
                     bwd_head,
                     "}",
                     "",
@@ -399,7 +368,7 @@ class _Emitter:
                 "  int di = 0;",
                 "  const T scale = T(B) / T(Bf);",
                 zero_dact,
-                *([] if nf else [zero_dx]),
+                zero_dx,
                 "  forward_chunk(params, act, Bf, b0, B, training, seed);",
                 "  T L = loss_chunk(act, y, Bf, b0, B);",
                 f"  {loss_pullback}",
@@ -412,7 +381,7 @@ class _Emitter:
                 "inline void vjp_chunk(T* params, T* act, T* d_params, T* d_act, const T* d_out,",
                 f"                    {chunk}, int need_dx) {{",
                 zero_dact,
-                *([] if nf else [zero_dx]),
+                zero_dx,
                 f"  ::rootclad::copy({self.at('d_act', out)}, d_out + (long)b0 * {out.size}, "
                 f"(long)B * {out.size});",
                 "  backward_chunk(params, act, d_params, d_act, Bf, b0, B, training, seed, need_dx);",
@@ -733,6 +702,8 @@ class _Emitter:
             "// Layout metadata: dtype, loss, per-sample input/output regions, parameters.",
             f'const char* {P}_dtype() {{ return "{self.g.dtype}"; }}',
             f'const char* {P}_loss() {{ return "{self.loss}"; }}',
+            f"int {P}_n_inputs() {{ return {len(self.input_regions)}; }}",
+            "// the first input's region and shape (C++ hosts take single-input models)",
             f"long {P}_input_offset() {{ return {inp.offset}; }}",
             f"long {P}_input_size() {{ return {inp.size}; }}",
             f"const long* {P}_input_shape(int* ndim) {{",
@@ -794,6 +765,7 @@ def emit_model(
         n_params=em.n_params,
         act_per_sample=em.offset,
         input_region=em.input_region,
+        input_regions=em.input_regions,
         output_region=em.output_region,
         output_shape=graph.output_shape,
         regions=em.regions,

@@ -1,5 +1,7 @@
-"""The intermediate representation: a validated chain of ops with static shapes."""
+"""The intermediate representation: a validated dataflow graph with static shapes, and the op
+registry that every front-end and the emitter read."""
 
-from rootclad.ir.graph import SUPPORTED_OPS, Graph, IRError, Node, Param
+from rootclad.ir.graph import Graph, IRError, Node, Param
+from rootclad.ir.ops import OPS
 
-__all__ = ["SUPPORTED_OPS", "Graph", "IRError", "Node", "Param"]
+__all__ = ["OPS", "Graph", "IRError", "Node", "Param"]

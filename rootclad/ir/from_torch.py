@@ -1,8 +1,12 @@
 """``torch.nn`` modules -> :class:`Graph`, through ``torch.fx``.
 
-``torch.nn.Sequential`` and any ``torch.fx``-traceable module built from the supported layers
-are accepted. Lazy modules (``LazyLinear``) are materialised by one forward pass of the
-example input first. Anything else is refused with the module path and type.
+The module is traced with ``torch.fx`` and its example input(s) run through the trace once
+(``ShapeProp``), so every value's shape is known while the graph is built. Layers lower by the
+op registry (:mod:`rootclad.ir.ops`: each op lists the ``torch.nn`` classes and torch functions
+it stands for); the structure of a graph (arithmetic between values, ``torch.cat``,
+``reshape``/``view``/``flatten``, ``permute``/``transpose``) is lowered here. Lazy modules
+(``LazyLinear``) are materialised by one forward pass first. Anything else is refused with the
+module path or fx node, and what is supported.
 """
 
 from __future__ import annotations
@@ -10,165 +14,84 @@ from __future__ import annotations
 import operator
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
 from rootclad.ir.graph import Graph, IRError, Node, Param
+from rootclad.ir.ops import OPS, supported_modules
 from rootclad.ir.optimize import pool_before_activation
 
-SUPPORTED_MODULES = (
-    "Linear, LazyLinear, Conv1d (groups=1, zero padding), MaxPool1d, AvgPool1d, ReLU, LeakyReLU, "
-    "Tanh, Sigmoid, GELU, Flatten, Dropout, Identity, and Sequential containers of them"
+_MODULE_OPS = {m: name for name, spec in OPS.items() for m in spec.modules}
+
+
+def _resolve(path: str):
+    """A registry function name -> what fx records as the target: the function object, or
+    the method name for ``Tensor.<method>``."""
+    if path.startswith("Tensor."):
+        return path.removeprefix("Tensor.")
+    obj = torch
+    for part in path.split(".")[1:]:
+        obj = getattr(obj, part)
+    return obj
+
+
+_FUNCTION_OPS = {_resolve(f): name for name, spec in OPS.items() for f in spec.functions}
+
+_ARITH = {
+    "add": "add", "iadd": "add", "__add__": "add", "__radd__": "add",
+    "sub": "sub", "isub": "sub", "__sub__": "sub", "__rsub__": "rsub",
+    "mul": "mul", "imul": "mul", "__mul__": "mul", "__rmul__": "mul",
+    "truediv": "div", "itruediv": "div", "div": "div", "__truediv__": "div",
+    "__rtruediv__": "rdiv",
+}  # fmt: skip
+_STRUCTURE = (
+    "arithmetic between tensors (+ - * / with broadcasting, and with numbers), torch.cat, "
+    "reshape/view/flatten, permute/transpose, contiguous"
 )
 
-_ELEMENTWISE_FUNCS = {
-    F.relu: "relu",
-    torch.relu: "relu",
-    torch.tanh: "tanh",
-    torch.sigmoid: "sigmoid",
-    F.gelu: "gelu",
-    F.leaky_relu: "leaky_relu",
-    F.tanh: "tanh",
-    F.sigmoid: "sigmoid",
-}
-_ELEMENTWISE_METHODS = {"relu": "relu", "tanh": "tanh", "sigmoid": "sigmoid"}
 
-
-def _int1(value, what: str, path: str) -> int:
-    if isinstance(value, (tuple, list)):
-        if len(value) != 1:
-            raise IRError(f"{path}: {what}={value!r} is not a 1-d value")
-        value = value[0]
-    return int(value)
-
-
-def _module_node(path: str, mod: nn.Module) -> Node:
-    kind = type(mod)
-    where = f"module {path!r} ({kind.__module__}.{kind.__name__})"
-
-    def params(*roles):
-        prefix = f"{path}." if path else ""  # the root layer's parameters have no prefix
-        return {r: prefix + r for r in roles if getattr(mod, r, None) is not None}
-
-    if isinstance(mod, nn.Linear):
-        return Node(path, "linear", {}, params("weight", "bias"))
-    if isinstance(mod, nn.Conv1d):
-        if mod.groups != 1:
-            raise IRError(f"{where}: groups={mod.groups} is not supported (only groups=1)")
-        if mod.padding_mode != "zeros":
-            raise IRError(f"{where}: padding_mode={mod.padding_mode!r} (only 'zeros')")
-        if isinstance(mod.padding, str):
-            if mod.padding != "valid":
-                raise IRError(f"{where}: padding={mod.padding!r}; give an integer padding")
-            pad = 0
-        else:
-            pad = _int1(mod.padding, "padding", where)
-        attrs = {
-            "stride": _int1(mod.stride, "stride", where),
-            "padding": pad,
-            "dilation": _int1(mod.dilation, "dilation", where),
-        }
-        return Node(path, "conv1d", attrs, params("weight", "bias"))
-    if isinstance(mod, (nn.MaxPool1d, nn.AvgPool1d)):
-        if mod.ceil_mode:
-            raise IRError(f"{where}: ceil_mode=True is not supported")
-        k = _int1(mod.kernel_size, "kernel_size", where)
-        s = _int1(mod.stride if mod.stride is not None else k, "stride", where)
-        attrs = {"kernel_size": k, "stride": s, "padding": _int1(mod.padding, "padding", where)}
-        if isinstance(mod, nn.MaxPool1d):
-            if _int1(mod.dilation, "dilation", where) != 1 or mod.return_indices:
-                raise IRError(f"{where}: dilation != 1 and return_indices are not supported")
-            return Node(path, "maxpool1d", attrs)
-        if getattr(mod, "divisor_override", None):
-            raise IRError(f"{where}: divisor_override is not supported")
-        attrs["count_include_pad"] = int(mod.count_include_pad)
-        return Node(path, "avgpool1d", attrs)
-    if isinstance(mod, nn.ReLU):
-        return Node(path, "relu")
-    if isinstance(mod, nn.LeakyReLU):
-        return Node(path, "leaky_relu", {"negative_slope": float(mod.negative_slope)})
-    if isinstance(mod, nn.Tanh):
-        return Node(path, "tanh")
-    if isinstance(mod, nn.Sigmoid):
-        return Node(path, "sigmoid")
-    if isinstance(mod, nn.GELU):
-        return Node(path, "gelu", {"approximate": mod.approximate})
-    if isinstance(mod, nn.Flatten):
-        if mod.start_dim != 1 or mod.end_dim != -1:
-            raise IRError(f"{where}: only Flatten(start_dim=1, end_dim=-1) is supported")
-        return Node(path, "flatten")
-    if isinstance(mod, nn.Dropout):
-        return Node(path, "dropout", {"p": float(mod.p)})
-    if isinstance(mod, nn.Identity):
-        return Node(path, "identity")
-    raise IRError(f"{where} is not supported; supported layers: {SUPPORTED_MODULES}")
-
-
-def _function_node(fx_node) -> Node:
-    name = fx_node.name
-    target = fx_node.target
-    kwargs = dict(fx_node.kwargs)
-    if fx_node.op == "call_function" and target in _ELEMENTWISE_FUNCS:
-        op = _ELEMENTWISE_FUNCS[target]
-        if op == "leaky_relu":
-            slope = fx_node.args[1] if len(fx_node.args) > 1 else kwargs.get("negative_slope", 0.01)
-            return Node(name, op, {"negative_slope": float(slope)})
-        if op == "gelu":
-            return Node(name, op, {"approximate": kwargs.get("approximate", "none")})
-        return Node(name, op)
-    if fx_node.op == "call_function" and target is torch.flatten:
-        start = fx_node.args[1] if len(fx_node.args) > 1 else kwargs.get("start_dim", 0)
-        end = fx_node.args[2] if len(fx_node.args) > 2 else kwargs.get("end_dim", -1)
-        if (start, end) == (1, -1):
-            return Node(name, "flatten")
-    if fx_node.op == "call_method" and target in _ELEMENTWISE_METHODS:
-        return Node(name, _ELEMENTWISE_METHODS[target])
-    if fx_node.op == "call_method" and target == "flatten":
-        start = fx_node.args[1] if len(fx_node.args) > 1 else kwargs.get("start_dim", 0)
-        end = fx_node.args[2] if len(fx_node.args) > 2 else kwargs.get("end_dim", -1)
-        if (start, end) == (1, -1):
-            return Node(name, "flatten")
-    what = getattr(target, "__name__", str(target))
-    if target in (operator.add, torch.add, operator.mul, torch.cat):
-        hint = " (rootclad compiles chains of single-input layers; no residual adds or concat)"
-    else:
-        hint = ""
-    raise IRError(
-        f"operation {what!r} at fx node {name!r} is not supported{hint}; supported layers: "
-        f"{SUPPORTED_MODULES}, and torch.relu/tanh/sigmoid/flatten(x, 1), F.gelu, F.leaky_relu"
+def supported_layers() -> str:
+    functions = sorted({f.split(".")[-1] for spec in OPS.values() for f in spec.functions})
+    return (
+        f"{supported_modules()}, and Sequential containers of them; functions: "
+        f"{', '.join(functions)}; {_STRUCTURE}"
     )
 
 
-def graph_from_module(module: nn.Module, example_input: torch.Tensor, dtype: str) -> Graph:
-    """Trace ``module`` and return its validated graph (per-sample shapes from the example)."""
-    if not isinstance(example_input, torch.Tensor) or example_input.dim() < 2:
-        raise IRError("example_input must be a tensor with a batch axis first, e.g. (B, C, L)")
-    has_lazy = any(isinstance(m, nn.modules.lazy.LazyModuleMixin) for m in module.modules())
-    if has_lazy:
-        with torch.no_grad():
-            module(
-                example_input.to(
-                    next(
-                        iter(
-                            [
-                                p
-                                for p in module.parameters()
-                                if not isinstance(p, nn.UninitializedParameter)
-                            ]
-                            + [example_input]
-                        )
-                    ).dtype
-                )
+def _examples(example_input) -> tuple[torch.Tensor, ...]:
+    xs = tuple(example_input) if isinstance(example_input, (tuple, list)) else (example_input,)
+    if not xs:
+        raise IRError("example_input is empty; give one tensor per model input")
+    for x in xs:
+        if not isinstance(x, torch.Tensor) or x.dim() < 2:
+            raise IRError(
+                "example_input must be a tensor with a batch axis first, e.g. (B, C, L) (or a "
+                "tuple of such tensors, one per model input)"
             )
+    if len({int(x.shape[0]) for x in xs}) != 1:
+        raise IRError(
+            f"the example inputs have different batch sizes {[int(x.shape[0]) for x in xs]}"
+        )
+    return xs
+
+
+def graph_from_module(module: nn.Module, example_input, dtype: str) -> Graph:
+    """Trace ``module`` and return its validated graph (per-sample shapes from the example)."""
+    xs = _examples(example_input)
+    if any(isinstance(m, nn.modules.lazy.LazyModuleMixin) for m in module.modules()):
+        ready = [p for p in module.parameters() if not isinstance(p, nn.UninitializedParameter)]
+        with torch.no_grad():
+            module(*(x.to(ready[0].dtype if ready else x.dtype) for x in xs))
+    params = [Param(name, tuple(p.shape)) for name, p in module.named_parameters()]
     if _is_torch_layer(module):
         # fx would trace into the layer's own forward (F.linear on get_attr weights): a bare
-        # layer is the one-node chain itself
-        nodes = [_module_node("", module)]
-        nodes[0].name = type(module).__name__
+        # layer is the one-node graph itself
+        if len(xs) != 1:
+            raise IRError(f"{type(module).__name__} takes one input, {len(xs)} were given")
+        node = _module_node("", module, type(module).__name__)
+        graph = Graph.chain(tuple(xs[0].shape[1:]), [node], params, dtype)
     else:
-        nodes = _chain_from_fx(module)
-    params = [Param(name, tuple(p.shape)) for name, p in module.named_parameters()]
-    graph = Graph(tuple(example_input.shape[1:]), nodes, params, dtype)
+        graph = _FxLowering(module, xs, params, dtype).graph()
     graph.validate()
     return pool_before_activation(graph)
 
@@ -180,47 +103,288 @@ def _is_torch_layer(module: nn.Module) -> bool:
     )
 
 
-def _chain_from_fx(module: nn.Module) -> list[Node]:
-    try:
-        traced = torch.fx.symbolic_trace(module)
-    except Exception as exc:  # fx raises many types; the user needs the reason and the model
-        raise IRError(
-            f"cannot trace {type(module).__name__} with torch.fx: {exc}. rootclad compiles "
-            f"nn.Sequential or fx-traceable modules made of: {SUPPORTED_MODULES}"
-        ) from exc
+def _module_node(path: str, mod: nn.Module, name: str) -> Node:
+    """The node of a torch.nn layer, by the first class in its MRO the registry knows."""
+    kind = type(mod)
+    where = f"module {path!r} ({kind.__module__}.{kind.__name__})"
+    op = next(
+        (
+            _MODULE_OPS[c.__name__]
+            for c in kind.__mro__
+            if c.__module__.startswith("torch.nn") and c.__name__ in _MODULE_OPS
+        ),
+        None,
+    )
+    if op is None:
+        raise IRError(f"{where} is not supported; supported layers: {supported_layers()}")
+    spec = OPS[op]
+    attrs = spec.from_module(mod, where)
+    prefix = f"{path}." if path else ""  # the root layer's parameters have no prefix
+    roles = {r: prefix + r for r in spec.params if getattr(mod, r, None) is not None}
+    return Node(name, op, attrs=attrs, params=roles)
 
-    nodes: list[Node] = []
-    current = None  # the fx node whose value flows through the chain
-    for fx_node in traced.graph.nodes:
-        if fx_node.op == "placeholder":
-            if current is not None:
+
+def _hashable(obj) -> bool:
+    try:
+        hash(obj)
+    except TypeError:
+        return False
+    return True
+
+
+def _fx_name(target) -> str:
+    if isinstance(target, str):
+        return f"Tensor.{target}"
+    module = getattr(target, "__module__", None) or ""
+    qual = getattr(target, "__name__", str(target))
+    if module in ("_operator", "operator"):
+        return f"operator.{qual}"
+    if module.startswith("torch.nn.functional"):
+        return f"torch.nn.functional.{qual}"
+    if module.startswith("torch") or target in vars(torch).values():
+        return f"torch.{qual}"
+    return f"{module}.{qual}"
+
+
+class _ShapeProp(torch.fx.Interpreter):
+    """Runs the trace on the example input, noting each tensor's metadata in
+    ``node.meta["tensor_meta"]`` (as torch's ShapeProp); a failure names the fx node, its op
+    and its inputs' shapes."""
+
+    def __init__(self, module):
+        super().__init__(module)
+        self.extra_traceback = False
+
+    def run_node(self, n):
+        try:
+            result = super().run_node(n)
+        except Exception as exc:
+            shapes = [
+                tuple(a.meta["tensor_meta"].shape)
+                for a in n.all_input_nodes
+                if hasattr(a.meta.get("tensor_meta"), "shape")
+            ]
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if n.op == "call_module":
+                kind = type(self.module.get_submodule(n.target))
+                what = f"module {n.target!r} ({kind.__module__}.{kind.__name__})"
+            else:
+                what = f"fx node {n.name!r} ({_fx_name(n.target)})"
+            raise IRError(
+                f"{what} fails on the example input, with inputs of shapes {shapes} (batch "
+                f"axis first): {msg}"
+            ) from exc
+        if isinstance(result, torch.Tensor):
+            n.meta["tensor_meta"] = _extract_tensor_metadata(result)
+        return result
+
+
+class _FxLowering:
+    """Walks one fx graph, adding a :class:`Node` per tensor-valued fx node."""
+
+    def __init__(self, module, xs, params, dtype):
+        self.module, self.xs, self.params, self.dtype = module, xs, params, dtype
+        try:
+            self.traced = torch.fx.symbolic_trace(module)
+        except Exception as exc:  # fx raises many types; the user needs the reason and the model
+            raise IRError(
+                f"cannot trace {type(module).__name__} with torch.fx: {exc}. rootclad compiles "
+                "modules torch.fx can trace (no data-dependent control flow) made of: "
+                f"{supported_layers()}"
+            ) from exc
+        self.traced.graph.eliminate_dead_code()
+        placeholders = [n for n in self.traced.graph.nodes if n.op == "placeholder"]
+        if len(placeholders) != len(xs):
+            names = [p.name for p in placeholders]
+            raise IRError(
+                f"{type(module).__name__}.forward takes {len(placeholders)} inputs {names}, but "
+                f"example_input gives {len(xs)}; pass a tuple with one tensor per input"
+            )
+        with torch.no_grad():
+            _ShapeProp(self.traced).run(*xs)
+        self.nodes: list[Node] = []
+        self.batch = int(xs[0].shape[0])
+
+    # -- helpers ----------------------------------------------------------------------------
+    def shape(self, fx_node) -> tuple[int, ...]:
+        meta = fx_node.meta.get("tensor_meta")
+        if meta is None or not hasattr(meta, "shape"):
+            raise IRError(f"fx node {fx_node.name!r} does not give one tensor")
+        return tuple(meta.shape)
+
+    def axis(self, dim, fx_input, where: str) -> int:
+        """torch's dim (batch axis counted) on ``fx_input`` -> the per-sample axis."""
+        rank = len(self.shape(fx_input))
+        if not isinstance(dim, int):
+            raise IRError(f"{where}: dim={dim!r} must be a number")
+        full = dim + rank if dim < 0 else dim
+        if not 0 <= full < rank:
+            raise IRError(f"{where}: dim={dim} is out of range for a {rank}-d tensor")
+        if full == 0:
+            raise IRError(f"{where}: dim={dim} is the batch axis; rootclad keeps samples apart")
+        return full - 1
+
+    def add(self, name: str, op: str, inputs, attrs=None, params=None) -> None:
+        self.nodes.append(
+            Node(name, op, [i.name for i in inputs], name, dict(attrs or {}), dict(params or {}))
+        )
+
+    def is_tensor(self, arg) -> bool:
+        return isinstance(arg, torch.fx.Node) and "tensor_meta" in arg.meta
+
+    def unsupported(self, fx_node, why: str = "") -> IRError:
+        what = _fx_name(fx_node.target)
+        return IRError(
+            f"operation {what!r} at fx node {fx_node.name!r} is not supported{why}; supported "
+            f"layers: {supported_layers()}"
+        )
+
+    # -- the walk ---------------------------------------------------------------------------
+    def graph(self) -> Graph:
+        inputs, output = [], None
+        for fx_node in self.traced.graph.nodes:
+            if fx_node.op == "placeholder":
+                inputs.append(fx_node.name)
+            elif fx_node.op == "output":
+                output = fx_node.args[0]
+            elif fx_node.op == "get_attr":
                 raise IRError(
-                    f"the model takes more than one input ({fx_node.name!r}); "
-                    "rootclad compiles single-input models"
+                    f"fx node {fx_node.name!r} reads attribute {fx_node.target!r} directly; "
+                    "only parameters of supported layers can be compiled"
                 )
-            current = fx_node
-            continue
-        if fx_node.op == "output":
-            result = fx_node.args[0]
-            if result is not current:
-                raise IRError(f"the model returns {result!r}, not the last layer's output")
-            break
-        if fx_node.op == "get_attr":
+            elif fx_node.op == "call_module":
+                self.call_module(fx_node)
+            elif self.is_tensor(fx_node):
+                self.call_function(fx_node)
+            elif not self.is_shape_query(fx_node):
+                raise self.unsupported(fx_node)
+        if not isinstance(output, torch.fx.Node):
             raise IRError(
-                f"fx node {fx_node.name!r} reads attribute {fx_node.target!r} directly; "
-                "only parameters of supported layers can be compiled"
+                f"the model returns {type(output).__name__} {output!r}; rootclad compiles "
+                "models that return one tensor"
             )
-        inputs = [a for a in fx_node.all_input_nodes]
-        if inputs != [current]:
+        shapes = [tuple(x.shape[1:]) for x in self.xs]
+        return Graph(inputs, shapes, self.nodes, output.name, self.params, self.dtype)
+
+    def is_shape_query(self, fx_node) -> bool:
+        """x.size(d), x.shape, x.shape[d], x.dim(): numbers only reshape/view may use."""
+        t = fx_node.target
+        return (fx_node.op == "call_method" and t in ("size", "dim")) or (
+            fx_node.op == "call_function" and t in (getattr, operator.getitem, len)
+        )
+
+    def call_module(self, fx_node) -> None:
+        mod = self.traced.get_submodule(fx_node.target)
+        tensors = [a for a in fx_node.args if isinstance(a, torch.fx.Node)]
+        if len(tensors) != 1 or len(fx_node.args) != 1 or fx_node.kwargs:
             raise IRError(
-                f"fx node {fx_node.name!r} ({fx_node.target}) takes {[a.name for a in inputs]}, "
-                f"but rootclad compiles chains in which each layer takes the previous output "
-                f"({current.name!r}); residual connections (x + f(x)), branches and "
-                "concatenations are not supported"
+                f"module {fx_node.target!r} is called with {len(fx_node.args)} arguments; "
+                "layers take one tensor"
             )
-        if fx_node.op == "call_module":
-            nodes.append(_module_node(fx_node.target, traced.get_submodule(fx_node.target)))
+        node = _module_node(fx_node.target, mod, fx_node.target)
+        node.inputs, node.output = [tensors[0].name], fx_node.name
+        if "dim" in node.attrs:
+            node.attrs["axis"] = self.axis(
+                node.attrs.pop("dim"), tensors[0], f"module {fx_node.target!r}"
+            )
+        self.nodes.append(node)
+
+    def call_function(self, fx_node) -> None:
+        t, args, kw = fx_node.target, list(fx_node.args), dict(fx_node.kwargs)
+        name = t if isinstance(t, str) else getattr(t, "__name__", "")
+        where = f"fx node {fx_node.name!r} ({_fx_name(t)})"
+        if _hashable(t) and t in _FUNCTION_OPS and args and self.is_tensor(args[0]):
+            op = _FUNCTION_OPS[t]
+            attrs = OPS[op].from_call(args[1:], kw, where)
+            if "dim" in attrs:
+                attrs["axis"] = self.axis(attrs.pop("dim"), args[0], where)
+            return self.add(fx_node.name, op, [args[0]], attrs)
+        if name in _ARITH or t in (torch.add, torch.sub, torch.mul, torch.div, torch.neg,
+                                   operator.neg) or name == "neg":  # fmt: skip
+            return self.arithmetic(fx_node, _ARITH.get(name, name), args, kw, where)
+        if t in (torch.cat, torch.concat) or name == "cat":
+            tensors = args[0] if args else kw.get("tensors")
+            dim = args[1] if len(args) > 1 else kw.get("dim", 0)
+            if not all(self.is_tensor(x) for x in tensors):
+                raise IRError(f"{where}: torch.cat of something other than tensors")
+            return self.add(
+                fx_node.name, "cat", tensors, {"axis": self.axis(dim, tensors[0], where)}
+            )
+        if name in ("reshape", "view", "flatten"):
+            return self.reshape(fx_node, args, where)
+        if name in ("permute", "transpose"):
+            return self.permute(fx_node, name, args, kw, where)
+        if name == "contiguous":
+            return self.add(fx_node.name, "identity", [args[0]])
+        raise self.unsupported(fx_node)
+
+    def arithmetic(self, fx_node, op, args, kw, where) -> None:
+        if kw.get("alpha", 1) != 1 or kw.get("rounding_mode") is not None:
+            raise IRError(f"{where}: alpha / rounding_mode are not supported")
+        if op == "neg":
+            return self.add(fx_node.name, "affine", args[:1], {"scale": -1.0, "shift": 0.0})
+        a, b = args[0], args[1] if len(args) > 1 else kw.get("other")
+        if self.is_tensor(a) and self.is_tensor(b):
+            for x in (a, b):
+                if len(self.shape(x)) == 0 or self.shape(x)[0] != self.batch:
+                    raise IRError(
+                        f"{where}: operand {x.name!r} has shape {self.shape(x)}, without the "
+                        "batch axis; both operands must carry it"
+                    )
+            op = {"rsub": "sub", "rdiv": "div"}.get(op, op)
+            if op in ("rsub", "rdiv"):
+                a, b = b, a
+            return self.add(fx_node.name, op, [a, b])
+        x, c = (a, b) if self.is_tensor(a) else (b, a)
+        if not isinstance(c, (int, float)) or isinstance(c, bool):
+            raise IRError(f"{where}: operand {c!r} is neither a tensor nor a number")
+        c = float(c)
+        x_first = x is a and op not in ("rsub", "rdiv")
+        if op == "add":
+            scale, shift = 1.0, c
+        elif op in ("sub", "rsub"):
+            scale, shift = (1.0, -c) if x_first else (-1.0, c)
+        elif op == "mul":
+            scale, shift = c, 0.0
+        elif x_first:  # x / c
+            if c == 0:
+                raise IRError(f"{where}: division by the constant 0")
+            scale, shift = 1.0 / c, 0.0
         else:
-            nodes.append(_function_node(fx_node))
-        current = fx_node
-    return nodes
+            raise IRError(f"{where}: a number divided by a tensor is not supported")
+        self.add(fx_node.name, "affine", [x], {"scale": scale, "shift": shift})
+
+    def reshape(self, fx_node, args, where) -> None:
+        x = args[0]
+        out = self.shape(fx_node)
+        if not out or out[0] != self.batch:
+            raise IRError(
+                f"{where}: gives shape {out} from {self.shape(x)}: the batch axis must stay first "
+                "and whole (use x.size(0) or -1 for it)"
+            )
+        spec = args[1:]
+        if len(spec) == 1 and isinstance(spec[0], (tuple, list)):
+            spec = list(spec[0])
+        name = fx_node.target if isinstance(fx_node.target, str) else fx_node.target.__name__
+        if name in ("reshape", "view") and spec and isinstance(spec[0], int) and spec[0] != -1:
+            raise IRError(
+                f"{where}: the batch axis is the fixed number {spec[0]}; write x.size(0) or -1 "
+                "so that the model takes any batch size"
+            )
+        self.add(fx_node.name, "reshape", [x], {"shape": out[1:]})
+
+    def permute(self, fx_node, name, args, kw, where) -> None:
+        x = args[0]
+        rank = len(self.shape(x))
+        if name == "permute":
+            perm = args[1:] if len(args) > 2 or not isinstance(args[1], (tuple, list)) else args[1]
+            perm = [p + rank if p < 0 else p for p in perm]
+            if not perm or perm[0] != 0:
+                raise IRError(f"{where}: permutation {tuple(perm)} moves the batch axis")
+            sample = [p - 1 for p in perm[1:]]
+        else:
+            d0 = self.axis(args[1] if len(args) > 1 else kw["dim0"], x, where)
+            d1 = self.axis(args[2] if len(args) > 2 else kw["dim1"], x, where)
+            sample = list(range(rank - 1))
+            sample[d0], sample[d1] = sample[d1], sample[d0]
+        self.add(fx_node.name, "permute", [x], {"perm": tuple(sample)})

@@ -1,8 +1,10 @@
-"""A small typed graph: ops with attributes over tensors with static per-sample shapes.
+"""The IR: a dataflow graph of named values with static per-sample shapes.
 
-Front-ends (``from_torch``, later ONNX) build a :class:`Graph`; the emitter turns it into
-C++. Shapes here exclude the batch axis, which stays a run-time argument. All validation
-happens while the graph is built, so nothing unsupported ever reaches the C++ compiler.
+A :class:`Graph` has one or more inputs, nodes in topological order (each reads named values
+and writes one new value) and one output. Shapes here exclude the batch axis, which stays a
+run-time argument. Front-ends (``from_torch``, later ONNX) build a graph; :meth:`Graph.validate`
+checks it and infers every shape through the op registry (:mod:`rootclad.ir.ops`), naming the
+node at fault, so nothing unsupported ever reaches the C++ compiler.
 """
 
 from __future__ import annotations
@@ -16,22 +18,6 @@ from dataclasses import dataclass, field
 class IRError(ValueError):
     """A model cannot be compiled; the message names the node and what is supported."""
 
-
-# op -> the parameter roles it takes (in arena order)
-SUPPORTED_OPS: dict[str, tuple[str, ...]] = {
-    "linear": ("weight", "bias"),
-    "conv1d": ("weight", "bias"),
-    "maxpool1d": (),
-    "avgpool1d": (),
-    "relu": (),
-    "leaky_relu": (),
-    "tanh": (),
-    "sigmoid": (),
-    "gelu": (),
-    "flatten": (),
-    "dropout": (),
-    "identity": (),
-}
 
 LOSSES = ("bce_with_logits", "cross_entropy", "mse")
 DTYPES = ("float32", "float64")
@@ -51,10 +37,20 @@ class Param:
 class Node:
     name: str  # where it came from: the module path (or fx node name)
     op: str
+    inputs: list[str] = field(default_factory=list)  # names of the values it reads
+    output: str = ""  # the name of the value it writes (default: the node's name)
     attrs: dict = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)  # role -> Param.name
-    in_shape: tuple[int, ...] = ()
+    in_shapes: list[tuple[int, ...]] = field(default_factory=list)  # set by validate()
     out_shape: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        self.output = self.output or self.name
+
+    @property
+    def in_shape(self) -> tuple[int, ...]:
+        """The shape of the first input (most ops have one)."""
+        return self.in_shapes[0]
 
     def describe(self) -> str:
         return f"{self.name} ({self.op})"
@@ -62,14 +58,31 @@ class Node:
 
 @dataclass
 class Graph:
-    input_shape: tuple[int, ...]
+    inputs: list[str]
+    input_shapes: list[tuple[int, ...]]
     nodes: list[Node]
+    output: str
     params: list[Param]
     dtype: str = "float32"
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # set by validate()
+
+    @classmethod
+    def chain(cls, input_shape, nodes: list[Node], params: list[Param], dtype="float32"):
+        """A graph in which each node reads the previous node's output (or the input)."""
+        prev = "x"
+        for node in nodes:
+            node.inputs = [prev]
+            prev = node.output
+        return cls(["x"], [tuple(input_shape)], nodes, prev, params, dtype)
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """The shape of the first input (the only one for single-input models)."""
+        return self.input_shapes[0]
 
     @property
     def output_shape(self) -> tuple[int, ...]:
-        return self.nodes[-1].out_shape if self.nodes else self.input_shape
+        return self.shapes[self.output]
 
     def param(self, name: str) -> Param:
         for p in self.params:
@@ -77,71 +90,71 @@ class Graph:
                 return p
         raise KeyError(name)
 
+    def consumers(self, value: str) -> list[Node]:
+        """The nodes that read ``value``, in order."""
+        return [n for n in self.nodes if value in n.inputs]
+
     def fingerprint(self) -> str:
         """A content hash: equal graphs give equal C++ and share one compiled library."""
         desc = {
-            "input": self.input_shape,
+            "inputs": list(zip(self.inputs, self.input_shapes, strict=True)),
+            "output": self.output,
             "dtype": self.dtype,
             "params": [(p.name, p.shape) for p in self.params],
             "nodes": [
-                (n.name, n.op, sorted(n.attrs.items()), sorted(n.params.items()))
+                (
+                    n.name,
+                    n.op,
+                    n.inputs,
+                    n.output,
+                    sorted(n.attrs.items()),
+                    sorted(n.params.items()),
+                )
                 for n in self.nodes
-            ],
+            ],  # fmt: skip
         }
         return hashlib.sha256(json.dumps(desc, default=str).encode()).hexdigest()[:12]
 
     def validate(self) -> None:
+        """Check the graph and infer every value's shape; errors name the node."""
+        from rootclad.ir.ops import OPS, supported_ops
+
         if self.dtype not in DTYPES:
             raise IRError(f"dtype {self.dtype!r} is not supported; use one of {DTYPES}")
         if not self.nodes:
             raise IRError("the model has no layers to compile")
-        shape = tuple(self.input_shape)
+        shapes = dict(zip(self.inputs, map(tuple, self.input_shapes), strict=True))
         for node in self.nodes:
-            if node.op not in SUPPORTED_OPS:
-                raise IRError(
-                    f"{node.describe()}: op not supported; supported: {', '.join(SUPPORTED_OPS)}"
-                )
-            node.in_shape = shape
-            node.out_shape = infer_shape(node, shape, self)
-            shape = node.out_shape
+            spec = OPS.get(node.op)
+            if spec is None:
+                raise IRError(f"{node.describe()}: op not supported; supported: {supported_ops()}")
+            if node.output in shapes:
+                raise IRError(f"{node.describe()}: value {node.output!r} is written twice")
+            for name in node.inputs:
+                if name not in shapes:
+                    raise IRError(
+                        f"{node.describe()}: reads {name!r}, which no earlier node writes "
+                        "(nodes must be in topological order)"
+                    )
+            arity = spec.arity
+            if arity is not None and len(node.inputs) != arity:
+                raise IRError(f"{node.describe()}: takes {arity} inputs, got {len(node.inputs)}")
+            if arity is None and not node.inputs:
+                raise IRError(f"{node.describe()}: takes at least one input")
+            for role in node.params:
+                if role not in spec.params:
+                    raise IRError(f"{node.describe()}: has no parameter {role!r}")
+            node.in_shapes = [shapes[name] for name in node.inputs]
+            node.out_shape = tuple(spec.infer(node, node.in_shapes, self))
+            shapes[node.output] = node.out_shape
+        if self.output not in shapes:
+            raise IRError(f"the model's output {self.output!r} is not computed by any node")
+        if self.output in self.inputs:
+            raise IRError(f"the model returns its input {self.output!r} unchanged")
+        self.shapes = shapes
 
 
-def _expect(cond: bool, node: Node, msg: str) -> None:
+def expect(cond: bool, node: Node, msg: str) -> None:
+    """Raise an :class:`IRError` naming ``node`` unless ``cond``."""
     if not cond:
         raise IRError(f"{node.describe()}: {msg}")
-
-
-def infer_shape(node: Node, shape: tuple[int, ...], graph: Graph) -> tuple[int, ...]:
-    """The per-sample output shape of ``node`` for a per-sample input ``shape``."""
-    a = node.attrs
-    op = node.op
-    if op == "linear":
-        w = graph.param(node.params["weight"])
-        _expect(
-            len(shape) >= 1 and shape[-1] == w.shape[1],
-            node,
-            f"expected input (..., {w.shape[1]}), got per-sample shape {shape}",
-        )
-        return (*shape[:-1], w.shape[0])
-    if op == "conv1d":
-        w = graph.param(node.params["weight"])
-        _expect(len(shape) == 2, node, f"expected input (C, L), got per-sample shape {shape}")
-        _expect(
-            shape[0] == w.shape[1],
-            node,
-            f"expected {w.shape[1]} input channels, got {shape[0]} (shape {shape})",
-        )
-        k, s, p, d = w.shape[2], a["stride"], a["padding"], a["dilation"]
-        lo = (shape[1] + 2 * p - d * (k - 1) - 1) // s + 1
-        _expect(lo >= 1, node, f"input length {shape[1]} is shorter than the kernel")
-        return (w.shape[0], lo)
-    if op in ("maxpool1d", "avgpool1d"):
-        _expect(len(shape) == 2, node, f"expected input (C, L), got per-sample shape {shape}")
-        k, s, p = a["kernel_size"], a["stride"], a["padding"]
-        _expect(p <= k // 2, node, f"padding {p} must be at most half the kernel size {k}")
-        lo = (shape[1] + 2 * p - k) // s + 1
-        _expect(lo >= 1, node, f"input length {shape[1]} is shorter than the kernel {k}")
-        return (shape[0], lo)
-    if op == "flatten":
-        return (math.prod(shape),)
-    return shape  # elementwise ops and dropout keep the shape

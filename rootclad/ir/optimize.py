@@ -13,7 +13,8 @@ def _monotone(node: Node) -> bool:
 
 
 def pool_before_activation(graph: Graph) -> Graph:
-    """Swap `activation -> MaxPool1d` into `MaxPool1d -> activation`.
+    """Swap `activation -> MaxPool1d` into `MaxPool1d -> activation` where the pool is the
+    activation's only reader.
 
     For a non-decreasing f, max_k f(x_k) = f(max_k x_k), so the output is unchanged and the
     activation runs on K times fewer elements. Gradients are unchanged too: a strictly
@@ -24,11 +25,21 @@ def pool_before_activation(graph: Graph) -> Graph:
     nodes = list(graph.nodes)
     i = 0
     while i + 1 < len(nodes):
-        if _monotone(nodes[i]) and nodes[i + 1].op == "maxpool1d":
-            nodes[i], nodes[i + 1] = nodes[i + 1], nodes[i]
+        act, pool = nodes[i], nodes[i + 1]
+        readers = [n for n in nodes if act.output in n.inputs]
+        if (
+            _monotone(act)
+            and pool.op == "maxpool1d"
+            and readers == [pool]
+            and act.output != graph.output
+        ):
+            a_out, p_out = act.output, pool.output
+            pool = Node(pool.name, pool.op, list(act.inputs), a_out, pool.attrs, pool.params)
+            act = Node(act.name, act.op, [a_out], p_out, act.attrs, act.params)
+            nodes[i], nodes[i + 1] = pool, act
             i += 2
         else:
             i += 1
-    out = Graph(graph.input_shape, nodes, graph.params, graph.dtype)
+    out = Graph(graph.inputs, graph.input_shapes, nodes, graph.output, graph.params, graph.dtype)
     out.validate()
     return out

@@ -12,14 +12,19 @@ import torch
 
 
 class CompiledFunction(torch.autograd.Function):
+    """``apply(cm, n_inputs, *inputs, *params)``: the model output; the backward gives the
+    gradients of the inputs and parameters torch asks for."""
+
     @staticmethod
-    def forward(ctx, x, cm, *params):
-        B = int(x.shape[0])
+    def forward(ctx, cm, n_inputs, *tensors):
+        xs = tensors[:n_inputs]
+        B = int(xs[0].shape[0])
         act = torch.empty(cm._lib.act_size(B), dtype=cm.dtype)
-        cm._load_input(act, x.detach(), B)
+        cm._load_input(act, tuple(x.detach() for x in xs), B)
         seed = cm._next_seed()
         cm._lib.forward(cm._params.data_ptr(), act.data_ptr(), B, int(cm.training), seed)
-        ctx.cm, ctx.seed, ctx.B, ctx.x_shape = cm, seed, B, x.shape
+        ctx.cm, ctx.seed, ctx.B, ctx.n_inputs = cm, seed, B, n_inputs
+        ctx.x_shapes = [x.shape for x in xs]
         ctx.training = cm.training
         ctx.save_for_backward(act)
         return cm._output(act, B).clone()
@@ -33,12 +38,12 @@ class CompiledFunction(torch.autograd.Function):
                 "rootclad compiled models support first-order gradients only; "
                 "create_graph=True (double backward, gradient penalties) is not supported"
             )
-        cm, B = ctx.cm, ctx.B
+        cm, B, n = ctx.cm, ctx.B, ctx.n_inputs
         (act,) = ctx.saved_tensors
-        need_dx = bool(ctx.needs_input_grad[0])
-        need_params = any(ctx.needs_input_grad[2:])
-        if not (need_dx or need_params):
-            return (None, None) + (None,) * len(cm._views)
+        need_x = ctx.needs_input_grad[2 : 2 + n]
+        need_params = ctx.needs_input_grad[2 + n :]
+        if not (any(need_x) or any(need_params)):
+            return (None, None) + (None,) * (n + len(cm._views))
         d_act = torch.empty_like(act)
         d_params = torch.empty_like(cm._params)
         d_out = d_out.to(cm.dtype).contiguous()
@@ -51,14 +56,14 @@ class CompiledFunction(torch.autograd.Function):
             B,
             int(ctx.training),
             ctx.seed,
-            int(need_dx),
+            int(any(need_x)),
         )
-        d_x = None
-        if need_dx:
-            r = cm._em.input_region
-            d_x = d_act[B * r.offset : B * (r.offset + r.size)].view(ctx.x_shape).clone()
+        d_xs = []
+        for r, shape, needed in zip(cm._em.input_regions, ctx.x_shapes, need_x, strict=True):
+            d = d_act[B * r.offset : B * (r.offset + r.size)].view(shape).clone()
+            d_xs.append(d if needed else None)
         grads = []
         offsets = cm._em.param_offsets.values()
-        for (off, shape), needed in zip(offsets, ctx.needs_input_grad[2:], strict=True):
+        for (off, shape), needed in zip(offsets, need_params, strict=True):
             grads.append(d_params[off : off + math.prod(shape)].view(shape) if needed else None)
-        return (d_x, None, *grads)
+        return (None, None, *d_xs, *grads)

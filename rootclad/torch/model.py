@@ -130,7 +130,8 @@ class CompiledModel:
         self._local = threading.local()  # per-thread workspace: see _workspace
         self._lock = threading.Lock()  # loss_and_grad and train_step: one at a time
         self._largest_region = max(r.size for r in emitted.regions)
-        self.input_shape = tuple(graph.input_shape)
+        self.input_shapes = [tuple(shape) for shape in graph.input_shapes]
+        self.input_shape = self.input_shapes[0]
         self.output_shape = tuple(emitted.output_shape)
 
     # -- parameters ---------------------------------------------------------------------
@@ -177,24 +178,41 @@ class CompiledModel:
         return self.train(False)
 
     # -- checking inputs ----------------------------------------------------------------
-    def _check_x(self, x) -> int:
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"expected a torch.Tensor input, got {type(x).__name__}")
-        if x.device.type != "cpu":
-            raise ValueError(f"input is on {x.device}; this compiled model runs on the CPU")
-        if x.dtype != self.dtype:
+    def _inputs(self, x) -> tuple:
+        """The model inputs as a tuple: a tensor, or a tuple/list of one tensor per input."""
+        xs = tuple(x) if isinstance(x, (tuple, list)) else (x,)
+        if len(xs) != len(self.input_shapes):
             raise TypeError(
-                f"input dtype is {x.dtype}, expected {self.dtype} (the model was "
-                f"compiled for {self.dtype}; convert with x.to({self.dtype}))"
+                f"this model takes {len(self.input_shapes)} inputs, got {len(xs)} "
+                f"(per-sample shapes {self.input_shapes})"
             )
-        if x.dim() != len(self.input_shape) + 1 or tuple(x.shape[1:]) != self.input_shape:
-            raise ValueError(
-                f"input shape is {tuple(x.shape)}, expected (B, "
-                f"{', '.join(map(str, self.input_shape))})"
-            )
-        if x.shape[0] < 1:
-            raise ValueError("input batch is empty")
-        B = int(x.shape[0])
+        return xs
+
+    def _check_x(self, x) -> int:
+        """Check every input (a tensor, or one per model input); returns the batch size."""
+        xs = self._inputs(x)
+        batches = set()
+        for i, (t, shape) in enumerate(zip(xs, self.input_shapes, strict=True)):
+            which = f"input {i}" if len(xs) > 1 else "input"
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"expected a torch.Tensor {which}, got {type(t).__name__}")
+            if t.device.type != "cpu":
+                raise ValueError(f"{which} is on {t.device}; this compiled model runs on the CPU")
+            if t.dtype != self.dtype:
+                raise TypeError(
+                    f"{which} dtype is {t.dtype}, expected {self.dtype} (the model was "
+                    f"compiled for {self.dtype}; convert with x.to({self.dtype}))"
+                )
+            if t.dim() != len(shape) + 1 or tuple(t.shape[1:]) != shape:
+                raise ValueError(
+                    f"{which} shape is {tuple(t.shape)}, expected (B, {', '.join(map(str, shape))})"
+                )
+            if t.shape[0] < 1:
+                raise ValueError(f"{which} batch is empty")
+            batches.add(int(t.shape[0]))
+        if len(batches) > 1:
+            raise ValueError(f"the inputs have different batch sizes {sorted(batches)}")
+        B = batches.pop()
         largest = self._largest_region
         if B * largest >= 2**31:  # the kernels count a layer's elements in an int
             raise ValueError(
@@ -240,22 +258,23 @@ class CompiledModel:
         n = self._lib.act_size(B)
         return local.work[:n], local.work[n : 2 * n]
 
-    def _load_input(self, act: torch.Tensor, x: torch.Tensor, B: int) -> None:
-        r = self._em.input_region
-        if (
-            x.device.type == "cpu"
-            and x.dtype == self.dtype
-            and x.is_contiguous()
-            and not x.is_neg()
-        ):
-            # a plain memcpy: torch's copy_ would start its OpenMP threads, which then
-            # compete with rootclad's own for the cores during the step
-            size = act.element_size()
-            ctypes.memmove(act.data_ptr() + B * r.offset * size, x.data_ptr(), x.numel() * size)
-            return
-        # detached: a copy that autograd records would turn the shared workspace into a
-        # graph node, and predict()'s output would then carry a silently zero gradient
-        act[B * r.offset : B * (r.offset + r.size)].view_as(x).copy_(x.detach())
+    def _load_input(self, act: torch.Tensor, x, B: int) -> None:
+        """Copy the model input(s) into their regions at the start of ``act``."""
+        for t, r in zip(self._inputs(x), self._em.input_regions, strict=True):
+            if (
+                t.device.type == "cpu"
+                and t.dtype == self.dtype
+                and t.is_contiguous()
+                and not t.is_neg()
+            ):
+                # a plain memcpy: torch's copy_ would start its OpenMP threads, which then
+                # compete with rootclad's own for the cores during the step
+                size = act.element_size()
+                ctypes.memmove(act.data_ptr() + B * r.offset * size, t.data_ptr(), t.numel() * size)
+                continue
+            # detached: a copy that autograd records would turn the shared workspace into a
+            # graph node, and predict()'s output would then carry a silently zero gradient
+            act[B * r.offset : B * (r.offset + r.size)].view_as(t).copy_(t.detach())
 
     def _output(self, act: torch.Tensor, B: int) -> torch.Tensor:
         r = self._em.output_region
@@ -265,12 +284,14 @@ class CompiledModel:
         return (self._seed * 0x9E3779B97F4A7C15 + next(self._calls)) & 0xFFFFFFFFFFFFFFFF
 
     # -- running ------------------------------------------------------------------------
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """The model output, differentiable w.r.t. ``x`` and the parameters via torch autograd."""
+    def __call__(self, *x: torch.Tensor) -> torch.Tensor:
+        """The model output, differentiable w.r.t. the input(s) and the parameters via torch
+        autograd. A model with several inputs takes them in order: ``cm(x, theta)``."""
         from rootclad.torch.function import CompiledFunction
 
-        self._check_x(x)
-        return CompiledFunction.apply(x, self, *self._views.values())
+        xs = x[0] if len(x) == 1 and isinstance(x[0], (tuple, list)) else x
+        self._check_x(xs)
+        return CompiledFunction.apply(self, len(xs), *xs, *self._views.values())
 
     forward = __call__
 
@@ -290,7 +311,8 @@ class CompiledModel:
     def loss_and_grad(
         self, x: torch.Tensor, y, weight=None
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The loss of a batch and the gradient of every parameter (fresh tensors).
+        """The loss of a batch and the gradient of every parameter (fresh tensors). ``x``: the
+        input, or a tuple of one tensor per input for a model with several.
 
         ``weight`` (B,): per-sample weights (HEP event weights). The loss is then the mean over
         elements of ``weight[b] * loss_element``, as ``(F.<loss>(out, y, reduction="none") *
@@ -348,8 +370,9 @@ class CompiledModel:
                 None if w is None else w.data_ptr(),
             )
 
-    def predict(self, x: torch.Tensor) -> torch.Tensor:
+    def predict(self, *x: torch.Tensor) -> torch.Tensor:
         """The output without autograd bookkeeping (eval-mode dropout unless training)."""
+        x = x[0] if len(x) == 1 else x
         B = self._check_x(x)
         act, _ = self._workspace(B)
         self._load_input(act, x, B)

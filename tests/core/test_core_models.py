@@ -163,8 +163,8 @@ def test_fx_traced_custom_module_matches_torch():
     ops = [node.op for node in cm.graph.nodes]
     # conv1d -> relu -> maxpool1d is compiled as conv1d -> maxpool1d -> relu (ir/optimize.py)
     assert ops == [
-        "conv1d", "maxpool1d", "relu", "relu", "flatten", "linear", "tanh", "leaky_relu",
-        "gelu", "sigmoid", "relu", "linear", "flatten",
+        "conv1d", "maxpool1d", "relu", "relu", "reshape", "linear", "tanh", "leaky_relu",
+        "gelu", "sigmoid", "relu", "linear", "reshape",
     ]  # fmt: skip
     check_against_torch(net, x, F64)
 

@@ -6,7 +6,9 @@
 //                  and parameter sharing accumulate; the caller zeroes gradient buffers.
 // Shapes are in comments; B batch, C channels in, OC channels out, L length in, LO length
 // out, K kernel size, N element count. All tensors are contiguous, row-major (torch layout).
-// Clad adapters for each op (<op>_forward_pullback) are in rootclad/pullbacks.h.
+// Clad adapters for each op (<op>_forward_pullback) are in rootclad/pullbacks.h. The ops
+// that join and reshape values of a graph, normalisations and newer activations are in
+// rootclad/graph_ops.h.
 #pragma once
 
 #include <cmath>
@@ -14,6 +16,7 @@
 #include <cstring>
 
 #include "rootclad/blas.h"
+#include "rootclad/graph_ops.h"
 // Vectorisation hints (-fopenmp-simd). Omitted when Clad differentiates the kernels itself:
 // Clad 2.5 crashes on OpenMP directives.
 #ifdef ROOTCLAD_NO_PULLBACKS

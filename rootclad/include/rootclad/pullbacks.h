@@ -80,6 +80,72 @@ void dropout_forward_pullback(T* out, const T* inp, int N, T p, ::std::uint64_t 
   ::rootclad::dropout_backward(d_inp, d_out, N, p, seed, i0);
 }
 
+// -- rootclad/graph_ops.h -------------------------------------------------------------------
+template <typename T>
+void affine_forward_pullback(T* out, const T* inp, int N, T scale, T shift, T* d_out, T* d_inp,
+                             int* d_N, T* d_scale, T* d_shift) {
+  ::rootclad::affine_backward(d_inp, d_out, N, scale);
+}
+
+template <typename T>
+void binary_forward_pullback(T* out, const T* a, const T* b, int kind, int B, int n0, int n1,
+                             int n2, int sa0, int sa1, int sa2, int na, int sb0, int sb1, int sb2,
+                             int nb, T* d_out, T* d_a, T* d_b, int*, int*, int*, int*, int*, int*,
+                             int*, int*, int*, int*, int*, int*, int*) {
+  ::rootclad::binary_backward(d_a, d_b, d_out, a, b, kind, B, n0, n1, n2, sa0, sa1, sa2, na, sb0,
+                              sb1, sb2, nb);
+}
+
+template <typename T>
+void permute_forward_pullback(T* out, const T* inp, int B, int N, int n0, int n1, int n2, int n3,
+                              int s0, int s1, int s2, int s3, T* d_out, T* d_inp, int*, int*, int*,
+                              int*, int*, int*, int*, int*, int*, int*) {
+  ::rootclad::permute_backward(d_inp, d_out, B, N, n0, n1, n2, n3, s0, s1, s2, s3);
+}
+
+template <typename T>
+void cat_part_forward_pullback(T* out, const T* inp, int R, int n_in, int n_out, int off, T* d_out,
+                               T* d_inp, int* d_R, int* d_n_in, int* d_n_out, int* d_off) {
+  ::rootclad::cat_part_backward(d_inp, d_out, R, n_in, n_out, off);
+}
+
+template <typename T>
+void softmax_forward_pullback(T* out, const T* inp, int R, int N, int S, T* d_out, T* d_inp,
+                              int* d_R, int* d_N, int* d_S) {
+  ::rootclad::softmax_backward(d_inp, d_out, out, R, N, S);
+}
+
+template <typename T>
+void log_softmax_forward_pullback(T* out, const T* inp, int R, int N, int S, T* d_out, T* d_inp,
+                                  int* d_R, int* d_N, int* d_S) {
+  ::rootclad::log_softmax_backward(d_inp, d_out, out, R, N, S);
+}
+
+template <typename T>
+void layer_norm_forward_pullback(T* out, T* stats, const T* inp, const T* weight, const T* bias,
+                                 int R, int M, T eps, T* d_out, T* d_stats, T* d_inp, T* d_weight,
+                                 T* d_bias, int* d_R, int* d_M, T* d_eps) {
+  ::rootclad::layer_norm_backward(d_inp, weight ? d_weight : (T*)nullptr,
+                                  bias ? d_bias : (T*)nullptr, d_out, inp, stats, weight, R, M);
+}
+
+template <typename T>
+void elu_forward_pullback(T* out, const T* inp, int N, T alpha, T* d_out, T* d_inp, int* d_N,
+                          T* d_alpha) {
+  ::rootclad::elu_backward(d_inp, d_out, inp, N, alpha);
+}
+
+template <typename T>
+void silu_forward_pullback(T* out, const T* inp, int N, T* d_out, T* d_inp, int* d_N) {
+  ::rootclad::silu_backward(d_inp, d_out, inp, N);
+}
+
+template <typename T>
+void softplus_forward_pullback(T* out, const T* inp, int N, T beta, T threshold, T* d_out, T* d_inp,
+                               int* d_N, T* d_beta, T* d_threshold) {
+  ::rootclad::softplus_backward(d_inp, d_out, inp, N, beta, threshold);
+}
+
 } // namespace rootclad
 } // namespace custom_derivatives
 } // namespace clad

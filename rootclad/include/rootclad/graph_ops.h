@@ -1,0 +1,297 @@
+// rootclad/graph_ops.h — the ops that join, split and reshape values in a dataflow graph,
+// normalisations, and activations added with the graph IR (included by kernels.h).
+//
+// Same contract as kernels.h: <op>_forward writes its output, <op>_backward ADDS into the
+// gradients of its inputs and parameters. Per-sample shapes are flattened into loop counts by
+// the op registry (rootclad/ir/ops.py); B is the batch (or the chunk of it being run).
+#pragma once
+
+#include <cmath>
+
+namespace rootclad {
+
+// ---------------------------------------------------------------------------------------
+// out = scale * inp + shift, with constant numbers (x + 1, 2 * x, x / 4, 1 - x, -x).
+template <typename T> void affine_forward(T* out, const T* inp, int N, T scale, T shift) {
+  for (int i = 0; i < N; ++i)
+    out[i] = scale * inp[i] + shift;
+}
+template <typename T> void affine_backward(T* d_inp, const T* d_out, int N, T scale) {
+  for (int i = 0; i < N; ++i)
+    d_inp[i] += scale * d_out[i];
+}
+
+// ---------------------------------------------------------------------------------------
+// Binary ops with broadcasting. kind: 0 a + b, 1 a - b, 2 a * b, 3 a / b. Per sample the
+// output is an (n0, n1, n2) loop nest; a's element of out[b, i, j, k] is
+//   a[b*na + i*sa0 + j*sa1 + k*sa2]   (stride 0 on an axis a is broadcast along),
+// and b's likewise with sb*, nb. Operands of equal shapes run as one flat loop.
+template <typename T> inline T binary_apply(int kind, T x, T y) {
+  if (kind == 0)
+    return x + y;
+  if (kind == 1)
+    return x - y;
+  if (kind == 2)
+    return x * y;
+  return x / y;
+}
+
+inline bool binary_is_flat(int n0, int n1, int n2, int sa2, int na, int sb2, int nb) {
+  return n0 == 1 && n1 == 1 && sa2 == 1 && sb2 == 1 && na == n2 && nb == n2;
+}
+
+template <typename T>
+void binary_forward(T* out, const T* a, const T* b, int kind, int B, int n0, int n1, int n2,
+                    int sa0, int sa1, int sa2, int na, int sb0, int sb1, int sb2, int nb) {
+  if (binary_is_flat(n0, n1, n2, sa2, na, sb2, nb)) {
+    const long N = (long)B * n2;
+    for (long i = 0; i < N; ++i)
+      out[i] = binary_apply(kind, a[i], b[i]);
+    return;
+  }
+  long o = 0;
+  for (int s = 0; s < B; ++s)
+    for (int i = 0; i < n0; ++i)
+      for (int j = 0; j < n1; ++j)
+        for (int k = 0; k < n2; ++k) {
+          const long ia = (long)s * na + (long)i * sa0 + (long)j * sa1 + (long)k * sa2;
+          const long ib = (long)s * nb + (long)i * sb0 + (long)j * sb1 + (long)k * sb2;
+          out[o++] = binary_apply(kind, a[ia], b[ib]);
+        }
+}
+
+// d_a += d_out * d(a op b)/da, d_b += d_out * d(a op b)/db, summed over broadcast axes.
+// d_a and d_b may be the same buffer (x + x).
+template <typename T> inline void binary_adjoint(int kind, T g, T x, T y, T& da, T& db) {
+  if (kind == 0) {
+    da += g;
+    db += g;
+  } else if (kind == 1) {
+    da += g;
+    db -= g;
+  } else if (kind == 2) {
+    da += g * y;
+    db += g * x;
+  } else {
+    da += g / y;
+    db -= g * x / (y * y);
+  }
+}
+
+template <typename T>
+void binary_backward(T* d_a, T* d_b, const T* d_out, const T* a, const T* b, int kind, int B,
+                     int n0, int n1, int n2, int sa0, int sa1, int sa2, int na, int sb0, int sb1,
+                     int sb2, int nb) {
+  long o = 0;
+  for (int s = 0; s < B; ++s)
+    for (int i = 0; i < n0; ++i)
+      for (int j = 0; j < n1; ++j)
+        for (int k = 0; k < n2; ++k, ++o) {
+          const long ia = (long)s * na + (long)i * sa0 + (long)j * sa1 + (long)k * sa2;
+          const long ib = (long)s * nb + (long)i * sb0 + (long)j * sb1 + (long)k * sb2;
+          binary_adjoint(kind, d_out[o], a[ia], b[ib], d_a[ia], d_b[ib]);
+        }
+}
+
+// ---------------------------------------------------------------------------------------
+// Permute the per-sample axes: out[b, i0, i1, i2, i3] = inp[b*N + i0*s0 + i1*s1 + i2*s2 +
+// i3*s3], (n0..n3) the output's axes (padded with 1s), s0..s3 their strides in the input.
+template <typename T>
+void permute_forward(T* out, const T* inp, int B, int N, int n0, int n1, int n2, int n3, int s0,
+                     int s1, int s2, int s3) {
+  long o = 0;
+  for (int b = 0; b < B; ++b)
+    for (int i0 = 0; i0 < n0; ++i0)
+      for (int i1 = 0; i1 < n1; ++i1)
+        for (int i2 = 0; i2 < n2; ++i2)
+          for (int i3 = 0; i3 < n3; ++i3)
+            out[o++] =
+                inp[(long)b * N + (long)i0 * s0 + (long)i1 * s1 + (long)i2 * s2 + (long)i3 * s3];
+}
+template <typename T>
+void permute_backward(T* d_inp, const T* d_out, int B, int N, int n0, int n1, int n2, int n3,
+                      int s0, int s1, int s2, int s3) {
+  long o = 0;
+  for (int b = 0; b < B; ++b)
+    for (int i0 = 0; i0 < n0; ++i0)
+      for (int i1 = 0; i1 < n1; ++i1)
+        for (int i2 = 0; i2 < n2; ++i2)
+          for (int i3 = 0; i3 < n3; ++i3)
+            d_inp[(long)b * N + (long)i0 * s0 + (long)i1 * s1 + (long)i2 * s2 + (long)i3 * s3] +=
+                d_out[o++];
+}
+
+// ---------------------------------------------------------------------------------------
+// Concatenation, one input at a time: row r of inp (n_in values) goes to columns
+// [off, off + n_in) of row r of out (n_out values). R = B * (the axes before the cat axis).
+template <typename T>
+void cat_part_forward(T* out, const T* inp, int R, int n_in, int n_out, int off) {
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < n_in; ++j)
+      out[(long)r * n_out + off + j] = inp[(long)r * n_in + j];
+}
+template <typename T>
+void cat_part_backward(T* d_inp, const T* d_out, int R, int n_in, int n_out, int off) {
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < n_in; ++j)
+      d_inp[(long)r * n_in + j] += d_out[(long)r * n_out + off + j];
+}
+
+// ---------------------------------------------------------------------------------------
+// Softmax and LogSoftmax along an axis of length N: inp viewed as (R, N, S), the axis in the
+// middle (S = the product of the axes after it). Max-subtracted, as torch's.
+template <typename T> void softmax_forward(T* out, const T* inp, int R, int N, int S) {
+  for (int r = 0; r < R; ++r)
+    for (int s = 0; s < S; ++s) {
+      const long base = (long)r * N * S + s;
+      T m = inp[base];
+      for (int n = 1; n < N; ++n)
+        m = inp[base + (long)n * S] > m ? inp[base + (long)n * S] : m;
+      T sum = 0;
+      for (int n = 0; n < N; ++n) {
+        out[base + (long)n * S] = std::exp(inp[base + (long)n * S] - m);
+        sum += out[base + (long)n * S];
+      }
+      for (int n = 0; n < N; ++n)
+        out[base + (long)n * S] /= sum;
+    }
+}
+// y = softmax(x)  =>  d_x += y * (d_y - sum_n d_y * y)
+template <typename T>
+void softmax_backward(T* d_inp, const T* d_out, const T* out, int R, int N, int S) {
+  for (int r = 0; r < R; ++r)
+    for (int s = 0; s < S; ++s) {
+      const long base = (long)r * N * S + s;
+      T dot = 0;
+      for (int n = 0; n < N; ++n)
+        dot += d_out[base + (long)n * S] * out[base + (long)n * S];
+      for (int n = 0; n < N; ++n)
+        d_inp[base + (long)n * S] += out[base + (long)n * S] * (d_out[base + (long)n * S] - dot);
+    }
+}
+
+template <typename T> void log_softmax_forward(T* out, const T* inp, int R, int N, int S) {
+  for (int r = 0; r < R; ++r)
+    for (int s = 0; s < S; ++s) {
+      const long base = (long)r * N * S + s;
+      T m = inp[base];
+      for (int n = 1; n < N; ++n)
+        m = inp[base + (long)n * S] > m ? inp[base + (long)n * S] : m;
+      T sum = 0;
+      for (int n = 0; n < N; ++n)
+        sum += std::exp(inp[base + (long)n * S] - m);
+      const T lse = m + std::log(sum);
+      for (int n = 0; n < N; ++n)
+        out[base + (long)n * S] = inp[base + (long)n * S] - lse;
+    }
+}
+// y = log_softmax(x)  =>  d_x += d_y - exp(y) * sum_n d_y
+template <typename T>
+void log_softmax_backward(T* d_inp, const T* d_out, const T* out, int R, int N, int S) {
+  for (int r = 0; r < R; ++r)
+    for (int s = 0; s < S; ++s) {
+      const long base = (long)r * N * S + s;
+      T sum = 0;
+      for (int n = 0; n < N; ++n)
+        sum += d_out[base + (long)n * S];
+      for (int n = 0; n < N; ++n)
+        d_inp[base + (long)n * S] +=
+            d_out[base + (long)n * S] - std::exp(out[base + (long)n * S]) * sum;
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// LayerNorm over rows of M values (the trailing normalized_shape): with the row's mean and
+// biased variance, out = (x - mean) / sqrt(var + eps) * weight + bias (weight, bias: M values,
+// or null). stats keeps (mean, 1/sqrt(var + eps)) of each row for the backward.
+template <typename T>
+void layer_norm_forward(T* out, T* stats, const T* inp, const T* weight, const T* bias, int R,
+                        int M, T eps) {
+  for (int r = 0; r < R; ++r) {
+    const T* x = inp + (long)r * M;
+    T mean = 0;
+    for (int i = 0; i < M; ++i)
+      mean += x[i];
+    mean /= M;
+    T var = 0;
+    for (int i = 0; i < M; ++i)
+      var += (x[i] - mean) * (x[i] - mean);
+    var /= M;
+    const T rstd = T(1) / std::sqrt(var + eps);
+    stats[2 * (long)r] = mean;
+    stats[2 * (long)r + 1] = rstd;
+    for (int i = 0; i < M; ++i) {
+      T y = (x[i] - mean) * rstd;
+      if (weight)
+        y *= weight[i];
+      if (bias)
+        y += bias[i];
+      out[(long)r * M + i] = y;
+    }
+  }
+}
+// With xhat = (x - mean) * rstd and g = d_out * weight:
+//   d_bias += d_out;  d_weight += d_out * xhat;
+//   d_x += rstd * (g - mean(g) - xhat * mean(g * xhat))
+template <typename T>
+void layer_norm_backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, const T* inp,
+                         const T* stats, const T* weight, int R, int M) {
+  for (int r = 0; r < R; ++r) {
+    const T* x = inp + (long)r * M;
+    const T* dy = d_out + (long)r * M;
+    const T mean = stats[2 * (long)r], rstd = stats[2 * (long)r + 1];
+    T sum_g = 0, sum_gx = 0;
+    for (int i = 0; i < M; ++i) {
+      const T xhat = (x[i] - mean) * rstd;
+      const T g = weight ? dy[i] * weight[i] : dy[i];
+      sum_g += g;
+      sum_gx += g * xhat;
+      if (d_weight)
+        d_weight[i] += dy[i] * xhat;
+      if (d_bias)
+        d_bias[i] += dy[i];
+    }
+    for (int i = 0; i < M; ++i) {
+      const T xhat = (x[i] - mean) * rstd;
+      const T g = weight ? dy[i] * weight[i] : dy[i];
+      d_inp[(long)r * M + i] += rstd * (g - sum_g / M - xhat * sum_gx / M);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Activations added with the graph IR.
+// ELU: x > 0 ? x : alpha * (exp(x) - 1)
+template <typename T> void elu_forward(T* out, const T* inp, int N, T alpha) {
+  for (int i = 0; i < N; ++i)
+    out[i] = inp[i] > 0 ? inp[i] : alpha * (std::exp(inp[i]) - T(1));
+}
+template <typename T> void elu_backward(T* d_inp, const T* d_out, const T* inp, int N, T alpha) {
+  for (int i = 0; i < N; ++i)
+    d_inp[i] += inp[i] > 0 ? d_out[i] : d_out[i] * alpha * std::exp(inp[i]);
+}
+
+// SiLU: x * sigmoid(x);  d/dx = s (1 + x (1 - s))
+template <typename T> void silu_forward(T* out, const T* inp, int N) {
+  for (int i = 0; i < N; ++i)
+    out[i] = inp[i] / (T(1) + std::exp(-inp[i]));
+}
+template <typename T> void silu_backward(T* d_inp, const T* d_out, const T* inp, int N) {
+  for (int i = 0; i < N; ++i) {
+    const T s = T(1) / (T(1) + std::exp(-inp[i]));
+    d_inp[i] += d_out[i] * s * (T(1) + inp[i] * (T(1) - s));
+  }
+}
+
+// Softplus: log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (as torch).
+template <typename T> void softplus_forward(T* out, const T* inp, int N, T beta, T threshold) {
+  for (int i = 0; i < N; ++i)
+    out[i] = beta * inp[i] > threshold ? inp[i] : std::log1p(std::exp(beta * inp[i])) / beta;
+}
+template <typename T>
+void softplus_backward(T* d_inp, const T* d_out, const T* inp, int N, T beta, T threshold) {
+  for (int i = 0; i < N; ++i)
+    d_inp[i] += beta * inp[i] > threshold ? d_out[i] : d_out[i] / (T(1) + std::exp(-beta * inp[i]));
+}
+
+} // namespace rootclad

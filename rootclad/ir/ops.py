@@ -1,0 +1,763 @@
+"""The op registry: everything rootclad knows about each op, in one entry.
+
+An entry (:class:`OpSpec`) says how many inputs the op reads, which parameters it owns, how
+its output shape follows from its inputs (and checks them, naming the node), which C++ kernel
+calls compute it, and which ``torch.nn`` modules and torch functions lower to it. The IR
+(:mod:`rootclad.ir.graph`), the torch front-end (:mod:`rootclad.ir.from_torch`), the emitter
+(:mod:`rootclad.codegen.emit`) and the op-coverage test all read this table, so adding an op
+means: its kernels (``<kernel>_forward`` / ``<kernel>_backward`` in
+``include/rootclad/kernels.h``), its Clad-convention adapter (``<kernel>_forward_pullback`` in
+``include/rootclad/pullbacks.h``), an entry here, and a torch reference case in
+``tests/core/test_core_ops.py`` (the coverage test fails until there is one).
+
+Kernel calls are written once, as the forward call's argument list (:class:`Call`); the
+emitter derives the pullback call from it by Clad's convention: the same arguments, then one
+adjoint per argument (the gradient region of each tensor, a dummy for each scalar).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rootclad.ir.graph import Graph, IRError, Node, expect
+
+# Conv1d runs directly (no im2col scratch) for stride 1 or at most this many taps C*K;
+# must match CONV1D_DIRECT_MAX_TAPS in include/rootclad/kernels.h.
+CONV1D_DIRECT_MAX_TAPS = 32
+MAX_BROADCAST_DIMS = 3  # per-sample dimensions of a broadcasting binary op, after merging
+
+
+# -- kernel calls ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Arg:
+    """One argument of a kernel call.
+
+    kind: ``out`` (the node's output), ``in`` (input ``ref``), ``param`` (parameter role
+    ``ref``, null when the layer has none), ``scratch`` (the node's scratch region ``ref``),
+    or a scalar: ``int``, ``real``, ``u64``, ``long`` (``ref`` a C++ expression; ``B`` is the
+    chunk's batch). ``nullable``: an input whose gradient may be skipped (null) when it is a
+    model input and no input gradient is asked for; only for kernels that accept that.
+    """
+
+    kind: str
+    ref: object = None
+    nullable: bool = False
+
+
+OUT = Arg("out")
+
+
+def IN(i: int = 0, nullable: bool = False) -> Arg:
+    return Arg("in", i, nullable)
+
+
+def W(role: str) -> Arg:
+    return Arg("param", role)
+
+
+def SCRATCH(key: str) -> Arg:
+    return Arg("scratch", key)
+
+
+def INT(expr) -> Arg:
+    return Arg("int", str(expr))
+
+
+def REAL(value) -> Arg:
+    """A float constant (written T(value)) or a C++ expression of type T."""
+    return Arg("real", f"T({value!r})" if isinstance(value, (int, float)) else value)
+
+
+def U64(expr) -> Arg:
+    return Arg("u64", str(expr))
+
+
+def LONG(expr) -> Arg:
+    return Arg("long", str(expr))
+
+
+@dataclass(frozen=True)
+class Call:
+    kernel: str  # rootclad::<kernel>_forward, and <kernel>_forward_pullback
+    args: tuple[Arg, ...]
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where a node sits in the graph, for the ops whose calls depend on it."""
+
+    index: int  # position in the graph's node list (seeds dropout's mask)
+
+
+# -- the spec -------------------------------------------------------------------------------
+@dataclass
+class OpSpec:
+    name: str
+    summary: str  # one line, for error messages and docs
+    infer: Callable[[Node, list, Graph], tuple]  # per-sample output shape; checks the inputs
+    calls: Callable[[Node, Graph, Site], list[Call]] | None  # None: the output aliases input 0
+    arity: int | None = 1  # None: one or more
+    params: tuple[str, ...] = ()  # parameter roles, in the torch module's order
+    scratch: Callable[[Node, Graph], dict[str, int]] | None = None  # per-sample sizes
+    flops: Callable[[Node, Graph], int] | None = None  # multiply-adds x 2, one sample's forward
+    modules: tuple[str, ...] = ()  # torch.nn class names that lower to this op
+    from_module: Callable | None = None  # (module, where) -> attrs; raises IRError
+    functions: tuple[str, ...] = ()  # torch functions / Tensor methods ("Tensor.relu")
+    from_call: Callable | None = None  # (extra positional args, kwargs, where) -> attrs
+    # from_module / from_call give an axis as torch numbers it, batch axis included, in attrs
+    # "dim"; the front-end turns it into "axis", the per-sample axis (0 = the first after B)
+    extra: dict = field(default_factory=dict)
+
+
+OPS: dict[str, OpSpec] = {}
+
+
+def register(spec: OpSpec) -> OpSpec:
+    if spec.name in OPS:
+        raise ValueError(f"op {spec.name!r} registered twice")
+    OPS[spec.name] = spec
+    return spec
+
+
+def supported_ops() -> str:
+    return ", ".join(OPS)
+
+
+def supported_modules() -> str:
+    return ", ".join(m for spec in OPS.values() for m in spec.modules)
+
+
+def _n(shape) -> int:
+    return math.prod(shape)
+
+
+def same_shape(node: Node, shapes, graph: Graph) -> tuple:
+    return shapes[0]
+
+
+def _int1(value, what: str, where: str) -> int:
+    if isinstance(value, (tuple, list)):
+        if len(value) != 1:
+            raise IRError(f"{where}: {what}={value!r} is not a 1-d value")
+        value = value[0]
+    return int(value)
+
+
+def _arg(args, kwargs, i: int, name: str, default):
+    return args[i] if len(args) > i else kwargs.get(name, default)
+
+
+# -- Linear ---------------------------------------------------------------------------------
+def _linear_infer(node, shapes, graph):
+    (shape,) = shapes
+    w = graph.param(node.params["weight"])
+    expect(
+        len(shape) >= 1 and shape[-1] == w.shape[1],
+        node,
+        f"expected input (..., {w.shape[1]}), got per-sample shape {shape}",
+    )
+    return (*shape[:-1], w.shape[0])
+
+
+def _linear_calls(node, graph, site):
+    C, OC = node.in_shape[-1], node.out_shape[-1]
+    R = f"B * {_n(node.in_shape) // C}"
+    return [Call("linear", (OUT, IN(0, True), W("weight"), W("bias"), INT(R), INT(C), INT(OC)))]
+
+
+register(
+    OpSpec(
+        "linear",
+        "Linear on the last axis (any leading per-sample axes)",
+        _linear_infer,
+        _linear_calls,
+        params=("weight", "bias"),
+        flops=lambda node, g: 2 * _n(node.in_shape) * node.out_shape[-1],
+        modules=("Linear", "LazyLinear"),
+        from_module=lambda mod, where: {},
+    )
+)
+
+
+# -- Conv1d ---------------------------------------------------------------------------------
+def _conv1d_from_module(mod, where):
+    if mod.groups != 1:
+        raise IRError(f"{where}: groups={mod.groups} is not supported (only groups=1)")
+    if mod.padding_mode != "zeros":
+        raise IRError(f"{where}: padding_mode={mod.padding_mode!r} (only 'zeros')")
+    if isinstance(mod.padding, str):
+        if mod.padding != "valid":
+            raise IRError(f"{where}: padding={mod.padding!r}; give an integer padding")
+        pad = 0
+    else:
+        pad = _int1(mod.padding, "padding", where)
+    return {
+        "stride": _int1(mod.stride, "stride", where),
+        "padding": pad,
+        "dilation": _int1(mod.dilation, "dilation", where),
+    }
+
+
+def _conv1d_infer(node, shapes, graph):
+    (shape,) = shapes
+    a = node.attrs
+    w = graph.param(node.params["weight"])
+    expect(len(shape) == 2, node, f"expected input (C, L), got per-sample shape {shape}")
+    expect(
+        shape[0] == w.shape[1],
+        node,
+        f"expected {w.shape[1]} input channels, got {shape[0]} (shape {shape})",
+    )
+    k, s, p, d = w.shape[2], a["stride"], a["padding"], a["dilation"]
+    lo = (shape[1] + 2 * p - d * (k - 1) - 1) // s + 1
+    expect(lo >= 1, node, f"input length {shape[1]} is shorter than the kernel")
+    return (w.shape[0], lo)
+
+
+def _conv1d_geometry(node, graph):
+    C, L = node.in_shape
+    OC, LO = node.out_shape
+    K = graph.param(node.params["weight"]).shape[2]
+    return C, L, OC, LO, K
+
+
+def _conv1d_scratch(node, graph):
+    """im2col's columns and product; the direct paths (stride 1 or few taps) need none."""
+    C, _, OC, LO, K = _conv1d_geometry(node, graph)
+    direct = node.attrs["stride"] == 1 or C * K <= CONV1D_DIRECT_MAX_TAPS
+    return {"tmp": 0 if direct else OC * LO, "cols": 0 if direct else C * K * LO}
+
+
+def _conv1d_calls(node, graph, site):
+    C, L, OC, _, K = _conv1d_geometry(node, graph)
+    a = node.attrs
+    dims = (INT("B"), INT(C), INT(L), INT(OC), INT(K)) + tuple(
+        INT(a[k]) for k in ("stride", "padding", "dilation")
+    )
+    args = (OUT, SCRATCH("tmp"), SCRATCH("cols"), IN(0, True), W("weight"), W("bias"), *dims)
+    return [Call("conv1d", args)]
+
+
+register(
+    OpSpec(
+        "conv1d",
+        "Conv1d (groups=1, zero padding, any stride/padding/dilation)",
+        _conv1d_infer,
+        _conv1d_calls,
+        params=("weight", "bias"),
+        scratch=_conv1d_scratch,
+        flops=lambda node, g: 2 * _n(node.out_shape) * _n(g.param(node.params["weight"]).shape[1:]),
+        modules=("Conv1d",),
+        from_module=_conv1d_from_module,
+    )
+)
+
+
+# -- pooling --------------------------------------------------------------------------------
+def _pool_from_module(mod, where):
+    if mod.ceil_mode:
+        raise IRError(f"{where}: ceil_mode=True is not supported")
+    k = _int1(mod.kernel_size, "kernel_size", where)
+    s = _int1(mod.stride if mod.stride is not None else k, "stride", where)
+    attrs = {"kernel_size": k, "stride": s, "padding": _int1(mod.padding, "padding", where)}
+    if type(mod).__name__ == "MaxPool1d":
+        if _int1(mod.dilation, "dilation", where) != 1 or mod.return_indices:
+            raise IRError(f"{where}: dilation != 1 and return_indices are not supported")
+        return attrs
+    if getattr(mod, "divisor_override", None):
+        raise IRError(f"{where}: divisor_override is not supported")
+    attrs["count_include_pad"] = int(mod.count_include_pad)
+    return attrs
+
+
+def _pool_infer(node, shapes, graph):
+    (shape,) = shapes
+    a = node.attrs
+    expect(len(shape) == 2, node, f"expected input (C, L), got per-sample shape {shape}")
+    k, s, p = a["kernel_size"], a["stride"], a["padding"]
+    expect(p <= k // 2, node, f"padding {p} must be at most half the kernel size {k}")
+    lo = (shape[1] + 2 * p - k) // s + 1
+    expect(lo >= 1, node, f"input length {shape[1]} is shorter than the kernel {k}")
+    return (shape[0], lo)
+
+
+def _pool_calls(node, graph, site):
+    C, L = node.in_shape
+    a = node.attrs
+    args = [OUT, IN(0), INT(f"B * {C}"), INT(L)]
+    args += [INT(a["kernel_size"]), INT(a["stride"]), INT(a["padding"])]
+    if node.op == "avgpool1d":
+        args.append(INT(a["count_include_pad"]))
+    return [Call(node.op, tuple(args))]
+
+
+for _name, _module in (("maxpool1d", "MaxPool1d"), ("avgpool1d", "AvgPool1d")):
+    register(
+        OpSpec(
+            _name,
+            f"{_module} (no ceil_mode)",
+            _pool_infer,
+            _pool_calls,
+            modules=(_module,),
+            from_module=_pool_from_module,
+        )
+    )
+
+
+def _global_pool_from_module(mod, where):
+    size = mod.output_size
+    if _int1(size, "output_size", where) != 1:
+        raise IRError(f"{where}: output_size={size!r}; only global pooling (output_size=1)")
+    if getattr(mod, "return_indices", False):
+        raise IRError(f"{where}: return_indices is not supported")
+    return {}
+
+
+def _global_pool_infer(node, shapes, graph):
+    (shape,) = shapes
+    expect(len(shape) == 2, node, f"expected input (C, L), got per-sample shape {shape}")
+    return (shape[0], 1)
+
+
+def _global_pool_calls(node, graph, site):
+    """The 1-d pool with one window spanning the whole length."""
+    C, L = node.in_shape
+    kernel = node.op.replace("global_", "")
+    args = [OUT, IN(0), INT(f"B * {C}"), INT(L), INT(L), INT(L), INT(0)]
+    if kernel == "avgpool1d":
+        args.append(INT(1))
+    return [Call(kernel, tuple(args))]
+
+
+for _name, _module in (
+    ("global_avgpool1d", "AdaptiveAvgPool1d"),
+    ("global_maxpool1d", "AdaptiveMaxPool1d"),
+):
+    register(
+        OpSpec(
+            _name,
+            f"{_module}(1): pooling over the whole length",
+            _global_pool_infer,
+            _global_pool_calls,
+            modules=(_module,),
+            from_module=_global_pool_from_module,
+        )
+    )
+
+
+# -- elementwise ----------------------------------------------------------------------------
+def _unary(name, summary, modules=(), functions=(), attrs=(), from_module=None, from_call=None):
+    """An elementwise op: <name>_forward(out, inp, N, attrs...) over the whole tensor."""
+
+    def calls(node, graph, site):
+        extra = tuple(REAL(float(node.attrs[a])) for a in attrs)
+        return [Call(name, (OUT, IN(0), INT(f"B * {_n(node.in_shape)}"), *extra))]
+
+    register(
+        OpSpec(
+            name,
+            summary,
+            same_shape,
+            calls,
+            modules=modules,
+            from_module=from_module or (lambda mod, where: {}),
+            functions=functions,
+            from_call=from_call or (lambda args, kwargs, where: {}),
+        )
+    )
+
+
+_F = "torch.nn.functional."
+_unary("relu", "ReLU", ("ReLU",), ("torch.relu", _F + "relu", "Tensor.relu"))
+_unary("tanh", "Tanh", ("Tanh",), ("torch.tanh", _F + "tanh", "Tensor.tanh"))
+_unary("sigmoid", "Sigmoid", ("Sigmoid",), ("torch.sigmoid", _F + "sigmoid", "Tensor.sigmoid"))
+_unary("silu", "SiLU (x * sigmoid(x))", ("SiLU",), (_F + "silu",))
+_unary(
+    "leaky_relu",
+    "LeakyReLU",
+    ("LeakyReLU",),
+    (_F + "leaky_relu",),
+    attrs=("negative_slope",),
+    from_module=lambda mod, where: {"negative_slope": float(mod.negative_slope)},
+    from_call=lambda args, kw, where: {
+        "negative_slope": float(_arg(args, kw, 0, "negative_slope", 0.01))
+    },  # fmt: skip
+)
+_unary(
+    "elu",
+    "ELU",
+    ("ELU",),
+    (_F + "elu",),
+    attrs=("alpha",),
+    from_module=lambda mod, where: {"alpha": float(mod.alpha)},
+    from_call=lambda args, kw, where: {"alpha": float(_arg(args, kw, 0, "alpha", 1.0))},
+)
+_unary(
+    "softplus",
+    "Softplus (beta, threshold)",
+    ("Softplus",),
+    (_F + "softplus",),
+    attrs=("beta", "threshold"),
+    from_module=lambda mod, where: {"beta": float(mod.beta), "threshold": float(mod.threshold)},
+    from_call=lambda args, kw, where: {
+        "beta": float(_arg(args, kw, 0, "beta", 1.0)),
+        "threshold": float(_arg(args, kw, 1, "threshold", 20.0)),
+    },
+)
+
+
+def _gelu_attrs(approximate, where):
+    if approximate not in ("none", "tanh"):
+        raise IRError(f"{where}: approximate={approximate!r} (only 'none' or 'tanh')")
+    return {"approximate": approximate}
+
+
+register(
+    OpSpec(
+        "gelu",
+        "GELU (exact or tanh approximation)",
+        same_shape,
+        lambda node, g, site: [
+            Call(
+                "gelu",
+                (
+                    OUT,
+                    IN(0),
+                    INT(f"B * {_n(node.in_shape)}"),
+                    INT(int(node.attrs["approximate"] == "tanh")),
+                ),
+            )  # fmt: skip
+        ],
+        modules=("GELU",),
+        from_module=lambda mod, where: _gelu_attrs(mod.approximate, where),
+        functions=(_F + "gelu",),
+        from_call=lambda args, kw, where: _gelu_attrs(kw.get("approximate", "none"), where),
+    )
+)
+
+
+def _dropout_calls(node, graph, site):
+    n = _n(node.in_shape)
+    p = REAL(f"(training ? T({float(node.attrs['p'])!r}) : T(0))")
+    seed = U64(f"::rootclad::dropout_hash(seed, {site.index})")
+    return [Call("dropout", (OUT, IN(0), INT(f"B * {n}"), p, seed, LONG(f"(long)b0 * {n}")))]
+
+
+register(
+    OpSpec(
+        "dropout",
+        "Dropout (a counter-based mask, the same on any thread)",
+        same_shape,
+        _dropout_calls,
+        modules=("Dropout",),
+        from_module=lambda mod, where: {"p": float(mod.p)},
+    )
+)
+
+
+def _affine_calls(node, graph, site):
+    a = node.attrs
+    n = f"B * {_n(node.in_shape)}"
+    return [Call("affine", (OUT, IN(0), INT(n), REAL(float(a["scale"])), REAL(float(a["shift"]))))]
+
+
+register(
+    OpSpec(
+        "affine",
+        "x * scale + shift with constant numbers (x + 1, 2 * x, x / 4, 1 - x, -x)",
+        same_shape,
+        _affine_calls,
+    )
+)
+
+
+# -- binary with broadcasting ---------------------------------------------------------------
+BINARY_KINDS = {"add": 0, "sub": 1, "mul": 2, "div": 3}
+
+
+def broadcast_shapes(node: Node, a: tuple, b: tuple) -> tuple:
+    """torch's broadcasting of two per-sample shapes (the batch axis is shared)."""
+    n = max(len(a), len(b))
+    a1, b1 = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
+    out = []
+    for i, (x, y) in enumerate(zip(a1, b1, strict=True)):
+        expect(
+            x == y or x == 1 or y == 1,
+            node,
+            f"shapes {tuple(a)} and {tuple(b)} do not broadcast (axis {i - n} is {x} and {y}; "
+            "per-sample shapes, the batch axis excluded)",
+        )
+        out.append(max(x, y))
+    return tuple(out)
+
+
+def broadcast_geometry(out: tuple, a: tuple, b: tuple):
+    """Merge axes so that the loop nest is short: (dims, a strides, b strides), each of
+    length MAX_BROADCAST_DIMS or fewer before padding; a broadcast axis has stride 0."""
+    n = len(out)
+    shapes = [(1,) * (n - len(s)) + tuple(s) for s in (a, b)]
+    # per axis: (size, a broadcast?, b broadcast?); size-1 output axes drop out
+    axes = [(d, shapes[0][i] == 1, shapes[1][i] == 1) for i, d in enumerate(out) if d != 1]
+    merged: list[list] = []
+    for d, ab, bb in axes:
+        if merged and (merged[-1][1], merged[-1][2]) == (ab, bb):
+            merged[-1][0] *= d
+        else:
+            merged.append([d, ab, bb])
+    dims = [m[0] for m in merged] or [1]
+    strides = []
+    for which in (1, 2):
+        st, acc = [0] * len(dims), 1
+        for i in range(len(merged) - 1, -1, -1):
+            broadcast = merged[i][which]
+            st[i] = 0 if broadcast else acc
+            acc *= 1 if broadcast else merged[i][0]
+        strides.append(st)
+    return dims, strides[0], strides[1]
+
+
+def _binary_infer(node, shapes, graph):
+    out = broadcast_shapes(node, *shapes)
+    dims, _, _ = broadcast_geometry(out, *shapes)
+    expect(
+        len(dims) <= MAX_BROADCAST_DIMS,
+        node,
+        f"broadcasting {tuple(shapes[0])} with {tuple(shapes[1])} needs {len(dims)} loop axes; "
+        f"at most {MAX_BROADCAST_DIMS} are supported",
+    )
+    return out
+
+
+def _binary_calls(node, graph, site):
+    a, b = node.in_shapes
+    dims, sa, sb = broadcast_geometry(node.out_shape, a, b)
+    pad = MAX_BROADCAST_DIMS - len(dims)
+    dims, sa, sb = [1] * pad + dims, [0] * pad + sa, [0] * pad + sb
+    args = (OUT, IN(0), IN(1), INT(BINARY_KINDS[node.op]), INT("B"))
+    args += tuple(INT(d) for d in dims) + tuple(INT(s) for s in sa) + (INT(_n(a)),)
+    args += tuple(INT(s) for s in sb) + (INT(_n(b)),)
+    return [Call("binary", args)]
+
+
+for _name, _sym in (("add", "+"), ("sub", "-"), ("mul", "*"), ("div", "/")):
+    register(
+        OpSpec(
+            _name,
+            f"a {_sym} b of two tensors, with broadcasting (residual additions)",
+            _binary_infer,
+            _binary_calls,
+            arity=2,
+        )
+    )
+
+
+# -- shape ops ------------------------------------------------------------------------------
+def _reshape_infer(node, shapes, graph):
+    (shape,) = shapes
+    target = list(node.attrs["shape"])
+    expect(target.count(-1) <= 1, node, f"shape {tuple(target)} has more than one -1")
+    known = math.prod(d for d in target if d != -1)
+    if -1 in target:
+        expect(
+            known > 0 and _n(shape) % known == 0,
+            node,
+            f"cannot reshape per-sample shape {shape} to {tuple(target)}",
+        )
+        target[target.index(-1)] = _n(shape) // known
+    expect(
+        math.prod(target) == _n(shape),
+        node,
+        f"cannot reshape per-sample shape {shape} ({_n(shape)} values) to {tuple(target)}",
+    )
+    return tuple(target)
+
+
+register(
+    OpSpec(
+        "reshape",
+        "reshape / view / flatten of the per-sample shape (no copy)",
+        _reshape_infer,
+        None,
+    )
+)
+register(
+    OpSpec(
+        "flatten",
+        "Flatten(start_dim=1): (B, ...) -> (B, n)",
+        lambda node, shapes, g: (_n(shapes[0]),),
+        None,
+        modules=("Flatten",),
+        from_module=lambda mod, where: _flatten_attrs(mod.start_dim, mod.end_dim, where),
+    )
+)
+register(
+    OpSpec(
+        "identity",
+        "Identity (no copy)",
+        same_shape,
+        None,
+        modules=("Identity",),
+        from_module=lambda mod, where: {},
+    )
+)
+
+
+def _flatten_attrs(start, end, where):
+    if (start, end) != (1, -1):
+        raise IRError(f"{where}: only Flatten(start_dim=1, end_dim=-1) is supported")
+    return {}
+
+
+def _permute_infer(node, shapes, graph):
+    (shape,) = shapes
+    perm = node.attrs["perm"]
+    expect(
+        sorted(perm) == list(range(len(shape))),
+        node,
+        f"permutation {tuple(perm)} of the per-sample axes does not fit shape {shape}",
+    )
+    expect(len(shape) <= 4, node, f"at most 4 per-sample axes can be permuted, got {shape}")
+    return tuple(shape[p] for p in perm)
+
+
+def _permute_calls(node, graph, site):
+    shape, perm = node.in_shape, node.attrs["perm"]
+    strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
+    dims = [shape[p] for p in perm]
+    st = [strides[p] for p in perm]
+    pad = 4 - len(dims)
+    dims, st = [1] * pad + dims, [0] * pad + st
+    args = (OUT, IN(0), INT("B"), INT(_n(shape)), *map(INT, dims), *map(INT, st))
+    return [Call("permute", args)]
+
+
+register(
+    OpSpec(
+        "permute",
+        "permute / transpose of per-sample axes (a copy)",
+        _permute_infer,
+        _permute_calls,
+    )
+)
+
+
+def _cat_infer(node, shapes, graph):
+    dim = node.attrs["axis"]
+    first = shapes[0]
+    expect(0 <= dim < len(first), node, f"axis {dim} is not a per-sample axis of {first}")
+    for s in shapes[1:]:
+        expect(
+            len(s) == len(first)
+            and all(x == y for i, (x, y) in enumerate(zip(s, first, strict=True)) if i != dim),
+            node,
+            f"cannot concatenate per-sample shapes {[tuple(x) for x in shapes]} along axis "
+            f"{dim} (the batch axis excluded): the other axes must agree",
+        )
+    return tuple(sum(s[dim] for s in shapes) if i == dim else d for i, d in enumerate(first))
+
+
+def _cat_calls(node, graph, site):
+    """One copy per input into its slice of each output row."""
+    dim = node.attrs["axis"]
+    outer = _n(node.out_shape[:dim])
+    n_out = _n(node.out_shape[dim:])
+    calls, off = [], 0
+    for i, s in enumerate(node.in_shapes):
+        n_in = _n(s[dim:])
+        calls.append(
+            Call("cat_part", (OUT, IN(i), INT(f"B * {outer}"), INT(n_in), INT(n_out), INT(off)))
+        )
+        off += n_in
+    return calls
+
+
+register(
+    OpSpec(
+        "cat",
+        "torch.cat of tensors along a per-sample axis",
+        _cat_infer,
+        _cat_calls,
+        arity=None,
+    )
+)
+
+
+# -- normalisation and softmax --------------------------------------------------------------
+def _softmax_infer(node, shapes, graph):
+    (shape,) = shapes
+    axis = node.attrs["axis"]
+    expect(0 <= axis < len(shape), node, f"axis {axis} is not a per-sample axis of {shape}")
+    return shape
+
+
+def _softmax_calls(node, graph, site):
+    shape, axis = node.in_shape, node.attrs["axis"]
+    outer, inner = _n(shape[:axis]), _n(shape[axis + 1 :])
+    return [Call(node.op, (OUT, IN(0), INT(f"B * {outer}"), INT(shape[axis]), INT(inner)))]
+
+
+def _softmax_module(mod, where):
+    if mod.dim is None:
+        raise IRError(f"{where}: give dim explicitly (implicit dim is deprecated in torch)")
+    return {"dim": mod.dim}
+
+
+for _name, _module in (("softmax", "Softmax"), ("log_softmax", "LogSoftmax")):
+    register(
+        OpSpec(
+            _name,
+            f"{_module} along a per-sample axis",
+            _softmax_infer,
+            _softmax_calls,
+            modules=(_module,),
+            from_module=_softmax_module,
+            functions=(f"torch.{_name}", _F + _name, f"Tensor.{_name}"),
+            from_call=lambda args, kw, where: {"dim": _arg(args, kw, 0, "dim", None)},
+        )
+    )
+
+
+def _layer_norm_module(mod, where):
+    return {"normalized_shape": tuple(mod.normalized_shape), "eps": float(mod.eps)}
+
+
+def _layer_norm_infer(node, shapes, graph):
+    (shape,) = shapes
+    ns = tuple(node.attrs["normalized_shape"])
+    expect(
+        len(ns) <= len(shape) and tuple(shape[len(shape) - len(ns) :]) == ns,
+        node,
+        f"normalized_shape {ns} is not the trailing shape of the per-sample input {shape}",
+    )
+    for role in ("weight", "bias"):
+        if role in node.params:
+            p = graph.param(node.params[role])
+            expect(p.shape == ns, node, f"{role} has shape {p.shape}, expected {ns}")
+    return shape
+
+
+def _layer_norm_rows(node):
+    return _n(node.in_shape) // _n(node.attrs["normalized_shape"])
+
+
+def _layer_norm_calls(node, graph, site):
+    M = _n(node.attrs["normalized_shape"])
+    args = (OUT, SCRATCH("stats"), IN(0), W("weight"), W("bias"))
+    args += (INT(f"B * {_layer_norm_rows(node)}"), INT(M), REAL(float(node.attrs["eps"])))
+    return [Call("layer_norm", args)]
+
+
+register(
+    OpSpec(
+        "layer_norm",
+        "LayerNorm over the trailing axes (with or without affine weights)",
+        _layer_norm_infer,
+        _layer_norm_calls,
+        params=("weight", "bias"),
+        scratch=lambda node, g: {"stats": 2 * _layer_norm_rows(node)},  # mean, 1/std per row
+        modules=("LayerNorm",),
+        from_module=_layer_norm_module,
+    )
+)
