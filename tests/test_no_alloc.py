@@ -29,6 +29,28 @@ def _cnn():
                          nn.Dropout(0.1))  # fmt: skip
 
 
+class _Graph(torch.nn.Module):
+    """A graph, not a chain: a residual block, a concatenation, LayerNorm and global pooling."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.stem = nn.Conv1d(1, 4, 5, padding=2)
+        self.conv = nn.Conv1d(4, 4, 5, padding=2)
+        self.gap = nn.AdaptiveAvgPool1d(1)
+        self.norm = nn.LayerNorm(8)
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, x):
+        h = torch.relu(self.stem(x))
+        h = h + self.conv(h)
+        g = torch.cat([self.gap(h).flatten(1), self.gap(-h).flatten(1)], dim=1)
+        return self.head(torch.nn.functional.silu(self.norm(g)))
+
+
+MODELS = {"cnn": _cnn, "graph": _Graph}
+
+
 def _run(counter, cm, batch):
     out = subprocess.run([str(counter), str(cm.library_path), cm._em.prefix, str(batch)],
                          capture_output=True, text=True)  # fmt: skip
@@ -38,13 +60,14 @@ def _run(counter, cm, batch):
 ENGINES = ["pullback", pytest.param("clad", marks=pytest.mark.clad)]
 
 
+@pytest.mark.parametrize("model", list(MODELS))
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("batch", [1, 16])
-def test_train_step_allocates_nothing_after_warmup(counter, engine, batch):
+def test_train_step_allocates_nothing_after_warmup(counter, engine, batch, model):
     if engine == "clad" and find_clad()[0] is None:
         pytest.skip(f"Clad not installed: {find_clad()[1]}")
     x = torch.randn(batch, 1, 256)
-    net = _cnn()
+    net = MODELS[model]()
     net(x)
     cm = rootclad.compile(net, x, "bce_with_logits", engine=engine)
     code, out = _run(counter, cm, batch)

@@ -67,6 +67,11 @@ def export(cm, stem, optimizer=None) -> dict[str, Path]:
     restores: training resumes in C++ where Python left it."""
     import uproot
 
+    if len(cm.input_shapes) != 1:
+        raise ValueError(
+            f"this model takes {len(cm.input_shapes)} inputs; the ROOT artifact is for "
+            "single-input models (rootclad::Model, macros and RDataFrame feed one input)"
+        )
     stem = Path(stem)
     if not stem.parent.is_dir():
         raise FileNotFoundError(f"{stem.parent}: no such directory (create it first)")

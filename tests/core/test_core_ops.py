@@ -15,8 +15,11 @@ import pytest
 import torch
 from core_helpers import RTOL, assert_close_rel, assert_grads_close, check_against_torch
 from torch import nn
+from torch.nn import functional as F
 
 import rootclad
+from rootclad.ir import OPS
+from rootclad.ir.from_torch import graph_from_module
 
 F64, F32 = torch.float64, torch.float32
 
@@ -64,8 +67,55 @@ CASES = [
     ("flatten-linear", lambda: _seq(nn.Flatten(), nn.Linear(12, 2)), (3, 4), False),
     ("identity", lambda: _seq(nn.Identity()), (6,), False),
     ("dropout-eval-linear", lambda: _seq(nn.Dropout(0.5), nn.Linear(6, 2)).eval(), (6,), False),
+    # added with the graph IR
+    ("elu", lambda: _seq(nn.ELU(0.7)), (3, 7), False),
+    ("silu", lambda: _seq(nn.SiLU()), (3, 7), True),
+    ("softplus-beta2-threshold1", lambda: _seq(nn.Softplus(beta=2.0, threshold=1.0)), (3, 7), True),
+    ("global-avgpool", lambda: _seq(nn.AdaptiveAvgPool1d(1)), (3, 7), False),
+    ("global-maxpool", lambda: _seq(nn.AdaptiveMaxPool1d(1)), (3, 7), False),
+    ("softmax-last", lambda: _seq(nn.Softmax(dim=-1)), (3, 7), True),
+    ("softmax-channels", lambda: _seq(nn.Softmax(dim=1)), (3, 7), False),
+    ("log_softmax", lambda: _seq(nn.LogSoftmax(dim=1)), (5,), True),
+    ("log_softmax-fn-middle", lambda: _Fn(lambda x: F.log_softmax(x, dim=2)), (2, 5, 3), False),
+    ("layer_norm", lambda: _perturbed(_seq(nn.LayerNorm(7))), (3, 7), True),
+    ("layer_norm-2d-no-affine", lambda: _seq(nn.LayerNorm((3, 7), elementwise_affine=False)), (3, 7), False),
+    ("layer_norm-no-bias", lambda: _perturbed(_seq(nn.LayerNorm(7, bias=False))), (3, 7), False),
+    ("affine", lambda: _Fn(lambda x: 1 - 2 * x / 4 + 0.5 - (-x) * 3), (3, 7), False),
+    ("add-fanout", lambda: _Fn(lambda x, a, b: x + a(x) + b(x), nn.Linear(5, 5), nn.Linear(5, 5)), (5,), False),
+    ("add-x-plus-x", lambda: _Fn(lambda x, a: a(x + x), nn.Linear(5, 2)), (5,), False),
+    ("mul-broadcast-channels", lambda: _Fn(lambda x, fc: x * fc(x.flatten(1)).view(-1, 3, 1), nn.Linear(12, 3)), (3, 4), True),
+    ("sub-broadcast-first", lambda: _Fn(lambda x, fc: fc(x.flatten(1)).view(-1, 3, 1) - x, nn.Linear(12, 3)), (3, 4), False),
+    ("div-broadcast-positions", lambda: _Fn(lambda x, fc: x / (1.5 + torch.sigmoid(fc(x.flatten(1)).view(x.size(0), 1, 4))), nn.Linear(12, 4)), (3, 4), True),
+    ("cat-features", lambda: _Fn(lambda x, fc: torch.cat([x, fc(x)], dim=1), nn.Linear(5, 3)), (5,), False),
+    ("cat-positions", lambda: _Fn(lambda x: torch.cat([x, torch.tanh(x), x], dim=-1)), (2, 7), False),
+    ("reshape-linear", lambda: _Fn(lambda x, fc: fc(x.reshape(x.shape[0], 7, 3)), nn.Linear(3, 2)), (21,), False),
+    ("permute-linear", lambda: _Fn(lambda x, fc: fc(x.permute(0, 2, 1)), nn.Linear(3, 2)), (3, 7), True),
+    ("transpose-3d", lambda: _Fn(lambda x: torch.tanh(x).transpose(1, 3).contiguous()), (2, 3, 4), False),
 ]
 # fmt: on
+
+
+class _Fn(nn.Module):
+    """A graph written as a function of the input and some layers, traced by torch.fx."""
+
+    def __init__(self, fn, *layers):
+        super().__init__()
+        self.fn = fn
+        self.layers = nn.ModuleList(layers)
+        self.double()
+
+    def forward(self, x):
+        return self.fn(x, *self.layers)
+
+
+def _perturbed(net):
+    """``net`` with random parameters (LayerNorm starts at weight 1, bias 0)."""
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+    return net
+
 
 PARAMS = [pytest.param(build, shape, F64, id=f"{name}-f64") for name, build, shape, _ in CASES]
 PARAMS += [
@@ -85,6 +135,17 @@ def test_op_forward_and_vjp_match_torch(build, shape, dtype):
     cm = check_against_torch(net, _input(shape), dtype)
     assert cm.engine == "pullback"
     assert [n for n, _ in cm.named_parameters()] == [n for n, _ in net.named_parameters()]
+
+
+def test_every_registered_op_has_a_case_here():
+    """Each op of the registry (rootclad/ir/ops.py) appears in a case above, so that adding an
+    op without a torch reference case fails here."""
+    covered = set()
+    for _, build, shape, _ in CASES:
+        graph = graph_from_module(build(), _input(shape), "float64")
+        covered |= {node.op for node in graph.nodes}
+    missing = sorted(set(OPS) - covered)
+    assert not missing, f"ops without a case in CASES: {missing}"
 
 
 def test_op_compiled_model_serves_other_batch_sizes():

@@ -122,3 +122,28 @@ def test_layout_of_a_parameterless_model():
     name = getattr(lib, f"{cm._em.prefix}_param_name")
     name.restype = ctypes.c_char_p
     assert count() == 0 and name(0) is None
+
+
+class _TwoInputs(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 1)
+
+    def forward(self, x, z):
+        return self.fc(x + z)
+
+
+def test_cpp_hosts_refuse_a_model_with_two_inputs(tmp_path):
+    """model_api.h reads n_inputs and refuses, by name, what its single-input hosts cannot feed;
+    cm.export refuses before writing anything."""
+    x = torch.randn(B, 3, dtype=torch.float64)
+    cm = rootclad.compile(_TwoInputs().double(), (x, x), loss="mse", engine="pullback")
+    proc = subprocess.run(
+        [build(tmp_path), cm.library_path, cm._em.prefix, str(B), "x", "p", "o"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert f"{cm.library_path} is a model with 2 inputs" in proc.stderr + proc.stdout
+    with pytest.raises(ValueError, match="takes 2 inputs"):
+        cm.export(tmp_path / "two")
+    assert not list(tmp_path.glob("two*"))

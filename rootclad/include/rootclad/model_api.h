@@ -146,6 +146,14 @@ inline ModelApi make_model_api(const std::string& source, const std::string& pre
   ModelApi api;
   api.source = source;
   api.prefix = prefix;
+  // libraries before the graph IR have no n_inputs: they all take one input
+  if (void* n_inputs = lookup(prefix + "_n_inputs")) {
+    const int n = detail::to_fn<int (*)()>(n_inputs)();
+    if (n != 1)
+      throw std::runtime_error("rootclad: " + source + " is a model with " + std::to_string(n) +
+                               " inputs; the C++ hosts (rootclad::Model, TorchModel, RDataFrame) "
+                               "take single-input models: call it from Python, cm(x, theta)");
+  }
   api.n_params = detail::to_fn<Long>(need("n_params"))();
   api.act_size = detail::to_fn<long (*)(int)>(need("act_size"));
   api.dtype = detail::to_fn<Str>(need("dtype"))();
