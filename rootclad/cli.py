@@ -7,6 +7,7 @@ import os
 import sys
 
 from rootclad.data.errors import DataError
+from rootclad.ir.graph import LOSSES
 from rootclad.toolchain import CompileError, ToolchainError
 
 # What bad arguments or input raise; anything else is a bug and keeps its traceback.
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--weights", help="a state_dict saved with torch.save")
     p.add_argument("--input-shape", required=True, help="per-sample input shape, e.g. 1,2048")
     p.add_argument("--loss", default="bce_with_logits",
-                   choices=["bce_with_logits", "cross_entropy", "mse"])  # fmt: skip
+                   choices=list(LOSSES))  # fmt: skip
     p.add_argument("--engine", default="auto", choices=["auto", "clad", "pullback"])
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.set_defaults(func=_cmd_build)

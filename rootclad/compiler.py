@@ -110,7 +110,8 @@ def compile(
 
     ``example_input`` fixes the per-sample input shape (the batch size stays free); a model
     whose ``forward`` takes several tensors gets a tuple, one example per input.
-    ``loss`` is ``"bce_with_logits"``, ``"cross_entropy"`` (class indices) or ``"mse"``.
+    ``loss`` is ``"bce_with_logits"``, ``"cross_entropy"`` (class indices), ``"nll"`` (after
+    LogSoftmax; class indices), ``"mse"`` or ``"huber"`` (delta 1).
     ``engine``: ``"clad"`` (needs an installed Clad), ``"pullback"`` (rootclad's own reverse
     sweep over the same hand-written pullbacks) or ``"auto"`` (clad when found).
     ``pullbacks=False`` (clad only) lets Clad differentiate the plain kernel loops itself.

@@ -33,7 +33,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
-from rootclad.ir.graph import LOSSES, Graph, IRError, Node
+from rootclad.ir.graph import CLASS_INDEX_LOSSES, LOSSES, Graph, IRError, Node
 from rootclad.ir.ops import OPS, Arg, Site
 
 # the dummy a pullback takes for the adjoint of each kind of scalar argument
@@ -213,16 +213,16 @@ class _Emitter:
         out = self.output_region
         OUT, D_OUT = self.at("act", out), self.at("d_act", out)
         cd = "clad::custom_derivatives::rootclad::"
-        if self.loss == "cross_entropy":
+        if self.loss in CLASS_INDEX_LOSSES:
             shape = self.g.output_shape
+            what = "logits" if self.loss == "cross_entropy" else "log-probabilities"
             if len(shape) != 1:
-                raise IRError(f"cross_entropy needs logits (B, classes); the model gives {shape}")
+                raise IRError(f"{self.loss} needs {what} (B, classes); the model gives {shape}")
             NC = shape[0]
             Y = "y + (long)b0"
             return (
-                f"::rootclad::cross_entropy_forward({OUT}, {Y}, B, {NC})",
-                f"{cd}cross_entropy_forward_pullback({OUT}, {Y}, B, {NC}, scale, {D_OUT}, &di, "
-                "&di);",
+                f"::rootclad::{self.loss}_forward({OUT}, {Y}, B, {NC})",
+                f"{cd}{self.loss}_forward_pullback({OUT}, {Y}, B, {NC}, scale, {D_OUT}, &di, &di);",
             )
         N = f"B * {out.size}"
         Y = f"y + (long)b0 * {out.size}"
@@ -610,11 +610,11 @@ class _Emitter:
 
     def loss_kind(self) -> int:
         """The loss's number in rootclad::weighted_loss (kernels.h)."""
-        return {"bce_with_logits": 0, "mse": 1, "cross_entropy": 2}[self.loss]
+        return {"bce_with_logits": 0, "mse": 1, "cross_entropy": 2, "nll": 3, "huber": 4}[self.loss]
 
     def y_at(self) -> str:
         """The chunk's first target: one class index per sample, else one per output."""
-        size = 1 if self.loss == "cross_entropy" else self.output_region.size
+        size = 1 if self.loss in CLASS_INDEX_LOSSES else self.output_region.size
         return f"y + (long)b0 * {size}"
 
     def has_train_chunk(self) -> bool:

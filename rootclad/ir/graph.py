@@ -19,7 +19,8 @@ class IRError(ValueError):
     """A model cannot be compiled; the message names the node and what is supported."""
 
 
-LOSSES = ("bce_with_logits", "cross_entropy", "mse")
+LOSSES = ("bce_with_logits", "cross_entropy", "mse", "nll", "huber")
+CLASS_INDEX_LOSSES = ("cross_entropy", "nll")  # targets: one class index per sample
 DTYPES = ("float32", "float64")
 
 

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from rootclad.data.cling import CLING_LOCK, declare, declare_header, import_root
+from rootclad.ir.graph import CLASS_INDEX_LOSSES
 
 
 def _stem(stem) -> str:
@@ -67,7 +68,7 @@ def _check_batch(model, method: str, kinds, args) -> None:
         return
     arrays = [a for i, a in enumerate(args) if i != 2]
     per = {"in": model.input_size(), "out": model.output_size(), "w": 1,
-           "y": 1 if str(model.loss()) == "cross_entropy" else model.output_size()}  # fmt: skip
+           "y": 1 if str(model.loss()) in CLASS_INDEX_LOSSES else model.output_size()}  # fmt: skip
     names = {"in": "input", "out": "output", "y": "target", "w": "weight"}
     for kind, array in zip(kinds, arrays, strict=False):
         if kind is None or array is None:

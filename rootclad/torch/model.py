@@ -25,6 +25,8 @@ from pathlib import Path
 
 import torch
 
+from rootclad.ir.graph import CLASS_INDEX_LOSSES
+
 _TORCH_DTYPE = {"float32": torch.float32, "float64": torch.float64}
 _C_REAL = {"float32": ctypes.c_float, "float64": ctypes.c_double}
 _VP, _I, _U64, _L = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64, ctypes.c_long
@@ -222,20 +224,20 @@ class CompiledModel:
         return B
 
     def _check_y(self, y, B: int) -> torch.Tensor:
-        """Targets as torch's losses take them: cross_entropy (B,) class indices, the others
+        """Targets as torch's losses take them: cross_entropy and nll (B,) class indices, the others
         the output's shape (B, ...); a model with one output per sample also takes (B,)."""
         if not isinstance(y, torch.Tensor):
             y = torch.as_tensor(y)
-        if self.loss == "cross_entropy":
+        if self.loss in CLASS_INDEX_LOSSES:
             if y.dtype.is_floating_point or tuple(y.shape) != (B,):
                 raise ValueError(
-                    f"cross_entropy targets must be {B} integer class indices, shape ({B},), got "
+                    f"{self.loss} targets must be {B} integer class indices, shape ({B},), got "
                     f"{y.dtype} of shape {tuple(y.shape)}"
                 )
             nc = self.output_shape[0]
             if B and (int(y.min()) < 0 or int(y.max()) >= nc):
                 raise ValueError(
-                    f"cross_entropy targets must lie in [0, {nc}), got "
+                    f"{self.loss} targets must lie in [0, {nc}), got "
                     f"[{int(y.min())}, {int(y.max())}]"
                 )
         else:

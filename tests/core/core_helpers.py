@@ -128,6 +128,10 @@ def torch_loss(name: str, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(out, y.reshape(-1).long())
     if name == "mse":
         return F.mse_loss(out, y.reshape(out.shape).to(out.dtype))
+    if name == "nll":
+        return F.nll_loss(out, y.reshape(-1).long())
+    if name == "huber":
+        return F.huber_loss(out, y.reshape(out.shape).to(out.dtype))
     raise ValueError(name)
 
 

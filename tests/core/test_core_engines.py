@@ -71,8 +71,8 @@ def test_clad_vjp_of_the_autograd_function_matches_torch(clad, pullbacks, dtype)
 @pytest.mark.clad
 @pytest.mark.parametrize(
     "loss, pullbacks",
-    [("bce_with_logits", False), ("mse", True)],
-    ids=["bce-nopullbacks", "mse-pullbacks"],
+    [("bce_with_logits", False), ("mse", True), ("huber", False), ("huber", True)],
+    ids=["bce-nopullbacks", "mse-pullbacks", "huber-nopullbacks", "huber-pullbacks"],
 )
 def test_clad_losses_match_torch(clad, loss, pullbacks):
     """Losses keep their hand-written pullback in both modes; one compile per loss."""

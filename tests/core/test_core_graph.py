@@ -117,8 +117,28 @@ def _resnet_data(B, seed=0):
     return (x,), y
 
 
+class Classifier(nn.Module):
+    """A classifier ending in LogSoftmax, trained with nll; a transposed input and a skip."""
+
+    def __init__(self, classes=3):
+        super().__init__()
+        self.mix = nn.Linear(4, 4)
+        self.fc = nn.Linear(20, classes)
+
+    def forward(self, x):  # x: (B, 4, 5)
+        h = torch.tanh(self.mix(x.transpose(1, 2)))  # (B, 5, 4)
+        h = h * 0.5 + x.permute(0, 2, 1)
+        return F.log_softmax(self.fc(h.reshape(x.size(0), -1)), dim=1)
+
+
+def _classifier_data(B, seed=0):
+    x = _randn(B, 4, 5, seed=seed)
+    return (x,), (x[:, 0, :3].argmax(1))
+
+
 MODELS = {
     "param-net": (lambda: ParamNet(), _param_data, "bce_with_logits"),
+    "classifier-logsoftmax-nll": (lambda: Classifier(), _classifier_data, "nll"),
     "tabular-layernorm-softmax": (lambda: _perturb(TabularMLP()), _tabular_data, "mse"),
     "resnet1d": (lambda: ResNet1d(), _resnet_data, "bce_with_logits"),
 }
@@ -152,7 +172,7 @@ def test_graph_model_loss_and_gradients_match_torch(name, dtype):
     xs_c = tuple(x.to(dtype) for x in xs)
     ref = _rounded(net, dtype)
     # the loss and every parameter gradient
-    value, grads = cm.loss_and_grad(xs_c, y.to(dtype))
+    value, grads = cm.loss_and_grad(xs_c, y.to(dtype) if y.is_floating_point() else y)
     xs_ref = tuple(x.to(F64).requires_grad_(True) for x in xs_c)
     ref_loss = torch_loss(loss, ref(*xs_ref), y)
     ref_grads = torch.autograd.grad(ref_loss, [*ref.parameters(), *xs_ref])

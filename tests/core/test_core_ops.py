@@ -223,13 +223,13 @@ def _loss_case(loss, dtype, B=5, C=6, K=3, seed=0):
     torch.manual_seed(seed)
     net = _seq(nn.Linear(C, K)).to(dtype)
     x = torch.randn(B, C, generator=gen, dtype=F64).to(dtype)
-    if loss == "cross_entropy":
+    if loss in ("cross_entropy", "nll"):
         y = torch.randint(0, K, (B,), generator=gen)
     elif loss == "bce_with_logits":
         y = torch.rand(B, K, generator=gen, dtype=F64).round()
         y[0] = torch.rand(K, generator=gen, dtype=F64)  # soft labels too
-    else:
-        y = torch.randn(B, K, generator=gen, dtype=F64)
+    else:  # huber: differences on both sides of its delta of 1
+        y = 2 * torch.randn(B, K, generator=gen, dtype=F64)
     return net, x, y
 
 
@@ -241,6 +241,10 @@ def _loss_reference(loss, net, x, y):
         value = torch.nn.functional.binary_cross_entropy_with_logits(z, y.to(F64))
     elif loss == "cross_entropy":
         value = torch.nn.functional.cross_entropy(z, y)
+    elif loss == "nll":
+        value = torch.nn.functional.nll_loss(z, y)  # any numbers; test_core_graph: LogSoftmax
+    elif loss == "huber":
+        value = torch.nn.functional.huber_loss(z, y.to(F64))
     else:
         value = torch.nn.functional.mse_loss(z, y.to(F64))
     grads = torch.autograd.grad(value, list(ref.parameters()))
@@ -248,7 +252,7 @@ def _loss_reference(loss, net, x, y):
 
 
 @pytest.mark.parametrize("dtype", [F64, F32], ids=["f64", "f32"])
-@pytest.mark.parametrize("loss", ["bce_with_logits", "cross_entropy", "mse"])
+@pytest.mark.parametrize("loss", ["bce_with_logits", "cross_entropy", "mse", "nll", "huber"])
 def test_loss_value_and_gradient_match_torch(loss, dtype):
     net, x, y = _loss_case(loss, dtype)
     cm = rootclad.compile(net, example_input=x, loss=loss, engine="pullback")
@@ -260,14 +264,14 @@ def test_loss_value_and_gradient_match_torch(loss, dtype):
     assert_grads_close(grads, ref_grads, RTOL[dtype], loss)
 
 
-@pytest.mark.parametrize("loss", ["bce_with_logits", "cross_entropy", "mse"])
+@pytest.mark.parametrize("loss", ["bce_with_logits", "cross_entropy", "mse", "nll", "huber"])
 def test_loss_targets_in_other_layouts(loss):
     """int32 class indices, and bce/mse targets in another memory layout (the output's
     shape, transposed in memory), are accepted."""
     net, x, y = _loss_case(loss, F64, B=4, seed=3)
     cm = rootclad.compile(net, example_input=x, loss=loss, engine="pullback")
     ref_value, ref_grads = _loss_reference(loss, net, x, y)
-    if loss == "cross_entropy":
+    if loss in ("cross_entropy", "nll"):
         y_other = y.to(torch.int32)
     else:
         y_other = y.t().contiguous().t()

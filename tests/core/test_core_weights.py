@@ -20,9 +20,11 @@ F64 = torch.float64
 
 
 def weighted_torch_loss(loss: str, out, y, w):
-    if loss == "cross_entropy":
-        return (F.cross_entropy(out, y.long(), reduction="none") * w).mean()
-    fn = F.binary_cross_entropy_with_logits if loss == "bce_with_logits" else F.mse_loss
+    if loss in ("cross_entropy", "nll"):
+        fn = F.cross_entropy if loss == "cross_entropy" else F.nll_loss
+        return (fn(out, y.long(), reduction="none") * w).mean()
+    fn = {"bce_with_logits": F.binary_cross_entropy_with_logits, "mse": F.mse_loss,
+          "huber": F.huber_loss}[loss]  # fmt: skip
     per = fn(out, y.reshape(out.shape).to(out.dtype), reduction="none")
     return (per * w.reshape(-1, *[1] * (per.dim() - 1))).mean()
 
@@ -33,12 +35,12 @@ def _case(loss, B, seed=0):
     net = nn.Sequential(nn.Conv1d(2, 4, 3), nn.Tanh(), nn.MaxPool1d(2), nn.Flatten(),
                         nn.Linear(4 * 7, 3)).double()  # fmt: skip
     x = torch.randn(B, 2, 16, generator=gen, dtype=F64)
-    if loss == "cross_entropy":
+    if loss in ("cross_entropy", "nll"):
         y = torch.randint(0, 3, (B,), generator=gen)
     elif loss == "bce_with_logits":
         y = torch.rand(B, 3, generator=gen, dtype=F64).round()
-    else:
-        y = torch.randn(B, 3, generator=gen, dtype=F64)
+    else:  # huber: differences on both sides of its delta of 1
+        y = 2 * torch.randn(B, 3, generator=gen, dtype=F64)
     w = torch.rand(B, generator=gen, dtype=F64) * 3 - 0.5  # negative weights too (NLO samples)
     return net, x, y, w
 
@@ -49,7 +51,7 @@ ENGINES = [pytest.param("pullback", id="pullback"),
 
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("B", [5, 200], ids=["one-chunk", "split-over-threads"])
-@pytest.mark.parametrize("loss", ["bce_with_logits", "mse", "cross_entropy"])
+@pytest.mark.parametrize("loss", ["bce_with_logits", "mse", "cross_entropy", "nll", "huber"])
 def test_weighted_loss_and_gradients_equal_torch(loss, B, engine, request):
     if engine == "clad":
         request.getfixturevalue("clad")

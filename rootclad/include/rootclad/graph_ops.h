@@ -49,14 +49,14 @@ void binary_forward(T* out, const T* a, const T* b, int kind, int B, int n0, int
       out[i] = binary_apply(kind, a[i], b[i]);
     return;
   }
-  long o = 0;
   for (int s = 0; s < B; ++s)
     for (int i = 0; i < n0; ++i)
       for (int j = 0; j < n1; ++j)
         for (int k = 0; k < n2; ++k) {
+          const long o = (((long)s * n0 + i) * n1 + j) * n2 + k;
           const long ia = (long)s * na + (long)i * sa0 + (long)j * sa1 + (long)k * sa2;
           const long ib = (long)s * nb + (long)i * sb0 + (long)j * sb1 + (long)k * sb2;
-          out[o++] = binary_apply(kind, a[ia], b[ib]);
+          out[o] = binary_apply(kind, a[ia], b[ib]);
         }
 }
 
@@ -82,11 +82,11 @@ template <typename T>
 void binary_backward(T* d_a, T* d_b, const T* d_out, const T* a, const T* b, int kind, int B,
                      int n0, int n1, int n2, int sa0, int sa1, int sa2, int na, int sb0, int sb1,
                      int sb2, int nb) {
-  long o = 0;
   for (int s = 0; s < B; ++s)
     for (int i = 0; i < n0; ++i)
       for (int j = 0; j < n1; ++j)
-        for (int k = 0; k < n2; ++k, ++o) {
+        for (int k = 0; k < n2; ++k) {
+          const long o = (((long)s * n0 + i) * n1 + j) * n2 + k;
           const long ia = (long)s * na + (long)i * sa0 + (long)j * sa1 + (long)k * sa2;
           const long ib = (long)s * nb + (long)i * sb0 + (long)j * sb1 + (long)k * sb2;
           binary_adjoint(kind, d_out[o], a[ia], b[ib], d_a[ia], d_b[ib]);
@@ -94,31 +94,36 @@ void binary_backward(T* d_a, T* d_b, const T* d_out, const T* a, const T* b, int
 }
 
 // ---------------------------------------------------------------------------------------
+// Output indices are computed, never counted with o++: Clad (differentiating these loops
+// itself with pullbacks=False) mis-handles side effects in a subscript, and the heap was
+// corrupted.
+inline long permute_index(int b, int i0, int i1, int i2, int i3, int n0, int n1, int n2, int n3) {
+  return ((((long)b * n0 + i0) * n1 + i1) * n2 + i2) * n3 + i3;
+}
+
 // Permute the per-sample axes: out[b, i0, i1, i2, i3] = inp[b*N + i0*s0 + i1*s1 + i2*s2 +
 // i3*s3], (n0..n3) the output's axes (padded with 1s), s0..s3 their strides in the input.
 template <typename T>
 void permute_forward(T* out, const T* inp, int B, int N, int n0, int n1, int n2, int n3, int s0,
                      int s1, int s2, int s3) {
-  long o = 0;
   for (int b = 0; b < B; ++b)
     for (int i0 = 0; i0 < n0; ++i0)
       for (int i1 = 0; i1 < n1; ++i1)
         for (int i2 = 0; i2 < n2; ++i2)
           for (int i3 = 0; i3 < n3; ++i3)
-            out[o++] =
+            out[permute_index(b, i0, i1, i2, i3, n0, n1, n2, n3)] =
                 inp[(long)b * N + (long)i0 * s0 + (long)i1 * s1 + (long)i2 * s2 + (long)i3 * s3];
 }
 template <typename T>
 void permute_backward(T* d_inp, const T* d_out, int B, int N, int n0, int n1, int n2, int n3,
                       int s0, int s1, int s2, int s3) {
-  long o = 0;
   for (int b = 0; b < B; ++b)
     for (int i0 = 0; i0 < n0; ++i0)
       for (int i1 = 0; i1 < n1; ++i1)
         for (int i2 = 0; i2 < n2; ++i2)
           for (int i3 = 0; i3 < n3; ++i3)
             d_inp[(long)b * N + (long)i0 * s0 + (long)i1 * s1 + (long)i2 * s2 + (long)i3 * s3] +=
-                d_out[o++];
+                d_out[permute_index(b, i0, i1, i2, i3, n0, n1, n2, n3)];
 }
 
 // ---------------------------------------------------------------------------------------

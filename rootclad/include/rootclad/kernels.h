@@ -683,16 +683,60 @@ void cross_entropy_backward(T* d_logits, T d_loss, const T* logits, const T* tar
   }
 }
 
+// nll over log-probabilities logp(B, NC) (after LogSoftmax) with class indices target(B):
+//   L = -mean_b logp_b[target_b];  dL/dlogp_bc = -[c == target_b] / B
+template <typename T> T nll_forward(const T* logp, const T* target, int B, int NC) {
+  T s = 0;
+  for (int b = 0; b < B; ++b)
+    s -= logp[(long)b * NC + (int)target[b]];
+  return s / B;
+}
+template <typename T>
+void nll_backward(T* d_logp, T d_loss, const T* logp, const T* target, int B, int NC) {
+  for (int b = 0; b < B; ++b)
+    d_logp[(long)b * NC + (int)target[b]] -= d_loss / B;
+}
+
+// huber (torch's delta = 1): l(d) = d^2 / 2 where |d| < 1, else |d| - 1/2; d = x - y; mean.
+template <typename T> inline T huber_term(T d) {
+  const T a = d < 0 ? -d : d;
+  return a < T(1) ? T(0.5) * d * d : a - T(0.5);
+}
+template <typename T> inline T huber_slope(T d) {
+  return d < T(-1) ? T(-1) : (d > T(1) ? T(1) : d);
+}
+template <typename T> T huber_forward(const T* inp, const T* target, int N) {
+  T s = 0;
+  for (int i = 0; i < N; ++i)
+    s += huber_term(inp[i] - target[i]);
+  return s / N;
+}
+template <typename T>
+void huber_backward(T* d_inp, T d_loss, const T* inp, const T* target, int N) {
+  for (int i = 0; i < N; ++i)
+    d_inp[i] += d_loss * huber_slope(inp[i] - target[i]) / N;
+}
+
 // ---------------------------------------------------------------------------------------
 // Per-sample weights (HEP event weights): the loss is the mean over all N = Bf * K elements of
 // w_b * l(z_bk, y_bk) (cross_entropy: over the Bf samples of w_b * l_b), so that
 // F.<loss>(z, y, reduction="none") weighted the same way and averaged gives the same number;
 // weights of 1 give the unweighted loss. For rows [0, B) of a batch of Bf samples with K
 // outputs each (z, y, w and d_z point at the chunk's first row), returns the chunk's share
-// and writes (not adds) d_z = dL/dz. kind: 0 bce_with_logits, 1 mse, 2 cross_entropy.
+// and writes (not adds) d_z = dL/dz. kind: 0 bce_with_logits, 1 mse, 2 cross_entropy,
+// 3 nll, 4 huber.
 template <typename T>
 T weighted_loss(int kind, const T* z, const T* y, const T* w, T* d_z, int Bf, int B, int K) {
   T s = 0;
+  if (kind == 3) {
+    for (int b = 0; b < B; ++b) {
+      const int t = (int)y[b];
+      s -= w[b] * z[(long)b * K + t];
+      for (int c = 0; c < K; ++c)
+        d_z[(long)b * K + c] = c == t ? -w[b] / Bf : T(0);
+    }
+    return s / Bf;
+  }
   if (kind == 2) {
     for (int b = 0; b < B; ++b) {
       const T* zb = z + (long)b * K;
@@ -716,6 +760,9 @@ T weighted_loss(int kind, const T* z, const T* y, const T* w, T* d_z, int Bf, in
         const T sig =
             zi >= 0 ? T(1) / (T(1) + std::exp(-zi)) : std::exp(zi) / (T(1) + std::exp(zi));
         d_z[i] = w[b] * (sig - yi) / N;
+      } else if (kind == 4) {
+        s += w[b] * huber_term(zi - yi);
+        d_z[i] = w[b] * huber_slope(zi - yi) / N;
       } else {
         s += w[b] * (zi - yi) * (zi - yi);
         d_z[i] = w[b] * T(2) * (zi - yi) / N;

@@ -24,7 +24,7 @@ struct LibTorchTrainer::Impl {
   }
   torch::Tensor targets(const float* y, int B) {
     const auto& api = model.api();
-    const long n = api.loss == "cross_entropy" ? B : (long)B * api.output_size;
+    const long n = api.class_targets() ? B : (long)B * api.output_size;
     return torch::from_blob(const_cast<float*>(y), {n}, torch::kFloat32).clone();
   }
 };

@@ -33,7 +33,7 @@ public:
   LibTorchTrainer(const LibTorchTrainer&) = delete;
   LibTorchTrainer& operator=(const LibTorchTrainer&) = delete;
 
-  // x: B * input_size floats, y: B * output_size targets (cross_entropy: B class indices).
+  // x: B * input_size floats, y: B * output_size targets (cross_entropy, nll: B class indices).
   // One optimizer step on the mean loss; returns the loss.
   double train_step(const float* x, const float* y, int B);
   // The mean loss without a step (eval mode).

@@ -41,6 +41,19 @@ void cross_entropy_forward_pullback(const T* logits, const T* target, int B, int
   ::rootclad::cross_entropy_backward(d_logits, d_loss, logits, target, B, NC);
 }
 
+template <typename T>
+void nll_forward_pullback(const T* logp, const T* target, int B, int NC, T d_loss, T* d_logp,
+                          int* d_B, int* d_NC) {
+  ::rootclad::last_loss<T> = ::rootclad::nll_forward(logp, target, B, NC);
+  ::rootclad::nll_backward(d_logp, d_loss, logp, target, B, NC);
+}
+
+template <typename T>
+void huber_forward_pullback(const T* inp, const T* target, int N, T d_loss, T* d_inp, int* d_N) {
+  ::rootclad::last_loss<T> = ::rootclad::huber_forward(inp, target, N);
+  ::rootclad::huber_backward(d_inp, d_loss, inp, target, N);
+}
+
 // The same pullbacks with an adjoint for the targets, which Clad asks for when the target
 // pointer is computed from the arguments (as in a chunk of a batch). Targets are constants:
 // d_target is left untouched.
@@ -60,6 +73,18 @@ template <typename T>
 void cross_entropy_forward_pullback(const T* logits, const T* target, int B, int NC, T d_loss,
                                     T* d_logits, T* d_target, int* d_B, int* d_NC) {
   cross_entropy_forward_pullback(logits, target, B, NC, d_loss, d_logits, d_B, d_NC);
+}
+
+template <typename T>
+void nll_forward_pullback(const T* logp, const T* target, int B, int NC, T d_loss, T* d_logp,
+                          T* d_target, int* d_B, int* d_NC) {
+  nll_forward_pullback(logp, target, B, NC, d_loss, d_logp, d_B, d_NC);
+}
+
+template <typename T>
+void huber_forward_pullback(const T* inp, const T* target, int N, T d_loss, T* d_inp, T* d_target,
+                            int* d_N) {
+  huber_forward_pullback(inp, target, N, d_loss, d_inp, d_N);
 }
 
 } // namespace rootclad

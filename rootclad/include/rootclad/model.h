@@ -198,7 +198,7 @@ public:
   // dx (B, input_size) = d(sum of the outputs) / dx: the saliency of a one-output model.
   void input_grad(const float* x, float* dx, int B) { input_grad_as(x, dx, B); }
   void input_grad(const double* x, double* dx, int B) { input_grad_as(x, dx, B); }
-  // The mean loss of a batch in eval mode (y: B * output_size targets, cross_entropy: B class
+  // The mean loss of a batch in eval mode (y: B * output_size targets, cross_entropy/nll: B class
   // indices), without gradients: a validation loss.
   double loss(const float* x, const float* y, int B) { return loss_as(x, y, B); }
   double loss(const double* x, const double* y, int B) { return loss_as(x, y, B); }
@@ -523,9 +523,7 @@ private:
     }
   }
 
-  long targets(int B) const {
-    return api_.loss == "cross_entropy" ? (long)B : (long)B * api_.output_size;
-  }
+  long targets(int B) const { return api_.class_targets() ? (long)B : (long)B * api_.output_size; }
 
   void check_event(size_t n) const {
     if ((long)n != api_.input_size)

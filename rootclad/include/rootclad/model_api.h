@@ -63,7 +63,7 @@ struct ModelApi {
   std::string prefix;
   std::string dtype;  // "float32" or "float64"
   std::string engine; // "pullback", "clad" or "clad-nopullbacks"
-  std::string loss;   // "bce_with_logits", "mse" or "cross_entropy"
+  std::string loss;   // "bce_with_logits", "mse", "huber", "cross_entropy" or "nll"
   long n_params = 0;
   // Per-sample offsets and sizes in elements of T; the regions of a batch of B start at
   // B * offset and are B * size long. Shapes exclude the batch dimension.
@@ -75,6 +75,9 @@ struct ModelApi {
   ModelEntryPoints<double> f64;      // filled when dtype == "float64"
 
   bool is_double() const { return dtype == "float64"; }
+  // cross_entropy and nll take one class index per sample; the other losses one target per
+  // output element
+  bool class_targets() const { return loss == "cross_entropy" || loss == "nll"; }
   int element_size() const { return is_double() ? 8 : 4; }
 
   // The real-typed entry points; throws if T is not the model's dtype.

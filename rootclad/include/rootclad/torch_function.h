@@ -228,17 +228,21 @@ inline torch::OrderedDict<std::string, torch::Tensor> read_state_dict(const std:
 
 // The model's loss on its output as torch computes it (mean over the batch), for LibTorch
 // loops that call backward() themselves: bce_with_logits and mse take targets of the
-// output's shape (or (B) for one output), cross_entropy B integer class indices.
+// output's shape (or (B) for one output), cross_entropy and nll B class indices.
 inline torch::Tensor loss_of(const ModelApi& api, const torch::Tensor& out,
                              const torch::Tensor& y) {
   if (api.loss == "cross_entropy")
     return torch::nn::functional::cross_entropy(out, y.to(torch::kLong).reshape({-1}));
+  if (api.loss == "nll")
+    return torch::nll_loss(out, y.to(torch::kLong).reshape({-1}));
   TORCH_CHECK_VALUE(y.numel() == out.numel(), "rootclad model ", api.prefix, ": ", api.loss,
                     " targets have shape ", detail::shape_str(y.sizes()), ", expected ",
                     detail::shape_str(out.sizes()));
   auto target = y.to(out.scalar_type()).reshape(out.sizes());
   if (api.loss == "bce_with_logits")
     return torch::binary_cross_entropy_with_logits(out, target);
+  if (api.loss == "huber")
+    return torch::huber_loss(out, target);
   TORCH_CHECK_VALUE(api.loss == "mse", "rootclad model ", api.prefix, ": unknown loss '", api.loss,
                     "'");
   return torch::mse_loss(out, target);
@@ -321,7 +325,7 @@ public:
   }
 
   // The mean loss of a batch and the gradient of the flat parameter block (a fresh tensor),
-  // in one library call. y: B * output_size targets (cross_entropy: B class indices).
+  // in one library call. y: B * output_size targets (cross_entropy, nll: B class indices).
   // w (optional): B per-sample weights (HEP event weights), the loss then the mean over
   // elements of w[b] * loss_element, as torch's reduction="none" losses weighted that way.
   std::pair<torch::Tensor, torch::Tensor>
@@ -396,13 +400,13 @@ private:
   torch::Tensor check_targets(const torch::Tensor& y, int B) const {
     const std::string who = "rootclad model " + api_->prefix + ": ";
     TORCH_CHECK_VALUE(y.defined() && y.device().is_cpu(), who, "targets must be a CPU tensor");
-    if (api_->loss == "cross_entropy") {
-      TORCH_CHECK_VALUE(!y.is_floating_point() && y.numel() == B, who,
-                        "cross_entropy targets must be ", B, " integer class indices, got ",
-                        y.scalar_type(), " of shape ", detail::shape_str(y.sizes()));
+    if (api_->class_targets()) {
+      TORCH_CHECK_VALUE(!y.is_floating_point() && y.numel() == B, who, api_->loss,
+                        " targets must be ", B, " integer class indices, got ", y.scalar_type(),
+                        " of shape ", detail::shape_str(y.sizes()));
       const int64_t nc = api_->output_size;
       TORCH_CHECK_VALUE(y.min().item<int64_t>() >= 0 && y.max().item<int64_t>() < nc, who,
-                        "cross_entropy targets must lie in [0, ", nc, ")");
+                        api_->loss, " targets must lie in [0, ", nc, ")");
     } else { // the output's shape, as torch's losses demand; (B) too for one output per sample
       const auto shape = detail::batch_shape(B, api_->output_shape);
       const bool single = api_->output_size == 1 && y.dim() == 1 && y.size(0) == B;
