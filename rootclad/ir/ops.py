@@ -183,8 +183,6 @@ register(
 
 # -- Conv1d ---------------------------------------------------------------------------------
 def _conv1d_from_module(mod, where):
-    if mod.groups != 1:
-        raise IRError(f"{where}: groups={mod.groups} is not supported (only groups=1)")
     if mod.padding_mode != "zeros":
         raise IRError(f"{where}: padding_mode={mod.padding_mode!r} (only 'zeros')")
     if isinstance(mod.padding, str):
@@ -197,6 +195,7 @@ def _conv1d_from_module(mod, where):
         "stride": _int1(mod.stride, "stride", where),
         "padding": pad,
         "dilation": _int1(mod.dilation, "dilation", where),
+        "groups": int(mod.groups),
     }
 
 
@@ -205,10 +204,11 @@ def _conv1d_infer(node, shapes, graph):
     a = node.attrs
     w = graph.param(node.params["weight"])
     expect(len(shape) == 2, node, f"expected input (C, L), got per-sample shape {shape}")
+    groups = a.get("groups", 1)
     expect(
-        shape[0] == w.shape[1],
+        shape[0] == w.shape[1] * groups,
         node,
-        f"expected {w.shape[1]} input channels, got {shape[0]} (shape {shape})",
+        f"expected {w.shape[1] * groups} input channels, got {shape[0]} (shape {shape})",
     )
     k, s, p, d = w.shape[2], a["stride"], a["padding"], a["dilation"]
     lo = (shape[1] + 2 * p - d * (k - 1) - 1) // s + 1
@@ -224,8 +224,11 @@ def _conv1d_geometry(node, graph):
 
 
 def _conv1d_scratch(node, graph):
-    """im2col's columns and product; the direct paths (stride 1 or few taps) need none."""
+    """im2col's columns and product; the direct paths (stride 1 or few taps) need none.
+    Grouped convolutions run as a Conv2d of height 1 (conv2d.h): columns only."""
     C, _, OC, LO, K = _conv1d_geometry(node, graph)
+    if node.attrs.get("groups", 1) != 1:
+        return {"cols": C * K * LO}
     direct = node.attrs["stride"] == 1 or C * K <= CONV1D_DIRECT_MAX_TAPS
     return {"tmp": 0 if direct else OC * LO, "cols": 0 if direct else C * K * LO}
 
@@ -233,6 +236,10 @@ def _conv1d_scratch(node, graph):
 def _conv1d_calls(node, graph, site):
     C, L, OC, _, K = _conv1d_geometry(node, graph)
     a = node.attrs
+    if a.get("groups", 1) != 1:
+        geometry = (1, L, OC, 1, K, 1, a["stride"], 0, a["padding"], 1, a["dilation"])
+        args = (OUT, SCRATCH("cols"), IN(0, True), W("weight"), W("bias"), INT("B"), INT(C))
+        return [Call("conv2d", args + tuple(map(INT, geometry)) + (INT(a["groups"]),))]
     dims = (INT("B"), INT(C), INT(L), INT(OC), INT(K)) + tuple(
         INT(a[k]) for k in ("stride", "padding", "dilation")
     )
@@ -243,7 +250,7 @@ def _conv1d_calls(node, graph, site):
 register(
     OpSpec(
         "conv1d",
-        "Conv1d (groups=1, zero padding, any stride/padding/dilation)",
+        "Conv1d (zero padding, any stride/padding/dilation/groups)",
         _conv1d_infer,
         _conv1d_calls,
         params=("weight", "bias"),
@@ -308,7 +315,8 @@ for _name, _module in (("maxpool1d", "MaxPool1d"), ("avgpool1d", "AvgPool1d")):
 
 def _global_pool_from_module(mod, where):
     size = mod.output_size
-    if _int1(size, "output_size", where) != 1:
+    sizes = size if isinstance(size, (tuple, list)) else (size,)
+    if any(v != 1 for v in sizes):
         raise IRError(f"{where}: output_size={size!r}; only global pooling (output_size=1)")
     if getattr(mod, "return_indices", False):
         raise IRError(f"{where}: return_indices is not supported")
@@ -317,32 +325,165 @@ def _global_pool_from_module(mod, where):
 
 def _global_pool_infer(node, shapes, graph):
     (shape,) = shapes
-    expect(len(shape) == 2, node, f"expected input (C, L), got per-sample shape {shape}")
-    return (shape[0], 1)
+    expect(
+        len(shape) in (2, 3),
+        node,
+        f"expected input (C, L) or (C, H, W), got per-sample shape {shape}",
+    )
+    return (shape[0],) + (1,) * (len(shape) - 1)
 
 
 def _global_pool_calls(node, graph, site):
-    """The 1-d pool with one window spanning the whole length."""
-    C, L = node.in_shape
-    kernel = node.op.replace("global_", "")
+    """The 1-d pool with one window spanning each channel's H*W (or L) values."""
+    C, L = node.in_shape[0], _n(node.in_shape[1:])
+    kernel = node.op.replace("global_", "") + "1d"
     args = [OUT, IN(0), INT(f"B * {C}"), INT(L), INT(L), INT(L), INT(0)]
     if kernel == "avgpool1d":
         args.append(INT(1))
     return [Call(kernel, tuple(args))]
 
 
-for _name, _module in (
-    ("global_avgpool1d", "AdaptiveAvgPool1d"),
-    ("global_maxpool1d", "AdaptiveMaxPool1d"),
+for _name, _modules in (
+    ("global_avgpool", ("AdaptiveAvgPool1d", "AdaptiveAvgPool2d")),
+    ("global_maxpool", ("AdaptiveMaxPool1d", "AdaptiveMaxPool2d")),
 ):
     register(
         OpSpec(
             _name,
-            f"{_module}(1): pooling over the whole length",
+            f"{' / '.join(_modules)} to size 1: pooling over all positions",
             _global_pool_infer,
             _global_pool_calls,
-            modules=(_module,),
+            modules=_modules,
             from_module=_global_pool_from_module,
+        )
+    )
+
+
+# -- 2-D convolution and pooling ------------------------------------------------------------
+def _pair(value, what: str, where: str) -> tuple[int, int]:
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise IRError(f"{where}: {what}={value!r} is not a 2-d value")
+        return int(value[0]), int(value[1])
+    return int(value), int(value)
+
+
+def _conv2d_from_module(mod, where):
+    if mod.padding_mode != "zeros":
+        raise IRError(f"{where}: padding_mode={mod.padding_mode!r} (only 'zeros')")
+    if isinstance(mod.padding, str):
+        if mod.padding != "valid":
+            raise IRError(f"{where}: padding={mod.padding!r}; give an integer padding")
+        pad = (0, 0)
+    else:
+        pad = _pair(mod.padding, "padding", where)
+    return {
+        "stride": _pair(mod.stride, "stride", where),
+        "padding": pad,
+        "dilation": _pair(mod.dilation, "dilation", where),
+        "groups": int(mod.groups),
+    }
+
+
+def _conv2d_out(n, k, s, p, d):
+    return (n + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+def _conv2d_infer(node, shapes, graph):
+    (shape,) = shapes
+    a = node.attrs
+    w = graph.param(node.params["weight"])
+    expect(len(shape) == 3, node, f"expected input (C, H, W), got per-sample shape {shape}")
+    expect(
+        shape[0] == w.shape[1] * a["groups"],
+        node,
+        f"expected {w.shape[1] * a['groups']} input channels, got {shape[0]} (shape {shape})",
+    )
+    out = [
+        _conv2d_out(shape[1 + i], w.shape[2 + i], a["stride"][i], a["padding"][i], a["dilation"][i])
+        for i in range(2)
+    ]
+    expect(min(out) >= 1, node, f"input {shape[1:]} is smaller than the kernel {w.shape[2:]}")
+    return (w.shape[0], *out)
+
+
+def _conv2d_calls(node, graph, site):
+    C, H, Wd = node.in_shape
+    OC = node.out_shape[0]
+    a = node.attrs
+    KH, KW = graph.param(node.params["weight"]).shape[2:]
+    geometry = (H, Wd, OC, KH, KW, *a["stride"], *a["padding"], *a["dilation"], a["groups"])
+    args = (OUT, SCRATCH("cols"), IN(0, True), W("weight"), W("bias"), INT("B"), INT(C))
+    return [Call("conv2d", args + tuple(map(INT, geometry)))]
+
+
+register(
+    OpSpec(
+        "conv2d",
+        "Conv2d (zero padding, any stride/padding/dilation/groups)",
+        _conv2d_infer,
+        _conv2d_calls,
+        params=("weight", "bias"),
+        scratch=lambda node, g: {
+            "cols": node.in_shape[0]
+            * _n(g.param(node.params["weight"]).shape[2:])
+            * _n(node.out_shape[1:])
+        },  # fmt: skip
+        flops=lambda node, g: 2 * _n(node.out_shape) * _n(g.param(node.params["weight"]).shape[1:]),
+        modules=("Conv2d",),
+        from_module=_conv2d_from_module,
+    )
+)
+
+
+def _pool2d_from_module(mod, where):
+    if mod.ceil_mode:
+        raise IRError(f"{where}: ceil_mode=True is not supported")
+    k = _pair(mod.kernel_size, "kernel_size", where)
+    s = _pair(mod.stride if mod.stride is not None else mod.kernel_size, "stride", where)
+    attrs = {"kernel_size": k, "stride": s, "padding": _pair(mod.padding, "padding", where)}
+    if type(mod).__name__ == "MaxPool2d":
+        if _pair(mod.dilation, "dilation", where) != (1, 1) or mod.return_indices:
+            raise IRError(f"{where}: dilation != 1 and return_indices are not supported")
+        return attrs
+    if getattr(mod, "divisor_override", None):
+        raise IRError(f"{where}: divisor_override is not supported")
+    attrs["count_include_pad"] = int(mod.count_include_pad)
+    return attrs
+
+
+def _pool2d_infer(node, shapes, graph):
+    (shape,) = shapes
+    a = node.attrs
+    expect(len(shape) == 3, node, f"expected input (C, H, W), got per-sample shape {shape}")
+    out = []
+    for i in range(2):
+        k, s, p = a["kernel_size"][i], a["stride"][i], a["padding"][i]
+        expect(p <= k // 2, node, f"padding {p} must be at most half the kernel size {k}")
+        out.append((shape[1 + i] + 2 * p - k) // s + 1)
+    expect(min(out) >= 1, node, f"input {shape[1:]} is smaller than the kernel")
+    return (shape[0], *out)
+
+
+def _pool2d_calls(node, graph, site):
+    C, H, Wd = node.in_shape
+    a = node.attrs
+    args = [OUT, IN(0), INT(f"B * {C}"), INT(H), INT(Wd)]
+    args += [INT(v) for key in ("kernel_size", "stride", "padding") for v in a[key]]
+    if node.op == "avgpool2d":
+        args.append(INT(a["count_include_pad"]))
+    return [Call(node.op, tuple(args))]
+
+
+for _name, _module in (("maxpool2d", "MaxPool2d"), ("avgpool2d", "AvgPool2d")):
+    register(
+        OpSpec(
+            _name,
+            f"{_module} (no ceil_mode)",
+            _pool2d_infer,
+            _pool2d_calls,
+            modules=(_module,),
+            from_module=_pool2d_from_module,
         )
     )
 

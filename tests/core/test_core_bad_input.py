@@ -63,7 +63,8 @@ def test_unsupported_layer_names_path_type_and_supported_layers(monkeypatch, tmp
 @pytest.mark.parametrize(
     "layer, words",
     [
-        (nn.Conv1d(2, 4, 3, groups=2), ["groups=2"]),
+        (nn.Conv2d(2, 4, 3, padding=1, padding_mode="circular"), ["padding_mode", "circular"]),
+        (nn.MaxPool2d(2, ceil_mode=True), ["ceil_mode"]),
         (nn.Conv1d(2, 4, 3, padding=1, padding_mode="reflect"), ["padding_mode", "reflect"]),
         (nn.Conv1d(2, 4, 3, padding="same"), ["padding='same'"]),
         (nn.MaxPool1d(2, ceil_mode=True), ["ceil_mode"]),

@@ -136,7 +136,29 @@ def _classifier_data(B, seed=0):
     return (x,), (x[:, 0, :3].argmax(1))
 
 
+def digits_cnn():
+    """The classic 2-D CNN for 28x28 digit images."""
+    return nn.Sequential(
+        nn.Conv2d(1, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(8, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(16 * 7 * 7, 32),
+        nn.ReLU(),
+        nn.Linear(32, 10),
+    )
+
+
+def _digits_data(B, seed=0):
+    x = _randn(B, 1, 28, 28, seed=seed)
+    return (x,), x[:, 0, ::3, ::3].reshape(B, -1)[:, :10].argmax(1)
+
+
 MODELS = {
+    "cnn2d-digits": (digits_cnn, _digits_data, "cross_entropy"),
     "param-net": (lambda: ParamNet(), _param_data, "bce_with_logits"),
     "classifier-logsoftmax-nll": (lambda: Classifier(), _classifier_data, "nll"),
     "tabular-layernorm-softmax": (lambda: _perturb(TabularMLP()), _tabular_data, "mse"),

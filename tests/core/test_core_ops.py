@@ -91,6 +91,18 @@ CASES = [
     ("reshape-linear", lambda: _Fn(lambda x, fc: fc(x.reshape(x.shape[0], 7, 3)), nn.Linear(3, 2)), (21,), False),
     ("permute-linear", lambda: _Fn(lambda x, fc: fc(x.permute(0, 2, 1)), nn.Linear(3, 2)), (3, 7), True),
     ("transpose-3d", lambda: _Fn(lambda x: torch.tanh(x).transpose(1, 3).contiguous()), (2, 3, 4), False),
+    ("conv1d-groups2", lambda: _seq(nn.Conv1d(4, 6, 3, stride=2, padding=1, groups=2)), (4, 11), True),
+    ("conv1d-depthwise-d2", lambda: _seq(nn.Conv1d(3, 3, 3, padding=2, dilation=2, groups=3, bias=False)), (3, 9), False),
+    ("conv2d", lambda: _seq(nn.Conv2d(2, 3, 3)), (2, 7, 6), True),
+    ("conv2d-s2-p1-rect", lambda: _seq(nn.Conv2d(3, 4, (3, 2), stride=(2, 1), padding=(1, 0), bias=False)), (3, 8, 7), False),
+    ("conv2d-d2-groups2", lambda: _seq(nn.Conv2d(4, 2, 3, padding=2, dilation=2, groups=2)), (4, 6, 5), False),
+    ("conv2d-depthwise", lambda: _seq(nn.Conv2d(3, 3, 3, padding=1, groups=3)), (3, 5, 5), True),
+    ("maxpool2d", lambda: _seq(nn.MaxPool2d(2)), (2, 6, 7), True),
+    ("maxpool2d-k3-s2-p1", lambda: _seq(nn.MaxPool2d(3, stride=2, padding=1)), (2, 7, 6), False),
+    ("avgpool2d-k3-s2-p1", lambda: _seq(nn.AvgPool2d(3, stride=2, padding=1)), (2, 7, 6), False),
+    ("avgpool2d-nocip-rect", lambda: _seq(nn.AvgPool2d((2, 3), stride=(1, 2), padding=(1, 1), count_include_pad=False)), (2, 5, 6), False),
+    ("global-avgpool2d", lambda: _seq(nn.AdaptiveAvgPool2d(1)), (3, 4, 5), False),
+    ("global-maxpool2d", lambda: _seq(nn.AdaptiveMaxPool2d((1, 1))), (3, 4, 5), False),
 ]
 # fmt: on
 

@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "rootclad/blas.h"
+#include "rootclad/conv2d.h"
 #include "rootclad/graph_ops.h"
 // Vectorisation hints (-fopenmp-simd). Omitted when Clad differentiates the kernels itself:
 // Clad 2.5 crashes on OpenMP directives.

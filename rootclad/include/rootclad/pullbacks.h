@@ -80,6 +80,31 @@ void dropout_forward_pullback(T* out, const T* inp, int N, T p, ::std::uint64_t 
   ::rootclad::dropout_backward(d_inp, d_out, N, p, seed, i0);
 }
 
+// -- rootclad/conv2d.h ----------------------------------------------------------------------
+template <typename T>
+void conv2d_forward_pullback(T* out, T* cols, const T* inp, const T* weight, const T* bias, int B,
+                             int C, int H, int W, int OC, int KH, int KW, int SH, int SW, int PH,
+                             int PW, int DH, int DW, int G, T* d_out, T* d_cols, T* d_inp,
+                             T* d_weight, T* d_bias, int*, int*, int*, int*, int*, int*, int*, int*,
+                             int*, int*, int*, int*, int*, int*) {
+  ::rootclad::conv2d_backward(d_inp, d_weight, bias ? d_bias : (T*)nullptr, d_cols, d_out, cols,
+                              inp, weight, B, C, H, W, OC, KH, KW, SH, SW, PH, PW, DH, DW, G);
+}
+
+template <typename T>
+void maxpool2d_forward_pullback(T* out, const T* inp, int R, int H, int W, int KH, int KW, int SH,
+                                int SW, int PH, int PW, T* d_out, T* d_inp, int*, int*, int*, int*,
+                                int*, int*, int*, int*, int*) {
+  ::rootclad::maxpool2d_backward(d_inp, d_out, out, inp, R, H, W, KH, KW, SH, SW, PH, PW);
+}
+
+template <typename T>
+void avgpool2d_forward_pullback(T* out, const T* inp, int R, int H, int W, int KH, int KW, int SH,
+                                int SW, int PH, int PW, int cip, T* d_out, T* d_inp, int*, int*,
+                                int*, int*, int*, int*, int*, int*, int*, int*) {
+  ::rootclad::avgpool2d_backward(d_inp, d_out, R, H, W, KH, KW, SH, SW, PH, PW, cip);
+}
+
 // -- rootclad/graph_ops.h -------------------------------------------------------------------
 template <typename T>
 void affine_forward_pullback(T* out, const T* inp, int N, T scale, T shift, T* d_out, T* d_inp,
