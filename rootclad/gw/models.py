@@ -2,7 +2,9 @@
 
 - :func:`gw_cnn`: three Conv1d/ReLU/MaxPool1d blocks and two Linear layers (140k parameters),
   the 1-d CNN family of Gabbard et al. 2018;
-- :func:`gw_mlp`: two hidden layers (541k parameters), for comparison.
+- :func:`gw_mlp`: two hidden layers (541k parameters), for comparison;
+- :func:`gw_resnet`: a ResNet-style 1-d classifier (residual blocks, global pooling), a graph
+  rather than a chain (no BatchNorm yet: rootclad does not compile it).
 """
 
 from __future__ import annotations
@@ -33,10 +35,52 @@ def gw_mlp(n: int = 2048):
                          nn.Linear(64, 1))  # fmt: skip
 
 
+def gw_resnet(n: int = 2048, channels: int = 16):
+    """A ResNet-style GW classifier for segments of ``n`` samples (input (B, 1, n)): a strided
+    stem, two residual blocks at ``channels`` and one at twice as many, global average
+    pooling and one Linear layer."""
+    import torch
+    from torch import nn
+
+    class ResBlock(nn.Module):
+        def __init__(self, c: int):
+            super().__init__()
+            self.conv1 = nn.Conv1d(c, c, 7, padding=3)
+            self.conv2 = nn.Conv1d(c, c, 7, padding=3)
+
+        def forward(self, x):
+            return torch.relu(x + self.conv2(torch.relu(self.conv1(x))))
+
+    class GWResNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            c = channels
+            self.stem = nn.Conv1d(1, c, 16, stride=2)
+            self.pool = nn.MaxPool1d(4)
+            self.block1 = ResBlock(c)
+            self.block2 = ResBlock(c)
+            self.widen = nn.Conv1d(c, 2 * c, 1)
+            self.block3 = ResBlock(2 * c)
+            self.gap = nn.AdaptiveAvgPool1d(1)
+            self.head = nn.Linear(2 * c, 1)
+
+        def forward(self, x):
+            h = self.pool(torch.relu(self.stem(x)))
+            h = self.pool(self.block2(self.block1(h)))
+            h = self.block3(self.widen(h))
+            return self.head(self.gap(h).flatten(1))
+
+    if ((n - 16) // 2 + 1) // 16 < 1:
+        raise ValueError(f"segments of {n} samples are too short for the GW ResNet (at least 46)")
+    return GWResNet()
+
+
 def make(name: str, n: int = 2048):
-    """``"cnn"`` or ``"mlp"``."""
+    """``"cnn"``, ``"mlp"`` or ``"resnet"``."""
     if name == "cnn":
         return gw_cnn(n)
     if name == "mlp":
         return gw_mlp(n)
-    raise ValueError(f"unknown GW model '{name}' (cnn or mlp)")
+    if name == "resnet":
+        return gw_resnet(n)
+    raise ValueError(f"unknown GW model '{name}' (cnn, mlp or resnet)")

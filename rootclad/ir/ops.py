@@ -137,12 +137,13 @@ def same_shape(node: Node, shapes, graph: Graph) -> tuple:
     return shapes[0]
 
 
-def _int1(value, what: str, where: str) -> int:
-    if isinstance(value, (tuple, list)):
-        if len(value) != 1:
-            raise IRError(f"{where}: {what}={value!r} is not a 1-d value")
-        value = value[0]
-    return int(value)
+def _ints(value, n: int, what: str, where: str):
+    """A module's int-or-tuple attribute: an int for n = 1, an n-tuple of ints otherwise."""
+    values = tuple(value) if isinstance(value, (tuple, list)) else (value,) * n
+    if len(values) != n:
+        raise IRError(f"{where}: {what}={value!r} is not a {n}-d value")
+    values = tuple(int(v) for v in values)
+    return values[0] if n == 1 else values
 
 
 def _arg(args, kwargs, i: int, name: str, default):
@@ -182,21 +183,26 @@ register(
 
 
 # -- Conv1d ---------------------------------------------------------------------------------
-def _conv1d_from_module(mod, where):
+def _conv_from_module(mod, where, n: int):
+    """Conv1d (n = 1) and Conv2d (n = 2): zero padding, numbers (or 'valid') only."""
     if mod.padding_mode != "zeros":
         raise IRError(f"{where}: padding_mode={mod.padding_mode!r} (only 'zeros')")
     if isinstance(mod.padding, str):
         if mod.padding != "valid":
             raise IRError(f"{where}: padding={mod.padding!r}; give an integer padding")
-        pad = 0
+        pad = _ints(0, n, "padding", where)
     else:
-        pad = _int1(mod.padding, "padding", where)
+        pad = _ints(mod.padding, n, "padding", where)
     return {
-        "stride": _int1(mod.stride, "stride", where),
+        "stride": _ints(mod.stride, n, "stride", where),
         "padding": pad,
-        "dilation": _int1(mod.dilation, "dilation", where),
+        "dilation": _ints(mod.dilation, n, "dilation", where),
         "groups": int(mod.groups),
     }
+
+
+def _conv_flops(node, graph) -> int:
+    return 2 * _n(node.out_shape) * _n(graph.param(node.params["weight"]).shape[1:])
 
 
 def _conv1d_infer(node, shapes, graph):
@@ -255,23 +261,30 @@ register(
         _conv1d_calls,
         params=("weight", "bias"),
         scratch=_conv1d_scratch,
-        flops=lambda node, g: 2 * _n(node.out_shape) * _n(g.param(node.params["weight"]).shape[1:]),
+        flops=_conv_flops,
         modules=("Conv1d",),
-        from_module=_conv1d_from_module,
+        from_module=lambda mod, where: _conv_from_module(mod, where, 1),
     )
 )
 
 
 # -- pooling --------------------------------------------------------------------------------
-def _pool_from_module(mod, where):
+def _pool_from_module(mod, where, n: int):
+    """MaxPool / AvgPool in n = 1 or 2 dimensions (no ceil_mode, dilation or indices)."""
     if mod.ceil_mode:
         raise IRError(f"{where}: ceil_mode=True is not supported")
-    k = _int1(mod.kernel_size, "kernel_size", where)
-    s = _int1(mod.stride if mod.stride is not None else k, "stride", where)
-    attrs = {"kernel_size": k, "stride": s, "padding": _int1(mod.padding, "padding", where)}
-    if type(mod).__name__ == "MaxPool1d":
-        if _int1(mod.dilation, "dilation", where) != 1 or mod.return_indices:
-            raise IRError(f"{where}: dilation != 1 and return_indices are not supported")
+    k = _ints(mod.kernel_size, n, "kernel_size", where)
+    stride = mod.stride if mod.stride is not None else mod.kernel_size
+    attrs = {
+        "kernel_size": k,
+        "stride": _ints(stride, n, "stride", where),
+        "padding": _ints(mod.padding, n, "padding", where),
+    }
+    if type(mod).__name__.startswith("MaxPool"):
+        if _ints(mod.dilation, n, "dilation", where) != _ints(1, n, "", where):
+            raise IRError(f"{where}: dilation != 1 is not supported")
+        if mod.return_indices:
+            raise IRError(f"{where}: return_indices is not supported")
         return attrs
     if getattr(mod, "divisor_override", None):
         raise IRError(f"{where}: divisor_override is not supported")
@@ -308,15 +321,14 @@ for _name, _module in (("maxpool1d", "MaxPool1d"), ("avgpool1d", "AvgPool1d")):
             _pool_infer,
             _pool_calls,
             modules=(_module,),
-            from_module=_pool_from_module,
+            from_module=lambda mod, where: _pool_from_module(mod, where, 1),
         )
     )
 
 
 def _global_pool_from_module(mod, where):
     size = mod.output_size
-    sizes = size if isinstance(size, (tuple, list)) else (size,)
-    if any(v != 1 for v in sizes):
+    if any(v != 1 for v in (size if isinstance(size, (tuple, list)) else (size,))):
         raise IRError(f"{where}: output_size={size!r}; only global pooling (output_size=1)")
     if getattr(mod, "return_indices", False):
         raise IRError(f"{where}: return_indices is not supported")
@@ -360,31 +372,6 @@ for _name, _modules in (
 
 
 # -- 2-D convolution and pooling ------------------------------------------------------------
-def _pair(value, what: str, where: str) -> tuple[int, int]:
-    if isinstance(value, (tuple, list)):
-        if len(value) != 2:
-            raise IRError(f"{where}: {what}={value!r} is not a 2-d value")
-        return int(value[0]), int(value[1])
-    return int(value), int(value)
-
-
-def _conv2d_from_module(mod, where):
-    if mod.padding_mode != "zeros":
-        raise IRError(f"{where}: padding_mode={mod.padding_mode!r} (only 'zeros')")
-    if isinstance(mod.padding, str):
-        if mod.padding != "valid":
-            raise IRError(f"{where}: padding={mod.padding!r}; give an integer padding")
-        pad = (0, 0)
-    else:
-        pad = _pair(mod.padding, "padding", where)
-    return {
-        "stride": _pair(mod.stride, "stride", where),
-        "padding": pad,
-        "dilation": _pair(mod.dilation, "dilation", where),
-        "groups": int(mod.groups),
-    }
-
-
 def _conv2d_out(n, k, s, p, d):
     return (n + 2 * p - d * (k - 1) - 1) // s + 1
 
@@ -429,27 +416,11 @@ register(
             * _n(g.param(node.params["weight"]).shape[2:])
             * _n(node.out_shape[1:])
         },  # fmt: skip
-        flops=lambda node, g: 2 * _n(node.out_shape) * _n(g.param(node.params["weight"]).shape[1:]),
+        flops=_conv_flops,
         modules=("Conv2d",),
-        from_module=_conv2d_from_module,
+        from_module=lambda mod, where: _conv_from_module(mod, where, 2),
     )
 )
-
-
-def _pool2d_from_module(mod, where):
-    if mod.ceil_mode:
-        raise IRError(f"{where}: ceil_mode=True is not supported")
-    k = _pair(mod.kernel_size, "kernel_size", where)
-    s = _pair(mod.stride if mod.stride is not None else mod.kernel_size, "stride", where)
-    attrs = {"kernel_size": k, "stride": s, "padding": _pair(mod.padding, "padding", where)}
-    if type(mod).__name__ == "MaxPool2d":
-        if _pair(mod.dilation, "dilation", where) != (1, 1) or mod.return_indices:
-            raise IRError(f"{where}: dilation != 1 and return_indices are not supported")
-        return attrs
-    if getattr(mod, "divisor_override", None):
-        raise IRError(f"{where}: divisor_override is not supported")
-    attrs["count_include_pad"] = int(mod.count_include_pad)
-    return attrs
 
 
 def _pool2d_infer(node, shapes, graph):
@@ -483,7 +454,7 @@ for _name, _module in (("maxpool2d", "MaxPool2d"), ("avgpool2d", "AvgPool2d")):
             _pool2d_infer,
             _pool2d_calls,
             modules=(_module,),
-            from_module=_pool2d_from_module,
+            from_module=lambda mod, where: _pool_from_module(mod, where, 2),
         )
     )
 

@@ -18,6 +18,8 @@ from torch import nn
 from torch.nn import functional as F
 
 import rootclad
+from rootclad.gw.models import gw_resnet
+from rootclad.nets import digits_cnn
 
 F64, F32 = torch.float64, torch.float32
 RTOL = {F64: 1e-10, F32: 1e-4}
@@ -59,33 +61,6 @@ class TabularMLP(nn.Module):
         return self.net(x)
 
 
-class ResBlock1d(nn.Module):
-    def __init__(self, channels):
-        super().__init__()
-        self.conv1 = nn.Conv1d(channels, channels, 5, padding=2)
-        self.conv2 = nn.Conv1d(channels, channels, 5, padding=2)
-
-    def forward(self, x):
-        return F.relu(x + self.conv2(F.relu(self.conv1(x))))
-
-
-class ResNet1d(nn.Module):
-    """A 1-D ResNet-style classifier: a stem, two residual blocks, global pooling."""
-
-    def __init__(self, channels=6):
-        super().__init__()
-        self.stem = nn.Conv1d(1, channels, 7, stride=2, padding=3)
-        self.block1 = ResBlock1d(channels)
-        self.pool = nn.MaxPool1d(2)
-        self.block2 = ResBlock1d(channels)
-        self.gap = nn.AdaptiveAvgPool1d(1)
-        self.head = nn.Linear(channels, 1)
-
-    def forward(self, x):
-        h = self.pool(self.block1(F.relu(self.stem(x))))
-        return self.head(self.gap(self.block2(h)).flatten(1))
-
-
 def _randn(*shape, seed=0):
     return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=F64)
 
@@ -112,8 +87,8 @@ def _tabular_data(B, seed=0):
 
 
 def _resnet_data(B, seed=0):
-    x = _randn(B, 1, 64, seed=seed)
-    y = (x[:, 0, :32].sum(1) > 0).to(F64).unsqueeze(1)
+    x = _randn(B, 1, 96, seed=seed)
+    y = (x[:, 0, :48].sum(1) > 0).to(F64).unsqueeze(1)
     return (x,), y
 
 
@@ -136,22 +111,6 @@ def _classifier_data(B, seed=0):
     return (x,), (x[:, 0, :3].argmax(1))
 
 
-def digits_cnn():
-    """The classic 2-D CNN for 28x28 digit images."""
-    return nn.Sequential(
-        nn.Conv2d(1, 8, 3, padding=1),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Conv2d(8, 16, 3, padding=1),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Flatten(),
-        nn.Linear(16 * 7 * 7, 32),
-        nn.ReLU(),
-        nn.Linear(32, 10),
-    )
-
-
 def _digits_data(B, seed=0):
     x = _randn(B, 1, 28, 28, seed=seed)
     return (x,), x[:, 0, ::3, ::3].reshape(B, -1)[:, :10].argmax(1)
@@ -162,7 +121,7 @@ MODELS = {
     "param-net": (lambda: ParamNet(), _param_data, "bce_with_logits"),
     "classifier-logsoftmax-nll": (lambda: Classifier(), _classifier_data, "nll"),
     "tabular-layernorm-softmax": (lambda: _perturb(TabularMLP()), _tabular_data, "mse"),
-    "resnet1d": (lambda: ResNet1d(), _resnet_data, "bce_with_logits"),
+    "gw-resnet": (lambda: gw_resnet(n=96, channels=4), _resnet_data, "bce_with_logits"),
 }
 
 
