@@ -153,7 +153,8 @@ def compile(
         seed=seed,
         aliases=_parameter_aliases(model),
     )
-    cm.load_state_dict(dict(model.named_parameters()))
+    buffers = {n: b for n, b in model.named_buffers() if n in emitted.buffer_offsets}
+    cm.load_state_dict({**dict(model.named_parameters()), **buffers})
     for name, p in model.named_parameters():  # frozen stays frozen (see CompiledModel)
         cm._views[name].requires_grad_(p.requires_grad)
     cm.train(model.training)  # an eval-mode module must not predict with dropout on

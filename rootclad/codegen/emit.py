@@ -66,6 +66,8 @@ class EmittedModel:
     output_region: Region
     output_shape: tuple[int, ...]
     regions: list[Region] = field(default_factory=list)
+    buffer_offsets: dict[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
+    n_buffers: int = 0
     input_regions: list[Region] = field(default_factory=list)  # one per model input, in order
 
 
@@ -89,6 +91,19 @@ class _Emitter:
             self.param_offsets[p.name] = (off, p.shape)
             off += p.numel
         self.n_params = off
+        # buffers (BatchNorm's running statistics) follow the parameters in the same block:
+        # params + N_PARAMS + offset; the optimizer never sees them
+        self.buffer_offsets: dict[str, tuple[int, tuple[int, ...]]] = {}
+        off = 0
+        for p in graph.buffers:
+            self.buffer_offsets[p.name] = (off, p.shape)
+            off += p.numel
+        self.n_buffers = off
+        if graph.batch_statistics and not pullbacks:
+            raise IRError(
+                "BatchNorm needs pullbacks=True: its running statistics are updated in the "
+                "forward pass, which Clad's own reverse sweep would restore"
+            )
         self.flops = 0  # multiply-adds x 2 of one sample's forward (Linear and Conv1d)
         self.fwd: list[str] = []
         self.bwd: list[str] = []  # reverse sweep, in forward order; reversed when emitted
@@ -156,6 +171,14 @@ class _Emitter:
             return arg.ref, _SCALAR_ADJOINT[arg.kind]
         if arg.kind == "param":
             return self.param(node, arg.ref), self.param(node, arg.ref, "d_params")
+        if arg.kind == "buffer":  # not trained: no adjoint
+            name = node.buffers.get(arg.ref)
+            at = (
+                "(T*)nullptr"
+                if name is None
+                else f"params + N_PARAMS + {self.buffer_offsets[name][0]}"
+            )
+            return at, "(T*)nullptr"
         if arg.kind == "out":
             r = out
         elif arg.kind == "scratch":
@@ -256,7 +279,10 @@ class _Emitter:
         fwd = "\n".join(ind + ln for ln in self.fwd)
         bwd = "\n".join(ind + ln for ln in reversed(self.bwd))
         # pullback engine: the head (the ops before the first Linear) runs in micro-batches
-        nf, nb, head_regions, size = self.head if self.engine == "pullback" else (0, 0, [], 0)
+        # pullback engine: the head (the ops before the first Linear) runs in micro-batches,
+        # unless an op needs the whole batch's statistics
+        micro_ok = self.engine == "pullback" and not self.g.batch_statistics
+        nf, nb, head_regions, size = self.head if micro_ok else (0, 0, [], 0)
         zero_dact = zero(r for r in zeroed if r not in head_regions)
         if nf:
             per_sample = size * 2 * (4 if ctype == "float" else 8)  # act and d_act
@@ -299,6 +325,10 @@ class _Emitter:
             f"namespace {prefix} {{",
             f"using T = {ctype};",
             f"constexpr long N_PARAMS = {self.n_params};",
+            f"constexpr long N_BUFFERS = {self.n_buffers}; // after the parameters, not trained",
+            "// a gradient block: the parameters' and room for the buffers' (never written)",
+            "constexpr long N_SLOTS = N_PARAMS + N_BUFFERS;",
+            f"constexpr bool BATCH_STATISTICS = {str(self.g.batch_statistics).lower()};",
             f"constexpr long ACT_PER_SAMPLE = {self.offset};",
             f"constexpr double FLOPS_PER_SAMPLE = {self.flops}; // forward, Linear and Conv1d",
             "",
@@ -424,6 +454,9 @@ class _Emitter:
                 zero_dact,
                 zero_dx,
                 '  auto grad = clad::gradient(out_dot, "params, act");',
+                "  // Clad re-runs the forward: training 2 keeps BatchNorm from counting the",
+                "  // batch in its running statistics twice",
+                "  training = training ? 2 : 0;",
                 f"  const T* w = d_out + (long)b0 * {out.size};",
                 "  grad.execute(params, act, w, Bf, b0, B, training, seed, d_params, d_act);",
                 "}",
@@ -463,8 +496,8 @@ class _Emitter:
             "    return;",
             "  }",
             "  // thread 0 writes the caller's gradient, the others their own block of scratch",
-            "  T* dp = t == 0 ? j.d_params : j.scratch + (long)(t - 1) * N_PARAMS;",
-            "  ::rootclad::zero(dp, N_PARAMS);",
+            "  T* dp = t == 0 ? j.d_params : j.scratch + (long)(t - 1) * N_SLOTS;",
+            "  ::rootclad::zero(dp, N_SLOTS);",
             "  if (j.mode == LOSS_AND_GRAD && j.w) {",
             "    // weighted: the loss's gradient is formed here, the model's backward is the VJP",
             "    // (the pullback engine's sweep, or Clad's gradient of <output, d_output>)",
@@ -483,7 +516,9 @@ class _Emitter:
             "// Every extra chunk adds a parameter-gradient block to fill and sum, so a batch is",
             "// split when its activations outweigh the parameters, or its arithmetic does by far",
             "// (the MLP 2048-256-64-1: not at batch 64, at 256; the GW CNN: from batch 8).",
-            "inline int threads_for(int Bf) {",
+            "inline int threads_for(int Bf, int training) {",
+            "  if (BATCH_STATISTICS && training)",
+            "    return 1; // BatchNorm: the statistics of the whole batch",
             "  if ((double)Bf * ACT_PER_SAMPLE < 2.0 * N_PARAMS &&",
             "      (double)Bf * FLOPS_PER_SAMPLE < 256.0 * N_PARAMS)",
             "    return 1;",
@@ -500,7 +535,7 @@ class _Emitter:
             "  int p0, p1;",
             "  ::rootclad::chunk_range((int)N_PARAMS, n, t, p0, p1);",
             "  for (int k = 0; k < r.parts; ++k) {",
-            "    const T* src = r.scratch + (long)k * N_PARAMS;",
+            "    const T* src = r.scratch + (long)k * N_SLOTS;",
             "    for (int i = p0; i < p1; ++i)",
             "      r.d_params[i] += src[i];",
             "  }",
@@ -508,15 +543,15 @@ class _Emitter:
             "",
             "inline T run(Job& j) {",
             "  auto& pool = ::rootclad::ThreadPool::instance();",
-            "  const int n = threads_for(j.Bf);",
+            "  const int n = threads_for(j.Bf, j.training);",
             "  // per calling thread, grown once: nothing is allocated in steady state",
             "  static thread_local std::vector<T> scratch, dz;",
             f"  if (j.w && dz.size() < (size_t)j.Bf * {out.size})",
             f"    dz.resize((size_t)j.Bf * {out.size});",
             "  j.dz = dz.data();",
             "  if (j.mode != FORWARD && n > 1) {",
-            "    if (scratch.size() < (size_t)(n - 1) * N_PARAMS)",
-            "      scratch.resize((size_t)(n - 1) * N_PARAMS);",
+            "    if (scratch.size() < (size_t)(n - 1) * N_SLOTS)",
+            "      scratch.resize((size_t)(n - 1) * N_SLOTS);",
             "    j.scratch = scratch.data();",
             "  }",
             "  pool.run(run_chunk, &j, n);",
@@ -546,6 +581,7 @@ class _Emitter:
             'extern "C" {',
             f"using {PT} = {P}::T;",
             f"long {P}_n_params() {{ return {P}::N_PARAMS; }}",
+            f"long {P}_n_buffers() {{ return {P}::N_BUFFERS; }}",
             f"long {P}_act_size(int B) {{ return (long)B * {P}::ACT_PER_SAMPLE; }}",
             f'const char* {P}_engine() {{ return "{self.engine}'
             f'{"" if self.pullbacks else "-nopullbacks"}"; }}',
@@ -580,7 +616,7 @@ class _Emitter:
             *(
                 [
                     "  if (!tensor_steps && !w && B <= ::rootclad::FUSED_UPDATE_MAX_BATCH &&",
-                    f"      {P}::threads_for(B) == 1)",
+                    f"      {P}::threads_for(B, 1) == 1)",
                     f"    return {P}::train_chunk(params, act, y, d_params, d_act, opt_state, "
                     "opt_cfg, step, B, seed);",
                 ]
@@ -763,6 +799,8 @@ def emit_model(
         pullbacks=pullbacks,
         param_offsets=em.param_offsets,
         n_params=em.n_params,
+        buffer_offsets=em.buffer_offsets,
+        n_buffers=em.n_buffers,
         act_per_sample=em.offset,
         input_region=em.input_region,
         input_regions=em.input_regions,

@@ -3,8 +3,8 @@
 - :func:`gw_cnn`: three Conv1d/ReLU/MaxPool1d blocks and two Linear layers (140k parameters),
   the 1-d CNN family of Gabbard et al. 2018;
 - :func:`gw_mlp`: two hidden layers (541k parameters), for comparison;
-- :func:`gw_resnet`: a ResNet-style 1-d classifier (residual blocks, global pooling), a graph
-  rather than a chain (no BatchNorm yet: rootclad does not compile it).
+- :func:`gw_resnet`: a ResNet-style 1-d classifier (residual blocks, optionally with
+  BatchNorm, global pooling), a graph rather than a chain.
 """
 
 from __future__ import annotations
@@ -35,21 +35,24 @@ def gw_mlp(n: int = 2048):
                          nn.Linear(64, 1))  # fmt: skip
 
 
-def gw_resnet(n: int = 2048, channels: int = 16):
+def gw_resnet(n: int = 2048, channels: int = 16, batch_norm: bool = False):
     """A ResNet-style GW classifier for segments of ``n`` samples (input (B, 1, n)): a strided
-    stem, two residual blocks at ``channels`` and one at twice as many, global average
-    pooling and one Linear layer."""
+    stem, two residual blocks at ``channels`` and one at twice as many (each convolution
+    followed by BatchNorm with ``batch_norm``), global average pooling and one Linear layer."""
     import torch
     from torch import nn
 
     class ResBlock(nn.Module):
         def __init__(self, c: int):
             super().__init__()
-            self.conv1 = nn.Conv1d(c, c, 7, padding=3)
-            self.conv2 = nn.Conv1d(c, c, 7, padding=3)
+            # no bias before BatchNorm: its mean would cancel it (the gradient is zero)
+            self.conv1 = nn.Conv1d(c, c, 7, padding=3, bias=not batch_norm)
+            self.bn1 = nn.BatchNorm1d(c) if batch_norm else nn.Identity()
+            self.conv2 = nn.Conv1d(c, c, 7, padding=3, bias=not batch_norm)
+            self.bn2 = nn.BatchNorm1d(c) if batch_norm else nn.Identity()
 
         def forward(self, x):
-            return torch.relu(x + self.conv2(torch.relu(self.conv1(x))))
+            return torch.relu(x + self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x))))))
 
     class GWResNet(nn.Module):
         def __init__(self):

@@ -92,6 +92,8 @@ def graph_from_module(module: nn.Module, example_input, dtype: str) -> Graph:
         graph = Graph.chain(tuple(xs[0].shape[1:]), [node], params, dtype)
     else:
         graph = _FxLowering(module, xs, params, dtype).graph()
+    used = {b for node in graph.nodes for b in node.buffers.values()}
+    graph.buffers = [Param(n, tuple(b.shape)) for n, b in module.named_buffers() if n in used]
     graph.validate()
     return pool_before_activation(graph)
 
@@ -121,7 +123,8 @@ def _module_node(path: str, mod: nn.Module, name: str) -> Node:
     attrs = spec.from_module(mod, where)
     prefix = f"{path}." if path else ""  # the root layer's parameters have no prefix
     roles = {r: prefix + r for r in spec.params if getattr(mod, r, None) is not None}
-    return Node(name, op, attrs=attrs, params=roles)
+    buffers = {r: prefix + r for r in spec.buffers if getattr(mod, r, None) is not None}
+    return Node(name, op, attrs=attrs, params=roles, buffers=buffers)
 
 
 def _hashable(obj) -> bool:
@@ -200,8 +203,16 @@ class _FxLowering:
                 f"{type(module).__name__}.forward takes {len(placeholders)} inputs {names}, but "
                 f"example_input gives {len(xs)}; pass a tuple with one tensor per input"
             )
-        with torch.no_grad():
-            _ShapeProp(self.traced).run(*xs)
+        # in eval mode, so that the shapes come without side effects on the user's module
+        # (BatchNorm would count the example in its running statistics); modes restored
+        modes = {m: m.training for m in self.traced.modules()}
+        try:
+            self.traced.eval()
+            with torch.no_grad():
+                _ShapeProp(self.traced).run(*xs)
+        finally:
+            for m, mode in modes.items():
+                m.training = mode
         self.nodes: list[Node] = []
         self.batch = int(xs[0].shape[0])
 

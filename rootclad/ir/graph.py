@@ -42,6 +42,7 @@ class Node:
     output: str = ""  # the name of the value it writes (default: the node's name)
     attrs: dict = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)  # role -> Param.name
+    buffers: dict[str, str] = field(default_factory=dict)  # role -> buffer name (not trained)
     in_shapes: list[tuple[int, ...]] = field(default_factory=list)  # set by validate()
     out_shape: tuple[int, ...] = ()
 
@@ -66,6 +67,8 @@ class Graph:
     params: list[Param]
     dtype: str = "float32"
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # set by validate()
+    # state that is not trained (BatchNorm's running statistics), named as torch's buffers
+    buffers: list[Param] = field(default_factory=list)
 
     @classmethod
     def chain(cls, input_shape, nodes: list[Node], params: list[Param], dtype="float32"):
@@ -86,10 +89,16 @@ class Graph:
         return self.shapes[self.output]
 
     def param(self, name: str) -> Param:
-        for p in self.params:
+        for p in self.params + self.buffers:
             if p.name == name:
                 return p
         raise KeyError(name)
+
+    @property
+    def batch_statistics(self) -> bool:
+        """Whether an op mixes the samples of a batch (BatchNorm, in training mode): the batch
+        then runs in one piece, never split over threads or micro-batches."""
+        return any(n.op == "batch_norm" for n in self.nodes)
 
     def consumers(self, value: str) -> list[Node]:
         """The nodes that read ``value``, in order."""
@@ -102,6 +111,7 @@ class Graph:
             "output": self.output,
             "dtype": self.dtype,
             "params": [(p.name, p.shape) for p in self.params],
+            "buffers": [(p.name, p.shape) for p in self.buffers],
             "nodes": [
                 (
                     n.name,
@@ -110,9 +120,10 @@ class Graph:
                     n.output,
                     sorted(n.attrs.items()),
                     sorted(n.params.items()),
+                    sorted(n.buffers.items()),
                 )
                 for n in self.nodes
-            ],  # fmt: skip
+            ],
         }
         return hashlib.sha256(json.dumps(desc, default=str).encode()).hexdigest()[:12]
 
@@ -145,6 +156,9 @@ class Graph:
             for role in node.params:
                 if role not in spec.params:
                     raise IRError(f"{node.describe()}: has no parameter {role!r}")
+            for role in node.buffers:
+                if role not in spec.buffers:
+                    raise IRError(f"{node.describe()}: has no buffer {role!r}")
             node.in_shapes = [shapes[name] for name in node.inputs]
             node.out_shape = tuple(spec.infer(node, node.in_shapes, self))
             shapes[node.output] = node.out_shape

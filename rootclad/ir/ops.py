@@ -35,7 +35,8 @@ class Arg:
     """One argument of a kernel call.
 
     kind: ``out`` (the node's output), ``in`` (input ``ref``), ``param`` (parameter role
-    ``ref``, null when the layer has none), ``scratch`` (the node's scratch region ``ref``),
+    ``ref``, null when the layer has none), ``buffer`` (buffer role ``ref``: state that is not
+    trained, null when the layer has none), ``scratch`` (the node's scratch region ``ref``),
     or a scalar: ``int``, ``real``, ``u64``, ``long`` (``ref`` a C++ expression; ``B`` is the
     chunk's batch). ``nullable``: an input whose gradient may be skipped (null) when it is a
     model input and no input gradient is asked for; only for kernels that accept that.
@@ -55,6 +56,10 @@ def IN(i: int = 0, nullable: bool = False) -> Arg:
 
 def W(role: str) -> Arg:
     return Arg("param", role)
+
+
+def BUF(role: str) -> Arg:
+    return Arg("buffer", role)
 
 
 def SCRATCH(key: str) -> Arg:
@@ -100,6 +105,7 @@ class OpSpec:
     calls: Callable[[Node, Graph, Site], list[Call]] | None  # None: the output aliases input 0
     arity: int | None = 1  # None: one or more
     params: tuple[str, ...] = ()  # parameter roles, in the torch module's order
+    buffers: tuple[str, ...] = ()  # buffer roles (torch buffers: not trained)
     scratch: Callable[[Node, Graph], dict[str, int]] | None = None  # per-sample sizes
     flops: Callable[[Node, Graph], int] | None = None  # multiply-adds x 2, one sample's forward
     modules: tuple[str, ...] = ()  # torch.nn class names that lower to this op
@@ -871,5 +877,51 @@ register(
         scratch=lambda node, g: {"stats": 2 * _layer_norm_rows(node)},  # mean, 1/std per row
         modules=("LayerNorm",),
         from_module=_layer_norm_module,
+    )
+)
+
+
+def _batch_norm_module(mod, where):
+    if mod.momentum is None:
+        raise IRError(f"{where}: momentum=None (a cumulative average) is not supported")
+    return {"eps": float(mod.eps), "momentum": float(mod.momentum)}
+
+
+def _batch_norm_infer(node, shapes, graph):
+    (shape,) = shapes
+    expect(
+        len(shape) in (1, 2, 3),
+        node,
+        f"expected input (C,), (C, L) or (C, H, W), got per-sample shape {shape}",
+    )
+    for role in ("weight", "bias"):
+        if role in node.params:
+            p = graph.param(node.params[role])
+            expect(p.shape == (shape[0],), node, f"{role} has shape {p.shape}, expected "
+                   f"({shape[0]},) for {shape[0]} channels")  # fmt: skip
+    return shape
+
+
+def _batch_norm_calls(node, graph, site):
+    C, S = node.in_shape[0], _n(node.in_shape[1:])
+    a = node.attrs
+    args = (OUT, SCRATCH("stats"), IN(0), W("weight"), W("bias"))
+    args += (BUF("running_mean"), BUF("running_var"), BUF("num_batches_tracked"))
+    args += (INT("B"), INT(C), INT(S), REAL(a["eps"]), REAL(a["momentum"]), INT("training"))
+    return [Call("batch_norm", args)]
+
+
+register(
+    OpSpec(
+        "batch_norm",
+        "BatchNorm1d/2d: batch statistics in training mode (updating the running ones as "
+        "torch), running statistics in eval mode",
+        _batch_norm_infer,
+        _batch_norm_calls,
+        params=("weight", "bias"),
+        buffers=("running_mean", "running_var", "num_batches_tracked"),
+        scratch=lambda node, g: {"stats": 2 * node.in_shape[0]},  # per channel: mean, 1/std
+        modules=("BatchNorm1d", "BatchNorm2d"),
+        from_module=_batch_norm_module,
     )
 )

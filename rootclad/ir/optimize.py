@@ -40,6 +40,9 @@ def pool_before_activation(graph: Graph) -> Graph:
             i += 2
         else:
             i += 1
-    out = Graph(graph.inputs, graph.input_shapes, nodes, graph.output, graph.params, graph.dtype)
+    out = Graph(
+        graph.inputs, graph.input_shapes, nodes, graph.output, graph.params, graph.dtype,
+        buffers=graph.buffers,
+    )  # fmt: skip
     out.validate()
     return out

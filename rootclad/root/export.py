@@ -72,6 +72,11 @@ def export(cm, stem, optimizer=None) -> dict[str, Path]:
             f"this model takes {len(cm.input_shapes)} inputs; the ROOT artifact is for "
             "single-input models (rootclad::Model, macros and RDataFrame feed one input)"
         )
+    if cm._em.n_buffers:
+        raise ValueError(
+            "this model keeps running statistics (BatchNorm), which the ROOT artifact does not "
+            "store yet; use it from Python"
+        )
     stem = Path(stem)
     if not stem.parent.is_dir():
         raise FileNotFoundError(f"{stem.parent}: no such directory (create it first)")

@@ -22,7 +22,7 @@ class CompiledFunction(torch.autograd.Function):
         act = torch.empty(cm._lib.act_size(B), dtype=cm.dtype)
         cm._load_input(act, tuple(x.detach() for x in xs), B)
         seed = cm._next_seed()
-        cm._lib.forward(cm._params.data_ptr(), act.data_ptr(), B, int(cm.training), seed)
+        cm._lib.forward(cm._arena.data_ptr(), act.data_ptr(), B, int(cm.training), seed)
         ctx.cm, ctx.seed, ctx.B, ctx.n_inputs = cm, seed, B, n_inputs
         ctx.x_shapes = [x.shape for x in xs]
         ctx.training = cm.training
@@ -45,10 +45,10 @@ class CompiledFunction(torch.autograd.Function):
         if not (any(need_x) or any(need_params)):
             return (None, None) + (None,) * (n + len(cm._views))
         d_act = torch.empty_like(act)
-        d_params = torch.empty_like(cm._params)
+        d_params = torch.empty_like(cm._grads)  # the parameters' and the buffers' slots
         d_out = d_out.to(cm.dtype).contiguous()
         cm._lib.vjp(
-            cm._params.data_ptr(),
+            cm._arena.data_ptr(),
             act.data_ptr(),
             d_params.data_ptr(),
             d_act.data_ptr(),

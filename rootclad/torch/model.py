@@ -120,15 +120,23 @@ class CompiledModel:
                 f"{self.library_path} holds {self._lib.n_params()} parameters, "
                 f"expected {P}: stale or foreign library"
             )
-        self._arena = torch.zeros(2 * max(P, 1), dtype=self.dtype)
+        # [params | buffers | gradients | room for the buffers' (never written)]: the C++
+        # code finds a buffer at params + N_PARAMS + offset (BatchNorm's running statistics),
+        # so the parameter pointer passed is the arena's (an empty _params may have none)
+        n = P + emitted.n_buffers
+        self._arena = torch.zeros(2 * max(n, 1), dtype=self.dtype)
         self._params = self._arena[:P]
-        self._grads = self._arena[P : 2 * P]
+        self._buffers = self._arena[P:n]
+        self._grads = self._arena[n : 2 * n]
         self._views: OrderedDict[str, torch.nn.Parameter] = OrderedDict()
         self._grad_views: OrderedDict[str, torch.Tensor] = OrderedDict()
         for name, (off, shape) in emitted.param_offsets.items():
             n = math.prod(shape)
             self._views[name] = _ArenaParameter(self._params[off : off + n].view(shape))
             self._grad_views[name] = self._grads[off : off + n].view(shape)
+        self._buffer_views: OrderedDict[str, torch.Tensor] = OrderedDict()
+        for name, (off, shape) in emitted.buffer_offsets.items():
+            self._buffer_views[name] = self._buffers[off : off + math.prod(shape)].view(shape)
         self._local = threading.local()  # per-thread workspace: see _workspace
         self._lock = threading.Lock()  # loss_and_grad and train_step: one at a time
         self._largest_region = max(r.size for r in emitted.regions)
@@ -144,24 +152,34 @@ class CompiledModel:
     def parameters(self):
         return iter(self._views.values())
 
+    def named_buffers(self):
+        """``(name, tensor)`` of the state that is not trained (BatchNorm's running mean and
+        variance, and its batch count, here in the model's dtype), viewing the arena."""
+        return iter(self._buffer_views.items())
+
     def state_dict(self) -> OrderedDict[str, torch.Tensor]:
-        return OrderedDict((k, v.detach()) for k, v in self._views.items())
+        """The parameters, then the buffers (a batch count as an integer, as torch's)."""
+        out = OrderedDict((k, v.detach()) for k, v in self._views.items())
+        for k, v in self._buffer_views.items():
+            out[k] = v.to(torch.long).clone() if k.endswith("num_batches_tracked") else v
+        return out
 
     def load_state_dict(self, state_dict, strict: bool = True) -> None:
         """Copy values in (converting dtype); names and shapes must match the torch module's.
 
         A parameter the module uses under several names (a layer used twice) may come under
         any of them, as in the module's own ``state_dict()``."""
-        found = {k: k for k in self._views if k in state_dict}
+        own = {**self._views, **self._buffer_views}
+        found = {k: k for k in own if k in state_dict}
         for alias, name in self._aliases.items():
             if alias in state_dict:
                 found.setdefault(name, alias)
-        missing = [k for k in self._views if k not in found]
-        unexpected = [k for k in state_dict if k not in self._views and k not in self._aliases]
+        missing = [k for k in own if k not in found]
+        unexpected = [k for k in state_dict if k not in own and k not in self._aliases]
         if strict and (missing or unexpected):
             raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
         with torch.no_grad():
-            for name, view in self._views.items():
+            for name, view in own.items():
                 if name not in found:
                     continue
                 value = torch.as_tensor(state_dict[found[name]])
@@ -326,7 +344,7 @@ class CompiledModel:
         self._load_input(act, x, B)
         with self._lock:
             loss = self._lib.loss_and_grad(
-                self._params.data_ptr(),
+                self._arena.data_ptr(),
                 act.data_ptr(),
                 y.data_ptr(),
                 self._grads.data_ptr(),
@@ -358,7 +376,7 @@ class CompiledModel:
         with self._lock:
             step, tensor_steps = opt._advance([v.requires_grad for v in self._views.values()])
             return self._lib.train_step(
-                self._params.data_ptr(),
+                self._arena.data_ptr(),
                 act.data_ptr(),
                 y.data_ptr(),
                 self._grads.data_ptr(),
@@ -379,7 +397,7 @@ class CompiledModel:
         act, _ = self._workspace(B)
         self._load_input(act, x, B)
         self._lib.forward(
-            self._params.data_ptr(), act.data_ptr(), B, int(self.training), self._next_seed()
+            self._arena.data_ptr(), act.data_ptr(), B, int(self.training), self._next_seed()
         )
         return self._output(act, B).clone()
 

@@ -74,6 +74,7 @@ def test_unsupported_layer_names_path_type_and_supported_layers(monkeypatch, tmp
         (nn.Flatten(start_dim=2), ["Flatten(start_dim=1"]),
         (nn.GRU(8, 4), ["GRU"]),
         (nn.Softmin(dim=1), ["Softmin"]),
+        (nn.BatchNorm1d(2, momentum=None), ["momentum=None"]),
         (nn.AdaptiveAvgPool1d(2), ["output_size=2", "global pooling"]),
     ],
 )

@@ -122,6 +122,11 @@ MODELS = {
     "classifier-logsoftmax-nll": (lambda: Classifier(), _classifier_data, "nll"),
     "tabular-layernorm-softmax": (lambda: _perturb(TabularMLP()), _tabular_data, "mse"),
     "gw-resnet": (lambda: gw_resnet(n=96, channels=4), _resnet_data, "bce_with_logits"),
+    "gw-resnet-batchnorm": (
+        lambda: gw_resnet(n=96, channels=4, batch_norm=True),
+        _resnet_data,
+        "bce_with_logits",
+    ),
 }
 
 
@@ -218,6 +223,14 @@ def test_graph_model_training_tracks_torch_optim(name, batches):
     for (k, p), q in zip(cm.named_parameters(), net.parameters(), strict=True):
         assert_close_rel(p, q, 1e-8, f"{name} {k}")
         assert max_rel_err(p, net0.state_dict()[k]) > 1e-4, f"{name}: {k} did not move"
+    ours = cm.state_dict()
+    for k, b in net.named_buffers():  # BatchNorm's running statistics and batch count
+        assert_close_rel(ours[k].to(F64), b.to(F64), 1e-8, f"{name} {k}")
+    # and the trained model in eval mode (running statistics) gives torch's outputs
+    xs, _ = data(5, seed=99)
+    cm.eval()
+    net.eval()
+    assert_close_rel(cm.predict(*xs), net(*xs).detach(), 1e-8, f"{name} eval output")
     assert losses[-20:].mean() < losses[:20].mean()
 
 
@@ -225,6 +238,10 @@ def test_graph_model_training_tracks_torch_optim(name, batches):
 @pytest.mark.parametrize("pullbacks", [True, False], ids=["pullbacks", "no-pullbacks"])
 @pytest.mark.parametrize("name", list(MODELS))
 def test_clad_engine_equals_the_pullback_engine_on_graph_models(clad, name, pullbacks):
+    if "batchnorm" in name and not pullbacks:
+        with pytest.raises(rootclad.ir.IRError, match="BatchNorm needs pullbacks=True"):
+            _build(name, engine="clad", pullbacks=False)
+        return
     _, pb = _build(name)
     _, cl = _build(name, engine="clad", pullbacks=pullbacks)
     assert cl.engine == "clad"

@@ -103,6 +103,14 @@ CASES = [
     ("avgpool2d-nocip-rect", lambda: _seq(nn.AvgPool2d((2, 3), stride=(1, 2), padding=(1, 1), count_include_pad=False)), (2, 5, 6), False),
     ("global-avgpool2d", lambda: _seq(nn.AdaptiveAvgPool2d(1)), (3, 4, 5), False),
     ("global-maxpool2d", lambda: _seq(nn.AdaptiveMaxPool2d((1, 1))), (3, 4, 5), False),
+    # BatchNorm: training mode uses the batch's statistics, eval mode the running ones
+    ("batchnorm1d-features", lambda: _perturbed(_seq(nn.BatchNorm1d(5))), (5,), True),
+    ("batchnorm1d-sequence", lambda: _perturbed(_seq(nn.BatchNorm1d(3, momentum=0.3))), (3, 7), False),
+    ("batchnorm2d", lambda: _perturbed(_seq(nn.BatchNorm2d(2))), (2, 4, 5), True),
+    ("batchnorm1d-no-affine", lambda: _seq(nn.BatchNorm1d(3, affine=False)), (3, 7), False),
+    ("batchnorm1d-untracked", lambda: _perturbed(_seq(nn.BatchNorm1d(3, track_running_stats=False))), (3, 7), False),
+    ("batchnorm1d-eval", lambda: _perturbed(_seq(nn.BatchNorm1d(3))).eval(), (3, 7), False),
+    ("batchnorm2d-eval", lambda: _perturbed(_seq(nn.BatchNorm2d(2))).eval(), (2, 4, 5), True),
 ]
 # fmt: on
 
@@ -121,11 +129,15 @@ class _Fn(nn.Module):
 
 
 def _perturbed(net):
-    """``net`` with random parameters (LayerNorm starts at weight 1, bias 0)."""
+    """``net`` with random parameters and running statistics (LayerNorm and BatchNorm start
+    at weight 1, bias 0, running mean 0 and variance 1)."""
     gen = torch.Generator().manual_seed(3)
     with torch.no_grad():
         for p in net.parameters():
             p.add_(0.3 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+        for name, b in net.named_buffers():
+            if "running" in name:
+                b.add_(0.3 * torch.rand(b.shape, generator=gen, dtype=b.dtype))
     return net
 
 

@@ -147,3 +147,20 @@ def test_cpp_hosts_refuse_a_model_with_two_inputs(tmp_path):
     with pytest.raises(ValueError, match="takes 2 inputs"):
         cm.export(tmp_path / "two")
     assert not list(tmp_path.glob("two*"))
+
+
+def test_cpp_hosts_refuse_a_model_with_running_statistics(tmp_path):
+    """BatchNorm's running statistics live beside the parameters; the C++ hosts and the ROOT
+    artifact do not store them yet, and say so instead of running without them."""
+    x = torch.randn(B, 3, dtype=torch.float64)
+    net = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2)).double()
+    cm = rootclad.compile(net, x, loss="mse", engine="pullback")
+    proc = subprocess.run(
+        [build(tmp_path), cm.library_path, cm._em.prefix, str(B), "x", "p", "o"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert f"{cm.library_path} keeps running statistics (BatchNorm)" in proc.stderr + proc.stdout
+    with pytest.raises(ValueError, match="running statistics"):
+        cm.export(tmp_path / "bn")
+    assert not list(tmp_path.glob("bn*"))

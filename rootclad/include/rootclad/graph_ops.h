@@ -300,3 +300,100 @@ void softplus_backward(T* d_inp, const T* d_out, const T* inp, int N, T beta, T 
 }
 
 } // namespace rootclad
+
+namespace rootclad {
+
+// ---------------------------------------------------------------------------------------
+// BatchNorm over inp(B, C, S) (S = the positions per channel: 1 for BatchNorm1d on (B, C),
+// L for (B, C, L), H*W for BatchNorm2d), per channel c:
+//   training != 0: the batch's mean and biased variance over its B*S values; training == 1
+//     also updates the running statistics as torch (running = (1 - momentum) * running +
+//     momentum * batch, the variance unbiased) and counts the batch in *tracked (both may be
+//     null: track_running_stats=False). training == 2 is a re-run of the same forward (the
+//     clad engine's VJP), which must not count the batch twice.
+//   training == 0: the running statistics.
+// out = (x - mean) / sqrt(var + eps) * weight + bias (weight, bias: C values, or null);
+// stats keeps (mean, 1/sqrt(var + eps)) of each channel for the backward.
+template <typename T>
+void batch_norm_forward(T* out, T* stats, const T* inp, const T* weight, const T* bias,
+                        T* running_mean, T* running_var, T* tracked, int B, int C, int S, T eps,
+                        T momentum, int training) {
+  const long n = (long)B * S;
+  for (int c = 0; c < C; ++c) {
+    T mean = 0;
+    T var = 0;
+    if (training || !running_mean) {
+      for (int b = 0; b < B; ++b)
+        for (int s = 0; s < S; ++s)
+          mean += inp[((long)b * C + c) * S + s];
+      mean /= n;
+      for (int b = 0; b < B; ++b)
+        for (int s = 0; s < S; ++s) {
+          const T d = inp[((long)b * C + c) * S + s] - mean;
+          var += d * d;
+        }
+      var /= n;
+      if (training == 1 && running_mean) {
+        running_mean[c] = (T(1) - momentum) * running_mean[c] + momentum * mean;
+        const T unbiased = n > 1 ? var * n / (n - 1) : var;
+        running_var[c] = (T(1) - momentum) * running_var[c] + momentum * unbiased;
+      }
+    } else {
+      mean = running_mean[c];
+      var = running_var[c];
+    }
+    const T rstd = T(1) / std::sqrt(var + eps);
+    stats[2 * c] = mean;
+    stats[2 * c + 1] = rstd;
+    const T w = weight ? weight[c] : T(1);
+    const T sh = bias ? bias[c] : T(0);
+    for (int b = 0; b < B; ++b)
+      for (int s = 0; s < S; ++s) {
+        const long i = ((long)b * C + c) * S + s;
+        out[i] = (inp[i] - mean) * rstd * w + sh;
+      }
+  }
+  if (training == 1 && tracked)
+    tracked[0] += T(1);
+}
+
+// With xhat = (x - mean) * rstd and g = d_out * weight, per channel over its n = B*S values:
+//   d_bias += sum d_out;  d_weight += sum d_out * xhat;
+//   batch statistics: d_x += rstd * (g - mean(g) - xhat * mean(g * xhat));
+//   running statistics (constants): d_x += rstd * g.
+template <typename T>
+void batch_norm_backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, const T* inp,
+                         const T* stats, const T* weight, const T* running_mean, int B, int C,
+                         int S, int training) {
+  const long n = (long)B * S;
+  const bool batch_stats = training || !running_mean;
+  for (int c = 0; c < C; ++c) {
+    const T mean = stats[2 * c];
+    const T rstd = stats[2 * c + 1];
+    const T w = weight ? weight[c] : T(1);
+    T sum_g = 0;
+    T sum_gx = 0;
+    for (int b = 0; b < B; ++b)
+      for (int s = 0; s < S; ++s) {
+        const long i = ((long)b * C + c) * S + s;
+        const T xhat = (inp[i] - mean) * rstd;
+        sum_g += d_out[i];
+        sum_gx += d_out[i] * xhat;
+      }
+    if (d_weight)
+      d_weight[c] += sum_gx;
+    if (d_bias)
+      d_bias[c] += sum_g;
+    for (int b = 0; b < B; ++b)
+      for (int s = 0; s < S; ++s) {
+        const long i = ((long)b * C + c) * S + s;
+        const T xhat = (inp[i] - mean) * rstd;
+        T dx = w * rstd * d_out[i];
+        if (batch_stats)
+          dx -= w * rstd * (sum_g + xhat * sum_gx) / n;
+        d_inp[i] += dx;
+      }
+  }
+}
+
+} // namespace rootclad

@@ -157,6 +157,12 @@ inline ModelApi make_model_api(const std::string& source, const std::string& pre
                                " inputs; the C++ hosts (rootclad::Model, TorchModel, RDataFrame) "
                                "take single-input models: call it from Python, cm(x, theta)");
   }
+  if (void* n_buffers = lookup(prefix + "_n_buffers")) {
+    if (detail::to_fn<long (*)()>(n_buffers)() != 0)
+      throw std::runtime_error("rootclad: " + source +
+                               " keeps running statistics (BatchNorm), "
+                               "which the C++ hosts do not store yet: use it from Python");
+  }
   api.n_params = detail::to_fn<Long>(need("n_params"))();
   api.act_size = detail::to_fn<long (*)(int)>(need("act_size"));
   api.dtype = detail::to_fn<Str>(need("dtype"))();

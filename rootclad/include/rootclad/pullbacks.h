@@ -155,6 +155,18 @@ void layer_norm_forward_pullback(T* out, T* stats, const T* inp, const T* weight
 }
 
 template <typename T>
+void batch_norm_forward_pullback(T* out, T* stats, const T* inp, const T* weight, const T* bias,
+                                 T* running_mean, T* running_var, T* tracked, int B, int C, int S,
+                                 T eps, T momentum, int training, T* d_out, T* d_stats, T* d_inp,
+                                 T* d_weight, T* d_bias, T* d_running_mean, T* d_running_var,
+                                 T* d_tracked, int* d_B, int* d_C, int* d_S, T* d_eps,
+                                 T* d_momentum, int* d_training) {
+  ::rootclad::batch_norm_backward(d_inp, weight ? d_weight : (T*)nullptr,
+                                  bias ? d_bias : (T*)nullptr, d_out, inp, stats, weight,
+                                  running_mean, B, C, S, training);
+}
+
+template <typename T>
 void elu_forward_pullback(T* out, const T* inp, int N, T alpha, T* d_out, T* d_inp, int* d_N,
                           T* d_alpha) {
   ::rootclad::elu_backward(d_inp, d_out, inp, N, alpha);
