@@ -261,7 +261,10 @@ class _Emitter:
         inputs = self.input_regions
         ind = "  "
         written = self.regions[len(inputs) :]
-        if self.engine == "pullback":
+        # the clad engine with custom pullbacks replays the forward for Clad's reverse sweep
+        # (see kernels.h: replaying); its adjoints are the pullback engine's
+        replay = self.engine == "clad" and self.pullbacks
+        if self.engine == "pullback" or replay:
             zeroed = [r for r in written if r.needs_adjoint]
         else:  # Clad accumulates into every adjoint it uses
             zeroed = [r for r in written if r.size]
@@ -281,7 +284,7 @@ class _Emitter:
         # pullback engine: the head (the ops before the first Linear) runs in micro-batches
         # pullback engine: the head (the ops before the first Linear) runs in micro-batches,
         # unless an op needs the whole batch's statistics
-        micro_ok = self.engine == "pullback" and not self.g.batch_statistics
+        micro_ok = (self.engine == "pullback" or replay) and not self.g.batch_statistics
         nf, nb, head_regions, size = self.head if micro_ok else (0, 0, [], 0)
         zero_dact = zero(r for r in zeroed if r not in head_regions)
         if nf:
@@ -363,11 +366,45 @@ class _Emitter:
             "}",
             "",
         ]
-        if self.engine == "pullback":
+        if self.engine == "pullback" or replay:
             dummies = [
                 "  int di = 0; T dt = 0; std::uint64_t du = 0; long dl = 0;",
                 "  (void)di; (void)dt; (void)du; (void)dl;",
             ]
+            if replay:  # the sweeps are Clad's gradients of the forward's two parts
+                inputs_end = f"d_act + (long)Bf * {sum(r.size for r in inputs)}"
+                scope = (
+                    f"  ::rootclad::Replay scope(need_dx ? nullptr : d_act, "
+                    f"need_dx ? nullptr : {inputs_end});"
+                )
+                grad_args = "params, act, Bf, b0, B, training, seed, d_params, d_act"
+                body += [
+                    "// What Clad differentiates: the forward, as the calls forward_chunk makes",
+                    "// (the head's on a micro-batch). Replayed after forward_chunk, the kernels",
+                    "// return at once and Clad's reverse sweep calls the pullbacks.",
+                    *(
+                        [f"inline void replay_head(T* params, T* act, {chunk}) {{", fwd_head, "}"]
+                        if nf
+                        else []
+                    ),
+                    f"inline void replay_rest(T* params, T* act, {chunk}) {{",
+                    fwd,
+                    "}",
+                    "",
+                ]
+                bwd_head = "\n".join(
+                    [scope, '  auto grad = clad::gradient(replay_head, "params, act");',
+                     f"  grad.execute({grad_args});"]
+                )  # fmt: skip
+                bwd = "\n".join(
+                    [
+                        "  {",
+                        "  " + scope,
+                        '    auto grad = clad::gradient(replay_rest, "params, act");',
+                        f"    grad.execute({grad_args});",
+                        "  }",
+                    ]
+                )
             if nf:
                 body += [
                     "// The head's pullbacks on a micro-batch, after zeroing its adjoint regions.",

@@ -30,6 +30,7 @@ template <typename T>
 void conv2d_forward(T* out, T* cols, const T* inp, const T* weight, const T* bias, int B, int C,
                     int H, int W, int OC, int KH, int KW, int SH, int SW, int PH, int PW, int DH,
                     int DW, int G) {
+  ROOTCLAD_REPLAY_SKIP;
   const int OH = (H + 2 * PH - DH * (KH - 1) - 1) / SH + 1;
   const int OW = (W + 2 * PW - DW * (KW - 1) - 1) / SW + 1;
   const int Cg = C / G;
@@ -98,6 +99,7 @@ template <typename T>
 void conv2d_forward(T* out, T* cols, const T* inp, const T* weight, const T* bias, int B, int C,
                     int H, int W, int OC, int KH, int KW, int SH, int SW, int PH, int PW, int DH,
                     int DW, int G) {
+  ROOTCLAD_REPLAY_SKIP;
   const Conv2dShape s{B, C, H, W, OC, KH, KW, SH, SW, PH, PW, DH, DW, G};
   const int OHW = s.OH() * s.OW(), taps = s.taps(), OCg = s.OCg();
   const long cols_per_sample = (long)C * KH * KW * OHW;
@@ -161,6 +163,7 @@ inline int pool2d_out(int n, int K, int S, int P) {
 template <typename T>
 void maxpool2d_forward(T* out, const T* inp, int R, int H, int W, int KH, int KW, int SH, int SW,
                        int PH, int PW) {
+  ROOTCLAD_REPLAY_SKIP;
   const int OH = pool2d_out(H, KH, SH, PH);
   const int OW = pool2d_out(W, KW, SW, PW);
   for (int r = 0; r < R; ++r)
@@ -210,6 +213,7 @@ void maxpool2d_backward(T* d_inp, const T* d_out, const T* out, const T* inp, in
 template <typename T>
 void avgpool2d_forward(T* out, const T* inp, int R, int H, int W, int KH, int KW, int SH, int SW,
                        int PH, int PW, int count_include_pad) {
+  ROOTCLAD_REPLAY_SKIP;
   const int OH = pool2d_out(H, KH, SH, PH);
   const int OW = pool2d_out(W, KW, SW, PW);
   for (int r = 0; r < R; ++r)

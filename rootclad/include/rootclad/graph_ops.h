@@ -13,6 +13,7 @@ namespace rootclad {
 // ---------------------------------------------------------------------------------------
 // out = scale * inp + shift, with constant numbers (x + 1, 2 * x, x / 4, 1 - x, -x).
 template <typename T> void affine_forward(T* out, const T* inp, int N, T scale, T shift) {
+  ROOTCLAD_REPLAY_SKIP;
   for (int i = 0; i < N; ++i)
     out[i] = scale * inp[i] + shift;
 }
@@ -43,6 +44,7 @@ inline bool binary_is_flat(int n0, int n1, int n2, int sa2, int na, int sb2, int
 template <typename T>
 void binary_forward(T* out, const T* a, const T* b, int kind, int B, int n0, int n1, int n2,
                     int sa0, int sa1, int sa2, int na, int sb0, int sb1, int sb2, int nb) {
+  ROOTCLAD_REPLAY_SKIP;
   if (binary_is_flat(n0, n1, n2, sa2, na, sb2, nb)) {
     const long N = (long)B * n2;
     for (long i = 0; i < N; ++i)
@@ -106,6 +108,7 @@ inline long permute_index(int b, int i0, int i1, int i2, int i3, int n0, int n1,
 template <typename T>
 void permute_forward(T* out, const T* inp, int B, int N, int n0, int n1, int n2, int n3, int s0,
                      int s1, int s2, int s3) {
+  ROOTCLAD_REPLAY_SKIP;
   for (int b = 0; b < B; ++b)
     for (int i0 = 0; i0 < n0; ++i0)
       for (int i1 = 0; i1 < n1; ++i1)
@@ -131,6 +134,7 @@ void permute_backward(T* d_inp, const T* d_out, int B, int N, int n0, int n1, in
 // [off, off + n_in) of row r of out (n_out values). R = B * (the axes before the cat axis).
 template <typename T>
 void cat_part_forward(T* out, const T* inp, int R, int n_in, int n_out, int off) {
+  ROOTCLAD_REPLAY_SKIP;
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < n_in; ++j)
       out[(long)r * n_out + off + j] = inp[(long)r * n_in + j];
@@ -146,6 +150,7 @@ void cat_part_backward(T* d_inp, const T* d_out, int R, int n_in, int n_out, int
 // Softmax and LogSoftmax along an axis of length N: inp viewed as (R, N, S), the axis in the
 // middle (S = the product of the axes after it). Max-subtracted, as torch's.
 template <typename T> void softmax_forward(T* out, const T* inp, int R, int N, int S) {
+  ROOTCLAD_REPLAY_SKIP;
   for (int r = 0; r < R; ++r)
     for (int s = 0; s < S; ++s) {
       const long base = (long)r * N * S + s;
@@ -176,6 +181,7 @@ void softmax_backward(T* d_inp, const T* d_out, const T* out, int R, int N, int 
 }
 
 template <typename T> void log_softmax_forward(T* out, const T* inp, int R, int N, int S) {
+  ROOTCLAD_REPLAY_SKIP;
   for (int r = 0; r < R; ++r)
     for (int s = 0; s < S; ++s) {
       const long base = (long)r * N * S + s;
@@ -212,6 +218,7 @@ void log_softmax_backward(T* d_inp, const T* d_out, const T* out, int R, int N, 
 template <typename T>
 void layer_norm_forward(T* out, T* stats, const T* inp, const T* weight, const T* bias, int R,
                         int M, T eps) {
+  ROOTCLAD_REPLAY_SKIP;
   for (int r = 0; r < R; ++r) {
     const T* x = inp + (long)r * M;
     T mean = 0;
@@ -268,6 +275,7 @@ void layer_norm_backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, const
 // Activations added with the graph IR.
 // ELU: x > 0 ? x : alpha * (exp(x) - 1)
 template <typename T> void elu_forward(T* out, const T* inp, int N, T alpha) {
+  ROOTCLAD_REPLAY_SKIP;
   for (int i = 0; i < N; ++i)
     out[i] = inp[i] > 0 ? inp[i] : alpha * (std::exp(inp[i]) - T(1));
 }
@@ -278,6 +286,7 @@ template <typename T> void elu_backward(T* d_inp, const T* d_out, const T* inp, 
 
 // SiLU: x * sigmoid(x);  d/dx = s (1 + x (1 - s))
 template <typename T> void silu_forward(T* out, const T* inp, int N) {
+  ROOTCLAD_REPLAY_SKIP;
   for (int i = 0; i < N; ++i)
     out[i] = inp[i] / (T(1) + std::exp(-inp[i]));
 }
@@ -290,6 +299,7 @@ template <typename T> void silu_backward(T* d_inp, const T* d_out, const T* inp,
 
 // Softplus: log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (as torch).
 template <typename T> void softplus_forward(T* out, const T* inp, int N, T beta, T threshold) {
+  ROOTCLAD_REPLAY_SKIP;
   for (int i = 0; i < N; ++i)
     out[i] = beta * inp[i] > threshold ? inp[i] : std::log1p(std::exp(beta * inp[i])) / beta;
 }
@@ -318,6 +328,7 @@ template <typename T>
 void batch_norm_forward(T* out, T* stats, const T* inp, const T* weight, const T* bias,
                         T* running_mean, T* running_var, T* tracked, int B, int C, int S, T eps,
                         T momentum, int training) {
+  ROOTCLAD_REPLAY_SKIP;
   const long n = (long)B * S;
   for (int c = 0; c < C; ++c) {
     T mean = 0;

@@ -16,6 +16,23 @@
 #include <cstring>
 
 #include "rootclad/blas.h"
+
+namespace rootclad {
+// The clad engine (with custom pullbacks) runs the forward once, then executes the reverse
+// sweep Clad generated for the model's forward function. While it does, the forward kernels
+// return at once (the arena already holds their outputs; BatchNorm must not count the batch
+// again) and Clad's sweep calls the pullbacks. Each forward kernel starts with
+// ROOTCLAD_REPLAY_SKIP.
+inline thread_local bool replaying = false;
+} // namespace rootclad
+#ifdef ROOTCLAD_NO_PULLBACKS // Clad differentiates the kernels themselves: never replaying
+#define ROOTCLAD_REPLAY_SKIP
+#else
+#define ROOTCLAD_REPLAY_SKIP                                                                       \
+  if (::rootclad::replaying)                                                                       \
+  return
+#endif
+
 #include "rootclad/conv2d.h"
 #include "rootclad/graph_ops.h"
 // Vectorisation hints (-fopenmp-simd). Omitted when Clad differentiates the kernels itself:
@@ -50,6 +67,7 @@ template <typename T> inline void copy(T* dst, const T* src, long n) {
 // Linear: out(R,OC) = inp(R,C) @ weight(OC,C)^T + bias(OC); R = product of leading dims.
 template <typename T>
 void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int R, int C, int OC) {
+  ROOTCLAD_REPLAY_SKIP;
   if (bias) {
     for (int r = 0; r < R; ++r)
       for (int o = 0; o < OC; ++o)
@@ -232,6 +250,7 @@ void conv1d_direct_backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, co
 template <typename T>
 void conv1d_forward(T* out, T* tmp, T* cols, const T* inp, const T* weight, const T* bias, int B,
                     int C, int L, int OC, int K, int S, int P, int D) {
+  ROOTCLAD_REPLAY_SKIP;
   const int LO = conv1d_out_len(L, K, S, P, D);
   for (int b = 0; b < B; ++b)
     for (int o = 0; o < OC; ++o)
@@ -250,6 +269,7 @@ void conv1d_forward(T* out, T* tmp, T* cols, const T* inp, const T* weight, cons
 template <typename T>
 void conv1d_forward(T* out, T* tmp, T* cols, const T* inp, const T* weight, const T* bias, int B,
                     int C, int L, int OC, int K, int S, int P, int D) {
+  ROOTCLAD_REPLAY_SKIP;
   const int LO = conv1d_out_len(L, K, S, P, D);
   const int CK = C * K;
   const long NL = (long)B * LO;
@@ -354,6 +374,7 @@ void maxpool1d_forward_windows(T* out, const T* inp, long R, int L, int LO) {
 
 template <typename T>
 void maxpool1d_forward(T* out, const T* inp, int R, int L, int K, int S, int P) {
+  ROOTCLAD_REPLAY_SKIP;
   int LO = (L + 2 * P - K) / S + 1;
 #ifndef ROOTCLAD_NO_PULLBACKS
   if (S == K && P == 0 && (K == 2 || K == 3 || K == 4 || K == 8)) {
@@ -464,6 +485,7 @@ void maxpool1d_backward(T* d_inp, const T* d_out, const T* out, const T* inp, in
 template <typename T>
 void avgpool1d_forward(T* out, const T* inp, int R, int L, int K, int S, int P,
                        int count_include_pad) {
+  ROOTCLAD_REPLAY_SKIP;
   int LO = (L + 2 * P - K) / S + 1;
   for (int r = 0; r < R; ++r)
     for (int o = 0; o < LO; ++o) {
@@ -511,6 +533,7 @@ void avgpool1d_backward(T* d_inp, const T* d_out, int R, int L, int K, int S, in
 // other form made it 0, so a NaN input gave a finite loss while the parameters turned NaN).
 // The backward passes the gradient where the output is not <= 0, as torch's does.
 template <typename T> void relu_forward(T* out, const T* inp, int N) {
+  ROOTCLAD_REPLAY_SKIP;
   for (int i = 0; i < N; ++i)
     out[i] = inp[i] <= T(0) ? T(0) : inp[i];
 }
@@ -520,6 +543,7 @@ template <typename T> void relu_backward(T* d_inp, const T* d_out, const T* inp,
 }
 
 template <typename T> void leaky_relu_forward(T* out, const T* inp, int N, T slope) {
+  ROOTCLAD_REPLAY_SKIP;
   for (int i = 0; i < N; ++i)
     out[i] = inp[i] > 0 ? inp[i] : slope * inp[i];
 }
@@ -530,6 +554,7 @@ void leaky_relu_backward(T* d_inp, const T* d_out, const T* inp, int N, T slope)
 }
 
 template <typename T> void tanh_forward(T* out, const T* inp, int N) {
+  ROOTCLAD_REPLAY_SKIP;
   for (int i = 0; i < N; ++i)
     out[i] = std::tanh(inp[i]);
 }
@@ -540,6 +565,7 @@ template <typename T> void tanh_backward(T* d_inp, const T* d_out, const T* out,
 }
 
 template <typename T> void sigmoid_forward(T* out, const T* inp, int N) {
+  ROOTCLAD_REPLAY_SKIP;
   for (int i = 0; i < N; ++i)
     out[i] = T(1) / (T(1) + std::exp(-inp[i]));
 }
@@ -551,6 +577,7 @@ template <typename T> void sigmoid_backward(T* d_inp, const T* d_out, const T* o
 
 // GELU, exact (erf) form unless tanh_approx: torch's approximate='none' / 'tanh'.
 template <typename T> void gelu_forward(T* out, const T* inp, int N, int tanh_approx) {
+  ROOTCLAD_REPLAY_SKIP;
   const T inv_sqrt2 = T(0.70710678118654752440);
   const T sqrt_2_over_pi = T(0.79788456080286535588);
   for (int i = 0; i < N; ++i) {
@@ -602,6 +629,7 @@ template <typename T> inline T dropout_scale(std::uint64_t seed, long i, T p) {
 }
 template <typename T>
 void dropout_forward(T* out, const T* inp, int N, T p, std::uint64_t seed, long i0) {
+  ROOTCLAD_REPLAY_SKIP;
   for (int i = 0; i < N; ++i)
     out[i] = inp[i] * dropout_scale(seed, i0 + i, p);
 }

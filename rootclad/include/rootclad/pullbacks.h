@@ -11,6 +11,34 @@
 #include "rootclad/kernels.h"
 #include "rootclad/loss_pullbacks.h"
 
+namespace rootclad {
+// Adjoints in [no_grad_lo, no_grad_hi) are not wanted: the model inputs' when no input
+// gradient is asked for. The clad engine's sweep passes Clad's own adjoint pointers, so
+// Linear and Conv skip their d_input half by this range (the pullback engine passes null).
+inline thread_local const void* no_grad_lo = nullptr;
+inline thread_local const void* no_grad_hi = nullptr;
+template <typename T> inline T* wanted(T* d) {
+  const void* p = d;
+  return p >= no_grad_lo && p < no_grad_hi ? (T*)nullptr : d;
+}
+
+// While one lives, the forward kernels replay (kernels.h) and adjoints in [lo, hi) are not
+// wanted: the clad engine's reverse sweeps run inside one.
+struct Replay {
+  Replay(const void* lo, const void* hi) {
+    replaying = true;
+    no_grad_lo = lo;
+    no_grad_hi = hi;
+  }
+  ~Replay() {
+    replaying = false;
+    no_grad_lo = no_grad_hi = nullptr;
+  }
+  Replay(const Replay&) = delete;
+  Replay& operator=(const Replay&) = delete;
+};
+} // namespace rootclad
+
 namespace clad {
 namespace custom_derivatives {
 namespace rootclad {
@@ -19,8 +47,8 @@ template <typename T>
 void linear_forward_pullback(T* out, const T* inp, const T* weight, const T* bias, int R, int C,
                              int OC, T* d_out, T* d_inp, T* d_weight, T* d_bias, int* d_R, int* d_C,
                              int* d_OC) {
-  ::rootclad::linear_backward(d_inp, d_weight, bias ? d_bias : (T*)nullptr, d_out, inp, weight, R,
-                              C, OC);
+  ::rootclad::linear_backward(::rootclad::wanted(d_inp), d_weight, bias ? d_bias : (T*)nullptr,
+                              d_out, inp, weight, R, C, OC);
 }
 
 template <typename T>
@@ -29,8 +57,8 @@ void conv1d_forward_pullback(T* out, T* tmp, T* cols, const T* inp, const T* wei
                              T* d_tmp, T* d_cols, T* d_inp, T* d_weight, T* d_bias, int* d_B,
                              int* d_C, int* d_L, int* d_OC, int* d_K, int* d_S, int* d_P,
                              int* d_D) {
-  ::rootclad::conv1d_backward(d_inp, d_weight, bias ? d_bias : (T*)nullptr, d_tmp, d_cols, d_out,
-                              cols, inp, weight, B, C, L, OC, K, S, P, D);
+  ::rootclad::conv1d_backward(::rootclad::wanted(d_inp), d_weight, bias ? d_bias : (T*)nullptr,
+                              d_tmp, d_cols, d_out, cols, inp, weight, B, C, L, OC, K, S, P, D);
 }
 
 template <typename T>
@@ -87,8 +115,9 @@ void conv2d_forward_pullback(T* out, T* cols, const T* inp, const T* weight, con
                              int PW, int DH, int DW, int G, T* d_out, T* d_cols, T* d_inp,
                              T* d_weight, T* d_bias, int*, int*, int*, int*, int*, int*, int*, int*,
                              int*, int*, int*, int*, int*, int*) {
-  ::rootclad::conv2d_backward(d_inp, d_weight, bias ? d_bias : (T*)nullptr, d_cols, d_out, cols,
-                              inp, weight, B, C, H, W, OC, KH, KW, SH, SW, PH, PW, DH, DW, G);
+  ::rootclad::conv2d_backward(::rootclad::wanted(d_inp), d_weight, bias ? d_bias : (T*)nullptr,
+                              d_cols, d_out, cols, inp, weight, B, C, H, W, OC, KH, KW, SH, SW, PH,
+                              PW, DH, DW, G);
 }
 
 template <typename T>
