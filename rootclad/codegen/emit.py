@@ -691,7 +691,8 @@ class _Emitter:
         return f"y + (long)b0 * {size}"
 
     def has_train_chunk(self) -> bool:
-        return self.engine == "pullback" and bool(self.fused_params)
+        fused_ok = self.engine == "pullback" or self.pullbacks  # the clad engine's replay too
+        return fused_ok and bool(self.fused_params)
 
     def train_chunk(self, nb: int, zero_dact: str, loss_pullback: str, head_loop: str) -> list[str]:
         """train_step at small batches, as one chunk: forward, loss, and a reverse sweep that
@@ -709,8 +710,29 @@ class _Emitter:
             else:
                 runs.append([off, math.prod(shape)])
         ind = "  "
+        if self.engine == "pullback":
+            sweep = [*(ind + ln for ln in reversed(self.bwd_update[nb:])), *([head_loop] if head_loop else [])]  # fmt: skip
+            table = []
+        else:  # Clad's sweep; its Linear pullbacks update the fused layers (pullbacks.h)
+            weights = sorted(
+                self.param_offsets[n.params["weight"]][0]
+                for n in self.g.nodes
+                if n.op == "linear" and n.params.get("weight") in self.fused_params
+            )
+            table = [
+                f"const long FUSED_WEIGHTS[] = {{{', '.join(map(str, weights))}}};",
+                "",
+            ]
+            sweep = [
+                "  {",
+                f"    ::rootclad::FusedUpdate<T> fused{{params, d_params, state, N_PARAMS, cfg, step, "
+                f"FUSED_WEIGHTS, {len(weights)}}};",
+                "    backward_chunk(params, act, d_params, d_act, Bf, b0, B, training, seed, need_dx);",
+                "  }",
+            ]
         return [
             "",
+            *table,
             "// train_step at batches of at most FUSED_UPDATE_MAX_BATCH samples (linear_update.h):",
             "// the Linear layers' gradients are consumed by the optimizer as they are formed.",
             "inline T train_chunk(T* params, T* act, const T* y, T* d_params, T* d_act, T* state,",
@@ -724,8 +746,7 @@ class _Emitter:
             "  forward_chunk(params, act, Bf, b0, B, training, seed);",
             "  T L = loss_chunk(act, y, Bf, b0, B);",
             f"  {loss_pullback}",
-            *(ind + ln for ln in reversed(self.bwd_update[nb:])),
-            *([head_loop] if head_loop else []),
+            *sweep,
             *(
                 f"{ind}::rootclad::optim_step_mv(params + {off}, d_params + {off}, state + {off}, "
                 f"state + N_PARAMS + {off}, {n}, cfg, step);"

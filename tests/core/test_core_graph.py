@@ -213,10 +213,17 @@ def _train(cm, net, data, loss, batch_sizes, steps=200, seed=11):
     return torch.tensor(losses, dtype=F64), torch.tensor(ref_losses, dtype=F64), net
 
 
+ENGINES = ["pullback", pytest.param("clad", marks=pytest.mark.clad)]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("batches", [(1, 8), (9, 24)], ids=["fused", "whole"])
 @pytest.mark.parametrize("name", list(MODELS))
-def test_graph_model_training_tracks_torch_optim(name, batches):
-    net0, cm = _build(name)
+def test_graph_model_training_tracks_torch_optim(name, batches, engine, request):
+    if engine == "clad":
+        request.getfixturevalue("clad")  # skips, saying why, without Clad
+    net0, cm = _build(name, engine=engine)
+    assert cm.engine == engine
     _, data, loss = MODELS[name]
     losses, ref_losses, net = _train(cm, net0, data, loss, batches)
     assert_close_rel(losses, ref_losses, 1e-8, f"{name} loss history")

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "rootclad/kernels.h"
+#include "rootclad/linear_update.h"
 #include "rootclad/loss_pullbacks.h"
 
 namespace rootclad {
@@ -21,6 +22,34 @@ template <typename T> inline T* wanted(T* d) {
   const void* p = d;
   return p >= no_grad_lo && p < no_grad_hi ? (T*)nullptr : d;
 }
+
+// train_step at small batches (linear_update.h) in the clad engine: while one lives, the
+// Linear pullback of a layer whose weight starts at one of `fused` (offsets into params)
+// updates the layer's weight and bias with the optimizer instead of storing their gradient.
+template <typename T> struct FusedUpdate {
+  T* params;
+  T* d_params;
+  T* state; // the optimizer's m (n_params values), then v
+  long n_params;
+  const double* cfg;
+  long step;
+  const long* fused;
+  int n_fused;
+  FusedUpdate(T* p, T* dp, T* st, long n, const double* c, long s, const long* f, int nf)
+      : params(p), d_params(dp), state(st), n_params(n), cfg(c), step(s), fused(f), n_fused(nf) {
+    active = this;
+  }
+  ~FusedUpdate() { active = nullptr; }
+  FusedUpdate(const FusedUpdate&) = delete;
+  FusedUpdate& operator=(const FusedUpdate&) = delete;
+  bool fuses(const T* weight) const {
+    for (int i = 0; i < n_fused; ++i)
+      if (weight == params + fused[i])
+        return true;
+    return false;
+  }
+  static inline thread_local FusedUpdate* active = nullptr;
+};
 
 // While one lives, the forward kernels replay (kernels.h) and adjoints in [lo, hi) are not
 // wanted: the clad engine's reverse sweeps run inside one.
@@ -47,6 +76,16 @@ template <typename T>
 void linear_forward_pullback(T* out, const T* inp, const T* weight, const T* bias, int R, int C,
                              int OC, T* d_out, T* d_inp, T* d_weight, T* d_bias, int* d_R, int* d_C,
                              int* d_OC) {
+  if (const auto* fu = ::rootclad::FusedUpdate<T>::active; fu && fu->fuses(weight)) {
+    const long w = weight - fu->params, b = bias ? bias - fu->params : 0;
+    const long n = fu->n_params;
+    ::rootclad::linear_backward_update(
+        ::rootclad::wanted(d_inp), d_out, inp, const_cast<T*>(weight), const_cast<T*>(bias), R, C,
+        OC, fu->state + w, fu->state + n + w, bias ? fu->d_params + b : (T*)nullptr,
+        bias ? fu->state + b : (T*)nullptr, bias ? fu->state + n + b : (T*)nullptr, fu->cfg,
+        fu->step);
+    return;
+  }
   ::rootclad::linear_backward(::rootclad::wanted(d_inp), d_weight, bias ? d_bias : (T*)nullptr,
                               d_out, inp, weight, R, C, OC);
 }
