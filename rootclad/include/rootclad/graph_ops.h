@@ -320,7 +320,7 @@ namespace rootclad {
 //     also updates the running statistics as torch (running = (1 - momentum) * running +
 //     momentum * batch, the variance unbiased) and counts the batch in *tracked (both may be
 //     null: track_running_stats=False). training == 2 is a re-run of the same forward (the
-//     clad engine's VJP), which must not count the batch twice.
+//     VJP of clad's pullbacks=False mode), which must not count the batch twice.
 //   training == 0: the running statistics.
 // out = (x - mean) / sqrt(var + eps) * weight + bias (weight, bias: C values, or null);
 // stats keeps (mean, 1/sqrt(var + eps)) of each channel for the backward.
