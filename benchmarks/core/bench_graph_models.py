@@ -1,7 +1,8 @@
 """Train-step speed of graph models (not chains): rootclad next to torch eager, same process.
 
-Models: the ResNet-style GW classifier (``rootclad.gw.models.gw_resnet``: residual blocks with
-BatchNorm, global pooling; input (B, 1, 2048), BCE-with-logits) and the 2-D digit CNN
+Models: the ResNet-style GW classifier (``rootclad.gw.models.gw_resnet``: residual blocks,
+global pooling; input (B, 1, 2048), BCE-with-logits), without and with BatchNorm (which makes
+a batch run in one chunk: no threads, no micro-batches), and the 2-D digit CNN
 (``rootclad.nets.digits_cnn``: input (B, 1, 28, 28), cross-entropy over 10 classes). At batch
 1, 16, 64 and 256 one full training step with Adam (forward, loss, backward, update) is timed
 for torch eager, rootclad's pullback engine and, where Clad is installed, the clad engine;
@@ -43,10 +44,11 @@ def model_case(name: str, batch: int):
 
     g = torch.Generator().manual_seed(batch)
     torch.manual_seed(0)
-    if name == "gw-resnet":
+    if name.startswith("gw-resnet"):
         x = torch.randn(batch, 1, 2048, generator=g)
         y = torch.randint(0, 2, (batch, 1), generator=g).float()
-        return gw_resnet(batch_norm=True), x, y, "bce_with_logits", torch.nn.BCEWithLogitsLoss()
+        net = gw_resnet(batch_norm=name.endswith("batchnorm"))
+        return net, x, y, "bce_with_logits", torch.nn.BCEWithLogitsLoss()
     x = torch.randn(batch, 1, 28, 28, generator=g)
     y = torch.randint(0, 10, (batch,), generator=g)
     return digits_cnn(), x, y, "cross_entropy", torch.nn.CrossEntropyLoss()
@@ -76,7 +78,7 @@ def main(argv=None) -> int:
         "rounds": ROUNDS,
         "models": {},
     }
-    for name in ("gw-resnet", "digits-cnn"):
+    for name in ("gw-resnet", "gw-resnet-batchnorm", "digits-cnn"):
         entry = report["models"].setdefault(name, {"compile_s": {}, "steps": {}})
         with tempfile.TemporaryDirectory() as cache:  # a fresh cache: the first compile
             os.environ["ROOTCLAD_CACHE_DIR"] = cache

@@ -16,9 +16,11 @@ Engines.
   ``clad::custom_derivatives::rootclad::<op>_forward_pullback`` in reverse graph order. The
   pullbacks add into their inputs' adjoints, so a value read by several nodes receives the
   sum of their contributions.
-- ``clad``: the source asks ``clad::gradient(loss, "params, act")`` and Clad writes the
-  reverse pass, using the same pullbacks (or, with ``pullbacks=False``, differentiating the
-  plain kernel loops itself).
+- ``clad``: Clad writes the reverse pass. With the custom pullbacks the source asks
+  ``clad::gradient`` of the forward's two parts (``replay_head`` per micro-batch,
+  ``replay_rest``), run after the forward with the kernels replaying (kernels.h) so that
+  Clad's sweep only calls the pullbacks; with ``pullbacks=False`` it asks
+  ``clad::gradient(loss_fn, "params, act")`` and Clad differentiates the plain kernel loops.
 
 The C API (``extern "C"``, every name prefixed ``rc_<hash>_``) is the same for both engines.
 Besides the entry points it exports the layout (dtype, loss, input/output offsets and shapes,
@@ -69,10 +71,6 @@ class EmittedModel:
     buffer_offsets: dict[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
     n_buffers: int = 0
     input_regions: list[Region] = field(default_factory=list)  # one per model input, in order
-
-
-def _lit(x: float) -> str:
-    return f"T({x!r})"
 
 
 class _Emitter:
@@ -309,6 +307,7 @@ class _Emitter:
             "//",
             "// Functions named *_chunk work on samples [b0, b0 + B) of a batch of Bf samples;",
             "// the C API at the end splits a batch into chunks over rootclad's thread pool.",
+            "#include <atomic>",
             "#include <cstdint>",
             "#include <vector>",
         ]
@@ -332,6 +331,8 @@ class _Emitter:
             "// a gradient block: the parameters' and room for the buffers' (never written)",
             "constexpr long N_SLOTS = N_PARAMS + N_BUFFERS;",
             f"constexpr bool BATCH_STATISTICS = {str(self.g.batch_statistics).lower()};",
+            "// values a chunk shares per BatchNorm reduction (2 per channel and a count)",
+            f"constexpr long SYNC_SLOT = {self.sync_slot()};",
             f"constexpr long ACT_PER_SAMPLE = {self.offset};",
             f"constexpr double FLOPS_PER_SAMPLE = {self.flops}; // forward, Linear and Conv1d",
             "",
@@ -512,6 +513,9 @@ class _Emitter:
             "  T loss[::rootclad::MAX_THREADS];",
             "  const T* w = nullptr; // per-sample loss weights (LOSS_AND_GRAD), or none",
             "  T* dz = nullptr;      // with w: the weighted loss's d_output, Bf samples",
+            "  // BatchNorm in a batch split into chunks: the chunks' shared sums (parallel.h)",
+            "  double* sync_values = nullptr;",
+            "  std::atomic<int> arrived{0}, generation{0};",
             "};",
             "",
             "// The chunk's share of the weighted mean loss (kernels.h: weighted_loss) after",
@@ -525,6 +529,8 @@ class _Emitter:
             "",
             "inline void run_chunk(void* ctx, int t, int n) {",
             "  Job& j = *static_cast<Job*>(ctx);",
+            "  ::rootclad::ChunkSync sync{t, n, j.sync_values, SYNC_SLOT, &j.arrived, &j.generation};",
+            "  ::rootclad::ChunkSyncScope scope(BATCH_STATISTICS && n > 1 ? &sync : nullptr);",
             "  int b0, b1;",
             "  ::rootclad::chunk_range(j.Bf, n, t, b0, b1);",
             "  const int B = b1 - b0;",
@@ -553,9 +559,7 @@ class _Emitter:
             "// Every extra chunk adds a parameter-gradient block to fill and sum, so a batch is",
             "// split when its activations outweigh the parameters, or its arithmetic does by far",
             "// (the MLP 2048-256-64-1: not at batch 64, at 256; the GW CNN: from batch 8).",
-            "inline int threads_for(int Bf, int training) {",
-            "  if (BATCH_STATISTICS && training)",
-            "    return 1; // BatchNorm: the statistics of the whole batch",
+            "inline int threads_for(int Bf) {",
             "  if ((double)Bf * ACT_PER_SAMPLE < 2.0 * N_PARAMS &&",
             "      (double)Bf * FLOPS_PER_SAMPLE < 256.0 * N_PARAMS)",
             "    return 1;",
@@ -580,12 +584,16 @@ class _Emitter:
             "",
             "inline T run(Job& j) {",
             "  auto& pool = ::rootclad::ThreadPool::instance();",
-            "  const int n = threads_for(j.Bf, j.training);",
+            "  const int n = threads_for(j.Bf);",
             "  // per calling thread, grown once: nothing is allocated in steady state",
             "  static thread_local std::vector<T> scratch, dz;",
             f"  if (j.w && dz.size() < (size_t)j.Bf * {out.size})",
             f"    dz.resize((size_t)j.Bf * {out.size});",
             "  j.dz = dz.data();",
+            "  static thread_local std::vector<double> sync_values;",
+            "  if (BATCH_STATISTICS && n > 1 && sync_values.size() < (size_t)n * SYNC_SLOT)",
+            "    sync_values.resize((size_t)n * SYNC_SLOT);",
+            "  j.sync_values = sync_values.data();",
             "  if (j.mode != FORWARD && n > 1) {",
             "    if (scratch.size() < (size_t)(n - 1) * N_SLOTS)",
             "      scratch.resize((size_t)(n - 1) * N_SLOTS);",
@@ -653,7 +661,7 @@ class _Emitter:
             *(
                 [
                     "  if (!tensor_steps && !w && B <= ::rootclad::FUSED_UPDATE_MAX_BATCH &&",
-                    f"      {P}::threads_for(B, 1) == 1)",
+                    f"      {P}::threads_for(B) == 1)",
                     f"    return {P}::train_chunk(params, act, y, d_params, d_act, opt_state, "
                     "opt_cfg, step, B, seed);",
                 ]
@@ -689,6 +697,10 @@ class _Emitter:
         """The chunk's first target: one class index per sample, else one per output."""
         size = 1 if self.loss in CLASS_INDEX_LOSSES else self.output_region.size
         return f"y + (long)b0 * {size}"
+
+    def sync_slot(self) -> int:
+        """The most values one BatchNorm shares between chunks: 2 per channel and a count."""
+        return max((2 * n.in_shape[0] + 1 for n in self.g.nodes if n.op == "batch_norm"), default=0)
 
     def has_train_chunk(self) -> bool:
         fused_ok = self.engine == "pullback" or self.pullbacks  # the clad engine's replay too

@@ -97,7 +97,7 @@ class Graph:
     @property
     def batch_statistics(self) -> bool:
         """Whether an op mixes the samples of a batch (BatchNorm, in training mode): the batch
-        then runs in one piece, never split over threads or micro-batches."""
+        then runs without micro-batches, and its chunks on threads share their sums."""
         return any(n.op == "batch_norm" for n in self.nodes)
 
     def consumers(self, value: str) -> list[Node]:

@@ -920,7 +920,8 @@ register(
         _batch_norm_calls,
         params=("weight", "bias"),
         buffers=("running_mean", "running_var", "num_batches_tracked"),
-        scratch=lambda node, g: {"stats": 2 * node.in_shape[0]},  # per channel: mean, 1/std
+        # per channel: mean, 1/std; and one value for the batch's count (graph_ops.h)
+        scratch=lambda node, g: {"stats": 2 * node.in_shape[0] + 1},
         modules=("BatchNorm1d", "BatchNorm2d"),
         from_module=_batch_norm_module,
     )

@@ -266,3 +266,27 @@ def test_clad_engine_equals_the_pullback_engine_on_graph_models(clad, name, pull
     d2 = torch.autograd.grad(cl(*xs2), xs2, w)
     for a, b in zip(d2, d1, strict=True):
         assert_close_rel(a, b, 1e-10, f"{name} input gradient")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_batchnorm_over_a_batch_split_between_threads_matches_torch(engine, request):
+    """At batch 64 the GW ResNet's batch is split into one chunk per thread (its activations
+    outweigh its parameters); BatchNorm's statistics are then summed over the chunks
+    (parallel.h: ChunkSync), so outputs, gradients and running statistics are the whole
+    batch's, as in torch."""
+    if engine == "clad":
+        request.getfixturevalue("clad")
+    torch.manual_seed(0)
+    net = gw_resnet(n=256, channels=4, batch_norm=True).double()
+    x = _randn(64, 1, 256, seed=4)
+    y = (x[:, 0, :128].sum(1) > 0).to(F64).unsqueeze(1)
+    cm = rootclad.compile(copy.deepcopy(net), example_input=x, engine=engine)
+    value, grads = cm.loss_and_grad(x, y)
+    ref_value = torch_loss("bce_with_logits", net(x), y)
+    ref_grads = torch.autograd.grad(ref_value, list(net.parameters()))
+    names = [n for n, _ in net.named_parameters()]
+    assert_close_rel(value, ref_value.detach(), 1e-10, "loss")
+    assert_grads_close(grads, dict(zip(names, ref_grads, strict=True)), 1e-10, "batch 64")
+    ours = cm.state_dict()
+    for k, b in net.named_buffers():  # one update each, counted once
+        assert_close_rel(ours[k].to(F64), b.to(F64), 1e-10, k)

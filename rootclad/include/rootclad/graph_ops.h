@@ -8,6 +8,8 @@
 
 #include <cmath>
 
+#include "rootclad/parallel.h"
+
 namespace rootclad {
 
 // ---------------------------------------------------------------------------------------
@@ -323,39 +325,60 @@ namespace rootclad {
 //     VJP of clad's pullbacks=False mode), which must not count the batch twice.
 //   training == 0: the running statistics.
 // out = (x - mean) / sqrt(var + eps) * weight + bias (weight, bias: C values, or null);
-// stats keeps (mean, 1/sqrt(var + eps)) of each channel for the backward.
+// stats keeps (mean, 1/sqrt(var + eps)) of each channel for the backward (2C + 1 values per
+// sample of room: one more serves the batch's count when the batch is split into chunks).
 template <typename T>
 void batch_norm_forward(T* out, T* stats, const T* inp, const T* weight, const T* bias,
                         T* running_mean, T* running_var, T* tracked, int B, int C, int S, T eps,
                         T momentum, int training) {
   ROOTCLAD_REPLAY_SKIP;
-  const long n = (long)B * S;
-  for (int c = 0; c < C; ++c) {
-    T mean = 0;
-    T var = 0;
-    if (training || !running_mean) {
+  const bool batch_stats = training || !running_mean;
+  // a batch split into chunks over threads: the sums are the whole batch's (parallel.h)
+  const ChunkSync* sync = batch_stats ? chunk_sync() : nullptr;
+  T n = T(B) * S;
+  if (batch_stats) {
+    for (int c = 0; c < C; ++c) { // the mean, in stats[2c]
+      T sum = 0;
       for (int b = 0; b < B; ++b)
         for (int s = 0; s < S; ++s)
-          mean += inp[((long)b * C + c) * S + s];
-      mean /= n;
+          sum += inp[((long)b * C + c) * S + s];
+      stats[2 * c] = sum;
+    }
+    if (sync) { // the sums at stats[0, 2, .., 2C - 2] and the count at stats[2C]
+      stats[2 * C] = n;
+      sync->all_reduce(stats, C + 1, 2);
+      n = stats[2 * C];
+    }
+    for (int c = 0; c < C; ++c)
+      stats[2 * c] /= n;
+    for (int c = 0; c < C; ++c) { // the biased variance, in stats[2c + 1]
+      T var = 0;
       for (int b = 0; b < B; ++b)
         for (int s = 0; s < S; ++s) {
-          const T d = inp[((long)b * C + c) * S + s] - mean;
+          const T d = inp[((long)b * C + c) * S + s] - stats[2 * c];
           var += d * d;
         }
-      var /= n;
-      if (training == 1 && running_mean) {
-        running_mean[c] = (T(1) - momentum) * running_mean[c] + momentum * mean;
+      stats[2 * c + 1] = var;
+    }
+    if (sync) // at stats[1, 3, .., 2C - 1]
+      sync->all_reduce(stats + 1, C, 2);
+    for (int c = 0; c < C; ++c) {
+      const T var = stats[2 * c + 1] / n;
+      if (training == 1 && running_mean && (!sync || sync->t == 0)) {
+        running_mean[c] = (T(1) - momentum) * running_mean[c] + momentum * stats[2 * c];
         const T unbiased = n > 1 ? var * n / (n - 1) : var;
         running_var[c] = (T(1) - momentum) * running_var[c] + momentum * unbiased;
       }
-    } else {
-      mean = running_mean[c];
-      var = running_var[c];
+      stats[2 * c + 1] = T(1) / std::sqrt(var + eps);
     }
-    const T rstd = T(1) / std::sqrt(var + eps);
-    stats[2 * c] = mean;
-    stats[2 * c + 1] = rstd;
+  } else {
+    for (int c = 0; c < C; ++c) {
+      stats[2 * c] = running_mean[c];
+      stats[2 * c + 1] = T(1) / std::sqrt(running_var[c] + eps);
+    }
+  }
+  for (int c = 0; c < C; ++c) {
+    const T mean = stats[2 * c], rstd = stats[2 * c + 1];
     const T w = weight ? weight[c] : T(1);
     const T sh = bias ? bias[c] : T(0);
     for (int b = 0; b < B; ++b)
@@ -364,7 +387,7 @@ void batch_norm_forward(T* out, T* stats, const T* inp, const T* weight, const T
         out[i] = (inp[i] - mean) * rstd * w + sh;
       }
   }
-  if (training == 1 && tracked)
+  if (training == 1 && tracked && (!sync || sync->t == 0))
     tracked[0] += T(1);
 }
 
@@ -375,33 +398,44 @@ void batch_norm_forward(T* out, T* stats, const T* inp, const T* weight, const T
 template <typename T>
 void batch_norm_backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, const T* inp,
                          const T* stats, const T* weight, const T* running_mean, int B, int C,
-                         int S, int training) {
-  const long n = (long)B * S;
+                         int S, int training, T* sums) {
   const bool batch_stats = training || !running_mean;
+  const ChunkSync* sync = batch_stats ? chunk_sync() : nullptr;
+  // sums (2C + 1 values): per channel sum d_out and sum d_out * xhat over this chunk, then,
+  // in a batch split into chunks, over the whole batch (parallel.h), and the count
   for (int c = 0; c < C; ++c) {
     const T mean = stats[2 * c];
     const T rstd = stats[2 * c + 1];
-    const T w = weight ? weight[c] : T(1);
     T sum_g = 0;
     T sum_gx = 0;
     for (int b = 0; b < B; ++b)
       for (int s = 0; s < S; ++s) {
         const long i = ((long)b * C + c) * S + s;
-        const T xhat = (inp[i] - mean) * rstd;
         sum_g += d_out[i];
-        sum_gx += d_out[i] * xhat;
+        sum_gx += d_out[i] * (inp[i] - mean) * rstd;
       }
-    if (d_weight)
+    if (d_weight) // this chunk's share: the chunks' parameter gradients are summed later
       d_weight[c] += sum_gx;
     if (d_bias)
       d_bias[c] += sum_g;
+    sums[2 * c] = sum_g;
+    sums[2 * c + 1] = sum_gx;
+  }
+  sums[2 * C] = T(B) * S;
+  if (sync)
+    sync->all_reduce(sums, 2 * C + 1);
+  const T n = sums[2 * C];
+  for (int c = 0; c < C; ++c) {
+    const T mean = stats[2 * c];
+    const T rstd = stats[2 * c + 1];
+    const T w = weight ? weight[c] : T(1);
     for (int b = 0; b < B; ++b)
       for (int s = 0; s < S; ++s) {
         const long i = ((long)b * C + c) * S + s;
         const T xhat = (inp[i] - mean) * rstd;
         T dx = w * rstd * d_out[i];
         if (batch_stats)
-          dx -= w * rstd * (sum_g + xhat * sum_gx) / n;
+          dx -= w * rstd * (sums[2 * c] + xhat * sums[2 * c + 1]) / n;
         d_inp[i] += dx;
       }
   }

@@ -172,3 +172,60 @@ inline void chunk_range(int n, int parts, int t, int& begin, int& end) {
 }
 
 } // namespace rootclad
+
+namespace rootclad {
+
+// The chunks of one batch, run side by side by ThreadPool::run, meeting inside an op that
+// needs the statistics of the whole batch (BatchNorm in training mode): each chunk adds its
+// partial sums to its own slot of `values`, all wait at the barrier, then each combines the
+// slots. Task t of a parallel call runs on its own thread, so all n chunks are live at once.
+struct ChunkSync {
+  int t = 0, n = 1;
+  double* values = nullptr; // n slots of `slot` values, shared by the chunks
+  long slot = 0;
+  std::atomic<int>* arrived = nullptr; // the barrier: threads arrived in this generation
+  std::atomic<int>* generation = nullptr;
+
+  // Waits until all n chunks have called it (the same number of times).
+  void barrier() const {
+    const int gen = generation->load(std::memory_order_acquire);
+    if (arrived->fetch_add(1, std::memory_order_acq_rel) == n - 1) {
+      arrived->store(0, std::memory_order_relaxed);
+      generation->fetch_add(1, std::memory_order_acq_rel);
+      return;
+    }
+    while (generation->load(std::memory_order_acquire) == gen)
+      std::this_thread::yield();
+  }
+  // v[i * stride] = the sum over all chunks of their v[i * stride], i < count (<= slot).
+  // Two barriers: the slots are free for the next reduction once every chunk has read them.
+  template <typename T> void all_reduce(T* v, long count, long stride = 1) const {
+    double* mine = values + (long)t * slot;
+    for (long i = 0; i < count; ++i)
+      mine[i] = (double)v[i * stride];
+    barrier();
+    for (long i = 0; i < count; ++i) {
+      double s = 0;
+      for (int k = 0; k < n; ++k)
+        s += values[(long)k * slot + i];
+      v[i * stride] = (T)s;
+    }
+    barrier();
+  }
+};
+
+// The ChunkSync of the batch this thread is running a chunk of, or null (one chunk).
+inline const ChunkSync*& chunk_sync() {
+  static thread_local const ChunkSync* sync = nullptr;
+  return sync;
+}
+
+// Sets this thread's chunk_sync() while it lives.
+struct ChunkSyncScope {
+  explicit ChunkSyncScope(const ChunkSync* s) { chunk_sync() = s; }
+  ~ChunkSyncScope() { chunk_sync() = nullptr; }
+  ChunkSyncScope(const ChunkSyncScope&) = delete;
+  ChunkSyncScope& operator=(const ChunkSyncScope&) = delete;
+};
+
+} // namespace rootclad

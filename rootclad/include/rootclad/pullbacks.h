@@ -229,9 +229,10 @@ void batch_norm_forward_pullback(T* out, T* stats, const T* inp, const T* weight
                                  T* d_weight, T* d_bias, T* d_running_mean, T* d_running_var,
                                  T* d_tracked, int* d_B, int* d_C, int* d_S, T* d_eps,
                                  T* d_momentum, int* d_training) {
+  // d_stats, the scratch's adjoint, is the backward's room for its sums
   ::rootclad::batch_norm_backward(d_inp, weight ? d_weight : (T*)nullptr,
                                   bias ? d_bias : (T*)nullptr, d_out, inp, stats, weight,
-                                  running_mean, B, C, S, training);
+                                  running_mean, B, C, S, training, d_stats);
 }
 
 template <typename T>
