@@ -136,10 +136,11 @@ class _Emitter:
         self.input_regions = [self.value_region[name] for name in g.inputs]
         self.input_region = self.input_regions[0]
         # the head: the ops before the first Linear (lines of self.fwd / self.bwd), and the
-        # regions they write but those read later (whose adjoints come from the rest)
+        # regions they write but those read later (whose adjoints come from the rest); it
+        # ends before the first BatchNorm too, which needs the whole chunk's statistics
         self.head = None
         for idx, node in enumerate(g.nodes):
-            if node.op == "linear" and self.head is None:
+            if node.op in ("linear", "batch_norm") and self.head is None:
                 self.head = self._head(g.nodes[:idx], g.nodes[idx:])
             self.node(idx, node)
         if self.head is None:
@@ -279,10 +280,9 @@ class _Emitter:
         )
         fwd = "\n".join(ind + ln for ln in self.fwd)
         bwd = "\n".join(ind + ln for ln in reversed(self.bwd))
-        # pullback engine: the head (the ops before the first Linear) runs in micro-batches
-        # pullback engine: the head (the ops before the first Linear) runs in micro-batches,
-        # unless an op needs the whole batch's statistics
-        micro_ok = (self.engine == "pullback" or replay) and not self.g.batch_statistics
+        # the head (the ops before the first Linear or BatchNorm) runs in micro-batches, in the
+        # pullback engine and the clad engine's replay
+        micro_ok = self.engine == "pullback" or replay
         nf, nb, head_regions, size = self.head if micro_ok else (0, 0, [], 0)
         zero_dact = zero(r for r in zeroed if r not in head_regions)
         if nf:

@@ -96,8 +96,8 @@ class Graph:
 
     @property
     def batch_statistics(self) -> bool:
-        """Whether an op mixes the samples of a batch (BatchNorm, in training mode): the batch
-        then runs without micro-batches, and its chunks on threads share their sums."""
+        """Whether an op mixes the samples of a batch (BatchNorm, in training mode): the chunks
+        of a batch split over threads then share their sums in it."""
         return any(n.op == "batch_norm" for n in self.nodes)
 
     def consumers(self, value: str) -> list[Node]:
