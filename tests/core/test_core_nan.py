@@ -81,3 +81,17 @@ def test_nan_input_stays_nan_in_train_step_loss():
     cm = rootclad.compile(net, example_input=x, engine="pullback")
     loss = cm.train_step(x, torch.ones(4, 1, dtype=F64), rootclad.optim.SGD(cm, lr=0.1))
     assert loss != loss  # NaN
+
+
+def test_maxpool2d_sends_a_nan_windows_gradient_where_torch_does():
+    """A window with several NaNs: torch's `v > max || isnan(v)` keeps the last NaN, and the
+    gradient goes there; a window without NaN sends it to its first maximum."""
+    x = torch.tensor([[[[float("nan"), 1.0, 3.0, 3.0], [float("nan"), 0.0, 2.0, 3.0]]]], dtype=F64)
+    net = nn.Sequential(nn.MaxPool2d(2)).double()
+    cm = rootclad.compile(copy.deepcopy(net), example_input=x, engine="pullback")
+    xs, xr = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    out, ref = cm(xs), net(xr)
+    (got,) = torch.autograd.grad(out, xs, torch.ones_like(out))
+    (want,) = torch.autograd.grad(ref, xr, torch.ones_like(ref))
+    assert torch.equal(got, want), (got, want)
+    assert want[0, 0, 1, 0] == 1 and want[0, 0, 0, 2] == 1  # the last NaN; the first 3

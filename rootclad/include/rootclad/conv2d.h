@@ -194,19 +194,21 @@ void maxpool2d_backward(T* d_inp, const T* d_out, const T* out, const T* inp, in
       for (int ow = 0; ow < OW; ++ow) {
         const long o = ((long)r * OH + oh) * OW + ow;
         const T m = out[o];
-        bool done = false;
-        for (int kh = 0; kh < KH && !done; ++kh)
-          for (int kw = 0; kw < KW && !done; ++kw) {
+        // the first maximum, as torch; a NaN window's last NaN (torch's `v > max || isnan(v)`
+        // lets each later NaN take over)
+        long at = -1;
+        for (int kh = 0; kh < KH; ++kh)
+          for (int kw = 0; kw < KW; ++kw) {
             const int ih = oh * SH - PH + kh;
             const int iw = ow * SW - PW + kw;
             if (ih < 0 || ih >= H || iw < 0 || iw >= W)
               continue;
             const long i = ((long)r * H + ih) * W + iw;
-            if (inp[i] == m || (m != m && inp[i] != inp[i])) {
-              d_inp[i] += d_out[o];
-              done = true;
-            }
+            if (m != m ? inp[i] != inp[i] : (at < 0 && inp[i] == m))
+              at = i;
           }
+        if (at >= 0)
+          d_inp[at] += d_out[o];
       }
 }
 

@@ -337,12 +337,14 @@ void batch_norm_forward(T* out, T* stats, const T* inp, const T* weight, const T
   const ChunkSync* sync = batch_stats ? chunk_sync() : nullptr;
   T n = T(B) * S;
   if (batch_stats) {
+    // sums over B*S values in double (float loses ~1e-3 of 1/std at B*S ~ 3e6, as torch's
+    // CPU kernel avoids by accumulating in double too)
     for (int c = 0; c < C; ++c) { // the mean, in stats[2c]
-      T sum = 0;
+      double sum = 0;
       for (int b = 0; b < B; ++b)
         for (int s = 0; s < S; ++s)
           sum += inp[((long)b * C + c) * S + s];
-      stats[2 * c] = sum;
+      stats[2 * c] = (T)sum;
     }
     if (sync) { // the sums at stats[0, 2, .., 2C - 2] and the count at stats[2C]
       stats[2 * C] = n;
@@ -352,13 +354,13 @@ void batch_norm_forward(T* out, T* stats, const T* inp, const T* weight, const T
     for (int c = 0; c < C; ++c)
       stats[2 * c] /= n;
     for (int c = 0; c < C; ++c) { // the biased variance, in stats[2c + 1]
-      T var = 0;
+      double var = 0;
       for (int b = 0; b < B; ++b)
         for (int s = 0; s < S; ++s) {
-          const T d = inp[((long)b * C + c) * S + s] - stats[2 * c];
+          const double d = inp[((long)b * C + c) * S + s] - stats[2 * c];
           var += d * d;
         }
-      stats[2 * c + 1] = var;
+      stats[2 * c + 1] = (T)var;
     }
     if (sync) // at stats[1, 3, .., 2C - 1]
       sync->all_reduce(stats + 1, C, 2);
@@ -406,8 +408,8 @@ void batch_norm_backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, const
   for (int c = 0; c < C; ++c) {
     const T mean = stats[2 * c];
     const T rstd = stats[2 * c + 1];
-    T sum_g = 0;
-    T sum_gx = 0;
+    double sum_g = 0; // over B*S values: in double, as the forward's sums
+    double sum_gx = 0;
     for (int b = 0; b < B; ++b)
       for (int s = 0; s < S; ++s) {
         const long i = ((long)b * C + c) * S + s;
@@ -415,11 +417,11 @@ void batch_norm_backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, const
         sum_gx += d_out[i] * (inp[i] - mean) * rstd;
       }
     if (d_weight) // this chunk's share: the chunks' parameter gradients are summed later
-      d_weight[c] += sum_gx;
+      d_weight[c] += (T)sum_gx;
     if (d_bias)
-      d_bias[c] += sum_g;
-    sums[2 * c] = sum_g;
-    sums[2 * c + 1] = sum_gx;
+      d_bias[c] += (T)sum_g;
+    sums[2 * c] = (T)sum_g;
+    sums[2 * c + 1] = (T)sum_gx;
   }
   sums[2 * C] = T(B) * S;
   if (sync)

@@ -29,8 +29,10 @@ inline thread_local bool replaying = false;
 #define ROOTCLAD_REPLAY_SKIP
 #else
 #define ROOTCLAD_REPLAY_SKIP                                                                       \
-  if (::rootclad::replaying)                                                                       \
-  return
+  do {                                                                                             \
+    if (::rootclad::replaying)                                                                     \
+      return;                                                                                      \
+  } while (0)
 #endif
 
 #include "rootclad/conv2d.h"

@@ -6,8 +6,9 @@
 // ~21 MB, counted from the arrays each pass reads and writes). Here d_weight is formed one
 // row at a time in a buffer that stays in L1 and is consumed by the update at once, so it
 // never reaches memory. The generated train_step uses this in its reverse sweep for batches
-// of at most FUSED_UPDATE_MAX_BATCH samples (pullback engine only: the clad engine's
-// gradient comes from Clad as a whole).
+// of at most FUSED_UPDATE_MAX_BATCH samples: the pullback engine calls it in place of the
+// Linear pullback, and in the clad engine the Linear pullback Clad's sweep calls does (a
+// rootclad::FusedUpdate, pullbacks.h).
 #pragma once
 
 #include <vector>

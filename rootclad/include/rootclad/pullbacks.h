@@ -8,6 +8,8 @@
 // The losses' pullbacks are in rootclad/loss_pullbacks.h.
 #pragma once
 
+#include <cstdint>
+
 #include "rootclad/kernels.h"
 #include "rootclad/linear_update.h"
 #include "rootclad/loss_pullbacks.h"
@@ -19,8 +21,10 @@ namespace rootclad {
 inline thread_local const void* no_grad_lo = nullptr;
 inline thread_local const void* no_grad_hi = nullptr;
 template <typename T> inline T* wanted(T* d) {
-  const void* p = d;
-  return p >= no_grad_lo && p < no_grad_hi ? (T*)nullptr : d;
+  const auto p = reinterpret_cast<std::uintptr_t>(d); // unrelated pointers: compare addresses
+  const auto lo = reinterpret_cast<std::uintptr_t>(no_grad_lo);
+  const auto hi = reinterpret_cast<std::uintptr_t>(no_grad_hi);
+  return p >= lo && p < hi ? (T*)nullptr : d;
 }
 
 // train_step at small batches (linear_update.h) in the clad engine: while one lives, the
