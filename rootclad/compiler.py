@@ -87,13 +87,13 @@ def _choose_engine(engine: str, pullbacks: bool):
 
 
 def _parameter_aliases(model: torch.nn.Module) -> dict[str, str]:
-    """{other name: first name} of each parameter the module reaches by several paths."""
-    first = {id(p): n for n, p in model.named_parameters()}
-    return {
-        n: first[id(p)]
-        for n, p in model.named_parameters(remove_duplicate=False)
-        if first[id(p)] != n
-    }
+    """{other name: first name} of each parameter and buffer the module reaches by several
+    paths (a layer used twice)."""
+    out = {}
+    for named in (model.named_parameters, model.named_buffers):
+        first = {id(p): n for n, p in named()}
+        out.update({n: first[id(p)] for n, p in named(remove_duplicate=False) if first[id(p)] != n})
+    return out
 
 
 def compile(
@@ -152,6 +152,8 @@ def compile(
         built_now=built,
         seed=seed,
         aliases=_parameter_aliases(model),
+        # buffers of layers forward() never calls: accepted by load_state_dict, not kept
+        ignored=[n for n, _ in model.named_buffers() if n not in emitted.buffer_offsets],
     )
     buffers = {n: b for n, b in model.named_buffers() if n in emitted.buffer_offsets}
     cm.load_state_dict({**dict(model.named_parameters()), **buffers})

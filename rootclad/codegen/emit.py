@@ -41,7 +41,7 @@ from rootclad.ir.ops import OPS, Arg, Site
 # the dummy a pullback takes for the adjoint of each kind of scalar argument
 _SCALAR_ADJOINT = {"int": "&di", "real": "&dt", "u64": "&du", "long": "&dl"}
 MIN_CHUNK = 4  # samples per thread below which a batch is not split (see parallel.h)
-# The ops before the first Linear run a few samples at a time (see _Emitter.source): as many
+# The ops before the first Linear or BatchNorm run a few samples at a time (see _Emitter.source): as many
 # as keep about this many bytes of their activations and gradients in cache.
 MICRO_BATCH_BYTES = 3 << 20
 _CTYPE = {"float32": "float", "float64": "double"}
@@ -102,7 +102,7 @@ class _Emitter:
                 "BatchNorm needs pullbacks=True: its running statistics are updated in the "
                 "forward pass, which Clad's own reverse sweep would restore"
             )
-        self.flops = 0  # multiply-adds x 2 of one sample's forward (Linear and Conv1d)
+        self.flops = 0  # multiply-adds x 2 of one sample's forward (Linear and convolutions)
         self.fwd: list[str] = []
         self.bwd: list[str] = []  # reverse sweep, in forward order; reversed when emitted
         # train_step's reverse sweep at small batches: the same, but a Linear layer whose
@@ -135,7 +135,7 @@ class _Emitter:
             self.value_region[name] = self.region(f"input:{name}", math.prod(shape))
         self.input_regions = [self.value_region[name] for name in g.inputs]
         self.input_region = self.input_regions[0]
-        # the head: the ops before the first Linear (lines of self.fwd / self.bwd), and the
+        # the head: the ops before the first Linear or BatchNorm (lines of self.fwd / self.bwd), and the
         # regions they write but those read later (whose adjoints come from the rest); it
         # ends before the first BatchNorm too, which needs the whole chunk's statistics
         self.head = None
@@ -334,13 +334,13 @@ class _Emitter:
             "// values a chunk shares per BatchNorm reduction (2 per channel and a count)",
             f"constexpr long SYNC_SLOT = {self.sync_slot()};",
             f"constexpr long ACT_PER_SAMPLE = {self.offset};",
-            f"constexpr double FLOPS_PER_SAMPLE = {self.flops}; // forward, Linear and Conv1d",
+            f"constexpr double FLOPS_PER_SAMPLE = {self.flops}; // forward, Linear and convolutions",
             "",
         ]
         body = []
         if nf:
             body += [
-                "// The head: the ops before the first Linear. forward_chunk() and backward_chunk()",
+                "// The head: the ops before the first Linear or BatchNorm. forward_chunk() and backward_chunk()",
                 "// run it MICRO samples at a time, so that one micro-batch's activations and",
                 "// gradients are still in cache when the next op reads them.",
                 f"constexpr int MICRO = {micro};",
@@ -492,9 +492,6 @@ class _Emitter:
                 zero_dact,
                 zero_dx,
                 '  auto grad = clad::gradient(out_dot, "params, act");',
-                "  // Clad re-runs the forward: training 2 keeps BatchNorm from counting the",
-                "  // batch in its running statistics twice",
-                "  training = training ? 2 : 0;",
                 f"  const T* w = d_out + (long)b0 * {out.size};",
                 "  grad.execute(params, act, w, Bf, b0, B, training, seed, d_params, d_act);",
                 "}",

@@ -42,7 +42,7 @@ _ARITH = {
     "sub": "sub", "isub": "sub", "__sub__": "sub", "__rsub__": "rsub",
     "mul": "mul", "imul": "mul", "__mul__": "mul", "__rmul__": "mul",
     "truediv": "div", "itruediv": "div", "div": "div", "__truediv__": "div",
-    "__rtruediv__": "rdiv",
+    "__rtruediv__": "rdiv", "__rdiv__": "rdiv",
 }  # fmt: skip
 _STRUCTURE = (
     "arithmetic between tensors (+ - * / with broadcasting, and with numbers), torch.cat, "
@@ -89,12 +89,28 @@ def graph_from_module(module: nn.Module, example_input, dtype: str) -> Graph:
         if len(xs) != 1:
             raise IRError(f"{type(module).__name__} takes one input, {len(xs)} were given")
         node = _module_node("", module, type(module).__name__)
+        if "dim" in node.attrs:  # torch's numbering, batch axis included
+            rank, dim = xs[0].dim(), node.attrs.pop("dim")
+            full = dim + rank if dim < 0 else dim
+            if not 1 <= full < rank:
+                raise IRError(f"{node.describe()}: dim={dim} is not a per-sample axis")
+            node.attrs["axis"] = full - 1
         graph = Graph.chain(tuple(xs[0].shape[1:]), [node], params, dtype)
+        expected = {}
     else:
-        graph = _FxLowering(module, xs, params, dtype).graph()
+        lowering = _FxLowering(module, xs, params, dtype)
+        graph = lowering.graph()
+        expected = lowering.expected
     used = {b for node in graph.nodes for b in node.buffers.values()}
     graph.buffers = [Param(n, tuple(b.shape)) for n, b in module.named_buffers() if n in used]
     graph.validate()
+    for node in graph.nodes:  # the IR's shapes are torch's: a lowering that differs is a bug
+        want = expected.get(node.output)
+        if want is not None and tuple(node.out_shape) != want:
+            raise IRError(
+                f"{node.describe()}: rootclad infers the per-sample shape {node.out_shape}, "
+                f"torch gives {want}; this form of the operation is not supported"
+            )
     return pool_before_activation(graph)
 
 
@@ -119,6 +135,9 @@ def _module_node(path: str, mod: nn.Module, name: str) -> Node:
     )
     if op is None:
         raise IRError(f"{where} is not supported; supported layers: {supported_layers()}")
+    if getattr(mod, "inplace", False):
+        raise IRError(f"{where}: inplace=True is not supported (it overwrites its input); "
+                      "use inplace=False")  # fmt: skip
     spec = OPS[op]
     attrs = spec.from_module(mod, where)
     prefix = f"{path}." if path else ""  # the root layer's parameters have no prefix
@@ -266,7 +285,14 @@ class _FxLowering:
             elif fx_node.op == "call_module":
                 self.call_module(fx_node)
             elif self.is_tensor(fx_node):
-                self.call_function(fx_node)
+                try:
+                    self.call_function(fx_node)
+                except (IndexError, KeyError, TypeError, AttributeError) as exc:
+                    raise IRError(
+                        f"fx node {fx_node.name!r} ({_fx_name(fx_node.target)}): arguments "
+                        f"{fx_node.args} {fx_node.kwargs} not understood ({exc!r}); pass "
+                        "tensors and dims positionally"
+                    ) from exc
             elif not self.is_shape_query(fx_node):
                 raise self.unsupported(fx_node)
         if not isinstance(output, torch.fx.Node):
@@ -275,6 +301,12 @@ class _FxLowering:
                 "models that return one tensor"
             )
         shapes = [tuple(x.shape[1:]) for x in self.xs]
+        # torch's per-sample shape of every value, which the IR's inference must reproduce
+        self.expected = {
+            n.name: tuple(n.meta["tensor_meta"].shape[1:])
+            for n in self.traced.graph.nodes
+            if hasattr(n.meta.get("tensor_meta"), "shape")
+        }
         return Graph(inputs, shapes, self.nodes, output.name, self.params, self.dtype)
 
     def is_shape_query(self, fx_node) -> bool:
@@ -304,6 +336,8 @@ class _FxLowering:
         t, args, kw = fx_node.target, list(fx_node.args), dict(fx_node.kwargs)
         name = t if isinstance(t, str) else getattr(t, "__name__", "")
         where = f"fx node {fx_node.name!r} ({_fx_name(t)})"
+        if kw.get("inplace") is True or any(a is True for a in args[1:]):  # F.relu(x, True)
+            raise IRError(f"{where}: inplace=True is not supported (it overwrites its input)")
         if _hashable(t) and t in _FUNCTION_OPS and args and self.is_tensor(args[0]):
             op = _FUNCTION_OPS[t]
             attrs = OPS[op].from_call(args[1:], kw, where)
@@ -342,9 +376,16 @@ class _FxLowering:
                         f"{where}: operand {x.name!r} has shape {self.shape(x)}, without the "
                         "batch axis; both operands must carry it"
                     )
-            op = {"rsub": "sub", "rdiv": "div"}.get(op, op)
-            if op in ("rsub", "rdiv"):
+            if len(self.shape(a)) != len(self.shape(b)):
+                # torch aligns whole shapes from the right: a lower-rank operand's batch axis
+                # would meet a per-sample axis, which rootclad keeps apart
+                raise IRError(
+                    f"{where}: operands of shapes {self.shape(a)} and {self.shape(b)} have "
+                    "different ranks; reshape one so that both have the same number of axes"
+                )
+            if op in ("rsub", "rdiv"):  # b - a, b / a
                 a, b = b, a
+            op = {"rsub": "sub", "rdiv": "div"}.get(op, op)
             return self.add(fx_node.name, op, [a, b])
         x, c = (a, b) if self.is_tensor(a) else (b, a)
         if not isinstance(c, (int, float)) or isinstance(c, bool):

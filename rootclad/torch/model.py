@@ -96,6 +96,7 @@ class CompiledModel:
         built_now: bool,
         seed: int = 0,
         aliases: dict[str, str] | None = None,
+        ignored: list[str] | None = None,
     ):
         self._em = emitted
         self.graph = graph
@@ -112,6 +113,7 @@ class CompiledModel:
         # other names of a parameter in the torch module (a layer used twice): its state_dict
         # lists each; named_parameters() and this model list the first only
         self._aliases = dict(aliases or {})
+        self._ignored = set(ignored or ())  # the module's unused buffers (see load_state_dict)
         self._calls = itertools.count(1)  # next() is atomic: no two threads share a seed
         self._lib = _Library(self.library_path, emitted.prefix, graph.dtype)
         P = emitted.n_params
@@ -175,7 +177,11 @@ class CompiledModel:
             if alias in state_dict:
                 found.setdefault(name, alias)
         missing = [k for k in own if k not in found]
-        unexpected = [k for k in state_dict if k not in own and k not in self._aliases]
+        unexpected = [
+            k
+            for k in state_dict
+            if k not in own and k not in self._aliases and k not in self._ignored
+        ]
         if strict and (missing or unexpected):
             raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
         with torch.no_grad():
@@ -368,6 +374,12 @@ class CompiledModel:
         loss weights, as in :meth:`loss_and_grad`."""
         if opt.model is not self:
             raise ValueError("this optimizer was created for another compiled model")
+        if self._em.n_buffers and not self.training:
+            raise ValueError(
+                "train_step runs BatchNorm on the batch's statistics (training mode); this "
+                "model is in eval mode: call cm.train() first, or use loss_and_grad and "
+                "step an optimizer yourself to train on the running statistics"
+            )
         B = self._check_x(x)
         y = self._check_y(y, B)
         w = self._check_weight(weight, B)

@@ -670,3 +670,74 @@ def test_batch_too_large_for_int_counts_is_refused():
     with pytest.raises(ValueError, match=r"batch of 4096 is too large.*at most 2047"):
         cm.predict(torch.randn(4096, 4))
     assert cm.predict(torch.randn(2, 4)).shape == (2, 2**20)  # a normal batch still runs
+
+
+class _RankMismatch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.g = nn.Linear(3, 3)
+        self.fc = nn.Linear(12, 3)
+
+    def forward(self, x):  # torch would align (B, 4, 3) with (B, 3) from the right
+        return self.g(x) + self.fc(x.flatten(1))
+
+
+class _InplaceReLU(nn.Module):
+    def forward(self, x):
+        h = x.tanh()
+        return torch.nn.functional.relu(h, inplace=True) + h
+
+
+class _PermuteKeyword(nn.Module):
+    def forward(self, x):
+        return x.permute(dims=(0, 2, 1))
+
+
+@pytest.mark.parametrize(
+    "module, shape, words",
+    [
+        (_RankMismatch(), (4, 3), ["different ranks", "(4, 4, 3) and (4, 3)"]),
+        (_InplaceReLU(), (4,), ["'relu'", "inplace=True"]),
+        (nn.Sequential(nn.Tanh(), nn.ReLU(inplace=True)), (4,), ["'1'", "inplace=True"]),
+        (_PermuteKeyword(), (4, 3), ["'permute'", "not understood", "positionally"]),
+    ],
+)
+def test_forms_that_would_compute_something_else_than_torch_are_refused(module, shape, words):
+    # batch 4: torch itself runs the rank mismatch then (it aligns B with the 4)
+    with pytest.raises(IRError) as err:
+        rootclad.compile(module, example_input=torch.randn(4, *shape), engine="pullback")
+    for word in words:
+        assert word in str(err.value), str(err.value)
+
+
+def test_reversed_subtraction_and_a_bare_log_softmax_match_torch():
+    class RSub(nn.Module):
+        def forward(self, x):
+            return torch.Tensor.__rsub__(x.tanh(), x)  # x - tanh(x)
+
+    x = torch.randn(4, 3, dtype=F64)
+    for module, loss in ((RSub(), "mse"), (nn.LogSoftmax(dim=1), "nll")):
+        cm = rootclad.compile(module.double(), example_input=x, loss=loss, engine="pullback")
+        torch.testing.assert_close(cm(x), module(x), rtol=1e-12, atol=1e-12)
+
+
+def test_batchnorm_models_in_eval_mode_refuse_train_step_and_round_trip_state_dicts():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 4)
+            self.bn = nn.BatchNorm1d(4)
+            self.again = self.bn  # one BatchNorm under two names
+            self.spare = nn.BatchNorm1d(4)  # never called
+
+        def forward(self, x):
+            return self.again(self.fc(x))
+
+    net = Net().double()
+    cm = rootclad.compile(net, example_input=torch.randn(5, 3, dtype=F64), loss="mse",
+                          engine="pullback")  # fmt: skip
+    cm.load_state_dict(net.state_dict())  # aliases and the unused layer's buffers accepted
+    cm.eval()
+    opt = rootclad.optim.SGD(cm, lr=0.1)
+    with pytest.raises(ValueError, match="eval mode: call cm.train"):
+        cm.train_step(torch.randn(5, 3, dtype=F64), torch.randn(5, 4, dtype=F64), opt)

@@ -321,8 +321,8 @@ namespace rootclad {
 //   training != 0: the batch's mean and biased variance over its B*S values; training == 1
 //     also updates the running statistics as torch (running = (1 - momentum) * running +
 //     momentum * batch, the variance unbiased) and counts the batch in *tracked (both may be
-//     null: track_running_stats=False). training == 2 is a re-run of the same forward (the
-//     VJP of clad's pullbacks=False mode), which must not count the batch twice.
+//     null: track_running_stats=False). training == 2 would be a re-run of the same forward
+//     that must not count the batch twice (no engine emits it today).
 //   training == 0: the running statistics.
 // out = (x - mean) / sqrt(var + eps) * weight + bias (weight, bias: C values, or null);
 // stats keeps (mean, 1/sqrt(var + eps)) of each channel for the backward (2C + 1 values per
