@@ -100,10 +100,6 @@ class Graph:
         of a batch split over threads then share their sums in it."""
         return any(n.op == "batch_norm" for n in self.nodes)
 
-    def consumers(self, value: str) -> list[Node]:
-        """The nodes that read ``value``, in order."""
-        return [n for n in self.nodes if value in n.inputs]
-
     def fingerprint(self) -> str:
         """A content hash: equal graphs give equal C++ and share one compiled library."""
         desc = {

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from rootclad.ir.graph import Graph, IRError, Node, expect
 
@@ -114,7 +114,6 @@ class OpSpec:
     from_call: Callable | None = None  # (extra positional args, kwargs, where) -> attrs
     # from_module / from_call give an axis as torch numbers it, batch axis included, in attrs
     # "dim"; the front-end turns it into "axis", the per-sample axis (0 = the first after B)
-    extra: dict = field(default_factory=dict)
 
 
 OPS: dict[str, OpSpec] = {}

@@ -53,6 +53,19 @@ def rounded_reference(net: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Modu
     return copy.deepcopy(net).to(dtype).to(torch.float64)
 
 
+def perturbed(net: torch.nn.Module, seed: int = 3) -> torch.nn.Module:
+    """``net`` with random parameters and running statistics (LayerNorm and BatchNorm start
+    at weight 1, bias 0, running mean 0 and variance 1, which would hide mistakes)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+        for name, b in net.named_buffers():
+            if "running" in name:
+                b.add_(0.3 * torch.rand(b.shape, generator=gen, dtype=b.dtype))
+    return net
+
+
 def sparse_like(d_out: torch.Tensor, every: int, seed: int = 0) -> torch.Tensor:
     """``d_out`` with one nonzero per window of ``every`` positions along the last axis, at a
     random place in it, and a quarter of those zeroed too: what a max-pool and a ReLU leave."""

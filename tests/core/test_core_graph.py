@@ -13,7 +13,13 @@ import copy
 
 import pytest
 import torch
-from core_helpers import assert_close_rel, assert_grads_close, max_rel_err, torch_loss
+from core_helpers import (
+    assert_close_rel,
+    assert_grads_close,
+    max_rel_err,
+    perturbed,
+    torch_loss,
+)
 from torch import nn
 from torch.nn import functional as F
 
@@ -65,14 +71,6 @@ def _randn(*shape, seed=0):
     return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=F64)
 
 
-def _perturb(net, seed=5):
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in net.parameters():
-            p.add_(0.2 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
-    return net
-
-
 # name -> (builder, example inputs of batch B, targets of batch B, loss)
 def _param_data(B, seed=0):
     x, theta = _randn(B, 6, seed=seed), _randn(B, 2, seed=seed + 1)
@@ -120,7 +118,7 @@ MODELS = {
     "cnn2d-digits": (digits_cnn, _digits_data, "cross_entropy"),
     "param-net": (lambda: ParamNet(), _param_data, "bce_with_logits"),
     "classifier-logsoftmax-nll": (lambda: Classifier(), _classifier_data, "nll"),
-    "tabular-layernorm-softmax": (lambda: _perturb(TabularMLP()), _tabular_data, "mse"),
+    "tabular-layernorm-softmax": (lambda: perturbed(TabularMLP()), _tabular_data, "mse"),
     "gw-resnet": (lambda: gw_resnet(n=96, channels=4), _resnet_data, "bce_with_logits"),
     "gw-resnet-batchnorm": (
         lambda: gw_resnet(n=96, channels=4, batch_norm=True),
@@ -269,13 +267,15 @@ def test_clad_engine_equals_the_pullback_engine_on_graph_models(clad, name, pull
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_batchnorm_over_a_batch_split_between_threads_matches_torch(engine, request):
+def test_batchnorm_over_a_batch_split_between_threads_matches_torch(engine, request, monkeypatch):
     """At batch 64 the GW ResNet's batch is split into one chunk per thread (its activations
     outweigh its parameters); BatchNorm's statistics are then summed over the chunks
     (parallel.h: ChunkSync), so outputs, gradients and running statistics are the whole
     batch's, as in torch."""
     if engine == "clad":
         request.getfixturevalue("clad")
+    # two threads even on a one-core machine: this model's library starts its pool here
+    monkeypatch.setenv("ROOTCLAD_NUM_THREADS", "2")
     torch.manual_seed(0)
     net = gw_resnet(n=256, channels=4, batch_norm=True).double()
     x = _randn(64, 1, 256, seed=4)

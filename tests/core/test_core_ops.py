@@ -13,7 +13,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from core_helpers import RTOL, assert_close_rel, assert_grads_close, check_against_torch
+from core_helpers import (
+    RTOL,
+    assert_close_rel,
+    assert_grads_close,
+    check_against_torch,
+    perturbed,
+)
 from torch import nn
 from torch.nn import functional as F
 
@@ -77,9 +83,9 @@ CASES = [
     ("softmax-channels", lambda: _seq(nn.Softmax(dim=1)), (3, 7), False),
     ("log_softmax", lambda: _seq(nn.LogSoftmax(dim=1)), (5,), True),
     ("log_softmax-fn-middle", lambda: _Fn(lambda x: F.log_softmax(x, dim=2)), (2, 5, 3), False),
-    ("layer_norm", lambda: _perturbed(_seq(nn.LayerNorm(7))), (3, 7), True),
+    ("layer_norm", lambda: perturbed(_seq(nn.LayerNorm(7))), (3, 7), True),
     ("layer_norm-2d-no-affine", lambda: _seq(nn.LayerNorm((3, 7), elementwise_affine=False)), (3, 7), False),
-    ("layer_norm-no-bias", lambda: _perturbed(_seq(nn.LayerNorm(7, bias=False))), (3, 7), False),
+    ("layer_norm-no-bias", lambda: perturbed(_seq(nn.LayerNorm(7, bias=False))), (3, 7), False),
     ("affine", lambda: _Fn(lambda x: 1 - 2 * x / 4 + 0.5 - (-x) * 3), (3, 7), False),
     ("add-fanout", lambda: _Fn(lambda x, a, b: x + a(x) + b(x), nn.Linear(5, 5), nn.Linear(5, 5)), (5,), False),
     ("add-x-plus-x", lambda: _Fn(lambda x, a: a(x + x), nn.Linear(5, 2)), (5,), False),
@@ -104,13 +110,13 @@ CASES = [
     ("global-avgpool2d", lambda: _seq(nn.AdaptiveAvgPool2d(1)), (3, 4, 5), False),
     ("global-maxpool2d", lambda: _seq(nn.AdaptiveMaxPool2d((1, 1))), (3, 4, 5), False),
     # BatchNorm: training mode uses the batch's statistics, eval mode the running ones
-    ("batchnorm1d-features", lambda: _perturbed(_seq(nn.BatchNorm1d(5))), (5,), True),
-    ("batchnorm1d-sequence", lambda: _perturbed(_seq(nn.BatchNorm1d(3, momentum=0.3))), (3, 7), False),
-    ("batchnorm2d", lambda: _perturbed(_seq(nn.BatchNorm2d(2))), (2, 4, 5), True),
+    ("batchnorm1d-features", lambda: perturbed(_seq(nn.BatchNorm1d(5))), (5,), True),
+    ("batchnorm1d-sequence", lambda: perturbed(_seq(nn.BatchNorm1d(3, momentum=0.3))), (3, 7), False),
+    ("batchnorm2d", lambda: perturbed(_seq(nn.BatchNorm2d(2))), (2, 4, 5), True),
     ("batchnorm1d-no-affine", lambda: _seq(nn.BatchNorm1d(3, affine=False)), (3, 7), False),
-    ("batchnorm1d-untracked", lambda: _perturbed(_seq(nn.BatchNorm1d(3, track_running_stats=False))), (3, 7), False),
-    ("batchnorm1d-eval", lambda: _perturbed(_seq(nn.BatchNorm1d(3))).eval(), (3, 7), False),
-    ("batchnorm2d-eval", lambda: _perturbed(_seq(nn.BatchNorm2d(2))).eval(), (2, 4, 5), True),
+    ("batchnorm1d-untracked", lambda: perturbed(_seq(nn.BatchNorm1d(3, track_running_stats=False))), (3, 7), False),
+    ("batchnorm1d-eval", lambda: perturbed(_seq(nn.BatchNorm1d(3))).eval(), (3, 7), False),
+    ("batchnorm2d-eval", lambda: perturbed(_seq(nn.BatchNorm2d(2))).eval(), (2, 4, 5), True),
 ]
 # fmt: on
 
@@ -126,19 +132,6 @@ class _Fn(nn.Module):
 
     def forward(self, x):
         return self.fn(x, *self.layers)
-
-
-def _perturbed(net):
-    """``net`` with random parameters and running statistics (LayerNorm and BatchNorm start
-    at weight 1, bias 0, running mean 0 and variance 1)."""
-    gen = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        for p in net.parameters():
-            p.add_(0.3 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
-        for name, b in net.named_buffers():
-            if "running" in name:
-                b.add_(0.3 * torch.rand(b.shape, generator=gen, dtype=b.dtype))
-    return net
 
 
 PARAMS = [pytest.param(build, shape, F64, id=f"{name}-f64") for name, build, shape, _ in CASES]

@@ -318,11 +318,10 @@ namespace rootclad {
 // ---------------------------------------------------------------------------------------
 // BatchNorm over inp(B, C, S) (S = the positions per channel: 1 for BatchNorm1d on (B, C),
 // L for (B, C, L), H*W for BatchNorm2d), per channel c:
-//   training != 0: the batch's mean and biased variance over its B*S values; training == 1
-//     also updates the running statistics as torch (running = (1 - momentum) * running +
-//     momentum * batch, the variance unbiased) and counts the batch in *tracked (both may be
-//     null: track_running_stats=False). training == 2 would be a re-run of the same forward
-//     that must not count the batch twice (no engine emits it today).
+//   training: the batch's mean and biased variance over its B*S values; the running
+//     statistics are updated as torch's (running = (1 - momentum) * running + momentum *
+//     batch, the variance unbiased) and the batch counted in *tracked (both may be null:
+//     track_running_stats=False). The clad engine's replay returns before all of this.
 //   training == 0: the running statistics.
 // out = (x - mean) / sqrt(var + eps) * weight + bias (weight, bias: C values, or null);
 // stats keeps (mean, 1/sqrt(var + eps)) of each channel for the backward (2C + 1 values per
@@ -366,7 +365,7 @@ void batch_norm_forward(T* out, T* stats, const T* inp, const T* weight, const T
       sync->all_reduce(stats + 1, C, 2);
     for (int c = 0; c < C; ++c) {
       const T var = stats[2 * c + 1] / n;
-      if (training == 1 && running_mean && (!sync || sync->t == 0)) {
+      if (training && running_mean && (!sync || sync->t == 0)) {
         running_mean[c] = (T(1) - momentum) * running_mean[c] + momentum * stats[2 * c];
         const T unbiased = n > 1 ? var * n / (n - 1) : var;
         running_var[c] = (T(1) - momentum) * running_var[c] + momentum * unbiased;
@@ -389,7 +388,7 @@ void batch_norm_forward(T* out, T* stats, const T* inp, const T* weight, const T
         out[i] = (inp[i] - mean) * rstd * w + sh;
       }
   }
-  if (training == 1 && tracked && (!sync || sync->t == 0))
+  if (training && tracked && (!sync || sync->t == 0))
     tracked[0] += T(1);
 }
 
