@@ -86,6 +86,7 @@ def test_counter_sees_allocations(counter, tmp_path):
             'extern "C" {',
             f"long {p}_n_params() {{ return 1; }}",
             f"long {p}_act_size(int B) {{ return B; }}",
+            f"long {p}_d_act_size(int B) {{ return B; }}",
             f'const char* {p}_engine() {{ return "probe"; }}',
             f'const char* {p}_dtype() {{ return "float32"; }}',
             f'const char* {p}_loss() {{ return "mse"; }}',

@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -49,10 +51,52 @@ _CTYPE = {"float32": "float", "float64": "double"}
 
 @dataclass
 class Region:
-    name: str
-    offset: int  # per-sample elements
+    """One value's (or one node's scratch) memory in ``act``, and its adjoint's in ``d_act``.
+
+    ``area``: ``F`` (fixed: the model inputs, the output and the values the head hands on to
+    the rest, ``Bf x size`` each, never shared), ``H`` (the head's other values, laid out per
+    micro-batch) or ``R`` (the rest's, laid out per chunk). In H and R the planner gives
+    values whose lifetimes do not overlap the same memory (see :func:`plan`). ``offset`` and
+    ``d_offset`` count elements per sample from the start of the region's area (F starts
+    ``act``, so an F region's offset is where hosts find it).
+    """
+
+    name: str  # C++ name of its pointer: a_<name> into act, da_<name> into d_act
     size: int  # per-sample elements
-    needs_adjoint: bool = True
+    needs_adjoint: bool = True  # False: scratch (its adjoint is the pullback's workspace)
+    area: str = "F"
+    producer: int = -1  # index of the node that writes it (-1: a model input)
+    last_read: int = -1  # index of the last node that reads it
+    saved: bool = False  # a pullback reads it: kept until the backward is done
+    offset: int = 0
+    d_offset: int = 0
+
+    @property
+    def act(self) -> str:
+        return f"a_{self.name}"
+
+    @property
+    def adj(self) -> str:
+        return f"da_{self.name}"
+
+
+def plan(regions: list[Region], spans, key: str, share: bool = True) -> int:
+    """First-fit placement: each region (largest first) goes to the lowest offset not used by
+    a region whose span (first and last step, inclusive) overlaps its own; ``spans(r)`` gives
+    the span, ``share=False`` gives every region its own memory. Sets attribute ``key``
+    (``offset`` or ``d_offset``) and returns the area's per-sample size."""
+    placed: list[tuple[int, int, tuple[int, int]]] = []
+    for r in sorted(regions, key=lambda r: (-r.size, spans(r))):
+        lo, hi = spans(r)
+        busy = sorted((o, o + n) for o, n, (s, e) in placed if not share or not (e < lo or hi < s))
+        off = 0
+        for start, end in busy:
+            if off + r.size <= start:
+                break
+            off = max(off, end)
+        setattr(r, key, off)
+        placed.append((off, r.size, (lo, hi)))
+    return max((o + n for o, n, _ in placed), default=0)
 
 
 @dataclass
@@ -63,7 +107,7 @@ class EmittedModel:
     pullbacks: bool
     param_offsets: dict[str, tuple[int, tuple[int, ...]]]
     n_params: int
-    act_per_sample: int
+    act_per_sample: int  # act's length per sample (act_size(B) = B x this)
     input_region: Region  # the first input's (the only one's, for most models)
     output_region: Region
     output_shape: tuple[int, ...]
@@ -71,18 +115,25 @@ class EmittedModel:
     buffer_offsets: dict[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
     n_buffers: int = 0
     input_regions: list[Region] = field(default_factory=list)  # one per model input, in order
+    d_act_per_sample: int = 0  # d_act's (the adjoints' plan)
+    flat_per_sample: int = 0  # one region per value, nothing shared: what the planner saves
 
 
 class _Emitter:
-    def __init__(self, graph: Graph, loss: str, engine: str, pullbacks: bool):
+    def __init__(self, graph: Graph, loss: str, engine: str, pullbacks: bool, check_plan=False):
         if loss not in LOSSES:
             raise IRError(f"loss {loss!r} is not supported; use one of {LOSSES}")
         self.g = graph
         self.loss = loss
         self.engine = engine
         self.pullbacks = pullbacks
+        # the arena planner needs the micro-batched head and the adjoint markers of the
+        # pullback engine and the clad engine's replay; Clad's own sweep (pullbacks=False)
+        # keeps one region per value, all adjoints zeroed first
+        self.planned = engine == "pullback" or pullbacks
+        # ROOTCLAD_CHECK_PLAN: no sharing; what the plan calls dead is filled with NaN
+        self.check_plan = check_plan and self.planned
         self.regions: list[Region] = []
-        self.offset = 0
         self.param_offsets: dict[str, tuple[int, tuple[int, ...]]] = {}
         off = 0
         for p in graph.params:
@@ -111,16 +162,24 @@ class _Emitter:
         self.fused_params: set[str] = set()
         self.uses = Counter(name for n in graph.nodes for name in n.params.values())
 
-    def region(self, name: str, size: int, needs_adjoint: bool = True) -> Region:
-        r = Region(name, self.offset, size, needs_adjoint)
+    def region(self, name: str, size: int, area: str, producer: int, **kw) -> Region:
+        name = re.sub(r"_+", "_", re.sub(r"\W", "_", name)).strip("_") or "value"
+        taken = {r.name for r in self.regions}
+        base, k = name, 1
+        while name in taken:
+            name, k = f"{base}_{k}", k + 1
+        r = Region(name, size, area=area if self.planned else "F", producer=producer, **kw)
+        r.last_read = producer
         self.regions.append(r)
-        self.offset += size
         return r
 
     @staticmethod
     def at(base: str, r: Region) -> str:
-        """The chunk's slice of region r: regions are Bf samples long, the chunk starts at b0."""
-        return f"{base} + (long)Bf * {r.offset} + (long)b0 * {r.size}"
+        """The chunk's (or micro-batch's) first sample of region r in act or d_act. An F
+        region's pointer is its start in the whole batch of Bf samples, the chunk starts at
+        b0; H and R pointers already point at the chunk's (micro-batch's) own part."""
+        ptr = r.act if base == "act" else r.adj
+        return f"{ptr} + (long)b0 * {r.size}" if r.area == "F" else ptr
 
     def param(self, node: Node, role: str, base: str = "params") -> str:
         name = node.params.get(role)
@@ -130,31 +189,113 @@ class _Emitter:
 
     def build(self) -> None:
         g = self.g
+        nodes = g.nodes
+        # the head: the ops before the first Linear or BatchNorm; it runs in micro-batches
+        self.head_end = next(
+            (i for i, n in enumerate(nodes) if n.op in ("linear", "batch_norm")), len(nodes)
+        )
+        # each value's region is its alias root's (reshape, flatten, identity alias input 0)
+        root = {v: v for v in g.inputs}
+        last_read: dict[str, int] = {}
+        for idx, n in enumerate(nodes):
+            for v in n.inputs:
+                last_read[root[v]] = idx
+            root[n.output] = root[n.inputs[0]] if OPS[n.op].calls is None else n.output
+        self.last_read = last_read
+        self.output_root = root[g.output]
         self.value_region: dict[str, Region] = {}
         for name, shape in zip(g.inputs, g.input_shapes, strict=True):
-            self.value_region[name] = self.region(f"input:{name}", math.prod(shape))
+            r = self.region(name, math.prod(shape), "F", -1)
+            self.value_region[name] = r
         self.input_regions = [self.value_region[name] for name in g.inputs]
         self.input_region = self.input_regions[0]
-        # the head: the ops before the first Linear or BatchNorm (lines of self.fwd / self.bwd), and the
-        # regions they write but those read later (whose adjoints come from the rest); it
-        # ends before the first BatchNorm too, which needs the whole chunk's statistics
         self.head = None
-        for idx, node in enumerate(g.nodes):
-            if node.op in ("linear", "batch_norm") and self.head is None:
-                self.head = self._head(g.nodes[:idx], g.nodes[idx:])
+        for idx, node in enumerate(nodes):
+            if idx == self.head_end:
+                self.head = self._head()
             self.node(idx, node)
+            self.markers(idx)
         if self.head is None:
-            self.head = self._head(g.nodes, [])
+            self.head = self._head()
         self.output_region = self.value_region[g.output]
+        self.output_region.saved = True
+        self.flat_per_sample = sum(r.size for r in self.regions)
+        self.layout()
 
-    def _head(self, head: list[Node], rest: list[Node]) -> tuple[int, int, list[Region], int]:
-        known = self.value_region  # the values written so far: the inputs and the head's
-        reads = [v for n in rest for v in n.inputs] + [self.g.output]
-        boundary = {id(known[v]) for v in reads if v in known}
-        written = self.regions[len(self.input_regions) :]
-        inner = [r for r in written if id(r) not in boundary]
-        size = sum(r.size for r in self.regions)  # per sample, inputs included
-        return len(self.fwd), len(self.bwd), inner, size
+    def _head(self) -> tuple[int, int, int]:
+        """(forward lines, backward lines, per-sample size of the regions so far)."""
+        return len(self.fwd), len(self.bwd), sum(r.size for r in self.regions)
+
+    def area_of(self, idx: int, value: str) -> str:
+        """F for the output and for a head value read after the head, else H or R."""
+        if value == self.output_root:
+            return "F"
+        if idx < self.head_end:
+            return "F" if self.last_read.get(value, idx) >= self.head_end else "H"
+        return "R"
+
+    def markers(self, idx: int) -> None:
+        """After node idx: the adjoint of each H or R value it read last (or wrote, when
+        nothing reads it) starts here in the reverse sweep: zeroed just before the pullbacks
+        that add into it, so that adjoints of values alive at different times share memory.
+        The forward's marker is a no-op that the clad engine's sweep turns into the zeroing
+        (pullbacks.h: adjoint_start_forward_pullback)."""
+        if not self.planned:
+            return
+        for r in self.regions:
+            if r.area == "F" or not r.needs_adjoint or r.last_read != idx:
+                continue
+            n = f"(long)B * {r.size}"
+            self.fwd.append(f"::rootclad::adjoint_start_forward({r.act}, {n});")
+            zero = f"::rootclad::zero({r.adj}, {n}); // {r.name}'s adjoint starts"
+            self.bwd.append(zero)
+            self.bwd_update.append(zero)
+
+    def layout(self) -> None:
+        """Offsets of every region: F in creation order, H and R by the planner. A region's
+        activation lives from the node that writes it to its last reader, or to the end of the
+        backward when a pullback reads it (the ops' ``saves``); its adjoint from the last
+        reader (its marker) to the writer's pullback, a scratch's adjoint (the pullback's
+        workspace) only during that pullback."""
+        end = len(self.g.nodes)
+
+        def act_span(r):
+            return (r.producer, end if r.saved else r.last_read)
+
+        def adjoint_span(r):
+            return (r.producer, r.last_read)
+
+        off = 0
+        for r in self.regions:
+            if r.area == "F":
+                r.offset = r.d_offset = off
+                off += r.size
+        self.area_size = {("act", "F"): off, ("d_act", "F"): off}
+        for area in ("H", "R"):
+            rs = [r for r in self.regions if r.area == area]
+            share = not self.check_plan
+            self.area_size["act", area] = plan(rs, act_span, "offset", share)
+            self.area_size["d_act", area] = plan(rs, adjoint_span, "d_offset", share)
+        self.act_per_sample = sum(n for (base, _), n in self.area_size.items() if base == "act")
+        self.d_act_per_sample = sum(n for (base, _), n in self.area_size.items() if base == "d_act")
+
+    def pointer(self, base: str, r: Region) -> str:
+        """The C++ initialiser of region r's pointer in a function with Bf, b0, B in scope."""
+        off = r.offset if base == "act" else r.d_offset
+        if r.area == "F":
+            return f"{base} + (long)Bf * {off}"
+        before = "ACT_F" if r.area == "H" else f"(ACT_F + {'D' if base == 'd_act' else ''}ACT_H)"
+        area = ("D" if base == "d_act" else "") + f"ACT_{r.area}"
+        return f"{base} + (long)Bf * {before} + (long)b0 * {area} + (long)B * {off}"
+
+    def declare(self, body: str, skip: frozenset = frozenset()) -> list[str]:
+        """Declarations of the region pointers ``body`` uses (but those in ``skip``)."""
+        lines = []
+        for r in self.regions:
+            for base, name in (("act", r.act), ("d_act", r.adj)):
+                if name not in skip and re.search(rf"\b{name}\b", body):
+                    lines.append(f"  T* const {name} = {self.pointer(base, r)};")
+        return lines
 
     def state(self, node: Node, role: str) -> tuple[str, str]:
         """A parameter's slices of the optimizer state: (m, v); see rootclad/optim.h."""
@@ -195,10 +336,27 @@ class _Emitter:
         if spec.calls is None:  # reshape, flatten, identity: the output aliases the input
             self.value_region[node.output] = self.value_region[node.inputs[0]]
             return
-        out = self.region(f"{idx}:{node.name}", math.prod(node.out_shape))
+        area = self.area_of(idx, node.output)
+        # named after the node: conv1d_0, linear_fc1 (a Sequential's layers are numbered)
+        label = node.name if node.name.startswith(node.op) else f"{node.op}_{node.name}"
+        out = self.region(label, math.prod(node.out_shape), area, idx)
+        out.last_read = self.last_read.get(node.output, idx)
         self.value_region[node.output] = out
         sizes = spec.scratch(node, self.g) if spec.scratch else {}
-        scratch = {k: self.region(f"{idx}:{node.name}:{k}", n, False) for k, n in sizes.items()}
+        scratch_area = "H" if idx < self.head_end else "R"
+        scratch = {
+            k: self.region(f"{label}_{k}", n, scratch_area, idx, needs_adjoint=False)
+            for k, n in sizes.items()
+        }
+        saves = ("in", "out", *sizes) if spec.saves is None else spec.saves
+        for key in saves:
+            if key == "in":
+                for v in node.inputs:
+                    self.value_region[v].saved = True
+            elif key == "out":
+                out.saved = True
+            else:
+                scratch[key].saved = True
         if spec.flops:
             self.flops += spec.flops(node, self.g)
         cd = "clad::custom_derivatives::rootclad::"
@@ -253,6 +411,55 @@ class _Emitter:
             f"{cd}{self.loss}_forward_pullback({OUT}, {Y}, {N}, scale, {D_OUT}, &di);",
         )
 
+    def function(self, signature: str, body: list[str], prologue=(), skip=frozenset()):
+        """A C++ function: its signature line (ending in "{"), ``prologue``, declarations of
+        the region pointers the body uses, the body."""
+        text = "\n".join(body)
+        return [signature, *prologue, *self.declare(text, skip), *body, "}", ""]
+
+    def inline_pointers(self, text: str) -> str:
+        """Region pointers written out, for the functions Clad differentiates itself."""
+        for r in self.regions:
+            for base, name in (("act", r.act), ("d_act", r.adj)):
+                text = re.sub(rf"\b{name}\b", f"({self.pointer(base, r)})", text)
+        return text
+
+    def replay(self, name: str, body: list[str], chunk: str, grad_args: str, scope: str):
+        """Clad's input for one part of the forward (its lines ``body``: the kernels replay,
+        see kernels.h), taking each region it touches as a pointer, and the statements that
+        run Clad's gradient of it with the adjoint pointers from d_act."""
+        text = "\n".join(body)
+        ptrs = [r for r in self.regions if re.search(rf"\b{r.act}\b", text)]
+        params = "".join(f"T* {r.act}, " for r in ptrs)
+        fn = [f"inline void {name}(T* params, {params}{chunk}) {{", *body, "}", ""]
+        wrt = ", ".join(["params", *(r.act for r in ptrs)])
+        primal = ", ".join(["params", *(r.act for r in ptrs)])
+        adjoint = ", ".join(["d_params", *(r.adj for r in ptrs)])
+        run = [
+            scope,
+            f'  auto grad = clad::gradient({name}, "{wrt}");',
+            f"  grad.execute({primal}, {grad_args}, {adjoint});",
+        ]
+        return fn, run
+
+    def layout_comment(self) -> list[str]:
+        """The arena, region by region, at the top of the source."""
+        lines = [
+            "// The arena. act: area F (the inputs, the output and what the head hands on: Bf",
+            "// samples each), then H (the head's other values, one block per micro-batch), then",
+            "// R (the rest's, one block per chunk); d_act the same with the adjoints' own plan.",
+            "// Offsets are per sample within the area; in H and R the planner gives values that",
+            "// are not alive at the same time the same memory (ops.py: saves).",
+            "//   pointer (act / d_act)                       area  size    offset  d_offset",
+        ]
+        for r in self.regions:
+            what = "" if r.needs_adjoint else "  (scratch)"
+            lines.append(
+                f"//   {r.act + ' / ' + r.adj:<44} {r.area}  {r.size:>7} {r.offset:>8} "
+                f"{r.d_offset:>8}{what}"
+            )
+        return lines
+
     def source(self, prefix: str) -> str:
         ctype = _CTYPE[self.g.dtype]
         loss_expr, loss_pullback = self.loss_call()
@@ -263,42 +470,55 @@ class _Emitter:
         # the clad engine with custom pullbacks replays the forward for Clad's reverse sweep
         # (see kernels.h: replaying); its adjoints are the pullback engine's
         replay = self.engine == "clad" and self.pullbacks
-        if self.engine == "pullback" or replay:
-            zeroed = [r for r in written if r.needs_adjoint]
+        if self.planned:  # the output's and the head's results'; markers zero the others
+            zeroed = [r for r in written if r.needs_adjoint and r.area == "F"]
         else:  # Clad accumulates into every adjoint it uses
             zeroed = [r for r in written if r.size]
-
-        def zero(regions) -> str:
-            return "\n".join(
-                f"{ind}::rootclad::zero({self.at('d_act', r)}, (long)B * {r.size});"
-                for r in regions
-            )
-
-        zero_dx = "\n".join(
+        zero_dact = [
+            f"{ind}::rootclad::zero({self.at('d_act', r)}, (long)B * {r.size});" for r in zeroed
+        ]
+        zero_dact += [
             f"{ind}if (need_dx) ::rootclad::zero({self.at('d_act', r)}, (long)B * {r.size});"
             for r in inputs
-        )
-        fwd = "\n".join(ind + ln for ln in self.fwd)
-        bwd = "\n".join(ind + ln for ln in reversed(self.bwd))
-        # the head (the ops before the first Linear or BatchNorm) runs in micro-batches, in the
-        # pullback engine and the clad engine's replay
-        micro_ok = self.engine == "pullback" or replay
-        nf, nb, head_regions, size = self.head if micro_ok else (0, 0, [], 0)
-        zero_dact = zero(r for r in zeroed if r not in head_regions)
-        if nf:
-            per_sample = size * 2 * (4 if ctype == "float" else 8)  # act and d_act
-            micro = max(1, MICRO_BATCH_BYTES // max(per_sample, 1))
-            fwd_head = "\n".join(ind + ln for ln in self.fwd[:nf])
-            fwd = "\n".join(ind + ln for ln in self.fwd[nf:])
-            bwd_head = "\n".join(ind + ln for ln in reversed(self.bwd[:nb]))
-            bwd = "\n".join(ind + ln for ln in reversed(self.bwd[nb:]))
-            zero_head = zero(r for r in zeroed if r in head_regions)
-            loop = (
-                "  for (int m0 = b0; m0 < b0 + B; m0 += MICRO) {\n"
-                "    const int mB = b0 + B - m0 < MICRO ? b0 + B - m0 : MICRO;\n"
-                "    {call};\n"
-                "  }"
-            )
+        ]
+        poison_d = []
+        if self.check_plan:  # every planned adjoint must be zeroed by its marker before use
+            poison_d = [
+                f"{ind}::rootclad::fill(d_act + (long)Bf * ACT_F + (long)b0 * DACT_H, "
+                "(long)B * DACT_H, NOT_A_NUMBER);",
+                f"{ind}::rootclad::fill(d_act + (long)Bf * (ACT_F + DACT_H) + (long)b0 * DACT_R, "
+                "(long)B * DACT_R, NOT_A_NUMBER);",
+            ]
+
+        def poison_act(areas: str) -> list[str]:
+            """ROOTCLAD_CHECK_PLAN: what no pullback reads (the plan lets other values reuse
+            it in H and R), filled with NaN once the forward is past it."""
+            if not self.check_plan:
+                return []
+            dead = [r for r in self.regions if r.area in areas and not r.saved and r.size]
+            return [
+                f"{ind}::rootclad::fill({self.at('act', r)}, (long)B * {r.size}, NOT_A_NUMBER);"
+                for r in dead
+            ]
+
+        marker = "::rootclad::adjoint_start_forward("
+
+        def indent(lines, markers=True):
+            return [ind + ln for ln in lines if markers or not ln.startswith(marker)]
+
+        nf, nb, size = self.head if self.planned else (0, 0, 0)
+        fwd_head, fwd = self.fwd[:nf], self.fwd[nf:]
+        bwd_head, bwd = list(reversed(self.bwd[:nb])), list(reversed(self.bwd[nb:]))
+        loop = [
+            "  for (int m0 = b0; m0 < b0 + B; m0 += MICRO) {",
+            "    const int mB = b0 + B - m0 < MICRO ? b0 + B - m0 : MICRO;",
+            "    {call};",
+            "  }",
+        ]
+
+        def head_loop(call: str) -> list[str]:
+            return [ln.replace("{call}", call) for ln in loop] if nf else []
+
         chunk = "int Bf, int b0, int B, int training, std::uint64_t seed"
         head = [
             f"// Generated by rootclad for model {prefix}: engine={self.engine}, "
@@ -309,6 +529,7 @@ class _Emitter:
             "// the C API at the end splits a batch into chunks over rootclad's thread pool.",
             "#include <atomic>",
             "#include <cstdint>",
+            "#include <limits>",
             "#include <vector>",
         ]
         if self.engine == "clad":
@@ -320,6 +541,7 @@ class _Emitter:
             head.append('#include "rootclad/pullbacks.h"')
         else:  # the loss keeps its pullback: it reports the loss value (loss_pullbacks.h)
             head.append('#include "rootclad/loss_pullbacks.h"')
+        size_of = self.area_size
         head += [
             '#include "rootclad/optim.h"',
             '#include "rootclad/parallel.h"',
@@ -333,144 +555,141 @@ class _Emitter:
             f"constexpr bool BATCH_STATISTICS = {str(self.g.batch_statistics).lower()};",
             "// values a chunk shares per BatchNorm reduction (2 per channel and a count)",
             f"constexpr long SYNC_SLOT = {self.sync_slot()};",
-            f"constexpr long ACT_PER_SAMPLE = {self.offset};",
+            *self.layout_comment(),
+            "// per-sample sizes of the areas",
+            f"constexpr long ACT_F = {size_of['act', 'F']};",
+            f"constexpr long ACT_H = {size_of['act', 'H']}, DACT_H = {size_of['d_act', 'H']};",
+            f"constexpr long ACT_R = {size_of['act', 'R']}, DACT_R = {size_of['d_act', 'R']};",
+            "constexpr long ACT_PER_SAMPLE = ACT_F + ACT_H + ACT_R;",
+            "constexpr long D_ACT_PER_SAMPLE = ACT_F + DACT_H + DACT_R;",
+            f"constexpr long ACT_FLAT_PER_SAMPLE = {self.flat_per_sample}; // one region per value",
             f"constexpr double FLOPS_PER_SAMPLE = {self.flops}; // forward, Linear and convolutions",
+            "[[maybe_unused]] constexpr T NOT_A_NUMBER = std::numeric_limits<T>::quiet_NaN();",
             "",
         ]
         body = []
         if nf:
+            per_sample = size * 2 * (4 if ctype == "float" else 8)  # act and d_act
+            micro = max(1, MICRO_BATCH_BYTES // max(per_sample, 1))
             body += [
                 "// The head: the ops before the first Linear or BatchNorm. forward_chunk() and backward_chunk()",
                 "// run it MICRO samples at a time, so that one micro-batch's activations and",
                 "// gradients are still in cache when the next op reads them.",
                 f"constexpr int MICRO = {micro};",
-                f"inline void forward_head(T* params, T* act, {chunk}) {{",
-                fwd_head,
-                "}",
-                "",
+                *self.function(
+                    f"inline void forward_head(T* params, T* act, {chunk}) {{",
+                    indent(fwd_head, markers=False) + poison_act("H"),
+                ),
             ]
         body += [
             "// The forward pass; the input is already in act's first region.",
-            f"inline void forward_chunk(T* params, T* act, {chunk}) {{",
-            *(
-                [loop.replace("{call}", "forward_head(params, act, Bf, m0, mB, training, seed)")]
-                if nf
-                else []
-            ),  # fmt: skip
-            fwd,
-            "}",
-            "",
+            *self.function(
+                f"inline void forward_chunk(T* params, T* act, {chunk}) {{",
+                head_loop("forward_head(params, act, Bf, m0, mB, training, seed)")
+                + indent(fwd, markers=False)
+                + poison_act("FR"),
+            ),
             "// The chunk's share of the batch's mean loss, after forward_chunk().",
-            "inline T loss_chunk(T* act, const T* y, int Bf, int b0, int B) {",
-            "  const T scale = T(B) / T(Bf);",
-            f"  return scale * {loss_expr};",
-            "}",
-            "",
+            *self.function(
+                "inline T loss_chunk(T* act, const T* y, int Bf, int b0, int B) {",
+                ["  const T scale = T(B) / T(Bf);", f"  return scale * {loss_expr};"],
+            ),
         ]
-        if self.engine == "pullback" or replay:
+        grad_call = (
+            "backward_head(params, act, d_params, d_act, Bf, m0, mB, training, seed, need_dx)"
+        )
+        if self.planned:
             dummies = [
                 "  int di = 0; T dt = 0; std::uint64_t du = 0; long dl = 0;",
                 "  (void)di; (void)dt; (void)du; (void)dl;",
             ]
+            sweep_head, sweep = indent(bwd_head), indent(bwd)
             if replay:  # the sweeps are Clad's gradients of the forward's two parts
                 inputs_end = f"d_act + (long)Bf * {sum(r.size for r in inputs)}"
                 scope = (
                     f"  ::rootclad::Replay scope(need_dx ? nullptr : d_act, "
                     f"need_dx ? nullptr : {inputs_end});"
                 )
-                grad_args = "params, act, Bf, b0, B, training, seed, d_params, d_act"
+                grad_args = "Bf, b0, B, training, seed"
                 body += [
                     "// What Clad differentiates: the forward, as the calls forward_chunk makes",
                     "// (the head's on a micro-batch). Replayed after forward_chunk, the kernels",
                     "// return at once and Clad's reverse sweep calls the pullbacks.",
-                    *(
-                        [f"inline void replay_head(T* params, T* act, {chunk}) {{", fwd_head, "}"]
-                        if nf
-                        else []
-                    ),
-                    f"inline void replay_rest(T* params, T* act, {chunk}) {{",
-                    fwd,
-                    "}",
-                    "",
                 ]
-                bwd_head = "\n".join(
-                    [scope, '  auto grad = clad::gradient(replay_head, "params, act");',
-                     f"  grad.execute({grad_args});"]
-                )  # fmt: skip
-                bwd = "\n".join(
-                    [
-                        "  {",
-                        "  " + scope,
-                        '    auto grad = clad::gradient(replay_rest, "params, act");',
-                        f"    grad.execute({grad_args});",
-                        "  }",
-                    ]
-                )
+                sweep_head = []
+                if nf:
+                    fn, sweep_head = self.replay(
+                        "replay_head", indent(fwd_head), chunk, grad_args, scope
+                    )
+                    body += fn
+                sweep = []
+                if fwd:
+                    fn, run = self.replay("replay_rest", indent(fwd), chunk, grad_args, scope)
+                    body += fn
+                    sweep = ["  {", *("  " + ln for ln in run), "  }"]
             if nf:
                 body += [
-                    "// The head's pullbacks on a micro-batch, after zeroing its adjoint regions.",
-                    f"inline void backward_head(T* params, T* act, T* d_params, T* d_act, {chunk},",
-                    "                          int need_dx) {",
-                    *dummies,
-                    zero_head,
-                    bwd_head,
-                    "}",
-                    "",
+                    "// The head's pullbacks on a micro-batch.",
+                    *self.function(
+                        f"inline void backward_head(T* params, T* act, T* d_params, T* d_act, "
+                        f"{chunk},\n                          int need_dx) {{",
+                        dummies + sweep_head,
+                    ),
                 ]
-            call = (
-                "backward_head(params, act, d_params, d_act, Bf, m0, mB, training, seed, need_dx)"
-            )
             body += [
-                "// The reverse sweep: each op's pullback in reverse order. Expects the output",
-                "// region of d_act filled and the other adjoint regions zeroed"
-                + (" (but the head's)." if nf else "."),
-                f"inline void backward_chunk(T* params, T* act, T* d_params, T* d_act, {chunk},",
-                "                           int need_dx) {",
-                *dummies,
-                bwd,
-                *([loop.replace("{call}", call)] if nf else []),
-                "}",
-                "",
-                "inline T loss_and_grad_chunk(T* params, T* act, const T* y, T* d_params, T* d_act,",
-                f"                             {chunk}, int need_dx) {{",
-                "  int di = 0;",
-                "  const T scale = T(B) / T(Bf);",
-                zero_dact,
-                zero_dx,
-                "  forward_chunk(params, act, Bf, b0, B, training, seed);",
-                "  T L = loss_chunk(act, y, Bf, b0, B);",
-                f"  {loss_pullback}",
-                "  backward_chunk(params, act, d_params, d_act, Bf, b0, B, training, seed, need_dx);",
-                "  return L;",
-                "}",
-                "",
+                "// The reverse sweep: each op's pullback in reverse order. Expects the output's",
+                "// adjoint filled and the other F adjoints zeroed (markers zero the rest).",
+                *self.function(
+                    f"inline void backward_chunk(T* params, T* act, T* d_params, T* d_act, "
+                    f"{chunk},\n                           int need_dx) {{",
+                    dummies + sweep + head_loop(grad_call),
+                ),
+                *self.function(
+                    "inline T loss_and_grad_chunk(T* params, T* act, const T* y, T* d_params, "
+                    f"T* d_act,\n                             {chunk}, int need_dx) {{",
+                    [
+                        "  int di = 0;",
+                        "  const T scale = T(B) / T(Bf);",
+                        *zero_dact,
+                        *poison_d,
+                        "  forward_chunk(params, act, Bf, b0, B, training, seed);",
+                        "  T L = loss_chunk(act, y, Bf, b0, B);",
+                        f"  {loss_pullback}",
+                        "  backward_chunk(params, act, d_params, d_act, Bf, b0, B, training, seed, "
+                        "need_dx);",
+                        "  return L;",
+                    ],
+                ),
                 "// Vector-Jacobian product for an upstream gradient d_out (Bf samples), after",
                 "// forward_chunk().",
-                "inline void vjp_chunk(T* params, T* act, T* d_params, T* d_act, const T* d_out,",
-                f"                    {chunk}, int need_dx) {{",
-                zero_dact,
-                zero_dx,
-                f"  ::rootclad::copy({self.at('d_act', out)}, d_out + (long)b0 * {out.size}, "
-                f"(long)B * {out.size});",
-                "  backward_chunk(params, act, d_params, d_act, Bf, b0, B, training, seed, need_dx);",
-                "}",
-                *self.train_chunk(
-                    nb, zero_dact, loss_pullback, loop.replace("{call}", call) if nf else ""
+                *self.function(
+                    "inline void vjp_chunk(T* params, T* act, T* d_params, T* d_act, const T* d_out,"
+                    f"\n                    {chunk}, int need_dx) {{",
+                    [
+                        *zero_dact,
+                        *poison_d,
+                        f"  ::rootclad::copy({self.at('d_act', out)}, d_out + (long)b0 * {out.size}, "
+                        f"(long)B * {out.size});",
+                        "  backward_chunk(params, act, d_params, d_act, Bf, b0, B, training, seed, "
+                        "need_dx);",
+                    ],
                 ),
+                *self.train_chunk(nb, zero_dact + poison_d, loss_pullback, head_loop(grad_call)),
             ]
         else:
             OUT = self.at("act", out)
-            body += [
+            fwd_text = "\n".join(indent(fwd))
+            clad_own = [
                 "// What Clad differentiates: the chunk's share of the loss, as a function of",
                 "// params and act.",
                 f"T loss_fn(T* params, T* act, const T* y, {chunk}) {{",
-                fwd,
+                fwd_text,
                 f"  return T(B) / T(Bf) * {loss_expr};",
                 "}",
                 "",
                 "// <model output, w>: its gradient is the vector-Jacobian product for w.",
                 f"T out_dot(T* params, T* act, const T* w, {chunk}) {{",
-                fwd,
+                fwd_text,
                 "  T s = 0;",
                 f"  for (long i = 0; i < (long)B * {out.size}; ++i)",
                 f"    s += ({OUT})[i] * w[i];",
@@ -479,8 +698,7 @@ class _Emitter:
                 "",
                 "inline T loss_and_grad_chunk(T* params, T* act, const T* y, T* d_params, T* d_act,",
                 f"                             {chunk}, int need_dx) {{",
-                zero_dact,
-                zero_dx,
+                *zero_dact,
                 '  auto grad = clad::gradient(loss_fn, "params, act");',
                 "  grad.execute(params, act, y, Bf, b0, B, training, seed, d_params, d_act);",
                 "  // the loss pullback noted the chunk's mean loss",
@@ -489,13 +707,13 @@ class _Emitter:
                 "",
                 "inline void vjp_chunk(T* params, T* act, T* d_params, T* d_act, const T* d_out,",
                 f"                    {chunk}, int need_dx) {{",
-                zero_dact,
-                zero_dx,
+                *zero_dact,
                 '  auto grad = clad::gradient(out_dot, "params, act");',
                 f"  const T* w = d_out + (long)b0 * {out.size};",
                 "  grad.execute(params, act, w, Bf, b0, B, training, seed, d_params, d_act);",
                 "}",
             ]
+            body += [self.inline_pointers(ln) for ln in clad_own]
         body += [
             "",
             "// -- splitting a batch over threads ----------------------------------------------",
@@ -517,13 +735,16 @@ class _Emitter:
             "",
             "// The chunk's share of the weighted mean loss (kernels.h: weighted_loss) after",
             "// forward_chunk(); writes its gradient w.r.t. the output to dz (Bf samples).",
-            "inline T weighted_loss_chunk(T* act, const T* y, const T* w, T* dz, int Bf, int b0,",
-            "                             int B) {",
-            f"  return ::rootclad::weighted_loss({self.loss_kind()}, {self.at('act', out)}, "
-            f"{self.y_at()}, w + b0,",
-            f"                                   dz + (long)b0 * {out.size}, Bf, B, {out.size});",
-            "}",
-            "",
+            *self.function(
+                "inline T weighted_loss_chunk(T* act, const T* y, const T* w, T* dz, int Bf, "
+                "int b0,\n                             int B) {",
+                [
+                    f"  return ::rootclad::weighted_loss({self.loss_kind()}, "
+                    f"{self.at('act', out)}, {self.y_at()}, w + b0,",
+                    f"                                   dz + (long)b0 * {out.size}, Bf, B, "
+                    f"{out.size});",
+                ],
+            ),
             "inline void run_chunk(void* ctx, int t, int n) {",
             "  Job& j = *static_cast<Job*>(ctx);",
             "  ::rootclad::ChunkSync sync{t, n, j.sync_values, SYNC_SLOT, &j.arrived, &j.generation};",
@@ -557,7 +778,7 @@ class _Emitter:
             "// split when its activations outweigh the parameters, or its arithmetic does by far",
             "// (the MLP 2048-256-64-1: not at batch 64, at 256; the GW CNN: from batch 8).",
             "inline int threads_for(int Bf) {",
-            "  if ((double)Bf * ACT_PER_SAMPLE < 2.0 * N_PARAMS &&",
+            "  if ((double)Bf * ACT_FLAT_PER_SAMPLE < 2.0 * N_PARAMS &&",
             "      (double)Bf * FLOPS_PER_SAMPLE < 256.0 * N_PARAMS)",
             "    return 1;",
             "  int n = ::rootclad::ThreadPool::instance().size();",
@@ -625,6 +846,7 @@ class _Emitter:
             f"long {P}_n_params() {{ return {P}::N_PARAMS; }}",
             f"long {P}_n_buffers() {{ return {P}::N_BUFFERS; }}",
             f"long {P}_act_size(int B) {{ return (long)B * {P}::ACT_PER_SAMPLE; }}",
+            f"long {P}_d_act_size(int B) {{ return (long)B * {P}::D_ACT_PER_SAMPLE; }}",
             f'const char* {P}_engine() {{ return "{self.engine}'
             f'{"" if self.pullbacks else "-nopullbacks"}"; }}',
             f"void {P}_forward({PT}* params, {PT}* act, int B, int training, std::uint64_t seed) {{",
@@ -703,7 +925,9 @@ class _Emitter:
         fused_ok = self.engine == "pullback" or self.pullbacks  # the clad engine's replay too
         return fused_ok and bool(self.fused_params)
 
-    def train_chunk(self, nb: int, zero_dact: str, loss_pullback: str, head_loop: str) -> list[str]:
+    def train_chunk(
+        self, nb: int, zero_dact: list[str], loss_pullback: str, head_loop: list[str]
+    ) -> list[str]:
         """train_step at small batches, as one chunk: forward, loss, and a reverse sweep that
         updates each unshared Linear layer's parameters as soon as its gradient is known
         (rootclad/linear_update.h). The other parameters' gradients are formed as in
@@ -720,7 +944,7 @@ class _Emitter:
                 runs.append([off, math.prod(shape)])
         ind = "  "
         if self.engine == "pullback":
-            sweep = [*(ind + ln for ln in reversed(self.bwd_update[nb:])), *([head_loop] if head_loop else [])]  # fmt: skip
+            sweep = [*(ind + ln for ln in reversed(self.bwd_update[nb:])), *head_loop]
             table = []
         else:  # Clad's sweep; its Linear pullbacks update the fused layers (pullbacks.h)
             weights = sorted(
@@ -744,13 +968,25 @@ class _Emitter:
             *table,
             "// train_step at batches of at most FUSED_UPDATE_MAX_BATCH samples (linear_update.h):",
             "// the Linear layers' gradients are consumed by the optimizer as they are formed.",
-            "inline T train_chunk(T* params, T* act, const T* y, T* d_params, T* d_act, T* state,",
-            "                     const double* cfg, long step, int B, std::uint64_t seed) {",
-            "  const int Bf = B, b0 = 0, training = 1, need_dx = 0;",
-            "  int di = 0; T dt = 0; std::uint64_t du = 0; long dl = 0;",
-            "  (void)di; (void)dt; (void)du; (void)dl;",
+            *self.function(
+                "inline T train_chunk(T* params, T* act, const T* y, T* d_params, T* d_act, "
+                "T* state,\n                     const double* cfg, long step, int B, "
+                "std::uint64_t seed) {",
+                self.train_chunk_body(runs, zero_dact, loss_pullback, sweep),
+                prologue=[
+                    "  const int Bf = B, b0 = 0, training = 1, need_dx = 0;",
+                    "  int di = 0; T dt = 0; std::uint64_t du = 0; long dl = 0;",
+                    "  (void)di; (void)dt; (void)du; (void)dl;",
+                ],
+            ),
+        ]
+
+    @staticmethod
+    def train_chunk_body(runs, zero_dact, loss_pullback, sweep) -> list[str]:
+        ind = "  "
+        return [
             "  const T scale = T(1);",
-            zero_dact,
+            *zero_dact,
             *(f"{ind}::rootclad::zero(d_params + {off}, {n});" for off, n in runs),
             "  forward_chunk(params, act, Bf, b0, B, training, seed);",
             "  T L = loss_chunk(act, y, Bf, b0, B);",
@@ -762,7 +998,6 @@ class _Emitter:
                 for off, n in runs
             ),
             "  return L;",
-            "}",
         ]
 
     # -- layout metadata ----------------------------------------------------------------
@@ -846,7 +1081,12 @@ class _Emitter:
 def emit_model(
     graph: Graph, loss: str, engine: str = "pullback", pullbacks: bool = True
 ) -> EmittedModel:
-    """Emit the C++ source for ``graph`` trained with ``loss``; see the module docstring."""
+    """Emit the C++ source for ``graph`` trained with ``loss``; see the module docstring.
+
+    ``ROOTCLAD_CHECK_PLAN=1`` in the environment emits a checking build of the arena plan: no
+    memory shared, but every activation the plan would let other values reuse is filled with
+    NaN after the forward, and every planned adjoint before the backward, so a wrong ``saves``
+    in the op registry or a missing adjoint marker turns gradients into NaN."""
     if engine not in ("pullback", "clad"):
         raise ValueError(f"engine must be 'pullback' or 'clad', got {engine!r}")
     if engine == "pullback" and not pullbacks:
@@ -854,7 +1094,8 @@ def emit_model(
             "pullbacks=False needs engine='clad': without Clad, the pullbacks are "
             "the only derivatives rootclad has"
         )
-    em = _Emitter(graph, loss, engine, pullbacks)
+    check = os.environ.get("ROOTCLAD_CHECK_PLAN", "") not in ("", "0")
+    em = _Emitter(graph, loss, engine, pullbacks, check_plan=check)
     em.build()
     tag = f"{engine[0]}{'p' if pullbacks else 'n'}"
     prefix = f"rc_{graph.fingerprint()}_{loss[:3]}_{tag}"
@@ -868,7 +1109,9 @@ def emit_model(
         n_params=em.n_params,
         buffer_offsets=em.buffer_offsets,
         n_buffers=em.n_buffers,
-        act_per_sample=em.offset,
+        act_per_sample=em.act_per_sample,
+        d_act_per_sample=em.d_act_per_sample,
+        flat_per_sample=em.flat_per_sample,
         input_region=em.input_region,
         input_regions=em.input_regions,
         output_region=em.output_region,

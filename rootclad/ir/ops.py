@@ -107,6 +107,10 @@ class OpSpec:
     params: tuple[str, ...] = ()  # parameter roles, in the torch module's order
     buffers: tuple[str, ...] = ()  # buffer roles (torch buffers: not trained)
     scratch: Callable[[Node, Graph], dict[str, int]] | None = None  # per-sample sizes
+    # what the op's pullback reads of the forward: "in" (its inputs), "out", scratch keys;
+    # None: all of them. The arena planner reuses the rest once the forward is past it, so a
+    # missing entry gives wrong gradients (ROOTCLAD_CHECK_PLAN=1 turns them into NaN).
+    saves: tuple[str, ...] | None = None
     flops: Callable[[Node, Graph], int] | None = None  # multiply-adds x 2, one sample's forward
     modules: tuple[str, ...] = ()  # torch.nn class names that lower to this op
     from_module: Callable | None = None  # (module, where) -> attrs; raises IRError
@@ -180,6 +184,7 @@ register(
         _linear_infer,
         _linear_calls,
         params=("weight", "bias"),
+        saves=("in",),
         flops=lambda node, g: 2 * _n(node.in_shape) * node.out_shape[-1],
         modules=("Linear", "LazyLinear"),
         from_module=lambda mod, where: {},
@@ -266,6 +271,7 @@ register(
         _conv1d_calls,
         params=("weight", "bias"),
         scratch=_conv1d_scratch,
+        saves=("in", "cols"),
         flops=_conv_flops,
         modules=("Conv1d",),
         from_module=lambda mod, where: _conv_from_module(mod, where, 1),
@@ -325,6 +331,7 @@ for _name, _module in (("maxpool1d", "MaxPool1d"), ("avgpool1d", "AvgPool1d")):
             f"{_module} (no ceil_mode)",
             _pool_infer,
             _pool_calls,
+            saves=("in", "out") if _name.startswith("max") else (),
             modules=(_module,),
             from_module=lambda mod, where: _pool_from_module(mod, where, 1),
         )
@@ -370,6 +377,7 @@ for _name, _modules in (
             f"{' / '.join(_modules)} to size 1: pooling over all positions",
             _global_pool_infer,
             _global_pool_calls,
+            saves=("in", "out") if _name == "global_maxpool" else (),
             modules=_modules,
             from_module=_global_pool_from_module,
         )
@@ -421,6 +429,7 @@ register(
             * _n(g.param(node.params["weight"]).shape[2:])
             * _n(node.out_shape[1:])
         },  # fmt: skip
+        saves=("in", "cols"),
         flops=_conv_flops,
         modules=("Conv2d",),
         from_module=lambda mod, where: _conv_from_module(mod, where, 2),
@@ -458,6 +467,7 @@ for _name, _module in (("maxpool2d", "MaxPool2d"), ("avgpool2d", "AvgPool2d")):
             f"{_module} (no ceil_mode)",
             _pool2d_infer,
             _pool2d_calls,
+            saves=("in", "out") if _name.startswith("max") else (),
             modules=(_module,),
             from_module=lambda mod, where: _pool_from_module(mod, where, 2),
         )
@@ -465,8 +475,18 @@ for _name, _module in (("maxpool2d", "MaxPool2d"), ("avgpool2d", "AvgPool2d")):
 
 
 # -- elementwise ----------------------------------------------------------------------------
-def _unary(name, summary, modules=(), functions=(), attrs=(), from_module=None, from_call=None):
-    """An elementwise op: <name>_forward(out, inp, N, attrs...) over the whole tensor."""
+def _unary(
+    name,
+    summary,
+    modules=(),
+    functions=(),
+    attrs=(),
+    from_module=None,
+    from_call=None,
+    saves=("in",),
+):
+    """An elementwise op: <name>_forward(out, inp, N, attrs...) over the whole tensor; its
+    pullback reads ``saves`` (the input, or the output)."""
 
     def calls(node, graph, site):
         extra = tuple(REAL(float(node.attrs[a])) for a in attrs)
@@ -478,6 +498,7 @@ def _unary(name, summary, modules=(), functions=(), attrs=(), from_module=None, 
             summary,
             same_shape,
             calls,
+            saves=saves,
             modules=modules,
             from_module=from_module or (lambda mod, where: {}),
             functions=functions,
@@ -487,9 +508,15 @@ def _unary(name, summary, modules=(), functions=(), attrs=(), from_module=None, 
 
 
 _F = "torch.nn.functional."
-_unary("relu", "ReLU", ("ReLU",), ("torch.relu", _F + "relu", "Tensor.relu"))
-_unary("tanh", "Tanh", ("Tanh",), ("torch.tanh", _F + "tanh", "Tensor.tanh"))
-_unary("sigmoid", "Sigmoid", ("Sigmoid",), ("torch.sigmoid", _F + "sigmoid", "Tensor.sigmoid"))
+_unary("relu", "ReLU", ("ReLU",), ("torch.relu", _F + "relu", "Tensor.relu"), saves=("out",))
+_unary("tanh", "Tanh", ("Tanh",), ("torch.tanh", _F + "tanh", "Tensor.tanh"), saves=("out",))
+_unary(
+    "sigmoid",
+    "Sigmoid",
+    ("Sigmoid",),
+    ("torch.sigmoid", _F + "sigmoid", "Tensor.sigmoid"),
+    saves=("out",),
+)
 _unary("silu", "SiLU (x * sigmoid(x))", ("SiLU",), (_F + "silu",))
 _unary(
     "leaky_relu",
@@ -547,6 +574,7 @@ register(
                 ),
             )  # fmt: skip
         ],
+        saves=("in",),
         modules=("GELU",),
         from_module=lambda mod, where: _gelu_attrs(mod.approximate, where),
         functions=(_F + "gelu",),
@@ -568,6 +596,7 @@ register(
         "Dropout (a counter-based mask, the same on any thread)",
         same_shape,
         _dropout_calls,
+        saves=(),  # the mask is recomputed from the seed
         modules=("Dropout",),
         from_module=lambda mod, where: {"p": float(mod.p)},
     )
@@ -586,6 +615,7 @@ register(
         "x * scale + shift with constant numbers (x + 1, 2 * x, x / 4, 1 - x, -x)",
         same_shape,
         _affine_calls,
+        saves=(),
     )
 )
 
@@ -666,6 +696,7 @@ for _name, _sym in (("add", "+"), ("sub", "-"), ("mul", "*"), ("div", "/")):
             _binary_infer,
             _binary_calls,
             arity=2,
+            saves=("in",) if _name in ("mul", "div") else (),
         )
     )
 
@@ -756,6 +787,7 @@ register(
         "permute / transpose of per-sample axes (a copy)",
         _permute_infer,
         _permute_calls,
+        saves=(),
     )
 )
 
@@ -797,6 +829,7 @@ register(
         _cat_infer,
         _cat_calls,
         arity=None,
+        saves=(),
     )
 )
 
@@ -828,6 +861,7 @@ for _name, _module in (("softmax", "Softmax"), ("log_softmax", "LogSoftmax")):
             f"{_module} along a per-sample axis",
             _softmax_infer,
             _softmax_calls,
+            saves=("out",),
             modules=(_module,),
             from_module=_softmax_module,
             functions=(f"torch.{_name}", _F + _name, f"Tensor.{_name}"),
@@ -874,6 +908,7 @@ register(
         _layer_norm_calls,
         params=("weight", "bias"),
         scratch=lambda node, g: {"stats": 2 * _layer_norm_rows(node)},  # mean, 1/std per row
+        saves=("in", "stats"),
         modules=("LayerNorm",),
         from_module=_layer_norm_module,
     )
@@ -921,6 +956,7 @@ register(
         buffers=("running_mean", "running_var", "num_batches_tracked"),
         # per channel: mean, 1/std; and one value for the batch's count (graph_ops.h)
         scratch=lambda node, g: {"stats": 2 * node.in_shape[0] + 1},
+        saves=("in", "stats"),
         modules=("BatchNorm1d", "BatchNorm2d"),
         from_module=_batch_norm_module,
     )

@@ -44,7 +44,7 @@ class CompiledFunction(torch.autograd.Function):
         need_params = ctx.needs_input_grad[2 + n :]
         if not (any(need_x) or any(need_params)):
             return (None, None) + (None,) * (n + len(cm._views))
-        d_act = torch.empty_like(act)
+        d_act = torch.empty(cm._lib.d_act_size(B), dtype=cm.dtype)
         d_params = torch.empty_like(cm._grads)  # the parameters' and the buffers' slots
         d_out = d_out.to(cm.dtype).contiguous()
         cm._lib.vjp(
@@ -60,7 +60,7 @@ class CompiledFunction(torch.autograd.Function):
         )
         d_xs = []
         for r, shape, needed in zip(cm._em.input_regions, ctx.x_shapes, need_x, strict=True):
-            d = d_act[B * r.offset : B * (r.offset + r.size)].view(shape).clone()
+            d = d_act[B * r.d_offset : B * (r.d_offset + r.size)].view(shape).clone()
             d_xs.append(d if needed else None)
         grads = []
         offsets = cm._em.param_offsets.values()

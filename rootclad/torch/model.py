@@ -47,6 +47,7 @@ class _Library:
 
         self.n_params = bind("n_params", _L)
         self.act_size = bind("act_size", _L, _I)
+        self.d_act_size = bind("d_act_size", _L, _I)
         self.engine = bind("engine", ctypes.c_char_p)
         self.forward = bind("forward", None, _VP, _VP, _I, _I, _U64)
         self.loss_value = bind("loss_value", real, _VP, _VP, _I)
@@ -278,11 +279,11 @@ class CompiledModel:
     def _workspace(self, B: int) -> tuple[torch.Tensor, torch.Tensor]:
         """This thread's act and d_act for batch B, reusing the largest buffer it has had."""
         local = self._local
+        n, nd = self._lib.act_size(B), self._lib.d_act_size(B)
         if B > getattr(local, "batch", 0):
-            local.work = torch.empty(2 * self._lib.act_size(B), dtype=self.dtype)
+            local.work = torch.empty(n + nd, dtype=self.dtype)
             local.batch = B
-        n = self._lib.act_size(B)
-        return local.work[:n], local.work[n : 2 * n]
+        return local.work[:n], local.work[n : n + nd]
 
     def _load_input(self, act: torch.Tensor, x, B: int) -> None:
         """Copy the model input(s) into their regions at the start of ``act``."""

@@ -63,7 +63,7 @@ void operator delete[](void* p, size_t) noexcept {
 template <typename T> int run(const rootclad::ModelApi& api, int B) {
   const auto& e = api.entry_points<T>();
   std::vector<T> params(api.n_params), grads(api.n_params), state(2 * api.n_params);
-  std::vector<T> act(api.act_size(B)), d_act(api.act_size(B));
+  std::vector<T> act(api.act_size(B)), d_act(api.d_act_size(B));
   std::vector<T> y(B * api.output_size);
   std::mt19937 rng(1);
   std::normal_distribution<double> normal;

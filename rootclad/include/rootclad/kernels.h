@@ -65,6 +65,15 @@ template <typename T> inline void copy(T* dst, const T* src, long n) {
     std::memcpy(dst, src, sizeof(T) * n);
 }
 
+template <typename T> inline void fill(T* p, long n, T value) {
+  for (long i = 0; i < n; ++i)
+    p[i] = value;
+}
+
+// Where a value's last reader has run (emit.py's arena planner): nothing here; its pullback
+// (pullbacks.h) zeroes the value's adjoint before the readers' pullbacks add into it.
+template <typename T> inline void adjoint_start_forward(T*, long) {}
+
 // ---------------------------------------------------------------------------------------
 // Linear: out(R,OC) = inp(R,C) @ weight(OC,C)^T + bias(OC); R = product of leading dims.
 template <typename T>
@@ -539,9 +548,10 @@ template <typename T> void relu_forward(T* out, const T* inp, int N) {
   for (int i = 0; i < N; ++i)
     out[i] = inp[i] <= T(0) ? T(0) : inp[i];
 }
-template <typename T> void relu_backward(T* d_inp, const T* d_out, const T* inp, int N) {
+// x: the forward's input or its output (both are <= 0 at the same places, NaN included)
+template <typename T> void relu_backward(T* d_inp, const T* d_out, const T* x, int N) {
   for (int i = 0; i < N; ++i)
-    d_inp[i] += inp[i] <= T(0) ? T(0) : d_out[i];
+    d_inp[i] += x[i] <= T(0) ? T(0) : d_out[i];
 }
 
 template <typename T> void leaky_relu_forward(T* out, const T* inp, int N, T slope) {

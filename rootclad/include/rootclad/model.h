@@ -384,13 +384,13 @@ private:
     if (B < 1)
       throw std::invalid_argument("rootclad: batch size must be at least 1");
     auto& w = work<T>();
-    const long n = api_.act_size(B);
-    if (B > work_batch_ || (long)w.size() < 2 * n) {
+    const long n = api_.act_size(B) + api_.d_act_size(B);
+    if (B > work_batch_ || (long)w.size() < n) {
       try {
-        w.assign(2 * n, T(0));
+        w.assign(n, T(0));
       } catch (const std::bad_alloc&) {
         throw std::length_error("rootclad: a batch of " + std::to_string(B) + " needs " +
-                                std::to_string(2 * n * (long)sizeof(T) >> 20) +
+                                std::to_string(n * (long)sizeof(T) >> 20) +
                                 " MiB of activations for " + stem_ + "; not available");
       }
       work_batch_ = B;

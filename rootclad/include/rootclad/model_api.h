@@ -70,9 +70,10 @@ struct ModelApi {
   long input_offset = 0, input_size = 0, output_offset = 0, output_size = 0;
   std::vector<long> input_shape, output_shape;
   std::vector<ParamInfo> params;
-  long (*act_size)(int B) = nullptr; // activation buffer length for batch B
-  ModelEntryPoints<float> f32;       // filled when dtype == "float32"
-  ModelEntryPoints<double> f64;      // filled when dtype == "float64"
+  long (*act_size)(int B) = nullptr;   // activation buffer length for batch B
+  long (*d_act_size)(int B) = nullptr; // their adjoints' buffer (its own memory plan)
+  ModelEntryPoints<float> f32;         // filled when dtype == "float32"
+  ModelEntryPoints<double> f64;        // filled when dtype == "float64"
 
   bool is_double() const { return dtype == "float64"; }
   // cross_entropy and nll take one class index per sample; the other losses one target per
@@ -165,6 +166,7 @@ inline ModelApi make_model_api(const std::string& source, const std::string& pre
   }
   api.n_params = detail::to_fn<Long>(need("n_params"))();
   api.act_size = detail::to_fn<long (*)(int)>(need("act_size"));
+  api.d_act_size = detail::to_fn<long (*)(int)>(need("d_act_size"));
   api.dtype = detail::to_fn<Str>(need("dtype"))();
   api.engine = detail::to_fn<Str>(need("engine"))();
   api.loss = detail::to_fn<Str>(need("loss"))();
@@ -230,6 +232,7 @@ inline ModelApi load_model(const std::string& library_path, const std::string& p
   extern "C" {                                                                                     \
   long P##_n_params();                                                                             \
   long P##_act_size(int);                                                                          \
+  long P##_d_act_size(int);                                                                        \
   const char* P##_engine();                                                                        \
   const char* P##_dtype();                                                                         \
   const char* P##_loss();                                                                          \
@@ -256,6 +259,7 @@ inline ModelApi load_model(const std::string& library_path, const std::string& p
     const std::pair<const char*, void*> table[] = {                                                \
         {#P "_n_params", to_ptr(&P##_n_params)},                                                   \
         {#P "_act_size", to_ptr(&P##_act_size)},                                                   \
+        {#P "_d_act_size", to_ptr(&P##_d_act_size)},                                               \
         {#P "_engine", to_ptr(&P##_engine)},                                                       \
         {#P "_dtype", to_ptr(&P##_dtype)},                                                         \
         {#P "_loss", to_ptr(&P##_loss)},                                                           \

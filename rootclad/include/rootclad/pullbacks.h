@@ -119,7 +119,8 @@ void avgpool1d_forward_pullback(T* out, const T* inp, int R, int L, int K, int S
 
 template <typename T>
 void relu_forward_pullback(T* out, const T* inp, int N, T* d_out, T* d_inp, int* d_N) {
-  ::rootclad::relu_backward(d_inp, d_out, inp, N);
+  // from the output (<= 0 where the input is): the arena planner may reuse the input's memory
+  ::rootclad::relu_backward(d_inp, d_out, out, N);
 }
 
 template <typename T>
@@ -178,6 +179,13 @@ void avgpool2d_forward_pullback(T* out, const T* inp, int R, int H, int W, int K
 }
 
 // -- rootclad/graph_ops.h -------------------------------------------------------------------
+// The arena planner's marker (emit.py): the forward does nothing; in the reverse sweep it zeroes
+// a value's adjoint just before the last of its readers' pullbacks adds into it, so that
+// values whose adjoints live at different times can share memory.
+template <typename T> void adjoint_start_forward_pullback(T* x, long n, T* d_x, long* d_n) {
+  ::rootclad::zero(d_x, n);
+}
+
 template <typename T>
 void affine_forward_pullback(T* out, const T* inp, int N, T scale, T shift, T* d_out, T* d_inp,
                              int* d_N, T* d_scale, T* d_shift) {

@@ -124,7 +124,7 @@ torch::autograd::variable_list backward_impl(torch::autograd::AutogradContext* c
   TORCH_CHECK_VALUE(d_out.numel() == static_cast<int64_t>(B) * api.output_size, "rootclad model ",
                     api.prefix, ": output gradient of ", d_out.numel(), " elements, expected ",
                     static_cast<int64_t>(B) * api.output_size);
-  auto d_act = torch::empty_like(act);
+  auto d_act = torch::empty({api.d_act_size(B)}, act.options());
   auto d_params = torch::empty_like(params);
   api.entry_points<T>().vjp(ptr<T>(params), ptr<T>(act), ptr<T>(d_params), ptr<T>(d_act),
                             ptr<T>(d_out), B, training, seed, need_dx);
@@ -389,12 +389,12 @@ private:
 
   // act and d_act for batch B, reusing the largest buffer allocated so far.
   std::pair<torch::Tensor, torch::Tensor> workspace(int B) {
-    const long n = api_->act_size(B);
+    const long n = api_->act_size(B), nd = api_->d_act_size(B);
     if (B > work_batch_) {
-      work_ = torch::empty({2 * n}, grads_.options());
+      work_ = torch::empty({n + nd}, grads_.options());
       work_batch_ = B;
     }
-    return {work_.narrow(0, 0, n), work_.narrow(0, n, n)};
+    return {work_.narrow(0, 0, n), work_.narrow(0, n, nd)};
   }
 
   torch::Tensor check_targets(const torch::Tensor& y, int B) const {
