@@ -12,7 +12,7 @@ import importlib
 from pathlib import Path
 
 __version__ = "0.1.0"
-__all__ = ["compile", "engines_available", "get_include", "optim", "__version__"]
+__all__ = ["compile", "engines_available", "get_include", "onnx", "optim", "__version__"]
 
 _LAZY = {"compile": "rootclad.compiler", "engines_available": "rootclad.compiler"}
 
@@ -25,8 +25,8 @@ def get_include() -> str:
 def __getattr__(name: str):
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
-    elif name == "optim":
-        value = importlib.import_module("rootclad.optim")
+    elif name in ("optim", "onnx"):
+        value = importlib.import_module(f"rootclad.{name}")
     else:
         raise AttributeError(f"module 'rootclad' has no attribute {name!r}")
     globals()[name] = value
@@ -34,4 +34,4 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted([*globals(), *_LAZY, "optim"])
+    return sorted([*globals(), *_LAZY, "optim", "onnx"])

@@ -1,0 +1,260 @@
+"""ONNX import (rootclad.onnx.load) against references no one here wrote: onnxruntime for the
+forward pass of the file itself, torch autograd of the model the file was exported from for the
+gradients, and hand-built graphs (onnx.helper) for the attribute combinations of single ops.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import os
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import rootclad
+from rootclad.gw.models import gw_cnn, gw_mlp, gw_resnet
+from rootclad.ir.graph import IRError
+from rootclad.nets import digits_cnn
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _private_cache(tmp_path_factory):
+    old = os.environ.get("ROOTCLAD_CACHE_DIR")
+    os.environ["ROOTCLAD_CACHE_DIR"] = str(tmp_path_factory.mktemp("rootclad-cache"))
+    yield
+    if old is None:
+        os.environ.pop("ROOTCLAD_CACHE_DIR", None)
+    else:
+        os.environ["ROOTCLAD_CACHE_DIR"] = old
+
+
+def export(net: nn.Module, x: torch.Tensor) -> onnx.ModelProto:
+    """torch's (TorchScript-based) exporter, with a dynamic batch axis."""
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, x, f, dynamo=False, input_names=["x"], output_names=["y"],
+                          dynamic_axes={"x": {0: "B"}, "y": {0: "B"}}, opset_version=17)  # fmt: skip
+    return onnx.load_from_string(f.getvalue())
+
+
+def run_ort(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, {sess.get_inputs()[0].name: x})[0]
+
+
+class _Tabular(nn.Module):
+    """LayerNorm, residual addition, concatenation, GELU, softmax: ops a flat chain lacks."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(6)
+        self.fc1 = nn.Linear(6, 6)
+        self.fc2 = nn.Linear(12, 4)
+
+    def forward(self, x):
+        h = self.norm(x)
+        h = nn.functional.gelu(self.fc1(h)) + h
+        return torch.log_softmax(self.fc2(torch.cat([h, x * 0.5], dim=1)), dim=1)
+
+
+MODELS = {
+    "gw-mlp": (lambda: gw_mlp(2048), (2048,)),
+    "gw-cnn": (lambda: gw_cnn(2048), (1, 2048)),
+    "gw-resnet-bn": (lambda: gw_resnet(2048, batch_norm=True), (1, 2048)),
+    "digits-cnn": (lambda: digits_cnn(), (1, 28, 28)),
+    "tabular": (lambda: _Tabular(), (6,)),
+}
+
+
+def _perturb_bn(net):
+    g = torch.Generator().manual_seed(3)
+    for m in net.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            m.running_mean.copy_(torch.randn(m.running_mean.shape, generator=g) * 0.1)
+            m.running_var.copy_(torch.rand(m.running_var.shape, generator=g) + 0.5)
+    return net
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_exported_model_matches_onnxruntime_and_torch_gradients(name):
+    build, shape = MODELS[name]
+    torch.manual_seed(0)
+    net = _perturb_bn(build()).eval()
+    x = torch.randn(5, *shape)
+    model = export(net, x)
+    cm = rootclad.onnx.load(model, engine="pullback")
+    out = cm(x).detach().numpy()
+    ref = run_ort(model, x.numpy())
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+    # input gradient of sum(output): the torch model the file came from, in float64
+    ref64 = build().double()
+    ref64.load_state_dict(net.state_dict())
+    ref64.eval()
+    x64 = x.double().requires_grad_(True)
+    (dx_ref,) = torch.autograd.grad(ref64(x64).sum(), x64)
+    xr = x.clone().requires_grad_(True)
+    (dx,) = torch.autograd.grad(cm(xr).sum(), xr)
+    scale = dx_ref.abs().max().item()
+    assert (dx.double() - dx_ref).abs().max().item() <= 1e-4 * scale, name
+
+
+def test_named_parameters_keep_the_torch_names_where_the_file_has_them():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 1)).eval()
+    cm = rootclad.onnx.load(export(net, torch.randn(2, 4)), engine="pullback")
+    assert [n for n, _ in cm.named_parameters()] == [n for n, _ in net.named_parameters()]
+
+
+def test_fine_tuning_an_imported_model_tracks_torch():
+    """loss_and_grad and train_step of the imported MLP against torch.optim on the original."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(8, 6), nn.Tanh(), nn.Linear(6, 1)).double().eval()
+    x = torch.randn(16, 8, dtype=torch.float64)
+    y = torch.randint(0, 2, (16, 1)).double()
+    model = export(net.float(), x.float())
+    net.double()
+    cm = rootclad.onnx.load(model, engine="pullback", dtype=torch.float64)
+    cm.load_state_dict(net.state_dict())
+    opt = rootclad.optim.Adam(cm, lr=1e-2)
+    topt = torch.optim.Adam(net.parameters(), lr=1e-2)
+    for _ in range(20):
+        loss = cm.train_step(x, y, opt)
+        topt.zero_grad()
+        ref = nn.functional.binary_cross_entropy_with_logits(net(x), y)
+        ref.backward()
+        topt.step()
+        assert abs(float(loss) - ref.item()) <= 1e-10 * abs(ref.item())
+    for n, p in net.named_parameters():
+        assert torch.allclose(dict(cm.named_parameters())[n], p, rtol=1e-9, atol=1e-12), n
+
+
+# -- single ops built by hand ---------------------------------------------------------------
+def _model(nodes, inputs, output, initializers=(), opset=17):
+    graph = helper.make_graph(nodes, "g", inputs, [output], initializer=list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def _vi(name, *dims):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, ["B", *dims])
+
+
+@pytest.mark.parametrize("trans_b, alpha, beta, c_shape", [
+    pytest.param(tb, al, be, cs, id=f"transB{tb}-alpha{al}-beta{be}-C{cs}")
+    for tb, al, be, cs in itertools.product((0, 1), (1.0, 0.5), (1.0, 2.0), ((4,), (1, 4), None))
+])  # fmt: skip
+def test_gemm_attributes_against_onnxruntime(trans_b, alpha, beta, c_shape):
+    g = np.random.default_rng(0)
+    w = g.standard_normal((4, 3) if trans_b else (3, 4)).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "W")]
+    names = ["x", "W"]
+    if c_shape is not None:
+        inits.append(numpy_helper.from_array(g.standard_normal(c_shape).astype(np.float32), "C"))
+        names.append("C")
+    node = helper.make_node("Gemm", names, ["y"], alpha=alpha, beta=beta, transB=trans_b)
+    model = _model([node], [_vi("x", 3)], _vi("y", 4), inits)
+    x = g.standard_normal((5, 3)).astype(np.float32)
+    cm = rootclad.onnx.load(model, engine="pullback", loss="mse")
+    np.testing.assert_allclose(cm(torch.from_numpy(x)).detach().numpy(), run_ort(model, x),
+                               rtol=1e-5, atol=1e-5)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "case", ["conv1d", "conv2d-groups", "maxpool2d", "avgpool1d-nocip", "shape-flatten"]
+)
+def test_hand_built_ops_against_onnxruntime(case):
+    g = np.random.default_rng(1)
+    if case == "conv1d":
+        w = numpy_helper.from_array(g.standard_normal((4, 2, 3)).astype(np.float32), "W")
+        node = helper.make_node("Conv", ["x", "W"], ["y"], pads=[1, 1], strides=[2], dilations=[2])
+        model, shape = _model([node], [_vi("x", 2, 11)], _vi("y", 4, 5), [w]), (2, 11)
+    elif case == "conv2d-groups":
+        w = numpy_helper.from_array(g.standard_normal((4, 1, 3, 3)).astype(np.float32), "W")
+        b = numpy_helper.from_array(g.standard_normal(4).astype(np.float32), "b")
+        node = helper.make_node("Conv", ["x", "W", "b"], ["y"], group=2, pads=[1, 1, 1, 1])
+        model, shape = _model([node], [_vi("x", 2, 6, 5)], _vi("y", 4, 6, 5), [w, b]), (2, 6, 5)
+    elif case == "maxpool2d":
+        node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 3], strides=[2, 1])
+        model, shape = _model([node], [_vi("x", 2, 6, 7)], _vi("y", 2, 3, 5)), (2, 6, 7)
+    elif case == "avgpool1d-nocip":
+        node = helper.make_node(
+            "AveragePool", ["x"], ["y"], kernel_shape=[3], pads=[1, 1], strides=[2]
+        )
+        model, shape = _model([node], [_vi("x", 2, 9)], _vi("y", 2, 5)), (2, 9)
+    else:  # x.view(x.size(0), -1) as torch's exporter writes it, then a Relu
+        nodes = [
+            helper.make_node("Shape", ["x"], ["s"]),
+            helper.make_node(
+                "Constant", [], ["i0"], value=numpy_helper.from_array(np.array(0, np.int64))
+            ),
+            helper.make_node("Gather", ["s", "i0"], ["b"], axis=0),
+            helper.make_node("Unsqueeze", ["b", "ax"], ["b1"]),
+            helper.make_node("Concat", ["b1", "m1"], ["shape"], axis=0),
+            helper.make_node("Reshape", ["x", "shape"], ["f"]),
+            helper.make_node("Relu", ["f"], ["y"]),
+        ]
+        inits = [numpy_helper.from_array(np.array([0], np.int64), "ax"),
+                 numpy_helper.from_array(np.array([-1], np.int64), "m1")]  # fmt: skip
+        model, shape = _model(nodes, [_vi("x", 3, 4)], _vi("y", 12), inits), (3, 4)
+    x = g.standard_normal((4, *shape)).astype(np.float32)
+    cm = rootclad.onnx.load(model, engine="pullback", loss="mse")
+    np.testing.assert_allclose(cm(torch.from_numpy(x)).detach().numpy(), run_ort(model, x),
+                               rtol=1e-5, atol=1e-5)  # fmt: skip
+
+
+def test_onnxruntime_comparison_fails_on_a_wrong_answer():
+    """The reference check above is not vacuous: a different weight gives a different output."""
+    w = np.ones((3, 4), np.float32)
+    node = helper.make_node("Gemm", ["x", "W"], ["y"])
+    model = _model([node], [_vi("x", 3)], _vi("y", 4), [numpy_helper.from_array(w, "W")])
+    cm = rootclad.onnx.load(model, engine="pullback", loss="mse")
+    with torch.no_grad():
+        next(iter(cm.parameters())).add_(0.1)
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(AssertionError):
+        np.testing.assert_allclose(cm(torch.from_numpy(x)).detach().numpy(), run_ort(model, x),
+                                   rtol=1e-5, atol=1e-5)  # fmt: skip
+
+
+# -- refused, naming the node ---------------------------------------------------------------
+def test_unsupported_op_is_refused_naming_node_op_and_opset():
+    node = helper.make_node("Hardmax", ["x"], ["y"], name="head/hardmax")
+    model = _model([node], [_vi("x", 4)], _vi("y", 4))
+    with pytest.raises(IRError, match=r"'head/hardmax' \(Hardmax, opset 17\).*Gemm"):
+        rootclad.onnx.load(model, engine="pullback")
+
+
+def test_gemm_transposing_the_batch_axis_is_refused():
+    w = numpy_helper.from_array(np.ones((3, 4), np.float32), "W")
+    node = helper.make_node("Gemm", ["x", "W"], ["y"], transA=1, name="g")
+    model = _model([node], [_vi("x", 3)], _vi("y", 4), [w])
+    with pytest.raises(IRError, match="transA=1"):
+        rootclad.onnx.load(model, engine="pullback")
+
+
+def test_old_opset_and_missing_file_are_refused(tmp_path):
+    node = helper.make_node("Relu", ["x"], ["y"])
+    with pytest.raises(IRError, match="opset 11"):
+        rootclad.onnx.load(_model([node], [_vi("x", 4)], _vi("y", 4), opset=11))
+    with pytest.raises(FileNotFoundError, match="nothing.onnx"):
+        rootclad.onnx.load(tmp_path / "nothing.onnx")
+
+
+def test_load_reads_a_file(tmp_path):
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 3), nn.Sigmoid()).eval()
+    x = torch.randn(3, 4)
+    path = tmp_path / "net.onnx"
+    onnx.save(export(net, x), str(path))
+    cm = rootclad.onnx.load(path, engine="pullback")
+    assert torch.allclose(cm(x), net(x), rtol=1e-5, atol=1e-6)
