@@ -81,7 +81,8 @@ class _Builder:
         for node in self.nodes:
             for name in node.input:
                 self.readers[name] = self.readers.get(name, 0) + 1
-        self.folded: set[str] = set()  # Add nodes folded into the MatMul before them
+        self.folded: set[int] = set()  # nodes folded into others (or constants), by id
+        self.identity_of: dict[str, str] = {}  # Identity / Dropout outputs -> their source
         self.dtype = None
 
     # -- errors and helpers ----------------------------------------------------------------
@@ -140,11 +141,14 @@ class _Builder:
 
     def module_step(self, node, module, weight=None, x=None) -> None:
         x = x or self.tensor(node)
+        try:
+            with torch.no_grad():
+                probe = module.to(torch.float64).eval()(
+                    torch.zeros(2, *self.shapes[x], dtype=torch.float64)
+                )
+        except RuntimeError as exc:
+            raise self.fail(node, f"its attributes do not fit its input: {exc}") from None
         path = self.place(node, module, weight)
-        with torch.no_grad():
-            probe = module.to(torch.float64).eval()(
-                torch.zeros(2, *self.shapes[x], dtype=torch.float64)
-            )
         self.emit(
             node.output,
             lambda env, root, p=path, x=x: root.get_submodule(p)(env[x]),
@@ -187,6 +191,9 @@ class _Builder:
             raise IRError(f"{self.where}: the graph must have one tensor output, it has "
                           f"{self.outputs}")  # fmt: skip
         names = [i.name for i in self.inputs]
+        if self.identity_of.get(self.outputs[0], self.outputs[0]) in names:
+            raise IRError(f"{self.where}: the graph computes nothing: its output "
+                          f"{self.outputs[0]!r} is its input")  # fmt: skip
         module = _module_class(len(names))(self.root, self.steps, names, self.outputs[0])
         return module.to(self.dtype).eval(), [self.shapes[i.name] for i in self.inputs], self.dtype
 
@@ -320,6 +327,7 @@ class _Builder:
         if node.input[0] in self.consts:
             return self.fold(node, self.consts[node.input[0]].value)
         x = self.tensor(node)
+        self.identity_of[node.output[0]] = self.identity_of.get(x, x)
         self.emit(node.output, lambda env, root, x=x: env[x], self.shapes[x])
 
     def op_Dropout(self, node, a):
@@ -549,6 +557,8 @@ class _Builder:
         dims, k, s, p = self.spatial(node, a, x, kind)
         if a.get("ceil_mode", 0):
             raise self.fail(node, "ceil_mode=1 is not supported")
+        if any(pi > ki // 2 for pi, ki in zip(p, k, strict=True)):
+            raise self.fail(node, f"pads {p} larger than half the kernel {k} are not supported")
         if len(node.output) > 1 and node.output[1]:
             raise self.fail(node, "the Indices output is not supported")
         if kind == "MaxPool":
