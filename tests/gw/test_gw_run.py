@@ -190,6 +190,11 @@ def test_small_run_writes_summary_report_and_root_file(small_files, tmp_path):
             assert {"score_noise", "score_signal", "roc_network", "roc_matched_filter",
                     "efficiency_network_1e-2", "efficiency_matched_filter_1e-3"} <= names  # fmt: skip
             assert f["score_noise"].values().sum() == s["test_events"]["noise"]
+    # the network through ONNX (torch's exporter, rootclad.onnx.load) gives the same numbers
+    assert (out / "model" / "gwnet.onnx").exists()
+    assert s["onnx"]["events"] == cfg.test_events
+    assert s["onnx"]["max_abs_diff_scores"] < 1e-4 and s["onnx"]["max_rel_diff_saliency"] < 1e-4
+    assert "ONNX: the trained network" in (out / "report.md").read_text()
     assert not list(out.rglob("*.partial*"))
     # the same seed gives the same numbers
     again = run(cfg, tmp_path / "again", progress=False, log=lambda *_: None)
@@ -225,8 +230,8 @@ def test_the_best_epochs_weights_are_kept_not_the_last(small_files, tmp_path, mo
 
 
 def test_the_mlp_trains_and_scores_too(small_files, tmp_path):
-    from rootclad.gw.run.pipeline import network_scores
-    from rootclad.gw.run.train import train
+    from rootclad.gw.run.pipeline import network_scores, onnx_round_trip, strain_of
+    from rootclad.gw.run.train import saliency, train
 
     cfg, files = small_files
     cfg = resolve(**{**SMALL, "epochs": 1, "model": "mlp", "engine": "pullback"})
@@ -235,3 +240,8 @@ def test_the_mlp_trains_and_scores_too(small_files, tmp_path):
     scores = network_scores(result.cm, cfg, files["test"])
     assert scores.shape == (cfg.test_events,) and np.isfinite(scores).all()
     assert np.isfinite(result.history[0]["val_loss"])
+    # its ONNX round trip, as the run does it
+    strain = strain_of(files["test"], [0, 1])
+    examples = {"strain": strain[:, 0], "saliency": saliency(result.cm, cfg, strain)}
+    via = onnx_round_trip(result.cm, cfg, tmp_path / "gwnet", files["test"], scores, examples)
+    assert via["max_abs_diff_scores"] < 1e-4 and via["max_rel_diff_saliency"] < 1e-4, via

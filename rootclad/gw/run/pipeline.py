@@ -4,7 +4,7 @@ ROOT, report. Each stage is timed; everything lands in one output directory:
     config.toml        the resolved configuration (rerun with --config)
     data/              train.root, val.root, test.root (reused when their configuration matches)
     checkpoint.pt      weights, optimizer state and epoch, written atomically after each epoch
-    model/gwnet.*      the exported model (cm.export: .so, .root, .h)
+    model/gwnet.*      the exported model (cm.export: .so, .root, .h; .onnx: torch's exporter)
     cache/bank-*.npz   the matched filter's template bank
     scores.root        ROOT: score histograms per class, ROC and efficiency TGraphs
     plots/*.png        loss, ROC, efficiency vs SNR, score distributions, saliency
@@ -226,6 +226,50 @@ def root_scoring(cfg, stem: Path, test_file: Path, network: np.ndarray, ev: dict
     return {"file": str(path), "max_abs_diff_to_python": diff, "events": int(len(cols["score"]))}
 
 
+def onnx_round_trip(cm, cfg, stem: Path, test_file: Path, network: np.ndarray,
+                    examples: dict) -> dict:  # fmt: skip
+    """The trained network written to ONNX by torch's exporter, read back by
+    rootclad.onnx.load, and its scores on the whole test file and saliency on the example
+    events compared with the trained model's."""
+    try:
+        import onnx  # noqa: F401
+    except ImportError:
+        return {"skipped": "the onnx package is not installed"}
+    import warnings
+
+    import torch
+
+    import rootclad
+    from rootclad.gw.models import make
+    from rootclad.gw.run.train import saliency
+
+    n = round(cfg.duration * cfg.sample_rate)
+    net = make(cfg.model, n)
+    net.load_state_dict(cm.state_dict())
+    net.eval()
+    path = stem.with_suffix(".onnx")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    shape = (2, 1, n) if cfg.model == "cnn" else (2, n)
+    with warnings.catch_warnings():  # the TorchScript-based exporter warns that it is legacy
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, torch.zeros(shape), str(tmp), dynamo=False, input_names=["strain"],
+                          output_names=["logit"], opset_version=17,
+                          dynamic_axes={"strain": {0: "batch"}, "logit": {0: "batch"}})  # fmt: skip
+    os.replace(tmp, path)
+    imported = rootclad.onnx.load(path, loss="bce_with_logits", engine=cm.engine)
+    again = network_scores(imported, cfg, test_file)
+    sal = saliency(imported, cfg, examples["strain"][:, None, :])
+    ref = np.asarray(examples["saliency"])
+    scale = max(float(np.max(np.abs(ref))), 1e-30) if ref.size else 1.0
+    return {
+        "file": str(path),
+        "engine": imported.engine,
+        "events": int(len(again)),
+        "max_abs_diff_scores": float(np.max(np.abs(again - network))),
+        "max_rel_diff_saliency": float(np.max(np.abs(sal - ref))) / scale if ref.size else 0.0,
+    }
+
+
 def versions() -> dict:
     import importlib.metadata as md
 
@@ -263,7 +307,10 @@ def run(cfg: RunConfig, out: Path, *, resume: bool = False, progress: bool | Non
     stem = out / "model" / "gwnet"
     stages.run("export", tr.cm.export, stem)
     in_root = stages.run("score in ROOT", root_scoring, cfg, stem, files["test"], network, ev, out)
+    via_onnx = stages.run("ONNX round trip", onnx_round_trip, tr.cm, cfg, stem, files["test"],
+                          network, examples)  # fmt: skip
     summary = report.summary(cfg, tr, ev, len(bank), in_root, stages.times, versions())
+    summary["onnx"] = via_onnx
     stages.run("report", report.write, out, cfg, tr, ev, test, network, mf, examples, summary)
     log(f"report: {out / 'report.html'}")
     return summary

@@ -189,6 +189,15 @@ def markdown(s: dict, figures) -> str:
     ]  # fmt: skip
     for path, caption in figures:
         lines += [f"![{caption}]({path})", "", caption, ""]
+    via = s.get("onnx", {})
+    if "file" in via:
+        lines += [f"ONNX: the trained network exported to `{Path(via['file']).name}` and read "
+                  f"back with `rootclad.onnx.load` ({via['engine']} engine) scores the "
+                  f"{via['events']} test events within {via['max_abs_diff_scores']:.2e} of the "
+                  f"trained model (logits); its saliency differs by at most "
+                  f"{via['max_rel_diff_saliency']:.2e} of the largest value.", ""]  # fmt: skip
+    elif via:
+        lines += [f"ONNX stage skipped: {via.get('skipped')}.", ""]
     root = s["root"]
     if "file" in root:
         lines += [f"ROOT: {root['events']} test events scored through RDataFrame "
