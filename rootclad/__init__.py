@@ -12,9 +12,13 @@ import importlib
 from pathlib import Path
 
 __version__ = "0.1.0"
-__all__ = ["compile", "engines_available", "get_include", "onnx", "optim", "__version__"]
+__all__ = ["compile", "engines_available", "get_include", "load", "onnx", "optim", "__version__"]
 
-_LAZY = {"compile": "rootclad.compiler", "engines_available": "rootclad.compiler"}
+_LAZY = {
+    "compile": "rootclad.compiler",
+    "engines_available": "rootclad.compiler",
+    "load": "rootclad.loading",
+}
 
 
 def get_include() -> str:

@@ -22,7 +22,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    """``rootclad build module:callable -o STEM``: compile a torch model and export it."""
+    """``rootclad build module:callable -o STEM`` or ``rootclad build model.onnx -o STEM``:
+    compile a torch or ONNX model and export it."""
     import importlib
     import time
 
@@ -30,9 +31,22 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
     import rootclad
 
+    dtype = {"float32": torch.float32, "float64": torch.float64}[args.dtype]
+    if args.source.endswith(".onnx"):
+        if args.weights or args.input_shape:
+            raise ValueError("an ONNX file holds its weights and input shape: drop --weights "
+                             "and --input-shape")  # fmt: skip
+        t0 = time.perf_counter()
+        cm = rootclad.onnx.load(args.source, loss=args.loss, engine=args.engine, dtype=dtype)
+        paths = cm.export(args.output)
+        print(f"built {args.source} ({cm.engine} engine, {args.dtype}, input {cm.input_shape}) "
+              f"in {time.perf_counter() - t0:.1f} s: " + ", ".join(str(p) for p in paths.values()))  # fmt: skip
+        return 0
+    if not args.input_shape:
+        raise ValueError("--input-shape is needed for a module:callable SOURCE (e.g. 1,2048)")
     module_name, sep, attr = args.source.partition(":")
     if not sep or not module_name or not attr:
-        raise ValueError(f"SOURCE must be 'module:callable', got {args.source!r}")
+        raise ValueError(f"SOURCE must be 'module:callable' or a .onnx file, got {args.source!r}")
     sys.path.insert(0, os.getcwd())  # as `python -m` would: the user's own modules
     try:
         factory = getattr(importlib.import_module(module_name), attr)
@@ -41,7 +55,6 @@ def _cmd_build(args: argparse.Namespace) -> int:
     net = factory()
     if not isinstance(net, torch.nn.Module):
         raise TypeError(f"{args.source}() returned {type(net).__name__}, not a torch.nn.Module")
-    dtype = {"float32": torch.float32, "float64": torch.float64}[args.dtype]
     shape = tuple(int(v) for v in args.input_shape.replace(",", " ").split())
     example = torch.zeros((1, *shape), dtype=dtype)
     net = net.to(dtype)
@@ -70,14 +83,15 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser(
         "build",
-        help="compile a torch model and export it for ROOT (STEM.so, STEM.root, STEM.h)",
+        help="compile a torch or ONNX model and export it for ROOT (STEM.so, STEM.root, STEM.h)",
         description="Compile the nn.Module that SOURCE ('module:callable') returns, with the "
-        "weights of a state_dict file, and export it (see docs/root.md).",
+        "weights of a state_dict file, or the ONNX file SOURCE (model.onnx), and export it "
+        "(see docs/root.md).",
     )
-    p.add_argument("source", help="'module:callable' returning a torch.nn.Module")
+    p.add_argument("source", help="'module:callable' returning a torch.nn.Module, or a .onnx file")
     p.add_argument("-o", "--output", required=True, help="the stem of the files to write")
     p.add_argument("--weights", help="a state_dict saved with torch.save")
-    p.add_argument("--input-shape", required=True, help="per-sample input shape, e.g. 1,2048")
+    p.add_argument("--input-shape", help="per-sample input shape, e.g. 1,2048 (not for ONNX)")
     p.add_argument("--loss", default="bce_with_logits",
                    choices=list(LOSSES))  # fmt: skip
     p.add_argument("--engine", default="auto", choices=["auto", "clad", "pullback"])

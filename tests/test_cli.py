@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 
 def _doctor(env=None):
     out = subprocess.run([sys.executable, "-m", "rootclad", "doctor"], capture_output=True,
@@ -109,3 +111,35 @@ def test_build_compiles_and_exports_a_model_with_its_weights(tmp_path):
                               str(tmp_path / "x")], cwd=tmp_path, capture_output=True, text=True,
                              timeout=300)  # fmt: skip
         assert bad.returncode == 2 and words in bad.stderr, bad.stderr
+
+
+def test_build_exports_an_onnx_file_with_its_weights(tmp_path):
+    import warnings
+
+    import numpy as np
+    import torch
+    import uproot
+
+    onnx = pytest.importorskip("onnx")
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(5, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net.eval(), torch.zeros(2, 5), str(tmp_path / "net.onnx"), dynamo=False,
+                          input_names=["x"], dynamic_axes={"x": {0: "B"}})  # fmt: skip
+    assert onnx.load(str(tmp_path / "net.onnx")).graph.node
+    stem = tmp_path / "out" / "net"
+    stem.parent.mkdir()
+    out = subprocess.run([sys.executable, "-m", "rootclad", "build", "net.onnx", "--engine",
+                          "pullback", "-o", str(stem)], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert sorted(p.name for p in stem.parent.iterdir()) == ["net.h", "net.root", "net.so"]
+    with uproot.open(f"{stem}.root") as f:
+        for name, p in net.state_dict().items():
+            got = f[name]["values"].array(library="np")[0]
+            np.testing.assert_allclose(got, p.reshape(-1).detach().numpy(), rtol=1e-7)
+    bad = subprocess.run([sys.executable, "-m", "rootclad", "build", "net.onnx", "--input-shape",
+                          "5", "-o", str(tmp_path / "x")], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert bad.returncode == 2 and "drop --weights and --input-shape" in bad.stderr, bad.stderr

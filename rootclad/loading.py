@@ -1,0 +1,91 @@
+"""``rootclad.load``: a model file (ONNX, a ``torch.export`` program, TorchScript) compiled.
+
+Exported torch programs reach the IR through ONNX: torch's TorchScript-based exporter writes
+the program as an ONNX graph (in memory), which :mod:`rootclad.onnx` imports, so every format
+shares one importer and its checks. Parameters keep their names from the program's
+``state_dict`` where the graph lets them through (the exporter may fold some into constants).
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from pathlib import Path
+
+import torch
+from torch import nn
+
+FORMATS = (".onnx", ".pt2", ".pt")
+
+
+class _Program(nn.Module):
+    """A torch.export program, for the ONNX exporter: its parameters registered under their
+    own names on plain containers (the program itself, a GraphModule, refuses ``train()``,
+    which the exporter calls)."""
+
+    def __init__(self, program):
+        super().__init__()
+        object.__setattr__(self, "program", program)
+        for name, p in program.named_parameters():
+            p.requires_grad_(False)
+            *path, leaf = name.split(".")
+            parent = self
+            for part in path:
+                if part not in parent._modules:
+                    parent.add_module(part, nn.Module())
+                parent = parent._modules[part]
+            parent.register_parameter(leaf, p)
+
+    def forward(self, *xs):
+        return self.program(*xs)
+
+
+def _to_onnx(program, examples: tuple, where: str):
+    import onnx
+
+    names = [f"input_{i}" for i in range(len(examples))]
+    axes = {n: {0: "batch"} for n in [*names, "output"]}
+    buf = io.BytesIO()
+    with warnings.catch_warnings():  # the TorchScript-based exporter warns that it is legacy
+        warnings.simplefilter("ignore")
+        try:
+            torch.onnx.export(program, examples, buf, dynamo=False, input_names=names,
+                              output_names=["output"], dynamic_axes=axes, opset_version=17)  # fmt: skip
+        except Exception as exc:  # the exporter's own errors name the op it cannot write
+            raise ValueError(f"{where}: torch's ONNX exporter cannot write this program: "
+                             f"{exc}") from exc  # fmt: skip
+    return onnx.load_from_string(buf.getvalue())
+
+
+def load(path, loss: str = "bce_with_logits", *, example_input=None, engine: str = "auto",
+         pullbacks: bool = True, dtype: torch.dtype | None = None, seed: int = 0):  # fmt: skip
+    """Compile the model in ``path``: an ONNX file (``.onnx``), a ``torch.export`` program
+    (``.pt2``, saved with ``torch.export.save``) or a TorchScript module (``.pt``, saved with
+    ``torch.jit.save``; give ``example_input``, a batch of the input, since the file does not
+    record its shape). Returns a :class:`rootclad.torch.CompiledModel`, as
+    :func:`rootclad.compile` does."""
+    import rootclad
+
+    path = Path(path)
+    where = str(path)
+    if path.suffix not in FORMATS:
+        raise ValueError(f"{where}: unknown model format {path.suffix!r}; rootclad loads "
+                         f"{', '.join(FORMATS)}")  # fmt: skip
+    if not path.is_file():
+        raise FileNotFoundError(f"{where}: no such file")
+    kw = {"loss": loss, "engine": engine, "pullbacks": pullbacks, "dtype": dtype, "seed": seed}
+    if path.suffix == ".onnx":
+        return rootclad.onnx.load(path, **kw)
+    if path.suffix == ".pt2":
+        ep = torch.export.load(str(path))
+        program = _Program(ep.module())
+        examples = example_input if example_input is not None else ep.example_inputs[0]
+    else:
+        if example_input is None:
+            raise ValueError(f"{where}: a TorchScript file does not record its input shape; "
+                             "give example_input (a batch of the input)")  # fmt: skip
+        program = torch.jit.load(str(path), map_location="cpu")  # the exporter takes it as is
+        examples = example_input
+    examples = tuple(examples) if isinstance(examples, (tuple, list)) else (examples,)
+    model = _to_onnx(program, examples, where)
+    return rootclad.onnx.load(model, **kw)
