@@ -63,3 +63,16 @@ def test_root_libtorch_tutorial():
     assert out.returncode == 0, out.stderr[-3000:]
     final = next(ln for ln in out.stdout.splitlines() if ln.startswith("validation accuracy"))
     assert float(final.split()[2].rstrip(";")) > 0.8, final
+
+
+def test_minuit_network_fit_tutorial():
+    """Minuit2 with the compiled network's gradient lands where torch's L-BFGS does, in fewer
+    chi2 evaluations than Minuit2 with its own finite differences."""
+    pytest.importorskip("ROOT", reason="the tutorial needs ROOT")
+    out = subprocess.run([sys.executable, str(TUTORIALS / "minuit_network_fit.py")],
+                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    diffs = [float(v) for v in re.findall(r"- torch\| = (\S+)", out.stdout)]
+    assert len(diffs) == 2 and max(diffs) < 1e-4, out.stdout
+    calls = re.search(r"calls with gradient (\d+), without (\d+)", out.stdout)
+    assert calls and int(calls.group(1)) < int(calls.group(2)), out.stdout
