@@ -1,4 +1,5 @@
-"""The ``rootclad`` command line: ``doctor``, ``build`` and the ``gw`` workflow (``gw run``, the main job)."""
+"""The ``rootclad`` command line: ``doctor``, ``build``, ``emit`` and the ``gw`` workflow (``gw run``,
+the main job)."""
 
 from __future__ import annotations
 
@@ -74,6 +75,22 @@ def _cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_emit(args: argparse.Namespace) -> int:
+    """``rootclad emit model.onnx -o net.hxx``: a standalone header and its weights."""
+    import torch
+
+    from rootclad.codegen.standalone import emit_file
+
+    dtype = {"float32": torch.float32, "float64": torch.float64, None: None}[args.dtype]
+    example = None
+    if args.input_shape:
+        shape = tuple(int(v) for v in args.input_shape.replace(",", " ").split())
+        example = torch.zeros((2, *shape))
+    paths = emit_file(args.source, args.output, name=args.name, dtype=dtype, example_input=example)
+    print(f"wrote {paths['header']} and {paths['weights']}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rootclad", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -97,6 +114,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engine", default="auto", choices=["auto", "clad", "pullback"])
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.set_defaults(func=_cmd_build)
+
+    p = sub.add_parser(
+        "emit",
+        help="write a model file as a standalone C++ header (NAME.hxx) and weights (NAME.dat)",
+        description="Write the model in SOURCE (.onnx, .pt2 or .pt) as one C++ header that g++ "
+        "alone compiles, with a Session (infer, infer_pullback) and a Clad-convention pullback "
+        "of NAME::infer, plus its weights file.",
+    )
+    p.add_argument("source", help="a .onnx, .pt2 (torch.export) or .pt (TorchScript) file")
+    p.add_argument("-o", "--output", required=True, help="the header to write, e.g. gwnet.hxx")
+    p.add_argument("--name", help="the C++ namespace (default: the header's file name)")
+    p.add_argument("--dtype", choices=["float32", "float64"], help="default: the model's")
+    p.add_argument("--input-shape", help="per-sample input shape (TorchScript files only)")
+    p.set_defaults(func=_cmd_emit)
 
     try:
         from rootclad.gw.cli import register as register_gw

@@ -57,14 +57,10 @@ def _to_onnx(program, examples: tuple, where: str):
     return onnx.load_from_string(buf.getvalue())
 
 
-def load(path, loss: str = "bce_with_logits", *, example_input=None, engine: str = "auto",
-         pullbacks: bool = True, dtype: torch.dtype | None = None, seed: int = 0):  # fmt: skip
-    """Compile the model in ``path``: an ONNX file (``.onnx``), a ``torch.export`` program
-    (``.pt2``, saved with ``torch.export.save``) or a TorchScript module (``.pt``, saved with
-    ``torch.jit.save``; give ``example_input``, a batch of the input, since the file does not
-    record its shape). Returns a :class:`rootclad.torch.CompiledModel`, as
-    :func:`rootclad.compile` does."""
-    import rootclad
+def program_module(path, example_input=None):
+    """The model in ``path`` as (torch module, per-sample input shapes, dtype), through the
+    ONNX importer (:func:`rootclad.onnx.to_module`)."""
+    from rootclad.onnx import to_module
 
     path = Path(path)
     where = str(path)
@@ -73,9 +69,8 @@ def load(path, loss: str = "bce_with_logits", *, example_input=None, engine: str
                          f"{', '.join(FORMATS)}")  # fmt: skip
     if not path.is_file():
         raise FileNotFoundError(f"{where}: no such file")
-    kw = {"loss": loss, "engine": engine, "pullbacks": pullbacks, "dtype": dtype, "seed": seed}
     if path.suffix == ".onnx":
-        return rootclad.onnx.load(path, **kw)
+        return to_module(path)
     if path.suffix == ".pt2":
         ep = torch.export.load(str(path))
         program = _Program(ep.module())
@@ -87,5 +82,21 @@ def load(path, loss: str = "bce_with_logits", *, example_input=None, engine: str
         program = torch.jit.load(str(path), map_location="cpu")  # the exporter takes it as is
         examples = example_input
     examples = tuple(examples) if isinstance(examples, (tuple, list)) else (examples,)
-    model = _to_onnx(program, examples, where)
-    return rootclad.onnx.load(model, **kw)
+    return to_module(_to_onnx(program, examples, where))
+
+
+def load(path, loss: str = "bce_with_logits", *, example_input=None, engine: str = "auto",
+         pullbacks: bool = True, dtype: torch.dtype | None = None, seed: int = 0):  # fmt: skip
+    """Compile the model in ``path``: an ONNX file (``.onnx``), a ``torch.export`` program
+    (``.pt2``, saved with ``torch.export.save``) or a TorchScript module (``.pt``, saved with
+    ``torch.jit.save``; give ``example_input``, a batch of the input, since the file does not
+    record its shape). Returns a :class:`rootclad.torch.CompiledModel`, as
+    :func:`rootclad.compile` does."""
+    import rootclad
+
+    module, shapes, graph_dtype = program_module(path, example_input)
+    dtype = dtype or graph_dtype
+    examples = tuple(torch.zeros(2, *s, dtype=dtype) for s in shapes)
+    example = examples[0] if len(examples) == 1 else examples
+    return rootclad.compile(module.to(dtype), example, loss, engine=engine, pullbacks=pullbacks,
+                            dtype=dtype, seed=seed)  # fmt: skip

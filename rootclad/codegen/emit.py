@@ -460,7 +460,7 @@ class _Emitter:
             )
         return lines
 
-    def source(self, prefix: str) -> str:
+    def source(self, prefix: str, c_api: bool = True) -> str:
         ctype = _CTYPE[self.g.dtype]
         loss_expr, loss_pullback = self.loss_call()
         out = self.output_region
@@ -906,6 +906,8 @@ class _Emitter:
             "}",
             "#pragma GCC visibility pop",
         ]
+        if not c_api:  # a header (rootclad emit): the namespace alone, nothing exported
+            api = [*self.layout_tables(), f"}} // namespace {prefix}"]
         return "\n".join(head + body + api) + "\n"
 
     def loss_kind(self) -> int:
@@ -1079,7 +1081,7 @@ class _Emitter:
 
 
 def emit_model(
-    graph: Graph, loss: str, engine: str = "pullback", pullbacks: bool = True
+    graph: Graph, loss: str, engine: str = "pullback", pullbacks: bool = True, c_api: bool = True
 ) -> EmittedModel:
     """Emit the C++ source for ``graph`` trained with ``loss``; see the module docstring.
 
@@ -1099,7 +1101,7 @@ def emit_model(
     em.build()
     tag = f"{engine[0]}{'p' if pullbacks else 'n'}"
     prefix = f"rc_{graph.fingerprint()}_{loss[:3]}_{tag}"
-    source = em.source(prefix)
+    source = em.source(prefix, c_api)
     return EmittedModel(
         source=source,
         prefix=prefix,

@@ -99,7 +99,7 @@ class _Builder:
             return None
         if name not in self.consts:
             raise self.fail(node, f"its {what} ({name!r}) must be a constant (an initializer)")
-        return self.consts[name].value
+        return np.array(self.consts[name].value)  # a writable copy (torch takes it)
 
     def tensor(self, node, i: int = 0) -> str:
         name = node.input[i]

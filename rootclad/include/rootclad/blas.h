@@ -1,13 +1,16 @@
 // rootclad/blas.h — row-major GEMM, C(M,N) = alpha * op(A) @ op(B) + beta * C.
 //
 // By default this calls a maintained BLAS (OpenBLAS's CBLAS from the scipy-openblas32
-// wheel when ROOTCLAD_CBLAS_SCIPY is defined, any CBLAS otherwise). When Clad has to
+// wheel when ROOTCLAD_CBLAS_SCIPY is defined, any CBLAS otherwise; ROOTCLAD_NO_BLAS: plain
+// loops, for the standalone headers `rootclad emit` writes). When Clad has to
 // differentiate the kernels itself (ROOTCLAD_NO_PULLBACKS), it cannot see inside a
 // BLAS call, so the same product is written as plain loops it can differentiate.
 #pragma once
 
 #ifndef ROOTCLAD_NO_PULLBACKS
+#ifndef ROOTCLAD_NO_BLAS
 #include <cblas.h>
+#endif
 
 #include "rootclad/parallel.h"
 #if defined(ROOTCLAD_CBLAS_SCIPY)
@@ -19,7 +22,45 @@
 
 namespace rootclad {
 
-#ifndef ROOTCLAD_NO_PULLBACKS
+#if !defined(ROOTCLAD_NO_PULLBACKS) && defined(ROOTCLAD_NO_BLAS)
+// No BLAS at hand (a standalone header from `rootclad emit` compiled with the compiler alone):
+// the three routines as plain loops, in an order that streams rows of B and C.
+template <typename T>
+void blas_gemm_only(bool ta, bool tb, int M, int N, int K, T alpha, const T* A, int lda,
+                    const T* B, int ldb, T beta, T* C, int ldc) {
+  for (int i = 0; i < M; ++i) {
+    T* c = C + (long)i * ldc;
+    for (int j = 0; j < N; ++j)
+      c[j] = beta == T(0) ? T(0) : beta * c[j];
+    for (int k = 0; k < K; ++k) {
+      const T a = alpha * (ta ? A[(long)k * lda + i] : A[(long)i * lda + k]);
+      if (tb)
+        for (int j = 0; j < N; ++j)
+          c[j] += a * B[(long)j * ldb + k];
+      else
+        for (int j = 0; j < N; ++j)
+          c[j] += a * B[(long)k * ldb + j];
+    }
+  }
+}
+template <typename T>
+void blas_gemv(bool trans, int M, int N, T alpha, const T* A, int lda, const T* x, int incx,
+               T beta, T* y, int incy) {
+  const int rows = trans ? N : M, cols = trans ? M : N;
+  for (int i = 0; i < rows; ++i) {
+    T acc = 0;
+    for (int j = 0; j < cols; ++j)
+      acc += (trans ? A[(long)j * lda + i] : A[(long)i * lda + j]) * x[(long)j * incx];
+    y[(long)i * incy] = beta == T(0) ? alpha * acc : alpha * acc + beta * y[(long)i * incy];
+  }
+}
+template <typename T>
+void blas_ger(int M, int N, T alpha, const T* x, int incx, const T* y, int incy, T* A, int lda) {
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j)
+      A[(long)i * lda + j] += alpha * x[(long)i * incx] * y[(long)j * incy];
+}
+#elif !defined(ROOTCLAD_NO_PULLBACKS)
 inline void blas_gemm_only(bool ta, bool tb, int M, int N, int K, float alpha, const float* A,
                            int lda, const float* B, int ldb, float beta, float* C, int ldc) {
   ROOTCLAD_CBLAS(sgemm)(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
@@ -51,6 +92,9 @@ inline void blas_ger(int M, int N, double alpha, const double* x, int incx, cons
   ROOTCLAD_CBLAS(dger)(CblasRowMajor, M, N, alpha, x, incx, y, incy, A, lda);
 }
 
+#endif
+
+#ifndef ROOTCLAD_NO_PULLBACKS
 // A product with one row, one column or a depth of one (a Linear layer at batch 1) goes to
 // GEMV or GER: OpenBLAS's GEMM packs the whole weight matrix first, which made batch-1
 // Linear(2048, 256) about 3x slower than GEMV here (an ad-hoc timing).
