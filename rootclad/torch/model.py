@@ -414,6 +414,32 @@ class CompiledModel:
         )
         return self._output(act, B).clone()
 
+    def input_grad(self, *x: torch.Tensor, d_out: torch.Tensor | None = None):
+        """d(sum of output x d_out) / d input, through the compiled backward, without autograd
+        bookkeeping; ``d_out`` defaults to ones (for a one-output model: each sample's
+        d output / d input, its saliency). Returns one tensor per model input (a tuple when
+        there are several); the parameters' gradient is left alone."""
+        x = x[0] if len(x) == 1 else x
+        B = self._check_x(x)
+        out_shape = (B, *self.output_shape)
+        if d_out is None:
+            d_out = torch.ones(out_shape, dtype=self.dtype)
+        elif tuple(d_out.shape) != out_shape:
+            raise ValueError(f"d_out has shape {tuple(d_out.shape)}, expected {out_shape}")
+        d_out = d_out.detach().to(self.dtype).contiguous()
+        act, d_act = self._workspace(B)
+        self._load_input(act, x, B)
+        seed = self._next_seed()
+        d_params = torch.empty_like(self._grads)
+        self._lib.forward(self._arena.data_ptr(), act.data_ptr(), B, int(self.training), seed)
+        self._lib.vjp(self._arena.data_ptr(), act.data_ptr(), d_params.data_ptr(),
+                      d_act.data_ptr(), d_out.data_ptr(), B, int(self.training), seed, 1)  # fmt: skip
+        grads = tuple(
+            d_act[B * r.d_offset : B * (r.d_offset + r.size)].view(B, *shape).clone()
+            for r, shape in zip(self._em.input_regions, self.input_shapes, strict=True)
+        )
+        return grads[0] if len(grads) == 1 else grads
+
     def export(self, stem, optimizer=None):
         """Write ``STEM.so``, ``STEM.root`` (the parameters, and ``optimizer``'s state if
         given) and ``STEM.h``, for ROOT macros, compiled C++ programs and

@@ -105,6 +105,33 @@ def test_exported_model_matches_onnxruntime_and_torch_gradients(name):
     (dx,) = torch.autograd.grad(cm(xr).sum(), xr)
     scale = dx_ref.abs().max().item()
     assert (dx.double() - dx_ref).abs().max().item() <= 1e-4 * scale, name
+    assert torch.allclose(cm.input_grad(x), dx, rtol=1e-6, atol=1e-9 * scale)  # no autograd
+
+
+@pytest.mark.parametrize("opset, dtype", [(13, torch.float32), (17, torch.float64),
+                                           (20, torch.float32)])  # fmt: skip
+def test_opsets_and_float64(opset, dtype):
+    """GELU is an Erf pattern before opset 20 and an op from it; a float64 graph compiles in
+    float64."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv1d(1, 3, 5), nn.GELU(), nn.MaxPool1d(2), nn.Flatten(),
+                        nn.Linear(3 * 14, 4), nn.Softmax(dim=1)).to(dtype).eval()  # fmt: skip
+    x = torch.randn(5, 1, 32, dtype=dtype)
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, x, f, dynamo=False, input_names=["x"], opset_version=opset,
+                          dynamic_axes={"x": {0: "B"}})  # fmt: skip
+    model = onnx.load_from_string(f.getvalue())
+    ops = {n.op_type for n in model.graph.node}
+    assert ("Gelu" in ops) == (opset >= 20) and ("Erf" in ops) == (opset < 20)
+    cm = rootclad.onnx.load(model, engine="pullback", loss="mse")
+    assert cm.dtype == dtype
+    if dtype == torch.float32:
+        ref, rtol = run_ort(model, x.numpy()), 1e-5
+    else:  # onnxruntime has no float64 Conv: the module the file came from
+        ref, rtol = net(x).detach().numpy(), 1e-12
+    np.testing.assert_allclose(cm(x).detach().numpy(), ref, rtol=rtol, atol=1e-7)
 
 
 def test_named_parameters_keep_the_torch_names_where_the_file_has_them():
