@@ -76,10 +76,24 @@ def not_a_model():
 """
 
 
-def test_build_compiles_and_exports_a_model_with_its_weights(tmp_path):
+def _build_and_check(args, stem, net, cwd):
+    """`rootclad build ARGS -o STEM` writes the three files, the weights equal ``net``'s."""
     import numpy as np
-    import torch
     import uproot
+
+    out = subprocess.run([sys.executable, "-m", "rootclad", "build", *args, "--engine",
+                          "pullback", "-o", str(stem)], cwd=cwd, capture_output=True, text=True,
+                         timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert sorted(p.name for p in stem.parent.iterdir()) == ["net.h", "net.root", "net.so"]
+    with uproot.open(f"{stem}.root") as f:
+        for name, p in net.state_dict().items():
+            got = f[name]["values"].array(library="np")[0]
+            np.testing.assert_allclose(got, p.reshape(-1).detach().numpy(), rtol=1e-7)
+
+
+def test_build_compiles_and_exports_a_model_with_its_weights(tmp_path):
+    import torch
 
     (tmp_path / "mymodels.py").write_text(_MODELS)
     ns: dict = {}
@@ -92,16 +106,8 @@ def test_build_compiles_and_exports_a_model_with_its_weights(tmp_path):
     torch.save(net.state_dict(), tmp_path / "state.pt")
     stem = tmp_path / "out" / "net"
     stem.parent.mkdir()
-    out = subprocess.run([sys.executable, "-m", "rootclad", "build", "mymodels:make_net",
-                          "--weights", "state.pt", "--input-shape", "1,10", "--engine",
-                          "pullback", "-o", str(stem)], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=300)  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    assert sorted(p.name for p in stem.parent.iterdir()) == ["net.h", "net.root", "net.so"]
-    with uproot.open(f"{stem}.root") as f:
-        for name, p in net.state_dict().items():
-            got = f[name]["values"].array(library="np")[0]
-            np.testing.assert_allclose(got, p.reshape(-1).numpy(), rtol=1e-7)
+    _build_and_check(["mymodels:make_net", "--weights", "state.pt", "--input-shape", "1,10"],
+                     stem, net, tmp_path)  # fmt: skip
     for args, words in (
         (["mymodels:not_a_model", "--input-shape", "1,10"], "not a torch.nn.Module"),
         (["mymodels", "--input-shape", "1,10"], "module:callable"),
@@ -116,9 +122,7 @@ def test_build_compiles_and_exports_a_model_with_its_weights(tmp_path):
 def test_build_exports_an_onnx_file_with_its_weights(tmp_path):
     import warnings
 
-    import numpy as np
     import torch
-    import uproot
 
     onnx = pytest.importorskip("onnx")
     torch.manual_seed(0)
@@ -130,15 +134,7 @@ def test_build_exports_an_onnx_file_with_its_weights(tmp_path):
     assert onnx.load(str(tmp_path / "net.onnx")).graph.node
     stem = tmp_path / "out" / "net"
     stem.parent.mkdir()
-    out = subprocess.run([sys.executable, "-m", "rootclad", "build", "net.onnx", "--engine",
-                          "pullback", "-o", str(stem)], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=300)  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    assert sorted(p.name for p in stem.parent.iterdir()) == ["net.h", "net.root", "net.so"]
-    with uproot.open(f"{stem}.root") as f:
-        for name, p in net.state_dict().items():
-            got = f[name]["values"].array(library="np")[0]
-            np.testing.assert_allclose(got, p.reshape(-1).detach().numpy(), rtol=1e-7)
+    _build_and_check(["net.onnx"], stem, net, tmp_path)
     bad = subprocess.run([sys.executable, "-m", "rootclad", "build", "net.onnx", "--input-shape",
                           "5", "-o", str(tmp_path / "x")], cwd=tmp_path, capture_output=True,
                          text=True, timeout=300)  # fmt: skip

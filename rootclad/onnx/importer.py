@@ -132,9 +132,6 @@ class _Builder:
         parent.add_module(last, module)
         return path
 
-    def param(self, array) -> nn.Parameter:
-        return nn.Parameter(torch.from_numpy(np.array(array, dtype=np.float64)), requires_grad=True)
-
     def emit(self, outputs, fn, shape) -> None:
         self.steps.append((fn, outputs[0]))
         self.shapes[outputs[0]] = tuple(shape)

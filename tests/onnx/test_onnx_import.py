@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import itertools
-import os
 import warnings
 
 import numpy as np
@@ -23,17 +22,6 @@ from rootclad.nets import digits_cnn
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _private_cache(tmp_path_factory):
-    old = os.environ.get("ROOTCLAD_CACHE_DIR")
-    os.environ["ROOTCLAD_CACHE_DIR"] = str(tmp_path_factory.mktemp("rootclad-cache"))
-    yield
-    if old is None:
-        os.environ.pop("ROOTCLAD_CACHE_DIR", None)
-    else:
-        os.environ["ROOTCLAD_CACHE_DIR"] = old
 
 
 def export(net: nn.Module, x: torch.Tensor) -> onnx.ModelProto:
