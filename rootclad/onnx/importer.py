@@ -160,7 +160,12 @@ class _Builder:
         for inp in self.inputs:
             t = inp.type.tensor_type
             dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
-            if not dims or any(d is None for d in dims[1:]):
+            if len(dims) < 2:
+                raise IRError(
+                    f"{self.where}: input {inp.name!r} has shape {dims}: rootclad needs the batch "
+                    "axis first and at least one axis after it"
+                )
+            if any(d is None for d in dims[1:]):
                 raise IRError(
                     f"{self.where}: input {inp.name!r} has shape {dims}: the first axis is the "
                     "batch, the others must be fixed numbers"
@@ -307,8 +312,8 @@ class _Builder:
 
     def op_Flatten(self, node, a):
         x = self.tensor(node)
-        if a.get("axis", 1) != 1:
-            raise self.fail(node, f"axis={a['axis']}: only axis=1 (keep the batch) is supported")
+        if a.get("axis", 1) % (len(self.shapes[x]) + 1) != 1:
+            raise self.fail(node, f"axis={a['axis']}: only axis 1 (keep the batch) is supported")
         self.reshape_step(node, [math.prod(self.shapes[x])])
 
     def op_Transpose(self, node, a):
@@ -518,9 +523,23 @@ class _Builder:
         dims = len(self.shapes[x]) - 1
         if dims not in (1, 2):
             raise self.fail(node, f"{what} on per-sample shape {self.shapes[x]}: 1-d and 2-d only")
-        if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", b"VALID", "NOTSET", "VALID"):
-            raise self.fail(node, f"auto_pad={a['auto_pad']!r}: give explicit pads")
+        auto = a.get("auto_pad", b"NOTSET")
+        auto = auto.decode() if isinstance(auto, bytes) else auto
         pads = list(a.get("pads", [0] * 2 * dims))
+        if auto in ("SAME_UPPER", "SAME_LOWER"):  # output = ceil(input / stride)
+            kernel = list(a.get("kernel_shape") or self.consts_shape(node, dims))
+            strides = list(a.get("strides", [1] * dims))
+            dil = list(a.get("dilations", [1] * dims))
+            pads = [0] * 2 * dims
+            for i in range(dims):
+                n = self.shapes[x][1 + i]
+                total = max(
+                    0, (-(-n // strides[i]) - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - n
+                )
+                lo = total // 2 if auto == "SAME_UPPER" else total - total // 2
+                pads[i], pads[dims + i] = lo, total - lo
+        elif auto not in ("NOTSET", "VALID"):
+            raise self.fail(node, f"auto_pad={auto!r} is not supported")
         if pads[:dims] != pads[dims:]:
             raise self.fail(node, f"pads={pads} are not symmetric")
         return (
@@ -529,6 +548,10 @@ class _Builder:
             list(a.get("strides", [1] * dims)),
             pads[:dims],
         )
+
+    def consts_shape(self, node, dims: int) -> list:
+        """A Conv's kernel shape from its weight, when the node does not state it."""
+        return list(np.shape(self.const(node, 1, "weight"))[2 : 2 + dims])
 
     def op_Conv(self, node, a):
         x = self.tensor(node)
