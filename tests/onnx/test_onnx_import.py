@@ -18,29 +18,34 @@ import rootclad
 from rootclad.gw.models import gw_cnn, gw_mlp, gw_resnet
 from rootclad.ir.graph import IRError
 from rootclad.nets import digits_cnn
+from rootclad.toolchain import find_clad
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 
-def export(net: nn.Module, x: torch.Tensor) -> onnx.ModelProto:
-    """torch's (TorchScript-based) exporter, with a dynamic batch axis."""
+def export(net: nn.Module, x) -> onnx.ModelProto:
+    """torch's (TorchScript-based) exporter, with a dynamic batch axis; x: a tensor, or a
+    tuple of them (one per input)."""
+    xs = x if isinstance(x, tuple) else (x,)
+    names = ["x"] if len(xs) == 1 else [f"x{i}" for i in range(len(xs))]
     f = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(net, x, f, dynamo=False, input_names=["x"], output_names=["y"],
-                          dynamic_axes={"x": {0: "B"}, "y": {0: "B"}}, opset_version=17)  # fmt: skip
+        torch.onnx.export(net, xs, f, dynamo=False, input_names=names, output_names=["y"],
+                          dynamic_axes={n: {0: "B"} for n in [*names, "y"]},
+                          opset_version=17)  # fmt: skip
     return onnx.load_from_string(f.getvalue())
 
 
-def run_ort(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+def run_ort(model: onnx.ModelProto, *xs: np.ndarray) -> np.ndarray:
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, {sess.get_inputs()[0].name: x})[0]
+    return sess.run(None, {i.name: x for i, x in zip(sess.get_inputs(), xs, strict=True)})[0]
 
 
 class _Tabular(nn.Module):
-    """LayerNorm, residual addition, concatenation, GELU, softmax: ops a flat chain lacks."""
+    """LayerNorm, residual addition, concatenation, GELU, log-softmax: ops a chain lacks."""
 
     def __init__(self):
         super().__init__()
@@ -54,12 +59,29 @@ class _Tabular(nn.Module):
         return torch.log_softmax(self.fc2(torch.cat([h, x * 0.5], dim=1)), dim=1)
 
 
+class _ParamNet(nn.Module):
+    """f(x, theta): a parameterised network, the two inputs concatenated."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Linear(8, 6)
+        self.head = nn.Sequential(nn.Linear(6 + 2, 5), nn.Tanh(), nn.Linear(5, 1))
+
+    def forward(self, x, theta):
+        return self.head(torch.cat([torch.relu(self.features(x)), theta], dim=1))
+
+
 MODELS = {
-    "gw-mlp": (lambda: gw_mlp(2048), (2048,)),
-    "gw-cnn": (lambda: gw_cnn(2048), (1, 2048)),
-    "gw-resnet-bn": (lambda: gw_resnet(2048, batch_norm=True), (1, 2048)),
-    "digits-cnn": (lambda: digits_cnn(), (1, 28, 28)),
-    "tabular": (lambda: _Tabular(), (6,)),
+    "gw-mlp": (lambda: gw_mlp(2048), [(2048,)]),
+    "gw-cnn": (lambda: gw_cnn(2048), [(1, 2048)]),
+    "gw-resnet-bn": (lambda: gw_resnet(2048, batch_norm=True), [(1, 2048)]),
+    "digits-cnn": (lambda: digits_cnn(), [(1, 28, 28)]),
+    "tabular": (lambda: _Tabular(), [(6,)]),
+    "softmax-classifier": (
+        lambda: nn.Sequential(nn.Linear(5, 8), nn.ELU(), nn.Linear(8, 3), nn.Softmax(dim=1)),
+        [(5,)],
+    ),  # fmt: skip
+    "param-net": (lambda: _ParamNet(), [(8,), (2,)]),
 }
 
 
@@ -72,28 +94,60 @@ def _perturb_bn(net):
     return net
 
 
+def _engine(engine: str) -> str:
+    if engine == "clad" and find_clad()[0] is None:
+        pytest.skip(f"needs Clad: {find_clad()[1]}")
+    return engine
+
+
+def _close(got, want, rtol, what):
+    scale = want.abs().max().item()
+    err = (got.double() - want.double()).abs().max().item()
+    assert err <= rtol * max(scale, 1e-30), f"{what}: {err:.3e} against {scale:.3e}"
+
+
+@pytest.mark.parametrize("engine", ["pullback", pytest.param("clad", marks=pytest.mark.clad)])
 @pytest.mark.parametrize("name", MODELS)
-def test_exported_model_matches_onnxruntime_and_torch_gradients(name):
-    build, shape = MODELS[name]
+def test_exported_model_matches_onnxruntime_and_torch_gradients(name, engine):
+    """Forward: onnxruntime on the file, and the torch module it came from. Gradients: torch
+    autograd of the module the file came from (input gradients) and of the importer's own
+    module in float64 (every parameter's: an exporter may fold layers, BatchNorm into Conv)."""
+    build, shapes = MODELS[name]
     torch.manual_seed(0)
     net = _perturb_bn(build()).eval()
-    x = torch.randn(5, *shape)
-    model = export(net, x)
-    cm = rootclad.onnx.load(model, engine="pullback")
-    out = cm(x).detach().numpy()
-    ref = run_ort(model, x.numpy())
+    xs = tuple(torch.randn(5, *s) for s in shapes)
+    model = export(net, xs if len(xs) > 1 else xs[0])
+    cm = rootclad.onnx.load(model, engine=_engine(engine))
+    out = cm(*xs).detach().numpy()
+    ref = run_ort(model, *(x.numpy() for x in xs))
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
-    # input gradient of sum(output): the torch model the file came from, in float64
+    np.testing.assert_allclose(out, net(*xs).detach().numpy(), rtol=1e-4,
+                               atol=1e-5 * np.abs(ref).max())  # fmt: skip
+    d_out = torch.randn(out.shape)
+    # the compiled VJP: inputs and parameters
+    xr = tuple(x.clone().requires_grad_(True) for x in xs)
+    got = torch.autograd.grad(cm(*xr), [*xr, *cm.parameters()], d_out)
+    # input gradients: the torch model the file came from, in float64
     ref64 = build().double()
     ref64.load_state_dict(net.state_dict())
     ref64.eval()
-    x64 = x.double().requires_grad_(True)
-    (dx_ref,) = torch.autograd.grad(ref64(x64).sum(), x64)
-    xr = x.clone().requires_grad_(True)
-    (dx,) = torch.autograd.grad(cm(xr).sum(), xr)
-    scale = dx_ref.abs().max().item()
-    assert (dx.double() - dx_ref).abs().max().item() <= 1e-4 * scale, name
-    assert torch.allclose(cm.input_grad(x), dx, rtol=1e-6, atol=1e-9 * scale)  # no autograd
+    x64 = tuple(x.double().requires_grad_(True) for x in xs)
+    want = torch.autograd.grad(ref64(*x64), x64, d_out.double())
+    for i, (g, w) in enumerate(zip(got, want, strict=False)):
+        _close(g, w, 1e-4, f"{name} d input {i}")
+    without = cm.input_grad(*xs, d_out=d_out)  # the same without autograd
+    without = without if isinstance(without, tuple) else (without,)
+    for g, w in zip(without, got, strict=False):
+        _close(g, w, 1e-6, f"{name} input_grad")
+    # parameter gradients: torch autograd through the importer's module, in float64
+    module, _, _ = rootclad.onnx.to_module(model)
+    module = module.double()
+    m64 = tuple(x.double().requires_grad_(True) for x in xs)
+    names = [n for n, _ in module.named_parameters()]
+    assert names == [n for n, _ in cm.named_parameters()]
+    want = torch.autograd.grad(module(*m64), list(module.parameters()), d_out.double())
+    for n, g, w in zip(names, got[len(xs) :], want, strict=True):
+        _close(g, w, 1e-4, f"{name} d {n}")
 
 
 @pytest.mark.parametrize("opset, dtype", [(13, torch.float32), (17, torch.float64),
