@@ -62,6 +62,12 @@ class _Builder:
         self.opset = next(
             (o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None
         )
+        newest = onnx.defs.onnx_opset_version()
+        if self.opset is not None and self.opset > newest:
+            raise IRError(
+                f"{where}: ONNX opset {self.opset} is newer than the installed onnx package "
+                f"knows ({newest}); upgrade onnx or export with an older opset"
+            )
         if self.opset is None or self.opset < MIN_OPSET:
             raise IRError(
                 f"{where}: ONNX opset {self.opset} is not supported; rootclad reads opset "
@@ -699,7 +705,10 @@ def to_module(model) -> tuple[nn.Module, list[tuple[int, ...]], torch.dtype]:
         where = str(model)
         if not Path(model).is_file():
             raise FileNotFoundError(f"{where}: no such ONNX file")
-        model = onnx.load(str(model))
+        try:
+            model = onnx.load(str(model))
+        except Exception as exc:  # protobuf's DecodeError, a missing external-data file, ...
+            raise IRError(f"{where}: cannot read the ONNX file: {exc}") from exc
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:

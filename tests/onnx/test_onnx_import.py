@@ -327,3 +327,37 @@ def test_load_reads_a_file(tmp_path):
     onnx.save(export(net, x), str(path))
     cm = rootclad.onnx.load(path, engine="pullback")
     assert torch.allclose(cm(x), net(x), rtol=1e-5, atol=1e-6)
+
+
+def _gemm_model(opset=17, initializers=True, x_dims=(3,), x_type=TensorProto.FLOAT):
+    w = numpy_helper.from_array(np.ones((3, 4), np.float32), "W")
+    node = helper.make_node("Gemm", ["x", "W"], ["y"], name="fc")
+    x = helper.make_tensor_value_info("x", x_type, ["B", *x_dims])
+    return _model([node], [x], _vi("y", 4), [w] if initializers else [], opset=opset)
+
+
+def test_bad_files_are_refused_naming_the_file(tmp_path):
+    onnx.save(_gemm_model(), str(tmp_path / "ok.onnx"))
+    data = (tmp_path / "ok.onnx").read_bytes()
+    (tmp_path / "truncated.onnx").write_bytes(data[: len(data) // 2])
+    with pytest.raises(IRError, match="truncated.onnx: cannot read the ONNX file"):
+        rootclad.onnx.load(tmp_path / "truncated.onnx")
+    # weights in an external-data file that is missing
+    (tmp_path / "ext").mkdir()
+    onnx.save(_gemm_model(), str(tmp_path / "ext" / "m.onnx"), save_as_external_data=True,
+              location="w.bin", size_threshold=0)  # fmt: skip
+    (tmp_path / "ext" / "w.bin").unlink()
+    with pytest.raises(IRError, match=r"m.onnx: cannot read the ONNX file.*w.bin"):
+        rootclad.onnx.load(tmp_path / "ext" / "m.onnx")
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"opset": 99}, "opset 99 is newer"),
+    ({"initializers": False}, "'W'"),
+    ({"x_dims": (5,)}, r"'fc' \(Gemm, opset 17\): B gives 3 inputs, A has 5"),
+    ({"x_dims": ("L",)}, "the others must be fixed numbers"),
+    ({"x_type": TensorProto.INT64}, "takes float32 or float64"),
+])  # fmt: skip
+def test_bad_graphs_are_refused(kw, words):
+    with pytest.raises(IRError, match=words):
+        rootclad.onnx.load(_gemm_model(**kw), engine="pullback")
