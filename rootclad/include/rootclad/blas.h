@@ -26,8 +26,8 @@ namespace rootclad {
 // No BLAS at hand (a standalone header from `rootclad emit` compiled with the compiler alone):
 // the three routines as plain loops, in an order that streams rows of B and C.
 template <typename T>
-void blas_gemm_only(bool ta, bool tb, int M, int N, int K, T alpha, const T* A, int lda,
-                    const T* B, int ldb, T beta, T* C, int ldc) {
+void blas_gemm_only(bool ta, bool tb, int M, int N, int K, T alpha, const T* A, int lda, const T* B,
+                    int ldb, T beta, T* C, int ldc) {
   for (int i = 0; i < M; ++i) {
     T* c = C + (long)i * ldc;
     for (int j = 0; j < N; ++j)
@@ -44,8 +44,8 @@ void blas_gemm_only(bool ta, bool tb, int M, int N, int K, T alpha, const T* A, 
   }
 }
 template <typename T>
-void blas_gemv(bool trans, int M, int N, T alpha, const T* A, int lda, const T* x, int incx,
-               T beta, T* y, int incy) {
+void blas_gemv(bool trans, int M, int N, T alpha, const T* A, int lda, const T* x, int incx, T beta,
+               T* y, int incy) {
   const int rows = trans ? N : M, cols = trans ? M : N;
   for (int i = 0; i < rows; ++i) {
     T acc = 0;
