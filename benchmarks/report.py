@@ -6,8 +6,26 @@ from __future__ import annotations
 
 import json
 import os
+import platform
+import time
 from collections.abc import Callable
 from pathlib import Path
+
+
+def run_header(**extra) -> dict:
+    """What every result starts with: the day, the machine, the versions of torch and
+    rootclad, then ``extra``."""
+    import torch
+
+    import rootclad
+
+    return {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
+        "torch": torch.__version__,
+        "rootclad": rootclad.__version__,
+        **extra,
+    }
 
 
 def write_report(report: dict, out: Path, result: Path, table: Path,

@@ -19,10 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -79,23 +77,12 @@ def measure(name: str, check_plan: bool) -> dict:
 
 
 def main(argv=None) -> int:
-    import torch
-    from report import write_report
-
-    import rootclad
+    from report import run_header, write_report
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=RESULT)
     args = ap.parse_args(argv)
-    report = {
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
-        "torch": torch.__version__,
-        "rootclad": rootclad.__version__,
-        "batch": BATCH,
-        "train_steps": TRAIN_STEPS,
-        "models": {},
-    }
+    report = run_header(batch=BATCH, train_steps=TRAIN_STEPS, models={})
     for name in MODELS:
         planned, flat = measure(name, False), measure(name, True)
         per = planned["act_per_sample"] + planned["d_act_per_sample"]

@@ -19,10 +19,8 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import platform
 import statistics
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -63,22 +61,13 @@ def main(argv=None) -> int:
     import onnxruntime as ort
     import torch
     from bench_train_step import time_steps
-    from report import write_report
+    from report import run_header, write_report
 
     import rootclad
 
     threads = torch.get_num_threads()
     min_time = 0.3 if args.quick else 1.5
-    report = {
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
-        "threads": threads,
-        "torch": torch.__version__,
-        "onnxruntime": ort.__version__,
-        "rootclad": rootclad.__version__,
-        "rounds": ROUNDS,
-        "models": {},
-    }
+    report = run_header(threads=threads, onnxruntime=ort.__version__, rounds=ROUNDS, models={})
     for name in ("gw-cnn", "gw-mlp", "digits-cnn"):
         net, shape = _model(name)
         buf = io.BytesIO()

@@ -7,7 +7,8 @@ calls compute it, and which ``torch.nn`` modules and torch functions lower to it
 (:mod:`rootclad.codegen.emit`) and the op-coverage test all read this table, so adding an op
 means: its kernels (``<kernel>_forward`` / ``<kernel>_backward`` in
 ``include/rootclad/kernels.h``), its Clad-convention adapter (``<kernel>_forward_pullback`` in
-``include/rootclad/pullbacks.h``), an entry here, and a torch reference case in
+``include/rootclad/pullbacks.h``), an entry here (``saves``: what its pullback reads of the
+forward, which the arena planner keeps), and a torch reference case in
 ``tests/core/test_core_ops.py`` (the coverage test fails until there is one).
 
 Kernel calls are written once, as the forward call's argument list (:class:`Call`); the
