@@ -310,7 +310,10 @@ class _Emitter:
         if arg.kind in _SCALAR_ADJOINT:
             return arg.ref, _SCALAR_ADJOINT[arg.kind]
         if arg.kind == "param":
-            return self.param(node, arg.ref), self.param(node, arg.ref, "d_params")
+            d = self.param(node, arg.ref, "d_params")
+            if self.engine == "pullback" and d != "(T*)nullptr":
+                d = f"(need_dp ? {d} : (T*)nullptr)"  # see NO_PARAM_GRADIENT
+            return self.param(node, arg.ref), d
         if arg.kind == "buffer":  # not trained: no adjoint
             name = node.buffers.get(arg.ref)
             at = (
@@ -553,6 +556,10 @@ class _Emitter:
             "// a gradient block: the parameters' and room for the buffers' (never written)",
             "constexpr long N_SLOTS = N_PARAMS + N_BUFFERS;",
             f"constexpr bool BATCH_STATISTICS = {str(self.g.batch_statistics).lower()};",
+            "// need_dx flags: 1 = the inputs' gradient; 1 | NO_PARAM_GRADIENT = the inputs' alone:",
+            "// the pullback engine then skips the parameters' (d_params is not filled)",
+            "constexpr int NO_PARAM_GRADIENT = 2;",
+            f"constexpr bool PARAM_GRADIENT_SKIPPED = {str(self.engine == 'pullback').lower()};",
             "// values a chunk shares per BatchNorm reduction (2 per channel and a count)",
             f"constexpr long SYNC_SLOT = {self.sync_slot()};",
             *self.layout_comment(),
@@ -602,6 +609,8 @@ class _Emitter:
             dummies = [
                 "  int di = 0; T dt = 0; std::uint64_t du = 0; long dl = 0;",
                 "  (void)di; (void)dt; (void)du; (void)dl;",
+                "  const bool need_dp = !(need_dx & NO_PARAM_GRADIENT);",
+                "  (void)need_dp;",
             ]
             sweep_head, sweep = indent(bwd_head), indent(bwd)
             if replay:  # the sweeps are Clad's gradients of the forward's two parts
@@ -758,7 +767,11 @@ class _Emitter:
             "  }",
             "  // thread 0 writes the caller's gradient, the others their own block of scratch",
             "  T* dp = t == 0 ? j.d_params : j.scratch + (long)(t - 1) * N_SLOTS;",
-            "  ::rootclad::zero(dp, N_SLOTS);",
+            *(
+                ["  if (!(j.need_dx & NO_PARAM_GRADIENT))", "    ::rootclad::zero(dp, N_SLOTS);"]
+                if self.engine == "pullback"
+                else ["  ::rootclad::zero(dp, N_SLOTS); // Clad's sweep adds into it regardless"]
+            ),
             "  if (j.mode == LOSS_AND_GRAD && j.w) {",
             "    // weighted: the loss's gradient is formed here, the model's backward is the VJP",
             "    // (the pullback engine's sweep, or Clad's gradient of <output, d_output>)",
@@ -820,7 +833,7 @@ class _Emitter:
             "  pool.run(run_chunk, &j, n);",
             "  if (j.mode == FORWARD)",
             "    return T(0);",
-            "  if (n > 1) {",
+            "  if (n > 1 && !(j.need_dx & NO_PARAM_GRADIENT && PARAM_GRADIENT_SKIPPED)) {",
             "    Reduce r{j.d_params, j.scratch, n - 1};",
             "    pool.run(reduce_range, &r, N_PARAMS >= 65536 ? pool.size() : 1);",
             "  }",
@@ -865,6 +878,8 @@ class _Emitter:
             "  j.w = w;",
             f"  return {P}::run(j);",
             "}",
+            "// need_dx: 0, 1 (the inputs' gradient too), or 3 (the inputs' gradient alone: d_params",
+            "// is then not filled)",
             f"void {P}_vjp({PT}* params, {PT}* act, {PT}* d_params, {PT}* d_act, const {PT}* d_out, "
             "int B, int training, std::uint64_t seed, int need_dx) {",
             f"  {P}::Job j{{{P}::VJP, params, act, nullptr, d_params, d_act, d_out, nullptr,",
@@ -977,6 +992,7 @@ class _Emitter:
                 self.train_chunk_body(runs, zero_dact, loss_pullback, sweep),
                 prologue=[
                     "  const int Bf = B, b0 = 0, training = 1, need_dx = 0;",
+                    "  const bool need_dp = true;",
                     "  int di = 0; T dt = 0; std::uint64_t du = 0; long dl = 0;",
                     "  (void)di; (void)dt; (void)du; (void)dl;",
                 ],

@@ -432,8 +432,9 @@ class CompiledModel:
         seed = self._next_seed()
         d_params = torch.empty_like(self._grads)
         self._lib.forward(self._arena.data_ptr(), act.data_ptr(), B, int(self.training), seed)
+        # need_dx = 3: the inputs' gradient alone (emit.py: NO_PARAM_GRADIENT)
         self._lib.vjp(self._arena.data_ptr(), act.data_ptr(), d_params.data_ptr(),
-                      d_act.data_ptr(), d_out.data_ptr(), B, int(self.training), seed, 1)  # fmt: skip
+                      d_act.data_ptr(), d_out.data_ptr(), B, int(self.training), seed, 3)  # fmt: skip
         grads = tuple(
             d_act[B * r.d_offset : B * (r.d_offset + r.size)].view(B, *shape).clone()
             for r, shape in zip(self._em.input_regions, self.input_shapes, strict=True)

@@ -309,3 +309,18 @@ def test_loss_is_stable_for_huge_logits(loss):
     ref_value, ref_grads = _loss_reference(loss, net, x, y)
     assert_close_rel(value, ref_value, 1e-10, loss)
     assert_grads_close(grads, ref_grads, 1e-10, loss)
+
+
+@pytest.mark.parametrize("build, shape", [pytest.param(b, s, id=n) for n, b, s, _ in CASES])
+def test_input_grad_alone_matches_the_full_vjp(build, shape):
+    """cm.input_grad asks for the inputs' gradient alone, and the pullback engine's kernels
+    then skip every parameter's (a null d_weight): the result must equal autograd's through
+    the full VJP."""
+    torch.manual_seed(0)
+    net = build()
+    x = _input(shape, B=4)
+    cm = rootclad.compile(net, example_input=x, engine="pullback")
+    d_out = torch.randn(4, *cm.output_shape, dtype=F64)
+    xr = x.clone().requires_grad_(True)
+    (want,) = torch.autograd.grad(cm(xr), xr, d_out)
+    assert_close_rel(cm.input_grad(x, d_out=d_out), want, 1e-12, "input_grad")

@@ -243,7 +243,7 @@ void dweight(T* dw, const T* g, const T* x, int B, int C, int Lx, int OC, int K,
   }
 }
 
-// The pullback of forward(): d_inp (may be null), d_weight, d_bias (may be null) += ...
+// The pullback of forward(): d_inp, d_weight, d_bias (each may be null) += ...
 template <typename T>
 bool backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, const T* inp, const T* weight,
               int B, int C, int L, int OC, int K, int P, int D, int LO) {
@@ -270,7 +270,8 @@ bool backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, const T* inp, co
           t += g[l];
         d_bias[o] += t;
       }
-  dweight(d_weight, d_out, x, B, C, Lx, OC, K, D, LO);
+  if (d_weight)
+    dweight(d_weight, d_out, x, B, C, Lx, OC, K, D, LO);
   if (!d_inp)
     return true;
   // d_x = d_out, zero-padded by E = (K-1)*D on both sides, convolved with wt[c,o,k] =

@@ -138,8 +138,9 @@ void conv2d_backward(T* d_inp, T* d_weight, T* d_bias, T* d_cols, const T* d_out
     for (int g = 0; g < G; ++g) {
       const T* c = cols + b * cols_per_sample + (long)g * taps * OHW;
       const T* dyg = dy + (long)g * OCg * OHW;
-      gemm(false, true, OCg, taps, OHW, T(1), dyg, OHW, c, OHW, T(1),
-           d_weight + (long)g * OCg * taps, taps);
+      if (d_weight) // null: an input gradient alone was asked for
+        gemm(false, true, OCg, taps, OHW, T(1), dyg, OHW, c, OHW, T(1),
+             d_weight + (long)g * OCg * taps, taps);
       if (!d_inp)
         continue;
       T* dc = d_cols + b * cols_per_sample + (long)g * taps * OHW;

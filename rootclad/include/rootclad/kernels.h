@@ -94,7 +94,8 @@ void linear_backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, const T* 
                      const T* weight, int R, int C, int OC) {
   if (d_inp)
     gemm(false, false, R, C, OC, T(1), d_out, OC, weight, C, T(1), d_inp, C);
-  gemm(true, false, OC, C, R, T(1), d_out, OC, inp, C, T(1), d_weight, C);
+  if (d_weight) // null: an input gradient alone was asked for
+    gemm(true, false, OC, C, R, T(1), d_out, OC, inp, C, T(1), d_weight, C);
   if (d_bias)
     for (int r = 0; r < R; ++r)
       for (int o = 0; o < OC; ++o)
@@ -205,7 +206,7 @@ void conv1d_direct_backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, co
       }
       for (int c = 0; c < C; ++c) {
         const T* x = inp + ((long)b * C + c) * L;
-        for (int k0 = 0; k0 < K; k0 += CONV1D_DIRECT_MAX_TAPS) { // taps k0 .. k0 + nk - 1
+        for (int k0 = 0; d_weight && k0 < K; k0 += CONV1D_DIRECT_MAX_TAPS) { // taps k0..k0+nk-1
           const int nk = K - k0 < CONV1D_DIRECT_MAX_TAPS ? K - k0 : CONV1D_DIRECT_MAX_TAPS;
           for (int k = 0; k < nk; ++k)
             acc[k] = 0;
@@ -314,8 +315,9 @@ void conv1d_backward(T* d_inp, T* d_weight, T* d_bias, T* d_tmp, T* d_cols, cons
   const int CK = C * K;
   const long NL = (long)B * LO;
 #ifndef ROOTCLAD_NO_PULLBACKS
-  if (conv_sparse::backward(d_inp, d_weight, d_bias, d_out, inp, weight, B, C, L, OC, K, S, P, D,
-                            LO))
+  // (the sparse pass forms d_weight and d_inp together: not for an input gradient alone)
+  if (d_weight && conv_sparse::backward(d_inp, d_weight, d_bias, d_out, inp, weight, B, C, L, OC,
+                                        K, S, P, D, LO))
     return;
   if (S == 1 &&
       conv_s1::backward(d_inp, d_weight, d_bias, d_out, inp, weight, B, C, L, OC, K, P, D, LO))
@@ -331,7 +333,8 @@ void conv1d_backward(T* d_inp, T* d_weight, T* d_bias, T* d_tmp, T* d_cols, cons
         copy(d_tmp + o * NL + (long)b * LO, d_out + ((long)b * OC + o) * LO, LO);
     g = d_tmp;
   }
-  gemm(false, true, OC, CK, (int)NL, T(1), g, (int)NL, cols, (int)NL, T(1), d_weight, CK);
+  if (d_weight)
+    gemm(false, true, OC, CK, (int)NL, T(1), g, (int)NL, cols, (int)NL, T(1), d_weight, CK);
   if (d_bias)
     for (int o = 0; o < OC; ++o) {
       T s = 0;
