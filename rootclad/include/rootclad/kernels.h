@@ -316,8 +316,8 @@ void conv1d_backward(T* d_inp, T* d_weight, T* d_bias, T* d_tmp, T* d_cols, cons
   const long NL = (long)B * LO;
 #ifndef ROOTCLAD_NO_PULLBACKS
   // (the sparse pass forms d_weight and d_inp together: not for an input gradient alone)
-  if (d_weight && conv_sparse::backward(d_inp, d_weight, d_bias, d_out, inp, weight, B, C, L, OC,
-                                        K, S, P, D, LO))
+  if (d_weight && conv_sparse::backward(d_inp, d_weight, d_bias, d_out, inp, weight, B, C, L, OC, K,
+                                        S, P, D, LO))
     return;
   if (S == 1 &&
       conv_s1::backward(d_inp, d_weight, d_bias, d_out, inp, weight, B, C, L, OC, K, P, D, LO))
