@@ -217,6 +217,16 @@ class CompiledModel:
 
     def _check_x(self, x) -> int:
         """Check every input (a tensor, or one per model input); returns the batch size."""
+        if type(x) is torch.Tensor and len(self.input_shapes) == 1:  # the common case, fast
+            B = x.shape[0] if x.dim() == len(self.input_shapes[0]) + 1 else 0
+            if (
+                B > 0
+                and x.is_cpu
+                and x.dtype == self.dtype
+                and x.shape[1:] == self.input_shapes[0]
+                and B * self._largest_region < 2**31
+            ):
+                return B
         xs = self._inputs(x)
         batches = set()
         for i, (t, shape) in enumerate(zip(xs, self.input_shapes, strict=True)):
@@ -278,22 +288,30 @@ class CompiledModel:
 
     def _workspace(self, B: int) -> tuple[torch.Tensor, torch.Tensor]:
         """This thread's act and d_act for batch B, reusing the largest buffer it has had."""
+        w = self._views_for(B)
+        return w[0], w[1]
+
+    def _views_for(self, B: int) -> tuple:
+        """(act, d_act, act's address) for batch B on this thread, cached per batch size: a
+        batch-1 call spends microseconds, and slicing and asking the library for sizes took
+        a sixth of them."""
         local = self._local
+        cached = getattr(local, "views", None)
+        if cached is not None and B in cached:
+            return cached[B]
         n, nd = self._lib.act_size(B), self._lib.d_act_size(B)
         if B > getattr(local, "batch", 0):
             local.work = torch.empty(n + nd, dtype=self.dtype)
             local.batch = B
-        return local.work[:n], local.work[n : n + nd]
+            local.views = cached = {}  # views of the old buffer are stale
+        act = local.work[:n]
+        entry = cached[B] = (act, local.work[n : n + nd], act.data_ptr())
+        return entry
 
     def _load_input(self, act: torch.Tensor, x, B: int) -> None:
         """Copy the model input(s) into their regions at the start of ``act``."""
         for t, r in zip(self._inputs(x), self._em.input_regions, strict=True):
-            if (
-                t.device.type == "cpu"
-                and t.dtype == self.dtype
-                and t.is_contiguous()
-                and not t.is_neg()
-            ):
+            if t.is_cpu and t.dtype == self.dtype and t.is_contiguous() and not t.is_neg():
                 # a plain memcpy: torch's copy_ would start its OpenMP threads, which then
                 # compete with rootclad's own for the cores during the step
                 size = act.element_size()
@@ -407,12 +425,15 @@ class CompiledModel:
         """The output without autograd bookkeeping (eval-mode dropout unless training)."""
         x = x[0] if len(x) == 1 else x
         B = self._check_x(x)
-        act, _ = self._workspace(B)
+        act, _, act_ptr = self._views_for(B)
         self._load_input(act, x, B)
-        self._lib.forward(
-            self._arena.data_ptr(), act.data_ptr(), B, int(self.training), self._next_seed()
-        )
-        return self._output(act, B).clone()
+        self._lib.forward(self._arena.data_ptr(), act_ptr, B, int(self.training), self._next_seed())
+        # a fresh tensor filled by one memcpy: clone() of the view costs twice as much at batch 1
+        r = self._em.output_region
+        out = torch.empty((B, *self.output_shape), dtype=self.dtype)
+        size = out.element_size()
+        ctypes.memmove(out.data_ptr(), act_ptr + B * r.offset * size, out.numel() * size)
+        return out
 
     def input_grad(self, *x: torch.Tensor, d_out: torch.Tensor | None = None):
         """d(sum of output x d_out) / d input, through the compiled backward, without autograd
@@ -427,13 +448,18 @@ class CompiledModel:
         elif tuple(d_out.shape) != out_shape:
             raise ValueError(f"d_out has shape {tuple(d_out.shape)}, expected {out_shape}")
         d_out = d_out.detach().to(self.dtype).contiguous()
-        act, d_act = self._workspace(B)
+        act, d_act, act_ptr = self._views_for(B)
         self._load_input(act, x, B)
         seed = self._next_seed()
-        d_params = torch.empty_like(self._grads)
-        self._lib.forward(self._arena.data_ptr(), act.data_ptr(), B, int(self.training), seed)
+        # the parameters' adjoint, which the pullback engine leaves alone here and the clad
+        # engine fills and this drops: one per thread, kept (a fresh one cost as much as a
+        # batch-1 forward of the MLP)
+        local = self._local
+        if getattr(local, "d_params", None) is None:
+            local.d_params = torch.empty_like(self._grads)
+        self._lib.forward(self._arena.data_ptr(), act_ptr, B, int(self.training), seed)
         # need_dx = 3: the inputs' gradient alone (emit.py: NO_PARAM_GRADIENT)
-        self._lib.vjp(self._arena.data_ptr(), act.data_ptr(), d_params.data_ptr(),
+        self._lib.vjp(self._arena.data_ptr(), act_ptr, local.d_params.data_ptr(),
                       d_act.data_ptr(), d_out.data_ptr(), B, int(self.training), seed, 3)  # fmt: skip
         grads = tuple(
             d_act[B * r.d_offset : B * (r.d_offset + r.size)].view(B, *shape).clone()

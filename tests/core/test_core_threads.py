@@ -168,3 +168,57 @@ def test_a_model_library_exports_its_c_api_only(engine, request):
     assert names and all(n.startswith("rc_") for n in names), [
         n for n in names if not n.startswith("rc_")
     ][:5]
+
+
+POOL_STRESS = r"""
+#include <rootclad/parallel.h>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+#include <vector>
+// Each call's task marks which shares ran; every share t < n must run exactly once per call,
+// whether the workers were spinning (calls back to back) or asleep (a pause between calls),
+// and with several host threads calling at once.
+struct Ctx { std::atomic<int> ran[8]; };
+static void task(void* c, int t, int) { static_cast<Ctx*>(c)->ran[t].fetch_add(1); }
+static int bad = 0;
+static void calls(int seed, int count) {
+  auto& pool = rootclad::ThreadPool::instance();
+  for (int i = 0; i < count; ++i) {
+    Ctx c;
+    for (auto& r : c.ran) r.store(0);
+    const int n = 1 + (i * 7 + seed) % pool.size();
+    pool.run(task, &c, n);
+    for (int t = 0; t < 8; ++t)
+      if (c.ran[t].load() != (t < n ? 1 : 0)) ++bad;
+    if (i % 50 == 49)  // longer than the workers spin: they go to sleep
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+int main() {
+  std::printf("pool %d\n", rootclad::ThreadPool::instance().size());
+  calls(0, 2000);
+  std::vector<std::thread> host;
+  for (int s = 1; s <= 3; ++s) host.emplace_back(calls, s, 1000);
+  for (auto& h : host) h.join();
+  std::printf("bad %d\n", bad);
+  return bad != 0;
+}
+"""
+
+
+def test_thread_pool_runs_every_share_once(tmp_path):
+    """parallel.h's pool: workers spin for the next call, then sleep; a worker that missed a
+    call must never run it late, nor twice. A pool of 4 on any machine, so that calls with
+    fewer shares than workers occur."""
+    from rootclad.toolchain import find_cxx
+
+    cxx, _ = find_cxx()
+    src, exe = tmp_path / "pool.cpp", tmp_path / "pool"
+    src.write_text(POOL_STRESS)
+    subprocess.run([cxx, "-O1", "-std=c++17", f"-I{rootclad.get_include()}", str(src), "-o",
+                    str(exe), "-pthread"], check=True)  # fmt: skip
+    out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120,
+                         env={"ROOTCLAD_NUM_THREADS": "4"})  # fmt: skip
+    assert out.stdout.splitlines() == ["pool 4", "bad 0"], out.stdout + out.stderr

@@ -114,7 +114,7 @@ void blas_gemm(bool ta, bool tb, int M, int N, int K, T alpha, const T* A, int l
 // 64) is shared by rootclad's threads, each taking a block of rows or columns of C; OpenBLAS
 // itself stays single-threaded (parallel.h). Below GEMM_SPLIT_MIN multiply-adds, waking a
 // thread costs more than it saves.
-constexpr double GEMM_SPLIT_MIN = 1 << 20;
+constexpr double GEMM_SPLIT_MIN = 1 << 18;
 template <typename T> struct GemmJob {
   bool ta, tb, by_rows;
   int M, N, K;
