@@ -103,6 +103,12 @@ CASES = [
     ("conv2d-s2-p1-rect", lambda: _seq(nn.Conv2d(3, 4, (3, 2), stride=(2, 1), padding=(1, 0), bias=False)), (3, 8, 7), False),
     ("conv2d-d2-groups2", lambda: _seq(nn.Conv2d(4, 2, 3, padding=2, dilation=2, groups=2)), (4, 6, 5), False),
     ("conv2d-depthwise", lambda: _seq(nn.Conv2d(3, 3, 3, padding=1, groups=3)), (3, 5, 5), True),
+    # stride 1, one group: conv2d.h's direct kernels (padding, dilation, a rectangular kernel,
+    # an image narrower than a vector); above 288 taps, im2col and GEMM again
+    ("conv2d-direct-p-d-rect", lambda: _seq(nn.Conv2d(3, 5, (3, 2), padding=(2, 1), dilation=(2, 1))), (3, 9, 8), True),
+    ("conv2d-direct-digits", lambda: _seq(nn.Conv2d(1, 9, 3, padding=1), nn.ReLU(), nn.Conv2d(9, 10, 3, padding=1)), (1, 12, 11), True),
+    ("conv2d-direct-narrow", lambda: _seq(nn.Conv2d(2, 3, (2, 1))), (2, 9, 1), False),
+    ("conv2d-many-taps", lambda: _seq(nn.Conv2d(40, 3, 3, padding=1)), (40, 4, 5), False),
     ("maxpool2d", lambda: _seq(nn.MaxPool2d(2)), (2, 6, 7), True),
     ("maxpool2d-k3-s2-p1", lambda: _seq(nn.MaxPool2d(3, stride=2, padding=1)), (2, 7, 6), False),
     ("avgpool2d-k3-s2-p1", lambda: _seq(nn.AvgPool2d(3, stride=2, padding=1)), (2, 7, 6), False),

@@ -25,9 +25,20 @@ namespace conv_s1 {
 
 using simd::V;
 
+// Where tap k of a channel's row is read, relative to the output position: k*D for a 1-D
+// convolution; for a 2-D one over a flattened zero-padded image, a table (conv2d_s1 below).
+struct Dilated {
+  int D;
+  int operator()(int k) const { return k * D; }
+};
+struct TapTable {
+  const int* offs;
+  int operator()(int k) const { return offs[k]; }
+};
+
 // Per-thread scratch, grown on first use and then reused: no allocation in steady state.
 template <typename T> T* scratch(int slot, long n) {
-  static thread_local std::vector<T> bufs[4];
+  static thread_local std::vector<T> bufs[6];
   std::vector<T>& b = bufs[slot];
   if ((long)b.size() < n)
     b.resize(n);
@@ -47,8 +58,8 @@ template <typename T> void pad_rows(T* dst, const T* src, long rows, int L, int 
 
 // out[o, l0 + j] for o in [o0, o0 + OB), j in [skip, LB*lanes): assigned (= bias + sum) or,
 // with ACC, added to. x has C rows of stride Lx; w is (OC, C, K); out has rows of stride LO.
-template <typename T, int OB, int LB, bool ACC>
-inline void rows_block(T* out, const T* x, const T* w, const T* bias, int C, int Lx, int K, int D,
+template <typename T, int OB, int LB, bool ACC, class Tap>
+inline void rows_block(T* out, const T* x, const T* w, const T* bias, int C, int Lx, int K, Tap tap,
                        int LO, int o0, int l0, int skip) {
   using VT = V<T>;
   constexpr int VL = simd::lanes<T>();
@@ -69,7 +80,7 @@ inline void rows_block(T* out, const T* x, const T* w, const T* bias, int C, int
       VT xv[LB];
       ROOTCLAD_UNROLL
       for (int j = 0; j < LB; ++j)
-        xv[j] = simd::load(xr + k * D + j * VL);
+        xv[j] = simd::load(xr + tap(k) + j * VL);
       ROOTCLAD_UNROLL
       for (int o = 0; o < OB; ++o) {
         const VT wv = simd::splat<T>(wc[o * CK + k]);
@@ -96,8 +107,8 @@ inline void rows_block(T* out, const T* x, const T* w, const T* bias, int C, int
   }
 }
 
-template <typename T, int LB, bool ACC>
-void rows_lb(T* out, const T* x, const T* w, const T* bias, int C, int Lx, int OC, int K, int D,
+template <typename T, int LB, bool ACC, class Tap>
+void rows_lb(T* out, const T* x, const T* w, const T* bias, int C, int Lx, int OC, int K, Tap tap,
              int LO) {
   constexpr int OB = ROOTCLAD_VEC_REGS / 4;
   constexpr int W = LB * simd::lanes<T>();
@@ -105,25 +116,26 @@ void rows_lb(T* out, const T* x, const T* w, const T* bias, int C, int Lx, int O
   for (; o0 + OB <= OC; o0 += OB)
     for (int l0 = 0; l0 < LO; l0 += W) {
       const int start = l0 + W <= LO ? l0 : LO - W;
-      rows_block<T, OB, LB, ACC>(out, x, w, bias, C, Lx, K, D, LO, o0, start, l0 - start);
+      rows_block<T, OB, LB, ACC>(out, x, w, bias, C, Lx, K, tap, LO, o0, start, l0 - start);
     }
   for (; o0 < OC; ++o0)
     for (int l0 = 0; l0 < LO; l0 += W) {
       const int start = l0 + W <= LO ? l0 : LO - W;
-      rows_block<T, 1, LB, ACC>(out, x, w, bias, C, Lx, K, D, LO, o0, start, l0 - start);
+      rows_block<T, 1, LB, ACC>(out, x, w, bias, C, Lx, K, tap, LO, o0, start, l0 - start);
     }
 }
 
 // One sample: out(OC, LO) (=, or += with ACC) bias + conv of x(C, Lx) with w(OC, C, K),
-// dilation D, no padding (LO = Lx - (K-1)*D). False when LO is shorter than a vector.
-template <typename T, bool ACC>
-bool rows(T* out, const T* x, const T* w, const T* bias, int C, int Lx, int OC, int K, int D,
+// tap k read at tap(k) (Dilated: no padding, LO = Lx - (K-1)*D). False when LO is shorter
+// than a vector.
+template <typename T, bool ACC, class Tap = Dilated>
+bool rows(T* out, const T* x, const T* w, const T* bias, int C, int Lx, int OC, int K, Tap tap,
           int LO) {
   constexpr int VL = simd::lanes<T>();
   if (LO >= 2 * VL)
-    rows_lb<T, 2, ACC>(out, x, w, bias, C, Lx, OC, K, D, LO);
+    rows_lb<T, 2, ACC>(out, x, w, bias, C, Lx, OC, K, tap, LO);
   else if (LO >= VL)
-    rows_lb<T, 1, ACC>(out, x, w, bias, C, Lx, OC, K, D, LO);
+    rows_lb<T, 1, ACC>(out, x, w, bias, C, Lx, OC, K, tap, LO);
   else
     return false;
   return true;
@@ -143,15 +155,15 @@ bool forward(T* out, const T* inp, const T* weight, const T* bias, int B, int C,
       pad_rows(xp, x, C, L, P);
       x = xp;
     }
-    rows<T, false>(out + (long)b * OC * LO, x, weight, bias, C, Lx, OC, K, D, LO);
+    rows<T, false>(out + (long)b * OC * LO, x, weight, bias, C, Lx, OC, K, Dilated{D}, LO);
   }
   return true;
 }
 
-// dw[o, c, k0 + kk] += sum_b sum_l g[b, o, l] * x[b, c, l + (k0 + kk)*D], o in [o0, o0 + OB).
-template <typename T, int OB, int KB>
-inline void dweight_block(T* dw, const T* g, const T* x, int B, int C, int Lx, int OC, int K, int D,
-                          int LO, int o0, int c, int k0) {
+// dw[o, c, k0 + kk] += sum_b sum_l g[b, o, l] * x[b, c, l + tap(k0 + kk)], o in [o0, o0 + OB).
+template <typename T, int OB, int KB, class Tap>
+inline void dweight_block(T* dw, const T* g, const T* x, int B, int C, int Lx, int OC, int K,
+                          Tap tap, int LO, int o0, int c, int k0) {
   using VT = V<T>;
   constexpr int VL = simd::lanes<T>();
   VT acc[OB][KB];
@@ -162,7 +174,7 @@ inline void dweight_block(T* dw, const T* g, const T* x, int B, int C, int Lx, i
     acc[o][k] = VT{};
   for (int b = 0; b < B; ++b) {
     const T* gb = g + ((long)b * OC + o0) * LO;
-    const T* xb = x + ((long)b * C + c) * Lx + k0 * D;
+    const T* xb = x + ((long)b * C + c) * Lx;
     int l = 0;
     for (; l + VL <= LO; l += VL) {
       VT gv[OB], xv[KB];
@@ -173,7 +185,7 @@ inline void dweight_block(T* dw, const T* g, const T* x, int B, int C, int Lx, i
       }
       ROOTCLAD_UNROLL
       for (int k = 0; k < KB; ++k) {
-        xv[k] = simd::load(xb + k * D + l);
+        xv[k] = simd::load(xb + tap(k0 + k) + l);
         simd::in_register<T>(xv[k]);
       }
       ROOTCLAD_UNROLL
@@ -191,7 +203,7 @@ inline void dweight_block(T* dw, const T* g, const T* x, int B, int C, int Lx, i
       }
       ROOTCLAD_UNROLL
       for (int k = 0; k < KB; ++k)
-        xv[k] = simd::load(xb + k * D + start);
+        xv[k] = simd::load(xb + tap(k0 + k) + start);
       ROOTCLAD_UNROLL
       for (int o = 0; o < OB; ++o)
         ROOTCLAD_UNROLL
@@ -204,20 +216,20 @@ inline void dweight_block(T* dw, const T* g, const T* x, int B, int C, int Lx, i
       dw[((long)(o0 + o) * C + c) * K + k0 + k] += simd::hsum<T>(acc[o][k]);
 }
 
-template <typename T, int OB>
-void dweight_rows(T* dw, const T* g, const T* x, int B, int C, int Lx, int OC, int K, int D, int LO,
-                  int o0) {
+template <typename T, int OB, class Tap>
+void dweight_rows(T* dw, const T* g, const T* x, int B, int C, int Lx, int OC, int K, Tap tap,
+                  int LO, int o0) {
   constexpr int KB = 4;
   for (int c = 0; c < C; ++c) {
     int k0 = 0;
     for (; k0 + KB <= K; k0 += KB)
-      dweight_block<T, OB, KB>(dw, g, x, B, C, Lx, OC, K, D, LO, o0, c, k0);
+      dweight_block<T, OB, KB>(dw, g, x, B, C, Lx, OC, K, tap, LO, o0, c, k0);
     if (K - k0 == 3)
-      dweight_block<T, OB, 3>(dw, g, x, B, C, Lx, OC, K, D, LO, o0, c, k0);
+      dweight_block<T, OB, 3>(dw, g, x, B, C, Lx, OC, K, tap, LO, o0, c, k0);
     else if (K - k0 == 2)
-      dweight_block<T, OB, 2>(dw, g, x, B, C, Lx, OC, K, D, LO, o0, c, k0);
+      dweight_block<T, OB, 2>(dw, g, x, B, C, Lx, OC, K, tap, LO, o0, c, k0);
     else if (K - k0 == 1)
-      dweight_block<T, OB, 1>(dw, g, x, B, C, Lx, OC, K, D, LO, o0, c, k0);
+      dweight_block<T, OB, 1>(dw, g, x, B, C, Lx, OC, K, tap, LO, o0, c, k0);
   }
 }
 
@@ -226,8 +238,8 @@ void dweight_rows(T* dw, const T* g, const T* x, int B, int C, int Lx, int OC, i
 // of about 128 KiB of those rows did best among 16-512 KiB on the GW CNN (whole batches,
 // one thread); the micro-batched head passes fewer samples than that anyway.
 constexpr long DWEIGHT_GROUP_BYTES = 131072;
-template <typename T>
-void dweight(T* dw, const T* g, const T* x, int B, int C, int Lx, int OC, int K, int D, int LO) {
+template <typename T, class Tap = Dilated>
+void dweight(T* dw, const T* g, const T* x, int B, int C, int Lx, int OC, int K, Tap tap, int LO) {
   constexpr int OB = ROOTCLAD_VEC_REGS / 8;
   const long per_sample = (long)OB * LO * sizeof(T);
   const int G = per_sample >= DWEIGHT_GROUP_BYTES ? 1 : (int)(DWEIGHT_GROUP_BYTES / per_sample);
@@ -237,9 +249,9 @@ void dweight(T* dw, const T* g, const T* x, int B, int C, int Lx, int OC, int K,
     const T* xb = x + (long)b0 * C * Lx;
     int o0 = 0;
     for (; o0 + OB <= OC; o0 += OB)
-      dweight_rows<T, OB>(dw, gb, xb, nb, C, Lx, OC, K, D, LO, o0);
+      dweight_rows<T, OB>(dw, gb, xb, nb, C, Lx, OC, K, tap, LO, o0);
     for (; o0 < OC; ++o0)
-      dweight_rows<T, 1>(dw, gb, xb, nb, C, Lx, OC, K, D, LO, o0);
+      dweight_rows<T, 1>(dw, gb, xb, nb, C, Lx, OC, K, tap, LO, o0);
   }
 }
 
@@ -271,7 +283,7 @@ bool backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, const T* inp, co
         d_bias[o] += t;
       }
   if (d_weight)
-    dweight(d_weight, d_out, x, B, C, Lx, OC, K, D, LO);
+    dweight(d_weight, d_out, x, B, C, Lx, OC, K, Dilated{D}, LO);
   if (!d_inp)
     return true;
   // d_x = d_out, zero-padded by E = (K-1)*D on both sides, convolved with wt[c,o,k] =
@@ -288,9 +300,9 @@ bool backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, const T* inp, co
     pad_rows(gp, d_out + (long)b * OC * LO, OC, LO, E);
     T* dx = d_inp + (long)b * C * L;
     if (P == 0) {
-      rows<T, true>(dx, gp, wt, (const T*)nullptr, OC, Lg, C, K, D, L);
+      rows<T, true>(dx, gp, wt, (const T*)nullptr, OC, Lg, C, K, Dilated{D}, L);
     } else {
-      rows<T, false>(dxp, gp, wt, (const T*)nullptr, OC, Lg, C, K, D, Lx);
+      rows<T, false>(dxp, gp, wt, (const T*)nullptr, OC, Lg, C, K, Dilated{D}, Lx);
       for (int c = 0; c < C; ++c)
         for (int i = 0; i < L; ++i)
           dx[(long)c * L + i] += dxp[(long)c * Lx + P + i];
