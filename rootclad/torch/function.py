@@ -10,6 +10,8 @@ import math
 
 import torch
 
+from rootclad.torch.model import fresh_copy
+
 
 class CompiledFunction(torch.autograd.Function):
     """``apply(cm, n_inputs, *inputs, *params)``: the model output; the backward gives the
@@ -27,7 +29,7 @@ class CompiledFunction(torch.autograd.Function):
         ctx.x_shapes = [x.shape for x in xs]
         ctx.training = cm.training
         ctx.save_for_backward(act)
-        return cm._output(act, B).clone()
+        return fresh_copy(cm._output(act, B))
 
     @staticmethod
     def backward(ctx, d_out):
@@ -60,7 +62,7 @@ class CompiledFunction(torch.autograd.Function):
         )
         d_xs = []
         for r, shape, needed in zip(cm._em.input_regions, ctx.x_shapes, need_x, strict=True):
-            d = d_act[B * r.d_offset : B * (r.d_offset + r.size)].view(shape).clone()
+            d = fresh_copy(d_act[B * r.d_offset : B * (r.d_offset + r.size)].view(shape))
             d_xs.append(d if needed else None)
         grads = []
         offsets = cm._em.param_offsets.values()
