@@ -27,6 +27,9 @@ from rootclad.ir.graph import Graph, IRError, Node, expect
 # Conv1d runs directly (no im2col scratch) for stride 1 or at most this many taps C*K;
 # must match CONV1D_DIRECT_MAX_TAPS in include/rootclad/kernels.h.
 CONV1D_DIRECT_MAX_TAPS = 32
+# must match MAX_TAPS and MIN_ROW of conv2d_s1 in include/rootclad/conv2d.h
+CONV2D_DIRECT_MAX_TAPS = 288
+CONV2D_DIRECT_MIN_ROW = 16
 MAX_BROADCAST_DIMS = 3  # per-sample dimensions of a broadcasting binary op, after merging
 
 
@@ -418,6 +421,21 @@ def _conv2d_calls(node, graph, site):
     return [Call("conv2d", args + tuple(map(INT, geometry)))]
 
 
+def _conv2d_scratch(node, graph):
+    """im2col's columns, which the direct path (conv2d.h: conv2d_s1::applies) does without."""
+    C, _, Wd = node.in_shape
+    KH, KW = graph.param(node.params["weight"]).shape[2:]
+    a = node.attrs
+    OH = node.out_shape[1]
+    direct = (
+        tuple(a["stride"]) == (1, 1)
+        and a["groups"] == 1
+        and C * KH * KW <= CONV2D_DIRECT_MAX_TAPS
+        and OH * (Wd + 2 * a["padding"][1]) >= CONV2D_DIRECT_MIN_ROW
+    )
+    return {"cols": 0 if direct else C * KH * KW * _n(node.out_shape[1:])}
+
+
 register(
     OpSpec(
         "conv2d",
@@ -425,11 +443,7 @@ register(
         _conv2d_infer,
         _conv2d_calls,
         params=("weight", "bias"),
-        scratch=lambda node, g: {
-            "cols": node.in_shape[0]
-            * _n(g.param(node.params["weight"]).shape[2:])
-            * _n(node.out_shape[1:])
-        },  # fmt: skip
+        scratch=_conv2d_scratch,
         saves=("in", "cols"),
         flops=_conv_flops,
         modules=("Conv2d",),

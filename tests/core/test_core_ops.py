@@ -11,6 +11,8 @@ op in float32 too.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from core_helpers import (
@@ -330,3 +332,23 @@ def test_input_grad_alone_matches_the_full_vjp(build, shape):
     xr = x.clone().requires_grad_(True)
     (want,) = torch.autograd.grad(cm(xr), xr, d_out)
     assert_close_rel(cm.input_grad(x, d_out=d_out), want, 1e-12, "input_grad")
+
+
+def test_direct_convolution_thresholds_match_the_kernels():
+    """ops.py gives the direct convolution paths no im2col scratch by the same test the kernels
+    make; if the constants drifted apart a kernel would write columns into memory the plan
+    gave to other values."""
+    import re
+
+    from rootclad.ir import ops
+
+    inc = Path(rootclad.get_include()) / "rootclad"
+    conv2d = (inc / "conv2d.h").read_text()
+    kernels = (inc / "kernels.h").read_text()
+
+    def const(text, name):
+        return int(re.search(rf"constexpr int {name} = (\d+);", text).group(1))
+
+    assert const(conv2d, "MAX_TAPS") == ops.CONV2D_DIRECT_MAX_TAPS
+    assert const(conv2d, "MIN_ROW") == ops.CONV2D_DIRECT_MIN_ROW
+    assert const(kernels, "CONV1D_DIRECT_MAX_TAPS") == ops.CONV1D_DIRECT_MAX_TAPS

@@ -164,12 +164,15 @@ void unflatten(T* dst, const T* src, int R, int OHc, int OWc, int Wp, long LO, i
 // least one vector (else conv1d_s1's rows() declines), and few taps. Measured on one core
 // (a batch of 128 or 32, 3x3, float32), direct against im2col + OpenBLAS, forward / backward:
 // 1->8 channels 28x28 x1.6 / x0.95, 8->16 14x14 x2.6 / x1.2, 32->32 32x32 x1.4 / x1.2,
-// 64->64 16x16 x0.96 / x0.53: with C*KH*KW above 288 the GEMM path stays.
+// 64->64 16x16 x0.96 / x0.53: with C*KH*KW above 288 the GEMM path stays. MIN_ROW is at least
+// the widest vector (AVX-512: 16 floats). rootclad/ir/ops.py mirrors this test to give the
+// direct path no cols (tests/core/test_core_ops.py checks the constants agree).
 constexpr int MAX_TAPS = 288;
+constexpr int MIN_ROW = 16;
 template <typename T> bool applies(const Conv2dShape& s) {
+  static_assert(MIN_ROW >= simd::lanes<T>(), "rows() needs a row of at least one vector");
   const long LO = (long)s.OH() * (s.W + 2 * s.PW);
-  return s.SH == 1 && s.SW == 1 && s.G == 1 && s.C * s.KH * s.KW <= MAX_TAPS &&
-         LO >= simd::lanes<T>();
+  return s.SH == 1 && s.SW == 1 && s.G == 1 && s.C * s.KH * s.KW <= MAX_TAPS && LO >= MIN_ROW;
 }
 
 // out(B, OC, OH, OW) = conv2d(inp(B, C, H, W)) + bias
