@@ -1,0 +1,73 @@
+// rootclad/device.h — one kernel source for the CPU and for NVIDIA GPUs.
+//
+// A kernel is written once, as a body run for every index i of a range:
+//
+//   template <class On, class T> void relu_forward(On on, T* out, const T* in, long n) {
+//     dev::each_index(on, n, ROOTCLAD_BODY(long i) { out[i] = in[i] > T(0) ? in[i] : T(0); });
+//   }
+//
+// `On` says where it runs. dev::Host runs the body in a plain loop over i: the indexing and
+// arithmetic of every CUDA kernel then run, and are tested against torch, on machines without
+// a GPU (tests/cuda/). Compiled by nvcc, dev::Cuda launches the body as a grid-stride kernel
+// on a stream. Sums that many indices add into one place (a loss, a bias gradient) go
+// through dev::add_to: atomicAdd on the GPU, a plain += on the host.
+#pragma once
+
+#if defined(__CUDACC__)
+#include <cuda_runtime.h>
+#define ROOTCLAD_HD __host__ __device__
+// a lambda that nvcc compiles for the device too (needs nvcc --extended-lambda)
+#define ROOTCLAD_BODY [=] __host__ __device__
+#else
+#define ROOTCLAD_HD
+#define ROOTCLAD_BODY [=]
+#endif
+
+namespace rootclad {
+namespace dev {
+
+// Runs on the calling CPU thread, index after index.
+struct Host {};
+
+template <class Body> void each_index(Host, long n, Body body) {
+  for (long i = 0; i < n; ++i)
+    body(i);
+}
+
+#if defined(__CUDACC__)
+// Runs on the GPU, on `stream` (torch's current stream when called from Python).
+struct Cuda {
+  cudaStream_t stream = nullptr;
+};
+
+constexpr int BLOCK = 256;
+// grid-stride: any n with a bounded grid; blocks beyond the GPU's resident ones only queue
+constexpr long MAX_BLOCKS = 65535L * 8;
+
+template <class Body> __global__ void each_index_kernel(Body body, long n) {
+  const long stride = (long)gridDim.x * blockDim.x;
+  for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    body(i);
+}
+
+template <class Body> void each_index(Cuda on, long n, Body body) {
+  if (n <= 0)
+    return;
+  long blocks = (n + BLOCK - 1) / BLOCK;
+  if (blocks > MAX_BLOCKS)
+    blocks = MAX_BLOCKS;
+  each_index_kernel<<<(unsigned)blocks, BLOCK, 0, on.stream>>>(body, n);
+}
+#endif
+
+// *p += v where several indices may add into *p at once
+template <class T> ROOTCLAD_HD inline void add_to(T* p, T v) {
+#if defined(__CUDA_ARCH__)
+  atomicAdd(p, v);
+#else
+  *p += v;
+#endif
+}
+
+} // namespace dev
+} // namespace rootclad

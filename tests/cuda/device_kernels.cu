@@ -1,0 +1,27 @@
+// Every device kernel instantiated for the GPU, float and double: tests/cuda/ compiles this
+// with nvcc wherever nvcc is installed, GPU or not.
+#include <rootclad/device_kernels.h>
+
+using rootclad::dev::Cuda;
+namespace k = rootclad::dev;
+
+template <class T> void instantiate() {
+  Cuda on{};
+  T* p = nullptr;
+  k::linear_forward(on, p, p, p, p, 1, 1, 1);
+  k::linear_backward_input(on, p, p, p, 1, 1, 1);
+  k::linear_backward_params(on, p, p, p, p, 1, 1, 1);
+  k::relu_forward(on, p, p, 1);
+  k::relu_backward(on, p, p, p, 1);
+  k::conv1d_forward(on, p, p, p, p, 1, 1, 1, 1, 1, 1, 0, 1);
+  k::conv1d_backward_input(on, p, p, p, 1, 1, 1, 1, 1, 1, 0, 1);
+  k::conv1d_backward_params(on, p, p, p, p, 1, 1, 1, 1, 1, 1, 0, 1);
+  k::maxpool1d_forward(on, p, p, 1, 1, 1, 1, 0);
+  k::maxpool1d_backward(on, p, p, p, 1, 1, 1, 1, 0);
+  k::bce_with_logits_forward(on, p, p, p, 1);
+  k::bce_with_logits_backward(on, p, p, p, 1, T(1));
+  k::adam_step(on, p, p, p, p, 1, 1e-3, 0.9, 0.999, 1e-8, 0.0, 1);
+}
+
+template void instantiate<float>();
+template void instantiate<double>();

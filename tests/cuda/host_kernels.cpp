@@ -1,0 +1,50 @@
+// The device kernels (rootclad/device_kernels.h) run on the CPU through dev::Host, behind a C
+// API that tests/cuda/test_device_kernels.py loads with ctypes and checks against torch.
+#include <rootclad/device_kernels.h>
+
+using rootclad::dev::Host;
+namespace k = rootclad::dev;
+
+#define ROOTCLAD_HOST_KERNELS(T, S)                                                                \
+  extern "C" void linear_forward_##S(T* out, const T* x, const T* w, const T* b, int R, int C,     \
+                                     int OC) {                                                     \
+    k::linear_forward(Host{}, out, x, w, b, R, C, OC);                                             \
+  }                                                                                                \
+  extern "C" void linear_backward_##S(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,    \
+                                      int R, int C, int OC) {                                      \
+    k::linear_backward_input(Host{}, dx, dy, w, R, C, OC);                                         \
+    k::linear_backward_params(Host{}, dw, db, dy, x, R, C, OC);                                    \
+  }                                                                                                \
+  extern "C" void relu_forward_##S(T* out, const T* x, long n) {                                   \
+    k::relu_forward(Host{}, out, x, n);                                                            \
+  }                                                                                                \
+  extern "C" void relu_backward_##S(T* dx, const T* dy, const T* out, long n) {                    \
+    k::relu_backward(Host{}, dx, dy, out, n);                                                      \
+  }                                                                                                \
+  extern "C" void conv1d_forward_##S(T* out, const T* x, const T* w, const T* b, int B, int C,     \
+                                     int L, int OC, int K, int St, int P, int D) {                 \
+    k::conv1d_forward(Host{}, out, x, w, b, B, C, L, OC, K, St, P, D);                             \
+  }                                                                                                \
+  extern "C" void conv1d_backward_##S(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,    \
+                                      int B, int C, int L, int OC, int K, int St, int P, int D) {  \
+    k::conv1d_backward_input(Host{}, dx, dy, w, B, C, L, OC, K, St, P, D);                         \
+    k::conv1d_backward_params(Host{}, dw, db, dy, x, B, C, L, OC, K, St, P, D);                    \
+  }                                                                                                \
+  extern "C" void maxpool1d_forward_##S(T* out, const T* x, long R, int L, int K, int St, int P) { \
+    k::maxpool1d_forward(Host{}, out, x, R, L, K, St, P);                                          \
+  }                                                                                                \
+  extern "C" void maxpool1d_backward_##S(T* dx, const T* dy, const T* x, long R, int L, int K,     \
+                                         int St, int P) {                                          \
+    k::maxpool1d_backward(Host{}, dx, dy, x, R, L, K, St, P);                                      \
+  }                                                                                                \
+  extern "C" void bce_with_logits_##S(T* loss, T* dz, const T* z, const T* y, long n) {            \
+    k::bce_with_logits_forward(Host{}, loss, z, y, n);                                             \
+    k::bce_with_logits_backward(Host{}, dz, z, y, n, T(1));                                        \
+  }                                                                                                \
+  extern "C" void adam_step_##S(T* p, const T* g, T* m, T* v, long n, double lr, double b1,        \
+                                double b2, double eps, double wd, long t) {                        \
+    k::adam_step(Host{}, p, g, m, v, n, lr, b1, b2, eps, wd, t);                                   \
+  }
+
+ROOTCLAD_HOST_KERNELS(float, f32)
+ROOTCLAD_HOST_KERNELS(double, f64)

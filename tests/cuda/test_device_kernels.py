@@ -1,0 +1,237 @@
+"""The CUDA kernels' bodies (rootclad/device_kernels.h), run on the CPU and checked against torch.
+
+Each kernel is one body per element, launched on the GPU by dev::Cuda and looped over on the
+CPU by dev::Host (rootclad/device.h). Here the host loop runs them, so their indexing and
+arithmetic are tested on machines without a GPU; test_nvcc.py compiles the same source for
+the GPU. Forward values against torch's, backward ones against torch autograd's, in float64
+to 1e-12 and float32 to 1e-5; the backward kernels add into their adjoints (checked by
+starting from non-zero ones)."""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+import rootclad
+from rootclad.toolchain import find_cxx
+
+HERE = Path(__file__).resolve().parent
+F64, F32 = torch.float64, torch.float32
+SUFFIX = {F64: "f64", F32: "f32"}
+TOL = {F64: {"rtol": 1e-12, "atol": 1e-12}, F32: {"rtol": 1e-4, "atol": 1e-4}}
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    cxx, _ = find_cxx()
+    so = tmp_path_factory.mktemp("host_kernels") / "host_kernels.so"
+    subprocess.run([cxx, "-O1", "-std=c++17", "-shared", "-fPIC", f"-I{rootclad.get_include()}",
+                    str(HERE / "host_kernels.cpp"), "-o", str(so)], check=True)  # fmt: skip
+    return ctypes.CDLL(str(so))
+
+
+def _call(lib, name, dtype, *args):
+    """lib.<name>_<dtype>(...) with tensors passed as pointers, ints as C int or long."""
+    conv = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            assert a.is_contiguous() and a.dtype == dtype
+            conv.append(ctypes.c_void_p(a.data_ptr()))
+        elif a is None:
+            conv.append(ctypes.c_void_p(0))
+        elif isinstance(a, float):
+            conv.append(ctypes.c_double(a))
+        else:
+            conv.append(a)
+    getattr(lib, f"{name}_{SUFFIX[dtype]}")(*conv)
+
+
+def _long(n):
+    return ctypes.c_long(n)
+
+
+def _rand(*shape, dtype, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=F64).to(dtype)
+
+
+def _grads(fn, inputs, d_out):
+    """torch autograd's gradients of <fn(*inputs), d_out> w.r.t. the inputs."""
+    leaves = [t.detach().clone().requires_grad_(True) for t in inputs]
+    (fn(*leaves) * d_out).sum().backward()
+    return [t.grad for t in leaves]
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+@pytest.mark.parametrize(
+    "R, C, OC, bias", [(5, 7, 3, True), (1, 2048, 256, True), (4, 64, 1, False)]
+)
+def test_linear(lib, dtype, R, C, OC, bias):
+    x, w = _rand(R, C, dtype=dtype, seed=1), _rand(OC, C, dtype=dtype, seed=2)
+    b = _rand(OC, dtype=dtype, seed=3) if bias else None
+    out = torch.empty(R, OC, dtype=dtype)
+    _call(lib, "linear_forward", dtype, out, x, w, b, R, C, OC)
+    torch.testing.assert_close(out, F.linear(x, w, b), **TOL[dtype])
+    dy = _rand(R, OC, dtype=dtype, seed=4)
+    dx, dw = torch.ones(R, C, dtype=dtype), torch.ones(OC, C, dtype=dtype)
+    db = torch.ones(OC, dtype=dtype) if bias else None
+    _call(lib, "linear_backward", dtype, dx, dw, db, dy, x, w, R, C, OC)
+    ref = _grads(lambda x, w, *b: F.linear(x, w, *b), [x, w] + ([b] if bias else []), dy)
+    for got, want in zip([dx, dw] + ([db] if bias else []), ref, strict=True):
+        torch.testing.assert_close(got, want + 1, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+def test_relu(lib, dtype):
+    x = _rand(3, 50, dtype=dtype)
+    x[0, :5] = 0  # torch's gradient at 0 is 0
+    out = torch.empty_like(x)
+    _call(lib, "relu_forward", dtype, out, x, _long(x.numel()))
+    torch.testing.assert_close(out, torch.relu(x), rtol=0, atol=0)
+    dy, dx = _rand(3, 50, dtype=dtype, seed=5), torch.ones_like(x)
+    _call(lib, "relu_backward", dtype, dx, dy, out, _long(x.numel()))
+    torch.testing.assert_close(dx, _grads(torch.relu, [x], dy)[0] + 1, rtol=0, atol=0)
+
+
+CONV1D = [  # B, C, L, OC, K, stride, padding, dilation
+    (2, 3, 19, 4, 3, 1, 0, 1),
+    (2, 2, 23, 3, 4, 2, 3, 2),
+    (1, 1, 2048, 8, 16, 2, 0, 1),  # the GW CNN's first layer
+    (3, 8, 31, 16, 7, 1, 3, 1),  # a residual block's
+    (2, 4, 17, 2, 1, 3, 0, 1),
+]
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+@pytest.mark.parametrize("B, C, L, OC, K, S, P, D", CONV1D)
+def test_conv1d(lib, dtype, B, C, L, OC, K, S, P, D):
+    x, w, b = (_rand(B, C, L, dtype=dtype, seed=1), _rand(OC, C, K, dtype=dtype, seed=2),
+               _rand(OC, dtype=dtype, seed=3))  # fmt: skip
+    ref = F.conv1d(x, w, b, stride=S, padding=P, dilation=D)
+    out = torch.empty_like(ref)
+    _call(lib, "conv1d_forward", dtype, out, x, w, b, B, C, L, OC, K, S, P, D)
+    torch.testing.assert_close(out, ref, **TOL[dtype])
+    dy = _rand(*ref.shape, dtype=dtype, seed=4)
+    dx, dw, db = torch.ones_like(x), torch.ones_like(w), torch.ones_like(b)
+    _call(lib, "conv1d_backward", dtype, dx, dw, db, dy, x, w, B, C, L, OC, K, S, P, D)
+    want = _grads(lambda x, w, b: F.conv1d(x, w, b, stride=S, padding=P, dilation=D), [x, w, b], dy)
+    for got, ref_grad in zip([dx, dw, db], want, strict=True):
+        torch.testing.assert_close(got, ref_grad + 1, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+@pytest.mark.parametrize(
+    "L, K, S, P", [(2048, 4, 4, 0), (13, 3, 2, 1), (11, 5, 3, 2), (9, 2, 1, 0)]
+)
+def test_maxpool1d(lib, dtype, L, K, S, P):
+    x = _rand(3, 2, L, dtype=dtype)
+    x[0, 0, :6] = 1.0  # ties: the first maximum takes the gradient, as in torch
+    ref = F.max_pool1d(x, K, S, P)
+    out = torch.empty_like(ref)
+    R = 3 * 2
+    _call(lib, "maxpool1d_forward", dtype, out, x, _long(R), L, K, S, P)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    dy, dx = _rand(*ref.shape, dtype=dtype, seed=6), torch.ones_like(x)
+    _call(lib, "maxpool1d_backward", dtype, dx, dy, x, _long(R), L, K, S, P)
+    want = _grads(lambda x: F.max_pool1d(x, K, S, P), [x], dy)[0]
+    torch.testing.assert_close(dx, want + 1, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+def test_bce_with_logits(lib, dtype):
+    z = _rand(37, dtype=dtype) * 30  # large logits: the stable form
+    y = (torch.arange(37) % 2).to(dtype)
+    loss, dz = torch.zeros(1, dtype=dtype), torch.empty_like(z)
+    _call(lib, "bce_with_logits", dtype, loss, dz, z, y, _long(37))
+    torch.testing.assert_close(loss[0], F.binary_cross_entropy_with_logits(z, y), **TOL[dtype])
+    want = _grads(lambda z: F.binary_cross_entropy_with_logits(z, y), [z], torch.ones(()))[0]
+    torch.testing.assert_close(dz, want, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
+def test_adam_matches_torch_optim(lib, dtype, weight_decay):
+    p = _rand(100, dtype=dtype)
+    ref = p.clone().requires_grad_(True)
+    opt = torch.optim.Adam([ref], lr=1e-2, weight_decay=weight_decay)
+    m, v = torch.zeros_like(p), torch.zeros_like(p)
+    for t in range(1, 6):
+        g = _rand(100, dtype=dtype, seed=10 + t)
+        ref.grad = g.clone()
+        opt.step()
+        _call(lib, "adam_step", dtype, p, g, m, v, _long(100), 1e-2, 0.9, 0.999, 1e-8,
+              weight_decay, _long(t))  # fmt: skip
+    torch.testing.assert_close(p, ref.detach(), **TOL[dtype])
+
+
+def test_the_gw_mlp_trains_through_the_device_kernels(lib):
+    """The GW MLP's forward, loss, backward and Adam composed from the kernels, 20 steps,
+    against torch's model, loss and optimizer (float64)."""
+    from rootclad.gw.models import gw_mlp
+
+    torch.manual_seed(0)
+    net = gw_mlp(64).double()
+    ours = [p.detach().clone().contiguous() for p in net.parameters()]
+    state = [(torch.zeros_like(p), torch.zeros_like(p)) for p in ours]
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    B = 6
+    for step in range(1, 21):
+        x = _rand(B, 64, dtype=F64, seed=step)
+        y = (torch.arange(B) % 2).to(F64)
+        opt.zero_grad()
+        ref_loss = F.binary_cross_entropy_with_logits(net(x).squeeze(1), y)
+        ref_loss.backward()
+        opt.step()
+        loss = _mlp_step(lib, ours, state, x, y, step)
+        torch.testing.assert_close(loss, ref_loss.detach(), rtol=1e-12, atol=1e-12)
+    for got, want in zip(ours, net.parameters(), strict=True):
+        torch.testing.assert_close(got, want.detach(), rtol=1e-10, atol=1e-12)
+
+
+def _mlp_step(lib, params, state, x, y, step):
+    """One Adam step of Linear-ReLU-Linear-ReLU-Linear with BCE, through the kernels."""
+    B = x.shape[0]
+    acts, pre = [x], []
+    for i in range(0, len(params), 2):
+        w, b = params[i], params[i + 1]
+        OC, C = w.shape
+        out = torch.empty(B, OC, dtype=F64)
+        _call(lib, "linear_forward", F64, out, acts[-1], w, b, B, C, OC)
+        pre.append(out)
+        if i + 2 < len(params):
+            r = torch.empty_like(out)
+            _call(lib, "relu_forward", F64, r, out, _long(out.numel()))
+            acts.append(r)
+    loss, d = torch.zeros(1, dtype=F64), torch.empty(B, dtype=F64)
+    _call(lib, "bce_with_logits", F64, loss, d, pre[-1].reshape(-1).contiguous(), y, _long(B))
+    d = d.reshape(B, 1)
+    grads = [torch.zeros_like(p) for p in params]
+    for layer in reversed(range(len(pre))):
+        w = params[2 * layer]
+        OC, C = w.shape
+        if layer + 1 < len(pre):  # through the ReLU after this layer
+            dr = torch.zeros_like(pre[layer])
+            _call(lib, "relu_backward", F64, dr, d, acts[layer + 1], _long(d.numel()))
+            d = dr
+        dx = torch.zeros(B, C, dtype=F64)
+        _call(lib, "linear_backward", F64, dx, grads[2 * layer], grads[2 * layer + 1], d,
+              acts[layer], w, B, C, OC)  # fmt: skip
+        d = dx
+    for p, g, (m, v) in zip(params, grads, state, strict=True):
+        _call(lib, "adam_step", F64, p, g, m, v, _long(p.numel()), 1e-3, 0.9, 0.999, 1e-8, 0.0,
+              _long(step))  # fmt: skip
+    return loss[0]
+
+
+def test_a_wrong_kernel_fails_these_checks(lib):
+    """The comparison above fails on a wrong answer: conv1d run with its dilation dropped
+    (padding 1, dilation 1) against torch's padding 2, dilation 2, of the same length."""
+    x, w = _rand(1, 2, 15, dtype=F64), _rand(3, 2, 3, dtype=F64)
+    out = torch.empty(1, 3, 15, dtype=F64)
+    _call(lib, "conv1d_forward", F64, out, x, w, None, 1, 2, 15, 3, 3, 1, 1, 1)
+    with pytest.raises(AssertionError, match="not close"):
+        torch.testing.assert_close(out, F.conv1d(x, w, padding=2, dilation=2), **TOL[F64])
