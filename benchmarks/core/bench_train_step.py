@@ -253,6 +253,7 @@ def main(argv=None) -> int:
     report = {
         "what": "one Adam training step (forward, BCE-with-logits, backward, update), float32",
         "rounds": ROUNDS,
+        "fresh_start": True,  # every timed block from the same weights (see the loop below)
         "machine": {
             "cpu": platform.processor() or platform.machine(),
             "cores": os.cpu_count(),
@@ -300,23 +301,38 @@ def main(argv=None) -> int:
         for batch in BATCHES:
             x, y = example(model, batch)
             flops = 3 * forward_flops(make_model(model), x)
-            steps = {"torch-eager": torch_step(make_model(model), x, y)}
-            for name, cm in compiled.items():
-                cm.load_state_dict(make_model(model).state_dict())
+            # Every timed block starts from the same weights and a fresh optimizer: trained
+            # on one batch, a network's Adam moments of zero-gradient weights decay into
+            # subnormal floats after some 800 steps (0.9^n), and every step then took ~6x
+            # longer (the MLP at batch 1), so whichever implementation had taken more steps
+            # looked slower.
+            init = make_model(model).state_dict()
+
+            def torch_eager(init=init, x=x, y=y, model=model):
+                net = make_model(model)
+                net.load_state_dict(init)
+                return torch_step(net, x, y)
+
+            def fresh(cm, init=init, x=x, y=y):
+                cm.load_state_dict(init)
                 opt = rootclad.optim.Adam(cm, lr=1e-3)
-                steps[name] = lambda cm=cm, opt=opt, x=x, y=y: cm.train_step(x, y, opt)
+                return lambda: cm.train_step(x, y, opt)
+
+            steps = {"torch-eager": torch_eager}
+            for name, cm in compiled.items():
+                steps[name] = lambda cm=cm, fresh=fresh: fresh(cm)
             # torch eager and the fast engines take turns, ROUNDS times, so that a burst of
             # load on this shared host falls on all of them alike; Clad without pullbacks
             # (seconds a step) is timed once
             rows = {name: [] for name in steps}
             for _ in range(ROUNDS):
-                for name, step in steps.items():
+                for name, make_step in steps.items():
                     if not name.endswith("no-pullbacks"):
-                        rows[name] += time_steps(step, min_time / ROUNDS)
-            for name, step in steps.items():
+                        rows[name] += time_steps(make_step(), min_time / ROUNDS)
+            for name, make_step in steps.items():
                 if name.endswith("no-pullbacks"):
                     reps = 3 if batch >= 64 else 5
-                    rows[name] = time_steps(step, min_time, min_reps=reps)
+                    rows[name] = time_steps(make_step(), min_time, min_reps=reps)
             if not args.no_torch_compile:
                 torch._dynamo.reset()
                 t = time.perf_counter()
@@ -389,7 +405,13 @@ def render_markdown(report: dict) -> str:
         "",
         "Median step time in ms (speed-up over torch eager in brackets; % = achieved GFLOP/s "
         "of 3x the forward FLOPs, as a fraction of the sgemm peak). Torch eager and the "
-        f"engines with pullbacks were timed in {report.get('rounds', 1)} alternating rounds:",
+        f"engines with pullbacks were timed in {report.get('rounds', 1)} alternating rounds"
+        + (
+            ", each block from the same initial weights and a fresh Adam"
+            if report.get("fresh_start")
+            else ""
+        )
+        + ":",
         "",
     ]
     for model in dict.fromkeys(r["model"] for r in report["results"]):
