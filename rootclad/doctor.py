@@ -36,7 +36,15 @@ def report() -> str:
 
     from rootclad import __version__
     from rootclad.compiler import engines_available
-    from rootclad.toolchain import ToolchainError, blas_flags, cache_dir, find_clad, find_nvcc
+    from rootclad.toolchain import (
+        ToolchainError,
+        blas_flags,
+        cache_dir,
+        cuda_driver_version,
+        find_clad,
+        find_cublas,
+        find_nvcc,
+    )
 
     lines = [
         f"rootclad {__version__} on {platform.machine()} {platform.system()}, "
@@ -70,6 +78,15 @@ def report() -> str:
         lines.append(_line("nvcc", f"{nvcc[0]} ({nvcc[1]})" if nvcc else "not found"))
     except ToolchainError as exc:
         lines.append(_line("nvcc", str(exc)))
+    try:
+        cublas = find_cublas()
+    except ToolchainError as exc:
+        cublas = str(exc)
+    lines.append(
+        _line("cuBLAS", cublas or "not found (the CUDA toolkit's, or pip install nvidia-cublas)")
+    )
+    driver = cuda_driver_version()
+    lines.append(_line("CUDA driver", driver or "none (no libcuda.so.1)"))
     gpu = torch.cuda.is_available()
     lines.append(_line("CUDA device", torch.cuda.get_device_name(0) if gpu else "none"))
     lines.append(_line("ROOT", _root_status()))

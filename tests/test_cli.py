@@ -16,7 +16,8 @@ def _doctor(env=None):
 
 def test_doctor_lists_engines_and_tools():
     text = _doctor()
-    for needle in ("pullback", "clad", "torch autograd", "BLAS", "ROOT", "nvcc", "cache"):
+    for needle in ("pullback", "clad", "torch autograd", "BLAS", "ROOT", "nvcc", "cuBLAS",
+                   "CUDA driver", "CUDA device", "cache"):  # fmt: skip
         assert needle in text, (needle, text)
 
 

@@ -5,7 +5,9 @@ from rootclad.toolchain.find import (
     CladInstall,
     ToolchainError,
     blas_flags,
+    cuda_driver_version,
     find_clad,
+    find_cublas,
     find_cxx,
     find_nvcc,
 )
@@ -17,7 +19,9 @@ __all__ = [
     "blas_flags",
     "build_library",
     "cache_dir",
+    "cuda_driver_version",
     "find_clad",
+    "find_cublas",
     "find_cxx",
     "find_nvcc",
 ]

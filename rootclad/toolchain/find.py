@@ -190,3 +190,41 @@ def find_nvcc() -> tuple[str, str] | None:
     if not path:
         return None
     return path, _version(path)
+
+
+def find_cublas() -> str | None:
+    """The cuBLAS library the CUDA build will link: the CUDA toolkit's next to nvcc, else the
+    ``nvidia-cublas`` wheel's, else one the dynamic loader knows; None when there is none."""
+    import ctypes.util
+    import importlib.util
+
+    candidates: list[Path] = []
+    nvcc = find_nvcc()
+    if nvcc:
+        root = Path(nvcc[0]).resolve().parent.parent
+        for sub in ("lib64", "lib", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib"):
+            candidates += sorted((root / sub).glob("libcublas.so*"))
+    for pkg in ("nvidia.cublas", "nvidia.cu13", "nvidia"):
+        try:
+            spec = importlib.util.find_spec(pkg)
+        except (ImportError, ValueError):
+            spec = None
+        for where in (spec.submodule_search_locations or []) if spec else []:
+            candidates += sorted(Path(where).glob("**/libcublas.so*"))
+    if candidates:
+        return str(candidates[0])
+    return ctypes.util.find_library("cublas")
+
+
+def cuda_driver_version() -> str | None:
+    """The installed CUDA driver's version ("13.0"), from libcuda; None without a driver."""
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    v = ctypes.c_int(0)
+    if lib.cuDriverGetVersion(ctypes.byref(v)) != 0:
+        return None
+    return f"{v.value // 1000}.{v.value % 1000 // 10}"
