@@ -120,8 +120,32 @@ class OpSpec:
     from_module: Callable | None = None  # (module, where) -> attrs; raises IRError
     functions: tuple[str, ...] = ()  # torch functions / Tensor methods ("Tensor.relu")
     from_call: Callable | None = None  # (extra positional args, kwargs, where) -> attrs
+    # the op on CUDA and on dev::Host (codegen/device.py, include/rootclad/device_kernels.h):
+    # (node, graph, DeviceSite) -> (forward statements, backward statements); None: no device
+    # kernels yet
+    device: Callable | None = None
     # from_module / from_call give an axis as torch numbers it, batch axis included, in attrs
     # "dim"; the front-end turns it into "axis", the per-sample axis (0 = the first after B)
+
+
+@dataclass(frozen=True)
+class DeviceSite:
+    """C++ expressions for one node in a device program (codegen/device.py): its output and
+    inputs, their adjoints (``d_ins[i]`` may be "nullptr": not wanted), a parameter and its
+    gradient by role (``p("weight")``, ``dp("weight")``), and the batch size ``B``."""
+
+    out: str
+    ins: tuple[str, ...]
+    d_out: str
+    d_ins: tuple[str, ...]
+    params: dict
+    d_params: dict
+
+    def p(self, role: str) -> str:
+        return self.params.get(role, "nullptr")
+
+    def dp(self, role: str) -> str:
+        return self.d_params.get(role, "nullptr")
 
 
 OPS: dict[str, OpSpec] = {}
@@ -181,6 +205,21 @@ def _linear_calls(node, graph, site):
     return [Call("linear", (OUT, IN(0, True), W("weight"), W("bias"), INT(R), INT(C), INT(OC)))]
 
 
+def _linear_device(node, graph, d):
+    C, OC = node.in_shape[-1], node.out_shape[-1]
+    R = f"B * {_n(node.in_shape) // C}"
+    fwd = [
+        f"linear_forward(on, {d.out}, {d.ins[0]}, {d.p('weight')}, {d.p('bias')}, {R}, {C}, {OC});"
+    ]
+    bwd = [f"linear_backward_params(on, {d.dp('weight')}, {d.dp('bias')}, {d.d_out}, {d.ins[0]}, "
+           f"{R}, {C}, {OC});"]  # fmt: skip
+    if d.d_ins[0] != "nullptr":
+        bwd.append(
+            f"linear_backward_input(on, {d.d_ins[0]}, {d.d_out}, {d.p('weight')}, {R}, {C}, {OC});"
+        )
+    return fwd, bwd
+
+
 register(
     OpSpec(
         "linear",
@@ -192,6 +231,7 @@ register(
         flops=lambda node, g: 2 * _n(node.in_shape) * node.out_shape[-1],
         modules=("Linear", "LazyLinear"),
         from_module=lambda mod, where: {},
+        device=_linear_device,
     )
 )
 
@@ -267,6 +307,21 @@ def _conv1d_calls(node, graph, site):
     return [Call("conv1d", args)]
 
 
+def _conv1d_device(node, graph, d):
+    C, L, OC, _, K = _conv1d_geometry(node, graph)
+    a = node.attrs
+    if a.get("groups", 1) != 1:
+        raise IRError(f"{node.describe()}: grouped Conv1d has no device kernel yet")
+    geo = f"B, {C}, {L}, {OC}, {K}, {a['stride']}, {a['padding']}, {a['dilation']}"
+    fwd = [f"conv1d_forward(on, {d.out}, {d.ins[0]}, {d.p('weight')}, {d.p('bias')}, {geo});"]
+    bwd = [
+        f"conv1d_backward_params(on, {d.dp('weight')}, {d.dp('bias')}, {d.d_out}, {d.ins[0]}, {geo});"
+    ]
+    if d.d_ins[0] != "nullptr":
+        bwd.append(f"conv1d_backward_input(on, {d.d_ins[0]}, {d.d_out}, {d.p('weight')}, {geo});")
+    return fwd, bwd
+
+
 register(
     OpSpec(
         "conv1d",
@@ -277,6 +332,7 @@ register(
         scratch=_conv1d_scratch,
         saves=("in", "cols"),
         flops=_conv_flops,
+        device=_conv1d_device,
         modules=("Conv1d",),
         from_module=lambda mod, where: _conv_from_module(mod, where, 1),
     )
@@ -328,6 +384,17 @@ def _pool_calls(node, graph, site):
     return [Call(node.op, tuple(args))]
 
 
+def _maxpool1d_device(node, graph, d):
+    C, L = node.in_shape
+    a = node.attrs
+    geo = f"(long)B * {C}, {L}, {a['kernel_size']}, {a['stride']}, {a['padding']}"
+    fwd = [f"maxpool1d_forward(on, {d.out}, {d.ins[0]}, {geo});"]
+    bwd = []
+    if d.d_ins[0] != "nullptr":
+        bwd.append(f"maxpool1d_backward(on, {d.d_ins[0]}, {d.d_out}, {d.ins[0]}, {geo});")
+    return fwd, bwd
+
+
 for _name, _module in (("maxpool1d", "MaxPool1d"), ("avgpool1d", "AvgPool1d")):
     register(
         OpSpec(
@@ -338,6 +405,7 @@ for _name, _module in (("maxpool1d", "MaxPool1d"), ("avgpool1d", "AvgPool1d")):
             saves=("in", "out") if _name.startswith("max") else (),
             modules=(_module,),
             from_module=lambda mod, where: _pool_from_module(mod, where, 1),
+            device=_maxpool1d_device if _name == "maxpool1d" else None,
         )
     )
 
@@ -499,6 +567,7 @@ def _unary(
     from_module=None,
     from_call=None,
     saves=("in",),
+    device=None,
 ):
     """An elementwise op: <name>_forward(out, inp, N, attrs...) over the whole tensor; its
     pullback reads ``saves`` (the input, or the output)."""
@@ -518,12 +587,25 @@ def _unary(
             from_module=from_module or (lambda mod, where: {}),
             functions=functions,
             from_call=from_call or (lambda args, kwargs, where: {}),
+            device=device,
         )
     )
 
 
+def _relu_device(node, graph, d):
+    n = f"(long)B * {_n(node.in_shape)}"
+    fwd = [f"relu_forward(on, {d.out}, {d.ins[0]}, {n});"]
+    bwd = (
+        [f"relu_backward(on, {d.d_ins[0]}, {d.d_out}, {d.out}, {n});"]
+        if d.d_ins[0] != "nullptr"
+        else []
+    )
+    return fwd, bwd
+
+
 _F = "torch.nn.functional."
-_unary("relu", "ReLU", ("ReLU",), ("torch.relu", _F + "relu", "Tensor.relu"), saves=("out",))
+_unary("relu", "ReLU", ("ReLU",), ("torch.relu", _F + "relu", "Tensor.relu"), saves=("out",),
+       device=_relu_device)  # fmt: skip
 _unary("tanh", "Tanh", ("Tanh",), ("torch.tanh", _F + "tanh", "Tensor.tanh"), saves=("out",))
 _unary(
     "sigmoid",

@@ -8,6 +8,7 @@ namespace k = rootclad::dev;
 template <class T> void instantiate() {
   Cuda on{};
   T* p = nullptr;
+  k::fill(on, p, 1, T(0));
   k::linear_forward(on, p, p, p, p, 1, 1, 1);
   k::linear_backward_input(on, p, p, p, 1, 1, 1);
   k::linear_backward_params(on, p, p, p, p, 1, 1, 1);

@@ -16,6 +16,11 @@
 namespace rootclad {
 namespace dev {
 
+// p[0..n) = value (adjoints start at zero: the backward kernels add)
+template <class On, class T> void fill(On on, T* p, long n, T value) {
+  each_index(on, n, ROOTCLAD_BODY(long i) { p[i] = value; });
+}
+
 // -- Linear: out(R, OC) = inp(R, C) @ weight(OC, C)^T + bias ----------------------------------
 template <class On, class T>
 void linear_forward(On on, T* out, const T* inp, const T* weight, const T* bias, int R, int C,
