@@ -21,6 +21,19 @@ template <class On, class T> void fill(On on, T* p, long n, T value) {
   each_index(on, n, ROOTCLAD_BODY(long i) { p[i] = value; });
 }
 
+// d_bias[o] += sum over rows r and positions l of d_out[r, o, l] (d_out: rows x OC x L)
+template <class On, class T>
+void bias_backward(On on, T* d_bias, const T* d_out, long rows, int OC, int L) {
+  each_index(
+      on, (long)OC, ROOTCLAD_BODY(long o) {
+        T s = 0;
+        for (long r = 0; r < rows; ++r)
+          for (int l = 0; l < L; ++l)
+            s += d_out[(r * OC + o) * L + l];
+        d_bias[o] += s;
+      });
+}
+
 // -- Linear: out(R, OC) = inp(R, C) @ weight(OC, C)^T + bias ----------------------------------
 template <class On, class T>
 void linear_forward(On on, T* out, const T* inp, const T* weight, const T* bias, int R, int C,
@@ -64,13 +77,7 @@ void linear_backward_params(On on, T* d_weight, T* d_bias, const T* d_out, const
         d_weight[i] += s;
       });
   if (d_bias)
-    each_index(
-        on, (long)OC, ROOTCLAD_BODY(long o) {
-          T s = 0;
-          for (long r = 0; r < R; ++r)
-            s += d_out[r * OC + o];
-          d_bias[o] += s;
-        });
+    bias_backward(on, d_bias, d_out, R, OC, 1);
 }
 
 // -- ReLU ------------------------------------------------------------------------------------
@@ -160,14 +167,7 @@ void conv1d_backward_params(On on, T* d_weight, T* d_bias, const T* d_out, const
         d_weight[i] += s;
       });
   if (d_bias)
-    each_index(
-        on, (long)OC, ROOTCLAD_BODY(long o) {
-          T s = 0;
-          for (long b = 0; b < B; ++b)
-            for (int l = 0; l < LO; ++l)
-              s += d_out[(b * OC + o) * LO + l];
-          d_bias[o] += s;
-        });
+    bias_backward(on, d_bias, d_out, B, OC, LO);
 }
 
 // -- MaxPool1d over inp(R, L) -> out(R, LO), window K, stride S, padding P (-inf outside) ------
