@@ -162,7 +162,9 @@ def _compile(source, out, *, key, name, cxx, flags, link_flags, suffix, timeout,
         src = work / f"{name}{suffix}"
         src.write_text(source)
         tmp_out = work / out.name
-        kind = ["-shared", "-fPIC"] if shared else []
+        # nvcc passes host-compiler options through -Xcompiler
+        pic = ["-Xcompiler", "-fPIC"] if Path(cxx).name.startswith("nvcc") else ["-fPIC"]
+        kind = ["-shared", *pic] if shared else []
         cmd = [cxx, *flags, *kind, "-o", str(tmp_out), str(src), *link_flags]
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
