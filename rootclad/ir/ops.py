@@ -587,9 +587,31 @@ def _unary(
             from_module=from_module or (lambda mod, where: {}),
             functions=functions,
             from_call=from_call or (lambda args, kwargs, where: {}),
-            device=device,
+            device=device or (_unary_device if name in _UNARY_DEVICE else None),
         )
     )
+
+
+# the device functor of each elementwise op (device_kernels.h), from the node's attrs
+_UNARY_DEVICE = {
+    "tanh": lambda a: "Tanh{}",
+    "sigmoid": lambda a: "Sigmoid{}",
+    "silu": lambda a: "Silu{}",
+    "leaky_relu": lambda a: f"LeakyRelu{{{float(a['negative_slope'])!r}}}",
+    "elu": lambda a: f"Elu{{{float(a['alpha'])!r}}}",
+    "softplus": lambda a: f"Softplus{{{float(a['beta'])!r}, {float(a['threshold'])!r}}}",
+    "gelu": lambda a: f"Gelu{{{int(a['approximate'] == 'tanh')}}}",
+}
+
+
+def _unary_device(node, graph, d):
+    n = f"(long)B * {_n(node.in_shape)}"
+    op = _UNARY_DEVICE[node.op](node.attrs)
+    fwd = [f"unary_forward(on, {d.out}, {d.ins[0]}, {n}, {op});"]
+    bwd = []
+    if d.d_ins[0] != "nullptr":
+        bwd.append(f"unary_backward(on, {d.d_ins[0]}, {d.d_out}, {d.ins[0]}, {d.out}, {n}, {op});")
+    return fwd, bwd
 
 
 def _relu_device(node, graph, d):
@@ -672,6 +694,7 @@ register(
             )  # fmt: skip
         ],
         saves=("in",),
+        device=_unary_device,
         modules=("GELU",),
         from_module=lambda mod, where: _gelu_attrs(mod.approximate, where),
         functions=(_F + "gelu",),

@@ -72,8 +72,10 @@ def test_plan_is_smaller_than_one_region_per_value(name):
     em = _emitted(*MODELS[name])
     flat = sum(r.size for r in em.regions)
     assert em.flat_per_sample == flat
-    # the adjoints of a chain of layers live two or three at a time
-    assert em.d_act_per_sample < 0.6 * flat
+    # the adjoints of a chain of layers live two or three at a time (GW CNN 0.52 of the
+    # flat layout, ResNet 0.44, the digit CNN 0.64 since its direct Conv2d needs no im2col
+    # columns, which had made the flat layout larger)
+    assert em.d_act_per_sample < 0.7 * flat
     assert em.act_per_sample <= flat
     # the library reports the planned sizes to its hosts
     em_src = em.source("rc_plan_probe")

@@ -5,6 +5,12 @@
 using rootclad::dev::Cuda;
 namespace k = rootclad::dev;
 
+template <class T, class... Op> void unary(Cuda on, Op... op) {
+  T* p = nullptr;
+  (k::unary_forward(on, p, p, 1, op), ...);
+  (k::unary_backward(on, p, p, p, p, 1, op), ...);
+}
+
 template <class T> void instantiate() {
   Cuda on{};
   T* p = nullptr;
@@ -14,6 +20,8 @@ template <class T> void instantiate() {
   k::linear_backward_params(on, p, p, p, p, 1, 1, 1);
   k::relu_forward(on, p, p, 1);
   k::relu_backward(on, p, p, p, 1);
+  unary<T>(on, k::Tanh{}, k::Sigmoid{}, k::Silu{}, k::LeakyRelu{0.1}, k::Elu{1.0},
+           k::Softplus{1.0, 20.0}, k::Gelu{0});
   k::conv1d_forward(on, p, p, p, p, 1, 1, 1, 1, 1, 1, 0, 1);
   k::conv1d_backward_input(on, p, p, p, 1, 1, 1, 1, 1, 1, 0, 1);
   k::conv1d_backward_params(on, p, p, p, p, 1, 1, 1, 1, 1, 1, 0, 1);

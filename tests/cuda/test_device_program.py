@@ -96,3 +96,23 @@ def test_nvcc_builds_a_shared_library(tmp_path, monkeypatch):
 def test_gpu_program_trains_like_torch_for_200_steps(make, shape, dtype, tol):
     torch.manual_seed(0)
     _train_like_torch(make().to(dtype), shape, "cuda", dtype, 200, tol)
+
+
+def test_the_gpu_benchmark_script_runs_on_the_cpu(tmp_path):
+    """benchmarks/cuda/bench_train_step.py, with --device cpu, writes its JSON and table (to a
+    scratch place); the GPU run itself needs a GPU machine."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "cuda" / "bench_train_step.py"
+    out = tmp_path / "cuda.json"
+    res = subprocess.run([sys.executable, str(script), "--device", "cpu", "--quick", "--out",
+                          str(out)], capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert set(report["models"]) == {"gw-mlp", "gw-cnn"}
+    entry = report["models"]["gw-cnn"]["4"]
+    assert set(entry["median_ms"]) == {"rootclad", "torch eager", "torch.compile"}
+    assert (tmp_path / "cuda.md").read_text().startswith("# GW models' train step on a GPU")

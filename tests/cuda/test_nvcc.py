@@ -1,6 +1,6 @@
 """The device kernels compile for NVIDIA GPUs: nvcc builds every kernel of
 rootclad/device_kernels.h (tests/cuda/device_kernels.cu instantiates each for float and
-double) to PTX for the H100/H200 generation (sm_90). Skipped, saying so, where nvcc is not
+double, each activation functor too) to PTX for the H100/H200 generation (sm_90). Skipped, saying so, where nvcc is not
 installed; no GPU is needed."""
 
 from __future__ import annotations
@@ -35,4 +35,8 @@ def test_every_device_kernel_compiles_for_the_gpu(nvcc, tmp_path):
     source = (Path(rootclad.get_include()) / "rootclad" / "device_kernels.h").read_text()
     launches = len(re.findall(r"each_index\(\s*on,", source))
     assert launches >= 15  # the GW MLP's and CNN's ops, forward and backward, and Adam
-    assert len(entries) == 2 * launches  # one GPU kernel per launch, float and double
+    # unary_forward and unary_backward launch one kernel per activation functor (f and df)
+    functors = len(re.findall(r"ROOTCLAD_HD T df\(", source))
+    assert functors >= 7
+    # one GPU kernel per launch and functor, float and double
+    assert len(entries) == 2 * (launches - 2 + 2 * functors)

@@ -95,6 +95,75 @@ void relu_backward(On on, T* d_inp, const T* d_out, const T* out, long n) {
       });
 }
 
+// -- other elementwise activations: f(x) and df/dx given x and y = f(x), as torch has them ---
+struct Tanh {
+  template <class T> ROOTCLAD_HD T f(T x) const { return tanh(x); }
+  template <class T> ROOTCLAD_HD T df(T, T y) const { return T(1) - y * y; }
+};
+struct Sigmoid {
+  template <class T> ROOTCLAD_HD T f(T x) const { return T(1) / (T(1) + exp(-x)); }
+  template <class T> ROOTCLAD_HD T df(T, T y) const { return y * (T(1) - y); }
+};
+struct Silu {
+  template <class T> ROOTCLAD_HD T f(T x) const { return x / (T(1) + exp(-x)); }
+  template <class T> ROOTCLAD_HD T df(T x, T) const {
+    const T s = T(1) / (T(1) + exp(-x));
+    return s * (T(1) + x * (T(1) - s));
+  }
+};
+struct LeakyRelu {
+  double slope;
+  template <class T> ROOTCLAD_HD T f(T x) const { return x > T(0) ? x : T(slope) * x; }
+  template <class T> ROOTCLAD_HD T df(T x, T) const { return x > T(0) ? T(1) : T(slope); }
+};
+struct Elu {
+  double alpha;
+  template <class T> ROOTCLAD_HD T f(T x) const { return x > T(0) ? x : T(alpha) * expm1(x); }
+  template <class T> ROOTCLAD_HD T df(T x, T) const { return x > T(0) ? T(1) : T(alpha) * exp(x); }
+};
+struct Softplus { // x itself where beta*x > threshold
+  double beta, threshold;
+  template <class T> ROOTCLAD_HD T f(T x) const {
+    return x * T(beta) > T(threshold) ? x : log1p(exp(x * T(beta))) / T(beta);
+  }
+  template <class T> ROOTCLAD_HD T df(T x, T) const {
+    if (x * T(beta) > T(threshold))
+      return T(1);
+    const T z = exp(x * T(beta));
+    return z / (z + T(1));
+  }
+};
+struct Gelu { // exact (erf) or, with tanh_form, torch's tanh approximation
+  int tanh_form;
+  template <class T> ROOTCLAD_HD T f(T x) const {
+    if (tanh_form) {
+      const T k = T(0.7978845608028654); // sqrt(2/pi)
+      return T(0.5) * x * (T(1) + tanh(k * (x + T(0.044715) * x * x * x)));
+    }
+    return T(0.5) * x * (T(1) + erf(x * T(0.7071067811865476)));
+  }
+  template <class T> ROOTCLAD_HD T df(T x, T) const {
+    if (tanh_form) {
+      const T k = T(0.7978845608028654);
+      const T t = tanh(k * (x + T(0.044715) * x * x * x));
+      return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(0.134145) * x * x);
+    }
+    return T(0.5) * (T(1) + erf(x * T(0.7071067811865476))) +
+           x * exp(T(-0.5) * x * x) * T(0.3989422804014327); // 1/sqrt(2 pi)
+  }
+};
+
+template <class On, class T, class Op>
+void unary_forward(On on, T* out, const T* inp, long n, Op op) {
+  each_index(on, n, ROOTCLAD_BODY(long i) { out[i] = op.f(inp[i]); });
+}
+
+// d_inp += d_out * f'(x)
+template <class On, class T, class Op>
+void unary_backward(On on, T* d_inp, const T* d_out, const T* inp, const T* out, long n, Op op) {
+  each_index(on, n, ROOTCLAD_BODY(long i) { d_inp[i] += d_out[i] * op.df(inp[i], out[i]); });
+}
+
 // -- Conv1d: out(B, OC, LO) from inp(B, C, L), weight(OC, C, K), stride S, padding P, dilation D
 inline ROOTCLAD_HD int conv1d_out_len(int L, int K, int S, int P, int D) {
   return (L + 2 * P - D * (K - 1) - 1) / S + 1;
