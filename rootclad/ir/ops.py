@@ -132,7 +132,8 @@ class OpSpec:
 class DeviceSite:
     """C++ expressions for one node in a device program (codegen/device.py): its output and
     inputs, their adjoints (``d_ins[i]`` may be "nullptr": not wanted), a parameter and its
-    gradient by role (``p("weight")``, ``dp("weight")``), and the batch size ``B``."""
+    gradient by role (``p("weight")``, ``dp("weight")``); the batch size is the program's
+    variable ``B``."""
 
     out: str
     ins: tuple[str, ...]
