@@ -440,6 +440,15 @@ def _global_pool_calls(node, graph, site):
     return [Call(kernel, tuple(args))]
 
 
+def _global_avgpool_device(node, graph, d):
+    C, L = node.in_shape[0], _n(node.in_shape[1:])
+    fwd = [f"global_avgpool_forward(on, {d.out}, {d.ins[0]}, (long)B * {C}, {L});"]
+    bwd = []
+    if d.d_ins[0] != "nullptr":
+        bwd.append(f"global_avgpool_backward(on, {d.d_ins[0]}, {d.d_out}, (long)B * {C}, {L});")
+    return fwd, bwd
+
+
 for _name, _modules in (
     ("global_avgpool", ("AdaptiveAvgPool1d", "AdaptiveAvgPool2d")),
     ("global_maxpool", ("AdaptiveMaxPool1d", "AdaptiveMaxPool2d")),
@@ -453,6 +462,7 @@ for _name, _modules in (
             saves=("in", "out") if _name == "global_maxpool" else (),
             modules=_modules,
             from_module=_global_pool_from_module,
+            device=_global_avgpool_device if _name == "global_avgpool" else None,
         )
     )
 
@@ -809,6 +819,19 @@ def _binary_calls(node, graph, site):
     return [Call("binary", args)]
 
 
+def _add_device(node, graph, d):
+    """add / sub of two same-shape tensors (no broadcasting on devices yet)."""
+    a, b = node.in_shapes
+    if tuple(a) != tuple(b):
+        raise IRError(f"{node.describe()}: broadcasting {a} with {b} has no device kernel yet")
+    n = f"(long)B * {_n(a)}"
+    sign = "T(1)" if node.op == "add" else "T(-1)"
+    fwd = [f"add_forward(on, {d.out}, {d.ins[0]}, {d.ins[1]}, {n}, {sign});"]
+    bwd = [f"add_backward(on, {dx}, {d.d_out}, {n}, {s});"
+           for dx, s in zip(d.d_ins, ("T(1)", sign), strict=True) if dx != "nullptr"]  # fmt: skip
+    return fwd, bwd
+
+
 for _name, _sym in (("add", "+"), ("sub", "-"), ("mul", "*"), ("div", "/")):
     register(
         OpSpec(
@@ -818,6 +841,7 @@ for _name, _sym in (("add", "+"), ("sub", "-"), ("mul", "*"), ("div", "/")):
             _binary_calls,
             arity=2,
             saves=("in",) if _name in ("mul", "div") else (),
+            device=_add_device if _name in ("add", "sub") else None,
         )
     )
 

@@ -25,6 +25,10 @@ template <class T> void instantiate() {
   k::conv1d_forward(on, p, p, p, p, 1, 1, 1, 1, 1, 1, 0, 1);
   k::conv1d_backward_input(on, p, p, p, 1, 1, 1, 1, 1, 1, 0, 1);
   k::conv1d_backward_params(on, p, p, p, p, 1, 1, 1, 1, 1, 1, 0, 1);
+  k::add_forward(on, p, p, p, 1, T(1));
+  k::add_backward(on, p, p, 1, T(1));
+  k::global_avgpool_forward(on, p, p, 1, 1);
+  k::global_avgpool_backward(on, p, p, 1, 1);
   k::maxpool1d_forward(on, p, p, 1, 1, 1, 1, 0);
   k::maxpool1d_backward(on, p, p, p, 1, 1, 1, 1, 0);
   k::bce_with_logits_forward(on, p, p, p, 1);

@@ -14,13 +14,18 @@ from torch.nn import functional as F
 
 import rootclad
 from rootclad.codegen.device import device_ops, emit_device
-from rootclad.gw.models import gw_cnn, gw_mlp
+from rootclad.gw.models import gw_cnn, gw_mlp, gw_resnet
 from rootclad.ir.from_torch import graph_from_module
 from rootclad.ir.graph import IRError
 from rootclad.toolchain import find_cxx, find_nvcc
 
 F64 = torch.float64
-MODELS = {"gw-mlp": (lambda: gw_mlp(96), (96,)), "gw-cnn": (lambda: gw_cnn(512), (1, 512))}
+MODELS = {
+    "gw-mlp": (lambda: gw_mlp(96), (96,)),
+    "gw-cnn": (lambda: gw_cnn(512), (1, 512)),
+    # residual additions (a value read twice), strided and padded convolutions, global pooling
+    "gw-resnet": (lambda: gw_resnet(256), (1, 256)),
+}
 
 
 def _program(net, shape, dtype="float64"):
@@ -41,6 +46,26 @@ def _build(tmp_path, source):
 
 def _p(t):
     return ctypes.c_void_p(t.data_ptr())
+
+
+def _one_step(lib, net, x, y):
+    """The program's loss_and_grad on (x, y): its output values and parameter gradient."""
+    lib.net_act_size.restype = lib.net_output_offset.restype = ctypes.c_long
+    B = x.shape[0]
+    params = torch.cat([p.detach().reshape(-1) for p in net.parameters()]).contiguous()
+    n = lib.net_act_size(B)
+    act, d_act = torch.zeros(n, dtype=F64), torch.zeros(n, dtype=F64)
+    d_params, loss = torch.zeros_like(params), torch.zeros(1, dtype=F64)
+    act[: x.numel()] = x.reshape(-1)
+    lib.net_loss_and_grad(None, _p(params), _p(act), _p(y), _p(loss), _p(d_params), _p(d_act), B)
+    at = lib.net_output_offset(B)
+    return act[at : at + B], d_params
+
+
+def _torch_grads(net, x, y):
+    out = net(x)
+    F.binary_cross_entropy_with_logits(out.squeeze(1), y).backward()
+    return out.detach().reshape(-1), torch.cat([p.grad.reshape(-1) for p in net.parameters()])
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -93,13 +118,13 @@ def test_an_op_without_device_kernels_is_refused_by_name():
     assert {"linear", "relu", "conv1d", "maxpool1d", "flatten", "gelu"} <= set(device_ops())
 
 
-@pytest.mark.parametrize("model", ["gw-mlp", "gw-cnn"])
+@pytest.mark.parametrize("model", ["gw-mlp", "gw-cnn", "gw-resnet"])
 def test_gw_model_device_source_compiles_with_nvcc(model, tmp_path):
     """The GW models at full size (2048 samples), float32, as CUDA."""
     found = find_nvcc()
     if found is None:
         pytest.skip("nvcc not found: set ROOTCLAD_NVCC or put nvcc on PATH")
-    net = gw_mlp(2048) if model == "gw-mlp" else gw_cnn(2048)
+    net = {"gw-mlp": gw_mlp, "gw-cnn": gw_cnn, "gw-resnet": gw_resnet}[model](2048)
     shape = (2048,) if model == "gw-mlp" else (1, 2048)
     _, source = _program(net, shape, "float32")
     src = tmp_path / "net.cu"
@@ -132,22 +157,29 @@ def test_activation_device_kernels_match_torch(act, tmp_path):
     with torch.no_grad():
         net[0].weight.mul_(3)  # pre-activations across softplus's threshold, the kinks at 0
     _, source = _program(net, (6,))
-    lib = _build(tmp_path, source)
-    lib.net_act_size.restype = lib.net_output_offset.restype = ctypes.c_long
-    B = 7
-    x = torch.randn(B, 6, dtype=F64)
-    y = (torch.arange(B) % 2).to(F64)
-    params = torch.cat([p.detach().reshape(-1) for p in net.parameters()]).contiguous()
-    act_, d_act = (
-        torch.zeros(lib.net_act_size(B), dtype=F64),
-        torch.zeros(lib.net_act_size(B), dtype=F64),
-    )
-    d_params, loss = torch.zeros_like(params), torch.zeros(1, dtype=F64)
-    act_[: x.numel()] = x.reshape(-1)
-    lib.net_loss_and_grad(None, _p(params), _p(act_), _p(y), _p(loss), _p(d_params), _p(d_act), B)
-    out = net(x)
-    F.binary_cross_entropy_with_logits(out.squeeze(1), y).backward()
-    at = lib.net_output_offset(B)
-    torch.testing.assert_close(act_[at : at + B], out.detach().reshape(-1), rtol=1e-12, atol=1e-12)
-    grads = torch.cat([p.grad.reshape(-1) for p in net.parameters()])
-    torch.testing.assert_close(d_params, grads, rtol=1e-10, atol=1e-12)
+    x, y = torch.randn(7, 6, dtype=F64), (torch.arange(7) % 2).to(F64)
+    out, d_params = _one_step(_build(tmp_path, source), net, x, y)
+    want_out, want_grads = _torch_grads(net, x, y)
+    torch.testing.assert_close(out, want_out, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(d_params, want_grads, rtol=1e-10, atol=1e-12)
+
+
+class _Difference(torch.nn.Module):
+    """head(relu(a(x)) - b(x)): a subtraction whose operands both need gradients."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.head = (torch.nn.Linear(5, 8), torch.nn.Linear(5, 8),
+                                     torch.nn.Linear(8, 1))  # fmt: skip
+
+    def forward(self, x):
+        return self.head(torch.relu(self.a(x)) - self.b(x))
+
+
+def test_subtraction_device_kernels_match_torch(tmp_path):
+    torch.manual_seed(0)
+    net = _Difference().double()
+    _, source = _program(net, (5,))
+    x, y = torch.randn(4, 5, dtype=F64), (torch.arange(4) % 2).to(F64)
+    _, d_params = _one_step(_build(tmp_path, source), net, x, y)
+    torch.testing.assert_close(d_params, _torch_grads(net, x, y)[1], rtol=1e-10, atol=1e-12)

@@ -286,6 +286,34 @@ void maxpool1d_backward(On on, T* d_inp, const T* d_out, const T* inp, long R, i
       });
 }
 
+// -- a + sign * b of two same-shape tensors (residual additions) -------------------------------
+template <class On, class T>
+void add_forward(On on, T* out, const T* a, const T* b, long n, T sign) {
+  each_index(on, n, ROOTCLAD_BODY(long i) { out[i] = a[i] + sign * b[i]; });
+}
+
+// d_x += scale * d_out (the adjoint of each operand; scale -1 for a subtracted one)
+template <class On, class T> void add_backward(On on, T* d_x, const T* d_out, long n, T scale) {
+  each_index(on, n, ROOTCLAD_BODY(long i) { d_x[i] += scale * d_out[i]; });
+}
+
+// -- global average pooling: out(R) = the mean of each row of inp(R, L) ---------------------
+template <class On, class T>
+void global_avgpool_forward(On on, T* out, const T* inp, long R, int L) {
+  each_index(
+      on, R, ROOTCLAD_BODY(long r) {
+        T s = 0;
+        for (int l = 0; l < L; ++l)
+          s += inp[r * L + l];
+        out[r] = s / T(L);
+      });
+}
+
+template <class On, class T>
+void global_avgpool_backward(On on, T* d_inp, const T* d_out, long R, int L) {
+  each_index(on, R * L, ROOTCLAD_BODY(long i) { d_inp[i] += d_out[i / L] / T(L); });
+}
+
 // -- BCE with logits, mean over n elements ----------------------------------------------------
 // *loss += the mean loss (the caller zeroes it); d_z = scale * d loss / d z.
 template <class T> ROOTCLAD_HD inline T bce_with_logits_term(T z, T y) {
