@@ -105,6 +105,7 @@ def compile(
     pullbacks: bool = True,
     dtype: torch.dtype | None = None,
     seed: int = 0,
+    device: str | torch.device | None = None,
 ):
     """Compile ``model`` into a :class:`rootclad.torch.CompiledModel`.
 
@@ -118,20 +119,61 @@ def compile(
     ``dtype`` defaults to the example input's (float32 or float64). The model's current
     parameters, which of them are frozen (``requires_grad``) and its training mode
     (``model.training``) are copied into the compiled model.
+    ``device`` defaults to the example input's: a CUDA example (or ``device="cuda"``) gives a
+    :class:`rootclad.torch.DeviceModel`, whose kernels nvcc builds for the GPU.
     """
-    from rootclad.torch.model import CompiledModel
-
     first = example_input[0] if isinstance(example_input, (tuple, list)) else example_input
     dtype = dtype or getattr(first, "dtype", None)
     if dtype not in _DTYPE_NAMES:
         raise TypeError(f"dtype {dtype} is not supported; use torch.float32 or torch.float64")
+    device = torch.device(device if device is not None else getattr(first, "device", "cpu"))
+    if device.type == "cuda":
+        from rootclad.torch.device_model import DeviceModel
+
+        _device_engine(engine, pullbacks)
+        return DeviceModel.from_module(model, example_input, device=device, loss=loss,
+                                       dtype=dtype)  # fmt: skip
+    if device.type != "cpu":
+        raise ValueError(f"device {str(device)!r}: rootclad compiles for 'cpu' and 'cuda'")
     t0 = time.perf_counter()
+    graph = graph_from_module(model, example_input, _DTYPE_NAMES[dtype])
+    cm = compile_graph(graph, loss, engine=engine, pullbacks=pullbacks, seed=seed, t0=t0,
+                       aliases=_parameter_aliases(model),
+                       # buffers of layers forward() never calls: accepted by load_state_dict
+                       ignored=[n for n, _ in model.named_buffers()])  # fmt: skip
+    buffers = {n: b for n, b in model.named_buffers() if n in cm._em.buffer_offsets}
+    cm.load_state_dict({**dict(model.named_parameters()), **buffers})
+    for name, p in model.named_parameters():  # frozen stays frozen (see CompiledModel)
+        cm._views[name].requires_grad_(p.requires_grad)
+    cm.train(model.training)  # an eval-mode module must not predict with dropout on
+    return cm
+
+
+def _device_engine(engine: str, pullbacks: bool) -> None:
+    """The engines of a CUDA model: the built-in sweep over the hand-written device pullbacks."""
+    if engine not in ("auto", "pullback", "clad"):
+        raise ValueError(f"engine must be 'auto', 'clad' or 'pullback', got {engine!r}")
+    if engine == "clad" or not pullbacks:
+        raise ToolchainError(
+            "engine='clad' is not available on CUDA yet: a CUDA model's backward is the built-in "
+            "sweep over rootclad's hand-written device pullbacks; Clad's CUDA mode (kernels "
+            "without shared memory) is not wired into the device programs. Use engine='auto' "
+            "or 'pullback' on CUDA, or the clad engine on the CPU."
+        )
+
+
+def compile_graph(graph, loss: str = "bce_with_logits", *, engine: str = "auto",
+                  pullbacks: bool = True, seed: int = 0, t0: float | None = None,
+                  aliases: dict | None = None, ignored=()):  # fmt: skip
+    """A :class:`CompiledModel` of a validated graph (zero parameters; load them with
+    ``load_state_dict``). ``ignored``: buffer names load_state_dict accepts and drops."""
+    from rootclad import get_include
+    from rootclad.torch.model import CompiledModel
+
+    t0 = time.perf_counter() if t0 is None else t0
     num_threads()
     engine, cxx, engine_flags = _choose_engine(engine, pullbacks)
-    graph = graph_from_module(model, example_input, _DTYPE_NAMES[dtype])
     emitted = emit_model(graph, loss, engine, pullbacks)
-    from rootclad import get_include
-
     flags = [*OPT_FLAGS, f"-I{get_include()}", *engine_flags]
     link = [f"-Wl,--version-script={EXPORTS_MAP}"]
     if pullbacks:
@@ -143,7 +185,7 @@ def compile(
     lib, built = build_library(
         emitted.source, name=emitted.prefix, cxx=cxx, flags=flags, link_flags=link
     )
-    cm = CompiledModel(
+    return CompiledModel(
         emitted,
         graph,
         lib,
@@ -151,13 +193,6 @@ def compile(
         compile_seconds=time.perf_counter() - t0,
         built_now=built,
         seed=seed,
-        aliases=_parameter_aliases(model),
-        # buffers of layers forward() never calls: accepted by load_state_dict, not kept
-        ignored=[n for n, _ in model.named_buffers() if n not in emitted.buffer_offsets],
+        aliases=aliases,
+        ignored=[n for n in ignored if n not in emitted.buffer_offsets],
     )
-    buffers = {n: b for n, b in model.named_buffers() if n in emitted.buffer_offsets}
-    cm.load_state_dict({**dict(model.named_parameters()), **buffers})
-    for name, p in model.named_parameters():  # frozen stays frozen (see CompiledModel)
-        cm._views[name].requires_grad_(p.requires_grad)
-    cm.train(model.training)  # an eval-mode module must not predict with dropout on
-    return cm

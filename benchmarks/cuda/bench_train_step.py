@@ -1,5 +1,5 @@
-"""Train step of the GW MLP and CNN on a GPU: rootclad's device program (DeviceProgram) next
-to torch eager and torch.compile on the same device, same process.
+"""Train step of the GW MLP and CNN on a GPU: rootclad's DeviceModel (rootclad.compile on
+CUDA) next to torch eager and torch.compile on the same device, same process.
 
 Per model and batch (1, 64, 1024): the median step time over ROUNDS interleaved rounds
 (torch.cuda.synchronize around each timed step), the speed-up over torch eager, the
@@ -109,7 +109,8 @@ def main(argv=None) -> int:
     import torch
     from report import run_header, write_report
 
-    from rootclad.torch.device_program import DeviceProgram
+    import rootclad
+    from rootclad.torch import DeviceModel
 
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -137,7 +138,11 @@ def main(argv=None) -> int:
             x = torch.randn(B, *shape, generator=gen).to(device)
             y = torch.randint(0, 2, (B,), generator=gen).float().to(device)
             net.load_state_dict(init)
-            prog = DeviceProgram(net, x[:1], device=args.device)
+            if device.type == "cuda":
+                prog = rootclad.compile(net, example_input=x[:1], loss="bce_with_logits")
+            else:  # the device kernels on the CPU (rootclad.compile would give the fast model)
+                prog = DeviceModel.from_module(net, x[:1], device="cpu")
+            ropt = rootclad.optim.Adam(prog, lr=1e-3)
             eager = _model(name)[0].to(device)
             eager.load_state_dict(init)
             opt = torch.optim.Adam(eager.parameters(), lr=1e-3)
@@ -151,7 +156,7 @@ def main(argv=None) -> int:
 
             compiled = torch.compile(eager)
             steps = {
-                "rootclad": lambda prog=prog, x=x, y=y: prog.train_step(x, y),
+                "rootclad": lambda prog=prog, x=x, y=y, o=ropt: prog.train_step(x, y, o),
                 "torch eager": lambda m=eager, step=torch_step: step(m),
                 "torch.compile": lambda m=compiled, step=torch_step: step(m),
             }

@@ -9,21 +9,42 @@ sharing it; no arena plan yet. The C API takes a stream (ignored on the CPU):
     {name}_n_params()                 parameters, in the graph's order
     {name}_act_size(B)                act and d_act each hold this many values
     {name}_forward(stream, params, act, B)
-    {name}_loss_and_grad(stream, params, act, y, loss, d_params, d_act, B)   BCE with logits
-    {name}_adam(stream, params, d_params, m, v, lr, beta1, beta2, eps, weight_decay, step)
+    {name}_loss_and_grad(stream, params, act, y, loss, d_params, d_act, B)   y: targets (as T)
+    {name}_input_grad(stream, params, act, d_out, d_params, d_act, B)  d_act's start = d input
+    {name}_optim_step(stream, params, d_params, state, config, step)  rootclad::OptimConfig,
+                                      state: 2 x n_params (SGD's momentum, or Adam's m then v)
 
 The input goes in at the start of act; the output is at {name}_output_offset(B).
-This is the CUDA issue's first step: the GW MLP's and CNN's ops, and BCE with logits.
+d_params of input_grad is scratch (the parameters' gradient, not wanted there). Ops come
+through the registry; losses: BCE with logits, MSE, Huber, cross-entropy and NLL (class
+indices held as T), each the mean as in torch.
 """
 
 from __future__ import annotations
 
 import math
 
-from rootclad.ir.graph import Graph, IRError
+from rootclad.ir.graph import CLASS_INDEX_LOSSES, Graph, IRError
 from rootclad.ir.ops import OPS, DeviceSite
 
-LOSSES = ("bce_with_logits",)
+# elementwise losses: their functor in device_kernels.h; the class-index ones have kernels
+LOSSES = {"bce_with_logits": "BceWithLogits", "mse": "Mse", "huber": "Huber",
+          "cross_entropy": None, "nll": None}  # fmt: skip
+
+
+def _loss_lines(loss: str, graph: Graph) -> list[str]:
+    """loss_and_grad's lines: the mean loss into *loss, its gradient into d_output."""
+    if loss in CLASS_INDEX_LOSSES:
+        shape = graph.output_shape
+        if len(shape) != 1:
+            raise IRError(f"{loss} needs (B, classes) outputs; the model gives (B, {shape})")
+        C = shape[0]
+        grad_args = "output, y" if loss == "cross_entropy" else "y"
+        return [f"  {loss}_forward(on, loss, output, y, B, {C});",
+                f"  {loss}_backward(on, d_output, {grad_args}, B, {C}, T(1));"]  # fmt: skip
+    n, functor = "(long)B * OUTPUT_SIZE", LOSSES[loss]
+    return [f"  loss_forward(on, loss, output, y, {n}, {functor}{{}});",
+            f"  loss_backward(on, d_output, output, y, {n}, T(1), {functor}{{}});"]  # fmt: skip
 
 
 def device_ops() -> list[str]:
@@ -39,7 +60,7 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits") -> str:
     """C++ source of the device program of a validated ``graph`` (see the module docstring).
     Raises IRError naming the node whose op has no device kernel yet."""
     if loss not in LOSSES:
-        raise IRError(f"loss {loss!r} has no device kernel yet; device losses: {', '.join(LOSSES)}")
+        raise IRError(f"loss {loss!r} has no device kernel; device losses: {', '.join(LOSSES)}")
     if len(graph.inputs) != 1 or graph.buffers:
         raise IRError("device programs take one input and no buffers (BatchNorm) yet")
     T = {"float32": "float", "float64": "double"}[graph.dtype]
@@ -73,23 +94,30 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits") -> str:
     def ptr(v, d=False):
         return ("d" if d else "a") + names[v][1:]
 
-    fwd, bwd = [], []
+    def site(node, dx: bool) -> DeviceSite:
+        return DeviceSite(
+            out=ptr(node.output),
+            ins=tuple(ptr(v) for v in node.inputs),
+            d_out=ptr(node.output, True),
+            # the model input's adjoint: formed only for input_grad (dx)
+            d_ins=tuple(
+                "nullptr" if region[v] == 0 and not dx else ptr(v, True) for v in node.inputs
+            ),  # fmt: skip
+            params={r: f"params + {p_off[p]}" for r, p in node.params.items()},
+            d_params={r: f"d_params + {p_off[p]}" for r, p in node.params.items()},
+        )
+
+    fwd, bwd, bwd_dx = [], [], []
     for node in graph.nodes:
         spec = OPS[node.op]
         if spec.calls is None:
             continue
-        site = DeviceSite(
-            out=ptr(node.output),
-            ins=tuple(ptr(v) for v in node.inputs),
-            d_out=ptr(node.output, True),
-            # the model input's adjoint is not formed
-            d_ins=tuple("nullptr" if region[v] == 0 else ptr(v, True) for v in node.inputs),
-            params={r: f"params + {p_off[p]}" for r, p in node.params.items()},
-            d_params={r: f"d_params + {p_off[p]}" for r, p in node.params.items()},
-        )
-        f, b = spec.device(node, graph, site)
+
+        f, b = spec.device(node, graph, site(node, False))
+        _, b_dx = spec.device(node, graph, site(node, True))
         fwd += [f"  // {node.describe()}"] + [f"  {line}" for line in f]
         bwd = [f"  // {node.describe()}"] + [f"  {line}" for line in b] + bwd
+        bwd_dx = [f"  // {node.describe()}"] + [f"  {line}" for line in b_dx] + bwd_dx
 
     def pointers(kind: str, const: bool) -> list[str]:
         base = "act" if kind == "a" else "d_act"
@@ -118,13 +146,20 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits") -> str:
         *fwd,
         "}",
         "",
-        "// d_params and d_act += the pullback of forward() for the output adjoint in d_act",
-        "template <class On>",
-        "void backward(On on, const T* params, T* act, T* d_params, T* d_act, int B) {",
-        *pointers("a", False),
-        *pointers("d", False),
-        *bwd,
-        "}",
+        "// d_params and d_act += the pullback of forward() for the output adjoint in d_act; the",
+        "// input's adjoint (at the start of d_act) is formed by backward_input only",
+        *[
+            line
+            for fn, body in (("backward", bwd), ("backward_input", bwd_dx))
+            for line in (
+                "template <class On>",
+                f"void {fn}(On on, const T* params, T* act, T* d_params, T* d_act, int B) {{",
+                *pointers("a", False),
+                *pointers("d", False),
+                *body,
+                "}",
+            )
+        ],
         "",
         "template <class On>",
         "void loss_and_grad(On on, const T* params, T* act, const T* y, T* loss, T* d_params,",
@@ -133,11 +168,21 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits") -> str:
         "  fill(on, loss, 1, T(0));",
         "  fill(on, d_params, N_PARAMS, T(0));",
         "  fill(on, d_act, (long)B * ACT_PER_SAMPLE, T(0));",
-        "  const long n = (long)B * OUTPUT_SIZE;",
-        "  bce_with_logits_forward(on, loss, act + (long)B * OUTPUT_OFFSET, y, n);",
-        "  bce_with_logits_backward(on, d_act + (long)B * OUTPUT_OFFSET, act + (long)B * OUTPUT_OFFSET,",
-        "                           y, n, T(1));",
+        "  const T* const output = act + (long)B * OUTPUT_OFFSET;",
+        "  T* const d_output = d_act + (long)B * OUTPUT_OFFSET;",
+        *_loss_lines(loss, graph),
         "  backward(on, params, act, d_params, d_act, B);",
+        "}",
+        "",
+        "// d_act's first B x input values = d(sum of output x d_out) / d input",
+        "template <class On>",
+        "void input_grad(On on, const T* params, T* act, const T* d_out, T* d_params, T* d_act,",
+        "                int B) {",
+        "  forward(on, params, act, B);",
+        "  fill(on, d_act, (long)B * ACT_PER_SAMPLE, T(0));",
+        "  T* const d_output = d_act + (long)B * OUTPUT_OFFSET;",
+        "  each_index(on, (long)B * OUTPUT_SIZE, ROOTCLAD_BODY(long i) { d_output[i] = d_out[i]; });",
+        "  backward_input(on, params, act, d_params, d_act, B);",
         "}",
         "",
         "#if defined(__CUDACC__)",
@@ -158,10 +203,14 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits") -> str:
         f"                          {T}* loss, {T}* d_params, {T}* d_act, int B) {{",
         f"  {name}::loss_and_grad({name}::device(stream), params, act, y, loss, d_params, d_act, B);",
         "}",
-        f"void {name}_adam(void* stream, {T}* params, const {T}* d_params, {T}* m, {T}* v, double lr,",
-        "                 double beta1, double beta2, double eps, double weight_decay, long step) {",
-        f"  ::rootclad::dev::adam_step({name}::device(stream), params, d_params, m, v, {name}::N_PARAMS,",
-        "                             lr, beta1, beta2, eps, weight_decay, step);",
+        f"void {name}_input_grad(void* stream, const {T}* params, {T}* act, const {T}* d_out,",
+        f"                       {T}* d_params, {T}* d_act, int B) {{",
+        f"  {name}::input_grad({name}::device(stream), params, act, d_out, d_params, d_act, B);",
+        "}",
+        f"void {name}_optim_step(void* stream, {T}* params, const {T}* d_params, {T}* state,",
+        "                       const double* config, long step) {",
+        f"  ::rootclad::dev::optim_step({name}::device(stream), params, d_params, state,",
+        f"      {name}::N_PARAMS, *reinterpret_cast<const ::rootclad::OptimConfig*>(config), step);",
         "}",
         '} // extern "C"',
         "",

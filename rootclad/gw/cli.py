@@ -130,7 +130,11 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int)
     p.add_argument("--approximant", help="'builtin' (default) or a LALSimulation name, e.g. "
                    "IMRPhenomD (needs lalsuite)")  # fmt: skip
-    p.add_argument("--device", choices=["cpu"], help="only cpu so far")
+    p.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        help="train, score and explain on the GPU with --device cuda (needs nvcc)",
+    )
     p.add_argument("--preset", default="default", choices=["default", "full"])
     p.add_argument("--resume", action="store_true", help="continue from out/checkpoint.pt")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")

@@ -308,19 +308,23 @@ def _conv1d_calls(node, graph, site):
     return [Call("conv1d", args)]
 
 
+def _conv_device(node, d, shape: str):
+    """Conv1d and Conv2d on the device: conv2d kernels over the geometry C++ expression."""
+    fwd = [f"conv2d_forward(on, {d.out}, {d.ins[0]}, {d.p('weight')}, {d.p('bias')}, B, {shape});"]
+    bwd = [f"conv2d_backward_params(on, {d.dp('weight')}, {d.dp('bias')}, {d.d_out}, {d.ins[0]}, "
+           f"B, {shape});"]  # fmt: skip
+    if d.d_ins[0] != "nullptr":
+        bwd.append(
+            f"conv2d_backward_input(on, {d.d_ins[0]}, {d.d_out}, {d.p('weight')}, B, {shape});"
+        )
+    return fwd, bwd
+
+
 def _conv1d_device(node, graph, d):
     C, L, OC, _, K = _conv1d_geometry(node, graph)
     a = node.attrs
-    if a.get("groups", 1) != 1:
-        raise IRError(f"{node.describe()}: grouped Conv1d has no device kernel yet")
-    geo = f"B, {C}, {L}, {OC}, {K}, {a['stride']}, {a['padding']}, {a['dilation']}"
-    fwd = [f"conv1d_forward(on, {d.out}, {d.ins[0]}, {d.p('weight')}, {d.p('bias')}, {geo});"]
-    bwd = [
-        f"conv1d_backward_params(on, {d.dp('weight')}, {d.dp('bias')}, {d.d_out}, {d.ins[0]}, {geo});"
-    ]
-    if d.d_ins[0] != "nullptr":
-        bwd.append(f"conv1d_backward_input(on, {d.d_ins[0]}, {d.d_out}, {d.p('weight')}, {geo});")
-    return fwd, bwd
+    geo = (C, L, OC, K, a["stride"], a["padding"], a["dilation"], a.get("groups", 1))
+    return _conv_device(node, d, f"conv1d_shape({', '.join(map(str, geo))})")
 
 
 register(
@@ -385,15 +389,30 @@ def _pool_calls(node, graph, site):
     return [Call(node.op, tuple(args))]
 
 
-def _maxpool1d_device(node, graph, d):
-    C, L = node.in_shape
-    a = node.attrs
-    geo = f"(long)B * {C}, {L}, {a['kernel_size']}, {a['stride']}, {a['padding']}"
-    fwd = [f"maxpool1d_forward(on, {d.out}, {d.ins[0]}, {geo});"]
+def _pool_device(node, d, shape: str):
+    """Max and average pooling (1-D: H = 1) on the device over the geometry C++ expression."""
+    C = node.in_shape[0]
+    kind = node.op[:3]  # max or avg
+    extra = "" if kind == "max" else f", {node.attrs['count_include_pad']}"
+    reads = f"{d.ins[0]}, " if kind == "max" else ""
+    fwd = [f"{kind}pool2d_forward(on, {d.out}, {d.ins[0]}, (long)B * {C}, {shape}{extra});"]
     bwd = []
     if d.d_ins[0] != "nullptr":
-        bwd.append(f"maxpool1d_backward(on, {d.d_ins[0]}, {d.d_out}, {d.ins[0]}, {geo});")
+        bwd.append(f"{kind}pool2d_backward(on, {d.d_ins[0]}, {d.d_out}, {reads}(long)B * {C}, "
+                   f"{shape}{extra});")  # fmt: skip
     return fwd, bwd
+
+
+def _pool1d_device(node, graph, d):
+    L, a = node.in_shape[1], node.attrs
+    return _pool_device(node, d, f"pool2d_shape(1, {L}, 1, {a['kernel_size']}, 1, "
+                                 f"{a['stride']}, 0, {a['padding']})")  # fmt: skip
+
+
+def _pool2d_device(node, graph, d):
+    _, H, Wd = node.in_shape
+    geo = (H, Wd, *(v for k in ("kernel_size", "stride", "padding") for v in node.attrs[k]))
+    return _pool_device(node, d, f"pool2d_shape({', '.join(map(str, geo))})")
 
 
 for _name, _module in (("maxpool1d", "MaxPool1d"), ("avgpool1d", "AvgPool1d")):
@@ -406,7 +425,7 @@ for _name, _module in (("maxpool1d", "MaxPool1d"), ("avgpool1d", "AvgPool1d")):
             saves=("in", "out") if _name.startswith("max") else (),
             modules=(_module,),
             from_module=lambda mod, where: _pool_from_module(mod, where, 1),
-            device=_maxpool1d_device if _name == "maxpool1d" else None,
+            device=_pool1d_device,
         )
     )
 
@@ -500,6 +519,15 @@ def _conv2d_calls(node, graph, site):
     return [Call("conv2d", args + tuple(map(INT, geometry)))]
 
 
+def _conv2d_device(node, graph, d):
+    C, H, Wd = node.in_shape
+    KH, KW = graph.param(node.params["weight"]).shape[2:]
+    a = node.attrs
+    geo = (C, H, Wd, node.out_shape[0], KH, KW, *a["stride"], *a["padding"], *a["dilation"],
+           a["groups"])  # fmt: skip
+    return _conv_device(node, d, f"conv2d_shape({', '.join(map(str, geo))})")
+
+
 def _conv2d_scratch(node, graph):
     """im2col's columns, which the direct path (conv2d.h: conv2d_s1::applies) does without."""
     C, _, Wd = node.in_shape
@@ -525,6 +553,7 @@ register(
         scratch=_conv2d_scratch,
         saves=("in", "cols"),
         flops=_conv_flops,
+        device=_conv2d_device,
         modules=("Conv2d",),
         from_module=lambda mod, where: _conv_from_module(mod, where, 2),
     )
@@ -562,6 +591,7 @@ for _name, _module in (("maxpool2d", "MaxPool2d"), ("avgpool2d", "AvgPool2d")):
             _pool2d_infer,
             _pool2d_calls,
             saves=("in", "out") if _name.startswith("max") else (),
+            device=_pool2d_device,
             modules=(_module,),
             from_module=lambda mod, where: _pool_from_module(mod, where, 2),
         )

@@ -120,6 +120,7 @@ class CompiledModel:
         self.compile_seconds = compile_seconds
         self.built_now = built_now
         self.training = True
+        self.device = torch.device("cpu")
         self._seed = int(seed)
         # other names of a parameter in the torch module (a layer used twice): its state_dict
         # lists each; named_parameters() and this model list the first only
@@ -214,6 +215,25 @@ class CompiledModel:
     def eval(self) -> CompiledModel:
         return self.train(False)
 
+    def to(self, device):
+        """This model on ``device``: itself for ``"cpu"``; for ``"cuda"`` a
+        :class:`rootclad.torch.DeviceModel` with a copy of the parameters, whose forward,
+        backward and optimizer step run on the GPU (the ops and losses it has so far)."""
+        device = torch.device(device)
+        if device.type == "cpu":
+            return self
+        from rootclad.torch.device_model import DeviceModel
+
+        if self._em.n_buffers:
+            raise ValueError("this model has buffers (BatchNorm): no device kernels for them yet")
+        frozen = [k for k, v in self._views.items() if not v.requires_grad]
+        if frozen:
+            raise ValueError(f"parameters {frozen} are frozen: a device model trains every "
+                             "parameter (frozen ones: not yet)")  # fmt: skip
+        dm = DeviceModel(self.graph, self.loss, device)
+        dm.load_state_dict(self.state_dict())
+        return dm.train(self.training)
+
     # -- checking inputs ----------------------------------------------------------------
     def _inputs(self, x) -> tuple:
         """The model inputs as a tuple: a tensor, or a tuple/list of one tensor per input."""
@@ -244,7 +264,10 @@ class CompiledModel:
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"expected a torch.Tensor {which}, got {type(t).__name__}")
             if t.device.type != "cpu":
-                raise ValueError(f"{which} is on {t.device}; this compiled model runs on the CPU")
+                raise ValueError(
+                    f"{which} is on {t.device}; this compiled model runs on the CPU "
+                    f"(cm.to({str(t.device)!r}) gives one for that device)"
+                )
             if t.dtype != self.dtype:
                 raise TypeError(
                     f"{which} dtype is {t.dtype}, expected {self.dtype} (the model was "

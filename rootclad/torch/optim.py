@@ -1,4 +1,5 @@
-"""Optimizers whose update runs in C++ inside :meth:`CompiledModel.train_step`.
+"""Optimizers whose update runs in C++ inside :meth:`CompiledModel.train_step` (and as a
+device kernel inside :meth:`DeviceModel.train_step`, with the state in device memory).
 
 Hyperparameters follow ``torch.optim`` (same names, same defaults, same update order), so a
 rootclad run and a torch run of the same model and data track each other.
@@ -52,21 +53,26 @@ class Optimizer:
     kind = -1
 
     def __init__(self, model, lr: float, **hyper):
+        from rootclad.torch.device_model import DeviceModel
         from rootclad.torch.model import CompiledModel
 
-        if not isinstance(model, CompiledModel):
+        if isinstance(model, CompiledModel):
+            n, tensors, device = model._em.n_params, len(model._em.param_offsets), "cpu"
+        elif isinstance(model, DeviceModel):  # the state lives on the model's device
+            n, tensors, device = model.n_param_values, len(model._views), model.device
+        else:
             raise TypeError(
-                f"{type(self).__name__} takes a rootclad CompiledModel, got "
+                f"{type(self).__name__} takes a rootclad CompiledModel or DeviceModel, got "
                 f"{type(model).__name__}; for torch modules use torch.optim"
             )
         self.model = model
         self.step_count = 0  # train_step calls made with this optimizer
         values = {"kind": self.kind, "lr": _check("learning rate", lr, 0.0), **hyper}
         self._cfg = (ctypes.c_double * len(_FIELDS))(*[float(values.get(f, 0.0)) for f in _FIELDS])
-        self._state = torch.zeros(2 * max(model._em.n_params, 1), dtype=model.dtype)
+        self._state = torch.zeros(2 * max(n, 1), dtype=model.dtype, device=device)
         # per parameter tensor, kept once some tensor skipped a step (None: all at step_count)
         self._steps: list[int] | None = None
-        self._call_steps = (ctypes.c_long * max(len(model._em.param_offsets), 1))()
+        self._call_steps = (ctypes.c_long * max(tensors, 1))()
 
     def _advance(self, trainable: list[bool]):
         """Count one step for each trainable tensor; ``(step, tensor_steps or None)`` for the
@@ -106,7 +112,7 @@ class Optimizer:
                 f"the state is of another kind of optimizer ({state.get('kind')}), this is "
                 f"{type(self).__name__} ({self.kind})"
             )
-        values = torch.as_tensor(state["state"], dtype=self._state.dtype)
+        values = torch.as_tensor(state["state"]).to(self._state.device, self._state.dtype)
         if values.shape != self._state.shape:
             raise ValueError(
                 f"the state holds {values.numel()} values; this model's optimizer needs "

@@ -29,11 +29,28 @@ template <class T> void instantiate() {
   k::add_backward(on, p, p, 1, T(1));
   k::global_avgpool_forward(on, p, p, 1, 1);
   k::global_avgpool_backward(on, p, p, 1, 1);
+  const k::Conv conv = k::conv2d_shape(2, 3, 3, 2, 2, 2, 1, 1, 0, 0, 1, 1, 2);
+  k::conv2d_forward(on, p, p, p, p, 1, conv);
+  k::conv2d_backward_input(on, p, p, p, 1, conv);
+  k::conv2d_backward_params(on, p, p, p, p, 1, conv);
+  const k::Pool pool = k::pool2d_shape(2, 2, 2, 2, 1, 1, 0, 0);
+  k::maxpool2d_forward(on, p, p, 1, pool);
+  k::maxpool2d_backward(on, p, p, p, 1, pool);
+  k::avgpool2d_forward(on, p, p, 1, pool, 1);
+  k::avgpool2d_backward(on, p, p, 1, pool, 1);
   k::maxpool1d_forward(on, p, p, 1, 1, 1, 1, 0);
   k::maxpool1d_backward(on, p, p, p, 1, 1, 1, 1, 0);
   k::bce_with_logits_forward(on, p, p, p, 1);
   k::bce_with_logits_backward(on, p, p, p, 1, T(1));
-  k::adam_step(on, p, p, p, p, 1, 1e-3, 0.9, 0.999, 1e-8, 0.0, 1);
+  k::loss_forward(on, p, p, p, 1, k::Mse{});
+  k::loss_backward(on, p, p, p, 1, T(1), k::Mse{});
+  k::loss_forward(on, p, p, p, 1, k::Huber{});
+  k::loss_backward(on, p, p, p, 1, T(1), k::Huber{});
+  k::cross_entropy_forward(on, p, p, p, 1, 2);
+  k::cross_entropy_backward(on, p, p, p, 1, 2, T(1));
+  k::nll_forward(on, p, p, p, 1, 2);
+  k::nll_backward(on, p, p, 1, 2, T(1));
+  k::optim_step(on, p, p, p, 1, rootclad::OptimConfig{}, 1);
 }
 
 template void instantiate<float>();

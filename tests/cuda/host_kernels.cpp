@@ -30,6 +30,25 @@ namespace k = rootclad::dev;
     k::conv1d_backward_input(Host{}, dx, dy, w, B, C, L, OC, K, St, P, D);                         \
     k::conv1d_backward_params(Host{}, dw, db, dy, x, B, C, L, OC, K, St, P, D);                    \
   }                                                                                                \
+  extern "C" void conv2d_##S(T* out, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,     \
+                             const T* b, int B, const int* g) {                                    \
+    const k::Conv c = k::conv2d_shape(g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9],  \
+                                      g[10], g[11], g[12]);                                        \
+    k::conv2d_forward(Host{}, out, x, w, b, B, c);                                                 \
+    k::conv2d_backward_input(Host{}, dx, dy, w, B, c);                                             \
+    k::conv2d_backward_params(Host{}, dw, db, dy, x, B, c);                                        \
+  }                                                                                                \
+  extern "C" void pool2d_##S(T* out, T* dx, const T* dy, const T* x, long R, const int* g,         \
+                             int avg, int count_include_pad) {                                     \
+    const k::Pool p = k::pool2d_shape(g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7]);             \
+    if (avg) {                                                                                     \
+      k::avgpool2d_forward(Host{}, out, x, R, p, count_include_pad);                               \
+      k::avgpool2d_backward(Host{}, dx, dy, R, p, count_include_pad);                              \
+    } else {                                                                                       \
+      k::maxpool2d_forward(Host{}, out, x, R, p);                                                  \
+      k::maxpool2d_backward(Host{}, dx, dy, x, R, p);                                              \
+    }                                                                                              \
+  }                                                                                                \
   extern "C" void maxpool1d_forward_##S(T* out, const T* x, long R, int L, int K, int St, int P) { \
     k::maxpool1d_forward(Host{}, out, x, R, L, K, St, P);                                          \
   }                                                                                                \
@@ -41,9 +60,9 @@ namespace k = rootclad::dev;
     k::bce_with_logits_forward(Host{}, loss, z, y, n);                                             \
     k::bce_with_logits_backward(Host{}, dz, z, y, n, T(1));                                        \
   }                                                                                                \
-  extern "C" void adam_step_##S(T* p, const T* g, T* m, T* v, long n, double lr, double b1,        \
-                                double b2, double eps, double wd, long t) {                        \
-    k::adam_step(Host{}, p, g, m, v, n, lr, b1, b2, eps, wd, t);                                   \
+  extern "C" void optim_step_##S(T* p, const T* g, T* state, long n, const double* cfg, long t) {  \
+    k::optim_step(Host{}, p, g, state, n, *reinterpret_cast<const rootclad::OptimConfig*>(cfg),    \
+                  t);                                                                              \
   }
 
 ROOTCLAD_HOST_KERNELS(float, f32)

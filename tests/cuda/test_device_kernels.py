@@ -141,6 +141,64 @@ def test_maxpool1d(lib, dtype, L, K, S, P):
     torch.testing.assert_close(dx, want + 1, **TOL[dtype])
 
 
+def _ints(*values):
+    return (ctypes.c_int * len(values))(*values)
+
+
+CONV2D = [  # B, C, H, W, OC, (KH, KW), stride, padding, dilation, groups
+    (2, 1, 12, 12, 4, (3, 3), (1, 1), (1, 1), (1, 1), 1),  # the digit CNN's shapes
+    (2, 4, 9, 11, 6, (3, 2), (2, 1), (1, 0), (1, 2), 2),
+    (1, 6, 8, 8, 6, (3, 3), (1, 2), (2, 1), (2, 1), 6),  # depthwise
+    (3, 2, 5, 7, 3, (1, 1), (1, 1), (0, 0), (1, 1), 1),
+]
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+@pytest.mark.parametrize("B, C, H, W, OC, K, S, P, D, G", CONV2D)
+def test_conv2d(lib, dtype, B, C, H, W, OC, K, S, P, D, G):
+    x, w, b = (_rand(B, C, H, W, dtype=dtype, seed=1), _rand(OC, C // G, *K, dtype=dtype, seed=2),
+               _rand(OC, dtype=dtype, seed=3))  # fmt: skip
+
+    def conv(x, w, b):
+        return F.conv2d(x, w, b, stride=S, padding=P, dilation=D, groups=G)
+
+    ref = conv(x, w, b)
+    dy = _rand(*ref.shape, dtype=dtype, seed=4)
+    out, dx, dw, db = (torch.empty_like(ref), torch.ones_like(x), torch.ones_like(w),
+                       torch.ones_like(b))  # fmt: skip
+    _call(lib, "conv2d", dtype, out, dx, dw, db, dy, x, w, b, B,
+          _ints(C, H, W, OC, *K, *S, *P, *D, G))  # fmt: skip
+    torch.testing.assert_close(out, ref, **TOL[dtype])
+    for got, want in zip([dx, dw, db], _grads(conv, [x, w, b], dy), strict=True):
+        torch.testing.assert_close(got, want + 1, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+@pytest.mark.parametrize("kind", ["max", "avg", "avg-exclude-pad"])
+@pytest.mark.parametrize("H, W, K, S, P", [(12, 12, (2, 2), (2, 2), (0, 0)),
+                                           (9, 7, (3, 2), (2, 1), (1, 1)),
+                                           (5, 8, (3, 3), (1, 3), (1, 0))])  # fmt: skip
+def test_pool2d(lib, dtype, kind, H, W, K, S, P):
+    x = _rand(2, 3, H, W, dtype=dtype)
+    x[0, 0, :2, :3] = 1.0  # ties: the first maximum takes the gradient, as in torch
+    if kind == "max":
+
+        def pool(x):
+            return F.max_pool2d(x, K, S, P)
+    else:
+
+        def pool(x):
+            return F.avg_pool2d(x, K, S, P, count_include_pad=kind == "avg")
+
+    ref = pool(x)
+    dy = _rand(*ref.shape, dtype=dtype, seed=6)
+    out, dx = torch.empty_like(ref), torch.ones_like(x)
+    _call(lib, "pool2d", dtype, out, dx, dy, x, _long(6), _ints(H, W, *K, *S, *P),
+          int(kind != "max"), int(kind == "avg"))  # fmt: skip
+    torch.testing.assert_close(out, ref, **TOL[dtype])
+    torch.testing.assert_close(dx, _grads(pool, [x], dy)[0] + 1, **TOL[dtype])
+
+
 @pytest.mark.parametrize("dtype", [F64, F32])
 def test_bce_with_logits(lib, dtype):
     z = _rand(37, dtype=dtype) * 30  # large logits: the stable form
@@ -152,19 +210,48 @@ def test_bce_with_logits(lib, dtype):
     torch.testing.assert_close(dz, want, **TOL[dtype])
 
 
+def _config(kind, lr, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False,
+            betas=(0.9, 0.999), eps=1e-8):  # fmt: skip
+    """rootclad::OptimConfig as the double array the kernels read (rootclad/optim_rule.h)."""
+    values = (kind, lr, momentum, dampening, weight_decay, float(nesterov), *betas, eps)
+    return (ctypes.c_double * len(values))(*values)
+
+
+OPTIMIZERS = {
+    "adam": (lambda p: torch.optim.Adam(p, lr=1e-2), _config(1, 1e-2)),
+    "adam_l2": (
+        lambda p: torch.optim.Adam(p, lr=1e-2, weight_decay=0.01),
+        _config(1, 1e-2, weight_decay=0.01),
+    ),  # fmt: skip
+    "adamw": (
+        lambda p: torch.optim.AdamW(p, lr=1e-2, betas=(0.8, 0.99), weight_decay=0.1),
+        _config(2, 1e-2, weight_decay=0.1, betas=(0.8, 0.99)),
+    ),  # fmt: skip
+    "sgd": (lambda p: torch.optim.SGD(p, lr=0.1), _config(0, 0.1)),
+    "sgd_nesterov": (
+        lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01),
+        _config(0, 0.1, momentum=0.9, nesterov=True, weight_decay=0.01),
+    ),
+    "sgd_dampening": (
+        lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.5, dampening=0.3),
+        _config(0, 0.1, momentum=0.5, dampening=0.3),
+    ),  # fmt: skip
+}
+
+
 @pytest.mark.parametrize("dtype", [F64, F32])
-@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
-def test_adam_matches_torch_optim(lib, dtype, weight_decay):
+@pytest.mark.parametrize("kind", sorted(OPTIMIZERS))
+def test_optimizer_step_matches_torch_optim(lib, dtype, kind):
+    make, cfg = OPTIMIZERS[kind]
     p = _rand(100, dtype=dtype)
     ref = p.clone().requires_grad_(True)
-    opt = torch.optim.Adam([ref], lr=1e-2, weight_decay=weight_decay)
-    m, v = torch.zeros_like(p), torch.zeros_like(p)
+    opt = make([ref])
+    state = torch.zeros(200, dtype=dtype)
     for t in range(1, 6):
         g = _rand(100, dtype=dtype, seed=10 + t)
         ref.grad = g.clone()
         opt.step()
-        _call(lib, "adam_step", dtype, p, g, m, v, _long(100), 1e-2, 0.9, 0.999, 1e-8,
-              weight_decay, _long(t))  # fmt: skip
+        _call(lib, "optim_step", dtype, p, g, state, _long(100), cfg, _long(t))
     torch.testing.assert_close(p, ref.detach(), **TOL[dtype])
 
 
@@ -176,7 +263,7 @@ def test_the_gw_mlp_trains_through_the_device_kernels(lib):
     torch.manual_seed(0)
     net = gw_mlp(64).double()
     ours = [p.detach().clone().contiguous() for p in net.parameters()]
-    state = [(torch.zeros_like(p), torch.zeros_like(p)) for p in ours]
+    state = [torch.zeros(2 * p.numel(), dtype=F64) for p in ours]
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
     B = 6
     for step in range(1, 21):
@@ -221,9 +308,8 @@ def _mlp_step(lib, params, state, x, y, step):
         _call(lib, "linear_backward", F64, dx, grads[2 * layer], grads[2 * layer + 1], d,
               acts[layer], w, B, C, OC)  # fmt: skip
         d = dx
-    for p, g, (m, v) in zip(params, grads, state, strict=True):
-        _call(lib, "adam_step", F64, p, g, m, v, _long(p.numel()), 1e-3, 0.9, 0.999, 1e-8, 0.0,
-              _long(step))  # fmt: skip
+    for p, g, s in zip(params, grads, state, strict=True):
+        _call(lib, "optim_step", F64, p, g, s, _long(p.numel()), _config(1, 1e-3), _long(step))
     return loss[0]
 
 

@@ -17,6 +17,7 @@ from rootclad.codegen.device import device_ops, emit_device
 from rootclad.gw.models import gw_cnn, gw_mlp, gw_resnet
 from rootclad.ir.from_torch import graph_from_module
 from rootclad.ir.graph import IRError
+from rootclad.nets import digits_cnn
 from rootclad.toolchain import find_cxx, find_nvcc
 
 F64 = torch.float64
@@ -80,7 +81,8 @@ def test_device_program_trains_like_torch(model, tmp_path):
     lib.net_act_size.restype = lib.net_output_offset.restype = ctypes.c_long
     n_act = lib.net_act_size(B)
     params = torch.cat([p.detach().reshape(-1) for p in net.parameters()]).contiguous()
-    m, v = torch.zeros_like(params), torch.zeros_like(params)
+    state = torch.zeros(2 * params.numel(), dtype=F64)
+    adam = (ctypes.c_double * 9)(1, 1e-3, 0, 0, 0, 0, 0.9, 0.999, 1e-8)  # OptimConfig
     act, d_act = torch.zeros(n_act, dtype=F64), torch.zeros(n_act, dtype=F64)
     d_params, loss = torch.zeros_like(params), torch.zeros(1, dtype=F64)
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
@@ -104,9 +106,7 @@ def test_device_program_trains_like_torch(model, tmp_path):
             torch.testing.assert_close(d_params, grads, rtol=1e-10, atol=1e-12)
         torch.testing.assert_close(loss[0], ref.detach(), rtol=1e-10, atol=1e-12)
         opt.step()
-        lib.net_adam(None, _p(params), _p(d_params), _p(m), _p(v), ctypes.c_double(1e-3),
-                     ctypes.c_double(0.9), ctypes.c_double(0.999), ctypes.c_double(1e-8),
-                     ctypes.c_double(0.0), ctypes.c_long(step))  # fmt: skip
+        lib.net_optim_step(None, _p(params), _p(d_params), _p(state), adam, ctypes.c_long(step))
     want = torch.cat([p.detach().reshape(-1) for p in net.parameters()])
     torch.testing.assert_close(params, want, rtol=1e-9, atol=1e-12)
 
@@ -118,17 +118,26 @@ def test_an_op_without_device_kernels_is_refused_by_name():
     assert {"linear", "relu", "conv1d", "maxpool1d", "flatten", "gelu"} <= set(device_ops())
 
 
-@pytest.mark.parametrize("model", ["gw-mlp", "gw-cnn", "gw-resnet"])
-def test_gw_model_device_source_compiles_with_nvcc(model, tmp_path):
-    """The GW models at full size (2048 samples), float32, as CUDA."""
+FULL_SIZE = {  # (make, per-sample shape, loss)
+    "gw-mlp": (lambda: gw_mlp(2048), (2048,), "bce_with_logits"),
+    "gw-cnn": (lambda: gw_cnn(2048), (1, 2048), "bce_with_logits"),
+    "gw-resnet": (lambda: gw_resnet(2048), (1, 2048), "bce_with_logits"),
+    "digits-cnn": (digits_cnn, (1, 28, 28), "cross_entropy"),  # the graph-IR tests'
+}
+
+
+@pytest.mark.parametrize("model", FULL_SIZE)
+def test_model_device_source_compiles_with_nvcc(model, tmp_path):
+    """The GW models at full size (2048 samples) and a 2-D CNN, float32, as CUDA."""
     found = find_nvcc()
     if found is None:
         pytest.skip("nvcc not found: set ROOTCLAD_NVCC or put nvcc on PATH")
-    net = {"gw-mlp": gw_mlp, "gw-cnn": gw_cnn, "gw-resnet": gw_resnet}[model](2048)
-    shape = (2048,) if model == "gw-mlp" else (1, 2048)
-    _, source = _program(net, shape, "float32")
+    make, shape, loss = FULL_SIZE[model]
+    example = torch.zeros(2, *shape)
+    graph = graph_from_module(make(), example, "float32")
+    graph.validate()
     src = tmp_path / "net.cu"
-    src.write_text(source)
+    src.write_text(emit_device(graph, "net", loss))
     res = subprocess.run([found[0], "-std=c++17", "--extended-lambda", "-arch=sm_90",
                           f"-I{rootclad.get_include()}", "-c", str(src), "-o",
                           str(tmp_path / "net.o")], capture_output=True, text=True)  # fmt: skip

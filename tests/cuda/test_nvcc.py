@@ -35,8 +35,10 @@ def test_every_device_kernel_compiles_for_the_gpu(nvcc, tmp_path):
     source = (Path(rootclad.get_include()) / "rootclad" / "device_kernels.h").read_text()
     launches = len(re.findall(r"each_index\(\s*on,", source))
     assert launches >= 15  # the GW MLP's and CNN's ops, forward and backward, and Adam
-    # unary_forward and unary_backward launch one kernel per activation functor (f and df)
+    # unary_forward and unary_backward launch one kernel per activation functor (f and df),
+    # loss_forward and loss_backward one per elementwise loss functor (loss and grad)
     functors = len(re.findall(r"ROOTCLAD_HD T df\(", source))
-    assert functors >= 7
+    losses = len(re.findall(r"ROOTCLAD_HD T grad\(", source))
+    assert functors >= 7 and losses == 3
     # one GPU kernel per launch and functor, float and double
-    assert len(entries) == 2 * (launches - 2 + 2 * functors)
+    assert len(entries) == 2 * (launches - 4 + 2 * functors + 2 * losses)

@@ -245,3 +245,58 @@ def test_the_mlp_trains_and_scores_too(small_files, tmp_path):
     examples = {"strain": strain[:, 0], "saliency": saliency(result.cm, cfg, strain)}
     via = onnx_round_trip(result.cm, cfg, tmp_path / "gwnet", files["test"], scores, examples)
     assert via["max_abs_diff_scores"] < 1e-4 and via["max_rel_diff_saliency"] < 1e-4, via
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message without a GPU")
+def test_a_cuda_run_without_a_gpu_stops_before_simulating(tmp_path):
+    from rootclad.gw.run.pipeline import run
+
+    with pytest.raises(ConfigError, match=r'device = "cuda": .*(nvcc|no CUDA device)'):
+        run(resolve(**SMALL, device="cuda"), tmp_path, progress=False, log=lambda *_: None)
+    assert not (tmp_path / "data").exists()
+
+
+def test_training_scoring_and_saliency_on_a_device_model(small_files, tmp_path, monkeypatch):
+    """The run's training, scores and saliency with a DeviceModel (what --device cuda
+    compiles), here on its host kernels: as the CPU CompiledModel's, trained alike."""
+    from rootclad.gw.run import train as train_module
+    from rootclad.gw.run.pipeline import network_scores, strain_of
+    from rootclad.torch import DeviceModel
+
+    cfg, files = small_files
+    cfg = resolve(**{**SMALL, "epochs": 1, "model": "mlp", "engine": "pullback"})
+    quiet = lambda *_: None  # noqa: E731
+    ref = train_module.train(cfg, files["train"], files["val"], tmp_path / "cpu",
+                             progress=False, log=quiet)  # fmt: skip
+    compile_cpu = train_module.compile_model
+    monkeypatch.setattr(train_module, "compile_model",
+                        lambda c: _on_device_kernels(compile_cpu(c)))  # fmt: skip
+    got = train_module.train(cfg, files["train"], files["val"], tmp_path / "dev",
+                             progress=False, log=quiet)  # fmt: skip
+    assert isinstance(got.cm, DeviceModel)
+    a, b = ref.history[0], got.history[0]
+    assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-3)
+    assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-3)
+    s_ref, s_got = (
+        network_scores(ref.cm, cfg, files["test"]),
+        network_scores(got.cm, cfg, files["test"]),
+    )
+    assert np.corrcoef(s_ref, s_got)[0, 1] > 0.999
+    strain = strain_of(files["test"], [0, 1])
+    # saliency of the same weights: the device model's autograd path against the CPU model's
+    got.cm.load_state_dict(ref.cm.state_dict())
+    np.testing.assert_allclose(
+        train_module.saliency(got.cm, cfg, strain),
+        train_module.saliency(ref.cm, cfg, strain),
+        rtol=1e-3,
+        atol=1e-6,
+    )
+
+
+def _on_device_kernels(cm):
+    """The device model of a CompiledModel, run on the host (device="cpu")."""
+    from rootclad.torch import DeviceModel
+
+    dm = DeviceModel(cm.graph, cm.loss, "cpu")
+    dm.load_state_dict(cm.state_dict())
+    return dm

@@ -82,7 +82,7 @@ _INT = {"seed", "train_events", "val_events", "test_events", "epochs", "batch_si
 _FLOAT = {"duration", "sample_rate", "lr", "bank_min_match"}
 _PAIR = {"snr", "mass_range"}
 _STR = {"approximant": None, "model": ("cnn", "mlp"), "engine": ("auto", "clad", "pullback"),
-        "device": ("cpu",)}  # fmt: skip
+        "device": ("cpu", "cuda")}  # fmt: skip
 
 
 def _typed(key: str, value):

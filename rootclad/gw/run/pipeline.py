@@ -42,7 +42,15 @@ class Stages:
 
 
 def _check_output(out: Path, cfg: RunConfig) -> None:
-    """Before any work: the directory can be written, and the disk holds the data files."""
+    """Before any work: the directory can be written, the disk holds the data files, and a
+    CUDA run has nvcc and a GPU."""
+    if cfg.device == "cuda":
+        from rootclad.torch.device_model import _check_device
+
+        try:
+            _check_device("cuda")
+        except (RuntimeError, ValueError) as err:
+            raise ConfigError(f'device = "cuda": {err}') from None
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / f".write-test-{os.getpid()}"
@@ -296,7 +304,7 @@ def run(cfg: RunConfig, out: Path, *, resume: bool = False, progress: bool | Non
     files = stages.run("simulate", simulate_all, cfg, out / "data", progress, log)
     tr = stages.run("train", train.train, cfg, files["train"], files["val"], out, resume=resume,
                     progress=progress, log=log)  # fmt: skip
-    log(f"engine: {tr.engine}; best validation loss at epoch {tr.best_epoch}")
+    log(f"engine: {tr.engine} on {tr.cm.device}; best validation loss at epoch {tr.best_epoch}")
     test = read_test(files["test"])
     network = stages.run("score (network)", network_scores, tr.cm, cfg, files["test"])
     bank = stages.run("template bank", template_bank, cfg, files["test"], out / "cache", log)
@@ -305,9 +313,11 @@ def run(cfg: RunConfig, out: Path, *, resume: bool = False, progress: bool | Non
     examples = stages.run("saliency", explain, tr.cm, cfg, test, files["test"])
     (out / "model").mkdir(exist_ok=True)
     stem = out / "model" / "gwnet"
-    stages.run("export", tr.cm.export, stem)
+    # the ROOT artifact and the ONNX export start from the CPU library
+    cpu = tr.cm if cfg.device == "cpu" else stages.run("model to the CPU", tr.cm.to, "cpu")
+    stages.run("export", cpu.export, stem)
     in_root = stages.run("score in ROOT", root_scoring, cfg, stem, files["test"], network, ev, out)
-    via_onnx = stages.run("ONNX round trip", onnx_round_trip, tr.cm, cfg, stem, files["test"],
+    via_onnx = stages.run("ONNX round trip", onnx_round_trip, cpu, cfg, stem, files["test"],
                           network, examples)  # fmt: skip
     summary = report.summary(cfg, tr, ev, len(bank), in_root, stages.times, versions())
     summary["onnx"] = via_onnx

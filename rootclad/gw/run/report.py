@@ -21,11 +21,20 @@ def _num(v):
     return None if v is None or (isinstance(v, float) and not math.isfinite(v)) else v
 
 
+def _device(cfg) -> str:
+    if cfg.device != "cuda":
+        return "cpu"
+    import torch
+
+    return f"cuda ({torch.cuda.get_device_name()})"
+
+
 def summary(cfg, tr, ev, bank_size, in_root, times, versions) -> dict:
     from rootclad.gw.run.pipeline import machine
 
     out = {
         "engine": tr.engine,
+        "device": _device(cfg),
         "model": cfg.model,
         "auc": {m: ev["methods"][m]["auc"] for m in ev["methods"]},
         "snr50": {},
@@ -177,7 +186,8 @@ def markdown(s: dict, figures) -> str:
     t = s["training"]
     lines = [
         "# rootclad gw run: a gravitational-wave classifier against the matched filter", "",
-        f"Engine: **{s['engine']}** (the backward pass of the compiled {s['model'].upper()}); "
+        f"Engine: **{s['engine']}** (the backward pass of the compiled {s['model'].upper()}) "
+        f"on {s.get('device', 'cpu')}; "
         f"{t['epochs_run']} epochs (best at {t['best_epoch']}"
         f"{', stopped early' if t['stopped_early'] else ''}); test set: "
         f"{s['test_events']['noise']} noise and {s['test_events']['signal']} signal events; "

@@ -22,7 +22,7 @@ from rootclad.gw.run.config import RunConfig
 
 @dataclasses.dataclass
 class TrainResult:
-    cm: object  # the CompiledModel, with the best validation weights loaded
+    cm: object  # the CompiledModel (DeviceModel on a GPU), with the best validation weights
     engine: str
     history: list[dict]  # per epoch: train_loss, val_loss, seconds, events_per_s
     best_epoch: int
@@ -51,19 +51,24 @@ def compile_model(cfg: RunConfig):
     net = make(cfg.model, n)
     shape = (1, 1, n) if cfg.model == "cnn" else (1, n)
     return rootclad.compile(net, example_input=torch.zeros(shape), loss="bce_with_logits",
-                            engine=cfg.engine)  # fmt: skip
+                            engine=cfg.engine, device=cfg.device)  # fmt: skip
 
 
 def _shape(cfg, x):
     return x if cfg.model == "cnn" else x.reshape(x.shape[0], -1)
 
 
+def _tensor(cm, a: np.ndarray) -> torch.Tensor:
+    """A batch on the model's device (a CompiledModel's is the CPU; a DeviceModel's a GPU)."""
+    return torch.from_numpy(a).to(cm.device, non_blocking=True)
+
+
 def validation_loss(cm, it, cfg) -> float:
     total = seen = 0.0
     for x, y in it:
-        out = cm.predict(torch.from_numpy(_shape(cfg, x)))[:, 0]
+        out = cm.predict(_tensor(cm, _shape(cfg, x)))[:, 0]
         loss = torch.nn.functional.binary_cross_entropy_with_logits(
-            out.double(), torch.from_numpy(y).double(), reduction="sum"
+            out.double(), _tensor(cm, y).double(), reduction="sum"
         )
         total += float(loss)
         seen += len(y)
@@ -125,14 +130,17 @@ def train(cfg: RunConfig, train_file, val_file, out: Path, *, resume: bool = Fal
         total = seen = 0.0
         with tqdm(total=len(tr), disable=not progress, unit="batch",
                   desc=f"epoch {epoch + 1}/{cfg.epochs}") as bar:  # fmt: skip
-            for x, y in tr:
-                loss = cm.train_step(torch.from_numpy(_shape(cfg, x)),
-                                     torch.from_numpy(y).float()[:, None], opt)  # fmt: skip
+            for i, (x, y) in enumerate(tr):
+                # on a GPU the loss stays there: reading it (the bar, every 20 batches) waits
+                loss = cm.train_step(_tensor(cm, _shape(cfg, x)),
+                                     _tensor(cm, y).float()[:, None], opt)  # fmt: skip
                 total += loss * len(y)
                 seen += len(y)
                 bar.update(1)
-                bar.set_postfix(loss=f"{total / seen:.4f}",
-                                ev_s=f"{seen / (time.perf_counter() - t0):.0f}")  # fmt: skip
+                if progress and i % 20 == 0:
+                    bar.set_postfix(loss=f"{float(total) / seen:.4f}",
+                                    ev_s=f"{seen / (time.perf_counter() - t0):.0f}")  # fmt: skip
+        total = float(total)
         seconds = time.perf_counter() - t0
         val = validation_loss(cm, va, cfg)
         history.append({"epoch": epoch + 1, "train_loss": total / seen, "val_loss": val,
@@ -157,14 +165,14 @@ def scores(cm, cfg, x: np.ndarray, batch: int = 1024) -> np.ndarray:
     """The network's logit per event (x (E, 1, n) float32)."""
     out = np.empty(len(x), dtype=np.float64)
     for lo in range(0, len(x), batch):
-        xb = torch.from_numpy(_shape(cfg, np.ascontiguousarray(x[lo : lo + batch])))
-        out[lo : lo + len(xb)] = cm.predict(xb)[:, 0].double().numpy()
+        xb = _tensor(cm, _shape(cfg, np.ascontiguousarray(x[lo : lo + batch])))
+        out[lo : lo + len(xb)] = cm.predict(xb)[:, 0].double().cpu().numpy()
     return out
 
 
 def saliency(cm, cfg, x: np.ndarray) -> np.ndarray:
     """d logit / d strain for each event of x (k, 1, n), through the compiled backward."""
-    xt = torch.from_numpy(_shape(cfg, np.ascontiguousarray(x))).clone().requires_grad_(True)
+    xt = _tensor(cm, _shape(cfg, np.ascontiguousarray(x))).clone().requires_grad_(True)
     cm.eval()
     (grad,) = torch.autograd.grad(cm(xt).sum(), xt)
-    return grad.reshape(len(x), -1).numpy()
+    return grad.reshape(len(x), -1).cpu().numpy()

@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "rootclad/device.h"
+#include "rootclad/optim_rule.h"
 
 namespace rootclad {
 namespace dev {
@@ -164,126 +165,276 @@ void unary_backward(On on, T* d_inp, const T* d_out, const T* inp, const T* out,
   each_index(on, n, ROOTCLAD_BODY(long i) { d_inp[i] += d_out[i] * op.df(inp[i], out[i]); });
 }
 
-// -- Conv1d: out(B, OC, LO) from inp(B, C, L), weight(OC, C, K), stride S, padding P, dilation D
-inline ROOTCLAD_HD int conv1d_out_len(int L, int K, int S, int P, int D) {
+// -- Conv2d (Conv1d: H = KH = 1): out(B, OC, OH, OW) from inp(B, C, H, W) and
+// weight(OC, C/G, KH, KW), any stride, zero padding, dilation and G groups -----------------------
+struct Conv {
+  int C, H, W, OC, KH, KW, SH, SW, PH, PW, DH, DW, G, OH, OW;
+};
+
+inline ROOTCLAD_HD int conv_out_len(int L, int K, int S, int P, int D) {
   return (L + 2 * P - D * (K - 1) - 1) / S + 1;
 }
 
+inline Conv conv2d_shape(int C, int H, int W, int OC, int KH, int KW, int SH, int SW, int PH,
+                         int PW, int DH, int DW, int G) {
+  return Conv{C,
+              H,
+              W,
+              OC,
+              KH,
+              KW,
+              SH,
+              SW,
+              PH,
+              PW,
+              DH,
+              DW,
+              G,
+              conv_out_len(H, KH, SH, PH, DH),
+              conv_out_len(W, KW, SW, PW, DW)};
+}
+
+inline Conv conv1d_shape(int C, int L, int OC, int K, int S, int P, int D, int G = 1) {
+  return conv2d_shape(C, 1, L, OC, 1, K, 1, S, 0, P, 1, D, G);
+}
+
 template <class On, class T>
-void conv1d_forward(On on, T* out, const T* inp, const T* weight, const T* bias, int B, int C,
-                    int L, int OC, int K, int S, int P, int D) {
-  const int LO = conv1d_out_len(L, K, S, P, D);
+void conv2d_forward(On on, T* out, const T* inp, const T* weight, const T* bias, int B, Conv g) {
+  const int CG = g.C / g.G, OCG = g.OC / g.G;
   each_index(
-      on, (long)B * OC * LO, ROOTCLAD_BODY(long i) {
-        const int l = (int)(i % LO);
-        const int o = (int)(i / LO % OC);
-        const long b = i / ((long)LO * OC);
+      on, (long)B * g.OC * g.OH * g.OW, ROOTCLAD_BODY(long i) {
+        const int ow = (int)(i % g.OW), oh = (int)(i / g.OW % g.OH);
+        const int o = (int)(i / ((long)g.OW * g.OH) % g.OC);
+        const long b = i / ((long)g.OW * g.OH * g.OC);
         T s = bias ? bias[o] : T(0);
-        for (int c = 0; c < C; ++c) {
-          const T* x = inp + (b * C + c) * L;
-          const T* w = weight + ((long)o * C + c) * K;
-          for (int k = 0; k < K; ++k) {
-            const int at = l * S - P + k * D;
-            if (at >= 0 && at < L)
-              s += w[k] * x[at];
+        for (int c = 0; c < CG; ++c) {
+          const T* x = inp + (b * g.C + (o / OCG) * CG + c) * g.H * g.W;
+          const T* w = weight + ((long)o * CG + c) * g.KH * g.KW;
+          for (int kh = 0; kh < g.KH; ++kh) {
+            const int ih = oh * g.SH - g.PH + kh * g.DH;
+            if (ih < 0 || ih >= g.H)
+              continue;
+            for (int kw = 0; kw < g.KW; ++kw) {
+              const int iw = ow * g.SW - g.PW + kw * g.DW;
+              if (iw >= 0 && iw < g.W)
+                s += w[kh * g.KW + kw] * x[(long)ih * g.W + iw];
+            }
           }
         }
         out[i] = s;
       });
 }
 
-// d_inp[b, c, at] += sum over (o, k) and the output l that read it: l*S - P + k*D = at
+// the output position along one axis that reads input position `at` through tap k (-1: none)
+inline ROOTCLAD_HD int conv_reader(int at, int k, int S, int P, int D, int LO) {
+  const int t = at + P - k * D; // = l*S
+  return t < 0 || t % S != 0 || t / S >= LO ? -1 : t / S;
+}
+
+// d_inp[b, c, ih, iw] += sum over the taps and output positions that read it
 template <class On, class T>
-void conv1d_backward_input(On on, T* d_inp, const T* d_out, const T* weight, int B, int C, int L,
-                           int OC, int K, int S, int P, int D) {
-  const int LO = conv1d_out_len(L, K, S, P, D);
+void conv2d_backward_input(On on, T* d_inp, const T* d_out, const T* weight, int B, Conv g) {
+  const int CG = g.C / g.G, OCG = g.OC / g.G;
   each_index(
-      on, (long)B * C * L, ROOTCLAD_BODY(long i) {
-        const int at = (int)(i % L);
-        const int c = (int)(i / L % C);
-        const long b = i / ((long)L * C);
+      on, (long)B * g.C * g.H * g.W, ROOTCLAD_BODY(long i) {
+        const int iw = (int)(i % g.W), ih = (int)(i / g.W % g.H);
+        const int cin = (int)(i / ((long)g.W * g.H) % g.C);
+        const long b = i / ((long)g.W * g.H * g.C);
+        const int grp = cin / CG, c = cin % CG;
         T s = 0;
-        for (int k = 0; k < K; ++k) {
-          const int t = at + P - k * D; // = l*S
-          if (t < 0 || t % S != 0 || t / S >= LO)
+        for (int kh = 0; kh < g.KH; ++kh) {
+          const int oh = conv_reader(ih, kh, g.SH, g.PH, g.DH, g.OH);
+          if (oh < 0)
             continue;
-          const int l = t / S;
-          for (int o = 0; o < OC; ++o)
-            s += weight[((long)o * C + c) * K + k] * d_out[(b * OC + o) * LO + l];
+          for (int kw = 0; kw < g.KW; ++kw) {
+            const int ow = conv_reader(iw, kw, g.SW, g.PW, g.DW, g.OW);
+            if (ow < 0)
+              continue;
+            for (int o = grp * OCG; o < (grp + 1) * OCG; ++o)
+              s += weight[(((long)o * CG + c) * g.KH + kh) * g.KW + kw] *
+                   d_out[((b * g.OC + o) * g.OH + oh) * g.OW + ow];
+          }
         }
         d_inp[i] += s;
       });
 }
 
-// d_weight[o, c, k] += sum_{b, l} d_out[b, o, l] * inp[b, c, l*S - P + k*D];
-// d_bias[o] += sum_{b, l} d_out[b, o, l] (null: skipped)
+// d_weight[o, c, kh, kw] += sum over b and the output positions of d_out * the input it read;
+// d_bias[o] += sum of d_out[b, o, ...] (null: skipped)
 template <class On, class T>
-void conv1d_backward_params(On on, T* d_weight, T* d_bias, const T* d_out, const T* inp, int B,
-                            int C, int L, int OC, int K, int S, int P, int D) {
-  const int LO = conv1d_out_len(L, K, S, P, D);
+void conv2d_backward_params(On on, T* d_weight, T* d_bias, const T* d_out, const T* inp, int B,
+                            Conv g) {
+  const int CG = g.C / g.G, OCG = g.OC / g.G;
   each_index(
-      on, (long)OC * C * K, ROOTCLAD_BODY(long i) {
-        const int k = (int)(i % K);
-        const int c = (int)(i / K % C);
-        const int o = (int)(i / ((long)K * C));
+      on, (long)g.OC * CG * g.KH * g.KW, ROOTCLAD_BODY(long i) {
+        const int kw = (int)(i % g.KW), kh = (int)(i / g.KW % g.KH);
+        const int c = (int)(i / ((long)g.KW * g.KH) % CG);
+        const int o = (int)(i / ((long)g.KW * g.KH * CG));
+        const int cin = (o / OCG) * CG + c;
         T s = 0;
-        for (long b = 0; b < B; ++b)
-          for (int l = 0; l < LO; ++l) {
-            const int at = l * S - P + k * D;
-            if (at >= 0 && at < L)
-              s += d_out[(b * OC + o) * LO + l] * inp[(b * C + c) * L + at];
+        for (long b = 0; b < B; ++b) {
+          const T* x = inp + (b * g.C + cin) * g.H * g.W;
+          const T* dy = d_out + (b * g.OC + o) * g.OH * g.OW;
+          for (int oh = 0; oh < g.OH; ++oh) {
+            const int ih = oh * g.SH - g.PH + kh * g.DH;
+            if (ih < 0 || ih >= g.H)
+              continue;
+            for (int ow = 0; ow < g.OW; ++ow) {
+              const int iw = ow * g.SW - g.PW + kw * g.DW;
+              if (iw >= 0 && iw < g.W)
+                s += dy[oh * g.OW + ow] * x[(long)ih * g.W + iw];
+            }
           }
+        }
         d_weight[i] += s;
       });
   if (d_bias)
-    bias_backward(on, d_bias, d_out, B, OC, LO);
+    bias_backward(on, d_bias, d_out, B, g.OC, g.OH * g.OW);
 }
 
-// -- MaxPool1d over inp(R, L) -> out(R, LO), window K, stride S, padding P (-inf outside) ------
-// The first maximum of a window takes its gradient, as in torch.
+// Conv1d: out(B, OC, LO) from inp(B, C, L), weight(OC, C, K), stride S, padding P, dilation D
+template <class On, class T>
+void conv1d_forward(On on, T* out, const T* inp, const T* weight, const T* bias, int B, int C,
+                    int L, int OC, int K, int S, int P, int D) {
+  conv2d_forward(on, out, inp, weight, bias, B, conv1d_shape(C, L, OC, K, S, P, D));
+}
+
+template <class On, class T>
+void conv1d_backward_input(On on, T* d_inp, const T* d_out, const T* weight, int B, int C, int L,
+                           int OC, int K, int S, int P, int D) {
+  conv2d_backward_input(on, d_inp, d_out, weight, B, conv1d_shape(C, L, OC, K, S, P, D));
+}
+
+template <class On, class T>
+void conv1d_backward_params(On on, T* d_weight, T* d_bias, const T* d_out, const T* inp, int B,
+                            int C, int L, int OC, int K, int S, int P, int D) {
+  conv2d_backward_params(on, d_weight, d_bias, d_out, inp, B, conv1d_shape(C, L, OC, K, S, P, D));
+}
+
+// -- pooling over windows of inp(R, H, W) -> out(R, OH, OW) (1-D: H = KH = 1); padding at most
+// half the window, so every window holds an input element ---------------------------------------
+struct Pool {
+  int H, W, KH, KW, SH, SW, PH, PW, OH, OW;
+};
+
+inline Pool pool2d_shape(int H, int W, int KH, int KW, int SH, int SW, int PH, int PW) {
+  return Pool{H, W, KH, KW, SH, SW, PH, PW, (H + 2 * PH - KH) / SH + 1, (W + 2 * PW - KW) / SW + 1};
+}
+
+// the windows [lo, hi] along one axis that hold input position `at`
+inline ROOTCLAD_HD void pool_windows(int at, int K, int S, int P, int LO, int& lo, int& hi) {
+  lo = at + P - K + 1;
+  lo = lo <= 0 ? 0 : (lo + S - 1) / S;
+  hi = (at + P) / S;
+  if (hi > LO - 1)
+    hi = LO - 1;
+}
+
+// MaxPool: the first maximum of a window (row-major) takes its gradient, as in torch.
 template <class T>
-ROOTCLAD_HD inline int maxpool1d_argmax(const T* x, int L, int l, int K, int S, int P) {
-  int best = -1;
-  for (int k = 0; k < K; ++k) {
-    const int at = l * S - P + k;
-    if (at >= 0 && at < L && (best < 0 || x[at] > x[best]))
-      best = at;
+ROOTCLAD_HD inline long maxpool_argmax(const T* x, const Pool& p, int oh, int ow) {
+  long best = -1;
+  for (int kh = 0; kh < p.KH; ++kh) {
+    const int ih = oh * p.SH - p.PH + kh;
+    if (ih < 0 || ih >= p.H)
+      continue;
+    for (int kw = 0; kw < p.KW; ++kw) {
+      const int iw = ow * p.SW - p.PW + kw;
+      const long at = (long)ih * p.W + iw;
+      if (iw >= 0 && iw < p.W && (best < 0 || x[at] > x[best]))
+        best = at;
+    }
   }
   return best;
 }
 
-template <class On, class T>
-void maxpool1d_forward(On on, T* out, const T* inp, long R, int L, int K, int S, int P) {
-  const int LO = (L + 2 * P - K) / S + 1;
+template <class On, class T> void maxpool2d_forward(On on, T* out, const T* inp, long R, Pool p) {
   each_index(
-      on, R * LO, ROOTCLAD_BODY(long i) {
-        const T* x = inp + i / LO * L;
-        out[i] = x[maxpool1d_argmax(x, L, (int)(i % LO), K, S, P)];
+      on, R * p.OH * p.OW, ROOTCLAD_BODY(long i) {
+        const int ow = (int)(i % p.OW), oh = (int)(i / p.OW % p.OH);
+        const T* x = inp + i / ((long)p.OW * p.OH) * p.H * p.W;
+        out[i] = x[maxpool_argmax(x, p, oh, ow)];
       });
 }
 
-// d_inp[r, at] += d_out[r, l] for each window l whose first maximum is at
+// d_inp[r, at] += d_out[r, window] for each window whose first maximum is at
+template <class On, class T>
+void maxpool2d_backward(On on, T* d_inp, const T* d_out, const T* inp, long R, Pool p) {
+  each_index(
+      on, R * p.H * p.W, ROOTCLAD_BODY(long i) {
+        const long r = i / ((long)p.H * p.W), at = i % ((long)p.H * p.W);
+        const int ih = (int)(at / p.W), iw = (int)(at % p.W);
+        const T* x = inp + r * p.H * p.W;
+        int h0, h1, w0, w1;
+        pool_windows(ih, p.KH, p.SH, p.PH, p.OH, h0, h1);
+        pool_windows(iw, p.KW, p.SW, p.PW, p.OW, w0, w1);
+        T s = 0;
+        for (int oh = h0; oh <= h1; ++oh)
+          for (int ow = w0; ow <= w1; ++ow)
+            if (maxpool_argmax(x, p, oh, ow) == at)
+              s += d_out[(r * p.OH + oh) * p.OW + ow];
+        d_inp[i] += s;
+      });
+}
+
+// AvgPool: with count_include_pad (torch's default) a window divides by KH*KW, otherwise by
+// its elements inside the input.
+inline ROOTCLAD_HD int avgpool_divisor(const Pool& p, int oh, int ow, int count_include_pad) {
+  if (count_include_pad)
+    return p.KH * p.KW;
+  const int h0 = oh * p.SH - p.PH, w0 = ow * p.SW - p.PW;
+  const int nh = (h0 + p.KH < p.H ? h0 + p.KH : p.H) - (h0 > 0 ? h0 : 0);
+  const int nw = (w0 + p.KW < p.W ? w0 + p.KW : p.W) - (w0 > 0 ? w0 : 0);
+  return nh * nw;
+}
+
+template <class On, class T>
+void avgpool2d_forward(On on, T* out, const T* inp, long R, Pool p, int count_include_pad) {
+  each_index(
+      on, R * p.OH * p.OW, ROOTCLAD_BODY(long i) {
+        const int ow = (int)(i % p.OW), oh = (int)(i / p.OW % p.OH);
+        const T* x = inp + i / ((long)p.OW * p.OH) * p.H * p.W;
+        T s = 0;
+        for (int kh = 0; kh < p.KH; ++kh) {
+          const int ih = oh * p.SH - p.PH + kh;
+          for (int kw = 0; kw < p.KW; ++kw) {
+            const int iw = ow * p.SW - p.PW + kw;
+            if (ih >= 0 && ih < p.H && iw >= 0 && iw < p.W)
+              s += x[(long)ih * p.W + iw];
+          }
+        }
+        out[i] = s / T(avgpool_divisor(p, oh, ow, count_include_pad));
+      });
+}
+
+template <class On, class T>
+void avgpool2d_backward(On on, T* d_inp, const T* d_out, long R, Pool p, int count_include_pad) {
+  each_index(
+      on, R * p.H * p.W, ROOTCLAD_BODY(long i) {
+        const long r = i / ((long)p.H * p.W);
+        const int ih = (int)(i / p.W % p.H), iw = (int)(i % p.W);
+        int h0, h1, w0, w1;
+        pool_windows(ih, p.KH, p.SH, p.PH, p.OH, h0, h1);
+        pool_windows(iw, p.KW, p.SW, p.PW, p.OW, w0, w1);
+        T s = 0;
+        for (int oh = h0; oh <= h1; ++oh)
+          for (int ow = w0; ow <= w1; ++ow)
+            s += d_out[(r * p.OH + oh) * p.OW + ow] /
+                 T(avgpool_divisor(p, oh, ow, count_include_pad));
+        d_inp[i] += s;
+      });
+}
+
+// MaxPool1d over inp(R, L) -> out(R, LO), window K, stride S, padding P
+template <class On, class T>
+void maxpool1d_forward(On on, T* out, const T* inp, long R, int L, int K, int S, int P) {
+  maxpool2d_forward(on, out, inp, R, pool2d_shape(1, L, 1, K, 1, S, 0, P));
+}
+
 template <class On, class T>
 void maxpool1d_backward(On on, T* d_inp, const T* d_out, const T* inp, long R, int L, int K, int S,
                         int P) {
-  const int LO = (L + 2 * P - K) / S + 1;
-  each_index(
-      on, R * L, ROOTCLAD_BODY(long i) {
-        const long r = i / L;
-        const int at = (int)(i % L);
-        const T* x = inp + r * L;
-        // windows l with l*S - P <= at < l*S - P + K
-        int lo = at + P - K + 1;
-        lo = lo <= 0 ? 0 : (lo + S - 1) / S;
-        int hi = (at + P) / S;
-        if (hi > LO - 1)
-          hi = LO - 1;
-        T s = 0;
-        for (int l = lo; l <= hi; ++l)
-          if (maxpool1d_argmax(x, L, l, K, S, P) == at)
-            s += d_out[r * LO + l];
-        d_inp[i] += s;
-      });
+  maxpool2d_backward(on, d_inp, d_out, inp, R, pool2d_shape(1, L, 1, K, 1, S, 0, P));
 }
 
 // -- a + sign * b of two same-shape tensors (residual additions) -------------------------------
@@ -314,38 +465,111 @@ void global_avgpool_backward(On on, T* d_inp, const T* d_out, long R, int L) {
   each_index(on, R * L, ROOTCLAD_BODY(long i) { d_inp[i] += d_out[i / L] / T(L); });
 }
 
-// -- BCE with logits, mean over n elements ----------------------------------------------------
-// *loss += the mean loss (the caller zeroes it); d_z = scale * d loss / d z.
-template <class T> ROOTCLAD_HD inline T bce_with_logits_term(T z, T y) {
-  return (z > T(0) ? z : T(0)) - z * y + log1p(exp(-fabs(z)));
+// -- losses, the mean over the batch's elements (class-index losses: over its rows) -----------
+// *loss += the mean loss (the caller zeroes it); d_z = scale * d loss / d z (written, not added).
+// Elementwise losses are functors: loss(z, y) per element and its derivative grad(z, y).
+struct BceWithLogits { // numerically stable: max(z, 0) - z y + log(1 + exp(-|z|))
+  template <class T> ROOTCLAD_HD T loss(T z, T y) const {
+    return (z > T(0) ? z : T(0)) - z * y + log1p(exp(-fabs(z)));
+  }
+  template <class T> ROOTCLAD_HD T grad(T z, T y) const { return T(1) / (T(1) + exp(-z)) - y; }
+};
+
+struct Mse {
+  template <class T> ROOTCLAD_HD T loss(T z, T y) const { return (z - y) * (z - y); }
+  template <class T> ROOTCLAD_HD T grad(T z, T y) const { return T(2) * (z - y); }
+};
+
+struct Huber { // torch's delta = 1: d^2 / 2 where |d| < 1, else |d| - 1/2
+  template <class T> ROOTCLAD_HD T loss(T z, T y) const {
+    const T d = fabs(z - y);
+    return d < T(1) ? T(0.5) * d * d : d - T(0.5);
+  }
+  template <class T> ROOTCLAD_HD T grad(T z, T y) const {
+    const T d = z - y;
+    return d < T(-1) ? T(-1) : (d > T(1) ? T(1) : d);
+  }
+};
+
+template <class On, class T, class L>
+void loss_forward(On on, T* loss, const T* z, const T* y, long n, L l) {
+  each_index(on, n, ROOTCLAD_BODY(long i) { add_to(loss, l.loss(z[i], y[i]) / T(n)); });
+}
+
+template <class On, class T, class L>
+void loss_backward(On on, T* d_z, const T* z, const T* y, long n, T scale, L l) {
+  each_index(on, n, ROOTCLAD_BODY(long i) { d_z[i] = scale * l.grad(z[i], y[i]) / T(n); });
 }
 
 template <class On, class T>
 void bce_with_logits_forward(On on, T* loss, const T* z, const T* y, long n) {
-  each_index(
-      on, n, ROOTCLAD_BODY(long i) { add_to(loss, bce_with_logits_term(z[i], y[i]) / T(n)); });
+  loss_forward(on, loss, z, y, n, BceWithLogits{});
 }
 
 template <class On, class T>
 void bce_with_logits_backward(On on, T* d_z, const T* z, const T* y, long n, T scale) {
-  each_index(
-      on, n,
-      ROOTCLAD_BODY(long i) { d_z[i] = scale * (T(1) / (T(1) + exp(-z[i])) - y[i]) / T(n); });
+  loss_backward(on, d_z, z, y, n, scale, BceWithLogits{});
 }
 
-// -- Adam, as torch.optim.Adam (no amsgrad): step t counts from 1 ------------------------------
+// Cross-entropy of logits z(R, C) with class indices y(R) (held as T), mean over rows.
+template <class T> ROOTCLAD_HD inline T log_sum_exp(const T* z, int C, T& m) {
+  m = z[0];
+  for (int c = 1; c < C; ++c)
+    m = z[c] > m ? z[c] : m;
+  T e = 0;
+  for (int c = 0; c < C; ++c)
+    e += exp(z[c] - m);
+  return m + log(e);
+}
+
 template <class On, class T>
-void adam_step(On on, T* param, const T* grad, T* m, T* v, long n, double lr, double beta1,
-               double beta2, double eps, double weight_decay, long t) {
-  const double c1 = 1 - std::pow(beta1, (double)t);
-  const double c2 = std::sqrt(1 - std::pow(beta2, (double)t));
+void cross_entropy_forward(On on, T* loss, const T* z, const T* y, long R, int C) {
   each_index(
-      on, n, ROOTCLAD_BODY(long i) {
-        const T g = grad[i] + T(weight_decay) * param[i];
-        m[i] = T(beta1) * m[i] + T(1 - beta1) * g;
-        v[i] = T(beta2) * v[i] + T(1 - beta2) * g * g;
-        param[i] -= T(lr / c1) * m[i] / (sqrt(v[i]) / T(c2) + T(eps));
+      on, R, ROOTCLAD_BODY(long r) {
+        T m;
+        add_to(loss, (log_sum_exp(z + r * C, C, m) - z[r * C + (long)y[r]]) / T(R));
       });
+}
+
+// d_z[r, c] = scale * (softmax(z_r)_c - [c == y_r]) / R
+template <class On, class T>
+void cross_entropy_backward(On on, T* d_z, const T* z, const T* y, long R, int C, T scale) {
+  each_index(
+      on, R * C, ROOTCLAD_BODY(long i) {
+        const long r = i / C;
+        T m;
+        const T p = exp(z[i] - log_sum_exp(z + r * C, C, m));
+        d_z[i] = scale * (p - ((long)(i % C) == (long)y[r] ? T(1) : T(0))) / T(R);
+      });
+}
+
+// Negative log-likelihood of log-probabilities z(R, C) (after LogSoftmax), mean over rows.
+template <class On, class T>
+void nll_forward(On on, T* loss, const T* z, const T* y, long R, int C) {
+  each_index(on, R, ROOTCLAD_BODY(long r) { add_to(loss, -z[r * C + (long)y[r]] / T(R)); });
+}
+
+template <class On, class T> void nll_backward(On on, T* d_z, const T* y, long R, int C, T scale) {
+  each_index(
+      on, R * C,
+      ROOTCLAD_BODY(long i) { d_z[i] = (long)(i % C) == (long)y[i / C] ? -scale / T(R) : T(0); });
+}
+
+// -- optimizers: SGD, Adam, AdamW as torch.optim's (optim_rule.h), over n parameters; state
+// holds SGD's momentum buffer, or Adam's first then second moment (2n values, as on the CPU).
+template <class On, class T>
+void optim_step(On on, T* param, const T* grad, T* state, long n, const OptimConfig& c, long step) {
+  const OptimStep<T> s(c, step);
+  T* m = state;
+  T* v = state + n;
+  if (s.kind == OPTIM_SGD)
+    each_index(on, n, ROOTCLAD_BODY(long i) { sgd_element(param[i], grad[i], m[i], s); });
+  else if (s.kind == OPTIM_ADAMW)
+    each_index(
+        on, n, ROOTCLAD_BODY(long i) { adam_element<true>(param[i], grad[i], m[i], v[i], s); });
+  else
+    each_index(
+        on, n, ROOTCLAD_BODY(long i) { adam_element<false>(param[i], grad[i], m[i], v[i], s); });
 }
 
 } // namespace dev

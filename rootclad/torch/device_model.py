@@ -1,0 +1,319 @@
+"""``DeviceModel``: a compiled model whose every step runs as device kernels on a GPU.
+
+``rootclad.compile(net, example_input=x.cuda())`` (or ``cm.to("cuda")``) builds the model's
+device program (rootclad/codegen/device.py) with nvcc and runs it on torch's current stream:
+the parameters, the optimizer's state, the activations and their adjoints live in device
+memory, and a training step (forward, BCE-with-logits gradient, backward, optimizer update)
+copies nothing between host and device; its loss stays a device tensor until read.
+
+``device="cpu"`` compiles the same source with the C++ compiler, each kernel then a loop on
+the calling thread (dev::Host): the reference the GPU build is checked against, and what the
+tests run on machines without a GPU. (For speed on the CPU use :class:`CompiledModel`.)
+
+The backward is the built-in sweep over rootclad's hand-written device pullbacks (engine
+``"pullback"``); the device programs use plain kernels (no cuBLAS yet) and a flat layout.
+"""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import hashlib
+import math
+from collections import OrderedDict
+
+import torch
+
+import rootclad
+from rootclad.codegen.device import emit_device
+from rootclad.ir.from_torch import graph_from_module
+from rootclad.ir.graph import CLASS_INDEX_LOSSES
+from rootclad.toolchain import ToolchainError, build_library, find_cxx, find_nvcc
+
+_DTYPES = {torch.float32: "float32", torch.float64: "float64"}
+_TORCH = {v: k for k, v in _DTYPES.items()}
+
+
+def _nvcc_flags() -> list[str]:
+    major, minor = torch.cuda.get_device_capability()
+    return ["-O3", "-std=c++17", "--extended-lambda", f"-arch=sm_{major}{minor}",
+            f"-I{rootclad.get_include()}"]  # fmt: skip
+
+
+def _check_device(device) -> torch.device:
+    device = torch.device(device)
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {str(device)!r}: a device model runs on 'cuda' or 'cpu'")
+    if device.type == "cuda":
+        if find_nvcc() is None:
+            raise ToolchainError(
+                "device='cuda' needs nvcc (the CUDA toolkit) to build the kernels and found "
+                "none: put nvcc on PATH or set ROOTCLAD_NVCC"
+            )
+        if not torch.cuda.is_available():
+            raise RuntimeError(
+                "device='cuda' but torch sees no CUDA device on this machine (a CPU-only "
+                "torch, no GPU, or no driver); compile for the CPU instead"
+            )
+    return device
+
+
+class _InputGrad(torch.autograd.Function):
+    """``apply(model, x)``: the output, differentiable with respect to the input (the
+    parameters' gradients come from loss_and_grad / train_step)."""
+
+    @staticmethod
+    def forward(ctx, model, x):
+        ctx.model = model
+        ctx.save_for_backward(x)
+        return model.predict(x)
+
+    @staticmethod
+    def backward(ctx, d_out):
+        (x,) = ctx.saved_tensors
+        return None, ctx.model.input_grad(x, d_out=d_out)
+
+
+class DeviceModel:
+    """A model's forward pass, loss gradient and optimizer step as device kernels.
+
+    Build one with ``rootclad.compile(net, example_input=x.cuda())``, ``cm.to("cuda")`` or
+    :meth:`from_module`. The API is :class:`CompiledModel`'s for what the device program
+    has: ``model(x)``, :meth:`predict`, :meth:`input_grad`, :meth:`loss_and_grad`,
+    :meth:`train_step` with a ``rootclad.optim`` optimizer, ``state_dict`` and ``to``."""
+
+    engine = "pullback"
+    pullbacks = True
+
+    def __init__(self, graph, loss: str = "bce_with_logits", device="cuda"):
+        self.device = _check_device(device)
+        graph.validate()
+        self.graph, self.loss = graph, loss
+        self.dtype = _TORCH[graph.dtype]
+        self.input_shapes = [tuple(s) for s in graph.input_shapes]
+        self.input_shape = self.input_shapes[0]
+        self.output_shape = tuple(graph.output_shape)
+        self.training = True
+        name = "rcd_" + hashlib.sha256(graph.fingerprint().encode()).hexdigest()[:12]
+        source = emit_device(graph, name, loss)
+        if self.device.type == "cuda":
+            path, _ = build_library(source, name=name, cxx=find_nvcc()[0], flags=_nvcc_flags(),
+                                    suffix=".cu")  # fmt: skip
+        else:
+            path, _ = build_library(source, name=name, cxx=find_cxx()[0],
+                                    flags=["-O2", "-std=c++17", f"-I{rootclad.get_include()}"])  # fmt: skip
+        self.library_path = path
+        self._lib = lib = ctypes.CDLL(str(path))
+        self._fn = {k: getattr(lib, f"{name}_{k}") for k in
+                    ("n_params", "act_size", "output_offset", "forward", "loss_and_grad",
+                     "input_grad", "optim_step")}  # fmt: skip
+        for k in ("n_params", "act_size", "output_offset"):
+            self._fn[k].restype = ctypes.c_long
+        self._fn["optim_step"].argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_long]
+        n = self._fn["n_params"]()
+        self.n_param_values = n
+        self._params = torch.zeros(n, dtype=self.dtype, device=self.device)
+        self._grads = torch.zeros_like(self._params)
+        self._scratch = torch.zeros_like(self._params)  # input_grad's unwanted d_params
+        self._views: OrderedDict[str, torch.Tensor] = OrderedDict()
+        self._grad_views: OrderedDict[str, torch.Tensor] = OrderedDict()
+        off = 0
+        for p in graph.params:
+            self._views[p.name] = self._params[off : off + p.numel].view(p.shape)
+            self._grad_views[p.name] = self._grads[off : off + p.numel].view(p.shape)
+            off += p.numel
+        assert off == n, (off, n)
+        self._loss = torch.zeros(1, dtype=self.dtype, device=self.device)
+        self._work: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    @classmethod
+    def from_module(cls, net: torch.nn.Module, example_input: torch.Tensor, device="cuda",
+                    loss: str = "bce_with_logits", dtype=None) -> DeviceModel:  # fmt: skip
+        """The device model of ``net`` with its current parameters (``net`` stays as it is)."""
+        if isinstance(example_input, (tuple, list)):
+            raise ValueError("a device model takes one input tensor (several: not yet)")
+        dtype = dtype or example_input.dtype
+        if dtype not in _DTYPES:
+            raise TypeError(f"dtype {dtype} is not supported; use torch.float32 or torch.float64")
+        device = _check_device(device)
+        frozen = [n for n, p in net.named_parameters() if not p.requires_grad]
+        if frozen:
+            raise ValueError(f"parameters {frozen} are frozen (requires_grad=False): a device "
+                             "model trains every parameter (frozen ones: not yet)")  # fmt: skip
+        if any(t.device.type != "cpu" for t in (*net.parameters(), *net.buffers())):
+            net = copy.deepcopy(net).cpu()  # traced on the CPU; the caller's stays where it is
+        example = example_input.detach().cpu().to(dtype)
+        graph = graph_from_module(net, example, _DTYPES[dtype])
+        model = cls(graph, loss, device)
+        model.load_state_dict(dict(net.named_parameters()))
+        model.train(net.training)
+        return model
+
+    # -- parameters ---------------------------------------------------------------------------
+    def named_parameters(self):
+        """``(name, tensor)`` named as in the torch module, viewing the device parameters."""
+        return iter(self._views.items())
+
+    def parameters(self):
+        return iter(self._views.values())
+
+    def state_dict(self) -> OrderedDict[str, torch.Tensor]:
+        return OrderedDict(self._views)
+
+    def load_state_dict(self, state_dict, strict: bool = True) -> None:
+        """Copy values in (to this model's device and dtype); names and shapes as the module's."""
+        missing = [k for k in self._views if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in self._views]
+        if strict and (missing or unexpected):
+            raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
+        with torch.no_grad():
+            for name, view in self._views.items():
+                if name not in state_dict:
+                    continue
+                value = torch.as_tensor(state_dict[name])
+                if tuple(value.shape) != tuple(view.shape):
+                    raise ValueError(f"load_state_dict: {name!r} has shape {tuple(value.shape)}, "
+                                     f"expected {tuple(view.shape)}")  # fmt: skip
+                view.copy_(value.detach().to(self.device, self.dtype))
+
+    def train(self, mode: bool = True) -> DeviceModel:
+        self.training = bool(mode)  # no dropout or BatchNorm on the device yet: bookkeeping
+        return self
+
+    def eval(self) -> DeviceModel:
+        return self.train(False)
+
+    def to(self, device):
+        """This model on ``device``: itself, another device model (parameters copied), or for
+        ``"cpu"`` a :class:`CompiledModel` built from the same graph."""
+        device = torch.device(device)
+        if device == self.device or (device.type == self.device.type == "cuda" and
+                                     device.index is None):  # fmt: skip
+            return self
+        if device.type == "cpu":
+            from rootclad.compiler import compile_graph
+
+            cm = compile_graph(self.graph, self.loss, engine="auto")
+        else:
+            cm = DeviceModel(self.graph, self.loss, device)
+        cm.load_state_dict(self.state_dict())
+        return cm.train(self.training)
+
+    # -- checking -----------------------------------------------------------------------------
+    def _check(self, t, what: str, shapes: list[tuple], dtype=None) -> torch.Tensor:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{what} must be a torch.Tensor, got {type(t).__name__}")
+        if t.device != self.device and not (
+            t.device.type == self.device.type == "cuda" and self.device.index is None
+        ):
+            raise ValueError(f"{what} is on {t.device}; this model runs on {self.device} "
+                             f"(move it with .to({str(self.device)!r}))")  # fmt: skip
+        if t.dtype != (dtype or self.dtype):
+            raise TypeError(f"{what} dtype is {t.dtype}, expected {dtype or self.dtype}")
+        if tuple(t.shape) not in shapes:
+            raise ValueError(f"{what} has shape {tuple(t.shape)}, expected "
+                             f"{' or '.join(map(str, shapes))}")  # fmt: skip
+        return t.contiguous()
+
+    def _stream(self):
+        if self.device.type != "cuda":
+            return None
+        return ctypes.c_void_p(torch.cuda.current_stream(self.device).cuda_stream)
+
+    def _buffers(self, x) -> tuple[int, torch.Tensor, torch.Tensor]:
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"input must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() != len(self.input_shape) + 1 or x.shape[0] < 1:
+            raise ValueError(f"input has shape {tuple(x.shape)}, expected (B, "
+                             f"{', '.join(map(str, self.input_shape))})")  # fmt: skip
+        B = int(x.shape[0])
+        x = self._check(x, "input", [(B, *self.input_shape)])
+        if B not in self._work:
+            n = self._fn["act_size"](B)
+            self._work[B] = (torch.empty(n, dtype=self.dtype, device=self.device),
+                             torch.empty(n, dtype=self.dtype, device=self.device))  # fmt: skip
+        act, d_act = self._work[B]
+        act[: x.numel()].copy_(x.reshape(-1))  # on the same stream as the kernels
+        return B, act, d_act
+
+    @staticmethod
+    def _p(t: torch.Tensor) -> ctypes.c_void_p:
+        return ctypes.c_void_p(t.data_ptr())
+
+    # -- running ------------------------------------------------------------------------------
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """The output, differentiable by torch autograd with respect to ``x``."""
+        return _InputGrad.apply(self, x)
+
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        """The output (B, *output_shape), a fresh device tensor."""
+        B, act, _ = self._buffers(x.detach())
+        self._fn["forward"](self._stream(), self._p(self._params), self._p(act), B)
+        at = self._fn["output_offset"](B)
+        n = B * math.prod(self.output_shape)
+        return act[at : at + n].view(B, *self.output_shape).clone()
+
+    forward = predict
+
+    def input_grad(self, x: torch.Tensor, d_out: torch.Tensor | None = None) -> torch.Tensor:
+        """d(sum of output x d_out) / d input (``d_out`` defaults to ones: each sample's
+        saliency for a one-output model); the parameters' gradient is left alone."""
+        B, act, d_act = self._buffers(x.detach())
+        out_shape = (B, *self.output_shape)
+        if d_out is None:
+            d_out = torch.ones(out_shape, dtype=self.dtype, device=self.device)
+        d_out = self._check(d_out.detach(), "d_out", [out_shape])
+        self._fn["input_grad"](self._stream(), self._p(self._params), self._p(act),
+                               self._p(d_out), self._p(self._scratch), self._p(d_act), B)  # fmt: skip
+        return d_act[: x.numel()].view(x.shape).clone()
+
+    def _targets(self, y, B: int) -> torch.Tensor:
+        """As torch's losses take them (cross_entropy and nll: (B,) integer class indices,
+        checked without waiting for the GPU), in the model's dtype for the kernels."""
+        if self.loss not in CLASS_INDEX_LOSSES:
+            shapes = [(B, *self.output_shape)] + ([(B,)] if self.output_shape == (1,) else [])
+            return self._check(y, "targets", shapes)
+        if not isinstance(y, torch.Tensor) or y.dtype.is_floating_point or tuple(y.shape) != (B,):
+            raise ValueError(f"{self.loss} targets must be {B} integer class indices, shape "
+                             f"({B},), got {getattr(y, 'dtype', type(y).__name__)} of shape "
+                             f"{tuple(getattr(y, 'shape', ()))}")  # fmt: skip
+        y = self._check(y, "targets", [(B,)], y.dtype)
+        nc = self.output_shape[0]
+        inside = ((y >= 0) & (y < nc)).all()
+        if self.device.type == "cuda":  # raised at the next synchronisation, not waited for
+            torch._assert_async(inside, f"{self.loss} targets must lie in [0, {nc})")
+        elif not bool(inside):
+            raise ValueError(f"{self.loss} targets must lie in [0, {nc}), got "
+                             f"[{int(y.min())}, {int(y.max())}]")  # fmt: skip
+        return y.to(self.dtype)
+
+    def _loss_and_grad(self, x, y) -> torch.Tensor:
+        B, act, d_act = self._buffers(x)
+        y = self._targets(y, B)
+        self._fn["loss_and_grad"](self._stream(), self._p(self._params), self._p(act),
+                                  self._p(y), self._p(self._loss), self._p(self._grads),
+                                  self._p(d_act), B)  # fmt: skip
+        return self._loss[0].clone()
+
+    def loss_and_grad(self, x, y) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The batch's mean loss (a 0-d device tensor) and every parameter's gradient (fresh
+        device tensors), as :meth:`CompiledModel.loss_and_grad`."""
+        loss = self._loss_and_grad(x, y)
+        return loss, {k: v.clone() for k, v in self._grad_views.items()}
+
+    def train_step(self, x, y, opt) -> torch.Tensor:
+        """Forward, backward and ``opt``'s update (a ``rootclad.optim`` optimizer made for this
+        model), all on the device. Returns the loss as a 0-d device tensor: reading it
+        (``float(loss)``) waits for the step, so a loop that does not read it never waits."""
+        if opt.model is not self:
+            raise ValueError("this optimizer was created for another model")
+        loss = self._loss_and_grad(x, y)
+        step, _ = opt._advance([True] * len(self._views))
+        self._fn["optim_step"](self._stream(), self._p(self._params), self._p(self._grads),
+                               self._p(opt._state), ctypes.addressof(opt._cfg), step)  # fmt: skip
+        return loss
+
+    def __repr__(self) -> str:
+        return (f"DeviceModel(device={str(self.device)!r}, engine='pullback', dtype={self.dtype}, "
+                f"loss={self.loss!r}, input=(B, {', '.join(map(str, self.input_shape))}), "
+                f"params={self.n_param_values}, library={str(self.library_path)!r})")  # fmt: skip

@@ -1,0 +1,344 @@
+"""DeviceModel (rootclad/torch/device_model.py): a model's device program behind the compiled
+model's API. On the CPU everywhere (the kernels as loops, device="cpu"); on a GPU where there
+is one, against torch (the GPU tests skip, saying why, without one)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+import rootclad
+from rootclad.gw.models import gw_cnn, gw_mlp
+from rootclad.toolchain import ToolchainError, build_library, find_nvcc
+from rootclad.torch import DeviceModel, device_model
+
+F64, F32 = torch.float64, torch.float32
+GPU = torch.cuda.is_available()
+NO_GPU = "needs an NVIDIA GPU (none here)"
+# (make, per-sample shape, a small size for the CPU)
+MODELS = {"gw-mlp": (gw_mlp, lambda n: (n,), 96), "gw-cnn": (gw_cnn, lambda n: (1, n), 512)}
+OPTIMIZERS = {
+    "adam": (
+        lambda m: rootclad.optim.Adam(m, lr=1e-3),
+        lambda p: torch.optim.Adam(p, lr=1e-3),
+    ),  # fmt: skip
+    "adamw": (
+        lambda m: rootclad.optim.AdamW(m, lr=1e-3, weight_decay=0.1),
+        lambda p: torch.optim.AdamW(p, lr=1e-3, weight_decay=0.1),
+    ),  # fmt: skip
+    "sgd-nesterov": (
+        lambda m: rootclad.optim.SGD(m, lr=1e-2, momentum=0.9, nesterov=True),
+        lambda p: torch.optim.SGD(p, lr=1e-2, momentum=0.9, nesterov=True),
+    ),  # fmt: skip
+}
+
+
+def _batch(step, B, shape, dtype, device="cpu"):
+    gen = torch.Generator().manual_seed(step)
+    x = torch.randn(B, *shape, generator=gen, dtype=dtype)
+    y = torch.randint(0, 2, (B,), generator=gen).to(dtype)
+    return x.to(device), y.to(device)
+
+
+def _train_like_torch(net, shape, device, dtype, steps, tol, optimizer="adam", model=None):
+    model = model or DeviceModel.from_module(net, torch.zeros(2, *shape, dtype=dtype), device)
+    ours, theirs = OPTIMIZERS[optimizer]
+    opt, ref_opt = ours(model), theirs(net.parameters())
+    for step in range(1, steps + 1):
+        x, y = _batch(step, 4, shape, dtype)
+        loss = model.train_step(*_batch(step, 4, shape, dtype, device), opt)
+        ref_opt.zero_grad()
+        ref = F.binary_cross_entropy_with_logits(net(x).squeeze(1), y)
+        ref.backward()
+        ref_opt.step()
+        assert loss.device == model.device  # not read back by the step
+        torch.testing.assert_close(loss.cpu(), ref.detach(), **tol)
+    for name, p in net.named_parameters():
+        torch.testing.assert_close(model.state_dict()[name].cpu(), p.detach(), **tol)
+    x, _ = _batch(0, 3, shape, dtype)
+    torch.testing.assert_close(model.predict(x.to(device)).cpu(), net(x).detach(), **tol)
+    return model
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_cpu_device_model_trains_like_torch(model):
+    make, shape, n = MODELS[model]
+    torch.manual_seed(0)
+    _train_like_torch(make(n).double(), shape(n), "cpu", F64, 20,
+                      {"rtol": 1e-9, "atol": 1e-12})  # fmt: skip
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "sgd-nesterov"])
+def test_device_optimizers_follow_torch_optim(optimizer):
+    torch.manual_seed(0)
+    _train_like_torch(gw_mlp(48).double(), (48,), "cpu", F64, 10, {"rtol": 1e-9, "atol": 1e-12},
+                      optimizer)  # fmt: skip
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_gradients_match_autograd(model):
+    """loss_and_grad's parameter gradients, input_grad and model(x) under torch autograd."""
+    make, shape, n = MODELS[model]
+    torch.manual_seed(0)
+    net = make(n).double()
+    dm = DeviceModel.from_module(net, torch.zeros(1, *shape(n), dtype=F64), "cpu")
+    x, y = _batch(1, 5, shape(n), F64)
+    loss, grads = dm.loss_and_grad(x, y[:, None])
+    ref = F.binary_cross_entropy_with_logits(net(x).squeeze(1), y)
+    ref.backward()
+    tol = {"rtol": 1e-10, "atol": 1e-12}
+    torch.testing.assert_close(loss, ref.detach(), **tol)
+    assert list(grads) == [n for n, _ in net.named_parameters()]
+    for name, p in net.named_parameters():
+        torch.testing.assert_close(grads[name], p.grad, **tol)
+    xr = x.clone().requires_grad_(True)
+    d_out = torch.randn(5, 1, dtype=F64)
+    (want,) = torch.autograd.grad(net(xr), xr, d_out)
+    torch.testing.assert_close(dm.input_grad(x, d_out=d_out), want, **tol)
+    xd = x.clone().requires_grad_(True)
+    (got,) = torch.autograd.grad(dm(xd), xd, d_out)
+    torch.testing.assert_close(got, want, **tol)
+    (ones,) = torch.autograd.grad(net(xr).sum(), xr)
+    torch.testing.assert_close(dm.input_grad(x), ones, **tol)
+
+
+def _digit_cnn(classes=10):
+    nn = torch.nn
+    return nn.Sequential(nn.Conv2d(1, 6, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(6, 8, (3, 2), stride=(2, 1), dilation=(1, 2), groups=2),
+                         nn.Tanh(), nn.AvgPool2d(2, padding=1, count_include_pad=False),
+                         nn.Flatten(), nn.Linear(8 * 2 * 3, classes))  # fmt: skip
+
+
+def _grouped_1d():
+    nn = torch.nn
+    return nn.Sequential(nn.Conv1d(2, 4, 3, padding=2, dilation=2, groups=2), nn.ReLU(),
+                         nn.AvgPool1d(3, stride=2, padding=1), nn.Flatten(),
+                         nn.Linear(4 * 10, 3))  # fmt: skip
+
+
+LOSS_CASES = {  # model, per-sample input, loss, targets for a batch of B
+    "2-d cnn, cross-entropy": (
+        _digit_cnn,
+        (1, 12, 12),
+        "cross_entropy",
+        lambda B: torch.arange(B) % 10,
+    ),  # fmt: skip
+    "2-d cnn, nll": (_digit_cnn, (1, 12, 12), "nll", lambda B: (torch.arange(B) * 3) % 10),
+    "grouped 1-d, mse": (_grouped_1d, (2, 20), "mse", lambda B: torch.randn(B, 3, dtype=F64)),
+    "grouped 1-d, huber": (
+        _grouped_1d,
+        (2, 20),
+        "huber",
+        lambda B: 3 * torch.randn(B, 3, dtype=F64),
+    ),  # fmt: skip
+}
+
+
+@pytest.mark.parametrize("case", LOSS_CASES)
+def test_2d_grouped_and_pooling_ops_and_every_loss_match_autograd(case):
+    """Conv2d (padding, stride, dilation, groups), 2-D max and average pooling, grouped and
+    dilated Conv1d, AvgPool1d and each device loss: the loss, every parameter's gradient and
+    the input gradient against torch autograd (float64)."""
+    make, shape, loss, targets = LOSS_CASES[case]
+    torch.manual_seed(0)
+    net = make().double()
+    dm = DeviceModel.from_module(net, torch.zeros(1, *shape, dtype=F64), "cpu", loss=loss)
+    x, y = torch.randn(5, *shape, dtype=F64), targets(5)
+    got_loss, grads = dm.loss_and_grad(x, y)
+    ref = {"cross_entropy": F.cross_entropy, "nll": F.nll_loss, "mse": F.mse_loss,
+           "huber": F.huber_loss}[loss](net(x), y)  # fmt: skip
+    ref.backward()
+    tol = {"rtol": 1e-10, "atol": 1e-12}
+    torch.testing.assert_close(got_loss, ref.detach(), **tol)
+    for name, p in net.named_parameters():
+        torch.testing.assert_close(grads[name], p.grad, **tol)
+    xr = x.clone().requires_grad_(True)
+    d_out = torch.randn(5, *dm.output_shape, dtype=F64)
+    torch.testing.assert_close(dm.input_grad(x, d_out=d_out),
+                               torch.autograd.grad(net(xr), xr, d_out)[0], **tol)  # fmt: skip
+
+
+def test_the_graph_ir_digits_cnn_trains_like_torch():
+    """The graph-IR tests' 2-D CNN (rootclad.nets.digits_cnn), 5 Adam steps with
+    cross-entropy against torch.optim (float64)."""
+    from rootclad.nets import digits_cnn
+
+    torch.manual_seed(0)
+    net = digits_cnn().double()
+    dm = DeviceModel.from_module(net, torch.zeros(1, 1, 28, 28, dtype=F64), "cpu",
+                                 loss="cross_entropy")  # fmt: skip
+    opt, ref_opt = rootclad.optim.Adam(dm, lr=1e-3), torch.optim.Adam(net.parameters(), lr=1e-3)
+    for step in range(5):
+        x = torch.randn(3, 1, 28, 28, dtype=F64, generator=torch.Generator().manual_seed(step))
+        y = torch.tensor([step % 10, 3, 7])
+        loss = dm.train_step(x, y, opt)
+        ref_opt.zero_grad()
+        ref = F.cross_entropy(net(x), y)
+        ref.backward()
+        ref_opt.step()
+        torch.testing.assert_close(loss, ref.detach(), rtol=1e-10, atol=1e-12)
+    for name, p in net.named_parameters():
+        torch.testing.assert_close(dm.state_dict()[name], p.detach(), rtol=1e-9, atol=1e-12)
+
+
+def test_class_index_targets_are_checked():
+    dm = DeviceModel.from_module(_digit_cnn().double(), torch.zeros(1, 1, 12, 12, dtype=F64),
+                                 "cpu", loss="cross_entropy")  # fmt: skip
+    x = torch.zeros(2, 1, 12, 12, dtype=F64)
+    with pytest.raises(ValueError, match=r"must lie in \[0, 10\), got \[0, 10\]"):
+        dm.loss_and_grad(x, torch.tensor([0, 10]))
+    with pytest.raises(ValueError, match="integer class indices"):
+        dm.loss_and_grad(x, torch.zeros(2, dtype=F64))
+
+
+def test_moving_between_models_keeps_weights_and_optimizer_state():
+    """Two Adam steps on the CPU CompiledModel, two on a device model, two on a CompiledModel
+    again, the weights and the optimizer's state carried over each time (as ``to`` and a
+    checkpoint carry them): as six steps of torch.optim."""
+    from rootclad.compiler import compile_graph
+
+    torch.manual_seed(0)
+    net = gw_mlp(32).double()
+    cm = rootclad.compile(net, example_input=torch.zeros(1, 32, dtype=F64), engine="pullback")
+    assert cm.to("cpu") is cm
+    ref_opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    model, opt = cm, rootclad.optim.Adam(cm, lr=1e-3)
+    for step in range(1, 7):
+        if step in (3, 5):
+            nxt = DeviceModel(cm.graph, cm.loss, "cpu") if step == 3 else compile_graph(cm.graph)
+            nxt.load_state_dict(model.state_dict())
+            state = opt.state_dict()
+            model, opt = nxt, rootclad.optim.Adam(nxt, lr=1e-3)
+            opt.load_state_dict(state)
+        x, y = _batch(step, 4, (32,), F64)
+        loss = model.train_step(x, y[:, None], opt)
+        ref_opt.zero_grad()
+        ref = F.binary_cross_entropy_with_logits(net(x).squeeze(1), y)
+        ref.backward()
+        ref_opt.step()
+        torch.testing.assert_close(torch.as_tensor(float(loss), dtype=F64), ref.detach(),
+                                   rtol=1e-10, atol=1e-12)  # fmt: skip
+    assert isinstance(model, rootclad.torch.CompiledModel)
+    x, _ = _batch(0, 3, (32,), F64)
+    torch.testing.assert_close(model.predict(x), net(x).detach(), rtol=1e-10, atol=1e-12)
+
+
+def test_bad_inputs_are_refused_naming_what_was_expected():
+    torch.manual_seed(0)
+    dm = DeviceModel.from_module(gw_mlp(16).double(), torch.zeros(2, 16, dtype=F64), "cpu")
+    opt = rootclad.optim.Adam(dm)
+    with pytest.raises(ValueError, match="input is on meta; this model runs on cpu"):
+        dm.predict(torch.empty(2, 16, dtype=F64, device="meta"))
+    with pytest.raises(TypeError, match="dtype is torch.float32, expected torch.float64"):
+        dm.predict(torch.zeros(2, 16))
+    with pytest.raises(ValueError, match=r"shape \(2, 15\), expected \(2, 16\)"):
+        dm.predict(torch.zeros(2, 15, dtype=F64))
+    with pytest.raises(ValueError, match=r"targets has shape \(3,\), expected \(2, 1\) or \(2,\)"):
+        dm.train_step(torch.zeros(2, 16, dtype=F64), torch.zeros(3, dtype=F64), opt)
+    other = DeviceModel.from_module(gw_mlp(16).double(), torch.zeros(2, 16, dtype=F64), "cpu")
+    with pytest.raises(ValueError, match="optimizer was created for another model"):
+        other.train_step(torch.zeros(2, 16, dtype=F64), torch.zeros(2, dtype=F64), opt)
+    with pytest.raises(ValueError, match="runs on 'cuda' or 'cpu'"):
+        DeviceModel.from_module(gw_mlp(16), torch.zeros(2, 16), device="meta")
+    frozen = gw_mlp(16)
+    frozen[0].weight.requires_grad_(False)
+    with pytest.raises(ValueError, match=r"\['0.weight'\] are frozen"):
+        DeviceModel.from_module(frozen, torch.zeros(2, 16), device="cpu")
+    cm = rootclad.compile(gw_mlp(16), example_input=torch.zeros(1, 16), engine="pullback")
+    with pytest.raises(ValueError, match=r"input is on meta; this compiled model runs on the CPU "
+                                         r"\(cm.to\('meta'\)"):  # fmt: skip
+        cm.predict(torch.empty(2, 16, device="meta"))
+    with pytest.raises(ValueError, match="loss 'kl_div' has no device kernel"):
+        DeviceModel.from_module(gw_mlp(16), torch.zeros(2, 16), device="cpu", loss="kl_div")
+
+
+def test_clad_on_cuda_says_why_not():
+    with pytest.raises(ToolchainError, match="engine='clad' is not available on CUDA yet"):
+        rootclad.compile(gw_mlp(16), example_input=torch.zeros(1, 16), device="cuda",
+                         engine="clad")  # fmt: skip
+
+
+@pytest.mark.skipif(GPU, reason="checks the message on a machine without a CUDA device")
+def test_cuda_without_a_gpu_says_so():
+    with pytest.raises(RuntimeError, match="torch sees no CUDA device"):
+        rootclad.compile(gw_mlp(16), example_input=torch.zeros(1, 16), device="cuda")
+    cm = rootclad.compile(gw_mlp(16), example_input=torch.zeros(1, 16), engine="pullback")
+    with pytest.raises(RuntimeError, match="torch sees no CUDA device"):
+        cm.to("cuda")
+
+
+def test_cuda_without_nvcc_says_so(monkeypatch):
+    monkeypatch.setattr(device_model, "find_nvcc", lambda: None)
+    with pytest.raises(ToolchainError, match="needs nvcc"):
+        DeviceModel.from_module(gw_mlp(16), torch.zeros(2, 16), device="cuda")
+
+
+def test_nvcc_builds_a_shared_library(tmp_path, monkeypatch):
+    """build_library hands nvcc its host options through -Xcompiler (nvcc rejects -fPIC)."""
+    found = find_nvcc()
+    if found is None:
+        pytest.skip("nvcc not found: set ROOTCLAD_NVCC or put nvcc on PATH")
+    monkeypatch.setenv("ROOTCLAD_CACHE_DIR", str(tmp_path))
+    src = 'extern "C" __global__ void k(float* p) { p[threadIdx.x] = 1; }\n'
+    path, built = build_library(src, name="nvcc_probe", cxx=found[0], flags=["-O2"], suffix=".cu")
+    assert built and path.is_file()
+
+
+@pytest.mark.skipif(not GPU, reason=NO_GPU)
+@pytest.mark.parametrize("dtype, tol", [(F64, {"rtol": 1e-10, "atol": 1e-12}),
+                                        (F32, {"rtol": 1e-4, "atol": 1e-5})])  # fmt: skip
+@pytest.mark.parametrize("model", MODELS)
+def test_gpu_model_trains_like_torch_for_200_steps(model, dtype, tol):
+    """rootclad.compile on a CUDA example: 200 Adam steps against torch.optim on the CPU."""
+    make, shape, _ = MODELS[model]
+    torch.manual_seed(0)
+    net = make(2048).to(dtype)
+    dm = rootclad.compile(net, example_input=torch.zeros(1, *shape(2048), dtype=dtype).cuda())
+    assert isinstance(dm, DeviceModel) and dm.device.type == "cuda"
+    _train_like_torch(net, shape(2048), "cuda", dtype, 200, tol, model=dm)
+
+
+@pytest.mark.skipif(not GPU, reason=NO_GPU)
+def test_gpu_model_matches_the_cpu_kernels_and_refuses_cpu_tensors():
+    torch.manual_seed(0)
+    net = gw_cnn(512).double()
+    example = torch.zeros(1, 1, 512, dtype=F64)
+    gpu = rootclad.compile(net, example_input=example).to("cuda")
+    cpu = DeviceModel.from_module(net, example, "cpu")
+    x, y = _batch(3, 8, (1, 512), F64)
+    tol = {"rtol": 1e-10, "atol": 1e-12}
+    torch.testing.assert_close(gpu.predict(x.cuda()).cpu(), cpu.predict(x), **tol)
+    torch.testing.assert_close(gpu.input_grad(x.cuda()).cpu(), cpu.input_grad(x), **tol)
+    g_loss, g_grads = gpu.loss_and_grad(x.cuda(), y.cuda())
+    c_loss, c_grads = cpu.loss_and_grad(x, y)
+    torch.testing.assert_close(g_loss.cpu(), c_loss, **tol)
+    for k in c_grads:
+        torch.testing.assert_close(g_grads[k].cpu(), c_grads[k], **tol)
+    with pytest.raises(ValueError, match="input is on cpu; this model runs on cuda"):
+        gpu.predict(x)
+    with pytest.raises(
+        ValueError, match=r"input is on cuda:0; this compiled model runs on the CPU"
+    ):
+        gpu.to("cpu").predict(x.cuda())
+
+
+def test_the_gpu_benchmark_script_runs_on_the_cpu(tmp_path):
+    """benchmarks/cuda/bench_train_step.py, with --device cpu, writes its JSON and table (to a
+    scratch place); the GPU run itself needs a GPU machine."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "cuda" / "bench_train_step.py"
+    out = tmp_path / "cuda.json"
+    res = subprocess.run([sys.executable, str(script), "--device", "cpu", "--quick", "--out",
+                          str(out)], capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert set(report["models"]) == {"gw-mlp", "gw-cnn"}
+    entry = report["models"]["gw-cnn"]["4"]
+    assert set(entry["median_ms"]) == {"rootclad", "torch eager", "torch.compile"}
+    assert (tmp_path / "cuda.md").read_text().startswith("# GW models' train step on a GPU")
