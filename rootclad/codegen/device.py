@@ -6,11 +6,13 @@ called through its registry entry (``OpSpec.device``, rootclad/ir/ops.py). The l
 flat, one region of B x size per value, values that alias their input (Flatten, Reshape)
 sharing it; no arena plan yet. The C API takes a stream (ignored on the CPU):
 
-    {name}_n_params()                 parameters, in the graph's order
+    {name}_n_params(), _n_buffers()   parameters and buffers (BatchNorm's), in the graph's order
     {name}_act_size(B)                act and d_act each hold this many values
-    {name}_forward(stream, params, act, B)
-    {name}_loss_and_grad(stream, params, act, y, loss, d_params, d_act, B)   y: targets (as T)
-    {name}_input_grad(stream, params, act, d_out, d_params, d_act, B)  d_act's start = d input
+    {name}_forward(stream, params, buffers, act, B, training)
+    {name}_loss_and_grad(stream, params, buffers, act, y, loss, d_params, d_act, B, training)
+                                      y: the targets (class indices as T)
+    {name}_input_grad(stream, params, buffers, act, d_out, d_params, d_act, B, training)
+                                      d_act's start = d input
     {name}_optim_step(stream, params, d_params, state, config, step)  rootclad::OptimConfig,
                                       state: 2 x n_params (SGD's momentum, or Adam's m then v)
 
@@ -61,15 +63,20 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits") -> str:
     Raises IRError naming the node whose op has no device kernel yet."""
     if loss not in LOSSES:
         raise IRError(f"loss {loss!r} has no device kernel; device losses: {', '.join(LOSSES)}")
-    if len(graph.inputs) != 1 or graph.buffers:
-        raise IRError("device programs take one input and no buffers (BatchNorm) yet")
+    if len(graph.inputs) != 1:
+        raise IRError("device programs take one input (several: not yet)")
     T = {"float32": "float", "float64": "double"}[graph.dtype]
-    # parameters: flat, in the graph's order
+    # parameters and buffers: flat, each in the graph's order
     p_off, off = {}, 0
     for p in graph.params:
         p_off[p.name] = off
         off += p.numel
     n_params = off
+    b_off, off = {}, 0
+    for p in graph.buffers:
+        b_off[p.name] = off
+        off += p.numel
+    n_buffers = off
     # values: one region each (per sample), aliases share their input's
     region, size, total = {}, {}, 0
     x = graph.inputs[0]
@@ -105,16 +112,22 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits") -> str:
             ),  # fmt: skip
             params={r: f"params + {p_off[p]}" for r, p in node.params.items()},
             d_params={r: f"d_params + {p_off[p]}" for r, p in node.params.items()},
+            buffers={r: f"buffers + {b_off[p]}" for r, p in node.buffers.items()},
+            scratch=f"s_{_ident(node.output)}",
         )
 
     fwd, bwd, bwd_dx = [], [], []
+    scratch, n_scratch = [], 0  # batch-independent scratch (BatchNorm's statistics)
     for node in graph.nodes:
         spec = OPS[node.op]
         if spec.calls is None:
             continue
 
-        f, b = spec.device(node, graph, site(node, False))
-        _, b_dx = spec.device(node, graph, site(node, True))
+        f, b, *used = spec.device(node, graph, site(node, False))
+        _, b_dx, *_ = spec.device(node, graph, site(node, True))
+        if used:
+            scratch.append(f"  T* const s_{_ident(node.output)} = scratch + {n_scratch};")
+            n_scratch += used[0]
         fwd += [f"  // {node.describe()}"] + [f"  {line}" for line in f]
         bwd = [f"  // {node.describe()}"] + [f"  {line}" for line in b] + bwd
         bwd_dx = [f"  // {node.describe()}"] + [f"  {line}" for line in b_dx] + bwd_dx
@@ -122,9 +135,12 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits") -> str:
     def pointers(kind: str, const: bool) -> list[str]:
         base = "act" if kind == "a" else "d_act"
         q = "const " if const else ""
-        return [
+        lines = [
             f"  {q}T* const {kind}{names[v][1:]} = {base} + (long)B * {region[v]};" for v in region
         ]
+        if kind == "a":
+            lines += ["  T* const scratch = act + (long)B * ACT_PER_SAMPLE;", *scratch]
+        return lines
 
     layout = [f"//   {names[v][2:]:<24} per sample {size[v]:>8} at {region[v]:>8}" for v in region]
     out_size = size[out]
@@ -138,10 +154,12 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits") -> str:
         "using namespace ::rootclad::dev;",
         f"using T = {T};",
         f"constexpr long N_PARAMS = {n_params};",
-        f"constexpr long ACT_PER_SAMPLE = {total};",
+        f"constexpr long N_BUFFERS = {n_buffers};",
+        f"constexpr long ACT_PER_SAMPLE = {total}, SCRATCH = {n_scratch};",
         f"constexpr long OUTPUT_OFFSET = {region[out]}, OUTPUT_SIZE = {out_size};",
         "",
-        "template <class On> void forward(On on, const T* params, T* act, int B) {",
+        "template <class On>",
+        "void forward(On on, const T* params, T* buffers, T* act, int B, int training) {",
         *pointers("a", False),
         *fwd,
         "}",
@@ -153,7 +171,8 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits") -> str:
             for fn, body in (("backward", bwd), ("backward_input", bwd_dx))
             for line in (
                 "template <class On>",
-                f"void {fn}(On on, const T* params, T* act, T* d_params, T* d_act, int B) {{",
+                f"void {fn}(On on, const T* params, T* act, T* d_params, T* d_act, int B,",
+                "          int training) {",
                 *pointers("a", False),
                 *pointers("d", False),
                 *body,
@@ -162,27 +181,27 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits") -> str:
         ],
         "",
         "template <class On>",
-        "void loss_and_grad(On on, const T* params, T* act, const T* y, T* loss, T* d_params,",
-        "                   T* d_act, int B) {",
-        "  forward(on, params, act, B);",
+        "void loss_and_grad(On on, const T* params, T* buffers, T* act, const T* y, T* loss,",
+        "                   T* d_params, T* d_act, int B, int training) {",
+        "  forward(on, params, buffers, act, B, training);",
         "  fill(on, loss, 1, T(0));",
         "  fill(on, d_params, N_PARAMS, T(0));",
         "  fill(on, d_act, (long)B * ACT_PER_SAMPLE, T(0));",
         "  const T* const output = act + (long)B * OUTPUT_OFFSET;",
         "  T* const d_output = d_act + (long)B * OUTPUT_OFFSET;",
         *_loss_lines(loss, graph),
-        "  backward(on, params, act, d_params, d_act, B);",
+        "  backward(on, params, act, d_params, d_act, B, training);",
         "}",
         "",
         "// d_act's first B x input values = d(sum of output x d_out) / d input",
         "template <class On>",
-        "void input_grad(On on, const T* params, T* act, const T* d_out, T* d_params, T* d_act,",
-        "                int B) {",
-        "  forward(on, params, act, B);",
+        "void input_grad(On on, const T* params, T* buffers, T* act, const T* d_out, T* d_params,",
+        "                T* d_act, int B, int training) {",
+        "  forward(on, params, buffers, act, B, training);",
         "  fill(on, d_act, (long)B * ACT_PER_SAMPLE, T(0));",
         "  T* const d_output = d_act + (long)B * OUTPUT_OFFSET;",
         "  each_index(on, (long)B * OUTPUT_SIZE, ROOTCLAD_BODY(long i) { d_output[i] = d_out[i]; });",
-        "  backward_input(on, params, act, d_params, d_act, B);",
+        "  backward_input(on, params, act, d_params, d_act, B, training);",
         "}",
         "",
         "#if defined(__CUDACC__)",
@@ -194,18 +213,23 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits") -> str:
         "",
         'extern "C" {',
         f"long {name}_n_params() {{ return {name}::N_PARAMS; }}",
-        f"long {name}_act_size(int B) {{ return (long){name}::ACT_PER_SAMPLE * B; }}",
+        f"long {name}_n_buffers() {{ return {name}::N_BUFFERS; }}",
+        f"long {name}_act_size(int B) {{ return (long){name}::ACT_PER_SAMPLE * B + {name}::SCRATCH; }}",
         f"long {name}_output_offset(int B) {{ return (long){name}::OUTPUT_OFFSET * B; }}",
-        f"void {name}_forward(void* stream, const {T}* params, {T}* act, int B) {{",
-        f"  {name}::forward({name}::device(stream), params, act, B);",
+        f"void {name}_forward(void* stream, const {T}* params, {T}* buffers, {T}* act, int B,",
+        "                    int training) {",
+        f"  {name}::forward({name}::device(stream), params, buffers, act, B, training);",
         "}",
-        f"void {name}_loss_and_grad(void* stream, const {T}* params, {T}* act, const {T}* y,",
-        f"                          {T}* loss, {T}* d_params, {T}* d_act, int B) {{",
-        f"  {name}::loss_and_grad({name}::device(stream), params, act, y, loss, d_params, d_act, B);",
+        f"void {name}_loss_and_grad(void* stream, const {T}* params, {T}* buffers, {T}* act,",
+        f"                          const {T}* y, {T}* loss, {T}* d_params, {T}* d_act, int B,",
+        "                          int training) {",
+        f"  {name}::loss_and_grad({name}::device(stream), params, buffers, act, y, loss, d_params,",
+        "                        d_act, B, training);",
         "}",
-        f"void {name}_input_grad(void* stream, const {T}* params, {T}* act, const {T}* d_out,",
-        f"                       {T}* d_params, {T}* d_act, int B) {{",
-        f"  {name}::input_grad({name}::device(stream), params, act, d_out, d_params, d_act, B);",
+        f"void {name}_input_grad(void* stream, const {T}* params, {T}* buffers, {T}* act,",
+        f"                       const {T}* d_out, {T}* d_params, {T}* d_act, int B, int training) {{",
+        f"  {name}::input_grad({name}::device(stream), params, buffers, act, d_out, d_params, d_act,",
+        "                     B, training);",
         "}",
         f"void {name}_optim_step(void* stream, {T}* params, const {T}* d_params, {T}* state,",
         "                       const double* config, long step) {",

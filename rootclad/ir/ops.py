@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rootclad.ir.graph import Graph, IRError, Node, expect
 
@@ -121,7 +121,8 @@ class OpSpec:
     functions: tuple[str, ...] = ()  # torch functions / Tensor methods ("Tensor.relu")
     from_call: Callable | None = None  # (extra positional args, kwargs, where) -> attrs
     # the op on CUDA and on dev::Host (codegen/device.py, include/rootclad/device_kernels.h):
-    # (node, graph, DeviceSite) -> (forward statements, backward statements); None: no device
+    # (node, graph, DeviceSite) -> (forward statements, backward statements[, scratch values:
+    # how many of the batch-independent scratch at site.scratch it uses]); None: no device
     # kernels yet
     device: Callable | None = None
     # from_module / from_call give an axis as torch numbers it, batch axis included, in attrs
@@ -132,8 +133,8 @@ class OpSpec:
 class DeviceSite:
     """C++ expressions for one node in a device program (codegen/device.py): its output and
     inputs, their adjoints (``d_ins[i]`` may be "nullptr": not wanted), a parameter and its
-    gradient by role (``p("weight")``, ``dp("weight")``); the batch size is the program's
-    variable ``B``."""
+    gradient by role (``p("weight")``, ``dp("weight")``), a buffer by role (``b(...)``) and
+    the op's scratch; the program's variables ``B`` (the batch size) and ``training``."""
 
     out: str
     ins: tuple[str, ...]
@@ -141,12 +142,18 @@ class DeviceSite:
     d_ins: tuple[str, ...]
     params: dict
     d_params: dict
+    buffers: dict = field(default_factory=dict)
+    scratch: str = "nullptr"
+
+    # a missing role: a typed null, so the kernels' templates still deduce T
+    def b(self, role: str) -> str:
+        return self.buffers.get(role, "(T*)nullptr")
 
     def p(self, role: str) -> str:
-        return self.params.get(role, "nullptr")
+        return self.params.get(role, "(T*)nullptr")
 
     def dp(self, role: str) -> str:
-        return self.d_params.get(role, "nullptr")
+        return self.d_params.get(role, "(T*)nullptr")
 
 
 OPS: dict[str, OpSpec] = {}
@@ -206,19 +213,22 @@ def _linear_calls(node, graph, site):
     return [Call("linear", (OUT, IN(0, True), W("weight"), W("bias"), INT(R), INT(C), INT(OC)))]
 
 
-def _linear_device(node, graph, d):
-    C, OC = node.in_shape[-1], node.out_shape[-1]
-    R = f"B * {_n(node.in_shape) // C}"
-    fwd = [
-        f"linear_forward(on, {d.out}, {d.ins[0]}, {d.p('weight')}, {d.p('bias')}, {R}, {C}, {OC});"
-    ]
-    bwd = [f"linear_backward_params(on, {d.dp('weight')}, {d.dp('bias')}, {d.d_out}, {d.ins[0]}, "
-           f"{R}, {C}, {OC});"]  # fmt: skip
+def _weighted_device(d, kernel: str, dims: str):
+    """An op with a weight and a bias on the device: ``{kernel}_forward``, ``_backward_params``
+    and (when the input's adjoint is wanted) ``_backward_input``, ``dims`` last."""
+    fwd = [f"{kernel}_forward(on, {d.out}, {d.ins[0]}, {d.p('weight')}, {d.p('bias')}, {dims});"]
+    bwd = [f"{kernel}_backward_params(on, {d.dp('weight')}, {d.dp('bias')}, {d.d_out}, "
+           f"{d.ins[0]}, {dims});"]  # fmt: skip
     if d.d_ins[0] != "nullptr":
         bwd.append(
-            f"linear_backward_input(on, {d.d_ins[0]}, {d.d_out}, {d.p('weight')}, {R}, {C}, {OC});"
+            f"{kernel}_backward_input(on, {d.d_ins[0]}, {d.d_out}, {d.p('weight')}, {dims});"
         )
     return fwd, bwd
+
+
+def _linear_device(node, graph, d):
+    C, OC = node.in_shape[-1], node.out_shape[-1]
+    return _weighted_device(d, "linear", f"B * {_n(node.in_shape) // C}, {C}, {OC}")
 
 
 register(
@@ -308,23 +318,11 @@ def _conv1d_calls(node, graph, site):
     return [Call("conv1d", args)]
 
 
-def _conv_device(node, d, shape: str):
-    """Conv1d and Conv2d on the device: conv2d kernels over the geometry C++ expression."""
-    fwd = [f"conv2d_forward(on, {d.out}, {d.ins[0]}, {d.p('weight')}, {d.p('bias')}, B, {shape});"]
-    bwd = [f"conv2d_backward_params(on, {d.dp('weight')}, {d.dp('bias')}, {d.d_out}, {d.ins[0]}, "
-           f"B, {shape});"]  # fmt: skip
-    if d.d_ins[0] != "nullptr":
-        bwd.append(
-            f"conv2d_backward_input(on, {d.d_ins[0]}, {d.d_out}, {d.p('weight')}, B, {shape});"
-        )
-    return fwd, bwd
-
-
 def _conv1d_device(node, graph, d):
     C, L, OC, _, K = _conv1d_geometry(node, graph)
     a = node.attrs
     geo = (C, L, OC, K, a["stride"], a["padding"], a["dilation"], a.get("groups", 1))
-    return _conv_device(node, d, f"conv1d_shape({', '.join(map(str, geo))})")
+    return _weighted_device(d, "conv2d", f"B, conv1d_shape({', '.join(map(str, geo))})")
 
 
 register(
@@ -525,7 +523,7 @@ def _conv2d_device(node, graph, d):
     a = node.attrs
     geo = (C, H, Wd, node.out_shape[0], KH, KW, *a["stride"], *a["padding"], *a["dilation"],
            a["groups"])  # fmt: skip
-    return _conv_device(node, d, f"conv2d_shape({', '.join(map(str, geo))})")
+    return _weighted_device(d, "conv2d", f"B, conv2d_shape({', '.join(map(str, geo))})")
 
 
 def _conv2d_scratch(node, graph):
@@ -1120,6 +1118,26 @@ def _batch_norm_calls(node, graph, site):
     return [Call("batch_norm", args)]
 
 
+def _batch_norm_device(node, graph, d):
+    C, S = node.in_shape[0], _n(node.in_shape[1:])
+    a = node.attrs
+    shape = f"(long)B, {C}, {S}"
+    fwd = [
+        f"batch_norm_stats(on, {d.scratch}, {d.ins[0]}, {d.b('running_mean')}, "
+        f"{d.b('running_var')}, {d.b('num_batches_tracked')}, {shape}, T({a['eps']!r}), "
+        f"T({a['momentum']!r}), training);",
+        f"batch_norm_apply(on, {d.out}, {d.ins[0]}, {d.scratch}, {d.p('weight')}, {d.p('bias')}, "
+        f"{shape});",
+    ]
+    bwd = [f"batch_norm_backward_reduce(on, {d.scratch}, {d.dp('weight')}, {d.dp('bias')}, "
+           f"{d.d_out}, {d.ins[0]}, {shape});"]  # fmt: skip
+    if d.d_ins[0] != "nullptr":
+        batch = "training" if "running_mean" in node.buffers else "1"  # the batch's statistics
+        bwd.append(f"batch_norm_backward_input(on, {d.d_ins[0]}, {d.d_out}, {d.ins[0]}, "
+                   f"{d.scratch}, {d.p('weight')}, {shape}, {batch});")  # fmt: skip
+    return fwd, bwd, 4 * C  # per channel: mean, 1/std, and the backward's two sums
+
+
 register(
     OpSpec(
         "batch_norm",
@@ -1132,6 +1150,7 @@ register(
         # per channel: mean, 1/std; and one value for the batch's count (graph_ops.h)
         scratch=lambda node, g: {"stats": 2 * node.in_shape[0] + 1},
         saves=("in", "stats"),
+        device=_batch_norm_device,
         modules=("BatchNorm1d", "BatchNorm2d"),
         from_module=_batch_norm_module,
     )

@@ -105,9 +105,9 @@ class DeviceModel:
         self.library_path = path
         self._lib = lib = ctypes.CDLL(str(path))
         self._fn = {k: getattr(lib, f"{name}_{k}") for k in
-                    ("n_params", "act_size", "output_offset", "forward", "loss_and_grad",
-                     "input_grad", "optim_step")}  # fmt: skip
-        for k in ("n_params", "act_size", "output_offset"):
+                    ("n_params", "n_buffers", "act_size", "output_offset", "forward",
+                     "loss_and_grad", "input_grad", "optim_step")}  # fmt: skip
+        for k in ("n_params", "n_buffers", "act_size", "output_offset"):
             self._fn[k].restype = ctypes.c_long
         self._fn["optim_step"].argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_long]
         n = self._fn["n_params"]()
@@ -123,6 +123,14 @@ class DeviceModel:
             self._grad_views[p.name] = self._grads[off : off + p.numel].view(p.shape)
             off += p.numel
         assert off == n, (off, n)
+        # BatchNorm's running statistics and batch count (in the model's dtype, as on the CPU)
+        self._buffer_store = torch.zeros(self._fn["n_buffers"](), dtype=self.dtype,
+                                         device=self.device)  # fmt: skip
+        self._buffer_views: OrderedDict[str, torch.Tensor] = OrderedDict()
+        off = 0
+        for p in graph.buffers:
+            self._buffer_views[p.name] = self._buffer_store[off : off + p.numel].view(p.shape)
+            off += p.numel
         self._loss = torch.zeros(1, dtype=self.dtype, device=self.device)
         self._work: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -145,7 +153,8 @@ class DeviceModel:
         example = example_input.detach().cpu().to(dtype)
         graph = graph_from_module(net, example, _DTYPES[dtype])
         model = cls(graph, loss, device)
-        model.load_state_dict(dict(net.named_parameters()))
+        buffers = {n: b for n, b in net.named_buffers() if n in model._buffer_views}
+        model.load_state_dict({**dict(net.named_parameters()), **buffers})
         model.train(net.training)
         return model
 
@@ -157,17 +166,27 @@ class DeviceModel:
     def parameters(self):
         return iter(self._views.values())
 
+    def named_buffers(self):
+        """``(name, tensor)`` of BatchNorm's running statistics and batch count (in the model's
+        dtype), viewing the device's."""
+        return iter(self._buffer_views.items())
+
     def state_dict(self) -> OrderedDict[str, torch.Tensor]:
-        return OrderedDict(self._views)
+        """The parameters, then the buffers (a batch count as an integer, as torch's)."""
+        out = OrderedDict(self._views)
+        for k, v in self._buffer_views.items():
+            out[k] = v.to(torch.long).clone() if k.endswith("num_batches_tracked") else v
+        return out
 
     def load_state_dict(self, state_dict, strict: bool = True) -> None:
         """Copy values in (to this model's device and dtype); names and shapes as the module's."""
-        missing = [k for k in self._views if k not in state_dict]
-        unexpected = [k for k in state_dict if k not in self._views]
+        own = {**self._views, **self._buffer_views}
+        missing = [k for k in own if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in own]
         if strict and (missing or unexpected):
             raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
         with torch.no_grad():
-            for name, view in self._views.items():
+            for name, view in own.items():
                 if name not in state_dict:
                     continue
                 value = torch.as_tensor(state_dict[name])
@@ -177,7 +196,7 @@ class DeviceModel:
                 view.copy_(value.detach().to(self.device, self.dtype))
 
     def train(self, mode: bool = True) -> DeviceModel:
-        self.training = bool(mode)  # no dropout or BatchNorm on the device yet: bookkeeping
+        self.training = bool(mode)  # BatchNorm: the batch's statistics (or the running ones)
         return self
 
     def eval(self) -> DeviceModel:
@@ -248,7 +267,8 @@ class DeviceModel:
     def predict(self, x: torch.Tensor) -> torch.Tensor:
         """The output (B, *output_shape), a fresh device tensor."""
         B, act, _ = self._buffers(x.detach())
-        self._fn["forward"](self._stream(), self._p(self._params), self._p(act), B)
+        self._fn["forward"](self._stream(), self._p(self._params), self._p(self._buffer_store),
+                            self._p(act), B, int(self.training))  # fmt: skip
         at = self._fn["output_offset"](B)
         n = B * math.prod(self.output_shape)
         return act[at : at + n].view(B, *self.output_shape).clone()
@@ -263,8 +283,9 @@ class DeviceModel:
         if d_out is None:
             d_out = torch.ones(out_shape, dtype=self.dtype, device=self.device)
         d_out = self._check(d_out.detach(), "d_out", [out_shape])
-        self._fn["input_grad"](self._stream(), self._p(self._params), self._p(act),
-                               self._p(d_out), self._p(self._scratch), self._p(d_act), B)  # fmt: skip
+        self._fn["input_grad"](self._stream(), self._p(self._params), self._p(self._buffer_store),
+                               self._p(act), self._p(d_out), self._p(self._scratch),
+                               self._p(d_act), B, int(self.training))  # fmt: skip
         return d_act[: x.numel()].view(x.shape).clone()
 
     def _targets(self, y, B: int) -> torch.Tensor:
@@ -290,9 +311,10 @@ class DeviceModel:
     def _loss_and_grad(self, x, y) -> torch.Tensor:
         B, act, d_act = self._buffers(x)
         y = self._targets(y, B)
-        self._fn["loss_and_grad"](self._stream(), self._p(self._params), self._p(act),
-                                  self._p(y), self._p(self._loss), self._p(self._grads),
-                                  self._p(d_act), B)  # fmt: skip
+        self._fn["loss_and_grad"](self._stream(), self._p(self._params),
+                                  self._p(self._buffer_store), self._p(act), self._p(y),
+                                  self._p(self._loss), self._p(self._grads), self._p(d_act), B,
+                                  int(self.training))  # fmt: skip
         return self._loss[0].clone()
 
     def loss_and_grad(self, x, y) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -224,8 +224,6 @@ class CompiledModel:
             return self
         from rootclad.torch.device_model import DeviceModel
 
-        if self._em.n_buffers:
-            raise ValueError("this model has buffers (BatchNorm): no device kernels for them yet")
         frozen = [k for k, v in self._views.items() if not v.requires_grad]
         if frozen:
             raise ValueError(f"parameters {frozen} are frozen: a device model trains every "

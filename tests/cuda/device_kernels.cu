@@ -40,6 +40,10 @@ template <class T> void instantiate() {
   k::avgpool2d_backward(on, p, p, 1, pool, 1);
   k::maxpool1d_forward(on, p, p, 1, 1, 1, 1, 0);
   k::maxpool1d_backward(on, p, p, p, 1, 1, 1, 1, 0);
+  k::batch_norm_stats(on, p, p, p, p, p, 1, 1, 1, T(1e-5), T(0.1), 1);
+  k::batch_norm_apply(on, p, p, p, p, p, 1, 1, 1);
+  k::batch_norm_backward_reduce(on, p, p, p, p, p, 1, 1, 1);
+  k::batch_norm_backward_input(on, p, p, p, p, p, 1, 1, 1, 1);
   k::bce_with_logits_forward(on, p, p, p, 1);
   k::bce_with_logits_backward(on, p, p, p, 1, T(1));
   k::loss_forward(on, p, p, p, 1, k::Mse{});

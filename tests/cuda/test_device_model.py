@@ -9,7 +9,7 @@ import torch
 from torch.nn import functional as F
 
 import rootclad
-from rootclad.gw.models import gw_cnn, gw_mlp
+from rootclad.gw.models import gw_cnn, gw_mlp, gw_resnet
 from rootclad.toolchain import ToolchainError, build_library, find_nvcc
 from rootclad.torch import DeviceModel, device_model
 
@@ -181,6 +181,50 @@ def test_the_graph_ir_digits_cnn_trains_like_torch():
         torch.testing.assert_close(loss, ref.detach(), rtol=1e-10, atol=1e-12)
     for name, p in net.named_parameters():
         torch.testing.assert_close(dm.state_dict()[name], p.detach(), rtol=1e-9, atol=1e-12)
+
+
+def _bn_2d():
+    nn = torch.nn
+    return nn.Sequential(nn.Conv2d(2, 4, 3, bias=False), nn.BatchNorm2d(4, affine=False),
+                         nn.ReLU(), nn.Conv2d(4, 3, 3, bias=False), nn.BatchNorm2d(3, momentum=0.3),
+                         nn.Flatten(), nn.Linear(3 * 3 * 3, 1))  # fmt: skip
+
+
+@pytest.mark.parametrize("make, shape", [(lambda: gw_resnet(96, channels=4, batch_norm=True),
+                                          (1, 96)), (_bn_2d, (2, 7, 7))],
+                         ids=["gw-resnet-batchnorm", "batchnorm2d"])  # fmt: skip
+def test_batchnorm_trains_like_torch_and_keeps_running_statistics(make, shape):
+    """BatchNorm1d/2d (with and without affine parameters; a bias right before one has no
+    gradient but rounding, which Adam scales up, so the 2-D model has none): 5 Adam
+    steps in training mode against torch.optim (the loss, every parameter, the running
+    statistics and batch count), then eval mode's output and input gradient, and training
+    mode's input gradient (through the batch's statistics), all against torch (float64)."""
+    torch.manual_seed(0)
+    net = make().double()
+    dm = DeviceModel.from_module(net, torch.zeros(1, *shape, dtype=F64), "cpu")
+    opt, ref_opt = rootclad.optim.Adam(dm, lr=1e-2), torch.optim.Adam(net.parameters(), lr=1e-2)
+    tol = {"rtol": 1e-10, "atol": 1e-12}
+    for step in range(5):
+        x, y = _batch(step, 6, shape, F64)
+        loss = dm.train_step(x, y, opt)
+        ref_opt.zero_grad()
+        ref = F.binary_cross_entropy_with_logits(net(x).squeeze(1), y)
+        ref.backward()
+        ref_opt.step()
+        torch.testing.assert_close(loss, ref.detach(), **tol)
+    state = dm.state_dict()
+    assert any(k.endswith("running_var") for k in state)
+    for name, value in net.state_dict().items():
+        torch.testing.assert_close(state[name], value, **tol)
+    x, _ = _batch(9, 5, shape, F64)
+    for mode in (False, True):
+        net.train(mode), dm.train(mode)
+        xr = x.clone().requires_grad_(True)
+        out = net(xr)
+        torch.testing.assert_close(dm.predict(x), out.detach(), **tol)
+        d_out = torch.randn(5, 1, dtype=F64)
+        torch.testing.assert_close(dm.input_grad(x, d_out=d_out),
+                                   torch.autograd.grad(out, xr, d_out)[0], **tol)  # fmt: skip
 
 
 def test_class_index_targets_are_checked():

@@ -58,7 +58,8 @@ def _one_step(lib, net, x, y):
     act, d_act = torch.zeros(n, dtype=F64), torch.zeros(n, dtype=F64)
     d_params, loss = torch.zeros_like(params), torch.zeros(1, dtype=F64)
     act[: x.numel()] = x.reshape(-1)
-    lib.net_loss_and_grad(None, _p(params), _p(act), _p(y), _p(loss), _p(d_params), _p(d_act), B)
+    lib.net_loss_and_grad(None, _p(params), None, _p(act), _p(y), _p(loss), _p(d_params),
+                          _p(d_act), B, 1)  # fmt: skip
     at = lib.net_output_offset(B)
     return act[at : at + B], d_params
 
@@ -92,9 +93,8 @@ def test_device_program_trains_like_torch(model, tmp_path):
         x = torch.randn(B, *shape, generator=gen, dtype=F64)
         y = torch.randint(0, 2, (B,), generator=gen).to(F64)
         act[: x.numel()] = x.reshape(-1)
-        lib.net_loss_and_grad(
-            None, _p(params), _p(act), _p(y), _p(loss), _p(d_params), _p(d_act), B
-        )
+        lib.net_loss_and_grad(None, _p(params), None, _p(act), _p(y), _p(loss), _p(d_params),
+                              _p(d_act), B, 1)  # fmt: skip
         opt.zero_grad()
         out = net(x)
         ref = F.binary_cross_entropy_with_logits(out.squeeze(1), y)
@@ -122,13 +122,19 @@ FULL_SIZE = {  # (make, per-sample shape, loss)
     "gw-mlp": (lambda: gw_mlp(2048), (2048,), "bce_with_logits"),
     "gw-cnn": (lambda: gw_cnn(2048), (1, 2048), "bce_with_logits"),
     "gw-resnet": (lambda: gw_resnet(2048), (1, 2048), "bce_with_logits"),
+    "gw-resnet-batchnorm": (
+        lambda: gw_resnet(2048, batch_norm=True),
+        (1, 2048),
+        "bce_with_logits",
+    ),  # fmt: skip
     "digits-cnn": (digits_cnn, (1, 28, 28), "cross_entropy"),  # the graph-IR tests'
 }
 
 
 @pytest.mark.parametrize("model", FULL_SIZE)
 def test_model_device_source_compiles_with_nvcc(model, tmp_path):
-    """The GW models at full size (2048 samples) and a 2-D CNN, float32, as CUDA."""
+    """The GW models at full size (2048 samples), with and without BatchNorm, and the 2-D
+    digits CNN, float32, as CUDA."""
     found = find_nvcc()
     if found is None:
         pytest.skip("nvcc not found: set ROOTCLAD_NVCC or put nvcc on PATH")

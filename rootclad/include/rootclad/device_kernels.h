@@ -198,6 +198,25 @@ inline Conv conv1d_shape(int C, int L, int OC, int K, int S, int P, int D, int G
   return conv2d_shape(C, 1, L, OC, 1, K, 1, S, 0, P, 1, D, G);
 }
 
+// sum over a < NA, b < NB of u[a, b] * x[h0 + a*sh, w0 + b*sw], x (H, W) zero outside: a
+// convolution's output element (u: the kernel) and its weight gradient's (u: the output's)
+template <class T>
+ROOTCLAD_HD inline T strided_dot(const T* u, int NA, int NB, const T* x, int H, int W, int h0,
+                                 int sh, int w0, int sw) {
+  T s = 0;
+  for (int a = 0; a < NA; ++a) {
+    const int h = h0 + a * sh;
+    if (h < 0 || h >= H)
+      continue;
+    for (int b = 0; b < NB; ++b) {
+      const int w = w0 + b * sw;
+      if (w >= 0 && w < W)
+        s += u[a * NB + b] * x[(long)h * W + w];
+    }
+  }
+  return s;
+}
+
 template <class On, class T>
 void conv2d_forward(On on, T* out, const T* inp, const T* weight, const T* bias, int B, Conv g) {
   const int CG = g.C / g.G, OCG = g.OC / g.G;
@@ -207,20 +226,10 @@ void conv2d_forward(On on, T* out, const T* inp, const T* weight, const T* bias,
         const int o = (int)(i / ((long)g.OW * g.OH) % g.OC);
         const long b = i / ((long)g.OW * g.OH * g.OC);
         T s = bias ? bias[o] : T(0);
-        for (int c = 0; c < CG; ++c) {
-          const T* x = inp + (b * g.C + (o / OCG) * CG + c) * g.H * g.W;
-          const T* w = weight + ((long)o * CG + c) * g.KH * g.KW;
-          for (int kh = 0; kh < g.KH; ++kh) {
-            const int ih = oh * g.SH - g.PH + kh * g.DH;
-            if (ih < 0 || ih >= g.H)
-              continue;
-            for (int kw = 0; kw < g.KW; ++kw) {
-              const int iw = ow * g.SW - g.PW + kw * g.DW;
-              if (iw >= 0 && iw < g.W)
-                s += w[kh * g.KW + kw] * x[(long)ih * g.W + iw];
-            }
-          }
-        }
+        for (int c = 0; c < CG; ++c)
+          s += strided_dot(weight + ((long)o * CG + c) * g.KH * g.KW, g.KH, g.KW,
+                           inp + (b * g.C + (o / OCG) * CG + c) * g.H * g.W, g.H, g.W,
+                           oh * g.SH - g.PH, g.DH, ow * g.SW - g.PW, g.DW);
         out[i] = s;
       });
 }
@@ -272,20 +281,10 @@ void conv2d_backward_params(On on, T* d_weight, T* d_bias, const T* d_out, const
         const int o = (int)(i / ((long)g.KW * g.KH * CG));
         const int cin = (o / OCG) * CG + c;
         T s = 0;
-        for (long b = 0; b < B; ++b) {
-          const T* x = inp + (b * g.C + cin) * g.H * g.W;
-          const T* dy = d_out + (b * g.OC + o) * g.OH * g.OW;
-          for (int oh = 0; oh < g.OH; ++oh) {
-            const int ih = oh * g.SH - g.PH + kh * g.DH;
-            if (ih < 0 || ih >= g.H)
-              continue;
-            for (int ow = 0; ow < g.OW; ++ow) {
-              const int iw = ow * g.SW - g.PW + kw * g.DW;
-              if (iw >= 0 && iw < g.W)
-                s += dy[oh * g.OW + ow] * x[(long)ih * g.W + iw];
-            }
-          }
-        }
+        for (long b = 0; b < B; ++b)
+          s += strided_dot(d_out + (b * g.OC + o) * g.OH * g.OW, g.OH, g.OW,
+                           inp + (b * g.C + cin) * g.H * g.W, g.H, g.W, kh * g.DH - g.PH, g.SH,
+                           kw * g.DW - g.PW, g.SW);
         d_weight[i] += s;
       });
   if (d_bias)
@@ -463,6 +462,100 @@ void global_avgpool_forward(On on, T* out, const T* inp, long R, int L) {
 template <class On, class T>
 void global_avgpool_backward(On on, T* d_inp, const T* d_out, long R, int L) {
   each_index(on, R * L, ROOTCLAD_BODY(long i) { d_inp[i] += d_out[i / L] / T(L); });
+}
+
+// -- BatchNorm over inp(B, C, S) per channel c ------------------------------------------------
+// stats (4C): mean and 1/std per channel at [2c, 2c + 1], then the backward's sums at
+// [2C + 2c, 2C + 2c + 1]. Training (or no running statistics): the batch's, summed in double as
+// on the CPU, updating the running ones as torch (unbiased variance, num_batches_tracked + 1);
+// eval: the running ones. One thread per channel.
+template <class On, class T>
+void batch_norm_stats(On on, T* stats, const T* inp, T* running_mean, T* running_var, T* tracked,
+                      long B, int C, long S, T eps, T momentum, int training) {
+  each_index(
+      on, (long)C, ROOTCLAD_BODY(long c) {
+        if (!training && running_mean) {
+          stats[2 * c] = running_mean[c];
+          stats[2 * c + 1] = T(1) / sqrt(running_var[c] + eps);
+          return;
+        }
+        const double n = (double)B * S;
+        double sum = 0;
+        for (long b = 0; b < B; ++b)
+          for (long s = 0; s < S; ++s)
+            sum += inp[(b * C + c) * S + s];
+        const double mean = sum / n;
+        double var = 0;
+        for (long b = 0; b < B; ++b)
+          for (long s = 0; s < S; ++s) {
+            const double d = inp[(b * C + c) * S + s] - mean;
+            var += d * d;
+          }
+        var /= n;
+        if (training && running_mean) {
+          running_mean[c] = (T(1) - momentum) * running_mean[c] + momentum * T(mean);
+          const T unbiased = T(n > 1 ? var * n / (n - 1) : var);
+          running_var[c] = (T(1) - momentum) * running_var[c] + momentum * unbiased;
+          if (c == 0 && tracked)
+            tracked[0] += T(1);
+        }
+        stats[2 * c] = T(mean);
+        stats[2 * c + 1] = T(1) / sqrt(T(var) + eps);
+      });
+}
+
+// out = (inp - mean) / std * weight + bias (weight, bias: null for 1 and 0)
+template <class On, class T>
+void batch_norm_apply(On on, T* out, const T* inp, const T* stats, const T* weight, const T* bias,
+                      long B, int C, long S) {
+  each_index(
+      on, B * C * S, ROOTCLAD_BODY(long i) {
+        const long c = i / S % C;
+        const T y = (inp[i] - stats[2 * c]) * stats[2 * c + 1];
+        out[i] = (weight ? weight[c] : T(1)) * y + (bias ? bias[c] : T(0));
+      });
+}
+
+// per channel: sum d_out and sum d_out * x_hat into stats[2C + 2c, 2C + 2c + 1], which are
+// d_bias and d_weight (added when not null)
+template <class On, class T>
+void batch_norm_backward_reduce(On on, T* stats, T* d_weight, T* d_bias, const T* d_out,
+                                const T* inp, long B, int C, long S) {
+  each_index(
+      on, (long)C, ROOTCLAD_BODY(long c) {
+        T sum_dy = 0, sum_dy_xhat = 0;
+        for (long b = 0; b < B; ++b)
+          for (long s = 0; s < S; ++s) {
+            const long i = (b * C + c) * S + s;
+            sum_dy += d_out[i];
+            sum_dy_xhat += d_out[i] * (inp[i] - stats[2 * c]) * stats[2 * c + 1];
+          }
+        stats[2 * C + 2 * c] = sum_dy;
+        stats[2 * C + 2 * c + 1] = sum_dy_xhat;
+        if (d_bias)
+          d_bias[c] += sum_dy;
+        if (d_weight)
+          d_weight[c] += sum_dy_xhat;
+      });
+}
+
+// training: d_inp += w/std * (dy - mean(dy) - x_hat * mean(dy x_hat)), the means over the
+// channel's B*S values (the statistics depend on the input); eval: d_inp += w/std * dy
+template <class On, class T>
+void batch_norm_backward_input(On on, T* d_inp, const T* d_out, const T* inp, const T* stats,
+                               const T* weight, long B, int C, long S, int training) {
+  const T n = T(B * S);
+  each_index(
+      on, B * C * S, ROOTCLAD_BODY(long i) {
+        const long c = i / S % C;
+        const T scale = (weight ? weight[c] : T(1)) * stats[2 * c + 1];
+        T g = d_out[i];
+        if (training) {
+          const T xhat = (inp[i] - stats[2 * c]) * stats[2 * c + 1];
+          g -= (stats[2 * C + 2 * c] + xhat * stats[2 * C + 2 * c + 1]) / n;
+        }
+        d_inp[i] += scale * g;
+      });
 }
 
 // -- losses, the mean over the batch's elements (class-index losses: over its rows) -----------
