@@ -356,24 +356,36 @@ template <class On, class T> void maxpool2d_forward(On on, T* out, const T* inp,
       });
 }
 
-// d_inp[r, at] += d_out[r, window] for each window whose first maximum is at
-template <class On, class T>
-void maxpool2d_backward(On on, T* d_inp, const T* d_out, const T* inp, long R, Pool p) {
+// The backward of a pooling, gathered: d_inp[r, at] += the share share(d_out, r, at, oh, ow)
+// gives of d_out[r, oh, ow] for each window (oh, ow) that holds input position at.
+template <class On, class T, class Share>
+void pool2d_backward(On on, T* d_inp, const T* d_out, long R, Pool p, Share share) {
   each_index(
       on, R * p.H * p.W, ROOTCLAD_BODY(long i) {
         const long r = i / ((long)p.H * p.W), at = i % ((long)p.H * p.W);
-        const int ih = (int)(at / p.W), iw = (int)(at % p.W);
-        const T* x = inp + r * p.H * p.W;
         int h0, h1, w0, w1;
-        pool_windows(ih, p.KH, p.SH, p.PH, p.OH, h0, h1);
-        pool_windows(iw, p.KW, p.SW, p.PW, p.OW, w0, w1);
+        pool_windows((int)(at / p.W), p.KH, p.SH, p.PH, p.OH, h0, h1);
+        pool_windows((int)(at % p.W), p.KW, p.SW, p.PW, p.OW, w0, w1);
         T s = 0;
         for (int oh = h0; oh <= h1; ++oh)
           for (int ow = w0; ow <= w1; ++ow)
-            if (maxpool_argmax(x, p, oh, ow) == at)
-              s += d_out[(r * p.OH + oh) * p.OW + ow];
+            s += share(d_out[(r * p.OH + oh) * p.OW + ow], r, at, oh, ow);
         d_inp[i] += s;
       });
+}
+
+// MaxPool: all of a window's gradient goes to its first maximum
+template <class T> struct MaxPoolShare {
+  const T* inp;
+  Pool p;
+  ROOTCLAD_HD T operator()(T dy, long r, long at, int oh, int ow) const {
+    return maxpool_argmax(inp + r * p.H * p.W, p, oh, ow) == at ? dy : T(0);
+  }
+};
+
+template <class On, class T>
+void maxpool2d_backward(On on, T* d_inp, const T* d_out, const T* inp, long R, Pool p) {
+  pool2d_backward(on, d_inp, d_out, R, p, MaxPoolShare<T>{inp, p});
 }
 
 // AvgPool: with count_include_pad (torch's default) a window divides by KH*KW, otherwise by
@@ -406,22 +418,18 @@ void avgpool2d_forward(On on, T* out, const T* inp, long R, Pool p, int count_in
       });
 }
 
+// AvgPool: a window's gradient is shared evenly by its divisor
+struct AvgPoolShare {
+  Pool p;
+  int count_include_pad;
+  template <class T> ROOTCLAD_HD T operator()(T dy, long, long, int oh, int ow) const {
+    return dy / T(avgpool_divisor(p, oh, ow, count_include_pad));
+  }
+};
+
 template <class On, class T>
 void avgpool2d_backward(On on, T* d_inp, const T* d_out, long R, Pool p, int count_include_pad) {
-  each_index(
-      on, R * p.H * p.W, ROOTCLAD_BODY(long i) {
-        const long r = i / ((long)p.H * p.W);
-        const int ih = (int)(i / p.W % p.H), iw = (int)(i % p.W);
-        int h0, h1, w0, w1;
-        pool_windows(ih, p.KH, p.SH, p.PH, p.OH, h0, h1);
-        pool_windows(iw, p.KW, p.SW, p.PW, p.OW, w0, w1);
-        T s = 0;
-        for (int oh = h0; oh <= h1; ++oh)
-          for (int ow = w0; ow <= w1; ++ow)
-            s += d_out[(r * p.OH + oh) * p.OW + ow] /
-                 T(avgpool_divisor(p, oh, ow, count_include_pad));
-        d_inp[i] += s;
-      });
+  pool2d_backward(on, d_inp, d_out, R, p, AvgPoolShare{p, count_include_pad});
 }
 
 // MaxPool1d over inp(R, L) -> out(R, LO), window K, stride S, padding P
