@@ -11,14 +11,13 @@ sharing it; no arena plan yet. The C API takes a stream (ignored on the CPU):
     {name}_forward(stream, params, buffers, act, B, training)
     {name}_loss_and_grad(stream, params, buffers, act, y, loss, d_params, d_act, B, training)
                                       y: the targets (class indices as T)
-    {name}_input_grad(stream, params, buffers, act, d_out, d_params, d_act, B, training)
-                                      d_act's start = d input
+    {name}_input_grad(stream, params, buffers, act, d_out, d_act, B, training)
+                                      d_act's start = d input (no parameter gradients)
     {name}_optim_step(stream, params, d_params, state, config, step)  rootclad::OptimConfig,
                                       state: 2 x n_params (SGD's momentum, or Adam's m then v)
 
 The input goes in at the start of act; the output is at {name}_output_offset(B).
-d_params of input_grad is scratch (the parameters' gradient, not wanted there). Ops come
-through the registry; losses: BCE with logits, MSE, Huber, cross-entropy and NLL (class
+Ops come through the registry; losses: BCE with logits, MSE, Huber, cross-entropy and NLL (class
 indices held as T), each the mean as in torch.
 """
 
@@ -111,7 +110,8 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits") -> str:
                 "nullptr" if region[v] == 0 and not dx else ptr(v, True) for v in node.inputs
             ),  # fmt: skip
             params={r: f"params + {p_off[p]}" for r, p in node.params.items()},
-            d_params={r: f"d_params + {p_off[p]}" for r, p in node.params.items()},
+            # no parameter gradients for input_grad: the kernels skip a null one
+            d_params={} if dx else {r: f"d_params + {p_off[p]}" for r, p in node.params.items()},
             buffers={r: f"buffers + {b_off[p]}" for r, p in node.buffers.items()},
             scratch=f"s_{_ident(node.output)}",
         )
@@ -195,13 +195,13 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits") -> str:
         "",
         "// d_act's first B x input values = d(sum of output x d_out) / d input",
         "template <class On>",
-        "void input_grad(On on, const T* params, T* buffers, T* act, const T* d_out, T* d_params,",
-        "                T* d_act, int B, int training) {",
+        "void input_grad(On on, const T* params, T* buffers, T* act, const T* d_out, T* d_act,",
+        "                int B, int training) {",
         "  forward(on, params, buffers, act, B, training);",
         "  fill(on, d_act, (long)B * ACT_PER_SAMPLE, T(0));",
         "  T* const d_output = d_act + (long)B * OUTPUT_OFFSET;",
         "  each_index(on, (long)B * OUTPUT_SIZE, ROOTCLAD_BODY(long i) { d_output[i] = d_out[i]; });",
-        "  backward_input(on, params, act, d_params, d_act, B, training);",
+        "  backward_input(on, params, act, nullptr, d_act, B, training);",
         "}",
         "",
         "#if defined(__CUDACC__)",
@@ -227,9 +227,9 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits") -> str:
         "                        d_act, B, training);",
         "}",
         f"void {name}_input_grad(void* stream, const {T}* params, {T}* buffers, {T}* act,",
-        f"                       const {T}* d_out, {T}* d_params, {T}* d_act, int B, int training) {{",
-        f"  {name}::input_grad({name}::device(stream), params, buffers, act, d_out, d_params, d_act,",
-        "                     B, training);",
+        f"                       const {T}* d_out, {T}* d_act, int B, int training) {{",
+        f"  {name}::input_grad({name}::device(stream), params, buffers, act, d_out, d_act, B,",
+        "                     training);",
         "}",
         f"void {name}_optim_step(void* stream, {T}* params, const {T}* d_params, {T}* state,",
         "                       const double* config, long step) {",

@@ -114,7 +114,6 @@ class DeviceModel:
         self.n_param_values = n
         self._params = torch.zeros(n, dtype=self.dtype, device=self.device)
         self._grads = torch.zeros_like(self._params)
-        self._scratch = torch.zeros_like(self._params)  # input_grad's unwanted d_params
         self._views: OrderedDict[str, torch.Tensor] = OrderedDict()
         self._grad_views: OrderedDict[str, torch.Tensor] = OrderedDict()
         off = 0
@@ -277,15 +276,15 @@ class DeviceModel:
 
     def input_grad(self, x: torch.Tensor, d_out: torch.Tensor | None = None) -> torch.Tensor:
         """d(sum of output x d_out) / d input (``d_out`` defaults to ones: each sample's
-        saliency for a one-output model); the parameters' gradient is left alone."""
+        saliency for a one-output model); no parameter gradient is formed."""
         B, act, d_act = self._buffers(x.detach())
         out_shape = (B, *self.output_shape)
         if d_out is None:
             d_out = torch.ones(out_shape, dtype=self.dtype, device=self.device)
         d_out = self._check(d_out.detach(), "d_out", [out_shape])
         self._fn["input_grad"](self._stream(), self._p(self._params), self._p(self._buffer_store),
-                               self._p(act), self._p(d_out), self._p(self._scratch),
-                               self._p(d_act), B, int(self.training))  # fmt: skip
+                               self._p(act), self._p(d_out), self._p(d_act), B,
+                               int(self.training))  # fmt: skip
         return d_act[: x.numel()].view(x.shape).clone()
 
     def _targets(self, y, B: int) -> torch.Tensor:

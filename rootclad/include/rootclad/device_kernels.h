@@ -68,15 +68,16 @@ void linear_backward_input(On on, T* d_inp, const T* d_out, const T* weight, int
 template <class On, class T>
 void linear_backward_params(On on, T* d_weight, T* d_bias, const T* d_out, const T* inp, int R,
                             int C, int OC) {
-  each_index(
-      on, (long)OC * C, ROOTCLAD_BODY(long i) {
-        const int o = (int)(i / C);
-        const int c = (int)(i % C);
-        T s = 0;
-        for (long r = 0; r < R; ++r)
-          s += d_out[r * OC + o] * inp[r * C + c];
-        d_weight[i] += s;
-      });
+  if (d_weight) // null: not wanted (an input gradient)
+    each_index(
+        on, (long)OC * C, ROOTCLAD_BODY(long i) {
+          const int o = (int)(i / C);
+          const int c = (int)(i % C);
+          T s = 0;
+          for (long r = 0; r < R; ++r)
+            s += d_out[r * OC + o] * inp[r * C + c];
+          d_weight[i] += s;
+        });
   if (d_bias)
     bias_backward(on, d_bias, d_out, R, OC, 1);
 }
@@ -274,19 +275,20 @@ template <class On, class T>
 void conv2d_backward_params(On on, T* d_weight, T* d_bias, const T* d_out, const T* inp, int B,
                             Conv g) {
   const int CG = g.C / g.G, OCG = g.OC / g.G;
-  each_index(
-      on, (long)g.OC * CG * g.KH * g.KW, ROOTCLAD_BODY(long i) {
-        const int kw = (int)(i % g.KW), kh = (int)(i / g.KW % g.KH);
-        const int c = (int)(i / ((long)g.KW * g.KH) % CG);
-        const int o = (int)(i / ((long)g.KW * g.KH * CG));
-        const int cin = (o / OCG) * CG + c;
-        T s = 0;
-        for (long b = 0; b < B; ++b)
-          s += strided_dot(d_out + (b * g.OC + o) * g.OH * g.OW, g.OH, g.OW,
-                           inp + (b * g.C + cin) * g.H * g.W, g.H, g.W, kh * g.DH - g.PH, g.SH,
-                           kw * g.DW - g.PW, g.SW);
-        d_weight[i] += s;
-      });
+  if (d_weight) // null: not wanted (an input gradient)
+    each_index(
+        on, (long)g.OC * CG * g.KH * g.KW, ROOTCLAD_BODY(long i) {
+          const int kw = (int)(i % g.KW), kh = (int)(i / g.KW % g.KH);
+          const int c = (int)(i / ((long)g.KW * g.KH) % CG);
+          const int o = (int)(i / ((long)g.KW * g.KH * CG));
+          const int cin = (o / OCG) * CG + c;
+          T s = 0;
+          for (long b = 0; b < B; ++b)
+            s += strided_dot(d_out + (b * g.OC + o) * g.OH * g.OW, g.OH, g.OW,
+                             inp + (b * g.C + cin) * g.H * g.W, g.H, g.W, kh * g.DH - g.PH, g.SH,
+                             kw * g.DW - g.PW, g.SW);
+          d_weight[i] += s;
+        });
   if (d_bias)
     bias_backward(on, d_bias, d_out, B, g.OC, g.OH * g.OW);
 }
