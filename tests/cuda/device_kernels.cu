@@ -22,9 +22,6 @@ template <class T> void instantiate() {
   k::relu_backward(on, p, p, p, 1);
   unary<T>(on, k::Tanh{}, k::Sigmoid{}, k::Silu{}, k::LeakyRelu{0.1}, k::Elu{1.0},
            k::Softplus{1.0, 20.0}, k::Gelu{0});
-  k::conv1d_forward(on, p, p, p, p, 1, 1, 1, 1, 1, 1, 0, 1);
-  k::conv1d_backward_input(on, p, p, p, 1, 1, 1, 1, 1, 1, 0, 1);
-  k::conv1d_backward_params(on, p, p, p, p, 1, 1, 1, 1, 1, 1, 0, 1);
   k::add_forward(on, p, p, p, 1, T(1));
   k::add_backward(on, p, p, 1, T(1));
   k::global_avgpool_forward(on, p, p, 1, 1);
@@ -38,8 +35,6 @@ template <class T> void instantiate() {
   k::maxpool2d_backward(on, p, p, p, 1, pool);
   k::avgpool2d_forward(on, p, p, 1, pool, 1);
   k::avgpool2d_backward(on, p, p, 1, pool, 1);
-  k::maxpool1d_forward(on, p, p, 1, 1, 1, 1, 0);
-  k::maxpool1d_backward(on, p, p, p, 1, 1, 1, 1, 0);
   k::batch_norm_stats(on, p, p, p, p, p, 1, 1, 1, T(1e-5), T(0.1), 1);
   k::batch_norm_apply(on, p, p, p, p, p, 1, 1, 1);
   k::batch_norm_backward_reduce(on, p, p, p, p, p, 1, 1, 1);

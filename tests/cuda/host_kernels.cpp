@@ -1,5 +1,6 @@
 // The device kernels (rootclad/device_kernels.h) run on the CPU through dev::Host, behind a C
-// API that tests/cuda/test_device_kernels.py loads with ctypes and checks against torch.
+// API that tests/cuda/test_device_kernels.py loads with ctypes and checks against torch
+// (1-D convolution and pooling as the 2-D kernels with H = 1, as the device programs call them).
 #include <rootclad/device_kernels.h>
 
 using rootclad::dev::Host;
@@ -23,12 +24,12 @@ namespace k = rootclad::dev;
   }                                                                                                \
   extern "C" void conv1d_forward_##S(T* out, const T* x, const T* w, const T* b, int B, int C,     \
                                      int L, int OC, int K, int St, int P, int D) {                 \
-    k::conv1d_forward(Host{}, out, x, w, b, B, C, L, OC, K, St, P, D);                             \
+    k::conv2d_forward(Host{}, out, x, w, b, B, k::conv1d_shape(C, L, OC, K, St, P, D));            \
   }                                                                                                \
   extern "C" void conv1d_backward_##S(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,    \
                                       int B, int C, int L, int OC, int K, int St, int P, int D) {  \
-    k::conv1d_backward_input(Host{}, dx, dy, w, B, C, L, OC, K, St, P, D);                         \
-    k::conv1d_backward_params(Host{}, dw, db, dy, x, B, C, L, OC, K, St, P, D);                    \
+    k::conv2d_backward_input(Host{}, dx, dy, w, B, k::conv1d_shape(C, L, OC, K, St, P, D));        \
+    k::conv2d_backward_params(Host{}, dw, db, dy, x, B, k::conv1d_shape(C, L, OC, K, St, P, D));   \
   }                                                                                                \
   extern "C" void conv2d_##S(T* out, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,     \
                              const T* b, int B, const int* g) {                                    \
@@ -50,11 +51,11 @@ namespace k = rootclad::dev;
     }                                                                                              \
   }                                                                                                \
   extern "C" void maxpool1d_forward_##S(T* out, const T* x, long R, int L, int K, int St, int P) { \
-    k::maxpool1d_forward(Host{}, out, x, R, L, K, St, P);                                          \
+    k::maxpool2d_forward(Host{}, out, x, R, k::pool2d_shape(1, L, 1, K, 1, St, 0, P));             \
   }                                                                                                \
   extern "C" void maxpool1d_backward_##S(T* dx, const T* dy, const T* x, long R, int L, int K,     \
                                          int St, int P) {                                          \
-    k::maxpool1d_backward(Host{}, dx, dy, x, R, L, K, St, P);                                      \
+    k::maxpool2d_backward(Host{}, dx, dy, x, R, k::pool2d_shape(1, L, 1, K, 1, St, 0, P));         \
   }                                                                                                \
   extern "C" void bce_with_logits_##S(T* loss, T* dz, const T* z, const T* y, long n) {            \
     k::bce_with_logits_forward(Host{}, loss, z, y, n);                                             \

@@ -293,25 +293,6 @@ void conv2d_backward_params(On on, T* d_weight, T* d_bias, const T* d_out, const
     bias_backward(on, d_bias, d_out, B, g.OC, g.OH * g.OW);
 }
 
-// Conv1d: out(B, OC, LO) from inp(B, C, L), weight(OC, C, K), stride S, padding P, dilation D
-template <class On, class T>
-void conv1d_forward(On on, T* out, const T* inp, const T* weight, const T* bias, int B, int C,
-                    int L, int OC, int K, int S, int P, int D) {
-  conv2d_forward(on, out, inp, weight, bias, B, conv1d_shape(C, L, OC, K, S, P, D));
-}
-
-template <class On, class T>
-void conv1d_backward_input(On on, T* d_inp, const T* d_out, const T* weight, int B, int C, int L,
-                           int OC, int K, int S, int P, int D) {
-  conv2d_backward_input(on, d_inp, d_out, weight, B, conv1d_shape(C, L, OC, K, S, P, D));
-}
-
-template <class On, class T>
-void conv1d_backward_params(On on, T* d_weight, T* d_bias, const T* d_out, const T* inp, int B,
-                            int C, int L, int OC, int K, int S, int P, int D) {
-  conv2d_backward_params(on, d_weight, d_bias, d_out, inp, B, conv1d_shape(C, L, OC, K, S, P, D));
-}
-
 // -- pooling over windows of inp(R, H, W) -> out(R, OH, OW) (1-D: H = KH = 1); padding at most
 // half the window, so every window holds an input element ---------------------------------------
 struct Pool {
@@ -432,18 +413,6 @@ struct AvgPoolShare {
 template <class On, class T>
 void avgpool2d_backward(On on, T* d_inp, const T* d_out, long R, Pool p, int count_include_pad) {
   pool2d_backward(on, d_inp, d_out, R, p, AvgPoolShare{p, count_include_pad});
-}
-
-// MaxPool1d over inp(R, L) -> out(R, LO), window K, stride S, padding P
-template <class On, class T>
-void maxpool1d_forward(On on, T* out, const T* inp, long R, int L, int K, int S, int P) {
-  maxpool2d_forward(on, out, inp, R, pool2d_shape(1, L, 1, K, 1, S, 0, P));
-}
-
-template <class On, class T>
-void maxpool1d_backward(On on, T* d_inp, const T* d_out, const T* inp, long R, int L, int K, int S,
-                        int P) {
-  maxpool2d_backward(on, d_inp, d_out, inp, R, pool2d_shape(1, L, 1, K, 1, S, 0, P));
 }
 
 // -- a + sign * b of two same-shape tensors (residual additions) -------------------------------
