@@ -132,7 +132,7 @@ def compile(
 
         _device_engine(engine, pullbacks)
         return DeviceModel.from_module(model, example_input, device=device, loss=loss,
-                                       dtype=dtype)  # fmt: skip
+                                       dtype=dtype, seed=seed)  # fmt: skip
     if device.type != "cpu":
         raise ValueError(f"device {str(device)!r}: rootclad compiles for 'cpu' and 'cuda'")
     t0 = time.perf_counter()

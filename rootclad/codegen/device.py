@@ -3,20 +3,25 @@
 The same C++ source runs on the CPU (g++: every kernel a loop over its indices, dev::Host) and
 on an NVIDIA GPU (nvcc: grid-stride kernels on a stream, dev::Cuda); each op says how it is
 called through its registry entry (``OpSpec.device``, rootclad/ir/ops.py). The layout is
-flat, one region of B x size per value, values that alias their input (Flatten, Reshape)
-sharing it; no arena plan yet. The C API takes a stream (ignored on the CPU):
+flat, one region of B x size per value (and per op's per-sample scratch), values that alias
+their input (Flatten, Reshape) sharing it; no arena plan yet. The C API takes a stream (ignored
+on the CPU) and, where dropout draws its masks, a seed (as the CPU model's, one per call):
 
     {name}_n_params(), _n_buffers()   parameters and buffers (BatchNorm's), in the graph's order
     {name}_act_size(B)                act and d_act each hold this many values
-    {name}_forward(stream, params, buffers, act, B, training)
-    {name}_loss_and_grad(stream, params, buffers, act, y, loss, d_params, d_act, B, training)
-                                      y: the targets (class indices as T)
-    {name}_input_grad(stream, params, buffers, act, d_out, d_act, B, training)
-                                      d_act's start = d input (no parameter gradients)
-    {name}_optim_step(stream, params, d_params, state, config, step)  rootclad::OptimConfig,
-                                      state: 2 x n_params (SGD's momentum, or Adam's m then v)
+    {name}_forward(stream, params, buffers, act, B, training, seed)
+    {name}_loss_and_grad(stream, params, buffers, act, y, loss, d_params, d_act, B, training,
+                         seed)        y: the targets (class indices as T)
+    {name}_input_grad(stream, params, buffers, act, d_out, d_act, B, training, seed)
+                                      the inputs' adjoints where the inputs are in d_act (no
+                                      parameter gradients)
+    {name}_optim_step(stream, params, d_params, state, config, step, begin, count)
+                                      the update of parameters [begin, begin + count) at `step`;
+                                      config: rootclad::OptimConfig; state: 2 x n_params
+                                      (SGD's momentum, or Adam's m then v)
 
-The input goes in at the start of act; the output is at {name}_output_offset(B).
+The inputs go in at the start of act, one after the other (B x per-sample size each); the
+output is at {name}_output_offset(B).
 Ops come through the registry; losses: BCE with logits, MSE, Huber, cross-entropy and NLL (class
 indices held as T), each the mean as in torch.
 """
@@ -26,7 +31,7 @@ from __future__ import annotations
 import math
 
 from rootclad.ir.graph import CLASS_INDEX_LOSSES, Graph, IRError
-from rootclad.ir.ops import OPS, DeviceSite
+from rootclad.ir.ops import OPS, DeviceScratch, DeviceSite
 
 # elementwise losses: their functor in device_kernels.h; the class-index ones have kernels
 LOSSES = {"bce_with_logits": "BceWithLogits", "mse": "Mse", "huber": "Huber",
@@ -62,8 +67,6 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits") -> str:
     Raises IRError naming the node whose op has no device kernel yet."""
     if loss not in LOSSES:
         raise IRError(f"loss {loss!r} has no device kernel; device losses: {', '.join(LOSSES)}")
-    if len(graph.inputs) != 1:
-        raise IRError("device programs take one input (several: not yet)")
     T = {"float32": "float", "float64": "double"}[graph.dtype]
     # parameters and buffers: flat, each in the graph's order
     p_off, off = {}, 0
@@ -76,11 +79,12 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits") -> str:
         b_off[p.name] = off
         off += p.numel
     n_buffers = off
-    # values: one region each (per sample), aliases share their input's
+    # values: one region each (per sample), the inputs first; aliases share their input's
     region, size, total = {}, {}, 0
-    x = graph.inputs[0]
-    region[x], size[x] = 0, math.prod(graph.input_shapes[0])
-    total = size[x]
+    for x, shape in zip(graph.inputs, graph.input_shapes, strict=True):
+        region[x], size[x] = total, math.prod(shape)
+        total += size[x]
+    inputs = set(graph.inputs)
     for node in graph.nodes:
         spec = OPS[node.op]
         if spec.calls is None:  # a view of its input
@@ -96,38 +100,47 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits") -> str:
         total += size[node.output]
     out = graph.output
     names = {v: "v_" + _ident(v) for v in region}
+    layout_extra = []  # the ops' per-sample scratch
 
     def ptr(v, d=False):
         return ("d" if d else "a") + names[v][1:]
 
-    def site(node, dx: bool) -> DeviceSite:
+    def site(node, index: int, dx: bool) -> DeviceSite:
         return DeviceSite(
             out=ptr(node.output),
             ins=tuple(ptr(v) for v in node.inputs),
             d_out=ptr(node.output, True),
-            # the model input's adjoint: formed only for input_grad (dx)
+            # the model inputs' adjoints: formed only for input_grad (dx)
             d_ins=tuple(
-                "nullptr" if region[v] == 0 and not dx else ptr(v, True) for v in node.inputs
+                "nullptr" if v in inputs and not dx else ptr(v, True) for v in node.inputs
             ),  # fmt: skip
             params={r: f"params + {p_off[p]}" for r, p in node.params.items()},
             # no parameter gradients for input_grad: the kernels skip a null one
             d_params={} if dx else {r: f"d_params + {p_off[p]}" for r, p in node.params.items()},
             buffers={r: f"buffers + {b_off[p]}" for r, p in node.buffers.items()},
             scratch=f"s_{_ident(node.output)}",
+            sample_scratch=f"t_{_ident(node.output)}",
+            index=index,
         )
 
     fwd, bwd, bwd_dx = [], [], []
     scratch, n_scratch = [], 0  # batch-independent scratch (BatchNorm's statistics)
-    for node in graph.nodes:
+    for index, node in enumerate(graph.nodes):
         spec = OPS[node.op]
         if spec.calls is None:
             continue
 
-        f, b, *used = spec.device(node, graph, site(node, False))
-        _, b_dx, *_ = spec.device(node, graph, site(node, True))
-        if used:
+        f, b, *used = spec.device(node, graph, site(node, index, False))
+        _, b_dx, *_ = spec.device(node, graph, site(node, index, True))
+        need = used[0] if used else DeviceScratch()
+        if need.shared:
             scratch.append(f"  T* const s_{_ident(node.output)} = scratch + {n_scratch};")
-            n_scratch += used[0]
+            n_scratch += need.shared
+        if need.per_sample:  # a region of its own, after the values
+            key = f"t_{_ident(node.output)}"
+            scratch.append(f"  T* const {key} = act + (long)B * {total};")
+            layout_extra.append(f"//   {key:<24} per sample {need.per_sample:>8} at {total:>8}")
+            total += need.per_sample
         fwd += [f"  // {node.describe()}"] + [f"  {line}" for line in f]
         bwd = [f"  // {node.describe()}"] + [f"  {line}" for line in b] + bwd
         bwd_dx = [f"  // {node.describe()}"] + [f"  {line}" for line in b_dx] + bwd_dx
@@ -148,31 +161,33 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits") -> str:
         f"// Device program of a rootclad model ({graph.dtype}); generated by",
         "// rootclad/codegen/device.py. Values (act; their adjoints in d_act at the same places):",
         *layout,
+        *layout_extra,
         "#include <rootclad/device_kernels.h>",
         "",
         f"namespace {name} {{",
         "using namespace ::rootclad::dev;",
         f"using T = {T};",
+        "using U64 = unsigned long long; // dropout's seed",
         f"constexpr long N_PARAMS = {n_params};",
         f"constexpr long N_BUFFERS = {n_buffers};",
         f"constexpr long ACT_PER_SAMPLE = {total}, SCRATCH = {n_scratch};",
         f"constexpr long OUTPUT_OFFSET = {region[out]}, OUTPUT_SIZE = {out_size};",
         "",
         "template <class On>",
-        "void forward(On on, const T* params, T* buffers, T* act, int B, int training) {",
+        "void forward(On on, const T* params, T* buffers, T* act, int B, int training, U64 seed) {",
         *pointers("a", False),
         *fwd,
         "}",
         "",
         "// d_params and d_act += the pullback of forward() for the output adjoint in d_act; the",
-        "// input's adjoint (at the start of d_act) is formed by backward_input only",
+        "// inputs' adjoints are formed by backward_input only",
         *[
             line
             for fn, body in (("backward", bwd), ("backward_input", bwd_dx))
             for line in (
                 "template <class On>",
                 f"void {fn}(On on, const T* params, T* act, T* d_params, T* d_act, int B,",
-                "          int training) {",
+                "          int training, U64 seed) {",
                 *pointers("a", False),
                 *pointers("d", False),
                 *body,
@@ -182,26 +197,26 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits") -> str:
         "",
         "template <class On>",
         "void loss_and_grad(On on, const T* params, T* buffers, T* act, const T* y, T* loss,",
-        "                   T* d_params, T* d_act, int B, int training) {",
-        "  forward(on, params, buffers, act, B, training);",
+        "                   T* d_params, T* d_act, int B, int training, U64 seed) {",
+        "  forward(on, params, buffers, act, B, training, seed);",
         "  fill(on, loss, 1, T(0));",
         "  fill(on, d_params, N_PARAMS, T(0));",
         "  fill(on, d_act, (long)B * ACT_PER_SAMPLE, T(0));",
         "  const T* const output = act + (long)B * OUTPUT_OFFSET;",
         "  T* const d_output = d_act + (long)B * OUTPUT_OFFSET;",
         *_loss_lines(loss, graph),
-        "  backward(on, params, act, d_params, d_act, B, training);",
+        "  backward(on, params, act, d_params, d_act, B, training, seed);",
         "}",
         "",
-        "// d_act's first B x input values = d(sum of output x d_out) / d input",
+        "// the inputs' places in d_act = d(sum of output x d_out) / d input",
         "template <class On>",
         "void input_grad(On on, const T* params, T* buffers, T* act, const T* d_out, T* d_act,",
-        "                int B, int training) {",
-        "  forward(on, params, buffers, act, B, training);",
+        "                int B, int training, U64 seed) {",
+        "  forward(on, params, buffers, act, B, training, seed);",
         "  fill(on, d_act, (long)B * ACT_PER_SAMPLE, T(0));",
         "  T* const d_output = d_act + (long)B * OUTPUT_OFFSET;",
         "  each_index(on, (long)B * OUTPUT_SIZE, ROOTCLAD_BODY(long i) { d_output[i] = d_out[i]; });",
-        "  backward_input(on, params, act, nullptr, d_act, B, training);",
+        "  backward_input(on, params, act, nullptr, d_act, B, training, seed);",
         "}",
         "",
         "#if defined(__CUDACC__)",
@@ -217,24 +232,26 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits") -> str:
         f"long {name}_act_size(int B) {{ return (long){name}::ACT_PER_SAMPLE * B + {name}::SCRATCH; }}",
         f"long {name}_output_offset(int B) {{ return (long){name}::OUTPUT_OFFSET * B; }}",
         f"void {name}_forward(void* stream, const {T}* params, {T}* buffers, {T}* act, int B,",
-        "                    int training) {",
-        f"  {name}::forward({name}::device(stream), params, buffers, act, B, training);",
+        "                    int training, unsigned long long seed) {",
+        f"  {name}::forward({name}::device(stream), params, buffers, act, B, training, seed);",
         "}",
         f"void {name}_loss_and_grad(void* stream, const {T}* params, {T}* buffers, {T}* act,",
         f"                          const {T}* y, {T}* loss, {T}* d_params, {T}* d_act, int B,",
-        "                          int training) {",
+        "                          int training, unsigned long long seed) {",
         f"  {name}::loss_and_grad({name}::device(stream), params, buffers, act, y, loss, d_params,",
-        "                        d_act, B, training);",
+        "                        d_act, B, training, seed);",
         "}",
         f"void {name}_input_grad(void* stream, const {T}* params, {T}* buffers, {T}* act,",
-        f"                       const {T}* d_out, {T}* d_act, int B, int training) {{",
+        f"                       const {T}* d_out, {T}* d_act, int B, int training,",
+        "                       unsigned long long seed) {",
         f"  {name}::input_grad({name}::device(stream), params, buffers, act, d_out, d_act, B,",
-        "                     training);",
+        "                     training, seed);",
         "}",
         f"void {name}_optim_step(void* stream, {T}* params, const {T}* d_params, {T}* state,",
-        "                       const double* config, long step) {",
-        f"  ::rootclad::dev::optim_step({name}::device(stream), params, d_params, state,",
-        f"      {name}::N_PARAMS, *reinterpret_cast<const ::rootclad::OptimConfig*>(config), step);",
+        "                       const double* config, long step, long begin, long count) {",
+        f"  ::rootclad::dev::optim_step({name}::device(stream), params + begin, d_params + begin,",
+        f"      state + begin, state + {name}::N_PARAMS + begin, count,",
+        "      *reinterpret_cast<const ::rootclad::OptimConfig*>(config), step);",
         "}",
         '} // extern "C"',
         "",

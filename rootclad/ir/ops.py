@@ -9,7 +9,9 @@ means: its kernels (``<kernel>_forward`` / ``<kernel>_backward`` in
 ``include/rootclad/kernels.h``), its Clad-convention adapter (``<kernel>_forward_pullback`` in
 ``include/rootclad/pullbacks.h``), an entry here (``saves``: what its pullback reads of the
 forward, which the arena planner keeps), and a torch reference case in
-``tests/core/test_core_ops.py`` (the coverage test fails until there is one).
+``tests/core/test_core_ops.py`` (the coverage test fails until there is one). On the GPU: its
+device kernels in ``include/rootclad/device_kernels.h`` and the entry's ``device`` hook
+(tests/cuda/test_device_ops.py runs every case of test_core_ops.py on them).
 
 Kernel calls are written once, as the forward call's argument list (:class:`Call`); the
 emitter derives the pullback call from it by Clad's convention: the same arguments, then one
@@ -121,9 +123,8 @@ class OpSpec:
     functions: tuple[str, ...] = ()  # torch functions / Tensor methods ("Tensor.relu")
     from_call: Callable | None = None  # (extra positional args, kwargs, where) -> attrs
     # the op on CUDA and on dev::Host (codegen/device.py, include/rootclad/device_kernels.h):
-    # (node, graph, DeviceSite) -> (forward statements, backward statements[, scratch values:
-    # how many of the batch-independent scratch at site.scratch it uses]); None: no device
-    # kernels yet
+    # (node, graph, DeviceSite) -> (forward statements, backward statements[, DeviceScratch:
+    # how many values of scratch it uses]); None: no device kernels yet
     device: Callable | None = None
     # from_module / from_call give an axis as torch numbers it, batch axis included, in attrs
     # "dim"; the front-end turns it into "axis", the per-sample axis (0 = the first after B)
@@ -133,8 +134,10 @@ class OpSpec:
 class DeviceSite:
     """C++ expressions for one node in a device program (codegen/device.py): its output and
     inputs, their adjoints (``d_ins[i]`` may be "nullptr": not wanted), a parameter and its
-    gradient by role (``p("weight")``, ``dp("weight")``), a buffer by role (``b(...)``) and
-    the op's scratch; the program's variables ``B`` (the batch size) and ``training``."""
+    gradient by role (``p("weight")``, ``dp("weight")``), a buffer by role (``b(...)``), the
+    op's scratch (``scratch``: batch-independent; ``sample_scratch``: so many values per
+    sample) and its place in the graph (``index``); the program's variables ``B`` (the batch
+    size), ``training`` and ``seed`` (dropout's, per call)."""
 
     out: str
     ins: tuple[str, ...]
@@ -144,6 +147,8 @@ class DeviceSite:
     d_params: dict
     buffers: dict = field(default_factory=dict)
     scratch: str = "nullptr"
+    sample_scratch: str = "nullptr"
+    index: int = 0
 
     # a missing role: a typed null, so the kernels' templates still deduce T
     def b(self, role: str) -> str:
@@ -154,6 +159,16 @@ class DeviceSite:
 
     def dp(self, role: str) -> str:
         return self.d_params.get(role, "(T*)nullptr")
+
+
+@dataclass(frozen=True)
+class DeviceScratch:
+    """What a device hook asks of the program's scratch: ``shared`` values (whatever the
+    batch size; at DeviceSite.scratch) and ``per_sample`` values for each sample (at
+    DeviceSite.sample_scratch)."""
+
+    shared: int = 0
+    per_sample: int = 0
 
 
 OPS: dict[str, OpSpec] = {}
@@ -457,12 +472,14 @@ def _global_pool_calls(node, graph, site):
     return [Call(kernel, tuple(args))]
 
 
-def _global_avgpool_device(node, graph, d):
+def _global_pool_device(node, graph, d):
     C, L = node.in_shape[0], _n(node.in_shape[1:])
-    fwd = [f"global_avgpool_forward(on, {d.out}, {d.ins[0]}, (long)B * {C}, {L});"]
+    rows = f"(long)B * {C}, {L}"
+    fwd = [f"{node.op}_forward(on, {d.out}, {d.ins[0]}, {rows});"]
     bwd = []
     if d.d_ins[0] != "nullptr":
-        bwd.append(f"global_avgpool_backward(on, {d.d_ins[0]}, {d.d_out}, (long)B * {C}, {L});")
+        reads = f", {d.ins[0]}" if node.op == "global_maxpool" else ""  # where the maximum is
+        bwd.append(f"{node.op}_backward(on, {d.d_ins[0]}, {d.d_out}{reads}, {rows});")
     return fwd, bwd
 
 
@@ -479,7 +496,7 @@ for _name, _modules in (
             saves=("in", "out") if _name == "global_maxpool" else (),
             modules=_modules,
             from_module=_global_pool_from_module,
-            device=_global_avgpool_device if _name == "global_avgpool" else None,
+            device=_global_pool_device,
         )
     )
 
@@ -640,6 +657,7 @@ _UNARY_DEVICE = {
     "elu": lambda a: f"Elu{{{float(a['alpha'])!r}}}",
     "softplus": lambda a: f"Softplus{{{float(a['beta'])!r}, {float(a['threshold'])!r}}}",
     "gelu": lambda a: f"Gelu{{{int(a['approximate'] == 'tanh')}}}",
+    "affine": lambda a: f"Affine{{{float(a['scale'])!r}, {float(a['shift'])!r}}}",
 }
 
 
@@ -749,6 +767,17 @@ def _dropout_calls(node, graph, site):
     return [Call("dropout", (OUT, IN(0), INT(f"B * {n}"), p, seed, LONG(f"(long)b0 * {n}")))]
 
 
+def _dropout_device(node, graph, d):
+    """The CPU's mask (dropout_mask.h): the same node seed, each element's index in the batch."""
+    n = f"(long)B * {_n(node.in_shape)}"
+    mask = f"training ? T({float(node.attrs['p'])!r}) : T(0), ::rootclad::dropout_hash(seed, {d.index})"
+    fwd = [f"dropout_forward(on, {d.out}, {d.ins[0]}, {n}, {mask});"]
+    bwd = []
+    if d.d_ins[0] != "nullptr":
+        bwd.append(f"dropout_backward(on, {d.d_ins[0]}, {d.d_out}, {n}, {mask});")
+    return fwd, bwd
+
+
 register(
     OpSpec(
         "dropout",
@@ -756,6 +785,7 @@ register(
         same_shape,
         _dropout_calls,
         saves=(),  # the mask is recomputed from the seed
+        device=_dropout_device,
         modules=("Dropout",),
         from_module=lambda mod, where: {"p": float(mod.p)},
     )
@@ -775,6 +805,7 @@ register(
         same_shape,
         _affine_calls,
         saves=(),
+        device=_unary_device,
     )
 )
 
@@ -838,25 +869,38 @@ def _binary_infer(node, shapes, graph):
 
 def _binary_calls(node, graph, site):
     a, b = node.in_shapes
-    dims, sa, sb = broadcast_geometry(node.out_shape, a, b)
-    pad = MAX_BROADCAST_DIMS - len(dims)
-    dims, sa, sb = [1] * pad + dims, [0] * pad + sa, [0] * pad + sb
+    dims, sa, sb = _broadcast_padded(node)
     args = (OUT, IN(0), IN(1), INT(BINARY_KINDS[node.op]), INT("B"))
     args += tuple(INT(d) for d in dims) + tuple(INT(s) for s in sa) + (INT(_n(a)),)
     args += tuple(INT(s) for s in sb) + (INT(_n(b)),)
     return [Call("binary", args)]
 
 
-def _add_device(node, graph, d):
-    """add / sub of two same-shape tensors (no broadcasting on devices yet)."""
+def _broadcast_padded(node):
+    """broadcast_geometry of the node, padded to MAX_BROADCAST_DIMS axes (size 1, stride 0)."""
     a, b = node.in_shapes
-    if tuple(a) != tuple(b):
-        raise IRError(f"{node.describe()}: broadcasting {a} with {b} has no device kernel yet")
-    n = f"(long)B * {_n(a)}"
-    sign = "T(1)" if node.op == "add" else "T(-1)"
-    fwd = [f"add_forward(on, {d.out}, {d.ins[0]}, {d.ins[1]}, {n}, {sign});"]
-    bwd = [f"add_backward(on, {dx}, {d.d_out}, {n}, {s});"
-           for dx, s in zip(d.d_ins, ("T(1)", sign), strict=True) if dx != "nullptr"]  # fmt: skip
+    dims, sa, sb = broadcast_geometry(node.out_shape, a, b)
+    pad = MAX_BROADCAST_DIMS - len(dims)
+    return [1] * pad + dims, [0] * pad + sa, [0] * pad + sb
+
+
+def _binary_device(node, graph, d):
+    """Same-shape add / sub: add_forward; the rest (mul, div, broadcasting): binary_forward."""
+    a, b = node.in_shapes
+    if node.op in ("add", "sub") and tuple(a) == tuple(b):
+        n = f"(long)B * {_n(a)}"
+        sign = "T(1)" if node.op == "add" else "T(-1)"
+        fwd = [f"add_forward(on, {d.out}, {d.ins[0]}, {d.ins[1]}, {n}, {sign});"]
+        bwd = [f"add_backward(on, {dx}, {d.d_out}, {n}, {s});"
+               for dx, s in zip(d.d_ins, ("T(1)", sign), strict=True) if dx != "nullptr"]  # fmt: skip
+        return fwd, bwd
+    dims, sa, sb = _broadcast_padded(node)
+    g = (f"Broadcast{{{{{', '.join(map(str, dims))}}}, {{{', '.join(map(str, sa))}}}, "
+         f"{{{', '.join(map(str, sb))}}}, {_n(a)}, {_n(b)}}}")  # fmt: skip
+    kind = BINARY_KINDS[node.op]
+    fwd = [f"binary_forward(on, {d.out}, {d.ins[0]}, {d.ins[1]}, (long)B, {g}, {kind});"]
+    bwd = [f"binary_backward(on, {dx}, {d.d_out}, {d.ins[0]}, {d.ins[1]}, (long)B, {g}, {kind}, "
+           f"{which});" for which, dx in enumerate(d.d_ins) if dx != "nullptr"]  # fmt: skip
     return fwd, bwd
 
 
@@ -869,7 +913,7 @@ for _name, _sym in (("add", "+"), ("sub", "-"), ("mul", "*"), ("div", "/")):
             _binary_calls,
             arity=2,
             saves=("in",) if _name in ("mul", "div") else (),
-            device=_add_device if _name in ("add", "sub") else None,
+            device=_binary_device,
         )
     )
 
@@ -943,15 +987,29 @@ def _permute_infer(node, shapes, graph):
     return tuple(shape[p] for p in perm)
 
 
-def _permute_calls(node, graph, site):
+def _permute_geometry(node):
+    """The output's dims and, per output axis, the input's stride; padded to 4 axes."""
     shape, perm = node.in_shape, node.attrs["perm"]
     strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
     dims = [shape[p] for p in perm]
     st = [strides[p] for p in perm]
     pad = 4 - len(dims)
-    dims, st = [1] * pad + dims, [0] * pad + st
-    args = (OUT, IN(0), INT("B"), INT(_n(shape)), *map(INT, dims), *map(INT, st))
+    return [1] * pad + dims, [0] * pad + st
+
+
+def _permute_calls(node, graph, site):
+    dims, st = _permute_geometry(node)
+    args = (OUT, IN(0), INT("B"), INT(_n(node.in_shape)), *map(INT, dims), *map(INT, st))
     return [Call("permute", args)]
+
+
+def _permute_device(node, graph, d):
+    dims, st = _permute_geometry(node)
+    g = (f"Permute{{{{{', '.join(map(str, dims))}}}, {{{', '.join(map(str, st))}}}, "
+         f"{_n(node.in_shape)}}}")  # fmt: skip
+    fwd = [f"permute_forward(on, {d.out}, {d.ins[0]}, (long)B, {g});"]
+    bwd = [f"permute_backward(on, {d.d_ins[0]}, {d.d_out}, (long)B, {g});"]
+    return fwd, bwd if d.d_ins[0] != "nullptr" else []
 
 
 register(
@@ -961,6 +1019,7 @@ register(
         _permute_infer,
         _permute_calls,
         saves=(),
+        device=_permute_device,
     )
 )
 
@@ -980,19 +1039,34 @@ def _cat_infer(node, shapes, graph):
     return tuple(sum(s[dim] for s in shapes) if i == dim else d for i, d in enumerate(first))
 
 
+def _cat_parts(node):
+    """Rows per sample, the output's row length, and (row length, offset) of each input."""
+    dim = node.attrs["axis"]
+    parts, off = [], 0
+    for s in node.in_shapes:
+        parts.append((_n(s[dim:]), off))
+        off += _n(s[dim:])
+    return _n(node.out_shape[:dim]), _n(node.out_shape[dim:]), parts
+
+
 def _cat_calls(node, graph, site):
     """One copy per input into its slice of each output row."""
-    dim = node.attrs["axis"]
-    outer = _n(node.out_shape[:dim])
-    n_out = _n(node.out_shape[dim:])
-    calls, off = [], 0
-    for i, s in enumerate(node.in_shapes):
-        n_in = _n(s[dim:])
-        calls.append(
-            Call("cat_part", (OUT, IN(i), INT(f"B * {outer}"), INT(n_in), INT(n_out), INT(off)))
-        )
-        off += n_in
-    return calls
+    outer, n_out, parts = _cat_parts(node)
+    return [
+        Call("cat_part", (OUT, IN(i), INT(f"B * {outer}"), INT(n_in), INT(n_out), INT(off)))
+        for i, (n_in, off) in enumerate(parts)
+    ]
+
+
+def _cat_device(node, graph, d):
+    outer, n_out, parts = _cat_parts(node)
+    fwd, bwd = [], []
+    for x, dx, (n_in, off) in zip(d.ins, d.d_ins, parts, strict=True):
+        shape = f"(long)B * {outer}, {n_in}, {n_out}, {off}"
+        fwd.append(f"cat_part_forward(on, {d.out}, {x}, {shape});")
+        if dx != "nullptr":
+            bwd.append(f"cat_part_backward(on, {dx}, {d.d_out}, {shape});")
+    return fwd, bwd
 
 
 register(
@@ -1003,6 +1077,7 @@ register(
         _cat_calls,
         arity=None,
         saves=(),
+        device=_cat_device,
     )
 )
 
@@ -1021,6 +1096,15 @@ def _softmax_calls(node, graph, site):
     return [Call(node.op, (OUT, IN(0), INT(f"B * {outer}"), INT(shape[axis]), INT(inner)))]
 
 
+def _softmax_device(node, graph, d):
+    shape, axis = node.in_shape, node.attrs["axis"]
+    lines = f"(long)B * {_n(shape[:axis])}, {shape[axis]}, {_n(shape[axis + 1 :])}"
+    log_form = int(node.op == "log_softmax")
+    fwd = [f"softmax_forward(on, {d.out}, {d.ins[0]}, {lines}, {log_form});"]
+    bwd = [f"softmax_backward(on, {d.d_ins[0]}, {d.d_out}, {d.out}, {lines}, {log_form});"]
+    return fwd, bwd if d.d_ins[0] != "nullptr" else []
+
+
 def _softmax_module(mod, where):
     if mod.dim is None:
         raise IRError(f"{where}: give dim explicitly (implicit dim is deprecated in torch)")
@@ -1035,6 +1119,7 @@ for _name, _module in (("softmax", "Softmax"), ("log_softmax", "LogSoftmax")):
             _softmax_infer,
             _softmax_calls,
             saves=("out",),
+            device=_softmax_device,
             modules=(_module,),
             from_module=_softmax_module,
             functions=(f"torch.{_name}", _F + _name, f"Tensor.{_name}"),
@@ -1073,6 +1158,19 @@ def _layer_norm_calls(node, graph, site):
     return [Call("layer_norm", args)]
 
 
+def _layer_norm_device(node, graph, d):
+    rows = f"(long)B * {_layer_norm_rows(node)}, {_n(node.attrs['normalized_shape'])}"
+    stats = d.sample_scratch  # each row's mean and 1/std
+    fwd = [f"layer_norm_forward(on, {d.out}, {stats}, {d.ins[0]}, {d.p('weight')}, "
+           f"{d.p('bias')}, {rows}, T({float(node.attrs['eps'])!r}));"]  # fmt: skip
+    bwd = [f"layer_norm_backward_params(on, {d.dp('weight')}, {d.dp('bias')}, {d.d_out}, "
+           f"{d.ins[0]}, {stats}, {rows});"]  # fmt: skip
+    if d.d_ins[0] != "nullptr":
+        bwd.append(f"layer_norm_backward_input(on, {d.d_ins[0]}, {d.d_out}, {d.ins[0]}, {stats}, "
+                   f"{d.p('weight')}, {rows});")  # fmt: skip
+    return fwd, bwd, DeviceScratch(per_sample=2 * _layer_norm_rows(node))
+
+
 register(
     OpSpec(
         "layer_norm",
@@ -1082,6 +1180,7 @@ register(
         params=("weight", "bias"),
         scratch=lambda node, g: {"stats": 2 * _layer_norm_rows(node)},  # mean, 1/std per row
         saves=("in", "stats"),
+        device=_layer_norm_device,
         modules=("LayerNorm",),
         from_module=_layer_norm_module,
     )
@@ -1135,7 +1234,7 @@ def _batch_norm_device(node, graph, d):
         batch = "training" if "running_mean" in node.buffers else "1"  # the batch's statistics
         bwd.append(f"batch_norm_backward_input(on, {d.d_ins[0]}, {d.d_out}, {d.ins[0]}, "
                    f"{d.scratch}, {d.p('weight')}, {shape}, {batch});")  # fmt: skip
-    return fwd, bwd, 4 * C  # per channel: mean, 1/std, and the backward's two sums
+    return fwd, bwd, DeviceScratch(shared=4 * C)  # per channel: mean, 1/std, the two sums
 
 
 register(

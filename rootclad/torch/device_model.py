@@ -12,6 +12,7 @@ tests run on machines without a GPU. (For speed on the CPU use :class:`CompiledM
 
 The backward is the built-in sweep over rootclad's hand-written device pullbacks (engine
 ``"pullback"``); the device programs use plain kernels (no cuBLAS yet) and a flat layout.
+A parameter whose ``requires_grad`` is False is frozen, as in :class:`CompiledModel`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import copy
 import ctypes
 import hashlib
+import itertools
 import math
 from collections import OrderedDict
 
@@ -29,6 +31,7 @@ from rootclad.codegen.device import emit_device
 from rootclad.ir.from_torch import graph_from_module
 from rootclad.ir.graph import CLASS_INDEX_LOSSES
 from rootclad.toolchain import ToolchainError, build_library, find_cxx, find_nvcc
+from rootclad.torch.model import _ArenaParameter
 
 _DTYPES = {torch.float32: "float32", torch.float64: "float64"}
 _TORCH = {v: k for k, v in _DTYPES.items()}
@@ -59,19 +62,20 @@ def _check_device(device) -> torch.device:
 
 
 class _InputGrad(torch.autograd.Function):
-    """``apply(model, x)``: the output, differentiable with respect to the input (the
-    parameters' gradients come from loss_and_grad / train_step)."""
+    """``apply(model, seed, *xs)``: the output, differentiable with respect to the inputs (the
+    parameters' gradients come from loss_and_grad / train_step); the backward draws the
+    forward's dropout masks again from its seed."""
 
     @staticmethod
-    def forward(ctx, model, x):
-        ctx.model = model
-        ctx.save_for_backward(x)
-        return model.predict(x)
+    def forward(ctx, model, seed, *xs):
+        ctx.model, ctx.seed = model, seed
+        ctx.save_for_backward(*xs)
+        return model._predict(xs, seed)
 
     @staticmethod
     def backward(ctx, d_out):
-        (x,) = ctx.saved_tensors
-        return None, ctx.model.input_grad(x, d_out=d_out)
+        grads = ctx.model._input_grad(ctx.saved_tensors, d_out, ctx.seed)
+        return None, None, *grads
 
 
 class DeviceModel:
@@ -85,7 +89,7 @@ class DeviceModel:
     engine = "pullback"
     pullbacks = True
 
-    def __init__(self, graph, loss: str = "bce_with_logits", device="cuda"):
+    def __init__(self, graph, loss: str = "bce_with_logits", device="cuda", seed: int = 0):
         self.device = _check_device(device)
         graph.validate()
         self.graph, self.loss = graph, loss
@@ -94,6 +98,8 @@ class DeviceModel:
         self.input_shape = self.input_shapes[0]
         self.output_shape = tuple(graph.output_shape)
         self.training = True
+        # dropout's masks: a seed per call, the same sequence as CompiledModel's
+        self._seed, self._calls = int(seed), itertools.count(1)
         name = "rcd_" + hashlib.sha256(graph.fingerprint().encode()).hexdigest()[:12]
         source = emit_device(graph, name, loss)
         if self.device.type == "cuda":
@@ -109,16 +115,22 @@ class DeviceModel:
                      "loss_and_grad", "input_grad", "optim_step")}  # fmt: skip
         for k in ("n_params", "n_buffers", "act_size", "output_offset"):
             self._fn[k].restype = ctypes.c_long
-        self._fn["optim_step"].argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_long]
+        self._fn["optim_step"].argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_long] * 3
+        tail = [ctypes.c_int, ctypes.c_int, ctypes.c_ulonglong]  # B, training, seed
+        for k, n_ptrs in (("forward", 4), ("loss_and_grad", 8), ("input_grad", 6)):
+            self._fn[k].argtypes = [ctypes.c_void_p] * n_ptrs + tail
         n = self._fn["n_params"]()
         self.n_param_values = n
         self._params = torch.zeros(n, dtype=self.dtype, device=self.device)
         self._grads = torch.zeros_like(self._params)
-        self._views: OrderedDict[str, torch.Tensor] = OrderedDict()
+        # parameters as CompiledModel's: requires_grad=False freezes one
+        self._views: OrderedDict[str, torch.nn.Parameter] = OrderedDict()
         self._grad_views: OrderedDict[str, torch.Tensor] = OrderedDict()
+        self._offsets: list[tuple[int, int]] = []  # (offset, size) of each parameter tensor
         off = 0
         for p in graph.params:
-            self._views[p.name] = self._params[off : off + p.numel].view(p.shape)
+            self._views[p.name] = _ArenaParameter(self._params[off : off + p.numel].view(p.shape))
+            self._offsets.append((off, p.numel))
             self._grad_views[p.name] = self._grads[off : off + p.numel].view(p.shape)
             off += p.numel
         assert off == n, (off, n)
@@ -134,26 +146,25 @@ class DeviceModel:
         self._work: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     @classmethod
-    def from_module(cls, net: torch.nn.Module, example_input: torch.Tensor, device="cuda",
-                    loss: str = "bce_with_logits", dtype=None) -> DeviceModel:  # fmt: skip
-        """The device model of ``net`` with its current parameters (``net`` stays as it is)."""
-        if isinstance(example_input, (tuple, list)):
-            raise ValueError("a device model takes one input tensor (several: not yet)")
-        dtype = dtype or example_input.dtype
+    def from_module(cls, net: torch.nn.Module, example_input, device="cuda",
+                    loss: str = "bce_with_logits", dtype=None, seed: int = 0) -> DeviceModel:  # fmt: skip
+        """The device model of ``net`` with its current parameters (``net`` stays as it is);
+        ``example_input``: a tensor, or a tuple of one per input of ``net.forward``."""
+        several = isinstance(example_input, (tuple, list))
+        examples = tuple(example_input) if several else (example_input,)
+        dtype = dtype or examples[0].dtype
         if dtype not in _DTYPES:
             raise TypeError(f"dtype {dtype} is not supported; use torch.float32 or torch.float64")
         device = _check_device(device)
-        frozen = [n for n, p in net.named_parameters() if not p.requires_grad]
-        if frozen:
-            raise ValueError(f"parameters {frozen} are frozen (requires_grad=False): a device "
-                             "model trains every parameter (frozen ones: not yet)")  # fmt: skip
         if any(t.device.type != "cpu" for t in (*net.parameters(), *net.buffers())):
             net = copy.deepcopy(net).cpu()  # traced on the CPU; the caller's stays where it is
-        example = example_input.detach().cpu().to(dtype)
-        graph = graph_from_module(net, example, _DTYPES[dtype])
-        model = cls(graph, loss, device)
+        example = tuple(t.detach().cpu().to(dtype) for t in examples)
+        graph = graph_from_module(net, example if several else example[0], _DTYPES[dtype])
+        model = cls(graph, loss, device, seed)
         buffers = {n: b for n, b in net.named_buffers() if n in model._buffer_views}
         model.load_state_dict({**dict(net.named_parameters()), **buffers})
+        for name, p in net.named_parameters():  # frozen stays frozen
+            model._views[name].requires_grad_(p.requires_grad)
         model.train(net.training)
         return model
 
@@ -211,10 +222,12 @@ class DeviceModel:
         if device.type == "cpu":
             from rootclad.compiler import compile_graph
 
-            cm = compile_graph(self.graph, self.loss, engine="auto")
+            cm = compile_graph(self.graph, self.loss, engine="auto", seed=self._seed)
         else:
-            cm = DeviceModel(self.graph, self.loss, device)
+            cm = DeviceModel(self.graph, self.loss, device, self._seed)
         cm.load_state_dict(self.state_dict())
+        for name, p in self._views.items():
+            cm._views[name].requires_grad_(p.requires_grad)
         return cm.train(self.training)
 
     # -- checking -----------------------------------------------------------------------------
@@ -238,54 +251,89 @@ class DeviceModel:
             return None
         return ctypes.c_void_p(torch.cuda.current_stream(self.device).cuda_stream)
 
+    def _inputs(self, x) -> tuple:
+        """The model inputs as a tuple: a tensor, or a tuple/list of one tensor per input."""
+        xs = tuple(x) if isinstance(x, (tuple, list)) else (x,)
+        if len(xs) != len(self.input_shapes):
+            raise TypeError(f"this model takes {len(self.input_shapes)} inputs, got {len(xs)} "
+                            f"(per-sample shapes {self.input_shapes})")  # fmt: skip
+        return xs
+
     def _buffers(self, x) -> tuple[int, torch.Tensor, torch.Tensor]:
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"input must be a torch.Tensor, got {type(x).__name__}")
-        if x.dim() != len(self.input_shape) + 1 or x.shape[0] < 1:
-            raise ValueError(f"input has shape {tuple(x.shape)}, expected (B, "
-                             f"{', '.join(map(str, self.input_shape))})")  # fmt: skip
-        B = int(x.shape[0])
-        x = self._check(x, "input", [(B, *self.input_shape)])
+        """Checks the inputs and copies them into act, one after the other (the program's
+        layout); returns the batch size, act and d_act."""
+        xs = self._inputs(x)
+        B = None
+        for i, (t, shape) in enumerate(zip(xs, self.input_shapes, strict=True)):
+            what = f"input {i}" if len(xs) > 1 else "input"
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{what} must be a torch.Tensor, got {type(t).__name__}")
+            if t.dim() != len(shape) + 1 or t.shape[0] < 1 or (B and t.shape[0] != B):
+                raise ValueError(f"{what} has shape {tuple(t.shape)}, expected "
+                                 f"({B or 'B'}, {', '.join(map(str, shape))})")  # fmt: skip
+            B = int(t.shape[0])
         if B not in self._work:
             n = self._fn["act_size"](B)
             self._work[B] = (torch.empty(n, dtype=self.dtype, device=self.device),
                              torch.empty(n, dtype=self.dtype, device=self.device))  # fmt: skip
         act, d_act = self._work[B]
-        act[: x.numel()].copy_(x.reshape(-1))  # on the same stream as the kernels
+        at = 0
+        for i, (t, shape) in enumerate(zip(xs, self.input_shapes, strict=True)):
+            what = f"input {i}" if len(xs) > 1 else "input"
+            t = self._check(t.detach(), what, [(B, *shape)])
+            act[at : at + t.numel()].copy_(t.reshape(-1))  # on the same stream as the kernels
+            at += t.numel()
         return B, act, d_act
+
+    def _next_seed(self) -> int:
+        return (self._seed * 0x9E3779B97F4A7C15 + next(self._calls)) & 0xFFFFFFFFFFFFFFFF
 
     @staticmethod
     def _p(t: torch.Tensor) -> ctypes.c_void_p:
         return ctypes.c_void_p(t.data_ptr())
 
     # -- running ------------------------------------------------------------------------------
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """The output, differentiable by torch autograd with respect to ``x``."""
-        return _InputGrad.apply(self, x)
+    def __call__(self, *x: torch.Tensor) -> torch.Tensor:
+        """The output, differentiable by torch autograd with respect to the inputs (several
+        in order: ``model(x, theta)``)."""
+        return _InputGrad.apply(self, self._next_seed(), *x)
 
-    def predict(self, x: torch.Tensor) -> torch.Tensor:
+    def predict(self, *x: torch.Tensor) -> torch.Tensor:
         """The output (B, *output_shape), a fresh device tensor."""
-        B, act, _ = self._buffers(x.detach())
+        return self._predict(x, self._next_seed())
+
+    forward = predict
+
+    def _predict(self, xs, seed: int) -> torch.Tensor:
+        B, act, _ = self._buffers(xs[0] if len(xs) == 1 else xs)
         self._fn["forward"](self._stream(), self._p(self._params), self._p(self._buffer_store),
-                            self._p(act), B, int(self.training))  # fmt: skip
+                            self._p(act), B, int(self.training), seed)  # fmt: skip
         at = self._fn["output_offset"](B)
         n = B * math.prod(self.output_shape)
         return act[at : at + n].view(B, *self.output_shape).clone()
 
-    forward = predict
-
-    def input_grad(self, x: torch.Tensor, d_out: torch.Tensor | None = None) -> torch.Tensor:
+    def input_grad(self, *x: torch.Tensor, d_out: torch.Tensor | None = None):
         """d(sum of output x d_out) / d input (``d_out`` defaults to ones: each sample's
-        saliency for a one-output model); no parameter gradient is formed."""
-        B, act, d_act = self._buffers(x.detach())
+        saliency for a one-output model); no parameter gradient is formed. One tensor per
+        model input (a tuple when there are several)."""
+        grads = self._input_grad(x, d_out, self._next_seed())
+        return grads[0] if len(grads) == 1 else grads
+
+    def _input_grad(self, xs, d_out, seed: int) -> tuple[torch.Tensor, ...]:
+        B, act, d_act = self._buffers(xs[0] if len(xs) == 1 else xs)
         out_shape = (B, *self.output_shape)
         if d_out is None:
             d_out = torch.ones(out_shape, dtype=self.dtype, device=self.device)
         d_out = self._check(d_out.detach(), "d_out", [out_shape])
         self._fn["input_grad"](self._stream(), self._p(self._params), self._p(self._buffer_store),
                                self._p(act), self._p(d_out), self._p(d_act), B,
-                               int(self.training))  # fmt: skip
-        return d_act[: x.numel()].view(x.shape).clone()
+                               int(self.training), seed)  # fmt: skip
+        grads, at = [], 0
+        for shape in self.input_shapes:
+            n = B * math.prod(shape)
+            grads.append(d_act[at : at + n].view(B, *shape).clone())
+            at += n
+        return tuple(grads)
 
     def _targets(self, y, B: int) -> torch.Tensor:
         """As torch's losses take them (cross_entropy and nll: (B,) integer class indices,
@@ -313,14 +361,15 @@ class DeviceModel:
         self._fn["loss_and_grad"](self._stream(), self._p(self._params),
                                   self._p(self._buffer_store), self._p(act), self._p(y),
                                   self._p(self._loss), self._p(self._grads), self._p(d_act), B,
-                                  int(self.training))  # fmt: skip
+                                  int(self.training), self._next_seed())  # fmt: skip
         return self._loss[0].clone()
 
     def loss_and_grad(self, x, y) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The batch's mean loss (a 0-d device tensor) and every parameter's gradient (fresh
-        device tensors), as :meth:`CompiledModel.loss_and_grad`."""
+        """The batch's mean loss (a 0-d device tensor) and every trainable parameter's gradient
+        (fresh device tensors), as :meth:`CompiledModel.loss_and_grad`."""
         loss = self._loss_and_grad(x, y)
-        return loss, {k: v.clone() for k, v in self._grad_views.items()}
+        return loss, {k: v.clone() for k, v in self._grad_views.items()
+                      if self._views[k].requires_grad}  # fmt: skip
 
     def train_step(self, x, y, opt) -> torch.Tensor:
         """Forward, backward and ``opt``'s update (a ``rootclad.optim`` optimizer made for this
@@ -329,9 +378,22 @@ class DeviceModel:
         if opt.model is not self:
             raise ValueError("this optimizer was created for another model")
         loss = self._loss_and_grad(x, y)
-        step, _ = opt._advance([True] * len(self._views))
-        self._fn["optim_step"](self._stream(), self._p(self._params), self._p(self._grads),
-                               self._p(opt._state), ctypes.addressof(opt._cfg), step)  # fmt: skip
+        step, per_tensor = opt._advance([v.requires_grad for v in self._views.values()])
+        if per_tensor is None:  # every tensor at `step`: one launch
+            runs = [(0, self.n_param_values, step)]
+        else:  # frozen ones skipped; neighbours at the same step share a launch
+            runs = []
+            for (off, n), t in zip(self._offsets, opt._call_steps, strict=False):
+                if t <= 0:
+                    continue
+                if runs and runs[-1][2] == t and sum(runs[-1][:2]) == off:
+                    runs[-1] = (runs[-1][0], runs[-1][1] + n, t)
+                else:
+                    runs.append((off, n, t))
+        for begin, count, t in runs:
+            self._fn["optim_step"](self._stream(), self._p(self._params), self._p(self._grads),
+                                   self._p(opt._state), ctypes.addressof(opt._cfg), t, begin,
+                                   count)  # fmt: skip
         return loss
 
     def __repr__(self) -> str:

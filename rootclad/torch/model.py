@@ -224,12 +224,10 @@ class CompiledModel:
             return self
         from rootclad.torch.device_model import DeviceModel
 
-        frozen = [k for k, v in self._views.items() if not v.requires_grad]
-        if frozen:
-            raise ValueError(f"parameters {frozen} are frozen: a device model trains every "
-                             "parameter (frozen ones: not yet)")  # fmt: skip
-        dm = DeviceModel(self.graph, self.loss, device)
+        dm = DeviceModel(self.graph, self.loss, device, self._seed)
         dm.load_state_dict(self.state_dict())
+        for name, p in self._views.items():  # frozen stays frozen
+            dm._views[name].requires_grad_(p.requires_grad)
         return dm.train(self.training)
 
     # -- checking inputs ----------------------------------------------------------------

@@ -21,9 +21,26 @@ template <class T> void instantiate() {
   k::relu_forward(on, p, p, 1);
   k::relu_backward(on, p, p, p, 1);
   unary<T>(on, k::Tanh{}, k::Sigmoid{}, k::Silu{}, k::LeakyRelu{0.1}, k::Elu{1.0},
-           k::Softplus{1.0, 20.0}, k::Gelu{0});
+           k::Softplus{1.0, 20.0}, k::Gelu{0}, k::Affine{2.0, 1.0});
   k::add_forward(on, p, p, p, 1, T(1));
   k::add_backward(on, p, p, 1, T(1));
+  const k::Broadcast bc{{1, 2, 3}, {0, 3, 1}, {6, 3, 1}, 3, 6};
+  k::binary_forward(on, p, p, p, 1, bc, 2);
+  k::binary_backward(on, p, p, p, p, 1, bc, 2, 0);
+  k::dropout_forward(on, p, p, 1, T(0.5), 1ull);
+  k::dropout_backward(on, p, p, 1, T(0.5), 1ull);
+  const k::Permute perm{{1, 1, 3, 2}, {0, 0, 1, 3}, 6};
+  k::permute_forward(on, p, p, 1, perm);
+  k::permute_backward(on, p, p, 1, perm);
+  k::cat_part_forward(on, p, p, 1, 2, 3, 1);
+  k::cat_part_backward(on, p, p, 1, 2, 3, 1);
+  k::softmax_forward(on, p, p, 1, 2, 1, 0);
+  k::softmax_backward(on, p, p, p, 1, 2, 1, 1);
+  k::layer_norm_forward(on, p, p, p, p, p, 1, 2, T(1e-5));
+  k::layer_norm_backward_params(on, p, p, p, p, p, 1, 2);
+  k::layer_norm_backward_input(on, p, p, p, p, p, 1, 2);
+  k::global_maxpool_forward(on, p, p, 1, 1);
+  k::global_maxpool_backward(on, p, p, p, 1, 1);
   k::global_avgpool_forward(on, p, p, 1, 1);
   k::global_avgpool_backward(on, p, p, 1, 1);
   const k::Conv conv = k::conv2d_shape(2, 3, 3, 2, 2, 2, 1, 1, 0, 0, 1, 1, 2);
@@ -49,7 +66,7 @@ template <class T> void instantiate() {
   k::cross_entropy_backward(on, p, p, p, 1, 2, T(1));
   k::nll_forward(on, p, p, p, 1, 2);
   k::nll_backward(on, p, p, 1, 2, T(1));
-  k::optim_step(on, p, p, p, 1, rootclad::OptimConfig{}, 1);
+  k::optim_step(on, p, p, p, p, 1, rootclad::OptimConfig{}, 1);
 }
 
 template void instantiate<float>();

@@ -62,8 +62,8 @@ namespace k = rootclad::dev;
     k::bce_with_logits_backward(Host{}, dz, z, y, n, T(1));                                        \
   }                                                                                                \
   extern "C" void optim_step_##S(T* p, const T* g, T* state, long n, const double* cfg, long t) {  \
-    k::optim_step(Host{}, p, g, state, n, *reinterpret_cast<const rootclad::OptimConfig*>(cfg),    \
-                  t);                                                                              \
+    k::optim_step(Host{}, p, g, state, state + n, n,                                               \
+                  *reinterpret_cast<const rootclad::OptimConfig*>(cfg), t);                        \
   }
 
 ROOTCLAD_HOST_KERNELS(float, f32)

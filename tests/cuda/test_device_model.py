@@ -269,6 +269,50 @@ def test_moving_between_models_keeps_weights_and_optimizer_state():
     torch.testing.assert_close(model.predict(x), net(x).detach(), rtol=1e-10, atol=1e-12)
 
 
+class _Concat(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(5, 1)
+
+    def forward(self, x, theta):
+        return self.fc(torch.cat([x, theta], dim=1))
+
+
+def _two_inputs():
+    examples = (torch.zeros(2, 3, dtype=F64), torch.zeros(2, 2, dtype=F64))
+    return DeviceModel.from_module(_Concat().double(), examples, "cpu")
+
+
+def test_frozen_parameters_are_skipped_like_torch_optim():
+    """A frozen tensor keeps its values and optimizer state, and counts no steps (as
+    torch.optim skips a parameter without a gradient): frozen for 3 steps, then trained."""
+    torch.manual_seed(0)
+    net = gw_mlp(24).double()
+    net[0].weight.requires_grad_(False)
+    net[-1].bias.requires_grad_(False)
+    dm = DeviceModel.from_module(net, torch.zeros(2, 24, dtype=F64), "cpu")
+    assert not dm._views["0.weight"].requires_grad
+    opt, ref_opt = rootclad.optim.Adam(dm, lr=1e-2), torch.optim.Adam(net.parameters(), lr=1e-2)
+    frozen_before = net[0].weight.detach().clone()
+    for step in range(1, 7):
+        if step == 4:  # unfrozen: its first Adam step now (bias correction from step 1)
+            net[0].weight.requires_grad_(True)
+            dm._views["0.weight"].requires_grad_(True)
+        x, y = _batch(step, 4, (24,), F64)
+        loss = dm.train_step(x, y, opt)
+        ref_opt.zero_grad()
+        ref = F.binary_cross_entropy_with_logits(net(x).squeeze(1), y)
+        ref.backward()
+        ref_opt.step()
+        torch.testing.assert_close(loss, ref.detach(), rtol=1e-10, atol=1e-12)
+        if step == 3:
+            assert torch.equal(dm.state_dict()["0.weight"], frozen_before)
+    for name, p in net.named_parameters():
+        torch.testing.assert_close(dm.state_dict()[name], p.detach(), rtol=1e-9, atol=1e-12)
+    _, grads = dm.loss_and_grad(*_batch(9, 4, (24,), F64))
+    assert "0.weight" in grads and "4.bias" not in grads  # no gradient for a frozen one
+
+
 def test_bad_inputs_are_refused_naming_what_was_expected():
     torch.manual_seed(0)
     dm = DeviceModel.from_module(gw_mlp(16).double(), torch.zeros(2, 16, dtype=F64), "cpu")
@@ -286,10 +330,10 @@ def test_bad_inputs_are_refused_naming_what_was_expected():
         other.train_step(torch.zeros(2, 16, dtype=F64), torch.zeros(2, dtype=F64), opt)
     with pytest.raises(ValueError, match="runs on 'cuda' or 'cpu'"):
         DeviceModel.from_module(gw_mlp(16), torch.zeros(2, 16), device="meta")
-    frozen = gw_mlp(16)
-    frozen[0].weight.requires_grad_(False)
-    with pytest.raises(ValueError, match=r"\['0.weight'\] are frozen"):
-        DeviceModel.from_module(frozen, torch.zeros(2, 16), device="cpu")
+    with pytest.raises(ValueError, match=r"input 1 has shape \(3, 2\), expected \(2, 2\)"):
+        _two_inputs().predict(torch.zeros(2, 3, dtype=F64), torch.zeros(3, 2, dtype=F64))
+    with pytest.raises(TypeError, match=r"takes 2 inputs, got 1"):
+        _two_inputs().predict(torch.zeros(2, 3, dtype=F64))
     cm = rootclad.compile(gw_mlp(16), example_input=torch.zeros(1, 16), engine="pullback")
     with pytest.raises(ValueError, match=r"input is on meta; this compiled model runs on the CPU "
                                          r"\(cm.to\('meta'\)"):  # fmt: skip

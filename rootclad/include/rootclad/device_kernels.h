@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "rootclad/device.h"
+#include "rootclad/dropout_mask.h"
 #include "rootclad/optim_rule.h"
 
 namespace rootclad {
@@ -426,6 +427,257 @@ template <class On, class T> void add_backward(On on, T* d_x, const T* d_out, lo
   each_index(on, n, ROOTCLAD_BODY(long i) { d_x[i] += scale * d_out[i]; });
 }
 
+// -- a (op) b with broadcasting: per sample, the output's element j = (j0, j1, j2) over dims
+// reads a at sum j_k sa[k] and b at sum j_k sb[k] (stride 0: a broadcast axis); ops.py's
+// broadcast_geometry merges the axes. kind: 0 add, 1 sub, 2 mul, 3 div (ops.BINARY_KINDS).
+struct Broadcast {
+  int dims[3], sa[3], sb[3];
+  long na, nb; // per-sample sizes of a and b
+};
+
+template <class T> ROOTCLAD_HD inline T binary_value(int kind, T a, T b) {
+  return kind == 0 ? a + b : kind == 1 ? a - b : kind == 2 ? a * b : a / b;
+}
+
+// d (a op b) / d a (which = 0) or / d b (which = 1)
+template <class T> ROOTCLAD_HD inline T binary_partial(int kind, int which, T a, T b) {
+  if (kind == 0)
+    return T(1);
+  if (kind == 1)
+    return which ? T(-1) : T(1);
+  if (kind == 2)
+    return which ? a : b;
+  return which ? -a / (b * b) : T(1) / b;
+}
+
+template <class On, class T>
+void binary_forward(On on, T* out, const T* a, const T* b, long B, Broadcast g, int kind) {
+  const long n = (long)g.dims[0] * g.dims[1] * g.dims[2];
+  each_index(
+      on, B * n, ROOTCLAD_BODY(long i) {
+        const long s = i / n, j = i % n;
+        const int j2 = (int)(j % g.dims[2]), j1 = (int)(j / g.dims[2] % g.dims[1]);
+        const int j0 = (int)(j / ((long)g.dims[2] * g.dims[1]));
+        const long ia = (long)j0 * g.sa[0] + (long)j1 * g.sa[1] + (long)j2 * g.sa[2];
+        const long ib = (long)j0 * g.sb[0] + (long)j1 * g.sb[1] + (long)j2 * g.sb[2];
+        out[i] = binary_value(kind, a[s * g.na + ia], b[s * g.nb + ib]);
+      });
+}
+
+// d_x += the adjoint of operand `which` (0: a, 1: b), gathered: each of its elements sums the
+// output elements that read it (over the axes where it is broadcast)
+template <class On, class T>
+void binary_backward(On on, T* d_x, const T* d_out, const T* a, const T* b, long B, Broadcast g,
+                     int kind, int which) {
+  const long n = (long)g.dims[0] * g.dims[1] * g.dims[2];
+  const long nx = which ? g.nb : g.na;
+  each_index(
+      on, B * nx, ROOTCLAD_BODY(long i) {
+        const long s = i / nx, k = i % nx;
+        const int* st = which ? g.sb : g.sa;
+        int lo[3], hi[3];
+        for (int d = 0; d < 3; ++d) {
+          lo[d] = st[d] ? (int)(k / st[d] % g.dims[d]) : 0;
+          hi[d] = st[d] ? lo[d] + 1 : g.dims[d];
+        }
+        T sum = 0;
+        for (int j0 = lo[0]; j0 < hi[0]; ++j0)
+          for (int j1 = lo[1]; j1 < hi[1]; ++j1)
+            for (int j2 = lo[2]; j2 < hi[2]; ++j2) {
+              const long j = ((long)j0 * g.dims[1] + j1) * g.dims[2] + j2;
+              const long ia = (long)j0 * g.sa[0] + (long)j1 * g.sa[1] + (long)j2 * g.sa[2];
+              const long ib = (long)j0 * g.sb[0] + (long)j1 * g.sb[1] + (long)j2 * g.sb[2];
+              sum += d_out[s * n + j] *
+                     binary_partial(kind, which, a[s * g.na + ia], b[s * g.nb + ib]);
+            }
+        d_x[i] += sum;
+      });
+}
+
+// -- x * scale + shift with constant numbers, as an elementwise functor ------------------------
+struct Affine {
+  double scale, shift;
+  template <class T> ROOTCLAD_HD T f(T x) const { return x * T(scale) + T(shift); }
+  template <class T> ROOTCLAD_HD T df(T, T) const { return T(scale); }
+};
+
+// -- Dropout: the CPU's mask (dropout_mask.h) for the element's index in the batch; p = 0 (eval
+// mode) keeps every element -------------------------------------------------------------------
+template <class On, class T>
+void dropout_forward(On on, T* out, const T* inp, long n, T p, std::uint64_t seed) {
+  each_index(on, n, ROOTCLAD_BODY(long i) { out[i] = inp[i] * dropout_scale(seed, i, p); });
+}
+
+template <class On, class T>
+void dropout_backward(On on, T* d_inp, const T* d_out, long n, T p, std::uint64_t seed) {
+  each_index(on, n, ROOTCLAD_BODY(long i) { d_inp[i] += d_out[i] * dropout_scale(seed, i, p); });
+}
+
+// -- permute: per sample, out's element j = (j0..j3) over dims reads inp at sum j_k st[k] -------
+struct Permute {
+  int dims[4], st[4];
+  long n; // values per sample
+};
+
+inline ROOTCLAD_HD long permute_source(const Permute& g, long j) {
+  long src = 0;
+  for (int d = 3; d >= 0; --d) {
+    src += (j % g.dims[d]) * g.st[d];
+    j /= g.dims[d];
+  }
+  return src;
+}
+
+template <class On, class T> void permute_forward(On on, T* out, const T* inp, long B, Permute g) {
+  each_index(
+      on, B * g.n,
+      ROOTCLAD_BODY(long i) { out[i] = inp[i / g.n * g.n + permute_source(g, i % g.n)]; });
+}
+
+// a permutation: every input element is read once, so the scatter writes each place once
+template <class On, class T>
+void permute_backward(On on, T* d_inp, const T* d_out, long B, Permute g) {
+  each_index(
+      on, B * g.n,
+      ROOTCLAD_BODY(long i) { d_inp[i / g.n * g.n + permute_source(g, i % g.n)] += d_out[i]; });
+}
+
+// -- cat: input part inp(R, n_in) goes to columns [off, off + n_in) of out(R, n_out) ----------
+template <class On, class T>
+void cat_part_forward(On on, T* out, const T* inp, long R, int n_in, int n_out, int off) {
+  each_index(
+      on, R * n_in, ROOTCLAD_BODY(long i) { out[i / n_in * n_out + off + i % n_in] = inp[i]; });
+}
+
+template <class On, class T>
+void cat_part_backward(On on, T* d_inp, const T* d_out, long R, int n_in, int n_out, int off) {
+  each_index(
+      on, R * n_in,
+      ROOTCLAD_BODY(long i) { d_inp[i] += d_out[i / n_in * n_out + off + i % n_in]; });
+}
+
+// -- softmax and log-softmax along the middle axis of inp(R, N, S): one line (r, s) per index --
+template <class On, class T>
+void softmax_forward(On on, T* out, const T* inp, long R, int N, int S, int log_form) {
+  each_index(
+      on, R * S, ROOTCLAD_BODY(long line) {
+        const long base = line / S * N * S + line % S;
+        T m = inp[base];
+        for (int k = 1; k < N; ++k)
+          m = inp[base + (long)k * S] > m ? inp[base + (long)k * S] : m;
+        T sum = 0;
+        for (int k = 0; k < N; ++k)
+          sum += exp(inp[base + (long)k * S] - m);
+        const T lse = m + log(sum);
+        for (int k = 0; k < N; ++k) {
+          const T z = inp[base + (long)k * S] - lse;
+          out[base + (long)k * S] = log_form ? z : exp(z);
+        }
+      });
+}
+
+// softmax: d_x += y (d_y - sum d_y y); log-softmax: d_x += d_y - exp(y) sum d_y
+template <class On, class T>
+void softmax_backward(On on, T* d_inp, const T* d_out, const T* out, long R, int N, int S,
+                      int log_form) {
+  each_index(
+      on, R * S, ROOTCLAD_BODY(long line) {
+        const long base = line / S * N * S + line % S;
+        T sum = 0;
+        for (int k = 0; k < N; ++k)
+          sum += log_form ? d_out[base + (long)k * S]
+                          : d_out[base + (long)k * S] * out[base + (long)k * S];
+        for (int k = 0; k < N; ++k) {
+          const long at = base + (long)k * S;
+          d_inp[at] += log_form ? d_out[at] - exp(out[at]) * sum : out[at] * (d_out[at] - sum);
+        }
+      });
+}
+
+// -- LayerNorm over the rows of inp(R, M); stats (2R): each row's mean and 1/std --------------
+template <class On, class T>
+void layer_norm_forward(On on, T* out, T* stats, const T* inp, const T* weight, const T* bias,
+                        long R, int M, T eps) {
+  each_index(
+      on, R, ROOTCLAD_BODY(long r) {
+        const T* x = inp + r * M;
+        T mean = 0, var = 0;
+        for (int i = 0; i < M; ++i)
+          mean += x[i];
+        mean /= T(M);
+        for (int i = 0; i < M; ++i)
+          var += (x[i] - mean) * (x[i] - mean);
+        const T rstd = T(1) / sqrt(var / T(M) + eps);
+        stats[2 * r] = mean;
+        stats[2 * r + 1] = rstd;
+        for (int i = 0; i < M; ++i)
+          out[r * M + i] =
+              (x[i] - mean) * rstd * (weight ? weight[i] : T(1)) + (bias ? bias[i] : T(0));
+      });
+}
+
+// d_weight[i] += sum over rows of d_out x_hat, d_bias[i] += sum of d_out (null: skipped)
+template <class On, class T>
+void layer_norm_backward_params(On on, T* d_weight, T* d_bias, const T* d_out, const T* inp,
+                                const T* stats, long R, int M) {
+  if (!d_weight && !d_bias)
+    return;
+  each_index(
+      on, (long)M, ROOTCLAD_BODY(long i) {
+        T sw = 0, sb = 0;
+        for (long r = 0; r < R; ++r) {
+          sw += d_out[r * M + i] * (inp[r * M + i] - stats[2 * r]) * stats[2 * r + 1];
+          sb += d_out[r * M + i];
+        }
+        if (d_weight)
+          d_weight[i] += sw;
+        if (d_bias)
+          d_bias[i] += sb;
+      });
+}
+
+// d_x += 1/std (g - mean(g) - x_hat mean(g x_hat)), g = d_out * weight, per row
+template <class On, class T>
+void layer_norm_backward_input(On on, T* d_inp, const T* d_out, const T* inp, const T* stats,
+                               const T* weight, long R, int M) {
+  each_index(
+      on, R, ROOTCLAD_BODY(long r) {
+        const T mean = stats[2 * r], rstd = stats[2 * r + 1];
+        T sum_g = 0, sum_gx = 0;
+        for (int i = 0; i < M; ++i) {
+          const T g = d_out[r * M + i] * (weight ? weight[i] : T(1));
+          sum_g += g;
+          sum_gx += g * (inp[r * M + i] - mean) * rstd;
+        }
+        for (int i = 0; i < M; ++i) {
+          const T g = d_out[r * M + i] * (weight ? weight[i] : T(1));
+          const T xhat = (inp[r * M + i] - mean) * rstd;
+          d_inp[r * M + i] += rstd * (g - sum_g / T(M) - xhat * sum_gx / T(M));
+        }
+      });
+}
+
+// -- global max pooling: out(R) = the maximum of each row of inp(R, L); its first maximum
+// takes the gradient (as MaxPool's windows) ----------------------------------------------------
+template <class T> ROOTCLAD_HD inline int row_argmax(const T* x, int L) {
+  int best = 0;
+  for (int l = 1; l < L; ++l)
+    best = x[l] > x[best] ? l : best;
+  return best;
+}
+
+template <class On, class T>
+void global_maxpool_forward(On on, T* out, const T* inp, long R, int L) {
+  each_index(on, R, ROOTCLAD_BODY(long r) { out[r] = inp[r * L + row_argmax(inp + r * L, L)]; });
+}
+
+// one index per row, which adds into one element of its own row
+template <class On, class T>
+void global_maxpool_backward(On on, T* d_inp, const T* d_out, const T* inp, long R, int L) {
+  each_index(
+      on, R, ROOTCLAD_BODY(long r) { d_inp[r * L + row_argmax(inp + r * L, L)] += d_out[r]; });
+}
+
 // -- global average pooling: out(R) = the mean of each row of inp(R, L) ---------------------
 template <class On, class T>
 void global_avgpool_forward(On on, T* out, const T* inp, long R, int L) {
@@ -627,13 +879,12 @@ template <class On, class T> void nll_backward(On on, T* d_z, const T* y, long R
       ROOTCLAD_BODY(long i) { d_z[i] = (long)(i % C) == (long)y[i / C] ? -scale / T(R) : T(0); });
 }
 
-// -- optimizers: SGD, Adam, AdamW as torch.optim's (optim_rule.h), over n parameters; state
-// holds SGD's momentum buffer, or Adam's first then second moment (2n values, as on the CPU).
+// -- optimizers: SGD, Adam, AdamW as torch.optim's (optim_rule.h), over n parameters; m holds
+// SGD's momentum buffer or Adam's first moment, v Adam's second moment (as on the CPU).
 template <class On, class T>
-void optim_step(On on, T* param, const T* grad, T* state, long n, const OptimConfig& c, long step) {
+void optim_step(On on, T* param, const T* grad, T* m, T* v, long n, const OptimConfig& c,
+                long step) {
   const OptimStep<T> s(c, step);
-  T* m = state;
-  T* v = state + n;
   if (s.kind == OPTIM_SGD)
     each_index(on, n, ROOTCLAD_BODY(long i) { sgd_element(param[i], grad[i], m[i], s); });
   else if (s.kind == OPTIM_ADAMW)

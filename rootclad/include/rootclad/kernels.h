@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "rootclad/blas.h"
+#include "rootclad/dropout_mask.h"
 
 namespace rootclad {
 // The clad engine (with custom pullbacks) runs the forward once, then executes the reverse
@@ -627,21 +628,7 @@ void gelu_backward(T* d_inp, const T* d_out, const T* inp, int N, int tanh_appro
 }
 
 // ---------------------------------------------------------------------------------------
-// Dropout (training): element i is kept with probability 1-p and scaled by 1/(1-p). The mask
-// is a counter-based hash of (seed, i), so the backward pass recomputes it instead of
-// storing it, and the same seed reproduces the same mask on any thread or device.
-inline std::uint64_t dropout_hash(std::uint64_t seed, std::uint64_t i) {
-  std::uint64_t z = seed + 0x9E3779B97F4A7C15ull * (i + 1); // splitmix64 finaliser
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-// i0 is the index of element 0 within the whole batch, so a batch split into chunks draws
-// the same mask as the batch in one piece.
-template <typename T> inline T dropout_scale(std::uint64_t seed, long i, T p) {
-  double u = (double)(dropout_hash(seed, (std::uint64_t)i) >> 11) * (1.0 / 9007199254740992.0);
-  return u < (double)p ? T(0) : T(1) / (T(1) - p);
-}
+// Dropout (training): the mask is dropout_mask.h's, recomputed by the backward pass.
 template <typename T>
 void dropout_forward(T* out, const T* inp, int N, T p, std::uint64_t seed, long i0) {
   ROOTCLAD_REPLAY_SKIP;

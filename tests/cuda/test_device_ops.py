@@ -1,0 +1,150 @@
+"""Every op of the registry on the device kernels, run on the CPU (DeviceModel, device="cpu":
+the kernels as loops), against torch autograd in float64:
+
+- each one-op case of tests/core/test_core_ops.py (the CPU kernels' cases): the output, the
+  input's gradient for a random upstream gradient, and the MSE loss and every parameter's
+  gradient;
+- the graph-IR tests' models (tests/core/test_core_graph.py: two inputs and cat, LayerNorm and
+  softmax, permute and LogSoftmax with NLL, a 2-D CNN, ResNets): 5 Adam steps like torch.optim;
+- dropout draws the CPU model's masks (the same seed gives the same output and gradients);
+- nvcc compiles those models' CUDA source (skipped without nvcc).
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import rootclad
+from rootclad.codegen.device import device_ops, emit_device
+from rootclad.ir.from_torch import graph_from_module
+from rootclad.ir.ops import OPS
+from rootclad.toolchain import find_nvcc
+from rootclad.torch import DeviceModel
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
+from core_helpers import (  # noqa: E402
+    RTOL,
+    assert_close_rel,
+    assert_grads_close,
+    mixed_batch,
+    mixed_model,
+    rounded_reference,
+    torch_loss,
+    torch_loss_and_grad,
+    torch_vjp,
+)
+from test_core_graph import MODELS as GRAPH_MODELS  # noqa: E402
+from test_core_ops import CASES, _input  # noqa: E402
+
+F64, F32 = torch.float64, torch.float32
+PARAMS = [pytest.param(build, shape, F64, id=f"{name}-f64") for name, build, shape, _ in CASES]
+PARAMS += [
+    pytest.param(build, shape, F32, id=f"{name}-f32") for name, build, shape, f32 in CASES if f32
+]
+
+
+def test_every_registered_op_has_device_kernels():
+    """With test_core_ops's check that every op has a case there, this makes every op's
+    device kernels run against torch below."""
+    assert device_ops() == list(OPS)
+
+
+@pytest.mark.parametrize("build, shape, dtype", PARAMS)
+def test_op_device_kernels_match_torch(build, shape, dtype):
+    torch.manual_seed(0)
+    net = build()
+    x = _input(shape).to(dtype)
+    dm = DeviceModel.from_module(copy.deepcopy(net).to(dtype), x, device="cpu", loss="mse")
+    ref, rtol = rounded_reference(net, dtype), RTOL[dtype]
+    out_ref, d_out, dx_ref, _ = torch_vjp(ref, x.to(F64))
+    assert_close_rel(dm.predict(x), out_ref, rtol, "forward")
+    assert_close_rel(dm.input_grad(x, d_out=d_out.to(dtype)), dx_ref, rtol, "d_input")
+    y = torch.randn(out_ref.shape, generator=torch.Generator().manual_seed(5), dtype=F64)
+    loss, dp = dm.loss_and_grad(x, y.to(dtype))
+    if list(ref.parameters()):
+        loss_ref, dp_ref = torch_loss_and_grad(ref, x.to(F64), y, "mse")
+        assert_grads_close(dp, dp_ref, rtol, "mse loss")
+    else:
+        loss_ref = torch_loss("mse", ref(x.to(F64)), y)
+    assert_close_rel(loss, loss_ref, rtol, "mse loss")
+
+
+@pytest.mark.parametrize("name", GRAPH_MODELS)
+def test_graph_ir_model_trains_like_torch_on_the_device_kernels(name):
+    build, data, loss = GRAPH_MODELS[name]
+    torch.manual_seed(0)
+    net = build().double()
+    xs, _ = data(4)
+    dm = DeviceModel.from_module(net, xs if len(xs) > 1 else xs[0], device="cpu", loss=loss)
+    opt, ref_opt = rootclad.optim.Adam(dm, lr=1e-2), torch.optim.Adam(net.parameters(), lr=1e-2)
+    for step in range(1, 6):
+        xs, y = data(4, seed=step)
+        value = dm.train_step(xs if len(xs) > 1 else xs[0], y, opt)
+        ref_opt.zero_grad()
+        ref = torch_loss(loss, net(*xs), y)
+        ref.backward()
+        ref_opt.step()
+        assert_close_rel(value, ref.detach(), 1e-10, f"step {step} loss")
+    for p_name, p in net.named_parameters():
+        assert_close_rel(dm.state_dict()[p_name], p.detach(), 1e-9, p_name)
+    for b_name, b in net.named_buffers():  # BatchNorm's running statistics
+        assert_close_rel(dm.state_dict()[b_name].to(F64), b.to(F64), 1e-9, b_name, nonzero=False)
+    # the inputs' gradients, each its own tensor
+    xs, _ = data(3, seed=9)
+    d_out = torch.randn(net(*xs).shape, generator=torch.Generator().manual_seed(2), dtype=F64)
+    grads = dm.input_grad(*xs, d_out=d_out)
+    grads = grads if isinstance(grads, tuple) else (grads,)
+    xs = [x.clone().requires_grad_(True) for x in xs]
+    want = torch.autograd.grad(net(*xs), xs, d_out)
+    assert len(grads) == len(want)
+    for i, (g, w) in enumerate(zip(grads, want, strict=True)):
+        assert_close_rel(g, w, 1e-10, f"d input {i}")
+
+
+def test_dropout_draws_the_cpu_models_masks():
+    """Every layer of the CPU tests' mixed model (Dropout(0.3) among them) in training mode:
+    the device model and the compiled CPU model, both seeded 7, drop the same elements in
+    predict, loss_and_grad and input_grad (the seeds follow the same sequence)."""
+    torch.manual_seed(0)
+    net = mixed_model()
+    x, y = mixed_batch(6)
+    cm = rootclad.compile(net, x, loss="cross_entropy", engine="pullback", seed=7)
+    dm = DeviceModel.from_module(net, x, device="cpu", loss="cross_entropy", seed=7)
+    out = dm.predict(x)
+    assert_close_rel(out, cm.predict(x), 1e-12, "forward")
+    assert (out - net.eval()(x)).abs().max() > 1e-6  # dropout was on (agreement: 1e-12)
+    loss, grads = dm.loss_and_grad(x, y)
+    cm_loss, cm_grads = cm.loss_and_grad(x, y)
+    assert_close_rel(loss, cm_loss, 1e-12, "loss")
+    assert_grads_close(grads, cm_grads, 1e-11, "loss")
+    assert_close_rel(dm.input_grad(x), cm.input_grad(x), 1e-11, "d_input")
+    # another call, another mask
+    assert (dm.predict(x) - out).abs().max() > 1e-6
+
+
+def test_graph_ir_models_compile_with_nvcc(tmp_path):
+    """The graph-IR tests' models and the mixed model (every CPU layer, dropout among them),
+    float32, as one CUDA source (a namespace each) compiled by nvcc."""
+    found = find_nvcc()
+    if found is None:
+        pytest.skip("nvcc not found: set ROOTCLAD_NVCC or put nvcc on PATH")
+    models = {name: (build, data(2)[0], loss) for name, (build, data, loss) in GRAPH_MODELS.items()}
+    models["mixed"] = (mixed_model, (mixed_batch(2)[0],), "cross_entropy")
+    sources = []
+    for i, (build, xs, loss) in enumerate(models.values()):
+        xs = tuple(x.float() for x in xs)
+        graph = graph_from_module(build().float(), xs if len(xs) > 1 else xs[0], "float32")
+        graph.validate()
+        sources.append(emit_device(graph, f"net{i}", loss))
+    src = tmp_path / "nets.cu"
+    src.write_text("\n".join(sources))
+    res = subprocess.run([found[0], "-std=c++17", "--extended-lambda", "-arch=sm_90",
+                          f"-I{rootclad.get_include()}", "-c", str(src), "-o",
+                          str(tmp_path / "nets.o")], capture_output=True, text=True)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
