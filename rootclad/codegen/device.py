@@ -20,8 +20,9 @@ on the CPU) and, where dropout draws its masks, a seed (as the CPU model's, one 
                                       config: rootclad::OptimConfig; state: 2 x n_params
                                       (SGD's momentum, or Adam's m then v)
 
-The inputs go in at the start of act, one after the other (B x per-sample size each); the
-output is at {name}_output_offset(B).
+Each call returns 0, or (on the GPU) the CUDA error its launches met, which
+{name}_error_text(code) names. The inputs go in at the start of act, one after the other
+(B x per-sample size each); the output is at {name}_output_offset(B).
 Ops come through the registry; losses: BCE with logits, MSE, Huber, cross-entropy and NLL (class
 indices held as T), each the mean as in torch.
 """
@@ -231,28 +232,36 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits") -> str:
         f"long {name}_n_buffers() {{ return {name}::N_BUFFERS; }}",
         f"long {name}_act_size(int B) {{ return (long){name}::ACT_PER_SAMPLE * B + {name}::SCRATCH; }}",
         f"long {name}_output_offset(int B) {{ return (long){name}::OUTPUT_OFFSET * B; }}",
-        f"void {name}_forward(void* stream, const {T}* params, {T}* buffers, {T}* act, int B,",
-        "                    int training, unsigned long long seed) {",
-        f"  {name}::forward({name}::device(stream), params, buffers, act, B, training, seed);",
+        f"int {name}_forward(void* stream, const {T}* params, {T}* buffers, {T}* act, int B,",
+        "                   int training, unsigned long long seed) {",
+        f"  const auto on = {name}::device(stream);",
+        f"  {name}::forward(on, params, buffers, act, B, training, seed);",
+        "  return ::rootclad::dev::launch_status(on);",
         "}",
-        f"void {name}_loss_and_grad(void* stream, const {T}* params, {T}* buffers, {T}* act,",
-        f"                          const {T}* y, {T}* loss, {T}* d_params, {T}* d_act, int B,",
-        "                          int training, unsigned long long seed) {",
-        f"  {name}::loss_and_grad({name}::device(stream), params, buffers, act, y, loss, d_params,",
-        "                        d_act, B, training, seed);",
+        f"int {name}_loss_and_grad(void* stream, const {T}* params, {T}* buffers, {T}* act,",
+        f"                         const {T}* y, {T}* loss, {T}* d_params, {T}* d_act, int B,",
+        "                         int training, unsigned long long seed) {",
+        f"  const auto on = {name}::device(stream);",
+        f"  {name}::loss_and_grad(on, params, buffers, act, y, loss, d_params, d_act, B, training,",
+        "                        seed);",
+        "  return ::rootclad::dev::launch_status(on);",
         "}",
-        f"void {name}_input_grad(void* stream, const {T}* params, {T}* buffers, {T}* act,",
-        f"                       const {T}* d_out, {T}* d_act, int B, int training,",
-        "                       unsigned long long seed) {",
-        f"  {name}::input_grad({name}::device(stream), params, buffers, act, d_out, d_act, B,",
-        "                     training, seed);",
+        f"int {name}_input_grad(void* stream, const {T}* params, {T}* buffers, {T}* act,",
+        f"                      const {T}* d_out, {T}* d_act, int B, int training,",
+        "                      unsigned long long seed) {",
+        f"  const auto on = {name}::device(stream);",
+        f"  {name}::input_grad(on, params, buffers, act, d_out, d_act, B, training, seed);",
+        "  return ::rootclad::dev::launch_status(on);",
         "}",
-        f"void {name}_optim_step(void* stream, {T}* params, const {T}* d_params, {T}* state,",
-        "                       const double* config, long step, long begin, long count) {",
-        f"  ::rootclad::dev::optim_step({name}::device(stream), params + begin, d_params + begin,",
-        f"      state + begin, state + {name}::N_PARAMS + begin, count,",
+        f"int {name}_optim_step(void* stream, {T}* params, const {T}* d_params, {T}* state,",
+        "                      const double* config, long step, long begin, long count) {",
+        f"  const auto on = {name}::device(stream);",
+        "  ::rootclad::dev::optim_step(on, params + begin, d_params + begin, state + begin,",
+        f"      state + {name}::N_PARAMS + begin, count,",
         "      *reinterpret_cast<const ::rootclad::OptimConfig*>(config), step);",
+        "  return ::rootclad::dev::launch_status(on);",
         "}",
+        f"const char* {name}_error_text(int code) {{ return ::rootclad::dev::error_text(code); }}",
         '} // extern "C"',
         "",
     ]

@@ -30,17 +30,39 @@ import rootclad
 from rootclad.codegen.device import emit_device
 from rootclad.ir.from_torch import graph_from_module
 from rootclad.ir.graph import CLASS_INDEX_LOSSES
-from rootclad.toolchain import ToolchainError, build_library, find_cxx, find_nvcc
+from rootclad.toolchain import (
+    CompileError,
+    ToolchainError,
+    build_library,
+    find_cxx,
+    find_nvcc,
+)
 from rootclad.torch.model import _ArenaParameter
 
 _DTYPES = {torch.float32: "float32", torch.float64: "float64"}
 _TORCH = {v: k for k, v in _DTYPES.items()}
 
 
-def _nvcc_flags() -> list[str]:
-    major, minor = torch.cuda.get_device_capability()
-    return ["-O3", "-std=c++17", "--extended-lambda", f"-arch=sm_{major}{minor}",
-            f"-I{rootclad.get_include()}"]  # fmt: skip
+def build_cuda_library(source: str, name: str, arch: str | None = None):
+    """nvcc's shared library of a device program for ``arch`` (default: the current GPU's,
+    ``sm_XY``); a toolkit too old for it is named in the error."""
+    if arch is None:
+        major, minor = torch.cuda.get_device_capability()
+        arch = f"sm_{major}{minor}"
+    nvcc, version = find_nvcc()
+    flags = ["-O3", "-std=c++17", "--extended-lambda", f"-arch={arch}",
+             f"-I{rootclad.get_include()}"]  # fmt: skip
+    try:
+        return build_library(source, name=name, cxx=nvcc, flags=flags, suffix=".cu")
+    except CompileError as exc:
+        log = exc.log_path.read_text() if exc.log_path.is_file() else str(exc)
+        if "Unsupported gpu architecture" in log:
+            raise ToolchainError(
+                f"nvcc {version} ({nvcc}) cannot compile for this GPU's architecture {arch}: it "
+                f"is older than the GPU; install a CUDA toolkit that lists {arch} in "
+                "`nvcc --list-gpu-arch` and point ROOTCLAD_NVCC at its nvcc"
+            ) from exc
+        raise
 
 
 def _check_device(device) -> torch.device:
@@ -103,8 +125,7 @@ class DeviceModel:
         name = "rcd_" + hashlib.sha256(graph.fingerprint().encode()).hexdigest()[:12]
         source = emit_device(graph, name, loss)
         if self.device.type == "cuda":
-            path, _ = build_library(source, name=name, cxx=find_nvcc()[0], flags=_nvcc_flags(),
-                                    suffix=".cu")  # fmt: skip
+            path, _ = build_cuda_library(source, name)
         else:
             path, _ = build_library(source, name=name, cxx=find_cxx()[0],
                                     flags=["-O2", "-std=c++17", f"-I{rootclad.get_include()}"])  # fmt: skip
@@ -112,7 +133,8 @@ class DeviceModel:
         self._lib = lib = ctypes.CDLL(str(path))
         self._fn = {k: getattr(lib, f"{name}_{k}") for k in
                     ("n_params", "n_buffers", "act_size", "output_offset", "forward",
-                     "loss_and_grad", "input_grad", "optim_step")}  # fmt: skip
+                     "loss_and_grad", "input_grad", "optim_step", "error_text")}  # fmt: skip
+        self._fn["error_text"].restype = ctypes.c_char_p
         for k in ("n_params", "n_buffers", "act_size", "output_offset"):
             self._fn[k].restype = ctypes.c_long
         self._fn["optim_step"].argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_long] * 3
@@ -274,8 +296,16 @@ class DeviceModel:
             B = int(t.shape[0])
         if B not in self._work:
             n = self._fn["act_size"](B)
-            self._work[B] = (torch.empty(n, dtype=self.dtype, device=self.device),
-                             torch.empty(n, dtype=self.dtype, device=self.device))  # fmt: skip
+            try:
+                self._work[B] = (torch.empty(n, dtype=self.dtype, device=self.device),
+                                 torch.empty(n, dtype=self.dtype, device=self.device))  # fmt: skip
+            except RuntimeError as exc:  # torch.OutOfMemoryError on a GPU
+                size = 2 * n * self._params.element_size() / 2**20
+                raise MemoryError(
+                    f"a batch of {B} needs {size:.0f} MiB on {self.device} for the activations "
+                    f"and their adjoints ({n} values each), which could not be allocated "
+                    f"({str(exc).splitlines()[0]}); use smaller batches"
+                ) from exc
         act, d_act = self._work[B]
         at = 0
         for i, (t, shape) in enumerate(zip(xs, self.input_shapes, strict=True)):
@@ -287,6 +317,18 @@ class DeviceModel:
 
     def _next_seed(self) -> int:
         return (self._seed * 0x9E3779B97F4A7C15 + next(self._calls)) & 0xFFFFFFFFFFFFFFFF
+
+    def _run(self, fn: str, *args) -> None:
+        """The program's ``fn`` on the current stream; raises on a CUDA error its launches met
+        (a kernel's fault may show at a later call: CUDA reports errors asynchronously)."""
+        code = self._fn[fn](self._stream(), *args)
+        if code:
+            text = self._fn["error_text"](code).decode()
+            hint = ""
+            if code == 209:  # cudaErrorNoKernelImageForDevice
+                hint = (f"; the library ({self.library_path}) holds no code for this GPU: it was "
+                        "built for another architecture")  # fmt: skip
+            raise RuntimeError(f"CUDA error {code} in the device program's {fn}: {text}{hint}")
 
     @staticmethod
     def _p(t: torch.Tensor) -> ctypes.c_void_p:
@@ -306,7 +348,7 @@ class DeviceModel:
 
     def _predict(self, xs, seed: int) -> torch.Tensor:
         B, act, _ = self._buffers(xs[0] if len(xs) == 1 else xs)
-        self._fn["forward"](self._stream(), self._p(self._params), self._p(self._buffer_store),
+        self._run("forward", self._p(self._params), self._p(self._buffer_store),
                             self._p(act), B, int(self.training), seed)  # fmt: skip
         at = self._fn["output_offset"](B)
         n = B * math.prod(self.output_shape)
@@ -325,7 +367,7 @@ class DeviceModel:
         if d_out is None:
             d_out = torch.ones(out_shape, dtype=self.dtype, device=self.device)
         d_out = self._check(d_out.detach(), "d_out", [out_shape])
-        self._fn["input_grad"](self._stream(), self._p(self._params), self._p(self._buffer_store),
+        self._run("input_grad", self._p(self._params), self._p(self._buffer_store),
                                self._p(act), self._p(d_out), self._p(d_act), B,
                                int(self.training), seed)  # fmt: skip
         grads, at = [], 0
@@ -358,7 +400,7 @@ class DeviceModel:
     def _loss_and_grad(self, x, y) -> torch.Tensor:
         B, act, d_act = self._buffers(x)
         y = self._targets(y, B)
-        self._fn["loss_and_grad"](self._stream(), self._p(self._params),
+        self._run("loss_and_grad", self._p(self._params),
                                   self._p(self._buffer_store), self._p(act), self._p(y),
                                   self._p(self._loss), self._p(self._grads), self._p(d_act), B,
                                   int(self.training), self._next_seed())  # fmt: skip
@@ -391,7 +433,7 @@ class DeviceModel:
                 else:
                     runs.append((off, n, t))
         for begin, count, t in runs:
-            self._fn["optim_step"](self._stream(), self._p(self._params), self._p(self._grads),
+            self._run("optim_step", self._p(self._params), self._p(self._grads),
                                    self._p(opt._state), ctypes.addressof(opt._cfg), t, begin,
                                    count)  # fmt: skip
         return loss

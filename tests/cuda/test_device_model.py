@@ -4,6 +4,8 @@ is one, against torch (the GPU tests skip, saying why, without one)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch.nn import functional as F
@@ -361,6 +363,36 @@ def test_cuda_without_nvcc_says_so(monkeypatch):
     monkeypatch.setattr(device_model, "find_nvcc", lambda: None)
     with pytest.raises(ToolchainError, match="needs nvcc"):
         DeviceModel.from_module(gw_mlp(16), torch.zeros(2, 16), device="cuda")
+
+
+def test_an_nvcc_older_than_the_gpu_is_named(tmp_path, monkeypatch):
+    """nvcc 13 knows no sm_999: what a toolkit older than the GPU says, named as such."""
+    if find_nvcc() is None:
+        pytest.skip("nvcc not found: set ROOTCLAD_NVCC or put nvcc on PATH")
+    monkeypatch.setenv("ROOTCLAD_CACHE_DIR", str(tmp_path))
+    src = 'extern "C" __global__ void k(float* p) { p[threadIdx.x] = 1; }\n'
+    with pytest.raises(ToolchainError, match=r"nvcc .* cannot compile for this GPU's "
+                                             r"architecture sm_999: it is older than the GPU"):  # fmt: skip
+        device_model.build_cuda_library(src, "nvcc_old", arch="sm_999")
+
+
+def test_out_of_device_memory_says_what_failed():
+    dm = DeviceModel.from_module(gw_mlp(16).double(), torch.zeros(2, 16, dtype=F64), "cpu")
+    huge = torch.zeros(1, 16, dtype=F64).expand(2**30, 16)  # no memory of its own
+    overcommit = Path("/proc/sys/vm/overcommit_memory")
+    if not overcommit.is_file() or overcommit.read_text().strip() == "1":
+        pytest.skip("this kernel grants any allocation (vm.overcommit_memory=1)")
+    with pytest.raises(MemoryError, match=r"a batch of 1073741824 needs \d+ MiB on cpu for the "
+                                          r"activations and their adjoints"):  # fmt: skip
+        dm.predict(huge)
+
+
+def test_kernel_errors_say_what_failed():
+    dm = DeviceModel.from_module(gw_mlp(16).double(), torch.zeros(2, 16, dtype=F64), "cpu")
+    dm._fn["forward"] = lambda *args: 209  # what a launch on a GPU it has no code for returns
+    with pytest.raises(RuntimeError, match=r"CUDA error 209 in the device program's forward: "
+                                           r".*holds no code for this GPU"):  # fmt: skip
+        dm.predict(torch.zeros(2, 16, dtype=F64))
 
 
 def test_nvcc_builds_a_shared_library(tmp_path, monkeypatch):

@@ -60,6 +60,24 @@ template <class Body> void each_index(Cuda on, long n, Body body) {
 }
 #endif
 
+// What the launches so far left behind: 0, or (on the GPU) the CUDA error that a launch or an
+// earlier kernel raised; error_text names it.
+inline int launch_status(Host) {
+  return 0;
+}
+#if defined(__CUDACC__)
+inline int launch_status(Cuda) {
+  return (int)cudaGetLastError();
+}
+inline const char* error_text(int code) {
+  return cudaGetErrorString((cudaError_t)code);
+}
+#else
+inline const char* error_text(int code) {
+  return code ? "unknown error" : "no error";
+}
+#endif
+
 // *p += v where several indices may add into *p at once
 template <class T> ROOTCLAD_HD inline void add_to(T* p, T v) {
 #if defined(__CUDA_ARCH__)
