@@ -32,7 +32,13 @@ from __future__ import annotations
 import math
 
 from rootclad.ir.graph import CLASS_INDEX_LOSSES, Graph, IRError
-from rootclad.ir.ops import OPS, DeviceScratch, DeviceSite
+from rootclad.ir.ops import (
+    DEVICE_FUSED_ACTIVATIONS,
+    DEVICE_FUSING_PRODUCERS,
+    OPS,
+    DeviceScratch,
+    DeviceSite,
+)
 
 # elementwise losses: their functor in device_kernels.h; the class-index ones have kernels
 LOSSES = {"bce_with_logits": "BceWithLogits", "mse": "Mse", "huber": "Huber",
@@ -63,8 +69,30 @@ def _ident(value: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in value)
 
 
-def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits") -> str:
-    """C++ source of the device program of a validated ``graph`` (see the module docstring).
+def fused_activations(graph: Graph) -> dict[str, object]:
+    """The activations a device program fuses into their producer: producer's output value ->
+    the activation node (ops.DEVICE_FUSED_ACTIVATIONS: its only reader, not the output)."""
+    readers: dict[str, list] = {}
+    for node in graph.nodes:
+        for v in node.inputs:
+            readers.setdefault(v, []).append(node)
+    fused = {}
+    for node in graph.nodes:
+        after = readers.get(node.output, [])
+        if (
+            node.op in DEVICE_FUSING_PRODUCERS
+            and node.output != graph.output
+            and len(after) == 1
+            and after[0].op in DEVICE_FUSED_ACTIVATIONS
+            and after[0].inputs == [node.output]
+        ):
+            fused[node.output] = after[0]
+    return fused
+
+
+def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits", fuse: bool = True) -> str:
+    """C++ source of the device program of a validated ``graph`` (see the module docstring);
+    ``fuse``: activations into their producers (:func:`fused_activations`).
     Raises IRError naming the node whose op has no device kernel yet."""
     if loss not in LOSSES:
         raise IRError(f"loss {loss!r} has no device kernel; device losses: {', '.join(LOSSES)}")
@@ -86,8 +114,12 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits") -> str:
         region[x], size[x] = total, math.prod(shape)
         total += size[x]
     inputs = set(graph.inputs)
+    fused = fused_activations(graph) if fuse else {}
+    fused_ids = {id(a) for a in fused.values()}
     for node in graph.nodes:
         spec = OPS[node.op]
+        if node.output in fused:  # never stored: the producer writes its activation's output
+            continue
         if spec.calls is None:  # a view of its input
             region[node.output] = region[node.inputs[0]]
             size[node.output] = size[node.inputs[0]]
@@ -107,10 +139,12 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits") -> str:
         return ("d" if d else "a") + names[v][1:]
 
     def site(node, index: int, dx: bool) -> DeviceSite:
+        act = fused.get(node.output)
+        written = act.output if act else node.output
         return DeviceSite(
-            out=ptr(node.output),
+            out=ptr(written),
             ins=tuple(ptr(v) for v in node.inputs),
-            d_out=ptr(node.output, True),
+            d_out=ptr(written, True),
             # the model inputs' adjoints: formed only for input_grad (dx)
             d_ins=tuple(
                 "nullptr" if v in inputs and not dx else ptr(v, True) for v in node.inputs
@@ -122,15 +156,18 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits") -> str:
             scratch=f"s_{_ident(node.output)}",
             sample_scratch=f"t_{_ident(node.output)}",
             index=index,
+            act=DEVICE_FUSED_ACTIVATIONS[act.op] if act else "",
         )
 
     fwd, bwd, bwd_dx = [], [], []
     scratch, n_scratch = [], 0  # batch-independent scratch (BatchNorm's statistics)
     for index, node in enumerate(graph.nodes):
         spec = OPS[node.op]
-        if spec.calls is None:
+        if spec.calls is None or id(node) in fused_ids:
             continue
-
+        what = node.describe()
+        if node.output in fused:
+            what += f" + {fused[node.output].op}, fused"
         f, b, *used = spec.device(node, graph, site(node, index, False))
         _, b_dx, *_ = spec.device(node, graph, site(node, index, True))
         need = used[0] if used else DeviceScratch()
@@ -142,9 +179,9 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits") -> str:
             scratch.append(f"  T* const {key} = act + (long)B * {total};")
             layout_extra.append(f"//   {key:<24} per sample {need.per_sample:>8} at {total:>8}")
             total += need.per_sample
-        fwd += [f"  // {node.describe()}"] + [f"  {line}" for line in f]
-        bwd = [f"  // {node.describe()}"] + [f"  {line}" for line in b] + bwd
-        bwd_dx = [f"  // {node.describe()}"] + [f"  {line}" for line in b_dx] + bwd_dx
+        fwd += [f"  // {what}"] + [f"  {line}" for line in f]
+        bwd = [f"  // {what}"] + [f"  {line}" for line in b] + bwd
+        bwd_dx = [f"  // {what}"] + [f"  {line}" for line in b_dx] + bwd_dx
 
     def pointers(kind: str, const: bool) -> list[str]:
         base = "act" if kind == "a" else "d_act"
@@ -262,6 +299,9 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits") -> str:
         "  return ::rootclad::dev::launch_status(on);",
         "}",
         f"const char* {name}_error_text(int code) {{ return ::rootclad::dev::error_text(code); }}",
+        "#if defined(ROOTCLAD_COUNT_LAUNCHES) // on the host: the kernel launches so far",
+        f"long {name}_launches() {{ return ::rootclad::dev::launch_count(); }}",
+        "#endif",
         '} // extern "C"',
         "",
     ]

@@ -149,6 +149,17 @@ class DeviceSite:
     scratch: str = "nullptr"
     sample_scratch: str = "nullptr"
     index: int = 0
+    # an activation fused into this op (DEVICE_FUSED_ACTIVATIONS' functor; out and d_out are
+    # then the activation's): the forward applies it, the backward reads d_out through dy()
+    act: str = ""
+
+    def fwd_act(self) -> str:
+        """The forward call's last argument: the fused activation, if any."""
+        return f", {self.act}" if self.act else ""
+
+    def dy(self) -> str:
+        """The output adjoint as the backward kernels read it (through a fused activation)."""
+        return f"act_grad({self.d_out}, {self.out}, {self.act})" if self.act else self.d_out
 
     # a missing role: a typed null, so the kernels' templates still deduce T
     def b(self, role: str) -> str:
@@ -231,13 +242,12 @@ def _linear_calls(node, graph, site):
 def _weighted_device(d, kernel: str, dims: str):
     """An op with a weight and a bias on the device: ``{kernel}_forward``, ``_backward_params``
     and (when the input's adjoint is wanted) ``_backward_input``, ``dims`` last."""
-    fwd = [f"{kernel}_forward(on, {d.out}, {d.ins[0]}, {d.p('weight')}, {d.p('bias')}, {dims});"]
-    bwd = [f"{kernel}_backward_params(on, {d.dp('weight')}, {d.dp('bias')}, {d.d_out}, "
+    fwd = [f"{kernel}_forward(on, {d.out}, {d.ins[0]}, {d.p('weight')}, {d.p('bias')}, {dims}"
+           f"{d.fwd_act()});"]  # fmt: skip
+    bwd = [f"{kernel}_backward_params(on, {d.dp('weight')}, {d.dp('bias')}, {d.dy()}, "
            f"{d.ins[0]}, {dims});"]  # fmt: skip
     if d.d_ins[0] != "nullptr":
-        bwd.append(
-            f"{kernel}_backward_input(on, {d.d_ins[0]}, {d.d_out}, {d.p('weight')}, {dims});"
-        )
+        bwd.append(f"{kernel}_backward_input(on, {d.d_ins[0]}, {d.dy()}, {d.p('weight')}, {dims});")
     return fwd, bwd
 
 
@@ -408,10 +418,11 @@ def _pool_device(node, d, shape: str):
     kind = node.op[:3]  # max or avg
     extra = "" if kind == "max" else f", {node.attrs['count_include_pad']}"
     reads = f"{d.ins[0]}, " if kind == "max" else ""
-    fwd = [f"{kind}pool2d_forward(on, {d.out}, {d.ins[0]}, (long)B * {C}, {shape}{extra});"]
+    fwd = [f"{kind}pool2d_forward(on, {d.out}, {d.ins[0]}, (long)B * {C}, {shape}{extra}"
+           f"{d.fwd_act()});"]  # fmt: skip
     bwd = []
     if d.d_ins[0] != "nullptr":
-        bwd.append(f"{kind}pool2d_backward(on, {d.d_ins[0]}, {d.d_out}, {reads}(long)B * {C}, "
+        bwd.append(f"{kind}pool2d_backward(on, {d.d_ins[0]}, {d.dy()}, {reads}(long)B * {C}, "
                    f"{shape}{extra});")  # fmt: skip
     return fwd, bwd
 
@@ -650,6 +661,7 @@ def _unary(
 
 # the device functor of each elementwise op (device_kernels.h), from the node's attrs
 _UNARY_DEVICE = {
+    "relu": lambda a: "Relu{}",
     "tanh": lambda a: "Tanh{}",
     "sigmoid": lambda a: "Sigmoid{}",
     "silu": lambda a: "Silu{}",
@@ -671,20 +683,16 @@ def _unary_device(node, graph, d):
     return fwd, bwd
 
 
-def _relu_device(node, graph, d):
-    n = f"(long)B * {_n(node.in_shape)}"
-    fwd = [f"relu_forward(on, {d.out}, {d.ins[0]}, {n});"]
-    bwd = (
-        [f"relu_backward(on, {d.d_ins[0]}, {d.d_out}, {d.out}, {n});"]
-        if d.d_ins[0] != "nullptr"
-        else []
-    )
-    return fwd, bwd
+# Device programs fuse an activation whose derivative reads only its output into the op that
+# produces its input, when it is that value's only reader: the producer applies it as it writes
+# (its hook passes DeviceSite.act through fwd_act() and dy()), and no pre-activation is stored.
+DEVICE_FUSED_ACTIVATIONS = {"relu": "Relu{}", "tanh": "Tanh{}", "sigmoid": "Sigmoid{}"}
+DEVICE_FUSING_PRODUCERS = {"linear", "conv1d", "conv2d", "maxpool1d", "maxpool2d", "avgpool1d",
+                           "avgpool2d"}  # fmt: skip
 
 
 _F = "torch.nn.functional."
-_unary("relu", "ReLU", ("ReLU",), ("torch.relu", _F + "relu", "Tensor.relu"), saves=("out",),
-       device=_relu_device)  # fmt: skip
+_unary("relu", "ReLU", ("ReLU",), ("torch.relu", _F + "relu", "Tensor.relu"), saves=("out",))
 _unary("tanh", "Tanh", ("Tanh",), ("torch.tanh", _F + "tanh", "Tensor.tanh"), saves=("out",))
 _unary(
     "sigmoid",

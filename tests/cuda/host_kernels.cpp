@@ -17,10 +17,10 @@ namespace k = rootclad::dev;
     k::linear_backward_params(Host{}, dw, db, dy, x, R, C, OC);                                    \
   }                                                                                                \
   extern "C" void relu_forward_##S(T* out, const T* x, long n) {                                   \
-    k::relu_forward(Host{}, out, x, n);                                                            \
+    k::unary_forward(Host{}, out, x, n, k::Relu{});                                                \
   }                                                                                                \
   extern "C" void relu_backward_##S(T* dx, const T* dy, const T* out, long n) {                    \
-    k::relu_backward(Host{}, dx, dy, out, n);                                                      \
+    k::unary_backward(Host{}, dx, dy, out, out, n, k::Relu{});                                     \
   }                                                                                                \
   extern "C" void conv1d_forward_##S(T* out, const T* x, const T* w, const T* b, int B, int C,     \
                                      int L, int OC, int K, int St, int P, int D) {                 \

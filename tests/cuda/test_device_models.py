@@ -13,13 +13,14 @@ import torch
 from torch.nn import functional as F
 
 import rootclad
-from rootclad.codegen.device import device_ops, emit_device
+from rootclad.codegen.device import device_ops, emit_device, fused_activations
 from rootclad.gw.models import gw_cnn, gw_mlp, gw_resnet
 from rootclad.ir.from_torch import graph_from_module
 from rootclad.ir.graph import IRError
 from rootclad.ir.ops import OPS
 from rootclad.nets import digits_cnn
 from rootclad.toolchain import find_cxx, find_nvcc
+from rootclad.torch import DeviceModel
 
 F64 = torch.float64
 MODELS = {
@@ -210,3 +211,82 @@ def test_subtraction_device_kernels_match_torch(tmp_path):
     x, y = torch.randn(4, 5, dtype=F64), (torch.arange(4) % 2).to(F64)
     _, d_params = _one_step(_build(tmp_path, source), net, x, y)
     torch.testing.assert_close(d_params, _torch_grads(net, x, y)[1], rtol=1e-10, atol=1e-12)
+
+
+class _FusionNet(torch.nn.Module):
+    """Every kind of fusing producer with each fusible activation, and a value read twice
+    (not fused); the output itself is a producer's (not fused either)."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.c1, self.c2 = nn.Conv2d(1, 3, 3, padding=1), nn.Conv2d(3, 4, 3)
+        self.pool, self.mpool = nn.AvgPool2d(2), nn.MaxPool1d(2)
+        self.c3, self.c4 = nn.Conv1d(4, 2, 3, padding=1), nn.Conv1d(2, 2, 1)
+        self.fc1, self.fc2 = nn.Linear(4, 5), nn.Linear(5, 1)
+
+    def forward(self, x):  # x: (B, 1, 8, 8)
+        h = torch.tanh(self.pool(torch.sigmoid(self.c1(x))))  # conv2d+sigmoid, avgpool+tanh
+        h = self.c2(h)  # (B, 4, 2, 2), read twice: not fused
+        h = (torch.relu(h) + h).flatten(2)  # (B, 4, 4)
+        # optimize.py swaps a ReLU before a MaxPool1d behind it: maxpool+relu
+        h = self.mpool(torch.relu(self.c3(h)))  # (B, 2, 2)
+        h = torch.sigmoid(self.c4(h))  # conv1d+sigmoid
+        return self.fc2(torch.tanh(self.fc1(h.flatten(1))))  # linear+tanh; the output linear
+
+
+def test_fused_activations_match_torch(tmp_path):
+    """The fused program (every producer kind, each fusible activation) against torch, and
+    the pairs fused_activations picks: the GW MLP's and CNN's ReLUs, not a value read twice."""
+    torch.manual_seed(0)
+    net = _FusionNet().double()
+    graph, source = _program(net, (1, 8, 8))
+    fused = {v: a.op for v, a in fused_activations(graph).items()}
+    assert sorted(fused.values()) == ["relu", "sigmoid", "sigmoid", "tanh", "tanh"], fused
+    assert source.count(", fused") == 3 * 5  # forward, backward, backward_input
+    x, y = torch.randn(6, 1, 8, 8, dtype=F64), (torch.arange(6) % 2).to(F64)
+    out, d_params = _one_step(_build(tmp_path, source), net, x, y)
+    want_out, want_grads = _torch_grads(net, x, y)
+    torch.testing.assert_close(out, want_out, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(d_params, want_grads, rtol=1e-10, atol=1e-12)
+    dm = DeviceModel.from_module(net, x, device="cpu")
+    xg = x.clone().requires_grad_(True)
+    torch.testing.assert_close(dm.input_grad(x), torch.autograd.grad(net(xg).sum(), xg)[0],
+                               rtol=1e-10, atol=1e-12)  # fmt: skip
+    for make, shape, n in ((gw_mlp, (96,), 2), (gw_cnn, (1, 512), 4)):
+        g = graph_from_module(make(shape[-1]), torch.zeros(2, *shape), "float32")
+        assert sorted(a.op for a in fused_activations(g).values()) == ["relu"] * n
+
+
+def _launches_per_step(tmp_path, source, shape, B=4):
+    """Kernel launches of one loss_and_grad + optimizer step, counted on the host (the launches
+    a GPU would make: -DROOTCLAD_COUNT_LAUNCHES)."""
+    cxx, _ = find_cxx()
+    src, so = tmp_path / "count.cpp", tmp_path / f"count{abs(hash(source))}.so"
+    src.write_text(source)
+    subprocess.run([cxx, "-O1", "-std=c++17", "-shared", "-fPIC", "-DROOTCLAD_COUNT_LAUNCHES",
+                    f"-I{rootclad.get_include()}", str(src), "-o", str(so)], check=True)  # fmt: skip
+    lib = ctypes.CDLL(str(so))
+    lib.net_act_size.restype = lib.net_launches.restype = ctypes.c_long
+    n = lib.net_n_params()
+    params, d_params, state = torch.zeros(n), torch.zeros(n), torch.zeros(2 * n)
+    act, d_act = torch.zeros(lib.net_act_size(B)), torch.zeros(lib.net_act_size(B))
+    y, loss = torch.zeros(B), torch.zeros(1)
+    adam = (ctypes.c_double * 9)(1, 1e-3, 0, 0, 0, 0, 0.9, 0.999, 1e-8)
+    before = lib.net_launches()
+    lib.net_loss_and_grad(None, _p(params), None, _p(act), _p(y), _p(loss), _p(d_params),
+                          _p(d_act), B, 1, ctypes.c_ulonglong(1))  # fmt: skip
+    lib.net_optim_step(None, _p(params), _p(d_params), _p(state), adam, ctypes.c_long(1),
+                       ctypes.c_long(0), ctypes.c_long(n))  # fmt: skip
+    return lib.net_launches() - before
+
+
+@pytest.mark.parametrize("model", ["gw-mlp", "gw-cnn"])
+def test_fusion_saves_two_launches_per_activation(model, tmp_path):
+    """Each fused activation saves its forward and its backward launch in a training step."""
+    make, shape = MODELS[model]
+    graph = graph_from_module(make(), torch.zeros(2, *shape), "float32")
+    fused = _launches_per_step(tmp_path, emit_device(graph, "net"), shape)
+    plain = _launches_per_step(tmp_path, emit_device(graph, "net", fuse=False), shape)
+    assert plain - fused == 2 * len(fused_activations(graph)) > 0
+    print(f"{model}: {plain} -> {fused} launches per training step")

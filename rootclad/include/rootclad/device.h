@@ -29,7 +29,19 @@ namespace dev {
 // Runs on the calling CPU thread, index after index.
 struct Host {};
 
+#if defined(ROOTCLAD_COUNT_LAUNCHES)
+// Built with -DROOTCLAD_COUNT_LAUNCHES, the host counts the launches a GPU would make (each
+// each_index over a non-empty range: one kernel launch).
+inline long& launch_count() {
+  static long n = 0;
+  return n;
+}
+#endif
+
 template <class Body> void each_index(Host, long n, Body body) {
+#if defined(ROOTCLAD_COUNT_LAUNCHES)
+  launch_count() += n > 0;
+#endif
   for (long i = 0; i < n; ++i)
     body(i);
 }

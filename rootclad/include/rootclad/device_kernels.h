@@ -7,6 +7,12 @@
 // and no atomics are needed; only the loss's sum uses dev::add_to. The products are plain
 // loops here, one body per output element: correct on both sides, and the reference the
 // GEMM-library path of a later step is tested against.
+//
+// Fused activations: a producer (Linear, Conv2d, pooling) may apply an elementwise activation
+// whose derivative reads only its output (Relu, Tanh, Sigmoid) as it writes (`act`), so the
+// pre-activation is never stored; its backward kernels then read the output adjoint through
+// act_grad (dy * f'(y), element by element) wherever they read d_out. A backward kernel's
+// `DY d_out` is a pointer or such an ActGrad.
 #pragma once
 
 #include <cmath>
@@ -23,9 +29,27 @@ template <class On, class T> void fill(On on, T* p, long n, T value) {
   each_index(on, n, ROOTCLAD_BODY(long i) { p[i] = value; });
 }
 
+// The identity as an activation: what a producer applies when nothing is fused.
+struct NoAct {
+  template <class T> ROOTCLAD_HD T f(T x) const { return x; }
+};
+
+// The adjoint of a fused activation's input, dy[i] * f'(y[i]), indexed like a pointer.
+template <class T, class Act> struct ActGrad {
+  const T* dy;
+  const T* y;
+  Act act;
+  ROOTCLAD_HD T operator[](long i) const { return dy[i] * act.df(T(0), y[i]); }
+  ROOTCLAD_HD ActGrad operator+(long k) const { return ActGrad{dy + k, y + k, act}; }
+};
+
+template <class T, class Act> ActGrad<T, Act> act_grad(const T* dy, const T* y, Act act) {
+  return ActGrad<T, Act>{dy, y, act};
+}
+
 // d_bias[o] += sum over rows r and positions l of d_out[r, o, l] (d_out: rows x OC x L)
-template <class On, class T>
-void bias_backward(On on, T* d_bias, const T* d_out, long rows, int OC, int L) {
+template <class On, class T, class DY>
+void bias_backward(On on, T* d_bias, DY d_out, long rows, int OC, int L) {
   each_index(
       on, (long)OC, ROOTCLAD_BODY(long o) {
         T s = 0;
@@ -37,9 +61,9 @@ void bias_backward(On on, T* d_bias, const T* d_out, long rows, int OC, int L) {
 }
 
 // -- Linear: out(R, OC) = inp(R, C) @ weight(OC, C)^T + bias ----------------------------------
-template <class On, class T>
+template <class On, class T, class Act = NoAct>
 void linear_forward(On on, T* out, const T* inp, const T* weight, const T* bias, int R, int C,
-                    int OC) {
+                    int OC, Act act = {}) {
   each_index(
       on, (long)R * OC, ROOTCLAD_BODY(long i) {
         const long r = i / OC;
@@ -47,13 +71,13 @@ void linear_forward(On on, T* out, const T* inp, const T* weight, const T* bias,
         T s = bias ? bias[o] : T(0);
         for (int c = 0; c < C; ++c)
           s += inp[r * C + c] * weight[(long)o * C + c];
-        out[i] = s;
+        out[i] = act.f(s);
       });
 }
 
 // d_inp(R, C) += d_out @ weight
-template <class On, class T>
-void linear_backward_input(On on, T* d_inp, const T* d_out, const T* weight, int R, int C, int OC) {
+template <class On, class T, class DY>
+void linear_backward_input(On on, T* d_inp, DY d_out, const T* weight, int R, int C, int OC) {
   each_index(
       on, (long)R * C, ROOTCLAD_BODY(long i) {
         const long r = i / C;
@@ -66,9 +90,9 @@ void linear_backward_input(On on, T* d_inp, const T* d_out, const T* weight, int
 }
 
 // d_weight(OC, C) += d_out^T @ inp;  d_bias(OC) += column sums of d_out (null: skipped)
-template <class On, class T>
-void linear_backward_params(On on, T* d_weight, T* d_bias, const T* d_out, const T* inp, int R,
-                            int C, int OC) {
+template <class On, class T, class DY>
+void linear_backward_params(On on, T* d_weight, T* d_bias, DY d_out, const T* inp, int R, int C,
+                            int OC) {
   if (d_weight) // null: not wanted (an input gradient)
     each_index(
         on, (long)OC * C, ROOTCLAD_BODY(long i) {
@@ -83,22 +107,12 @@ void linear_backward_params(On on, T* d_weight, T* d_bias, const T* d_out, const
     bias_backward(on, d_bias, d_out, R, OC, 1);
 }
 
-// -- ReLU ------------------------------------------------------------------------------------
-template <class On, class T> void relu_forward(On on, T* out, const T* inp, long n) {
-  each_index(on, n, ROOTCLAD_BODY(long i) { out[i] = inp[i] > T(0) ? inp[i] : T(0); });
-}
-
-// d_inp += d_out where the output is positive (torch: the gradient at 0 is 0)
-template <class On, class T>
-void relu_backward(On on, T* d_inp, const T* d_out, const T* out, long n) {
-  each_index(
-      on, n, ROOTCLAD_BODY(long i) {
-        if (out[i] > T(0))
-          d_inp[i] += d_out[i];
-      });
-}
-
-// -- other elementwise activations: f(x) and df/dx given x and y = f(x), as torch has them ---
+// -- elementwise activations: f(x) and df/dx given x and y = f(x), as torch has them; Relu,
+// Tanh and Sigmoid read y alone (they can be fused into their producer) ----------------------
+struct Relu { // torch: the gradient at 0 is 0
+  template <class T> ROOTCLAD_HD T f(T x) const { return x > T(0) ? x : T(0); }
+  template <class T> ROOTCLAD_HD T df(T, T y) const { return y > T(0) ? T(1) : T(0); }
+};
 struct Tanh {
   template <class T> ROOTCLAD_HD T f(T x) const { return tanh(x); }
   template <class T> ROOTCLAD_HD T df(T, T y) const { return T(1) - y * y; }
@@ -202,9 +216,9 @@ inline Conv conv1d_shape(int C, int L, int OC, int K, int S, int P, int D, int G
 
 // sum over a < NA, b < NB of u[a, b] * x[h0 + a*sh, w0 + b*sw], x (H, W) zero outside: a
 // convolution's output element (u: the kernel) and its weight gradient's (u: the output's)
-template <class T>
-ROOTCLAD_HD inline T strided_dot(const T* u, int NA, int NB, const T* x, int H, int W, int h0,
-                                 int sh, int w0, int sw) {
+template <class U, class T>
+ROOTCLAD_HD inline T strided_dot(U u, int NA, int NB, const T* x, int H, int W, int h0, int sh,
+                                 int w0, int sw) {
   T s = 0;
   for (int a = 0; a < NA; ++a) {
     const int h = h0 + a * sh;
@@ -219,8 +233,9 @@ ROOTCLAD_HD inline T strided_dot(const T* u, int NA, int NB, const T* x, int H, 
   return s;
 }
 
-template <class On, class T>
-void conv2d_forward(On on, T* out, const T* inp, const T* weight, const T* bias, int B, Conv g) {
+template <class On, class T, class Act = NoAct>
+void conv2d_forward(On on, T* out, const T* inp, const T* weight, const T* bias, int B, Conv g,
+                    Act act = {}) {
   const int CG = g.C / g.G, OCG = g.OC / g.G;
   each_index(
       on, (long)B * g.OC * g.OH * g.OW, ROOTCLAD_BODY(long i) {
@@ -232,7 +247,7 @@ void conv2d_forward(On on, T* out, const T* inp, const T* weight, const T* bias,
           s += strided_dot(weight + ((long)o * CG + c) * g.KH * g.KW, g.KH, g.KW,
                            inp + (b * g.C + (o / OCG) * CG + c) * g.H * g.W, g.H, g.W,
                            oh * g.SH - g.PH, g.DH, ow * g.SW - g.PW, g.DW);
-        out[i] = s;
+        out[i] = act.f(s);
       });
 }
 
@@ -243,8 +258,8 @@ inline ROOTCLAD_HD int conv_reader(int at, int k, int S, int P, int D, int LO) {
 }
 
 // d_inp[b, c, ih, iw] += sum over the taps and output positions that read it
-template <class On, class T>
-void conv2d_backward_input(On on, T* d_inp, const T* d_out, const T* weight, int B, Conv g) {
+template <class On, class T, class DY>
+void conv2d_backward_input(On on, T* d_inp, DY d_out, const T* weight, int B, Conv g) {
   const int CG = g.C / g.G, OCG = g.OC / g.G;
   each_index(
       on, (long)B * g.C * g.H * g.W, ROOTCLAD_BODY(long i) {
@@ -272,9 +287,8 @@ void conv2d_backward_input(On on, T* d_inp, const T* d_out, const T* weight, int
 
 // d_weight[o, c, kh, kw] += sum over b and the output positions of d_out * the input it read;
 // d_bias[o] += sum of d_out[b, o, ...] (null: skipped)
-template <class On, class T>
-void conv2d_backward_params(On on, T* d_weight, T* d_bias, const T* d_out, const T* inp, int B,
-                            Conv g) {
+template <class On, class T, class DY>
+void conv2d_backward_params(On on, T* d_weight, T* d_bias, DY d_out, const T* inp, int B, Conv g) {
   const int CG = g.C / g.G, OCG = g.OC / g.G;
   if (d_weight) // null: not wanted (an input gradient)
     each_index(
@@ -331,19 +345,20 @@ ROOTCLAD_HD inline long maxpool_argmax(const T* x, const Pool& p, int oh, int ow
   return best;
 }
 
-template <class On, class T> void maxpool2d_forward(On on, T* out, const T* inp, long R, Pool p) {
+template <class On, class T, class Act = NoAct>
+void maxpool2d_forward(On on, T* out, const T* inp, long R, Pool p, Act act = {}) {
   each_index(
       on, R * p.OH * p.OW, ROOTCLAD_BODY(long i) {
         const int ow = (int)(i % p.OW), oh = (int)(i / p.OW % p.OH);
         const T* x = inp + i / ((long)p.OW * p.OH) * p.H * p.W;
-        out[i] = x[maxpool_argmax(x, p, oh, ow)];
+        out[i] = act.f(x[maxpool_argmax(x, p, oh, ow)]);
       });
 }
 
 // The backward of a pooling, gathered: d_inp[r, at] += the share share(d_out, r, at, oh, ow)
 // gives of d_out[r, oh, ow] for each window (oh, ow) that holds input position at.
-template <class On, class T, class Share>
-void pool2d_backward(On on, T* d_inp, const T* d_out, long R, Pool p, Share share) {
+template <class On, class T, class DY, class Share>
+void pool2d_backward(On on, T* d_inp, DY d_out, long R, Pool p, Share share) {
   each_index(
       on, R * p.H * p.W, ROOTCLAD_BODY(long i) {
         const long r = i / ((long)p.H * p.W), at = i % ((long)p.H * p.W);
@@ -367,8 +382,8 @@ template <class T> struct MaxPoolShare {
   }
 };
 
-template <class On, class T>
-void maxpool2d_backward(On on, T* d_inp, const T* d_out, const T* inp, long R, Pool p) {
+template <class On, class T, class DY>
+void maxpool2d_backward(On on, T* d_inp, DY d_out, const T* inp, long R, Pool p) {
   pool2d_backward(on, d_inp, d_out, R, p, MaxPoolShare<T>{inp, p});
 }
 
@@ -383,8 +398,9 @@ inline ROOTCLAD_HD int avgpool_divisor(const Pool& p, int oh, int ow, int count_
   return nh * nw;
 }
 
-template <class On, class T>
-void avgpool2d_forward(On on, T* out, const T* inp, long R, Pool p, int count_include_pad) {
+template <class On, class T, class Act = NoAct>
+void avgpool2d_forward(On on, T* out, const T* inp, long R, Pool p, int count_include_pad,
+                       Act act = {}) {
   each_index(
       on, R * p.OH * p.OW, ROOTCLAD_BODY(long i) {
         const int ow = (int)(i % p.OW), oh = (int)(i / p.OW % p.OH);
@@ -398,7 +414,7 @@ void avgpool2d_forward(On on, T* out, const T* inp, long R, Pool p, int count_in
               s += x[(long)ih * p.W + iw];
           }
         }
-        out[i] = s / T(avgpool_divisor(p, oh, ow, count_include_pad));
+        out[i] = act.f(s / T(avgpool_divisor(p, oh, ow, count_include_pad)));
       });
 }
 
@@ -411,8 +427,8 @@ struct AvgPoolShare {
   }
 };
 
-template <class On, class T>
-void avgpool2d_backward(On on, T* d_inp, const T* d_out, long R, Pool p, int count_include_pad) {
+template <class On, class T, class DY>
+void avgpool2d_backward(On on, T* d_inp, DY d_out, long R, Pool p, int count_include_pad) {
   pool2d_backward(on, d_inp, d_out, R, p, AvgPoolShare{p, count_include_pad});
 }
 
