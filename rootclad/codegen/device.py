@@ -190,7 +190,11 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits", fuse: bo
             f"  {q}T* const {kind}{names[v][1:]} = {base} + (long)B * {region[v]};" for v in region
         ]
         if kind == "a":
-            lines += ["  T* const scratch = act + (long)B * ACT_PER_SAMPLE;", *scratch]
+            lines += [
+                "  T* const scratch = act + (long)B * ACT_PER_SAMPLE;",
+                "  (void)scratch;",
+                *scratch,
+            ]
         return lines
 
     layout = [f"//   {names[v][2:]:<24} per sample {size[v]:>8} at {region[v]:>8}" for v in region]

@@ -240,14 +240,14 @@ def _linear_calls(node, graph, site):
 
 
 def _weighted_device(d, kernel: str, dims: str):
-    """An op with a weight and a bias on the device: ``{kernel}_forward``, ``_backward_params``
-    and (when the input's adjoint is wanted) ``_backward_input``, ``dims`` last."""
+    """An op with a weight and a bias on the device: ``{kernel}_forward`` and
+    ``{kernel}_backward`` (the input's adjoint, a typed null when not wanted; the parameters'),
+    ``dims`` last; the backward reads the output adjoint through a fused activation."""
     fwd = [f"{kernel}_forward(on, {d.out}, {d.ins[0]}, {d.p('weight')}, {d.p('bias')}, {dims}"
            f"{d.fwd_act()});"]  # fmt: skip
-    bwd = [f"{kernel}_backward_params(on, {d.dp('weight')}, {d.dp('bias')}, {d.dy()}, "
-           f"{d.ins[0]}, {dims});"]  # fmt: skip
-    if d.d_ins[0] != "nullptr":
-        bwd.append(f"{kernel}_backward_input(on, {d.d_ins[0]}, {d.dy()}, {d.p('weight')}, {dims});")
+    d_inp = "(T*)nullptr" if d.d_ins[0] == "nullptr" else d.d_ins[0]
+    bwd = [f"{kernel}_backward(on, {d_inp}, {d.dp('weight')}, {d.dp('bias')}, {d.dy()}, "
+           f"{d.ins[0]}, {d.p('weight')}, {dims});"]  # fmt: skip
     return fwd, bwd
 
 

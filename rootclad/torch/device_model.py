@@ -11,7 +11,8 @@ the calling thread (dev::Host): the reference the GPU build is checked against, 
 tests run on machines without a GPU. (For speed on the CPU use :class:`CompiledModel`.)
 
 The backward is the built-in sweep over rootclad's hand-written device pullbacks (engine
-``"pullback"``); the device programs use plain kernels (no cuBLAS yet) and a flat layout.
+``"pullback"``); the device programs multiply matrices with cuBLAS (from GEMM_MIN_ROWS rows on),
+run every other op as their own kernels, and have a flat layout.
 A parameter whose ``requires_grad`` is False is frozen, as in :class:`CompiledModel`.
 """
 
@@ -23,6 +24,7 @@ import hashlib
 import itertools
 import math
 from collections import OrderedDict
+from pathlib import Path
 
 import torch
 
@@ -34,6 +36,7 @@ from rootclad.toolchain import (
     CompileError,
     ToolchainError,
     build_library,
+    find_cublas,
     find_cxx,
     find_nvcc,
 )
@@ -50,10 +53,22 @@ def build_cuda_library(source: str, name: str, arch: str | None = None):
         major, minor = torch.cuda.get_device_capability()
         arch = f"sm_{major}{minor}"
     nvcc, version = find_nvcc()
+    cublas = find_cublas()
+    if cublas is None:
+        raise ToolchainError(
+            "device='cuda' multiplies matrices with cuBLAS and found none: install the CUDA "
+            "toolkit's, or `pip install nvidia-cublas` (torch's CUDA wheels bring it along)"
+        )
+    lib = Path(cublas)
     flags = ["-O3", "-std=c++17", "--extended-lambda", f"-arch={arch}",
              f"-I{rootclad.get_include()}"]  # fmt: skip
+    if (lib.parent.parent / "include" / "cublas_v2.h").is_file():  # the wheel's header
+        flags.append(f"-I{lib.parent.parent / 'include'}")
+    # by path (a wheel has libcublas.so.13, no libcublas.so), found again at run time
+    link = ["-Xlinker", str(lib), "-Xlinker", "-rpath", "-Xlinker", str(lib.parent)]
     try:
-        return build_library(source, name=name, cxx=nvcc, flags=flags, suffix=".cu")
+        return build_library(source, name=name, cxx=nvcc, flags=flags, link_flags=link,
+                             suffix=".cu")  # fmt: skip
     except CompileError as exc:
         log = exc.log_path.read_text() if exc.log_path.is_file() else str(exc)
         if "Unsupported gpu architecture" in log:

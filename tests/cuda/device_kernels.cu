@@ -18,6 +18,7 @@ template <class T> void instantiate() {
   k::linear_forward(on, p, p, p, p, 1, 1, 1);
   k::linear_backward_input(on, p, p, p, 1, 1, 1);
   k::linear_backward_params(on, p, p, p, p, 1, 1, 1);
+  k::as_matrix(on, k::act_grad(p, p, k::Relu{}), 1);
   unary<T>(on, k::Relu{}, k::Tanh{}, k::Sigmoid{}, k::Silu{}, k::LeakyRelu{0.1}, k::Elu{1.0},
            k::Softplus{1.0, 20.0}, k::Gelu{0}, k::Affine{2.0, 1.0});
   k::add_forward(on, p, p, p, 1, T(1));

@@ -61,6 +61,10 @@ namespace k = rootclad::dev;
     k::bce_with_logits_forward(Host{}, loss, z, y, n);                                             \
     k::bce_with_logits_backward(Host{}, dz, z, y, n, T(1));                                        \
   }                                                                                                \
+  extern "C" void gemm_##S(int ta, int tb, int M, int N, int K, double alpha, const T* A, int lda, \
+                           const T* B, int ldb, double beta, T* C, int ldc) {                      \
+    k::gemm(Host{}, ta != 0, tb != 0, M, N, K, T(alpha), A, lda, B, ldb, T(beta), C, ldc);         \
+  }                                                                                                \
   extern "C" void optim_step_##S(T* p, const T* g, T* state, long n, const double* cfg, long t) {  \
     k::optim_step(Host{}, p, g, state, state + n, n,                                               \
                   *reinterpret_cast<const rootclad::OptimConfig*>(cfg), t);                        \

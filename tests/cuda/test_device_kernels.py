@@ -321,3 +321,29 @@ def test_a_wrong_kernel_fails_these_checks(lib):
     _call(lib, "conv1d_forward", F64, out, x, w, None, 1, 2, 15, 3, 3, 1, 1, 1)
     with pytest.raises(AssertionError, match="not close"):
         torch.testing.assert_close(out, F.conv1d(x, w, padding=2, dilation=2), **TOL[F64])
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+@pytest.mark.parametrize("ta, tb", [(0, 0), (0, 1), (1, 0), (1, 1)])
+def test_gemm_passes_blas_arguments_that_give_the_row_major_product(lib, ta, tb, dtype):
+    """dev::gemm's row-major product, through the column-major call cuBLAS receives (run by
+    colmajor_gemm's loops on the host), against torch: both transpositions, leading
+    dimensions wider than the matrices, alpha and beta; beta = 0 ignores C (NaN there)."""
+    M, N, K, pad = 5, 7, 3, 2
+    a = _rand(*((K, M) if ta else (M, K)), dtype=dtype, seed=1)
+    b = _rand(*((N, K) if tb else (K, N)), dtype=dtype, seed=2)
+    c0 = _rand(M, N, dtype=dtype, seed=3)
+    A = torch.zeros(a.shape[0], a.shape[1] + pad, dtype=dtype)
+    B = torch.zeros(b.shape[0], b.shape[1] + pad, dtype=dtype)
+    C = torch.full((M, N + pad), 5.0, dtype=dtype)
+    A[:, : a.shape[1]], B[:, : b.shape[1]], C[:, :N] = a, b, c0
+    opa, opb = (a.T if ta else a).double(), (b.T if tb else b).double()
+    _call(lib, "gemm", dtype, ta, tb, M, N, K, 0.7, A, A.shape[1], B, B.shape[1], 0.3, C,
+          C.shape[1])  # fmt: skip
+    want = 0.7 * opa @ opb + 0.3 * c0.double()
+    torch.testing.assert_close(C[:, :N].double(), want, **TOL[dtype])
+    assert (C[:, N:] == 5.0).all()  # outside the matrix: untouched
+    C[:, :N] = float("nan")
+    _call(lib, "gemm", dtype, ta, tb, M, N, K, 1.0, A, A.shape[1], B, B.shape[1], 0.0, C,
+          C.shape[1])  # fmt: skip
+    torch.testing.assert_close(C[:, :N].double(), opa @ opb, **TOL[dtype])

@@ -359,6 +359,15 @@ def test_cuda_without_a_gpu_says_so():
         cm.to("cuda")
 
 
+def test_cuda_without_cublas_says_so(monkeypatch):
+    if find_nvcc() is None:
+        pytest.skip("nvcc not found: set ROOTCLAD_NVCC or put nvcc on PATH")
+    monkeypatch.setattr(device_model, "find_cublas", lambda: None)
+    with pytest.raises(ToolchainError, match=r"multiplies matrices with cuBLAS and found none.*"
+                                             r"pip install nvidia-cublas"):  # fmt: skip
+        device_model.build_cuda_library("", "no_cublas", arch="sm_90")
+
+
 def test_cuda_without_nvcc_says_so(monkeypatch):
     monkeypatch.setattr(device_model, "find_nvcc", lambda: None)
     with pytest.raises(ToolchainError, match="needs nvcc"):
@@ -370,6 +379,8 @@ def test_an_nvcc_older_than_the_gpu_is_named(tmp_path, monkeypatch):
     if find_nvcc() is None:
         pytest.skip("nvcc not found: set ROOTCLAD_NVCC or put nvcc on PATH")
     monkeypatch.setenv("ROOTCLAD_CACHE_DIR", str(tmp_path))
+    # (nvcc stops at the architecture before it would link cuBLAS)
+    monkeypatch.setattr(device_model, "find_cublas", lambda: str(tmp_path / "libcublas.so.13"))
     src = 'extern "C" __global__ void k(float* p) { p[threadIdx.x] = 1; }\n'
     with pytest.raises(ToolchainError, match=r"nvcc .* cannot compile for this GPU's "
                                              r"architecture sm_999: it is older than the GPU"):  # fmt: skip

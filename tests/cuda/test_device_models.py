@@ -283,7 +283,9 @@ def _launches_per_step(tmp_path, source, shape, B=4):
 
 @pytest.mark.parametrize("model", ["gw-mlp", "gw-cnn"])
 def test_fusion_saves_two_launches_per_activation(model, tmp_path):
-    """Each fused activation saves its forward and its backward launch in a training step."""
+    """Each fused activation saves its forward and its backward launch in a training step
+    (at a batch below GEMM_MIN_ROWS: the products as loops, which read the adjoint through
+    the activation)."""
     make, shape = MODELS[model]
     graph = graph_from_module(make(), torch.zeros(2, *shape), "float32")
     fused = _launches_per_step(tmp_path, emit_device(graph, "net"), shape)

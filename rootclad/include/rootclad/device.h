@@ -72,23 +72,35 @@ template <class Body> void each_index(Cuda on, long n, Body body) {
 }
 #endif
 
+// A cuBLAS call's failure (its cublasStatus_t), kept for launch_status (device_gemm.h).
+inline int& blas_status() {
+  static thread_local int status = 0;
+  return status;
+}
+constexpr int BLAS_ERROR_BASE = 10000; // launch_status: BLAS_ERROR_BASE + a cuBLAS status
+
 // What the launches so far left behind: 0, or (on the GPU) the CUDA error that a launch or an
-// earlier kernel raised; error_text names it.
+// earlier kernel raised, or BLAS_ERROR_BASE + the status a cuBLAS call returned; error_text
+// names it.
 inline int launch_status(Host) {
   return 0;
 }
 #if defined(__CUDACC__)
 inline int launch_status(Cuda) {
-  return (int)cudaGetLastError();
-}
-inline const char* error_text(int code) {
-  return cudaGetErrorString((cudaError_t)code);
-}
-#else
-inline const char* error_text(int code) {
-  return code ? "unknown error" : "no error";
+  const int blas = blas_status();
+  blas_status() = 0;
+  return blas ? BLAS_ERROR_BASE + blas : (int)cudaGetLastError();
 }
 #endif
+inline const char* error_text(int code) {
+  if (code >= BLAS_ERROR_BASE)
+    return "a cuBLAS call failed (the code is 10000 + its cublasStatus_t)";
+#if defined(__CUDACC__)
+  return cudaGetErrorString((cudaError_t)code);
+#else
+  return code ? "unknown error" : "no error";
+#endif
+}
 
 // *p += v where several indices may add into *p at once
 template <class T> ROOTCLAD_HD inline void add_to(T* p, T v) {

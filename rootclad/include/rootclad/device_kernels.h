@@ -16,8 +16,10 @@
 #pragma once
 
 #include <cmath>
+#include <type_traits>
 
 #include "rootclad/device.h"
+#include "rootclad/device_gemm.h"
 #include "rootclad/dropout_mask.h"
 #include "rootclad/optim_rule.h"
 
@@ -36,15 +38,25 @@ struct NoAct {
 
 // The adjoint of a fused activation's input, dy[i] * f'(y[i]), indexed like a pointer.
 template <class T, class Act> struct ActGrad {
-  const T* dy;
+  T* dy;
   const T* y;
   Act act;
   ROOTCLAD_HD T operator[](long i) const { return dy[i] * act.df(T(0), y[i]); }
   ROOTCLAD_HD ActGrad operator+(long k) const { return ActGrad{dy + k, y + k, act}; }
 };
 
-template <class T, class Act> ActGrad<T, Act> act_grad(const T* dy, const T* y, Act act) {
+template <class T, class Act> ActGrad<T, Act> act_grad(T* dy, const T* y, Act act) {
   return ActGrad<T, Act>{dy, y, act};
+}
+
+// The adjoint as a matrix in memory, for a product that reads it so: a pointer as it is; an
+// ActGrad turned in place (dy *= f'(y): its activation's adjoint has no other reader by then).
+template <class On, class T> const T* as_matrix(On, const T* d, long) {
+  return d;
+}
+template <class On, class T, class Act> const T* as_matrix(On on, ActGrad<T, Act> g, long n) {
+  each_index(on, n, ROOTCLAD_BODY(long i) { g.dy[i] *= g.act.df(T(0), g.y[i]); });
+  return g.dy;
 }
 
 // d_bias[o] += sum over rows r and positions l of d_out[r, o, l] (d_out: rows x OC x L)
@@ -61,9 +73,26 @@ void bias_backward(On on, T* d_bias, DY d_out, long rows, int OC, int L) {
 }
 
 // -- Linear: out(R, OC) = inp(R, C) @ weight(OC, C)^T + bias ----------------------------------
+// From GEMM_MIN_ROWS rows on, the products go to gemm (cuBLAS on the GPU, device_gemm.h);
+// fewer rows run as one loop kernel each, which costs less than a GEMM call there.
+constexpr int GEMM_MIN_ROWS = 32;
+
+// out = act(out + bias) (bias: null for none), after a product
+template <class On, class T, class Act>
+void bias_act(On on, T* out, const T* bias, long R, int OC, Act act) {
+  each_index(
+      on, R * OC, ROOTCLAD_BODY(long i) { out[i] = act.f(out[i] + (bias ? bias[i % OC] : T(0))); });
+}
+
 template <class On, class T, class Act = NoAct>
 void linear_forward(On on, T* out, const T* inp, const T* weight, const T* bias, int R, int C,
                     int OC, Act act = {}) {
+  if (R >= GEMM_MIN_ROWS) {
+    gemm(on, false, true, R, OC, C, T(1), inp, C, weight, C, T(0), out, OC);
+    if (bias || !std::is_same<Act, NoAct>::value)
+      bias_act(on, out, bias, R, OC, act);
+    return;
+  }
   each_index(
       on, (long)R * OC, ROOTCLAD_BODY(long i) {
         const long r = i / OC;
@@ -75,7 +104,7 @@ void linear_forward(On on, T* out, const T* inp, const T* weight, const T* bias,
       });
 }
 
-// d_inp(R, C) += d_out @ weight
+// d_inp(R, C) += d_out @ weight, as loops
 template <class On, class T, class DY>
 void linear_backward_input(On on, T* d_inp, DY d_out, const T* weight, int R, int C, int OC) {
   each_index(
@@ -89,7 +118,8 @@ void linear_backward_input(On on, T* d_inp, DY d_out, const T* weight, int R, in
       });
 }
 
-// d_weight(OC, C) += d_out^T @ inp;  d_bias(OC) += column sums of d_out (null: skipped)
+// d_weight(OC, C) += d_out^T @ inp;  d_bias(OC) += column sums of d_out (null: skipped), as
+// loops
 template <class On, class T, class DY>
 void linear_backward_params(On on, T* d_weight, T* d_bias, DY d_out, const T* inp, int R, int C,
                             int OC) {
@@ -105,6 +135,26 @@ void linear_backward_params(On on, T* d_weight, T* d_bias, DY d_out, const T* in
         });
   if (d_bias)
     bias_backward(on, d_bias, d_out, R, OC, 1);
+}
+
+// The whole pullback: d_inp (null: not wanted), d_weight and d_bias (null: skipped); from
+// GEMM_MIN_ROWS rows on through gemm, which reads the adjoint as a matrix (as_matrix)
+template <class On, class T, class DY>
+void linear_backward(On on, T* d_inp, T* d_weight, T* d_bias, DY d_out, const T* inp,
+                     const T* weight, int R, int C, int OC) {
+  if (R < GEMM_MIN_ROWS) {
+    linear_backward_params(on, d_weight, d_bias, d_out, inp, R, C, OC);
+    if (d_inp)
+      linear_backward_input(on, d_inp, d_out, weight, R, C, OC);
+    return;
+  }
+  const T* dy = as_matrix(on, d_out, (long)R * OC);
+  if (d_weight)
+    gemm(on, true, false, OC, C, R, T(1), dy, OC, inp, C, T(1), d_weight, C);
+  if (d_bias)
+    bias_backward(on, d_bias, dy, R, OC, 1);
+  if (d_inp)
+    gemm(on, false, false, R, C, OC, T(1), dy, OC, weight, C, T(1), d_inp, C);
 }
 
 // -- elementwise activations: f(x) and df/dx given x and y = f(x), as torch has them; Relu,
@@ -306,6 +356,15 @@ void conv2d_backward_params(On on, T* d_weight, T* d_bias, DY d_out, const T* in
         });
   if (d_bias)
     bias_backward(on, d_bias, d_out, B, g.OC, g.OH * g.OW);
+}
+
+// The whole pullback: d_inp (null: not wanted), d_weight and d_bias (null: skipped)
+template <class On, class T, class DY>
+void conv2d_backward(On on, T* d_inp, T* d_weight, T* d_bias, DY d_out, const T* inp,
+                     const T* weight, int B, Conv g) {
+  conv2d_backward_params(on, d_weight, d_bias, d_out, inp, B, g);
+  if (d_inp)
+    conv2d_backward_input(on, d_inp, d_out, weight, B, g);
 }
 
 // -- pooling over windows of inp(R, H, W) -> out(R, OH, OW) (1-D: H = KH = 1); padding at most
