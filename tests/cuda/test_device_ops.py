@@ -198,3 +198,21 @@ def test_fused_activation_through_gemm_trains_like_torch(act):
         assert_close_rel(dm.state_dict()[name], p.detach(), 1e-9, name)
     xg = x.clone().requires_grad_(True)
     assert_close_rel(dm.input_grad(x), torch.autograd.grad(net(xg).sum(), xg)[0], 1e-10, "dx")
+
+
+def test_batch_sums_split_into_chunks_match_torch():
+    """The GW CNN at 40 samples: its convolutions' weight gradients (256, 4096 and 16384
+    values) sum over the batch in 40, 16 (uneven: 2 or 3 samples) and 4 chunks (batch_chunks:
+    2^16 indices), its Linear goes through gemm; every parameter's gradient against torch."""
+    from rootclad.gw.models import gw_cnn
+
+    torch.manual_seed(0)
+    net = gw_cnn(512).double()
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(40, 1, 512, generator=gen, dtype=F64)
+    y = torch.randint(0, 2, (40,), generator=gen).to(F64)
+    dm = DeviceModel.from_module(net, x, device="cpu")
+    loss, grads = dm.loss_and_grad(x, y)
+    ref_loss, ref_grads = torch_loss_and_grad(net, x, y.unsqueeze(1), "bce_with_logits")
+    assert_close_rel(loss, ref_loss, 1e-12, "loss")
+    assert_grads_close(grads, ref_grads, 1e-10, "bce")

@@ -1,12 +1,12 @@
-// rootclad/device_kernels.h — the GW MLP's and CNN's ops as device kernels (device.h).
+// rootclad/device_kernels.h — every op of the registry as device kernels (device.h).
 //
 // Each op is a function template over `On` (dev::Host or dev::Cuda) and T, written as one body
 // per output element, with the CPU kernels' contract (kernels.h): <op>_forward writes its
-// output, <op>_backward_* add into the adjoints. Every backward is in gather form: the body
-// for an element of an adjoint sums what flows into it, so no two indices write one place
-// and no atomics are needed; only the loss's sum uses dev::add_to. The products are plain
-// loops here, one body per output element: correct on both sides, and the reference the
-// GEMM-library path of a later step is tested against.
+// output, <op>_backward* add into the adjoints. Backward kernels are in gather form: the body
+// for an element of an adjoint sums what flows into it, so no two indices write one place.
+// The exceptions add with dev::add_to (an atomic on the GPU): the loss's sum, and the
+// gradients that sum over the batch, whose sums are split into chunks (batch_chunks).
+// Linear's products go to gemm (device_gemm.h: cuBLAS on the GPU) from GEMM_MIN_ROWS rows on.
 //
 // Fused activations: a producer (Linear, Conv2d, pooling) may apply an elementwise activation
 // whose derivative reads only its output (Relu, Tanh, Sigmoid) as it writes (`act`), so the
@@ -59,16 +59,26 @@ template <class On, class T, class Act> const T* as_matrix(On on, ActGrad<T, Act
   return g.dy;
 }
 
+// A gradient that sums over the batch (a bias's, a convolution's weight) has few elements and
+// long sums: each element's sum is split into this many chunks of the batch, one index each,
+// whose partial sums meet through add_to, so that a GPU gets some 2^16 threads to run them.
+inline long batch_chunks(long elements, long batch) {
+  const long chunks = (1L << 16) / (elements > 0 ? elements : 1);
+  return chunks < 1 ? 1 : (chunks > batch ? batch : chunks);
+}
+
 // d_bias[o] += sum over rows r and positions l of d_out[r, o, l] (d_out: rows x OC x L)
 template <class On, class T, class DY>
 void bias_backward(On on, T* d_bias, DY d_out, long rows, int OC, int L) {
+  const long chunks = batch_chunks(OC, rows);
   each_index(
-      on, (long)OC, ROOTCLAD_BODY(long o) {
+      on, OC * chunks, ROOTCLAD_BODY(long i) {
+        const long o = i % OC, chunk = i / OC;
         T s = 0;
-        for (long r = 0; r < rows; ++r)
+        for (long r = rows * chunk / chunks; r < rows * (chunk + 1) / chunks; ++r)
           for (int l = 0; l < L; ++l)
             s += d_out[(r * OC + o) * L + l];
-        d_bias[o] += s;
+        add_to(d_bias + o, s);
       });
 }
 
@@ -340,19 +350,21 @@ void conv2d_backward_input(On on, T* d_inp, DY d_out, const T* weight, int B, Co
 template <class On, class T, class DY>
 void conv2d_backward_params(On on, T* d_weight, T* d_bias, DY d_out, const T* inp, int B, Conv g) {
   const int CG = g.C / g.G, OCG = g.OC / g.G;
+  const long n = (long)g.OC * CG * g.KH * g.KW, chunks = batch_chunks(n, B);
   if (d_weight) // null: not wanted (an input gradient)
     each_index(
-        on, (long)g.OC * CG * g.KH * g.KW, ROOTCLAD_BODY(long i) {
+        on, n * chunks, ROOTCLAD_BODY(long j) {
+          const long i = j % n, chunk = j / n;
           const int kw = (int)(i % g.KW), kh = (int)(i / g.KW % g.KH);
           const int c = (int)(i / ((long)g.KW * g.KH) % CG);
           const int o = (int)(i / ((long)g.KW * g.KH * CG));
           const int cin = (o / OCG) * CG + c;
           T s = 0;
-          for (long b = 0; b < B; ++b)
+          for (long b = B * chunk / chunks; b < B * (chunk + 1) / chunks; ++b)
             s += strided_dot(d_out + (b * g.OC + o) * g.OH * g.OW, g.OH, g.OW,
                              inp + (b * g.C + cin) * g.H * g.W, g.H, g.W, kh * g.DH - g.PH, g.SH,
                              kw * g.DW - g.PW, g.SW);
-          d_weight[i] += s;
+          add_to(d_weight + i, s);
         });
   if (d_bias)
     bias_backward(on, d_bias, d_out, B, g.OC, g.OH * g.OW);
