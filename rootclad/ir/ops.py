@@ -32,6 +32,7 @@ CONV1D_DIRECT_MAX_TAPS = 32
 # must match MAX_TAPS and MIN_ROW of conv2d_s1 in include/rootclad/conv2d.h
 CONV2D_DIRECT_MAX_TAPS = 288
 CONV2D_DIRECT_MIN_ROW = 16
+BN_CHUNKS = 64  # must match BN_CHUNKS in include/rootclad/device_kernels.h
 MAX_BROADCAST_DIMS = 3  # per-sample dimensions of a broadcasting binary op, after merging
 
 
@@ -1242,7 +1243,8 @@ def _batch_norm_device(node, graph, d):
         batch = "training" if "running_mean" in node.buffers else "1"  # the batch's statistics
         bwd.append(f"batch_norm_backward_input(on, {d.d_ins[0]}, {d.d_out}, {d.ins[0]}, "
                    f"{d.scratch}, {d.p('weight')}, {shape}, {batch});")  # fmt: skip
-    return fwd, bwd, DeviceScratch(shared=4 * C)  # per channel: mean, 1/std, the two sums
+    # per channel: mean, 1/std, the two sums; and 3 partial results per chunk of the batch
+    return fwd, bwd, DeviceScratch(shared=4 * C + 3 * C * BN_CHUNKS)
 
 
 register(

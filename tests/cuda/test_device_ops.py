@@ -23,7 +23,7 @@ import torch
 import rootclad
 from rootclad.codegen.device import device_ops, emit_device, fused_activations
 from rootclad.ir.from_torch import graph_from_module
-from rootclad.ir.ops import OPS
+from rootclad.ir.ops import BN_CHUNKS, OPS
 from rootclad.toolchain import find_nvcc
 from rootclad.torch import DeviceModel
 
@@ -34,6 +34,7 @@ from core_helpers import (  # noqa: E402
     assert_grads_close,
     mixed_batch,
     mixed_model,
+    perturbed,
     rounded_reference,
     torch_loss,
     torch_loss_and_grad,
@@ -216,3 +217,24 @@ def test_batch_sums_split_into_chunks_match_torch():
     ref_loss, ref_grads = torch_loss_and_grad(net, x, y.unsqueeze(1), "bce_with_logits")
     assert_close_rel(loss, ref_loss, 1e-12, "loss")
     assert_grads_close(grads, ref_grads, 1e-10, "bce")
+
+
+def test_batchnorm_statistics_over_uneven_chunks_match_torch():
+    """BatchNorm at 70 samples: 64 chunks of 1 or 2 samples, combined per channel (Chan's
+    parallel variance); the loss, every gradient and the running statistics against torch,
+    and BN_CHUNKS the same in ops.py and device_kernels.h."""
+    header = (Path(rootclad.get_include()) / "rootclad" / "device_kernels.h").read_text()
+    assert f"constexpr int BN_CHUNKS = {BN_CHUNKS};" in header
+    torch.manual_seed(0)
+    net = perturbed(torch.nn.Sequential(torch.nn.Conv1d(2, 3, 3, bias=False), torch.nn.BatchNorm1d(3),
+                                        torch.nn.Flatten(), torch.nn.Linear(15, 1))).double()  # fmt: skip
+    gen = torch.Generator().manual_seed(1)
+    x = 3 + torch.randn(70, 2, 7, generator=gen, dtype=F64)  # a mean far from 0
+    y = torch.randint(0, 2, (70,), generator=gen).to(F64)
+    dm = DeviceModel.from_module(net, x, device="cpu")
+    loss, grads = dm.loss_and_grad(x, y)
+    ref_loss, ref_grads = torch_loss_and_grad(net, x, y.unsqueeze(1), "bce_with_logits")
+    assert_close_rel(loss, ref_loss, 1e-12, "loss")
+    assert_grads_close(grads, ref_grads, 1e-10, "bce")
+    for name in ("1.running_mean", "1.running_var"):
+        assert_close_rel(dm.state_dict()[name], net.state_dict()[name], 1e-12, name)

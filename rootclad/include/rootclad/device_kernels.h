@@ -783,13 +783,42 @@ void global_avgpool_backward(On on, T* d_inp, const T* d_out, long R, int L) {
 }
 
 // -- BatchNorm over inp(B, C, S) per channel c ------------------------------------------------
-// stats (4C): mean and 1/std per channel at [2c, 2c + 1], then the backward's sums at
-// [2C + 2c, 2C + 2c + 1]. Training (or no running statistics): the batch's, summed in double as
-// on the CPU, updating the running ones as torch (unbiased variance, num_batches_tracked + 1);
-// eval: the running ones. One thread per channel.
+// stats: mean and 1/std per channel at [2c, 2c + 1], the backward's sums at [2C + 2c, 2C + 2c +
+// 1], then per channel and chunk of the batch (BN_CHUNKS at most) a partial result at
+// 4C + 3 (c chunks + k). Training (or no running statistics): the batch's, each chunk's count,
+// mean and squared deviations (two passes, in double) combined per channel as Chan et al.'s
+// parallel variance, updating the running ones as torch (unbiased variance,
+// num_batches_tracked + 1); eval: the running ones.
+constexpr int BN_CHUNKS = 64;
+
+inline ROOTCLAD_HD long bn_chunks(long B) {
+  return B < BN_CHUNKS ? B : BN_CHUNKS;
+}
+
 template <class On, class T>
 void batch_norm_stats(On on, T* stats, const T* inp, T* running_mean, T* running_var, T* tracked,
                       long B, int C, long S, T eps, T momentum, int training) {
+  const long chunks = bn_chunks(B);
+  T* part = stats + 4 * C;
+  if (training || !running_mean)
+    each_index(
+        on, C * chunks, ROOTCLAD_BODY(long i) {
+          const long c = i / chunks, k = i % chunks;
+          const long b0 = B * k / chunks, b1 = B * (k + 1) / chunks;
+          double sum = 0, m2 = 0;
+          for (long b = b0; b < b1; ++b)
+            for (long s = 0; s < S; ++s)
+              sum += inp[(b * C + c) * S + s];
+          const double mean = sum / ((b1 - b0) * S);
+          for (long b = b0; b < b1; ++b)
+            for (long s = 0; s < S; ++s) {
+              const double d = inp[(b * C + c) * S + s] - mean;
+              m2 += d * d;
+            }
+          part[3 * i] = T((b1 - b0) * S);
+          part[3 * i + 1] = T(mean);
+          part[3 * i + 2] = T(m2);
+        });
   each_index(
       on, (long)C, ROOTCLAD_BODY(long c) {
         if (!training && running_mean) {
@@ -797,18 +826,18 @@ void batch_norm_stats(On on, T* stats, const T* inp, T* running_mean, T* running
           stats[2 * c + 1] = T(1) / sqrt(running_var[c] + eps);
           return;
         }
-        const double n = (double)B * S;
-        double sum = 0;
-        for (long b = 0; b < B; ++b)
-          for (long s = 0; s < S; ++s)
-            sum += inp[(b * C + c) * S + s];
-        const double mean = sum / n;
+        const T* pc = part + 3 * c * chunks;
+        double n = 0, mean = 0;
+        for (long k = 0; k < chunks; ++k) {
+          n += pc[3 * k];
+          mean += (double)pc[3 * k] * pc[3 * k + 1];
+        }
+        mean /= n;
         double var = 0;
-        for (long b = 0; b < B; ++b)
-          for (long s = 0; s < S; ++s) {
-            const double d = inp[(b * C + c) * S + s] - mean;
-            var += d * d;
-          }
+        for (long k = 0; k < chunks; ++k) {
+          const double d = pc[3 * k + 1] - mean;
+          var += pc[3 * k + 2] + pc[3 * k] * d * d;
+        }
         var /= n;
         if (training && running_mean) {
           running_mean[c] = (T(1) - momentum) * running_mean[c] + momentum * T(mean);
@@ -835,19 +864,32 @@ void batch_norm_apply(On on, T* out, const T* inp, const T* stats, const T* weig
 }
 
 // per channel: sum d_out and sum d_out * x_hat into stats[2C + 2c, 2C + 2c + 1], which are
-// d_bias and d_weight (added when not null)
+// d_bias and d_weight (added when not null); each chunk of the batch sums its part first
 template <class On, class T>
 void batch_norm_backward_reduce(On on, T* stats, T* d_weight, T* d_bias, const T* d_out,
                                 const T* inp, long B, int C, long S) {
+  const long chunks = bn_chunks(B);
+  T* part = stats + 4 * C;
+  each_index(
+      on, C * chunks, ROOTCLAD_BODY(long i) {
+        const long c = i / chunks, k = i % chunks;
+        T sum_dy = 0, sum_dy_xhat = 0;
+        for (long b = B * k / chunks; b < B * (k + 1) / chunks; ++b)
+          for (long s = 0; s < S; ++s) {
+            const long at = (b * C + c) * S + s;
+            sum_dy += d_out[at];
+            sum_dy_xhat += d_out[at] * (inp[at] - stats[2 * c]) * stats[2 * c + 1];
+          }
+        part[3 * i] = sum_dy;
+        part[3 * i + 1] = sum_dy_xhat;
+      });
   each_index(
       on, (long)C, ROOTCLAD_BODY(long c) {
         T sum_dy = 0, sum_dy_xhat = 0;
-        for (long b = 0; b < B; ++b)
-          for (long s = 0; s < S; ++s) {
-            const long i = (b * C + c) * S + s;
-            sum_dy += d_out[i];
-            sum_dy_xhat += d_out[i] * (inp[i] - stats[2 * c]) * stats[2 * c + 1];
-          }
+        for (long k = 0; k < chunks; ++k) {
+          sum_dy += part[3 * (c * chunks + k)];
+          sum_dy_xhat += part[3 * (c * chunks + k) + 1];
+        }
         stats[2 * C + 2 * c] = sum_dy;
         stats[2 * C + 2 * c + 1] = sum_dy_xhat;
         if (d_bias)
