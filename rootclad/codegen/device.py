@@ -113,7 +113,7 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits", fuse: bo
     for x, shape in zip(graph.inputs, graph.input_shapes, strict=True):
         region[x], size[x] = total, math.prod(shape)
         total += size[x]
-    inputs = set(graph.inputs)
+    inputs = set(graph.inputs)  # and, below, the views of an input: their adjoint is its
     fused = fused_activations(graph) if fuse else {}
     fused_ids = {id(a) for a in fused.values()}
     for node in graph.nodes:
@@ -121,6 +121,8 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits", fuse: bo
         if node.output in fused:  # never stored: the producer writes its activation's output
             continue
         if spec.calls is None:  # a view of its input
+            if node.inputs[0] in inputs:
+                inputs.add(node.output)
             region[node.output] = region[node.inputs[0]]
             size[node.output] = size[node.inputs[0]]
             continue

@@ -62,10 +62,13 @@ def build_cuda_library(source: str, name: str, arch: str | None = None):
     lib = Path(cublas)
     flags = ["-O3", "-std=c++17", "--extended-lambda", f"-arch={arch}",
              f"-I{rootclad.get_include()}"]  # fmt: skip
-    if (lib.parent.parent / "include" / "cublas_v2.h").is_file():  # the wheel's header
-        flags.append(f"-I{lib.parent.parent / 'include'}")
-    # by path (a wheel has libcublas.so.13, no libcublas.so), found again at run time
-    link = ["-Xlinker", str(lib), "-Xlinker", "-rpath", "-Xlinker", str(lib.parent)]
+    if lib.is_absolute():
+        if (lib.parent.parent / "include" / "cublas_v2.h").is_file():  # the wheel's header
+            flags.append(f"-I{lib.parent.parent / 'include'}")
+        # by path (a wheel has libcublas.so.13, no libcublas.so), found again at run time
+        link = ["-Xlinker", str(lib), "-Xlinker", "-rpath", "-Xlinker", str(lib.parent)]
+    else:  # a name the dynamic loader knows (a system package's)
+        link = ["-Xlinker", f"-l:{lib.name}"]
     try:
         return build_library(source, name=name, cxx=nvcc, flags=flags, link_flags=link,
                              suffix=".cu")  # fmt: skip
@@ -336,7 +339,11 @@ class DeviceModel:
     def _run(self, fn: str, *args) -> None:
         """The program's ``fn`` on the current stream; raises on a CUDA error its launches met
         (a kernel's fault may show at a later call: CUDA reports errors asynchronously)."""
-        code = self._fn[fn](self._stream(), *args)
+        if self.device.type == "cuda" and self.device.index is not None:
+            with torch.cuda.device(self.device):  # the kernels and cuBLAS use the current GPU
+                code = self._fn[fn](self._stream(), *args)
+        else:
+            code = self._fn[fn](self._stream(), *args)
         if code:
             text = self._fn["error_text"](code).decode()
             hint = ""
@@ -352,8 +359,9 @@ class DeviceModel:
     # -- running ------------------------------------------------------------------------------
     def __call__(self, *x: torch.Tensor) -> torch.Tensor:
         """The output, differentiable by torch autograd with respect to the inputs (several
-        in order: ``model(x, theta)``)."""
-        return _InputGrad.apply(self, self._next_seed(), *x)
+        in order, ``model(x, theta)``, or as one tuple)."""
+        xs = self._inputs(x[0] if len(x) == 1 else x)
+        return _InputGrad.apply(self, self._next_seed(), *xs)
 
     def predict(self, *x: torch.Tensor) -> torch.Tensor:
         """The output (B, *output_shape), a fresh device tensor."""

@@ -285,6 +285,31 @@ def _two_inputs():
     return DeviceModel.from_module(_Concat().double(), examples, "cpu")
 
 
+def test_two_inputs_under_autograd_in_order_or_as_a_tuple():
+    torch.manual_seed(0)
+    dm = _two_inputs()
+    x, t = torch.randn(4, 3, dtype=F64), torch.randn(4, 2, dtype=F64)
+    net = _Concat().double()
+    net.load_state_dict(dict(dm.named_parameters()))
+    xr, tr = x.clone().requires_grad_(True), t.clone().requires_grad_(True)
+    want = torch.autograd.grad(net(xr, tr).sum(), (xr, tr))
+    for call in (lambda a, b: dm(a, b), lambda a, b: dm((a, b))):
+        xg, tg = x.clone().requires_grad_(True), t.clone().requires_grad_(True)
+        got = torch.autograd.grad(call(xg, tg).sum(), (xg, tg))
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
+
+
+def test_cublas_known_only_by_name_is_linked_by_name(monkeypatch):
+    """A system package's cuBLAS (find_cublas gives the loader's name, no path)."""
+    seen = {}
+    monkeypatch.setattr(device_model, "find_nvcc", lambda: ("nvcc", "13.0"))
+    monkeypatch.setattr(device_model, "find_cublas", lambda: "libcublas.so.13")
+    monkeypatch.setattr(device_model, "build_library", lambda source, **kw: seen.update(kw))
+    device_model.build_cuda_library("", "by_name", arch="sm_90")
+    assert seen["link_flags"] == ["-Xlinker", "-l:libcublas.so.13"]
+
+
 def test_frozen_parameters_are_skipped_like_torch_optim():
     """A frozen tensor keeps its values and optimizer state, and counts no steps (as
     torch.optim skips a parameter without a gradient): frozen for 3 steps, then trained."""

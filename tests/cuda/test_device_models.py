@@ -292,3 +292,14 @@ def test_fusion_saves_two_launches_per_activation(model, tmp_path):
     plain = _launches_per_step(tmp_path, emit_device(graph, "net", fuse=False), shape)
     assert plain - fused == 2 * len(fused_activations(graph)) > 0
     print(f"{model}: {plain} -> {fused} launches per training step")
+
+
+def test_a_view_of_the_input_gets_no_adjoint_in_training():
+    """Flatten -> Linear: the training backward forms no input adjoint (the flattened input is
+    the input); input_grad's backward does."""
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(6, 1)).double()
+    _, source = _program(net, (2, 3))
+    train = source[source.index("void backward(") : source.index("void backward_input(")]
+    dx = source[source.index("void backward_input(") : source.index("void loss_and_grad(")]
+    assert "linear_backward(on, (T*)nullptr," in train
+    assert "linear_backward(on, (T*)nullptr," not in dx

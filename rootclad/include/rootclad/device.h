@@ -87,9 +87,10 @@ inline int launch_status(Host) {
 }
 #if defined(__CUDACC__)
 inline int launch_status(Cuda) {
+  const int cuda = (int)cudaGetLastError(); // read (and cleared) whatever cuBLAS says
   const int blas = blas_status();
   blas_status() = 0;
-  return blas ? BLAS_ERROR_BASE + blas : (int)cudaGetLastError();
+  return blas ? BLAS_ERROR_BASE + blas : cuda;
 }
 #endif
 inline const char* error_text(int code) {
