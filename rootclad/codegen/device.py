@@ -20,6 +20,8 @@ on the CPU) and, where dropout draws its masks, a seed (as the CPU model's, one 
                                       config: rootclad::OptimConfig; state: 2 x n_params
                                       (SGD's momentum, or Adam's m then v)
 
+training: 1 (BatchNorm on the batch's statistics, updating the running ones; dropout on),
+0 (eval mode), 2 (as 1, the running statistics left alone: a forward pass run again).
 Each call returns 0, or (on the GPU) the CUDA error its launches met, which
 {name}_error_text(code) names. The inputs go in at the start of act, one after the other
 (B x per-sample size each); the output is at {name}_output_offset(B).

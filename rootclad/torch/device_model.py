@@ -52,6 +52,9 @@ def build_cuda_library(source: str, name: str, arch: str | None = None):
     if arch is None:
         major, minor = torch.cuda.get_device_capability()
         arch = f"sm_{major}{minor}"
+    if int(arch.removeprefix("sm_").rstrip("af")) < 60:  # atomicAdd on double
+        raise ToolchainError(f"device programs need a GPU of compute capability 6.0 (Pascal) or "
+                             f"newer; this one is {arch}")  # fmt: skip
     nvcc, version = find_nvcc()
     cublas = find_cublas()
     if cublas is None:
@@ -114,7 +117,8 @@ class _InputGrad(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d_out):
-        grads = ctx.model._input_grad(ctx.saved_tensors, d_out, ctx.seed)
+        # the forward again, its running statistics not updated twice
+        grads = ctx.model._input_grad(ctx.saved_tensors, d_out, ctx.seed, again=True)
         return None, None, *grads
 
 
@@ -384,7 +388,9 @@ class DeviceModel:
         grads = self._input_grad(x, d_out, self._next_seed())
         return grads[0] if len(grads) == 1 else grads
 
-    def _input_grad(self, xs, d_out, seed: int) -> tuple[torch.Tensor, ...]:
+    def _input_grad(self, xs, d_out, seed: int, again=False) -> tuple[torch.Tensor, ...]:
+        """``again``: the forward pass was run already (for autograd); in training mode
+        BatchNorm then uses the batch's statistics without updating the running ones."""
         B, act, d_act = self._buffers(xs[0] if len(xs) == 1 else xs)
         out_shape = (B, *self.output_shape)
         if d_out is None:
@@ -392,7 +398,7 @@ class DeviceModel:
         d_out = self._check(d_out.detach(), "d_out", [out_shape])
         self._run("input_grad", self._p(self._params), self._p(self._buffer_store),
                                self._p(act), self._p(d_out), self._p(d_act), B,
-                               int(self.training), seed)  # fmt: skip
+                               2 if again and self.training else int(self.training), seed)  # fmt: skip
         grads, at = [], 0
         for shape in self.input_shapes:
             n = B * math.prod(shape)

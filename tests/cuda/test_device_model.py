@@ -229,6 +229,22 @@ def test_batchnorm_trains_like_torch_and_keeps_running_statistics(make, shape):
                                    torch.autograd.grad(out, xr, d_out)[0], **tol)  # fmt: skip
 
 
+def test_autograd_updates_running_statistics_once():
+    """model(x) then backward: the backward runs the forward again, which leaves BatchNorm's
+    running statistics as the first pass left them (as torch's one forward does)."""
+    torch.manual_seed(0)
+    net = gw_resnet(64, channels=4, batch_norm=True).double()
+    dm = DeviceModel.from_module(net, torch.zeros(2, 1, 64, dtype=F64), "cpu")
+    x = torch.randn(5, 1, 64, dtype=F64)
+    xg, xr = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    (dx,) = torch.autograd.grad(dm(xg).sum(), xg)
+    (want,) = torch.autograd.grad(net(xr).sum(), xr)
+    torch.testing.assert_close(dx, want, rtol=1e-10, atol=1e-12)
+    for name, b in net.named_buffers():
+        torch.testing.assert_close(dm.state_dict()[name].to(F64), b.to(F64), rtol=1e-12,
+                                   atol=1e-12)  # fmt: skip
+
+
 def test_class_index_targets_are_checked():
     dm = DeviceModel.from_module(_digit_cnn().double(), torch.zeros(1, 1, 12, 12, dtype=F64),
                                  "cpu", loss="cross_entropy")  # fmt: skip
@@ -298,6 +314,12 @@ def test_two_inputs_under_autograd_in_order_or_as_a_tuple():
         got = torch.autograd.grad(call(xg, tg).sum(), (xg, tg))
         for g, w in zip(got, want, strict=True):
             torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
+
+
+def test_a_gpu_older_than_pascal_is_refused():
+    with pytest.raises(ToolchainError, match=r"compute capability 6.0 \(Pascal\) or newer; this one "
+                                             r"is sm_52"):  # fmt: skip
+        device_model.build_cuda_library("", "old_gpu", arch="sm_52")
 
 
 def test_cublas_known_only_by_name_is_linked_by_name(monkeypatch):

@@ -44,6 +44,20 @@ from test_core_graph import MODELS as GRAPH_MODELS  # noqa: E402
 from test_core_ops import CASES, _input  # noqa: E402
 
 F64, F32 = torch.float64, torch.float32
+# each test on the host loops, and on the GPU where there is one (these skip, saying why)
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs an NVIDIA GPU (none here)"))]  # fmt: skip
+
+
+def _cpu(value):
+    """A result (a tensor, a tuple or a dict of them) on the CPU, to compare with torch's."""
+    if isinstance(value, dict):
+        return {k: _cpu(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_cpu(v) for v in value)
+    return value.cpu()
+
+
 PARAMS = [pytest.param(build, shape, F64, id=f"{name}-f64") for name, build, shape, _ in CASES]
 PARAMS += [
     pytest.param(build, shape, F32, id=f"{name}-f32") for name, build, shape, f32 in CASES if f32
@@ -56,18 +70,21 @@ def test_every_registered_op_has_device_kernels():
     assert device_ops() == list(OPS)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("build, shape, dtype", PARAMS)
-def test_op_device_kernels_match_torch(build, shape, dtype):
+def test_op_device_kernels_match_torch(build, shape, dtype, device):
     torch.manual_seed(0)
     net = build()
     x = _input(shape).to(dtype)
-    dm = DeviceModel.from_module(copy.deepcopy(net).to(dtype), x, device="cpu", loss="mse")
+    dm = DeviceModel.from_module(copy.deepcopy(net).to(dtype), x, device=device, loss="mse")
     ref, rtol = rounded_reference(net, dtype), RTOL[dtype]
     out_ref, d_out, dx_ref, _ = torch_vjp(ref, x.to(F64))
-    assert_close_rel(dm.predict(x), out_ref, rtol, "forward")
-    assert_close_rel(dm.input_grad(x, d_out=d_out.to(dtype)), dx_ref, rtol, "d_input")
+    xd = x.to(device)
+    assert_close_rel(_cpu(dm.predict(xd)), out_ref, rtol, "forward")
+    dx = dm.input_grad(xd, d_out=d_out.to(device, dtype))
+    assert_close_rel(_cpu(dx), dx_ref, rtol, "d_input")
     y = torch.randn(out_ref.shape, generator=torch.Generator().manual_seed(5), dtype=F64)
-    loss, dp = dm.loss_and_grad(x, y.to(dtype))
+    loss, dp = _cpu(dm.loss_and_grad(xd, y.to(device, dtype)))
     if list(ref.parameters()):
         loss_ref, dp_ref = torch_loss_and_grad(ref, x.to(F64), y, "mse")
         assert_grads_close(dp, dp_ref, rtol, "mse loss")
@@ -76,31 +93,34 @@ def test_op_device_kernels_match_torch(build, shape, dtype):
     assert_close_rel(loss, loss_ref, rtol, "mse loss")
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", GRAPH_MODELS)
-def test_graph_ir_model_trains_like_torch_on_the_device_kernels(name):
+def test_graph_ir_model_trains_like_torch_on_the_device_kernels(name, device):
     build, data, loss = GRAPH_MODELS[name]
     torch.manual_seed(0)
     net = build().double()
     xs, _ = data(4)
-    dm = DeviceModel.from_module(net, xs if len(xs) > 1 else xs[0], device="cpu", loss=loss)
+    dm = DeviceModel.from_module(net, xs if len(xs) > 1 else xs[0], device=device, loss=loss)
     opt, ref_opt = rootclad.optim.Adam(dm, lr=1e-2), torch.optim.Adam(net.parameters(), lr=1e-2)
     for step in range(1, 6):
         xs, y = data(4, seed=step)
-        value = dm.train_step(xs if len(xs) > 1 else xs[0], y, opt)
+        on = tuple(x.to(device) for x in xs)
+        value = dm.train_step(on if len(on) > 1 else on[0], y.to(device), opt).cpu()
         ref_opt.zero_grad()
         ref = torch_loss(loss, net(*xs), y)
         ref.backward()
         ref_opt.step()
         assert_close_rel(value, ref.detach(), 1e-10, f"step {step} loss")
+    state = _cpu(dm.state_dict())
     for p_name, p in net.named_parameters():
-        assert_close_rel(dm.state_dict()[p_name], p.detach(), 1e-9, p_name)
+        assert_close_rel(state[p_name], p.detach(), 1e-9, p_name)
     for b_name, b in net.named_buffers():  # BatchNorm's running statistics
-        assert_close_rel(dm.state_dict()[b_name].to(F64), b.to(F64), 1e-9, b_name, nonzero=False)
+        assert_close_rel(state[b_name].to(F64), b.to(F64), 1e-9, b_name, nonzero=False)
     # the inputs' gradients, each its own tensor
     xs, _ = data(3, seed=9)
     d_out = torch.randn(net(*xs).shape, generator=torch.Generator().manual_seed(2), dtype=F64)
-    grads = dm.input_grad(*xs, d_out=d_out)
-    grads = grads if isinstance(grads, tuple) else (grads,)
+    grads = dm.input_grad(*(x.to(device) for x in xs), d_out=d_out.to(device))
+    grads = _cpu(grads if isinstance(grads, tuple) else (grads,))
     xs = [x.clone().requires_grad_(True) for x in xs]
     want = torch.autograd.grad(net(*xs), xs, d_out)
     assert len(grads) == len(want)
@@ -158,50 +178,55 @@ GEMM_CASES = [
 ]
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("build, shape", GEMM_CASES)
-def test_linear_through_gemm_matches_torch(build, shape):
+def test_linear_through_gemm_matches_torch(build, shape, device):
     """At 40 rows (GEMM_MIN_ROWS: 32) a Linear's products go through gemm, the column-major
     call cuBLAS gets on the GPU: the forward, input gradient and parameter gradients."""
     torch.manual_seed(0)
     net = build()
     x = _input(shape, B=40)
-    dm = DeviceModel.from_module(copy.deepcopy(net), x, device="cpu", loss="mse")
+    dm = DeviceModel.from_module(copy.deepcopy(net), x, device=device, loss="mse")
     out_ref, d_out, dx_ref, _ = torch_vjp(net, x)
-    assert_close_rel(dm.predict(x), out_ref, 1e-12, "forward")
-    assert_close_rel(dm.input_grad(x, d_out=d_out), dx_ref, 1e-10, "d_input")
+    xd = x.to(device)
+    assert_close_rel(_cpu(dm.predict(xd)), out_ref, 1e-12, "forward")
+    assert_close_rel(_cpu(dm.input_grad(xd, d_out=d_out.to(device))), dx_ref, 1e-10, "d_input")
     y = torch.randn(out_ref.shape, generator=torch.Generator().manual_seed(5), dtype=F64)
     _, dp_ref = torch_loss_and_grad(net, x, y, "mse")
-    assert_grads_close(dm.loss_and_grad(x, y)[1], dp_ref, 1e-10, "mse loss")
+    assert_grads_close(_cpu(dm.loss_and_grad(xd, y.to(device))[1]), dp_ref, 1e-10, "mse loss")
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("act", [torch.nn.ReLU, torch.nn.Tanh, torch.nn.Sigmoid])
-def test_fused_activation_through_gemm_trains_like_torch(act):
+def test_fused_activation_through_gemm_trains_like_torch(act, device):
     """Linear + a fused activation at 40 rows: the adjoint turned in place for the products
     (as_matrix); 5 Adam steps like torch.optim, then the input gradient."""
     torch.manual_seed(0)
     nn = torch.nn
     net = nn.Sequential(nn.Linear(12, 30), act(), nn.Linear(30, 20), act(), nn.Linear(20, 1))
     net = net.double()
-    dm = DeviceModel.from_module(net, torch.zeros(2, 12, dtype=F64), device="cpu")
+    dm = DeviceModel.from_module(net, torch.zeros(2, 12, dtype=F64), device=device)
     assert len(fused_activations(dm.graph)) == 2
     opt, ref_opt = rootclad.optim.Adam(dm, lr=1e-2), torch.optim.Adam(net.parameters(), lr=1e-2)
     for step in range(1, 6):
         gen = torch.Generator().manual_seed(step)
         x = torch.randn(40, 12, generator=gen, dtype=F64)
         y = torch.randint(0, 2, (40,), generator=gen).to(F64)
-        loss = dm.train_step(x, y, opt)
+        loss = dm.train_step(x.to(device), y.to(device), opt).cpu()
         ref_opt.zero_grad()
         ref = torch.nn.functional.binary_cross_entropy_with_logits(net(x).squeeze(1), y)
         ref.backward()
         ref_opt.step()
         assert_close_rel(loss, ref.detach(), 1e-10, f"step {step} loss")
     for name, p in net.named_parameters():
-        assert_close_rel(dm.state_dict()[name], p.detach(), 1e-9, name)
+        assert_close_rel(_cpu(dm.state_dict()[name]), p.detach(), 1e-9, name)
     xg = x.clone().requires_grad_(True)
-    assert_close_rel(dm.input_grad(x), torch.autograd.grad(net(xg).sum(), xg)[0], 1e-10, "dx")
+    dx = _cpu(dm.input_grad(x.to(device)))
+    assert_close_rel(dx, torch.autograd.grad(net(xg).sum(), xg)[0], 1e-10, "dx")
 
 
-def test_batch_sums_split_into_chunks_match_torch():
+@pytest.mark.parametrize("device", DEVICES)
+def test_batch_sums_split_into_chunks_match_torch(device):
     """The GW CNN at 40 samples: its convolutions' weight gradients (256, 4096 and 16384
     values) sum over the batch in 40, 16 (uneven: 2 or 3 samples) and 4 chunks (batch_chunks:
     2^16 indices), its Linear goes through gemm; every parameter's gradient against torch."""
@@ -212,14 +237,15 @@ def test_batch_sums_split_into_chunks_match_torch():
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(40, 1, 512, generator=gen, dtype=F64)
     y = torch.randint(0, 2, (40,), generator=gen).to(F64)
-    dm = DeviceModel.from_module(net, x, device="cpu")
-    loss, grads = dm.loss_and_grad(x, y)
+    dm = DeviceModel.from_module(net, x, device=device)
+    loss, grads = _cpu(dm.loss_and_grad(x.to(device), y.to(device)))
     ref_loss, ref_grads = torch_loss_and_grad(net, x, y.unsqueeze(1), "bce_with_logits")
     assert_close_rel(loss, ref_loss, 1e-12, "loss")
     assert_grads_close(grads, ref_grads, 1e-10, "bce")
 
 
-def test_batchnorm_statistics_over_uneven_chunks_match_torch():
+@pytest.mark.parametrize("device", DEVICES)
+def test_batchnorm_statistics_over_uneven_chunks_match_torch(device):
     """BatchNorm at 70 samples: 64 chunks of 1 or 2 samples, combined per channel (Chan's
     parallel variance); the loss, every gradient and the running statistics against torch,
     and BN_CHUNKS the same in ops.py and device_kernels.h."""
@@ -231,10 +257,10 @@ def test_batchnorm_statistics_over_uneven_chunks_match_torch():
     gen = torch.Generator().manual_seed(1)
     x = 3 + torch.randn(70, 2, 7, generator=gen, dtype=F64)  # a mean far from 0
     y = torch.randint(0, 2, (70,), generator=gen).to(F64)
-    dm = DeviceModel.from_module(net, x, device="cpu")
-    loss, grads = dm.loss_and_grad(x, y)
+    dm = DeviceModel.from_module(net, x, device=device)
+    loss, grads = _cpu(dm.loss_and_grad(x.to(device), y.to(device)))
     ref_loss, ref_grads = torch_loss_and_grad(net, x, y.unsqueeze(1), "bce_with_logits")
     assert_close_rel(loss, ref_loss, 1e-12, "loss")
     assert_grads_close(grads, ref_grads, 1e-10, "bce")
     for name in ("1.running_mean", "1.running_var"):
-        assert_close_rel(dm.state_dict()[name], net.state_dict()[name], 1e-12, name)
+        assert_close_rel(_cpu(dm.state_dict()[name]), net.state_dict()[name], 1e-12, name)

@@ -839,7 +839,7 @@ void batch_norm_stats(On on, T* stats, const T* inp, T* running_mean, T* running
           var += pc[3 * k + 2] + pc[3 * k] * d * d;
         }
         var /= n;
-        if (training && running_mean) {
+        if (training == 1 && running_mean) { // 2: the batch's, the running ones left alone
           running_mean[c] = (T(1) - momentum) * running_mean[c] + momentum * T(mean);
           const T unbiased = T(n > 1 ? var * n / (n - 1) : var);
           running_var[c] = (T(1) - momentum) * running_var[c] + momentum * unbiased;
