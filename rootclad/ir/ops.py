@@ -687,7 +687,7 @@ def _unary_device(node, graph, d):
 # Device programs fuse an activation whose derivative reads only its output into the op that
 # produces its input, when it is that value's only reader: the producer applies it as it writes
 # (its hook passes DeviceSite.act through fwd_act() and dy()), and no pre-activation is stored.
-DEVICE_FUSED_ACTIVATIONS = {"relu": "Relu{}", "tanh": "Tanh{}", "sigmoid": "Sigmoid{}"}
+DEVICE_FUSED_ACTIVATIONS = {op: _UNARY_DEVICE[op]({}) for op in ("relu", "tanh", "sigmoid")}
 DEVICE_FUSING_PRODUCERS = {"linear", "conv1d", "conv2d", "maxpool1d", "maxpool2d", "avgpool1d",
                            "avgpool2d"}  # fmt: skip
 

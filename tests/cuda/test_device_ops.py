@@ -225,6 +225,16 @@ def test_fused_activation_through_gemm_trains_like_torch(act, device):
     assert_close_rel(dx, torch.autograd.grad(net(xg).sum(), xg)[0], 1e-10, "dx")
 
 
+def _bce_gradients_match_torch(net, x, y, device) -> DeviceModel:
+    """The device model of ``net``: its BCE loss and every gradient on (x, y) against torch."""
+    dm = DeviceModel.from_module(net, x, device=device)
+    loss, grads = _cpu(dm.loss_and_grad(x.to(device), y.to(device)))
+    ref_loss, ref_grads = torch_loss_and_grad(net, x, y.unsqueeze(1), "bce_with_logits")
+    assert_close_rel(loss, ref_loss, 1e-12, "loss")
+    assert_grads_close(grads, ref_grads, 1e-10, "bce")
+    return dm
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_batch_sums_split_into_chunks_match_torch(device):
     """The GW CNN at 40 samples: its convolutions' weight gradients (256, 4096 and 16384
@@ -237,11 +247,7 @@ def test_batch_sums_split_into_chunks_match_torch(device):
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(40, 1, 512, generator=gen, dtype=F64)
     y = torch.randint(0, 2, (40,), generator=gen).to(F64)
-    dm = DeviceModel.from_module(net, x, device=device)
-    loss, grads = _cpu(dm.loss_and_grad(x.to(device), y.to(device)))
-    ref_loss, ref_grads = torch_loss_and_grad(net, x, y.unsqueeze(1), "bce_with_logits")
-    assert_close_rel(loss, ref_loss, 1e-12, "loss")
-    assert_grads_close(grads, ref_grads, 1e-10, "bce")
+    _bce_gradients_match_torch(net, x, y, device)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -257,10 +263,6 @@ def test_batchnorm_statistics_over_uneven_chunks_match_torch(device):
     gen = torch.Generator().manual_seed(1)
     x = 3 + torch.randn(70, 2, 7, generator=gen, dtype=F64)  # a mean far from 0
     y = torch.randint(0, 2, (70,), generator=gen).to(F64)
-    dm = DeviceModel.from_module(net, x, device=device)
-    loss, grads = _cpu(dm.loss_and_grad(x.to(device), y.to(device)))
-    ref_loss, ref_grads = torch_loss_and_grad(net, x, y.unsqueeze(1), "bce_with_logits")
-    assert_close_rel(loss, ref_loss, 1e-12, "loss")
-    assert_grads_close(grads, ref_grads, 1e-10, "bce")
+    dm = _bce_gradients_match_torch(net, x, y, device)
     for name in ("1.running_mean", "1.running_var"):
         assert_close_rel(_cpu(dm.state_dict()[name]), net.state_dict()[name], 1e-12, name)
