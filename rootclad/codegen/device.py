@@ -4,7 +4,8 @@ The same C++ source runs on the CPU (g++: every kernel a loop over its indices, 
 on an NVIDIA GPU (nvcc: grid-stride kernels on a stream, dev::Cuda); each op says how it is
 called through its registry entry (``OpSpec.device``, rootclad/ir/ops.py). The layout is
 flat, one region of B x size per value (and per op's per-sample scratch), values that alias
-their input (Flatten, Reshape) sharing it; no arena plan yet. The C API takes a stream (ignored
+their input (Flatten, Reshape) sharing it, then one workspace that the ops use within a call
+(convolutions' columns), as large as the largest asks; no arena plan yet. The C API takes a stream (ignored
 on the CPU) and, where dropout draws its masks, a seed (as the CPU model's, one per call):
 
     {name}_n_params(), _n_buffers()   parameters and buffers (BatchNorm's), in the graph's order
@@ -159,12 +160,14 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits", fuse: bo
             buffers={r: f"buffers + {b_off[p]}" for r, p in node.buffers.items()},
             scratch=f"s_{_ident(node.output)}",
             sample_scratch=f"t_{_ident(node.output)}",
+            workspace="work",
             index=index,
             act=DEVICE_FUSED_ACTIVATIONS[act.op] if act else "",
         )
 
     fwd, bwd, bwd_dx = [], [], []
     scratch, n_scratch = [], 0  # batch-independent scratch (BatchNorm's statistics)
+    workspace = 0  # per sample, for use within a call (a convolution's columns): one for all
     for index, node in enumerate(graph.nodes):
         spec = OPS[node.op]
         if spec.calls is None or id(node) in fused_ids:
@@ -183,9 +186,14 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits", fuse: bo
             scratch.append(f"  T* const {key} = act + (long)B * {total};")
             layout_extra.append(f"//   {key:<24} per sample {need.per_sample:>8} at {total:>8}")
             total += need.per_sample
+        workspace = max(workspace, need.workspace)
         fwd += [f"  // {what}"] + [f"  {line}" for line in f]
         bwd = [f"  // {what}"] + [f"  {line}" for line in b] + bwd
         bwd_dx = [f"  // {what}"] + [f"  {line}" for line in b_dx] + bwd_dx
+    if workspace:  # the last region
+        scratch.append(f"  T* const work = act + (long)B * {total};")
+        layout_extra.append(f"//   {'workspace':<24} per sample {workspace:>8} at {total:>8}")
+        total += workspace
 
     def pointers(kind: str, const: bool) -> list[str]:
         base = "act" if kind == "a" else "d_act"

@@ -33,6 +33,10 @@ CONV1D_DIRECT_MAX_TAPS = 32
 CONV2D_DIRECT_MAX_TAPS = 288
 CONV2D_DIRECT_MIN_ROW = 16
 BN_CHUNKS = 64  # must match BN_CHUNKS in include/rootclad/device_kernels.h
+# device programs: a one-group convolution with at least this many taps C*KH*KW gets a
+# workspace, so that it runs as products (cuBLAS) at large batches (device_kernels.h:
+# conv_gemm_applies); fewer taps stay direct (im2col would copy each input that many times)
+CONV_GEMM_MIN_DEPTH = 32
 MAX_BROADCAST_DIMS = 3  # per-sample dimensions of a broadcasting binary op, after merging
 
 
@@ -149,6 +153,7 @@ class DeviceSite:
     buffers: dict = field(default_factory=dict)
     scratch: str = "nullptr"
     sample_scratch: str = "nullptr"
+    workspace: str = "nullptr"
     index: int = 0
     # an activation fused into this op (DEVICE_FUSED_ACTIVATIONS' functor; out and d_out are
     # then the activation's): the forward applies it, the backward reads d_out through dy()
@@ -176,11 +181,13 @@ class DeviceSite:
 @dataclass(frozen=True)
 class DeviceScratch:
     """What a device hook asks of the program's scratch: ``shared`` values (whatever the
-    batch size; at DeviceSite.scratch) and ``per_sample`` values for each sample (at
-    DeviceSite.sample_scratch)."""
+    batch size; at DeviceSite.scratch), ``per_sample`` values for each sample (at
+    DeviceSite.sample_scratch), and ``workspace`` values per sample that the op uses only
+    within each call (at DeviceSite.workspace: one region for all ops, the largest asked)."""
 
     shared: int = 0
     per_sample: int = 0
+    workspace: int = 0
 
 
 OPS: dict[str, OpSpec] = {}
@@ -240,16 +247,29 @@ def _linear_calls(node, graph, site):
     return [Call("linear", (OUT, IN(0, True), W("weight"), W("bias"), INT(R), INT(C), INT(OC)))]
 
 
-def _weighted_device(d, kernel: str, dims: str):
+def _weighted_device(d, kernel: str, dims: str, work: bool = False):
     """An op with a weight and a bias on the device: ``{kernel}_forward`` and
     ``{kernel}_backward`` (the input's adjoint, a typed null when not wanted; the parameters'),
-    ``dims`` last; the backward reads the output adjoint through a fused activation."""
+    ``dims`` last, then the workspace where ``work``; the backward reads the output adjoint
+    through a fused activation."""
+    act = d.fwd_act() or (", NoAct{}" if work else "")
+    tail = f", {d.workspace}" if work else ""
     fwd = [f"{kernel}_forward(on, {d.out}, {d.ins[0]}, {d.p('weight')}, {d.p('bias')}, {dims}"
-           f"{d.fwd_act()});"]  # fmt: skip
+           f"{act}{tail});"]  # fmt: skip
     d_inp = "(T*)nullptr" if d.d_ins[0] == "nullptr" else d.d_ins[0]
     bwd = [f"{kernel}_backward(on, {d_inp}, {d.dp('weight')}, {d.dp('bias')}, {d.dy()}, "
-           f"{d.ins[0]}, {d.p('weight')}, {dims});"]  # fmt: skip
+           f"{d.ins[0]}, {d.p('weight')}, {dims}{tail});"]  # fmt: skip
     return fwd, bwd
+
+
+def _conv_device(d, geometry: str, C: int, OC: int, taps: int, positions: int, groups: int):
+    """A convolution on the device (conv2d's kernels; Conv1d with H = 1) over the ``geometry``
+    C++ expression; a one-group layer with CONV_GEMM_MIN_DEPTH taps or more (C x KH x KW) gets
+    a workspace for the columns and one channel-major output (per sample: (C x KH x KW + OC) x
+    the output positions) and runs as products where the batch is large enough."""
+    work = groups == 1 and C * taps >= CONV_GEMM_MIN_DEPTH
+    fwd, bwd = _weighted_device(d, "conv2d", f"B, {geometry}", work)
+    return fwd, bwd, DeviceScratch(workspace=(C * taps + OC) * positions if work else 0)
 
 
 def _linear_device(node, graph, d):
@@ -345,10 +365,11 @@ def _conv1d_calls(node, graph, site):
 
 
 def _conv1d_device(node, graph, d):
-    C, L, OC, _, K = _conv1d_geometry(node, graph)
+    C, L, OC, LO, K = _conv1d_geometry(node, graph)
     a = node.attrs
-    geo = (C, L, OC, K, a["stride"], a["padding"], a["dilation"], a.get("groups", 1))
-    return _weighted_device(d, "conv2d", f"B, conv1d_shape({', '.join(map(str, geo))})")
+    G = a.get("groups", 1)
+    geo = (C, L, OC, K, a["stride"], a["padding"], a["dilation"], G)
+    return _conv_device(d, f"conv1d_shape({', '.join(map(str, geo))})", C, OC, K, LO, G)
 
 
 register(
@@ -550,9 +571,10 @@ def _conv2d_device(node, graph, d):
     C, H, Wd = node.in_shape
     KH, KW = graph.param(node.params["weight"]).shape[2:]
     a = node.attrs
-    geo = (C, H, Wd, node.out_shape[0], KH, KW, *a["stride"], *a["padding"], *a["dilation"],
-           a["groups"])  # fmt: skip
-    return _weighted_device(d, "conv2d", f"B, conv2d_shape({', '.join(map(str, geo))})")
+    OC, OH, OW = node.out_shape
+    geo = (C, H, Wd, OC, KH, KW, *a["stride"], *a["padding"], *a["dilation"], a["groups"])
+    shape = f"conv2d_shape({', '.join(map(str, geo))})"
+    return _conv_device(d, shape, C, OC, KH * KW, OH * OW, a["groups"])
 
 
 def _conv2d_scratch(node, graph):

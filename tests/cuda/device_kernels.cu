@@ -46,6 +46,9 @@ template <class T> void instantiate() {
   k::conv2d_forward(on, p, p, p, p, 1, conv);
   k::conv2d_backward_input(on, p, p, p, 1, conv);
   k::conv2d_backward_params(on, p, p, p, p, 1, conv);
+  const k::Conv one_group = k::conv2d_shape(2, 3, 3, 2, 2, 2, 1, 1, 0, 0, 1, 1, 1);
+  k::conv2d_gemm_forward(on, p, p, p, p, 1, one_group, k::NoAct{}, p);
+  k::conv2d_gemm_backward(on, p, p, p, p, p, p, 1, one_group, p);
   const k::Pool pool = k::pool2d_shape(2, 2, 2, 2, 1, 1, 0, 0);
   k::maxpool2d_forward(on, p, p, 1, pool);
   k::maxpool2d_backward(on, p, p, p, 1, pool);

@@ -32,12 +32,11 @@ namespace k = rootclad::dev;
     k::conv2d_backward_params(Host{}, dw, db, dy, x, B, k::conv1d_shape(C, L, OC, K, St, P, D));   \
   }                                                                                                \
   extern "C" void conv2d_##S(T* out, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,     \
-                             const T* b, int B, const int* g) {                                    \
+                             const T* b, int B, const int* g, T* work) {                           \
     const k::Conv c = k::conv2d_shape(g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9],  \
                                       g[10], g[11], g[12]);                                        \
-    k::conv2d_forward(Host{}, out, x, w, b, B, c);                                                 \
-    k::conv2d_backward_input(Host{}, dx, dy, w, B, c);                                             \
-    k::conv2d_backward_params(Host{}, dw, db, dy, x, B, c);                                        \
+    k::conv2d_forward(Host{}, out, x, w, b, B, c, k::NoAct{}, work);                               \
+    k::conv2d_backward(Host{}, dx, dw, db, dy, x, w, B, c, work);                                  \
   }                                                                                                \
   extern "C" void pool2d_##S(T* out, T* dx, const T* dy, const T* x, long R, const int* g,         \
                              int avg, int count_include_pad) {                                     \

@@ -167,10 +167,59 @@ def test_conv2d(lib, dtype, B, C, H, W, OC, K, S, P, D, G):
     out, dx, dw, db = (torch.empty_like(ref), torch.ones_like(x), torch.ones_like(w),
                        torch.ones_like(b))  # fmt: skip
     _call(lib, "conv2d", dtype, out, dx, dw, db, dy, x, w, b, B,
-          _ints(C, H, W, OC, *K, *S, *P, *D, G))  # fmt: skip
+          _ints(C, H, W, OC, *K, *S, *P, *D, G), None)  # fmt: skip
     torch.testing.assert_close(out, ref, **TOL[dtype])
     for got, want in zip([dx, dw, db], _grads(conv, [x, w, b], dy), strict=True):
         torch.testing.assert_close(got, want + 1, **TOL[dtype])
+
+
+CONV_GEMM_MIN_COLUMNS = 4096  # device_kernels.h: from so many output positions over the batch
+CONV_AS_PRODUCTS = [  # B, C, H, W, OC, (KH, KW), stride, padding, dilation (one group)
+    (15, 3, 20, 30, 5, (3, 2), (2, 1), (1, 0), (1, 2)),
+    (42, 4, 1, 300, 6, (1, 5), (1, 3), (0, 2), (1, 2)),  # 1-D: strided, padded, dilated
+    (32, 8, 1, 128, 16, (1, 1), (1, 1), (0, 0), (1, 1)),  # 1x1 (the ResNet's widening)
+    (9, 16, 1, 508, 32, (1, 8), (1, 1), (0, 0), (1, 1)),  # the GW CNN's second layer
+]
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+@pytest.mark.parametrize("wanted", ["all", "no-dx", "dx-only"])
+@pytest.mark.parametrize("B, C, H, W, OC, K, S, P, D", CONV_AS_PRODUCTS)
+def test_conv2d_as_products(lib, dtype, wanted, B, C, H, W, OC, K, S, P, D):
+    """With a workspace and enough output positions over the batch, a one-group convolution
+    runs as im2col and gemm (the column-major calls cuBLAS gets on the GPU, here as loops):
+    the forward and each adjoint that is asked for against torch; the workspace was used, and
+    one sample fewer than the threshold needs leaves it alone (the direct kernels)."""
+    x, w, b = (_rand(B, C, H, W, dtype=dtype, seed=1), _rand(OC, C, *K, dtype=dtype, seed=2),
+               _rand(OC, dtype=dtype, seed=3))  # fmt: skip
+
+    def conv(x, w, b):
+        return F.conv2d(x, w, b, stride=S, padding=P, dilation=D)
+
+    ref = conv(x, w, b)
+    positions = ref.shape[2] * ref.shape[3]
+    header = (Path(rootclad.get_include()) / "rootclad" / "device_kernels.h").read_text()
+    assert f"constexpr long CONV_GEMM_MIN_COLUMNS = {CONV_GEMM_MIN_COLUMNS};" in header
+    assert B * positions >= CONV_GEMM_MIN_COLUMNS > (B - 1) * positions
+    dy = _rand(*ref.shape, dtype=dtype, seed=4)
+    out, dx, dw, db = (torch.empty_like(ref), torch.ones_like(x), torch.ones_like(w),
+                       torch.ones_like(b))  # fmt: skip
+    grads = {"all": (dx, dw, db), "no-dx": (None, dw, db), "dx-only": (dx, None, None)}[wanted]
+    geometry = _ints(C, H, W, OC, *K, *S, *P, *D, 1)
+    work = torch.full((B * (C * K[0] * K[1] + OC) * positions,), float("nan"), dtype=dtype)
+    _call(lib, "conv2d", dtype, out, *grads, dy, x, w, b, B, geometry, work)
+    torch.testing.assert_close(out, ref, **TOL[dtype])
+    for got, want in zip(grads, _grads(conv, [x, w, b], dy), strict=True):
+        if got is not None:
+            torch.testing.assert_close(got, want + 1, **TOL[dtype])
+    assert not work.isnan().all()
+    fewer = B - 1  # the direct kernels, the workspace untouched
+    work.fill_(float("nan"))
+    out = torch.empty(fewer, *ref.shape[1:], dtype=dtype)
+    _call(lib, "conv2d", dtype, out, None, None, None, dy[:fewer], x[:fewer], w, b, fewer,
+          geometry, work)  # fmt: skip
+    torch.testing.assert_close(out, ref[:fewer], **TOL[dtype])
+    assert work.isnan().all()
 
 
 @pytest.mark.parametrize("dtype", [F64, F32])

@@ -258,6 +258,40 @@ def test_fused_activations_match_torch(tmp_path):
         assert sorted(a.op for a in fused_activations(g).values()) == ["relu"] * n
 
 
+def test_gw_cnn_convolutions_choose_products_by_batch(tmp_path):
+    """The GW CNN (512 long): its second and third convolutions (128 and 256 taps; the first
+    has 16, too few for im2col) share a workspace, act's last region, as large as the second
+    asks. At 40 samples the second (40 x 117 output positions) runs as products and writes
+    it, the third (40 x 22) directly; at 5 both run directly and leave it alone. Both match
+    torch, with act starting as NaN: nothing is read before it is written."""
+    torch.manual_seed(0)
+    net = gw_cnn(512).double()
+    _, source = _program(net, (1, 512))
+    assert source.count(", work);") == 3 * 2  # forward, backward, backward_input
+    lib = _build(tmp_path, source)
+    lib.net_act_size.restype = lib.net_output_offset.restype = ctypes.c_long
+    workspace = (16 * 8 + 32) * 117  # per sample: the columns, then the channel-major output
+    for B, as_products in ((40, True), (5, False)):
+        gen = torch.Generator().manual_seed(B)
+        x = torch.randn(B, 1, 512, generator=gen, dtype=F64)
+        y = torch.randint(0, 2, (B,), generator=gen).to(F64)
+        params = torch.cat([p.detach().reshape(-1) for p in net.parameters()]).contiguous()
+        act = torch.full((lib.net_act_size(B),), float("nan"), dtype=F64)
+        d_act = torch.zeros_like(act)
+        d_params, loss = torch.zeros_like(params), torch.zeros(1, dtype=F64)
+        act[: x.numel()] = x.reshape(-1)
+        lib.net_loss_and_grad(None, _p(params), None, _p(act), _p(y), _p(loss), _p(d_params),
+                              _p(d_act), B, 1, ctypes.c_ulonglong(1))  # fmt: skip
+        net.zero_grad()
+        out, grads = _torch_grads(net, x, y)
+        at = lib.net_output_offset(B)
+        torch.testing.assert_close(act[at : at + B], out, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(d_params, grads, rtol=1e-10, atol=1e-12)
+        work = act[-B * workspace :]
+        assert act[: -B * workspace].isnan().sum() == 0
+        assert bool(work.isnan().all()) is not as_products
+
+
 def _launches_per_step(tmp_path, source, shape, B=4):
     """Kernel launches of one loss_and_grad + optimizer step, counted on the host (the launches
     a GPU would make: -DROOTCLAD_COUNT_LAUNCHES)."""

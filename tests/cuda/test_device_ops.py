@@ -225,6 +225,37 @@ def test_fused_activation_through_gemm_trains_like_torch(act, device):
     assert_close_rel(dx, torch.autograd.grad(net(xg).sum(), xg)[0], 1e-10, "dx")
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_convolutions_as_products_train_like_torch(device):
+    """Two one-group Conv1d layers of 36 and 40 taps (strided and padded; padded and dilated)
+    with fused ReLU and Tanh, at 40 samples of 256: 5120 and 4960 output positions, so both
+    run as im2col and gemm (the calls cuBLAS gets on the GPU); 5 Adam steps like torch.optim,
+    then the input gradient (the first layer's columns summed back: col2im)."""
+    torch.manual_seed(0)
+    nn = torch.nn
+    net = nn.Sequential(nn.Conv1d(4, 8, 9, stride=2, padding=4), nn.ReLU(),
+                        nn.Conv1d(8, 8, 5, padding=2, dilation=2), nn.Tanh(), nn.Flatten(),
+                        nn.Linear(8 * 124, 1)).double()  # fmt: skip
+    dm = DeviceModel.from_module(net, torch.zeros(2, 4, 256, dtype=F64), device=device)
+    assert len(fused_activations(dm.graph)) == 2
+    opt, ref_opt = rootclad.optim.Adam(dm, lr=1e-3), torch.optim.Adam(net.parameters(), lr=1e-3)
+    for step in range(1, 6):
+        gen = torch.Generator().manual_seed(step)
+        x = torch.randn(40, 4, 256, generator=gen, dtype=F64)
+        y = torch.randint(0, 2, (40,), generator=gen).to(F64)
+        loss = dm.train_step(x.to(device), y.to(device), opt).cpu()
+        ref_opt.zero_grad()
+        ref = torch.nn.functional.binary_cross_entropy_with_logits(net(x).squeeze(1), y)
+        ref.backward()
+        ref_opt.step()
+        assert_close_rel(loss, ref.detach(), 1e-10, f"step {step} loss")
+    for name, p in net.named_parameters():
+        assert_close_rel(_cpu(dm.state_dict()[name]), p.detach(), 1e-9, name)
+    xg = x.clone().requires_grad_(True)
+    dx = _cpu(dm.input_grad(x.to(device)))
+    assert_close_rel(dx, torch.autograd.grad(net(xg).sum(), xg)[0], 1e-10, "dx")
+
+
 def _bce_gradients_match_torch(net, x, y, device) -> DeviceModel:
     """The device model of ``net``: its BCE loss and every gradient on (x, y) against torch."""
     dm = DeviceModel.from_module(net, x, device=device)
@@ -237,15 +268,16 @@ def _bce_gradients_match_torch(net, x, y, device) -> DeviceModel:
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_batch_sums_split_into_chunks_match_torch(device):
-    """The GW CNN at 40 samples: its convolutions' weight gradients (256, 4096 and 16384
-    values) sum over the batch in 40, 16 (uneven: 2 or 3 samples) and 4 chunks (batch_chunks:
-    2^16 indices), its Linear goes through gemm; every parameter's gradient against torch."""
+    """The GW CNN (256 long) at 40 samples: its convolutions, direct at so few output
+    positions, sum their weight gradients (256, 4096 and 16384 values) over the batch in 40,
+    16 (uneven: 2 or 3 samples) and 4 chunks (batch_chunks: 2^16 indices), its Linear goes
+    through gemm; every parameter's gradient against torch."""
     from rootclad.gw.models import gw_cnn
 
     torch.manual_seed(0)
-    net = gw_cnn(512).double()
+    net = gw_cnn(256).double()
     gen = torch.Generator().manual_seed(1)
-    x = torch.randn(40, 1, 512, generator=gen, dtype=F64)
+    x = torch.randn(40, 1, 256, generator=gen, dtype=F64)
     y = torch.randint(0, 2, (40,), generator=gen).to(F64)
     _bce_gradients_match_torch(net, x, y, device)
 

@@ -293,9 +293,126 @@ ROOTCLAD_HD inline T strided_dot(U u, int NA, int NB, const T* x, int H, int W, 
   return s;
 }
 
+// out = conv(inp) + bias, through act; with a workspace (`work`, conv_gemm_workspace(g) values
+// per sample) and enough output positions over the batch, as products (conv_gemm_applies)
+// the output position along one axis that reads input position `at` through tap k (-1: none)
+inline ROOTCLAD_HD int conv_reader(int at, int k, int S, int P, int D, int LO) {
+  const int t = at + P - k * D; // = l*S
+  return t < 0 || t % S != 0 || t / S >= LO ? -1 : t / S;
+}
+
+// -- Conv2d as products (one group): the columns col(CK, N) hold, for each of the N = B x OH x OW
+// output positions (sample-major) and each of the CK = C x KH x KW taps, the input element it
+// reads (im2col); then out = weight(OC, CK) @ col, d_weight += d_out @ col^T and
+// d_col = weight^T @ d_out, whose columns are summed back onto the input (col2im), each a
+// single gemm (cuBLAS on the GPU) over the whole batch. The products are (OC, N), channel-major,
+// so the output and its adjoint pass through a reordering copy in the workspace, which the
+// bias, the fused activation and its derivative ride along with. Taken from
+// CONV_GEMM_MIN_COLUMNS output positions over the batch on; fewer run as the direct kernels
+// (fewer launches: 3 forward and up to 6 backward against 1 and 3). The program gives a layer
+// a workspace only where its depth makes products pay (ops.CONV_GEMM_MIN_DEPTH).
+constexpr long CONV_GEMM_MIN_COLUMNS = 4096;
+
+inline ROOTCLAD_HD long conv_depth(Conv g) {
+  return (long)(g.C / g.G) * g.KH * g.KW;
+}
+// the workspace's values per sample: the columns (CK x OH x OW), then the channel-major
+// output or output adjoint (OC x OH x OW)
+inline long conv_gemm_workspace(Conv g) {
+  return (conv_depth(g) + g.OC) * g.OH * g.OW;
+}
+inline bool conv_gemm_applies(int B, Conv g) {
+  return g.G == 1 && (long)B * g.OH * g.OW >= CONV_GEMM_MIN_COLUMNS;
+}
+
+// col[k, n] = the input element that tap k of output position n reads (0 in the padding)
+template <class On, class T> void im2col(On on, T* col, const T* inp, int B, Conv g) {
+  const long P = (long)g.OH * g.OW, N = B * P;
+  each_index(
+      on, conv_depth(g) * N, ROOTCLAD_BODY(long i) {
+        const long n = i % N, k = i / N, b = n / P;
+        const int p = (int)(n % P), kw = (int)(k % g.KW), kh = (int)(k / g.KW % g.KH);
+        const int c = (int)(k / ((long)g.KW * g.KH));
+        const int h = p / g.OW * g.SH - g.PH + kh * g.DH, w = p % g.OW * g.SW - g.PW + kw * g.DW;
+        col[i] = h >= 0 && h < g.H && w >= 0 && w < g.W
+                     ? inp[((b * g.C + c) * g.H + h) * (long)g.W + w]
+                     : T(0);
+      });
+}
+
+// d_inp[b, c, h, w] += the columns' entries that read it (the adjoint of im2col, gathered)
+template <class On, class T> void col2im(On on, T* d_inp, const T* d_col, int B, Conv g) {
+  const long P = (long)g.OH * g.OW, N = B * P;
+  each_index(
+      on, (long)B * g.C * g.H * g.W, ROOTCLAD_BODY(long i) {
+        const int iw = (int)(i % g.W), ih = (int)(i / g.W % g.H);
+        const int c = (int)(i / ((long)g.W * g.H) % g.C);
+        const long b = i / ((long)g.W * g.H * g.C);
+        T s = 0;
+        for (int kh = 0; kh < g.KH; ++kh) {
+          const int oh = conv_reader(ih, kh, g.SH, g.PH, g.DH, g.OH);
+          if (oh < 0)
+            continue;
+          for (int kw = 0; kw < g.KW; ++kw) {
+            const int ow = conv_reader(iw, kw, g.SW, g.PW, g.DW, g.OW);
+            if (ow >= 0)
+              s += d_col[(((long)c * g.KH + kh) * g.KW + kw) * N + b * P + (long)oh * g.OW + ow];
+          }
+        }
+        d_inp[i] += s;
+      });
+}
+
+template <class On, class T, class Act>
+void conv2d_gemm_forward(On on, T* out, const T* inp, const T* weight, const T* bias, int B, Conv g,
+                         Act act, T* work) {
+  const long P = (long)g.OH * g.OW, N = B * P, CK = conv_depth(g);
+  T* const col = work;                     // (CK, N)
+  T* const out_by_channel = work + CK * N; // (OC, N)
+  im2col(on, col, inp, B, g);
+  gemm(on, false, false, g.OC, (int)N, (int)CK, T(1), weight, (int)CK, col, (int)N, T(0),
+       out_by_channel, (int)N);
+  each_index(
+      on, (long)g.OC * N, ROOTCLAD_BODY(long i) { // i: out's index (b, o, p)
+        const long p = i % P, o = i / P % g.OC, b = i / (P * g.OC);
+        out[i] = act.f(out_by_channel[o * N + b * P + p] + (bias ? bias[o] : T(0)));
+      });
+}
+
+template <class On, class T, class DY>
+void conv2d_gemm_backward(On on, T* d_inp, T* d_weight, T* d_bias, DY d_out, const T* inp,
+                          const T* weight, int B, Conv g, T* work) {
+  const long P = (long)g.OH * g.OW, N = B * P, CK = conv_depth(g);
+  T* const col = work;
+  T* const dy = work + CK * N; // d_out (through the fused activation), channel-major (OC, N)
+  if (d_bias)
+    bias_backward(on, d_bias, d_out, B, g.OC, (int)P);
+  if (!d_weight && !d_inp)
+    return;
+  each_index(
+      on, (long)g.OC * N, ROOTCLAD_BODY(long i) { // i: dy's index (o, b, p)
+        const long n = i % N, o = i / N;
+        dy[i] = d_out[(n / P * g.OC + o) * P + n % P];
+      });
+  if (d_weight) {
+    im2col(on, col, inp, B, g); // the forward's columns, which later layers overwrote
+    gemm(on, false, true, g.OC, (int)CK, (int)N, T(1), dy, (int)N, col, (int)N, T(1), d_weight,
+         (int)CK);
+  }
+  if (d_inp) {
+    gemm(on, true, false, (int)CK, (int)N, g.OC, T(1), weight, (int)CK, dy, (int)N, T(0), col,
+         (int)N);
+    col2im(on, d_inp, col, B, g);
+  }
+}
+
 template <class On, class T, class Act = NoAct>
 void conv2d_forward(On on, T* out, const T* inp, const T* weight, const T* bias, int B, Conv g,
-                    Act act = {}) {
+                    Act act = {}, T* work = nullptr) {
+  if (work && conv_gemm_applies(B, g)) {
+    conv2d_gemm_forward(on, out, inp, weight, bias, B, g, act, work);
+    return;
+  }
   const int CG = g.C / g.G, OCG = g.OC / g.G;
   each_index(
       on, (long)B * g.OC * g.OH * g.OW, ROOTCLAD_BODY(long i) {
@@ -309,12 +426,6 @@ void conv2d_forward(On on, T* out, const T* inp, const T* weight, const T* bias,
                            oh * g.SH - g.PH, g.DH, ow * g.SW - g.PW, g.DW);
         out[i] = act.f(s);
       });
-}
-
-// the output position along one axis that reads input position `at` through tap k (-1: none)
-inline ROOTCLAD_HD int conv_reader(int at, int k, int S, int P, int D, int LO) {
-  const int t = at + P - k * D; // = l*S
-  return t < 0 || t % S != 0 || t / S >= LO ? -1 : t / S;
 }
 
 // d_inp[b, c, ih, iw] += sum over the taps and output positions that read it
@@ -370,10 +481,15 @@ void conv2d_backward_params(On on, T* d_weight, T* d_bias, DY d_out, const T* in
     bias_backward(on, d_bias, d_out, B, g.OC, g.OH * g.OW);
 }
 
-// The whole pullback: d_inp (null: not wanted), d_weight and d_bias (null: skipped)
+// The whole pullback: d_inp (null: not wanted), d_weight and d_bias (null: skipped); through
+// gemm where the forward went so (a workspace, conv_gemm_applies)
 template <class On, class T, class DY>
 void conv2d_backward(On on, T* d_inp, T* d_weight, T* d_bias, DY d_out, const T* inp,
-                     const T* weight, int B, Conv g) {
+                     const T* weight, int B, Conv g, T* work = nullptr) {
+  if (work && conv_gemm_applies(B, g)) {
+    conv2d_gemm_backward(on, d_inp, d_weight, d_bias, d_out, inp, weight, B, g, work);
+    return;
+  }
   conv2d_backward_params(on, d_weight, d_bias, d_out, inp, B, g);
   if (d_inp)
     conv2d_backward_input(on, d_inp, d_out, weight, B, g);
