@@ -9,7 +9,8 @@ their input (Flatten, Reshape) sharing it, then one workspace that the ops use w
 on the CPU) and, where dropout draws its masks, a seed (as the CPU model's, one per call):
 
     {name}_n_params(), _n_buffers()   parameters and buffers (BatchNorm's), in the graph's order
-    {name}_act_size(B)                act and d_act each hold this many values
+    {name}_act_size(B), _d_act_size(B)  act holds this many values (the values, then the ops'
+                                      scratch and the workspace), d_act the values' adjoints
     {name}_forward(stream, params, buffers, act, B, training, seed)
     {name}_loss_and_grad(stream, params, buffers, act, y, loss, d_params, d_act, B, training,
                          seed)        y: the targets (class indices as T)
@@ -136,6 +137,7 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits", fuse: bo
             )
         region[node.output], size[node.output] = total, math.prod(node.out_shape)
         total += size[node.output]
+    n_values = total  # d_act: the values' adjoints, at the values' places
     out = graph.output
     names = {v: "v_" + _ident(v) for v in region}
     layout_extra = []  # the ops' per-sample scratch
@@ -225,6 +227,7 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits", fuse: bo
         f"constexpr long N_PARAMS = {n_params};",
         f"constexpr long N_BUFFERS = {n_buffers};",
         f"constexpr long ACT_PER_SAMPLE = {total}, SCRATCH = {n_scratch};",
+        f"constexpr long D_ACT_PER_SAMPLE = {n_values}; // the values' adjoints only",
         f"constexpr long OUTPUT_OFFSET = {region[out]}, OUTPUT_SIZE = {out_size};",
         "",
         "template <class On>",
@@ -255,7 +258,7 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits", fuse: bo
         "  forward(on, params, buffers, act, B, training, seed);",
         "  fill(on, loss, 1, T(0));",
         "  fill(on, d_params, N_PARAMS, T(0));",
-        "  fill(on, d_act, (long)B * ACT_PER_SAMPLE, T(0));",
+        "  fill(on, d_act, (long)B * D_ACT_PER_SAMPLE, T(0));",
         "  const T* const output = act + (long)B * OUTPUT_OFFSET;",
         "  T* const d_output = d_act + (long)B * OUTPUT_OFFSET;",
         *_loss_lines(loss, graph),
@@ -267,7 +270,7 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits", fuse: bo
         "void input_grad(On on, const T* params, T* buffers, T* act, const T* d_out, T* d_act,",
         "                int B, int training, U64 seed) {",
         "  forward(on, params, buffers, act, B, training, seed);",
-        "  fill(on, d_act, (long)B * ACT_PER_SAMPLE, T(0));",
+        "  fill(on, d_act, (long)B * D_ACT_PER_SAMPLE, T(0));",
         "  T* const d_output = d_act + (long)B * OUTPUT_OFFSET;",
         "  each_index(on, (long)B * OUTPUT_SIZE, ROOTCLAD_BODY(long i) { d_output[i] = d_out[i]; });",
         "  backward_input(on, params, act, nullptr, d_act, B, training, seed);",
@@ -284,6 +287,7 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits", fuse: bo
         f"long {name}_n_params() {{ return {name}::N_PARAMS; }}",
         f"long {name}_n_buffers() {{ return {name}::N_BUFFERS; }}",
         f"long {name}_act_size(int B) {{ return (long){name}::ACT_PER_SAMPLE * B + {name}::SCRATCH; }}",
+        f"long {name}_d_act_size(int B) {{ return (long){name}::D_ACT_PER_SAMPLE * B; }}",
         f"long {name}_output_offset(int B) {{ return (long){name}::OUTPUT_OFFSET * B; }}",
         f"int {name}_forward(void* stream, const {T}* params, {T}* buffers, {T}* act, int B,",
         "                   int training, unsigned long long seed) {",

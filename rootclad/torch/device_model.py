@@ -154,10 +154,10 @@ class DeviceModel:
         self.library_path = path
         self._lib = lib = ctypes.CDLL(str(path))
         self._fn = {k: getattr(lib, f"{name}_{k}") for k in
-                    ("n_params", "n_buffers", "act_size", "output_offset", "forward",
+                    ("n_params", "n_buffers", "act_size", "d_act_size", "output_offset", "forward",
                      "loss_and_grad", "input_grad", "optim_step", "error_text")}  # fmt: skip
         self._fn["error_text"].restype = ctypes.c_char_p
-        for k in ("n_params", "n_buffers", "act_size", "output_offset"):
+        for k in ("n_params", "n_buffers", "act_size", "d_act_size", "output_offset"):
             self._fn[k].restype = ctypes.c_long
         self._fn["optim_step"].argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_long] * 3
         tail = [ctypes.c_int, ctypes.c_int, ctypes.c_ulonglong]  # B, training, seed
@@ -317,16 +317,16 @@ class DeviceModel:
                                  f"({B or 'B'}, {', '.join(map(str, shape))})")  # fmt: skip
             B = int(t.shape[0])
         if B not in self._work:
-            n = self._fn["act_size"](B)
+            n, n_d = self._fn["act_size"](B), self._fn["d_act_size"](B)
             try:
                 self._work[B] = (torch.empty(n, dtype=self.dtype, device=self.device),
-                                 torch.empty(n, dtype=self.dtype, device=self.device))  # fmt: skip
+                                 torch.empty(n_d, dtype=self.dtype, device=self.device))  # fmt: skip
             except RuntimeError as exc:  # torch.OutOfMemoryError on a GPU
-                size = 2 * n * self._params.element_size() / 2**20
+                size = (n + n_d) * self._params.element_size() / 2**20
                 raise MemoryError(
                     f"a batch of {B} needs {size:.0f} MiB on {self.device} for the activations "
-                    f"and their adjoints ({n} values each), which could not be allocated "
-                    f"({str(exc).splitlines()[0]}); use smaller batches"
+                    f"and scratch ({n} values) and their adjoints ({n_d}), which could not be "
+                    f"allocated ({str(exc).splitlines()[0]}); use smaller batches"
                 ) from exc
         act, d_act = self._work[B]
         at = 0

@@ -269,7 +269,8 @@ def test_gw_cnn_convolutions_choose_products_by_batch(tmp_path):
     _, source = _program(net, (1, 512))
     assert source.count(", work);") == 3 * 2  # forward, backward, backward_input
     lib = _build(tmp_path, source)
-    lib.net_act_size.restype = lib.net_output_offset.restype = ctypes.c_long
+    for fn in (lib.net_act_size, lib.net_d_act_size, lib.net_output_offset):
+        fn.restype = ctypes.c_long
     workspace = (16 * 8 + 32) * 117  # per sample: the columns, then the channel-major output
     for B, as_products in ((40, True), (5, False)):
         gen = torch.Generator().manual_seed(B)
@@ -288,6 +289,7 @@ def test_gw_cnn_convolutions_choose_products_by_batch(tmp_path):
         torch.testing.assert_close(act[at : at + B], out, rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(d_params, grads, rtol=1e-10, atol=1e-12)
         work = act[-B * workspace :]
+        assert lib.net_d_act_size(B) == act.numel() - work.numel()  # no adjoint for the workspace
         assert act[: -B * workspace].isnan().sum() == 0
         assert bool(work.isnan().all()) is not as_products
 
