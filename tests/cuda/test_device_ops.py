@@ -204,13 +204,19 @@ def test_fused_activation_through_gemm_trains_like_torch(act, device):
     torch.manual_seed(0)
     nn = torch.nn
     net = nn.Sequential(nn.Linear(12, 30), act(), nn.Linear(30, 20), act(), nn.Linear(20, 1))
-    net = net.double()
-    dm = DeviceModel.from_module(net, torch.zeros(2, 12, dtype=F64), device=device)
+    _two_fused_layers_train_like_torch(net.double(), (12,), 1e-2, device)
+
+
+def _two_fused_layers_train_like_torch(net, shape, lr, device):
+    """``net`` with two fused activations, on batches of 40 of per-sample ``shape``: 5 Adam
+    steps under BCE like torch.optim (the loss, then the parameters), then the input
+    gradient."""
+    dm = DeviceModel.from_module(net, torch.zeros(2, *shape, dtype=F64), device=device)
     assert len(fused_activations(dm.graph)) == 2
-    opt, ref_opt = rootclad.optim.Adam(dm, lr=1e-2), torch.optim.Adam(net.parameters(), lr=1e-2)
+    opt, ref_opt = rootclad.optim.Adam(dm, lr=lr), torch.optim.Adam(net.parameters(), lr=lr)
     for step in range(1, 6):
         gen = torch.Generator().manual_seed(step)
-        x = torch.randn(40, 12, generator=gen, dtype=F64)
+        x = torch.randn(40, *shape, generator=gen, dtype=F64)
         y = torch.randint(0, 2, (40,), generator=gen).to(F64)
         loss = dm.train_step(x.to(device), y.to(device), opt).cpu()
         ref_opt.zero_grad()
@@ -236,24 +242,7 @@ def test_convolutions_as_products_train_like_torch(device):
     net = nn.Sequential(nn.Conv1d(4, 8, 9, stride=2, padding=4), nn.ReLU(),
                         nn.Conv1d(8, 8, 5, padding=2, dilation=2), nn.Tanh(), nn.Flatten(),
                         nn.Linear(8 * 124, 1)).double()  # fmt: skip
-    dm = DeviceModel.from_module(net, torch.zeros(2, 4, 256, dtype=F64), device=device)
-    assert len(fused_activations(dm.graph)) == 2
-    opt, ref_opt = rootclad.optim.Adam(dm, lr=1e-3), torch.optim.Adam(net.parameters(), lr=1e-3)
-    for step in range(1, 6):
-        gen = torch.Generator().manual_seed(step)
-        x = torch.randn(40, 4, 256, generator=gen, dtype=F64)
-        y = torch.randint(0, 2, (40,), generator=gen).to(F64)
-        loss = dm.train_step(x.to(device), y.to(device), opt).cpu()
-        ref_opt.zero_grad()
-        ref = torch.nn.functional.binary_cross_entropy_with_logits(net(x).squeeze(1), y)
-        ref.backward()
-        ref_opt.step()
-        assert_close_rel(loss, ref.detach(), 1e-10, f"step {step} loss")
-    for name, p in net.named_parameters():
-        assert_close_rel(_cpu(dm.state_dict()[name]), p.detach(), 1e-9, name)
-    xg = x.clone().requires_grad_(True)
-    dx = _cpu(dm.input_grad(x.to(device)))
-    assert_close_rel(dx, torch.autograd.grad(net(xg).sum(), xg)[0], 1e-10, "dx")
+    _two_fused_layers_train_like_torch(net, (4, 256), 1e-3, device)
 
 
 def _bce_gradients_match_torch(net, x, y, device) -> DeviceModel:

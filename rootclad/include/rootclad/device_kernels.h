@@ -301,6 +301,20 @@ inline ROOTCLAD_HD int conv_reader(int at, int k, int S, int P, int D, int LO) {
   return t < 0 || t % S != 0 || t / S >= LO ? -1 : t / S;
 }
 
+// f(kh, kw, oh, ow) for each tap and output position that reads input position (ih, iw)
+template <class F> ROOTCLAD_HD inline void each_reader(int ih, int iw, Conv g, F f) {
+  for (int kh = 0; kh < g.KH; ++kh) {
+    const int oh = conv_reader(ih, kh, g.SH, g.PH, g.DH, g.OH);
+    if (oh < 0)
+      continue;
+    for (int kw = 0; kw < g.KW; ++kw) {
+      const int ow = conv_reader(iw, kw, g.SW, g.PW, g.DW, g.OW);
+      if (ow >= 0)
+        f(kh, kw, oh, ow);
+    }
+  }
+}
+
 // -- Conv2d as products (one group): the columns col(CK, N) hold, for each of the N = B x OH x OW
 // output positions (sample-major) and each of the CK = C x KH x KW taps, the input element it
 // reads (im2col); then out = weight(OC, CK) @ col, d_weight += d_out @ col^T and
@@ -349,16 +363,9 @@ template <class On, class T> void col2im(On on, T* d_inp, const T* d_col, int B,
         const int c = (int)(i / ((long)g.W * g.H) % g.C);
         const long b = i / ((long)g.W * g.H * g.C);
         T s = 0;
-        for (int kh = 0; kh < g.KH; ++kh) {
-          const int oh = conv_reader(ih, kh, g.SH, g.PH, g.DH, g.OH);
-          if (oh < 0)
-            continue;
-          for (int kw = 0; kw < g.KW; ++kw) {
-            const int ow = conv_reader(iw, kw, g.SW, g.PW, g.DW, g.OW);
-            if (ow >= 0)
-              s += d_col[(((long)c * g.KH + kh) * g.KW + kw) * N + b * P + (long)oh * g.OW + ow];
-          }
-        }
+        each_reader(ih, iw, g, [&](int kh, int kw, int oh, int ow) {
+          s += d_col[(((long)c * g.KH + kh) * g.KW + kw) * N + b * P + (long)oh * g.OW + ow];
+        });
         d_inp[i] += s;
       });
 }
@@ -439,19 +446,11 @@ void conv2d_backward_input(On on, T* d_inp, DY d_out, const T* weight, int B, Co
         const long b = i / ((long)g.W * g.H * g.C);
         const int grp = cin / CG, c = cin % CG;
         T s = 0;
-        for (int kh = 0; kh < g.KH; ++kh) {
-          const int oh = conv_reader(ih, kh, g.SH, g.PH, g.DH, g.OH);
-          if (oh < 0)
-            continue;
-          for (int kw = 0; kw < g.KW; ++kw) {
-            const int ow = conv_reader(iw, kw, g.SW, g.PW, g.DW, g.OW);
-            if (ow < 0)
-              continue;
-            for (int o = grp * OCG; o < (grp + 1) * OCG; ++o)
-              s += weight[(((long)o * CG + c) * g.KH + kh) * g.KW + kw] *
-                   d_out[((b * g.OC + o) * g.OH + oh) * g.OW + ow];
-          }
-        }
+        each_reader(ih, iw, g, [&](int kh, int kw, int oh, int ow) {
+          for (int o = grp * OCG; o < (grp + 1) * OCG; ++o)
+            s += weight[(((long)o * CG + c) * g.KH + kh) * g.KW + kw] *
+                 d_out[((b * g.OC + o) * g.OH + oh) * g.OW + ow];
+        });
         d_inp[i] += s;
       });
 }
