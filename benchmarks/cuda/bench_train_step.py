@@ -4,8 +4,9 @@ CUDA) next to torch eager and torch.compile on the same device, same process.
 Per model and batch (1, 64, 1024): the median step time over ROUNDS interleaved rounds
 (torch.cuda.synchronize around each timed step), the speed-up over torch eager, the
 achieved fraction of the GPU's measured float32 GEMM throughput (3x the forward FLOPs a step)
-and the number of kernel launches per step (torch.profiler). The GPU, its driver and the date
-are recorded. ``--device cpu`` runs the same script on the CPU (the device program's kernels
+and the number of kernel launches per step (torch.profiler); for the CNN also rootclad with
+every convolution as its direct kernels, to weigh the im2col + cuBLAS path against them. The
+GPU, its driver and the date are recorded. ``--device cpu`` runs the same script on the CPU (the device program's kernels
 as loops: only a check that the script works, not a benchmark).
 
 usage: python benchmarks/cuda/bench_train_step.py [--device cuda|cpu] [--quick] [--out PATH]
@@ -15,6 +16,7 @@ Writes benchmarks/results/cuda_train_step.json and docs/benchmarks/cuda_train_st
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
@@ -100,6 +102,33 @@ def _gemm_peak(device) -> float:
     return 2 * n**3 / statistics.median(times) / 1e6
 
 
+DIRECT = "rootclad, direct convolutions"
+
+
+def _device_model(net, x):
+    """rootclad's model of ``net`` on x's device: rootclad.compile on CUDA; on the CPU the
+    device program's kernels as loops (rootclad.compile would give the fast CPU model)."""
+    import rootclad
+    from rootclad.torch import DeviceModel
+
+    if x.device.type == "cuda":
+        return rootclad.compile(net, example_input=x[:1], loss="bce_with_logits")
+    return DeviceModel.from_module(net, x[:1], device="cpu")
+
+
+@contextlib.contextmanager
+def _direct_convolutions():
+    """Device programs built inside run every convolution as its direct kernels (no layer
+    gets the workspace that im2col and gemm need: ops.CONV_GEMM_MIN_DEPTH)."""
+    from rootclad.ir import ops
+
+    saved, ops.CONV_GEMM_MIN_DEPTH = ops.CONV_GEMM_MIN_DEPTH, 1 << 62
+    try:
+        yield
+    finally:
+        ops.CONV_GEMM_MIN_DEPTH = saved
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
@@ -110,7 +139,6 @@ def main(argv=None) -> int:
     from report import run_header, write_report
 
     import rootclad
-    from rootclad.torch import DeviceModel
 
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -138,10 +166,7 @@ def main(argv=None) -> int:
             x = torch.randn(B, *shape, generator=gen).to(device)
             y = torch.randint(0, 2, (B,), generator=gen).float().to(device)
             net.load_state_dict(init)
-            if device.type == "cuda":
-                prog = rootclad.compile(net, example_input=x[:1], loss="bce_with_logits")
-            else:  # the device kernels on the CPU (rootclad.compile would give the fast model)
-                prog = DeviceModel.from_module(net, x[:1], device="cpu")
+            prog = _device_model(net, x)
             ropt = rootclad.optim.Adam(prog, lr=1e-3)
             eager = _model(name)[0].to(device)
             eager.load_state_dict(init)
@@ -160,6 +185,11 @@ def main(argv=None) -> int:
                 "torch eager": lambda m=eager, step=torch_step: step(m),
                 "torch.compile": lambda m=compiled, step=torch_step: step(m),
             }
+            if name == "gw-cnn":  # the convolutions' two paths: as products, and direct
+                with _direct_convolutions():
+                    direct = _device_model(net, x)
+                dopt = rootclad.optim.Adam(direct, lr=1e-3)
+                steps[DIRECT] = lambda prog=direct, x=x, y=y, o=dopt: prog.train_step(x, y, o)
             times = {k: [] for k in steps}
             for _ in range(ROUNDS):
                 for k, step in steps.items():
@@ -191,6 +221,7 @@ def render(report: dict) -> str:
         "rootclad % of GEMM peak | launches per step (rootclad / eager / compile) |",
         "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
+    direct = []
     for name, by_batch in report["models"].items():
         for B, e in by_batch.items():
             ms, n = e["median_ms"], e["launches_per_step"]
@@ -200,6 +231,14 @@ def render(report: dict) -> str:
                 f"{100 * e['fraction_of_gemm_peak']['rootclad']:.1f}% | "
                 f"{n['rootclad']} / {n['torch eager']} / {n['torch.compile']} |"
             )
+            if DIRECT in ms:
+                direct.append(f"| {name} | {B} | {ms['rootclad']:.4g} ms | {ms[DIRECT]:.4g} ms "
+                              f"| {n['rootclad']} / {n[DIRECT]} |")  # fmt: skip
+    if direct:
+        lines += ["", "Convolutions of 32 taps or more as im2col and cuBLAS (from 4096 output "
+                  "positions over the batch on) against all of them as direct kernels:", "",
+                  "| model | batch | as products | direct | launches per step |",
+                  "|---|---:|---:|---:|---|", *direct]  # fmt: skip
     return "\n".join(lines + [""])
 
 
