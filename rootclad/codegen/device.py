@@ -60,8 +60,7 @@ def _loss_lines(loss: str, graph: Graph) -> list[str]:
         return [f"  {loss}_forward(on, loss, output, y, B, {C});",
                 f"  {loss}_backward(on, d_output, {grad_args}, B, {C}, T(1));"]  # fmt: skip
     n, functor = "(long)B * OUTPUT_SIZE", LOSSES[loss]
-    return [f"  loss_forward(on, loss, output, y, {n}, {functor}{{}});",
-            f"  loss_backward(on, d_output, output, y, {n}, T(1), {functor}{{}});"]  # fmt: skip
+    return [f"  loss_and_gradient(on, loss, d_output, output, y, {n}, T(1), {functor}{{}});"]
 
 
 def device_ops() -> list[str]:
@@ -256,9 +255,7 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits", fuse: bo
         "void loss_and_grad(On on, const T* params, T* buffers, T* act, const T* y, T* loss,",
         "                   T* d_params, T* d_act, int B, int training, U64 seed) {",
         "  forward(on, params, buffers, act, B, training, seed);",
-        "  fill(on, loss, 1, T(0));",
-        "  fill(on, d_params, N_PARAMS, T(0));",
-        "  fill(on, d_act, (long)B * D_ACT_PER_SAMPLE, T(0));",
+        "  zero(on, loss, 1, d_params, N_PARAMS, d_act, (long)B * D_ACT_PER_SAMPLE);",
         "  const T* const output = act + (long)B * OUTPUT_OFFSET;",
         "  T* const d_output = d_act + (long)B * OUTPUT_OFFSET;",
         *_loss_lines(loss, graph),

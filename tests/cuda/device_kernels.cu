@@ -15,6 +15,7 @@ template <class T> void instantiate() {
   Cuda on{};
   T* p = nullptr;
   k::fill(on, p, 1, T(0));
+  k::zero(on, p, 1, p, 1, p, 1);
   k::linear_forward(on, p, p, p, p, 1, 1, 1);
   k::linear_backward_input(on, p, p, p, 1, 1, 1);
   k::linear_backward_params(on, p, p, p, p, 1, 1, 1);
@@ -60,10 +61,13 @@ template <class T> void instantiate() {
   k::batch_norm_backward_input(on, p, p, p, p, p, 1, 1, 1, 1);
   k::bce_with_logits_forward(on, p, p, p, 1);
   k::bce_with_logits_backward(on, p, p, p, 1, T(1));
+  k::loss_and_gradient(on, p, p, p, p, 1, T(1), k::BceWithLogits{});
   k::loss_forward(on, p, p, p, 1, k::Mse{});
   k::loss_backward(on, p, p, p, 1, T(1), k::Mse{});
+  k::loss_and_gradient(on, p, p, p, p, 1, T(1), k::Mse{});
   k::loss_forward(on, p, p, p, 1, k::Huber{});
   k::loss_backward(on, p, p, p, 1, T(1), k::Huber{});
+  k::loss_and_gradient(on, p, p, p, p, 1, T(1), k::Huber{});
   k::cross_entropy_forward(on, p, p, p, 1, 2);
   k::cross_entropy_backward(on, p, p, p, 1, 2, T(1));
   k::nll_forward(on, p, p, p, 1, 2);

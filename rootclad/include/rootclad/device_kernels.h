@@ -31,6 +31,19 @@ template <class On, class T> void fill(On on, T* p, long n, T value) {
   each_index(on, n, ROOTCLAD_BODY(long i) { p[i] = value; });
 }
 
+// a[0..na), b[0..nb) and c[0..nc) = 0, one launch (a training step's loss and adjoints)
+template <class On, class T> void zero(On on, T* a, long na, T* b, long nb, T* c, long nc) {
+  each_index(
+      on, na + nb + nc, ROOTCLAD_BODY(long i) {
+        if (i < na)
+          a[i] = T(0);
+        else if (i < na + nb)
+          b[i - na] = T(0);
+        else
+          c[i - na - nb] = T(0);
+      });
+}
+
 // The identity as an activation: what a producer applies when nothing is fused.
 struct NoAct {
   template <class T> ROOTCLAD_HD T f(T x) const { return x; }
@@ -1067,6 +1080,16 @@ void loss_forward(On on, T* loss, const T* z, const T* y, long n, L l) {
 template <class On, class T, class L>
 void loss_backward(On on, T* d_z, const T* z, const T* y, long n, T scale, L l) {
   each_index(on, n, ROOTCLAD_BODY(long i) { d_z[i] = scale * l.grad(z[i], y[i]) / T(n); });
+}
+
+// both of the above in one launch: *loss += the mean loss, d_z = its gradient x scale
+template <class On, class T, class L>
+void loss_and_gradient(On on, T* loss, T* d_z, const T* z, const T* y, long n, T scale, L l) {
+  each_index(
+      on, n, ROOTCLAD_BODY(long i) {
+        add_to(loss, l.loss(z[i], y[i]) / T(n));
+        d_z[i] = scale * l.grad(z[i], y[i]) / T(n);
+      });
 }
 
 template <class On, class T>
