@@ -25,6 +25,7 @@ import itertools
 import math
 from collections import OrderedDict
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -44,6 +45,16 @@ from rootclad.torch.model import _ArenaParameter
 
 _DTYPES = {torch.float32: "float32", torch.float64: "float64"}
 _TORCH = {v: k for k, v in _DTYPES.items()}
+
+
+class _Work(NamedTuple):
+    """A batch size's act and d_act, and their addresses for the C calls."""
+
+    act: torch.Tensor
+    d_act: torch.Tensor
+    act_ptr: int
+    d_act_ptr: int
+    inputs: list  # the inputs' places in act, (B, *shape) each
 
 
 def build_cuda_library(source: str, name: str, arch: str | None = None):
@@ -187,7 +198,15 @@ class DeviceModel:
             self._buffer_views[p.name] = self._buffer_store[off : off + p.numel].view(p.shape)
             off += p.numel
         self._loss = torch.zeros(1, dtype=self.dtype, device=self.device)
-        self._work: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        # per batch size: act and d_act; the pointers of the C calls, which never move
+        self._work: dict[int, _Work] = {}
+        self._ptr = {"params": self._params.data_ptr(), "grads": self._grads.data_ptr(),
+                     "buffers": self._buffer_store.data_ptr(), "loss": self._loss.data_ptr()}  # fmt: skip
+        self._input_names = (["input"] if len(self.input_shapes) == 1 else
+                             [f"input {i}" for i in range(len(self.input_shapes))])  # fmt: skip
+        self._on_cuda = self.device.type == "cuda"
+        self._cuda_index = self._on_cuda and self.device.index is not None
+        self._loss_value = self._loss[0]
 
     @classmethod
     def from_module(cls, net: torch.nn.Module, example_input, device="cuda",
@@ -291,7 +310,7 @@ class DeviceModel:
         return t.contiguous()
 
     def _stream(self):
-        if self.device.type != "cuda":
+        if not self._on_cuda:
             return None
         return ctypes.c_void_p(torch.cuda.current_stream(self.device).cuda_stream)
 
@@ -303,39 +322,44 @@ class DeviceModel:
                             f"(per-sample shapes {self.input_shapes})")  # fmt: skip
         return xs
 
-    def _buffers(self, x) -> tuple[int, torch.Tensor, torch.Tensor]:
+    def _buffers(self, x) -> tuple[int, _Work]:
         """Checks the inputs and copies them into act, one after the other (the program's
-        layout); returns the batch size, act and d_act."""
+        layout); returns the batch size and its act and d_act."""
         xs = self._inputs(x)
-        B = None
-        for i, (t, shape) in enumerate(zip(xs, self.input_shapes, strict=True)):
-            what = f"input {i}" if len(xs) > 1 else "input"
-            if not isinstance(t, torch.Tensor):
-                raise TypeError(f"{what} must be a torch.Tensor, got {type(t).__name__}")
-            if t.dim() != len(shape) + 1 or t.shape[0] < 1 or (B and t.shape[0] != B):
-                raise ValueError(f"{what} has shape {tuple(t.shape)}, expected "
-                                 f"({B or 'B'}, {', '.join(map(str, shape))})")  # fmt: skip
-            B = int(t.shape[0])
-        if B not in self._work:
-            n, n_d = self._fn["act_size"](B), self._fn["d_act_size"](B)
-            try:
-                self._work[B] = (torch.empty(n, dtype=self.dtype, device=self.device),
-                                 torch.empty(n_d, dtype=self.dtype, device=self.device))  # fmt: skip
-            except RuntimeError as exc:  # torch.OutOfMemoryError on a GPU
-                size = (n + n_d) * self._params.element_size() / 2**20
-                raise MemoryError(
-                    f"a batch of {B} needs {size:.0f} MiB on {self.device} for the activations "
-                    f"and scratch ({n} values) and their adjoints ({n_d}), which could not be "
-                    f"allocated ({str(exc).splitlines()[0]}); use smaller batches"
-                ) from exc
-        act, d_act = self._work[B]
-        at = 0
-        for i, (t, shape) in enumerate(zip(xs, self.input_shapes, strict=True)):
-            what = f"input {i}" if len(xs) > 1 else "input"
-            t = self._check(t.detach(), what, [(B, *shape)])
-            act[at : at + t.numel()].copy_(t.reshape(-1))  # on the same stream as the kernels
-            at += t.numel()
-        return B, act, d_act
+        first, shape = xs[0], self.input_shapes[0]
+        if not isinstance(first, torch.Tensor):
+            raise TypeError(f"{self._input_names[0]} must be a torch.Tensor, got "
+                            f"{type(first).__name__}")  # fmt: skip
+        if first.dim() != len(shape) + 1 or first.shape[0] < 1:  # per sample: in _check
+            raise ValueError(f"{self._input_names[0]} has shape {tuple(first.shape)}, expected "
+                             f"(B, {', '.join(map(str, shape))})")  # fmt: skip
+        B = int(first.shape[0])
+        work = self._work.get(B) or self._allocate(B)
+        for what, t, shape, place in zip(self._input_names, xs, self.input_shapes, work.inputs,
+                                         strict=True):  # fmt: skip
+            t = self._check(t.detach() if t.requires_grad else t, what, [(B, *shape)])
+            place.copy_(t)  # on the same stream as the kernels
+        return B, work
+
+    def _allocate(self, B: int) -> _Work:
+        n, n_d = self._fn["act_size"](B), self._fn["d_act_size"](B)
+        try:
+            act = torch.empty(n, dtype=self.dtype, device=self.device)
+            d_act = torch.empty(n_d, dtype=self.dtype, device=self.device)
+        except RuntimeError as exc:  # torch.OutOfMemoryError on a GPU
+            size = (n + n_d) * self._params.element_size() / 2**20
+            raise MemoryError(
+                f"a batch of {B} needs {size:.0f} MiB on {self.device} for the activations "
+                f"and scratch ({n} values) and their adjoints ({n_d}), which could not be "
+                f"allocated ({str(exc).splitlines()[0]}); use smaller batches"
+            ) from exc
+        inputs, at = [], 0
+        for shape in self.input_shapes:
+            n = B * math.prod(shape)
+            inputs.append(act[at : at + n].view(B, *shape))
+            at += n
+        self._work[B] = work = _Work(act, d_act, act.data_ptr(), d_act.data_ptr(), inputs)
+        return work
 
     def _next_seed(self) -> int:
         return (self._seed * 0x9E3779B97F4A7C15 + next(self._calls)) & 0xFFFFFFFFFFFFFFFF
@@ -343,7 +367,7 @@ class DeviceModel:
     def _run(self, fn: str, *args) -> None:
         """The program's ``fn`` on the current stream; raises on a CUDA error its launches met
         (a kernel's fault may show at a later call: CUDA reports errors asynchronously)."""
-        if self.device.type == "cuda" and self.device.index is not None:
+        if self._cuda_index:
             with torch.cuda.device(self.device):  # the kernels and cuBLAS use the current GPU
                 code = self._fn[fn](self._stream(), *args)
         else:
@@ -355,10 +379,6 @@ class DeviceModel:
                 hint = (f"; the library ({self.library_path}) holds no code for this GPU: it was "
                         "built for another architecture")  # fmt: skip
             raise RuntimeError(f"CUDA error {code} in the device program's {fn}: {text}{hint}")
-
-    @staticmethod
-    def _p(t: torch.Tensor) -> ctypes.c_void_p:
-        return ctypes.c_void_p(t.data_ptr())
 
     # -- running ------------------------------------------------------------------------------
     def __call__(self, *x: torch.Tensor) -> torch.Tensor:
@@ -374,12 +394,13 @@ class DeviceModel:
     forward = predict
 
     def _predict(self, xs, seed: int) -> torch.Tensor:
-        B, act, _ = self._buffers(xs[0] if len(xs) == 1 else xs)
-        self._run("forward", self._p(self._params), self._p(self._buffer_store),
-                            self._p(act), B, int(self.training), seed)  # fmt: skip
+        B, work = self._buffers(xs[0] if len(xs) == 1 else xs)
+        ptr = self._ptr
+        self._run("forward", ptr["params"], ptr["buffers"], work.act_ptr, B, int(self.training),
+                  seed)  # fmt: skip
         at = self._fn["output_offset"](B)
         n = B * math.prod(self.output_shape)
-        return act[at : at + n].view(B, *self.output_shape).clone()
+        return work.act[at : at + n].view(B, *self.output_shape).clone()
 
     def input_grad(self, *x: torch.Tensor, d_out: torch.Tensor | None = None):
         """d(sum of output x d_out) / d input (``d_out`` defaults to ones: each sample's
@@ -391,18 +412,19 @@ class DeviceModel:
     def _input_grad(self, xs, d_out, seed: int, again=False) -> tuple[torch.Tensor, ...]:
         """``again``: the forward pass was run already (for autograd); in training mode
         BatchNorm then uses the batch's statistics without updating the running ones."""
-        B, act, d_act = self._buffers(xs[0] if len(xs) == 1 else xs)
+        B, work = self._buffers(xs[0] if len(xs) == 1 else xs)
         out_shape = (B, *self.output_shape)
         if d_out is None:
             d_out = torch.ones(out_shape, dtype=self.dtype, device=self.device)
         d_out = self._check(d_out.detach(), "d_out", [out_shape])
-        self._run("input_grad", self._p(self._params), self._p(self._buffer_store),
-                               self._p(act), self._p(d_out), self._p(d_act), B,
-                               2 if again and self.training else int(self.training), seed)  # fmt: skip
+        ptr = self._ptr
+        self._run("input_grad", ptr["params"], ptr["buffers"], work.act_ptr, d_out.data_ptr(),
+                  work.d_act_ptr, B, 2 if again and self.training else int(self.training),
+                  seed)  # fmt: skip
         grads, at = [], 0
         for shape in self.input_shapes:
             n = B * math.prod(shape)
-            grads.append(d_act[at : at + n].view(B, *shape).clone())
+            grads.append(work.d_act[at : at + n].view(B, *shape).clone())
             at += n
         return tuple(grads)
 
@@ -427,13 +449,13 @@ class DeviceModel:
         return y.to(self.dtype)
 
     def _loss_and_grad(self, x, y) -> torch.Tensor:
-        B, act, d_act = self._buffers(x)
+        B, work = self._buffers(x)
         y = self._targets(y, B)
-        self._run("loss_and_grad", self._p(self._params),
-                                  self._p(self._buffer_store), self._p(act), self._p(y),
-                                  self._p(self._loss), self._p(self._grads), self._p(d_act), B,
-                                  int(self.training), self._next_seed())  # fmt: skip
-        return self._loss[0].clone()
+        ptr = self._ptr
+        self._run("loss_and_grad", ptr["params"], ptr["buffers"], work.act_ptr, y.data_ptr(),
+                  ptr["loss"], ptr["grads"], work.d_act_ptr, B, int(self.training),
+                  self._next_seed())  # fmt: skip
+        return self._loss_value.clone()
 
     def loss_and_grad(self, x, y) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The batch's mean loss (a 0-d device tensor) and every trainable parameter's gradient
@@ -449,7 +471,7 @@ class DeviceModel:
         if opt.model is not self:
             raise ValueError("this optimizer was created for another model")
         loss = self._loss_and_grad(x, y)
-        step, per_tensor = opt._advance([v.requires_grad for v in self._views.values()])
+        step, per_tensor = opt._advance(self._trainable())
         if per_tensor is None:  # every tensor at `step`: one launch
             runs = [(0, self.n_param_values, step)]
         else:  # frozen ones skipped; neighbours at the same step share a launch
@@ -461,11 +483,13 @@ class DeviceModel:
                     runs[-1] = (runs[-1][0], runs[-1][1] + n, t)
                 else:
                     runs.append((off, n, t))
+        ptr, state, cfg = self._ptr, opt._state.data_ptr(), ctypes.addressof(opt._cfg)
         for begin, count, t in runs:
-            self._run("optim_step", self._p(self._params), self._p(self._grads),
-                                   self._p(opt._state), ctypes.addressof(opt._cfg), t, begin,
-                                   count)  # fmt: skip
+            self._run("optim_step", ptr["params"], ptr["grads"], state, cfg, t, begin, count)
         return loss
+
+    def _trainable(self) -> list[bool]:
+        return [v.requires_grad for v in self._views.values()]
 
     def __repr__(self) -> str:
         return (f"DeviceModel(device={str(self.device)!r}, engine='pullback', dtype={self.dtype}, "
