@@ -21,6 +21,10 @@ on the CPU) and, where dropout draws its masks, a seed (as the CPU model's, one 
                                       the update of parameters [begin, begin + count) at `step`;
                                       config: rootclad::OptimConfig; state: 2 x n_params
                                       (SGD's momentum, or Adam's m then v)
+    {name}_optim_step_in_memory(stream, params, d_params, state, config, step, constants, begin,
+                                count)  the same with config and *step in device memory, *step
+                                      advanced by one; constants: _optim_constants_size() bytes
+                                      (a CUDA graph replays it: DeviceModel.cuda_graphs)
 
 training: 1 (BatchNorm on the batch's statistics, updating the running ones; dropout on),
 0 (eval mode), 2 (as 1, the running statistics left alone: a forward pass run again).
@@ -315,6 +319,17 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits", fuse: bo
         "      *reinterpret_cast<const ::rootclad::OptimConfig*>(config), step);",
         "  return ::rootclad::dev::launch_status(on);",
         "}",
+        f"int {name}_optim_step_in_memory(void* stream, {T}* params, const {T}* d_params,",
+        f"                                {T}* state, const double* config, long* step,",
+        "                                void* constants, long begin, long count) {",
+        f"  const auto on = {name}::device(stream);",
+        "  ::rootclad::dev::optim_step_in_memory(on, params + begin, d_params + begin,",
+        f"      state + begin, state + {name}::N_PARAMS + begin, count,",
+        "      reinterpret_cast<const ::rootclad::OptimConfig*>(config), step,",
+        f"      static_cast<::rootclad::OptimStep<{T}>*>(constants));",
+        "  return ::rootclad::dev::launch_status(on);",
+        "}",
+        f"long {name}_optim_constants_size() {{ return sizeof(::rootclad::OptimStep<{T}>); }}",
         f"const char* {name}_error_text(int code) {{ return ::rootclad::dev::error_text(code); }}",
         "#if defined(ROOTCLAD_COUNT_LAUNCHES) // on the host: the kernel launches so far",
         f"long {name}_launches() {{ return ::rootclad::dev::launch_count(); }}",

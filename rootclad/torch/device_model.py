@@ -23,6 +23,7 @@ import ctypes
 import hashlib
 import itertools
 import math
+import warnings
 from collections import OrderedDict
 from pathlib import Path
 from typing import NamedTuple
@@ -42,6 +43,7 @@ from rootclad.toolchain import (
     find_nvcc,
 )
 from rootclad.torch.model import _ArenaParameter
+from rootclad.torch.step_graph import StepGraph
 
 _DTYPES = {torch.float32: "float32", torch.float64: "float64"}
 _TORCH = {v: k for k, v in _DTYPES.items()}
@@ -143,6 +145,9 @@ class DeviceModel:
 
     engine = "pullback"
     pullbacks = True
+    # train_step as one CUDA graph per batch size and optimizer (rootclad/torch/step_graph.py);
+    # off by default until a GPU run has weighed it (benchmarks/cuda/bench_train_step.py)
+    cuda_graphs = False
 
     def __init__(self, graph, loss: str = "bce_with_logits", device="cuda", seed: int = 0):
         self.device = _check_device(device)
@@ -166,11 +171,14 @@ class DeviceModel:
         self._lib = lib = ctypes.CDLL(str(path))
         self._fn = {k: getattr(lib, f"{name}_{k}") for k in
                     ("n_params", "n_buffers", "act_size", "d_act_size", "output_offset", "forward",
-                     "loss_and_grad", "input_grad", "optim_step", "error_text")}  # fmt: skip
+                     "loss_and_grad", "input_grad", "optim_step", "optim_step_in_memory",
+                     "optim_constants_size", "error_text")}  # fmt: skip
         self._fn["error_text"].restype = ctypes.c_char_p
-        for k in ("n_params", "n_buffers", "act_size", "d_act_size", "output_offset"):
+        for k in ("n_params", "n_buffers", "act_size", "d_act_size", "output_offset",
+                  "optim_constants_size"):  # fmt: skip
             self._fn[k].restype = ctypes.c_long
         self._fn["optim_step"].argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_long] * 3
+        self._fn["optim_step_in_memory"].argtypes = [ctypes.c_void_p] * 7 + [ctypes.c_long] * 2
         tail = [ctypes.c_int, ctypes.c_int, ctypes.c_ulonglong]  # B, training, seed
         for k, n_ptrs in (("forward", 4), ("loss_and_grad", 8), ("input_grad", 6)):
             self._fn[k].argtypes = [ctypes.c_void_p] * n_ptrs + tail
@@ -207,6 +215,10 @@ class DeviceModel:
         self._on_cuda = self.device.type == "cuda"
         self._cuda_index = self._on_cuda and self.device.index is not None
         self._loss_value = self._loss[0]
+        # train_step's CUDA graphs (cuda_graphs), by (B, training, optimizer, its state,
+        # targets' shape); False: seen once, captured at the next step
+        self._step_graphs: dict[tuple, StepGraph | bool] = {}
+        self._dropout = any(node.op == "dropout" for node in graph.nodes)
 
     @classmethod
     def from_module(cls, net: torch.nn.Module, example_input, device="cuda",
@@ -450,12 +462,13 @@ class DeviceModel:
 
     def _loss_and_grad(self, x, y) -> torch.Tensor:
         B, work = self._buffers(x)
-        y = self._targets(y, B)
+        self._run_loss_and_grad(B, work, self._targets(y, B), self._next_seed())
+        return self._loss_value.clone()
+
+    def _run_loss_and_grad(self, B: int, work: _Work, y: torch.Tensor, seed: int) -> None:
         ptr = self._ptr
         self._run("loss_and_grad", ptr["params"], ptr["buffers"], work.act_ptr, y.data_ptr(),
-                  ptr["loss"], ptr["grads"], work.d_act_ptr, B, int(self.training),
-                  self._next_seed())  # fmt: skip
-        return self._loss_value.clone()
+                  ptr["loss"], ptr["grads"], work.d_act_ptr, B, int(self.training), seed)  # fmt: skip
 
     def loss_and_grad(self, x, y) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The batch's mean loss (a 0-d device tensor) and every trainable parameter's gradient
@@ -470,8 +483,40 @@ class DeviceModel:
         (``float(loss)``) waits for the step, so a loop that does not read it never waits."""
         if opt.model is not self:
             raise ValueError("this optimizer was created for another model")
-        loss = self._loss_and_grad(x, y)
+        B, work = self._buffers(x)
+        y = self._targets(y, B)
+        seed = self._next_seed()
         step, per_tensor = opt._advance(self._trainable())
+        graph = self._step_graph(B, y, opt, per_tensor)
+        if graph is not None:
+            try:
+                graph.run(work, y, opt, step)
+                return self._loss_value.clone()
+            except RuntimeError as exc:
+                if graph.graph is not None or not self._on_cuda:
+                    raise  # not the capture: the step itself failed
+                self.cuda_graphs = False  # nothing ran; the step goes on as plain launches
+                warnings.warn(f"train_step: capturing a CUDA graph failed ({exc}); the steps "
+                              "run as plain launches", RuntimeWarning, stacklevel=2)  # fmt: skip
+        self._run_loss_and_grad(B, work, y, seed)
+        self._run_optimizer(opt, step, per_tensor)
+        return self._loss_value.clone()
+
+    def _step_graph(self, B: int, y: torch.Tensor, opt, per_tensor) -> StepGraph | None:
+        """The CUDA graph of this step (cuda_graphs), or None for plain launches: a model
+        with dropout, a frozen parameter, the first step of its kind."""
+        if not self.cuda_graphs or per_tensor is not None or self._dropout:
+            return None
+        key = (B, int(self.training), id(opt), opt._state.data_ptr(), tuple(y.shape))
+        graph = self._step_graphs.get(key)
+        if graph is None:  # the first step of its kind: plain launches (cuBLAS's handle)
+            self._step_graphs[key] = False
+            return None
+        if graph is False:
+            graph = self._step_graphs[key] = StepGraph(self, B, y, opt)
+        return graph
+
+    def _run_optimizer(self, opt, step: int, per_tensor) -> None:
         if per_tensor is None:  # every tensor at `step`: one launch
             runs = [(0, self.n_param_values, step)]
         else:  # frozen ones skipped; neighbours at the same step share a launch
@@ -486,7 +531,6 @@ class DeviceModel:
         ptr, state, cfg = self._ptr, opt._state.data_ptr(), ctypes.addressof(opt._cfg)
         for begin, count, t in runs:
             self._run("optim_step", ptr["params"], ptr["grads"], state, cfg, t, begin, count)
-        return loss
 
     def _trainable(self) -> list[bool]:
         return [v.requires_grad for v in self._views.values()]

@@ -73,6 +73,8 @@ template <class T> void instantiate() {
   k::nll_forward(on, p, p, p, 1, 2);
   k::nll_backward(on, p, p, 1, 2, T(1));
   k::optim_step(on, p, p, p, p, 1, rootclad::OptimConfig{}, 1);
+  k::optim_step_in_memory(on, p, p, p, p, 1, (const rootclad::OptimConfig*)nullptr, (long*)nullptr,
+                          (rootclad::OptimStep<T>*)nullptr);
 }
 
 template void instantiate<float>();

@@ -67,6 +67,12 @@ namespace k = rootclad::dev;
   extern "C" void optim_step_##S(T* p, const T* g, T* state, long n, const double* cfg, long t) {  \
     k::optim_step(Host{}, p, g, state, state + n, n,                                               \
                   *reinterpret_cast<const rootclad::OptimConfig*>(cfg), t);                        \
+  }                                                                                                \
+  extern "C" void optim_step_in_memory_##S(T* p, const T* g, T* state, long n, const double* cfg,  \
+                                           long* t) {                                              \
+    rootclad::OptimStep<T> constants;                                                              \
+    k::optim_step_in_memory(Host{}, p, g, state, state + n, n,                                     \
+                            reinterpret_cast<const rootclad::OptimConfig*>(cfg), t, &constants);   \
   }
 
 ROOTCLAD_HOST_KERNELS(float, f32)

@@ -304,6 +304,24 @@ def test_optimizer_step_matches_torch_optim(lib, dtype, kind):
     torch.testing.assert_close(p, ref.detach(), **TOL[dtype])
 
 
+@pytest.mark.parametrize("kind", sorted(OPTIMIZERS))
+def test_optimizer_step_in_memory_equals_the_step_by_value(lib, kind):
+    """optim_step_in_memory, which reads its configuration and step count from memory (as a
+    replayed CUDA graph does) and advances the count: 5 steps equal the by-value steps bit for
+    bit, and the count ends at 6."""
+    _, cfg = OPTIMIZERS[kind]
+    p, q = _rand(100, dtype=F64), _rand(100, dtype=F64)
+    state_p, state_q = torch.zeros(200, dtype=F64), torch.zeros(200, dtype=F64)
+    step = torch.ones(1, dtype=torch.int64)
+    for t in range(1, 6):
+        g = _rand(100, dtype=F64, seed=10 + t)
+        _call(lib, "optim_step", F64, p, g, state_p, _long(100), cfg, _long(t))
+        _call(lib, "optim_step_in_memory", F64, q, g, state_q, _long(100), cfg,
+              ctypes.c_void_p(step.data_ptr()))  # fmt: skip
+    assert torch.equal(q, p) and torch.equal(state_q, state_p)
+    assert int(step) == 6
+
+
 def test_the_gw_mlp_trains_through_the_device_kernels(lib):
     """The GW MLP's forward, loss, backward and Adam composed from the kernels, 20 steps,
     against torch's model, loss and optimizer (float64)."""

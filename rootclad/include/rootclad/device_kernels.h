@@ -1162,5 +1162,28 @@ void optim_step(On on, T* param, const T* grad, T* m, T* v, long n, const OptimC
         on, n, ROOTCLAD_BODY(long i) { adam_element<false>(param[i], grad[i], m[i], v[i], s); });
 }
 
+// The same step with its configuration and count in memory (on the GPU, device memory): a
+// first launch forms the step's constants into `s` and advances *step by one, the second
+// updates the parameters. Nothing of the step is then a launch argument, so a captured CUDA
+// graph replays it step after step (DeviceModel.cuda_graphs).
+template <class On, class T>
+void optim_step_in_memory(On on, T* param, const T* grad, T* m, T* v, long n, const OptimConfig* c,
+                          long* step, OptimStep<T>* s) {
+  each_index(
+      on, 1, ROOTCLAD_BODY(long) {
+        *s = OptimStep<T>(*c, *step);
+        *step += 1;
+      });
+  each_index(
+      on, n, ROOTCLAD_BODY(long i) {
+        if (s->kind == OPTIM_SGD)
+          sgd_element(param[i], grad[i], m[i], *s);
+        else if (s->kind == OPTIM_ADAMW)
+          adam_element<true>(param[i], grad[i], m[i], v[i], *s);
+        else
+          adam_element<false>(param[i], grad[i], m[i], v[i], *s);
+      });
+}
+
 } // namespace dev
 } // namespace rootclad

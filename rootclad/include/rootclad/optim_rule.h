@@ -31,7 +31,8 @@ template <typename T> struct OptimStep {
   bool first, nesterov;
   T lr, wd, momentum, dampening, b1, b2, eps, step_size, bc2_sqrt;
 
-  OptimStep(const OptimConfig& c, long step)
+  OptimStep() = default;
+  ROOTCLAD_OPTIM_HD OptimStep(const OptimConfig& c, long step)
       : kind((int)c.kind), first(step == 1), nesterov(c.nesterov != 0), lr((T)c.lr),
         wd((T)c.weight_decay), momentum((T)c.momentum), dampening((T)c.dampening), b1((T)c.beta1),
         b2((T)c.beta2), eps((T)c.eps),
