@@ -349,7 +349,9 @@ class DeviceModel:
         work = self._work.get(B) or self._allocate(B)
         for what, t, shape, place in zip(self._input_names, xs, self.input_shapes, work.inputs,
                                          strict=True):  # fmt: skip
-            t = self._check(t.detach() if t.requires_grad else t, what, [(B, *shape)])
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                t = t.detach()
+            t = self._check(t, what, [(B, *shape)])
             place.copy_(t)  # on the same stream as the kernels
         return B, work
 
@@ -486,20 +488,25 @@ class DeviceModel:
         B, work = self._buffers(x)
         y = self._targets(y, B)
         seed = self._next_seed()
+        counts = (opt.step_count, None if opt._steps is None else list(opt._steps))
         step, per_tensor = opt._advance(self._trainable())
-        graph = self._step_graph(B, y, opt, per_tensor)
-        if graph is not None:
-            try:
-                graph.run(work, y, opt, step)
-                return self._loss_value.clone()
-            except RuntimeError as exc:
-                if graph.graph is not None or not self._on_cuda:
-                    raise  # not the capture: the step itself failed
-                self.cuda_graphs = False  # nothing ran; the step goes on as plain launches
-                warnings.warn(f"train_step: capturing a CUDA graph failed ({exc}); the steps "
-                              "run as plain launches", RuntimeWarning, stacklevel=2)  # fmt: skip
-        self._run_loss_and_grad(B, work, y, seed)
-        self._run_optimizer(opt, step, per_tensor)
+        try:
+            graph = self._step_graph(B, y, opt, per_tensor)
+            if graph is not None:
+                try:
+                    graph.run(work, y, opt, step)
+                    return self._loss_value.clone()
+                except RuntimeError as exc:
+                    if graph.graph is not None or not self._on_cuda:
+                        raise  # not the capture: the step itself failed
+                    self.cuda_graphs = False  # nothing ran; the step goes on as plain launches
+                    warnings.warn(f"train_step: capturing a CUDA graph failed ({exc}); the "
+                                  "steps run as plain launches", RuntimeWarning, stacklevel=2)  # fmt: skip
+            self._run_loss_and_grad(B, work, y, seed)
+            self._run_optimizer(opt, step, per_tensor)
+        except BaseException:  # the step did not happen: the optimizer does not count it
+            opt.step_count, opt._steps = counts
+            raise
         return self._loss_value.clone()
 
     def _step_graph(self, B: int, y: torch.Tensor, opt, per_tensor) -> StepGraph | None:

@@ -44,13 +44,14 @@ class StepGraph:
         if config != self.config_held:  # e.g. a new learning rate
             self.config.copy_(torch.tensor(config, dtype=torch.float64))
             self.config_held = config
-        self.step_held = step + 1
+        self.step_held = None  # unknown until the step has been launched
         if self.model.device.type != "cuda":
             self._launch(work, opt)
-            return
-        if self.graph is None:
-            self.graph = self._capture(work, opt)
-        self.graph.replay()
+        else:
+            if self.graph is None:
+                self.graph = self._capture(work, opt)
+            self.graph.replay()
+        self.step_held = step + 1
 
     def _launch(self, work, opt) -> None:
         m, ptr = self.model, self.model._ptr
@@ -63,8 +64,11 @@ class StepGraph:
     def _capture(self, work, opt):
         device = self.model.device
         graph = torch.cuda.CUDAGraph()
-        stream = torch.cuda.Stream(device)
-        stream.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.graph(graph, stream=stream):
-            self._launch(work, opt)
+        stream, current = torch.cuda.Stream(device), torch.cuda.current_stream(device)
+        stream.wait_stream(current)
+        try:
+            with torch.cuda.graph(graph, stream=stream):
+                self._launch(work, opt)
+        finally:  # a capture that fails at its end leaves torch on the capture's stream
+            torch.cuda.set_stream(current)
         return graph

@@ -383,6 +383,8 @@ def test_bad_inputs_are_refused_naming_what_was_expected():
         _two_inputs().predict(torch.zeros(2, 3, dtype=F64), torch.zeros(3, 2, dtype=F64))
     with pytest.raises(TypeError, match=r"takes 2 inputs, got 1"):
         _two_inputs().predict(torch.zeros(2, 3, dtype=F64))
+    with pytest.raises(TypeError, match=r"input 1 must be a torch.Tensor, got list"):
+        _two_inputs().predict(torch.zeros(2, 3, dtype=F64), [[0.0, 0.0], [0.0, 0.0]])
     cm = rootclad.compile(gw_mlp(16), example_input=torch.zeros(1, 16), engine="pullback")
     with pytest.raises(ValueError, match=r"input is on meta; this compiled model runs on the CPU "
                                          r"\(cm.to\('meta'\)"):  # fmt: skip
@@ -452,6 +454,23 @@ def test_kernel_errors_say_what_failed():
     with pytest.raises(RuntimeError, match=r"CUDA error 209 in the device program's forward: "
                                            r".*holds no code for this GPU"):  # fmt: skip
         dm.predict(torch.zeros(2, 16, dtype=F64))
+
+
+def test_a_failed_training_step_is_not_counted_by_the_optimizer():
+    """A step whose launches failed leaves the optimizer's count (and so Adam's bias
+    correction at the next step, and its state_dict) as it was."""
+    dm = DeviceModel.from_module(gw_mlp(16).double(), torch.zeros(2, 16, dtype=F64), "cpu")
+    opt = rootclad.optim.Adam(dm, lr=1e-3)
+    x, y = _batch(0, 2, (16,), F64)
+    dm.train_step(x, y, opt)
+    working = dm._fn["loss_and_grad"]
+    dm._fn["loss_and_grad"] = lambda *args: 2  # cudaErrorMemoryAllocation
+    with pytest.raises(RuntimeError, match=r"CUDA error 2 in the device program's loss_and_grad"):
+        dm.train_step(x, y, opt)
+    assert opt.step_count == 1
+    dm._fn["loss_and_grad"] = working
+    dm.train_step(x, y, opt)
+    assert opt.step_count == 2
 
 
 def test_nvcc_builds_a_shared_library(tmp_path, monkeypatch):

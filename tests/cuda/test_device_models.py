@@ -278,7 +278,8 @@ def test_gw_cnn_convolutions_choose_products_by_batch(tmp_path):
         y = torch.randint(0, 2, (B,), generator=gen).to(F64)
         params = torch.cat([p.detach().reshape(-1) for p in net.parameters()]).contiguous()
         act = torch.full((lib.net_act_size(B),), float("nan"), dtype=F64)
-        d_act = torch.zeros_like(act)
+        d_act = torch.zeros(lib.net_d_act_size(B) + 1, dtype=F64)  # one value past the end
+        d_act[-1] = 7.0
         d_params, loss = torch.zeros_like(params), torch.zeros(1, dtype=F64)
         act[: x.numel()] = x.reshape(-1)
         lib.net_loss_and_grad(None, _p(params), None, _p(act), _p(y), _p(loss), _p(d_params),
@@ -290,6 +291,7 @@ def test_gw_cnn_convolutions_choose_products_by_batch(tmp_path):
         torch.testing.assert_close(d_params, grads, rtol=1e-10, atol=1e-12)
         work = act[-B * workspace :]
         assert lib.net_d_act_size(B) == act.numel() - work.numel()  # no adjoint for the workspace
+        assert d_act[-1] == 7.0  # nothing written past d_act_size
         assert act[: -B * workspace].isnan().sum() == 0
         assert bool(work.isnan().all()) is not as_products
 
