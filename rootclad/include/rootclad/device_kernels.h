@@ -306,8 +306,6 @@ ROOTCLAD_HD inline T strided_dot(U u, int NA, int NB, const T* x, int H, int W, 
   return s;
 }
 
-// out = conv(inp) + bias, through act; with a workspace (`work`, conv_gemm_workspace(g) values
-// per sample) and enough output positions over the batch, as products (conv_gemm_applies)
 // the output position along one axis that reads input position `at` through tap k (-1: none)
 inline ROOTCLAD_HD int conv_reader(int at, int k, int S, int P, int D, int LO) {
   const int t = at + P - k * D; // = l*S
@@ -426,6 +424,8 @@ void conv2d_gemm_backward(On on, T* d_inp, T* d_weight, T* d_bias, DY d_out, con
   }
 }
 
+// out = conv(inp) + bias, through act; with a workspace (`work`, conv_gemm_workspace(g) values
+// per sample) and enough output positions over the batch, as products (conv_gemm_applies)
 template <class On, class T, class Act = NoAct>
 void conv2d_forward(On on, T* out, const T* inp, const T* weight, const T* bias, int B, Conv g,
                     Act act = {}, T* work = nullptr) {
