@@ -711,7 +711,7 @@ def _unary_device(node, graph, d):
 # (its hook passes DeviceSite.act through fwd_act() and dy()), and no pre-activation is stored.
 DEVICE_FUSED_ACTIVATIONS = {op: _UNARY_DEVICE[op]({}) for op in ("relu", "tanh", "sigmoid")}
 DEVICE_FUSING_PRODUCERS = {"linear", "conv1d", "conv2d", "maxpool1d", "maxpool2d", "avgpool1d",
-                           "avgpool2d"}  # fmt: skip
+                           "avgpool2d", "add", "sub", "mul", "div"}  # fmt: skip
 
 
 _F = "torch.nn.functional."
@@ -921,16 +921,17 @@ def _binary_device(node, graph, d):
     if node.op in ("add", "sub") and tuple(a) == tuple(b):
         n = f"(long)B * {_n(a)}"
         sign = "T(1)" if node.op == "add" else "T(-1)"
-        fwd = [f"add_forward(on, {d.out}, {d.ins[0]}, {d.ins[1]}, {n}, {sign});"]
-        bwd = [f"add_backward(on, {dx}, {d.d_out}, {n}, {s});"
+        fwd = [f"add_forward(on, {d.out}, {d.ins[0]}, {d.ins[1]}, {n}, {sign}{d.fwd_act()});"]
+        bwd = [f"add_backward(on, {dx}, {d.dy()}, {n}, {s});"
                for dx, s in zip(d.d_ins, ("T(1)", sign), strict=True) if dx != "nullptr"]  # fmt: skip
         return fwd, bwd
     dims, sa, sb = _broadcast_padded(node)
     g = (f"Broadcast{{{{{', '.join(map(str, dims))}}}, {{{', '.join(map(str, sa))}}}, "
          f"{{{', '.join(map(str, sb))}}}, {_n(a)}, {_n(b)}}}")  # fmt: skip
     kind = BINARY_KINDS[node.op]
-    fwd = [f"binary_forward(on, {d.out}, {d.ins[0]}, {d.ins[1]}, (long)B, {g}, {kind});"]
-    bwd = [f"binary_backward(on, {dx}, {d.d_out}, {d.ins[0]}, {d.ins[1]}, (long)B, {g}, {kind}, "
+    fwd = [f"binary_forward(on, {d.out}, {d.ins[0]}, {d.ins[1]}, (long)B, {g}, {kind}"
+           f"{d.fwd_act()});"]  # fmt: skip
+    bwd = [f"binary_backward(on, {dx}, {d.dy()}, {d.ins[0]}, {d.ins[1]}, (long)B, {g}, {kind}, "
            f"{which});" for which, dx in enumerate(d.d_ins) if dx != "nullptr"]  # fmt: skip
     return fwd, bwd
 

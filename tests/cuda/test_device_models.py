@@ -253,9 +253,14 @@ def test_fused_activations_match_torch(tmp_path):
     xg = x.clone().requires_grad_(True)
     torch.testing.assert_close(dm.input_grad(x), torch.autograd.grad(net(xg).sum(), xg)[0],
                                rtol=1e-10, atol=1e-12)  # fmt: skip
-    for make, shape, n in ((gw_mlp, (96,), 2), (gw_cnn, (1, 512), 4)):
+    # the ResNet's ReLUs after its residual additions and after its two max-pools (optimize.py
+    # moves a ReLU behind a pool); those after a convolution follow an Identity (no BatchNorm),
+    # a view, and stay apart
+    for make, shape, n in ((gw_mlp, (96,), 2), (gw_cnn, (1, 512), 4), (gw_resnet, (1, 256), 4)):
         g = graph_from_module(make(shape[-1]), torch.zeros(2, *shape), "float32")
         assert sorted(a.op for a in fused_activations(g).values()) == ["relu"] * n
+    producers = {n.output: n.op for n in g.nodes}
+    assert sorted(producers[v] for v in fused_activations(g)) == ["add"] * 2 + ["maxpool1d"] * 2
 
 
 def test_gw_cnn_convolutions_choose_products_by_batch(tmp_path):
@@ -319,7 +324,7 @@ def _launches_per_step(tmp_path, source, shape, B=4):
     return lib.net_launches() - before
 
 
-@pytest.mark.parametrize("model", ["gw-mlp", "gw-cnn"])
+@pytest.mark.parametrize("model", ["gw-mlp", "gw-cnn", "gw-resnet"])
 def test_fusion_saves_two_launches_per_activation(model, tmp_path):
     """Each fused activation saves its forward and its backward launch in a training step
     (at a batch below GEMM_MIN_ROWS: the products as loops, which read the adjoint through

@@ -245,6 +245,33 @@ def test_convolutions_as_products_train_like_torch(device):
     _two_fused_layers_train_like_torch(net, (4, 256), 1e-3, device)
 
 
+class _GatedSum(torch.nn.Module):
+    """tanh(a(x) * g(x)) with g's one column broadcast, and relu(a(x) - b(x)): activations
+    fused into a broadcasting and a same-shape binary op."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.a, self.b, self.g, self.out = (nn.Linear(12, 8), nn.Linear(12, 8), nn.Linear(12, 1),
+                                            nn.Linear(8, 1))  # fmt: skip
+
+    def forward(self, x):
+        h = self.a(x)
+        return self.out(torch.tanh(h * self.g(x)) + torch.relu(h - self.b(x)))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_activations_fused_into_binary_ops_train_like_torch(device):
+    """A Tanh fused into a broadcasting product and a ReLU into a same-shape difference: 5
+    Adam steps like torch.optim, then the input gradient."""
+    torch.manual_seed(0)
+    net = _GatedSum().double()
+    graph = DeviceModel.from_module(net, torch.zeros(2, 12, dtype=F64), device="cpu").graph
+    producers = {n.output: n.op for n in graph.nodes}
+    assert sorted(producers[v] for v in fused_activations(graph)) == ["mul", "sub"]
+    _two_fused_layers_train_like_torch(net, (12,), 1e-2, device)
+
+
 def _bce_gradients_match_torch(net, x, y, device) -> DeviceModel:
     """The device model of ``net``: its BCE loss and every gradient on (x, y) against torch."""
     dm = DeviceModel.from_module(net, x, device=device)

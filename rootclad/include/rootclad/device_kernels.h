@@ -8,7 +8,7 @@
 // gradients that sum over the batch, whose sums are split into chunks (batch_chunks).
 // Linear's products go to gemm (device_gemm.h: cuBLAS on the GPU) from GEMM_MIN_ROWS rows on.
 //
-// Fused activations: a producer (Linear, Conv2d, pooling) may apply an elementwise activation
+// Fused activations: a producer (Linear, Conv2d, pooling, a binary op) may apply an activation
 // whose derivative reads only its output (Relu, Tanh, Sigmoid) as it writes (`act`), so the
 // pre-activation is never stored; its backward kernels then read the output adjoint through
 // act_grad (dy * f'(y), element by element) wherever they read d_out. A backward kernel's
@@ -631,14 +631,14 @@ void avgpool2d_backward(On on, T* d_inp, DY d_out, long R, Pool p, int count_inc
   pool2d_backward(on, d_inp, d_out, R, p, AvgPoolShare{p, count_include_pad});
 }
 
-// -- a + sign * b of two same-shape tensors (residual additions) -------------------------------
-template <class On, class T>
-void add_forward(On on, T* out, const T* a, const T* b, long n, T sign) {
-  each_index(on, n, ROOTCLAD_BODY(long i) { out[i] = a[i] + sign * b[i]; });
+// -- a + sign * b of two same-shape tensors (residual additions), through act -----------------
+template <class On, class T, class Act = NoAct>
+void add_forward(On on, T* out, const T* a, const T* b, long n, T sign, Act act = {}) {
+  each_index(on, n, ROOTCLAD_BODY(long i) { out[i] = act.f(a[i] + sign * b[i]); });
 }
 
 // d_x += scale * d_out (the adjoint of each operand; scale -1 for a subtracted one)
-template <class On, class T> void add_backward(On on, T* d_x, const T* d_out, long n, T scale) {
+template <class On, class T, class DY> void add_backward(On on, T* d_x, DY d_out, long n, T scale) {
   each_index(on, n, ROOTCLAD_BODY(long i) { d_x[i] += scale * d_out[i]; });
 }
 
@@ -665,8 +665,9 @@ template <class T> ROOTCLAD_HD inline T binary_partial(int kind, int which, T a,
   return which ? -a / (b * b) : T(1) / b;
 }
 
-template <class On, class T>
-void binary_forward(On on, T* out, const T* a, const T* b, long B, Broadcast g, int kind) {
+template <class On, class T, class Act = NoAct>
+void binary_forward(On on, T* out, const T* a, const T* b, long B, Broadcast g, int kind,
+                    Act act = {}) {
   const long n = (long)g.dims[0] * g.dims[1] * g.dims[2];
   each_index(
       on, B * n, ROOTCLAD_BODY(long i) {
@@ -675,15 +676,15 @@ void binary_forward(On on, T* out, const T* a, const T* b, long B, Broadcast g, 
         const int j0 = (int)(j / ((long)g.dims[2] * g.dims[1]));
         const long ia = (long)j0 * g.sa[0] + (long)j1 * g.sa[1] + (long)j2 * g.sa[2];
         const long ib = (long)j0 * g.sb[0] + (long)j1 * g.sb[1] + (long)j2 * g.sb[2];
-        out[i] = binary_value(kind, a[s * g.na + ia], b[s * g.nb + ib]);
+        out[i] = act.f(binary_value(kind, a[s * g.na + ia], b[s * g.nb + ib]));
       });
 }
 
 // d_x += the adjoint of operand `which` (0: a, 1: b), gathered: each of its elements sums the
 // output elements that read it (over the axes where it is broadcast)
-template <class On, class T>
-void binary_backward(On on, T* d_x, const T* d_out, const T* a, const T* b, long B, Broadcast g,
-                     int kind, int which) {
+template <class On, class T, class DY>
+void binary_backward(On on, T* d_x, DY d_out, const T* a, const T* b, long B, Broadcast g, int kind,
+                     int which) {
   const long n = (long)g.dims[0] * g.dims[1] * g.dims[2];
   const long nx = which ? g.nb : g.na;
   each_index(
