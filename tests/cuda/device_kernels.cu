@@ -59,14 +59,8 @@ template <class T> void instantiate() {
   k::batch_norm_apply(on, p, p, p, p, p, 1, 1, 1);
   k::batch_norm_backward_reduce(on, p, p, p, p, p, 1, 1, 1);
   k::batch_norm_backward_input(on, p, p, p, p, p, 1, 1, 1, 1);
-  k::bce_with_logits_forward(on, p, p, p, 1);
-  k::bce_with_logits_backward(on, p, p, p, 1, T(1));
   k::loss_and_gradient(on, p, p, p, p, 1, T(1), k::BceWithLogits{});
-  k::loss_forward(on, p, p, p, 1, k::Mse{});
-  k::loss_backward(on, p, p, p, 1, T(1), k::Mse{});
   k::loss_and_gradient(on, p, p, p, p, 1, T(1), k::Mse{});
-  k::loss_forward(on, p, p, p, 1, k::Huber{});
-  k::loss_backward(on, p, p, p, 1, T(1), k::Huber{});
   k::loss_and_gradient(on, p, p, p, p, 1, T(1), k::Huber{});
   k::cross_entropy_forward(on, p, p, p, 1, 2);
   k::cross_entropy_backward(on, p, p, p, 1, 2, T(1));

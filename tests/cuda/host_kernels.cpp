@@ -57,8 +57,7 @@ namespace k = rootclad::dev;
     k::maxpool2d_backward(Host{}, dx, dy, x, R, k::pool2d_shape(1, L, 1, K, 1, St, 0, P));         \
   }                                                                                                \
   extern "C" void bce_with_logits_##S(T* loss, T* dz, const T* z, const T* y, long n) {            \
-    k::bce_with_logits_forward(Host{}, loss, z, y, n);                                             \
-    k::bce_with_logits_backward(Host{}, dz, z, y, n, T(1));                                        \
+    k::loss_and_gradient(Host{}, loss, dz, z, y, n, T(1), k::BceWithLogits{});                     \
   }                                                                                                \
   extern "C" void gemm_##S(int ta, int tb, int M, int N, int K, double alpha, const T* A, int lda, \
                            const T* B, int ldb, double beta, T* C, int ldc) {                      \

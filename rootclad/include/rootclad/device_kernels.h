@@ -1073,17 +1073,7 @@ struct Huber { // torch's delta = 1: d^2 / 2 where |d| < 1, else |d| - 1/2
   }
 };
 
-template <class On, class T, class L>
-void loss_forward(On on, T* loss, const T* z, const T* y, long n, L l) {
-  each_index(on, n, ROOTCLAD_BODY(long i) { add_to(loss, l.loss(z[i], y[i]) / T(n)); });
-}
-
-template <class On, class T, class L>
-void loss_backward(On on, T* d_z, const T* z, const T* y, long n, T scale, L l) {
-  each_index(on, n, ROOTCLAD_BODY(long i) { d_z[i] = scale * l.grad(z[i], y[i]) / T(n); });
-}
-
-// both of the above in one launch: *loss += the mean loss, d_z = its gradient x scale
+// *loss += the mean loss, d_z = its gradient x scale, in one launch
 template <class On, class T, class L>
 void loss_and_gradient(On on, T* loss, T* d_z, const T* z, const T* y, long n, T scale, L l) {
   each_index(
@@ -1091,16 +1081,6 @@ void loss_and_gradient(On on, T* loss, T* d_z, const T* z, const T* y, long n, T
         add_to(loss, l.loss(z[i], y[i]) / T(n));
         d_z[i] = scale * l.grad(z[i], y[i]) / T(n);
       });
-}
-
-template <class On, class T>
-void bce_with_logits_forward(On on, T* loss, const T* z, const T* y, long n) {
-  loss_forward(on, loss, z, y, n, BceWithLogits{});
-}
-
-template <class On, class T>
-void bce_with_logits_backward(On on, T* d_z, const T* z, const T* y, long n, T scale) {
-  loss_backward(on, d_z, z, y, n, scale, BceWithLogits{});
 }
 
 // Cross-entropy of logits z(R, C) with class indices y(R) (held as T), mean over rows.
