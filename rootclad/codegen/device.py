@@ -4,14 +4,16 @@ The same C++ source runs on the CPU (g++: every kernel a loop over its indices, 
 on an NVIDIA GPU (nvcc: grid-stride kernels on a stream, dev::Cuda); each op says how it is
 called through its registry entry (``OpSpec.device``, rootclad/ir/ops.py). The layout is
 flat, one region of B x size per value (and per op's per-sample scratch), values that alias
-their input (Flatten, Reshape) sharing it, then one workspace that the ops use within a call
-(convolutions' columns), as large as the largest asks; no arena plan yet. The C API takes a
+their input (Flatten, Reshape) sharing it, then the shared scratch, then one workspace that the
+ops use within a call (a chunk of a convolution's columns), as large as the largest asks at that
+batch size (none where no op uses it); no arena plan yet. The C API takes a
 stream (ignored on the CPU) and, where dropout draws its masks, a seed (as the CPU model's, one
 per call):
 
     {name}_n_params(), _n_buffers()   parameters and buffers (BatchNorm's), in the graph's order
     {name}_act_size(B), _d_act_size(B)  act holds this many values (the values, then the ops'
                                       scratch and the workspace), d_act the values' adjoints
+    {name}_workspace_size(B)          the workspace's share of act_size(B)
     {name}_forward(stream, params, buffers, act, B, training, seed)
     {name}_loss_and_grad(stream, params, buffers, act, y, loss, d_params, d_act, B, training,
                          seed)        y: the targets (class indices as T)
@@ -52,6 +54,29 @@ from rootclad.ir.ops import (
 # elementwise losses: their functor in device_kernels.h; the class-index ones have kernels
 LOSSES = {"bce_with_logits": "BceWithLogits", "mse": "Mse", "huber": "Huber",
           "cross_entropy": None, "nll": None}  # fmt: skip
+
+
+def _workspace_lines(workspaces: list[str]) -> list[str]:
+    """workspace_size(B), workspace_offset(B) and act_size(B): the workspace follows the values,
+    the ops' per-sample and shared scratch, from a multiple of 32 values (128 bytes in float)."""
+    if not workspaces:
+        return [
+            "inline long workspace_size(int) { return 0; }",
+            "inline long act_size(int B) { return (long)B * ACT_PER_SAMPLE + SCRATCH; }",
+        ]
+    return [
+        "// the workspace's values at batch B: the most any op uses within a call (0: no op",
+        "// runs on one at this batch size)",
+        "inline long workspace_size(int B) {",
+        "  long n = 0;",
+        *[f"  n = std::max(n, {w});" for w in workspaces],
+        "  return n;",
+        "}",
+        "inline long workspace_offset(int B) {",
+        "  return ((long)B * ACT_PER_SAMPLE + SCRATCH + 31) / 32 * 32;",
+        "}",
+        "inline long act_size(int B) { return workspace_offset(B) + workspace_size(B); }",
+    ]
 
 
 def _loss_lines(loss: str, graph: Graph) -> list[str]:
@@ -173,7 +198,8 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits", fuse: bo
 
     fwd, bwd, bwd_dx = [], [], []
     scratch, n_scratch = [], 0  # batch-independent scratch (BatchNorm's statistics)
-    workspace = 0  # per sample, for use within a call (a convolution's columns): one for all
+    workspaces = []  # C++ expressions in B: the values an op uses within a call (a chunk's
+    # convolution columns); one region for all, as large as the largest at that batch size
     for index, node in enumerate(graph.nodes):
         spec = OPS[node.op]
         if spec.calls is None or id(node) in fused_ids:
@@ -192,14 +218,14 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits", fuse: bo
             scratch.append(f"  T* const {key} = act + (long)B * {total};")
             layout_extra.append(f"//   {key:<24} per sample {need.per_sample:>8} at {total:>8}")
             total += need.per_sample
-        workspace = max(workspace, need.workspace)
+        if need.workspace and need.workspace not in workspaces:
+            workspaces.append(need.workspace)
         fwd += [f"  // {what}"] + [f"  {line}" for line in f]
         bwd = [f"  // {what}"] + [f"  {line}" for line in b] + bwd
         bwd_dx = [f"  // {what}"] + [f"  {line}" for line in b_dx] + bwd_dx
-    if workspace:  # the last region
-        scratch.append(f"  T* const work = act + (long)B * {total};")
-        layout_extra.append(f"//   {'workspace':<24} per sample {workspace:>8} at {total:>8}")
-        total += workspace
+    if workspaces:  # the last region, aligned
+        scratch.append("  T* const work = act + workspace_offset(B);")
+        layout_extra.append("//   workspace: after the shared scratch, workspace_size(B) values")
 
     def pointers(kind: str, const: bool) -> list[str]:
         base = "act" if kind == "a" else "d_act"
@@ -233,6 +259,8 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits", fuse: bo
         f"constexpr long ACT_PER_SAMPLE = {total}, SCRATCH = {n_scratch};",
         f"constexpr long D_ACT_PER_SAMPLE = {n_values}; // the values' adjoints only",
         f"constexpr long OUTPUT_OFFSET = {region[out]}, OUTPUT_SIZE = {out_size};",
+        "",
+        *_workspace_lines(workspaces),
         "",
         "template <class On>",
         "void forward(On on, const T* params, T* buffers, T* act, int B, int training, U64 seed) {",
@@ -288,7 +316,8 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits", fuse: bo
         'extern "C" {',
         f"long {name}_n_params() {{ return {name}::N_PARAMS; }}",
         f"long {name}_n_buffers() {{ return {name}::N_BUFFERS; }}",
-        f"long {name}_act_size(int B) {{ return (long){name}::ACT_PER_SAMPLE * B + {name}::SCRATCH; }}",
+        f"long {name}_act_size(int B) {{ return {name}::act_size(B); }}",
+        f"long {name}_workspace_size(int B) {{ return {name}::workspace_size(B); }}",
         f"long {name}_d_act_size(int B) {{ return (long){name}::D_ACT_PER_SAMPLE * B; }}",
         f"long {name}_output_offset(int B) {{ return (long){name}::OUTPUT_OFFSET * B; }}",
         f"int {name}_forward(void* stream, const {T}* params, {T}* buffers, {T}* act, int B,",

@@ -182,12 +182,13 @@ class DeviceSite:
 class DeviceScratch:
     """What a device hook asks of the program's scratch: ``shared`` values (whatever the
     batch size; at DeviceSite.scratch), ``per_sample`` values for each sample (at
-    DeviceSite.sample_scratch), and ``workspace`` values per sample that the op uses only
-    within each call (at DeviceSite.workspace: one region for all ops, the largest asked)."""
+    DeviceSite.sample_scratch), and a workspace that the op uses only within each call, as a
+    C++ expression of the batch size ``B`` giving its values (at DeviceSite.workspace: one
+    region for all ops, as large as the largest asks at that batch size)."""
 
     shared: int = 0
     per_sample: int = 0
-    workspace: int = 0
+    workspace: str = ""
 
 
 OPS: dict[str, OpSpec] = {}
@@ -262,14 +263,14 @@ def _weighted_device(d, kernel: str, dims: str, work: bool = False):
     return fwd, bwd
 
 
-def _conv_device(d, geometry: str, C: int, OC: int, taps: int, positions: int, groups: int):
+def _conv_device(d, geometry: str, C: int, taps: int, groups: int):
     """A convolution on the device (conv2d's kernels; Conv1d with H = 1) over the ``geometry``
     C++ expression; a one-group layer with CONV_GEMM_MIN_DEPTH taps or more (C x KH x KW) gets
-    a workspace for the columns and one channel-major output (per sample: (C x KH x KW + OC) x
-    the output positions) and runs as products where the batch is large enough."""
+    a workspace for a chunk's columns and channel-major output (conv_gemm_workspace) and runs
+    as products where the batch is large enough."""
     work = groups == 1 and C * taps >= CONV_GEMM_MIN_DEPTH
     fwd, bwd = _weighted_device(d, "conv2d", f"B, {geometry}", work)
-    return fwd, bwd, DeviceScratch(workspace=(C * taps + OC) * positions if work else 0)
+    return fwd, bwd, DeviceScratch(workspace=f"conv_gemm_workspace(B, {geometry})" if work else "")
 
 
 def _linear_device(node, graph, d):
@@ -365,11 +366,11 @@ def _conv1d_calls(node, graph, site):
 
 
 def _conv1d_device(node, graph, d):
-    C, L, OC, LO, K = _conv1d_geometry(node, graph)
+    C, L, OC, _, K = _conv1d_geometry(node, graph)
     a = node.attrs
     G = a.get("groups", 1)
     geo = (C, L, OC, K, a["stride"], a["padding"], a["dilation"], G)
-    return _conv_device(d, f"conv1d_shape({', '.join(map(str, geo))})", C, OC, K, LO, G)
+    return _conv_device(d, f"conv1d_shape({', '.join(map(str, geo))})", C, K, G)
 
 
 register(
@@ -571,10 +572,10 @@ def _conv2d_device(node, graph, d):
     C, H, Wd = node.in_shape
     KH, KW = graph.param(node.params["weight"]).shape[2:]
     a = node.attrs
-    OC, OH, OW = node.out_shape
+    OC = node.out_shape[0]
     geo = (C, H, Wd, OC, KH, KW, *a["stride"], *a["padding"], *a["dilation"], a["groups"])
     shape = f"conv2d_shape({', '.join(map(str, geo))})"
-    return _conv_device(d, shape, C, OC, KH * KW, OH * OW, a["groups"])
+    return _conv_device(d, shape, C, KH * KW, a["groups"])
 
 
 def _conv2d_scratch(node, graph):

@@ -74,5 +74,10 @@ namespace k = rootclad::dev;
                             reinterpret_cast<const rootclad::OptimConfig*>(cfg), t, &constants);   \
   }
 
+extern "C" long conv_gemm_workspace(int B, const int* g) {
+  return k::conv_gemm_workspace(B, k::conv2d_shape(g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7],
+                                                   g[8], g[9], g[10], g[11], g[12]));
+}
+
 ROOTCLAD_HOST_KERNELS(float, f32)
 ROOTCLAD_HOST_KERNELS(double, f64)

@@ -26,13 +26,29 @@ SUFFIX = {F64: "f64", F32: "f32"}
 TOL = {F64: {"rtol": 1e-12, "atol": 1e-12}, F32: {"rtol": 1e-4, "atol": 1e-4}}
 
 
-@pytest.fixture(scope="module")
-def lib(tmp_path_factory):
+def _host_kernels(tmp_path_factory, *flags):
     cxx, _ = find_cxx()
     so = tmp_path_factory.mktemp("host_kernels") / "host_kernels.so"
     subprocess.run([cxx, "-O1", "-std=c++17", "-shared", "-fPIC", f"-I{rootclad.get_include()}",
-                    str(HERE / "host_kernels.cpp"), "-o", str(so)], check=True)  # fmt: skip
-    return ctypes.CDLL(str(so))
+                    *flags, str(HERE / "host_kernels.cpp"), "-o", str(so)], check=True)  # fmt: skip
+    lib = ctypes.CDLL(str(so))
+    lib.conv_gemm_workspace.restype = ctypes.c_long
+    return lib
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    return _host_kernels(tmp_path_factory)
+
+
+SMALL_CHUNKS = 1000  # output positions per chunk of products, instead of 2^17
+
+
+@pytest.fixture(scope="module")
+def lib_small_chunks(tmp_path_factory):
+    """The kernels with convolutions as products in chunks of at most SMALL_CHUNKS output
+    positions (whole samples): several chunks, the last one short, at test sizes."""
+    return _host_kernels(tmp_path_factory, f"-DROOTCLAD_CONV_GEMM_MAX_COLUMNS={SMALL_CHUNKS}")
 
 
 def _call(lib, name, dtype, *args):
@@ -174,6 +190,7 @@ def test_conv2d(lib, dtype, B, C, H, W, OC, K, S, P, D, G):
 
 
 CONV_GEMM_MIN_COLUMNS = 4096  # device_kernels.h: from so many output positions over the batch
+CONV_GEMM_MAX_COLUMNS = 1 << 17  # device_kernels.h: at most so many per chunk of products
 CONV_AS_PRODUCTS = [  # B, C, H, W, OC, (KH, KW), stride, padding, dilation (one group)
     (15, 3, 20, 30, 5, (3, 2), (2, 1), (1, 0), (1, 2)),
     (42, 4, 1, 300, 6, (1, 5), (1, 3), (0, 2), (1, 2)),  # 1-D: strided, padded, dilated
@@ -184,12 +201,16 @@ CONV_AS_PRODUCTS = [  # B, C, H, W, OC, (KH, KW), stride, padding, dilation (one
 
 @pytest.mark.parametrize("dtype", [F64, F32])
 @pytest.mark.parametrize("wanted", ["all", "no-dx", "dx-only"])
+@pytest.mark.parametrize("chunks", ["one", "several"])
 @pytest.mark.parametrize("B, C, H, W, OC, K, S, P, D", CONV_AS_PRODUCTS)
-def test_conv2d_as_products(lib, dtype, wanted, B, C, H, W, OC, K, S, P, D):
+def test_conv2d_as_products(request, dtype, wanted, chunks, B, C, H, W, OC, K, S, P, D):
     """With a workspace and enough output positions over the batch, a one-group convolution
-    runs as im2col and gemm (the column-major calls cuBLAS gets on the GPU, here as loops):
-    the forward and each adjoint that is asked for against torch; the workspace was used, and
-    one sample fewer than the threshold needs leaves it alone (the direct kernels)."""
+    runs as im2col and gemm (the column-major calls cuBLAS gets on the GPU, here as loops), in
+    one chunk of samples or (SMALL_CHUNKS) several, the last one short: the forward and each
+    adjoint that is asked for against torch. The workspace is as large as a chunk's columns
+    and channel-major output: used, and not a value past it; one sample fewer than the
+    threshold needs none (the direct kernels) and leaves it alone."""
+    lib = request.getfixturevalue("lib" if chunks == "one" else "lib_small_chunks")
     x, w, b = (_rand(B, C, H, W, dtype=dtype, seed=1), _rand(OC, C, *K, dtype=dtype, seed=2),
                _rand(OC, dtype=dtype, seed=3))  # fmt: skip
 
@@ -200,20 +221,30 @@ def test_conv2d_as_products(lib, dtype, wanted, B, C, H, W, OC, K, S, P, D):
     positions = ref.shape[2] * ref.shape[3]
     header = (Path(rootclad.get_include()) / "rootclad" / "device_kernels.h").read_text()
     assert f"constexpr long CONV_GEMM_MIN_COLUMNS = {CONV_GEMM_MIN_COLUMNS};" in header
+    assert (
+        f"#define ROOTCLAD_CONV_GEMM_MAX_COLUMNS (1L << {CONV_GEMM_MAX_COLUMNS.bit_length() - 1})"
+        in header
+    )
     assert B * positions >= CONV_GEMM_MIN_COLUMNS > (B - 1) * positions
+    per_chunk = max(1, (CONV_GEMM_MAX_COLUMNS if chunks == "one" else SMALL_CHUNKS) // positions)
+    assert (per_chunk >= B) == (chunks == "one")
     dy = _rand(*ref.shape, dtype=dtype, seed=4)
     out, dx, dw, db = (torch.empty_like(ref), torch.ones_like(x), torch.ones_like(w),
                        torch.ones_like(b))  # fmt: skip
     grads = {"all": (dx, dw, db), "no-dx": (None, dw, db), "dx-only": (dx, None, None)}[wanted]
     geometry = _ints(C, H, W, OC, *K, *S, *P, *D, 1)
-    work = torch.full((B * (C * K[0] * K[1] + OC) * positions,), float("nan"), dtype=dtype)
+    size = (C * K[0] * K[1] + OC) * positions * min(B, per_chunk)
+    assert lib.conv_gemm_workspace(B, geometry) == size
+    work = torch.full((size + 1,), float("nan"), dtype=dtype)
+    work[-1] = 7.0  # one value past the end
     _call(lib, "conv2d", dtype, out, *grads, dy, x, w, b, B, geometry, work)
     torch.testing.assert_close(out, ref, **TOL[dtype])
     for got, want in zip(grads, _grads(conv, [x, w, b], dy), strict=True):
         if got is not None:
             torch.testing.assert_close(got, want + 1, **TOL[dtype])
-    assert not work.isnan().all()
+    assert not work.isnan().all() and work[-1] == 7.0
     fewer = B - 1  # the direct kernels, the workspace untouched
+    assert lib.conv_gemm_workspace(fewer, geometry) == 0
     work.fill_(float("nan"))
     out = torch.empty(fewer, *ref.shape[1:], dtype=dtype)
     _call(lib, "conv2d", dtype, out, None, None, None, dy[:fewer], x[:fewer], w, b, fewer,

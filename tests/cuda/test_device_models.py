@@ -38,12 +38,12 @@ def _program(net, shape, dtype="float64"):
     return g, emit_device(g, "net")
 
 
-def _build(tmp_path, source):
+def _build(tmp_path, source, *flags):
     cxx, _ = find_cxx()
     src, so = tmp_path / "net.cpp", tmp_path / "net.so"
     src.write_text(source)
     subprocess.run([cxx, "-O2", "-std=c++17", "-shared", "-fPIC", f"-I{rootclad.get_include()}",
-                    str(src), "-o", str(so)], check=True)  # fmt: skip
+                    *flags, str(src), "-o", str(so)], check=True)  # fmt: skip
     return ctypes.CDLL(str(so))
 
 
@@ -263,27 +263,32 @@ def test_fused_activations_match_torch(tmp_path):
     assert sorted(producers[v] for v in fused_activations(g)) == ["add"] * 2 + ["maxpool1d"] * 2
 
 
-def test_gw_cnn_convolutions_choose_products_by_batch(tmp_path):
+@pytest.mark.parametrize("chunk", [None, 2])
+def test_gw_cnn_convolutions_choose_products_by_batch(tmp_path, chunk):
     """The GW CNN (512 long): its second and third convolutions (128 and 256 taps; the first
-    has 16, too few for im2col) share a workspace, act's last region, as large as the second
-    asks. At 40 samples the second (40 x 117 output positions) runs as products and writes
-    it, the third (40 x 22) directly; at 5 both run directly and leave it alone. Both match
+    has 16, too few for im2col) share a workspace, act's last region. At 41 samples the second
+    (41 x 117 output positions) runs as products and writes it, the third (41 x 22) directly;
+    at 5 both run directly and there is none. The workspace holds one chunk of samples: all
+    41, or (a build with chunks of 2 samples) 2, so 21 chunks, the last one short. All match
     torch, with act starting as NaN: nothing is read before it is written."""
     torch.manual_seed(0)
     net = gw_cnn(512).double()
     _, source = _program(net, (1, 512))
     assert source.count(", work);") == 3 * 2  # forward, backward, backward_input
-    lib = _build(tmp_path, source)
-    for fn in (lib.net_act_size, lib.net_d_act_size, lib.net_output_offset):
+    flags = [f"-DROOTCLAD_CONV_GEMM_MAX_COLUMNS={chunk * 117}"] if chunk else []
+    lib = _build(tmp_path, source, *flags)
+    for fn in (lib.net_act_size, lib.net_d_act_size, lib.net_output_offset, lib.net_workspace_size):
         fn.restype = ctypes.c_long
-    workspace = (16 * 8 + 32) * 117  # per sample: the columns, then the channel-major output
-    for B, as_products in ((40, True), (5, False)):
+    for B, as_products in ((41, True), (5, False)):
+        workspace = (16 * 8 + 32) * 117 * min(B, chunk or B) if as_products else 0
+        assert lib.net_workspace_size(B) == workspace  # the columns, then the output by channel
         gen = torch.Generator().manual_seed(B)
         x = torch.randn(B, 1, 512, generator=gen, dtype=F64)
         y = torch.randint(0, 2, (B,), generator=gen).to(F64)
         params = torch.cat([p.detach().reshape(-1) for p in net.parameters()]).contiguous()
-        act = torch.full((lib.net_act_size(B),), float("nan"), dtype=F64)
-        d_act = torch.zeros(lib.net_d_act_size(B) + 1, dtype=F64)  # one value past the end
+        act = torch.full((lib.net_act_size(B) + 1,), float("nan"), dtype=F64)
+        act[-1] = 7.0  # one value past the end
+        d_act = torch.zeros(lib.net_d_act_size(B) + 1, dtype=F64)
         d_act[-1] = 7.0
         d_params, loss = torch.zeros_like(params), torch.zeros(1, dtype=F64)
         act[: x.numel()] = x.reshape(-1)
@@ -294,11 +299,12 @@ def test_gw_cnn_convolutions_choose_products_by_batch(tmp_path):
         at = lib.net_output_offset(B)
         torch.testing.assert_close(act[at : at + B], out, rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(d_params, grads, rtol=1e-10, atol=1e-12)
-        work = act[-B * workspace :]
-        assert lib.net_d_act_size(B) == act.numel() - work.numel()  # no adjoint for the workspace
-        assert d_act[-1] == 7.0  # nothing written past d_act_size
-        assert act[: -B * workspace].isnan().sum() == 0
-        assert bool(work.isnan().all()) is not as_products
+        values = lib.net_d_act_size(B)  # no per-sample or shared scratch: act holds the values
+        assert act[:values].isnan().sum() == 0  # then padding to 32 values, then the workspace
+        work = act[-1 - workspace : -1]
+        assert lib.net_act_size(B) == (values + 31) // 32 * 32 + workspace
+        assert d_act[-1] == 7.0 and act[-1] == 7.0  # nothing written past either
+        assert not work.isnan().any()  # all of it used (by the first chunk, if not the last)
 
 
 def _launches_per_step(tmp_path, source, shape, B=4):

@@ -15,6 +15,7 @@
 // `DY d_out` is a pointer or such an ActGrad.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -326,28 +327,40 @@ template <class F> ROOTCLAD_HD inline void each_reader(int ih, int iw, Conv g, F
   }
 }
 
-// -- Conv2d as products (one group): the columns col(CK, N) hold, for each of the N = B x OH x OW
-// output positions (sample-major) and each of the CK = C x KH x KW taps, the input element it
-// reads (im2col); then out = weight(OC, CK) @ col, d_weight += d_out @ col^T and
-// d_col = weight^T @ d_out, whose columns are summed back onto the input (col2im), each a
-// single gemm (cuBLAS on the GPU) over the whole batch. The products are (OC, N), channel-major,
-// so the output and its adjoint pass through a reordering copy in the workspace, which the
-// bias, the fused activation and its derivative ride along with. Taken from
-// CONV_GEMM_MIN_COLUMNS output positions over the batch on; fewer run as the direct kernels
-// (fewer launches: 3 forward and up to 6 backward against 1 and 3). The program gives a layer
-// a workspace only where its depth makes products pay (ops.CONV_GEMM_MIN_DEPTH).
+// -- Conv2d as products (one group): the columns col(CK, N) hold, for each of the N = Bc x OH x OW
+// output positions of a chunk of Bc samples (sample-major) and each of the CK = C x KH x KW taps,
+// the input element it reads (im2col); then out = weight(OC, CK) @ col, d_weight += d_out @
+// col^T and d_col = weight^T @ d_out, whose columns are summed back onto the input (col2im), each
+// a single gemm (cuBLAS on the GPU) per chunk. The products are (OC, N), channel-major, so the
+// output and its adjoint pass through a reordering copy in the workspace, which the bias, the
+// fused activation and its derivative ride along with. Taken from CONV_GEMM_MIN_COLUMNS output
+// positions over the batch on; fewer run as the direct kernels (fewer launches: 3 forward and up
+// to 6 backward against 1 and 3). A chunk holds at most CONV_GEMM_MAX_COLUMNS output positions
+// (whole samples, at least one), so the workspace stays bounded at any batch size. The program
+// gives a layer a workspace only where its depth makes products pay (ops.CONV_GEMM_MIN_DEPTH).
 constexpr long CONV_GEMM_MIN_COLUMNS = 4096;
+#ifndef ROOTCLAD_CONV_GEMM_MAX_COLUMNS // a test sets it low to run many chunks
+#define ROOTCLAD_CONV_GEMM_MAX_COLUMNS (1L << 17)
+#endif
+constexpr long CONV_GEMM_MAX_COLUMNS = ROOTCLAD_CONV_GEMM_MAX_COLUMNS;
 
 inline ROOTCLAD_HD long conv_depth(Conv g) {
   return (long)(g.C / g.G) * g.KH * g.KW;
 }
-// the workspace's values per sample: the columns (CK x OH x OW), then the channel-major
-// output or output adjoint (OC x OH x OW)
-inline long conv_gemm_workspace(Conv g) {
-  return (conv_depth(g) + g.OC) * g.OH * g.OW;
-}
 inline bool conv_gemm_applies(int B, Conv g) {
   return g.G == 1 && (long)B * g.OH * g.OW >= CONV_GEMM_MIN_COLUMNS;
+}
+// the samples per chunk of products
+inline int conv_gemm_chunk(int B, Conv g) {
+  const long fit = CONV_GEMM_MAX_COLUMNS / ((long)g.OH * g.OW);
+  return (int)(fit < 1 ? 1 : fit < B ? fit : B);
+}
+// the workspace (values) a layer uses at batch B: a chunk's columns (CK x N), then its
+// channel-major output or output adjoint (OC x N); none where it runs directly
+inline long conv_gemm_workspace(int B, Conv g) {
+  if (!conv_gemm_applies(B, g))
+    return 0;
+  return (conv_depth(g) + g.OC) * g.OH * g.OW * conv_gemm_chunk(B, g);
 }
 
 // col[k, n] = the input element that tap k of output position n reads (0 in the padding)
@@ -384,48 +397,59 @@ template <class On, class T> void col2im(On on, T* d_inp, const T* d_col, int B,
 template <class On, class T, class Act>
 void conv2d_gemm_forward(On on, T* out, const T* inp, const T* weight, const T* bias, int B, Conv g,
                          Act act, T* work) {
-  const long P = (long)g.OH * g.OW, N = B * P, CK = conv_depth(g);
-  T* const col = work;                     // (CK, N)
-  T* const out_by_channel = work + CK * N; // (OC, N)
-  im2col(on, col, inp, B, g);
-  gemm(on, false, false, g.OC, (int)N, (int)CK, T(1), weight, (int)CK, col, (int)N, T(0),
-       out_by_channel, (int)N);
-  each_index(
-      on, (long)g.OC * N, ROOTCLAD_BODY(long i) { // i: out's index (b, o, p)
-        const long p = i % P, o = i / P % g.OC, b = i / (P * g.OC);
-        out[i] = act.f(out_by_channel[o * N + b * P + p] + (bias ? bias[o] : T(0)));
-      });
+  const long P = (long)g.OH * g.OW, CK = conv_depth(g), in_size = (long)g.C * g.H * g.W;
+  const int chunk = conv_gemm_chunk(B, g);
+  for (int b0 = 0; b0 < B; b0 += chunk) {
+    const int Bc = B - b0 < chunk ? B - b0 : chunk;
+    const long N = Bc * P;
+    T* const col = work;                     // (CK, N)
+    T* const out_by_channel = work + CK * N; // (OC, N)
+    T* const out_chunk = out + (long)b0 * g.OC * P;
+    im2col(on, col, inp + b0 * in_size, Bc, g);
+    gemm(on, false, false, g.OC, (int)N, (int)CK, T(1), weight, (int)CK, col, (int)N, T(0),
+         out_by_channel, (int)N);
+    each_index(
+        on, (long)g.OC * N, ROOTCLAD_BODY(long i) { // i: the chunk's out index (b, o, p)
+          const long p = i % P, o = i / P % g.OC, b = i / (P * g.OC);
+          out_chunk[i] = act.f(out_by_channel[o * N + b * P + p] + (bias ? bias[o] : T(0)));
+        });
+  }
 }
 
 template <class On, class T, class DY>
 void conv2d_gemm_backward(On on, T* d_inp, T* d_weight, T* d_bias, DY d_out, const T* inp,
                           const T* weight, int B, Conv g, T* work) {
-  const long P = (long)g.OH * g.OW, N = B * P, CK = conv_depth(g);
-  T* const col = work;
-  T* const dy = work + CK * N; // d_out (through the fused activation), channel-major (OC, N)
+  const long P = (long)g.OH * g.OW, CK = conv_depth(g), in_size = (long)g.C * g.H * g.W;
   if (d_bias)
     bias_backward(on, d_bias, d_out, B, g.OC, (int)P);
   if (!d_weight && !d_inp)
     return;
-  each_index(
-      on, (long)g.OC * N, ROOTCLAD_BODY(long i) { // i: dy's index (o, b, p)
-        const long n = i % N, o = i / N;
-        dy[i] = d_out[(n / P * g.OC + o) * P + n % P];
-      });
-  if (d_weight) {
-    im2col(on, col, inp, B, g); // the forward's columns, which later layers overwrote
-    gemm(on, false, true, g.OC, (int)CK, (int)N, T(1), dy, (int)N, col, (int)N, T(1), d_weight,
-         (int)CK);
-  }
-  if (d_inp) {
-    gemm(on, true, false, (int)CK, (int)N, g.OC, T(1), weight, (int)CK, dy, (int)N, T(0), col,
-         (int)N);
-    col2im(on, d_inp, col, B, g);
+  const int chunk = conv_gemm_chunk(B, g);
+  for (int b0 = 0; b0 < B; b0 += chunk) {
+    const int Bc = B - b0 < chunk ? B - b0 : chunk;
+    const long N = Bc * P, first = (long)b0 * g.OC * P; // the chunk's first index in d_out
+    T* const col = work;
+    T* const dy = work + CK * N; // d_out (through the fused activation), channel-major (OC, N)
+    each_index(
+        on, (long)g.OC * N, ROOTCLAD_BODY(long i) { // i: dy's index (o, b, p)
+          const long n = i % N, o = i / N;
+          dy[i] = d_out[first + (n / P * g.OC + o) * P + n % P];
+        });
+    if (d_weight) {
+      im2col(on, col, inp + b0 * in_size, Bc, g); // the forward's columns, since overwritten
+      gemm(on, false, true, g.OC, (int)CK, (int)N, T(1), dy, (int)N, col, (int)N, T(1), d_weight,
+           (int)CK);
+    }
+    if (d_inp) {
+      gemm(on, true, false, (int)CK, (int)N, g.OC, T(1), weight, (int)CK, dy, (int)N, T(0), col,
+           (int)N);
+      col2im(on, d_inp + b0 * in_size, col, Bc, g);
+    }
   }
 }
 
-// out = conv(inp) + bias, through act; with a workspace (`work`, conv_gemm_workspace(g) values
-// per sample) and enough output positions over the batch, as products (conv_gemm_applies)
+// out = conv(inp) + bias, through act; with a workspace (`work`, conv_gemm_workspace(B, g)
+// values) and enough output positions over the batch, as products (conv_gemm_applies)
 template <class On, class T, class Act = NoAct>
 void conv2d_forward(On on, T* out, const T* inp, const T* weight, const T* bias, int B, Conv g,
                     Act act = {}, T* work = nullptr) {
