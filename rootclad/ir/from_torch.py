@@ -19,7 +19,7 @@ from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
 from rootclad.ir.graph import Graph, IRError, Node, Param
 from rootclad.ir.ops import OPS, supported_modules
-from rootclad.ir.optimize import pool_before_activation
+from rootclad.ir.optimize import drop_identities, pool_before_activation
 
 _MODULE_OPS = {m: name for name, spec in OPS.items() for m in spec.modules}
 
@@ -111,7 +111,7 @@ def graph_from_module(module: nn.Module, example_input, dtype: str) -> Graph:
                 f"{node.describe()}: rootclad infers the per-sample shape {node.out_shape}, "
                 f"torch gives {want}; this form of the operation is not supported"
             )
-    return pool_before_activation(graph)
+    return pool_before_activation(drop_identities(graph))
 
 
 def _is_torch_layer(module: nn.Module) -> bool:

@@ -2,7 +2,38 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from rootclad.ir.graph import Graph, Node
+
+
+def _with_nodes(graph: Graph, nodes: list[Node]) -> Graph:
+    """The graph with these nodes, validated (shapes inferred again)."""
+    out = Graph(
+        graph.inputs, graph.input_shapes, nodes, graph.output, graph.params, graph.dtype,
+        buffers=graph.buffers,
+    )  # fmt: skip
+    out.validate()
+    return out
+
+
+def drop_identities(graph: Graph) -> Graph:
+    """Remove the Identity nodes (nn.Identity, ``.contiguous()``) inside the graph: their
+    readers read the Identity's input instead. One that gives the graph's output stays.
+
+    An Identity computes nothing (its output aliases its input), but it is a node between a
+    producer and its reader: without it the device programs fuse the ReLU after each of the
+    GW ResNet's convolutions (no BatchNorm: an nn.Identity in between) into the convolution.
+    """
+    source: dict[str, str] = {}  # a dropped Identity's output -> the value it passes on
+    nodes = []
+    for node in graph.nodes:
+        inputs = [source.get(v, v) for v in node.inputs]
+        if node.op == "identity" and node.output != graph.output:
+            source[node.output] = inputs[0]
+        else:
+            nodes.append(dataclasses.replace(node, inputs=inputs))
+    return _with_nodes(graph, nodes)
 
 
 def _monotone(node: Node) -> bool:
@@ -40,9 +71,4 @@ def pool_before_activation(graph: Graph) -> Graph:
             i += 2
         else:
             i += 1
-    out = Graph(
-        graph.inputs, graph.input_shapes, nodes, graph.output, graph.params, graph.dtype,
-        buffers=graph.buffers,
-    )  # fmt: skip
-    out.validate()
-    return out
+    return _with_nodes(graph, nodes)

@@ -169,6 +169,36 @@ def test_fx_traced_custom_module_matches_torch():
     check_against_torch(net, x, F64)
 
 
+class _Identities(nn.Module):
+    """nn.Identity and .contiguous() inside the graph, and an nn.Identity giving its output."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(6, 5), nn.Linear(5, 2)
+        self.mid, self.last = nn.Identity(), nn.Identity()
+
+    def forward(self, x):
+        h = torch.relu(self.mid(self.fc1(x)))
+        return self.last(self.fc2(h.contiguous() + h))
+
+
+def test_identities_inside_the_graph_are_dropped():
+    """ir/optimize.py drops the Identities inside the graph (their readers read the input) and
+    keeps the one that gives the output; values and gradients stay torch's."""
+    torch.manual_seed(0)
+    net = _Identities().double()
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(5, 6, generator=gen, dtype=F64)
+    y = torch.randn(5, 2, generator=gen, dtype=F64)
+    cm = _compare_loss_and_grad(net, x, y, "mse", F64)
+    nodes = cm.graph.nodes
+    assert [node.op for node in nodes] == ["linear", "relu", "add", "linear", "identity"]
+    assert nodes[1].inputs == [nodes[0].output]
+    assert nodes[2].inputs == [nodes[1].output] * 2
+    assert cm.graph.output == nodes[-1].output
+    check_against_torch(net, x, F64)
+
+
 def test_a_bare_layer_is_a_model():
     """``rootclad.compile(nn.Linear(...))``: the root module itself is the one layer."""
     torch.manual_seed(0)

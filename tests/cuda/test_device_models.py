@@ -253,14 +253,16 @@ def test_fused_activations_match_torch(tmp_path):
     xg = x.clone().requires_grad_(True)
     torch.testing.assert_close(dm.input_grad(x), torch.autograd.grad(net(xg).sum(), xg)[0],
                                rtol=1e-10, atol=1e-12)  # fmt: skip
-    # the ResNet's ReLUs after its residual additions and after its two max-pools (optimize.py
-    # moves a ReLU behind a pool); those after a convolution follow an Identity (no BatchNorm),
-    # a view, and stay apart
-    for make, shape, n in ((gw_mlp, (96,), 2), (gw_cnn, (1, 512), 4), (gw_resnet, (1, 256), 4)):
+    # the ResNet's ReLUs after its residual additions, after its two max-pools (optimize.py
+    # moves a ReLU behind a pool) and after the first convolution of each of its three blocks
+    # (optimize.py drops the Identity that stands for BatchNorm there)
+    for make, shape, n in ((gw_mlp, (96,), 2), (gw_cnn, (1, 512), 4), (gw_resnet, (1, 256), 7)):
         g = graph_from_module(make(shape[-1]), torch.zeros(2, *shape), "float32")
         assert sorted(a.op for a in fused_activations(g).values()) == ["relu"] * n
     producers = {n.output: n.op for n in g.nodes}
-    assert sorted(producers[v] for v in fused_activations(g)) == ["add"] * 2 + ["maxpool1d"] * 2
+    assert sorted(producers[v] for v in fused_activations(g)) == (
+        ["add"] * 2 + ["conv1d"] * 3 + ["maxpool1d"] * 2
+    )
 
 
 @pytest.mark.parametrize("chunk", [None, 2])
