@@ -206,7 +206,10 @@ class DeviceModel:
             self._buffer_views[p.name] = self._buffer_store[off : off + p.numel].view(p.shape)
             off += p.numel
         self._loss = torch.zeros(1, dtype=self.dtype, device=self.device)
-        # per batch size: act and d_act; the pointers of the C calls, which never move
+        # act and d_act: one store each, grown to the largest batch size seen; per batch size
+        # the views into them and the pointers of the C calls (until the stores grow)
+        self._act_store: torch.Tensor | None = None
+        self._d_act_store: torch.Tensor | None = None
         self._work: dict[int, _Work] = {}
         self._ptr = {"params": self._params.data_ptr(), "grads": self._grads.data_ptr(),
                      "buffers": self._buffer_store.data_ptr(), "loss": self._loss.data_ptr()}  # fmt: skip
@@ -356,17 +359,26 @@ class DeviceModel:
         return B, work
 
     def _allocate(self, B: int) -> _Work:
+        """act and d_act for a batch of B: views of the stores, which grow (reallocated, and
+        every batch size's views and CUDA graphs dropped) when they are too small."""
         n, n_d = self._fn["act_size"](B), self._fn["d_act_size"](B)
-        try:
-            act = torch.empty(n, dtype=self.dtype, device=self.device)
-            d_act = torch.empty(n_d, dtype=self.dtype, device=self.device)
-        except RuntimeError as exc:  # torch.OutOfMemoryError on a GPU
-            size = (n + n_d) * self._params.element_size() / 2**20
-            raise MemoryError(
-                f"a batch of {B} needs {size:.0f} MiB on {self.device} for the activations "
-                f"and scratch ({n} values) and their adjoints ({n_d}), which could not be "
-                f"allocated ({str(exc).splitlines()[0]}); use smaller batches"
-            ) from exc
+        store, d_store = self._act_store, self._d_act_store
+        if store is None or n > store.numel() or n_d > d_store.numel():
+            # the graphs hold the old stores' addresses; free those before allocating anew
+            self._work, self._step_graphs = {}, {}
+            self._act_store = self._d_act_store = store = d_store = None
+            try:
+                store = torch.empty(n, dtype=self.dtype, device=self.device)
+                d_store = torch.empty(n_d, dtype=self.dtype, device=self.device)
+            except RuntimeError as exc:  # torch.OutOfMemoryError on a GPU
+                size = (n + n_d) * self._params.element_size() / 2**20
+                raise MemoryError(
+                    f"a batch of {B} needs {size:.0f} MiB on {self.device} for the activations "
+                    f"and scratch ({n} values) and their adjoints ({n_d}), which could not be "
+                    f"allocated ({str(exc).splitlines()[0]}); use smaller batches"
+                ) from exc
+            self._act_store, self._d_act_store = store, d_store
+        act, d_act = store[:n], d_store[:n_d]
         inputs, at = [], 0
         for shape in self.input_shapes:
             n = B * math.prod(shape)

@@ -590,6 +590,42 @@ def test_train_step_through_step_graphs_equals_plain_launches(device):
                                rtol=0 if exact else 1e-12, atol=0 if exact else 1e-14)  # fmt: skip
 
 
+def test_batch_sizes_share_one_store_that_grows():
+    """act and d_act are views of one store each, grown to the largest batch seen: a smaller
+    batch after a larger one allocates nothing, a larger one reallocates and drops the other
+    batch sizes' views and step graphs (which hold the old addresses). The GW CNN's workspace
+    appears at 41 samples (a convolution as products). Every step and prediction follows
+    torch."""
+    torch.manual_seed(0)
+    net, shape = gw_cnn(512).double(), (1, 512)
+    dm = DeviceModel.from_module(net, torch.zeros(2, *shape, dtype=F64), "cpu")
+    dm.cuda_graphs = True  # on the CPU the graphs' in-memory step, kept per batch size
+    opt, ref_opt = rootclad.optim.Adam(dm, lr=1e-3), torch.optim.Adam(net.parameters(), lr=1e-3)
+    # each step: the batch size, then the batch sizes with views, and those with a graph
+    # (the first step at a batch size runs plain, the second makes the graph)
+    steps = [(8, [8], []), (8, [8], [8]), (3, [3, 8], [8]), (3, [3, 8], [3, 8]),
+             (41, [41], []), (41, [41], [41]), (8, [8, 41], [41])]  # fmt: skip
+    stores = []
+    for i, (B, views, graphs) in enumerate(steps):
+        x, y = _batch(i, B, shape, F64)
+        loss = dm.train_step(x, y, opt)
+        ref_opt.zero_grad()
+        ref = F.binary_cross_entropy_with_logits(net(x).squeeze(1), y)
+        ref.backward()
+        ref_opt.step()
+        torch.testing.assert_close(loss, ref.detach(), rtol=1e-10, atol=1e-12)
+        stores.append((dm._act_store.data_ptr(), dm._d_act_store.data_ptr()))
+        largest = max(b for b, _, _ in steps[: i + 1])
+        assert dm._act_store.numel() == dm._fn["act_size"](largest)
+        assert dm._d_act_store.numel() == dm._fn["d_act_size"](largest)
+        assert sorted(dm._work) == views
+        assert sorted(k[0] for k, g in dm._step_graphs.items() if g) == graphs
+    assert stores[0] == stores[2] and stores[4] == stores[6]  # smaller batches: no allocation
+    assert dm._fn["act_size"](41) > dm._fn["act_size"](8) + 33 * dm._fn["d_act_size"](1)
+    x, _ = _batch(0, 5, shape, F64)
+    torch.testing.assert_close(dm.predict(x), net(x).detach(), rtol=1e-10, atol=1e-12)
+
+
 def test_step_graphs_stand_aside_for_dropout_and_frozen_parameters():
     """A model with dropout (its seed changes every step) and a step with a frozen parameter
     (the optimizer's runs change) run as plain launches: no StepGraph is made."""
