@@ -4,7 +4,9 @@ CUDA) next to torch eager and torch.compile on the same device, same process.
 Per model and batch (1, 64, 1024): the median step time over ROUNDS interleaved rounds
 (torch.cuda.synchronize around each timed step), the speed-up over torch eager, the
 achieved fraction of the GPU's measured float32 GEMM throughput (3x the forward FLOPs a step)
-and the number of kernel launches per step (torch.profiler); for the CNN also rootclad with
+and the number of kernel launches per step (torch.profiler), and the memory: rootclad's
+act and d_act stores, and what a step allocates beyond what is held before it (rootclad and
+torch eager, torch.cuda's peak); for the CNN also rootclad with
 every convolution as its direct kernels, to weigh the im2col + cuBLAS path against them, and
 for both rootclad with each step replayed as one CUDA graph (DeviceModel.cuda_graphs). The
 GPU, its driver and the date are recorded. ``--device cpu`` runs the same script on the CPU (the device program's kernels
@@ -91,6 +93,30 @@ def _launches(step, device) -> int | None:
         step()
         _sync(device)
     return sum(1 for e in prof.events() if e.device_type.name == "CUDA")
+
+
+def _step_memory_mib(step, device) -> float | None:
+    """What a step allocates above what is held before it (CUDA only): torch.cuda's peak over
+    one step, after a first one (torch: the activations autograd saves, the gradients and
+    temporaries; rootclad: nothing once its stores exist)."""
+    if device.type != "cuda":
+        return None
+    import torch
+
+    step()
+    _sync(device)
+    base = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    step()
+    _sync(device)
+    return round((torch.cuda.max_memory_allocated(device) - base) / 2**20, 2)
+
+
+def _store_mib(prog) -> float:
+    """rootclad's working memory: its act and d_act stores (activations, the ops' scratch and
+    workspace, their adjoints), held between steps."""
+    stores = (prog._act_store, prog._d_act_store)
+    return round(sum(t.numel() * t.element_size() for t in stores) / 2**20, 2)
 
 
 def _gemm_peak(device) -> float:
@@ -208,6 +234,11 @@ def main(argv=None) -> int:
                     k: round(flops * B / v / 1e6 / peak, 4) for k, v in med.items()
                 },
                 "launches_per_step": {k: _launches(s, device) for k, s in steps.items()},
+                "memory_mib": {
+                    "rootclad stores": _store_mib(prog),
+                    "rootclad step": _step_memory_mib(steps["rootclad"], device),
+                    "torch eager step": _step_memory_mib(steps["torch eager"], device),
+                },
             }
             report["models"].setdefault(name, {})[str(B)] = entry
             print(name, B, entry, flush=True)
@@ -227,7 +258,7 @@ def render(report: dict) -> str:
         "rootclad % of GEMM peak | launches per step (rootclad / eager / compile) |",
         "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
-    variants = []
+    variants, memory = [], []
     for name, by_batch in report["models"].items():
         for B, e in by_batch.items():
             ms, n = e["median_ms"], e["launches_per_step"]
@@ -237,6 +268,9 @@ def render(report: dict) -> str:
                 f"{100 * e['fraction_of_gemm_peak']['rootclad']:.1f}% | "
                 f"{n['rootclad']} / {n['torch eager']} / {n['torch.compile']} |"
             )
+            mem = e.get("memory_mib", {})
+            memory.append(f"| {name} | {B} | {mem.get('rootclad stores')} | "
+                          f"{mem.get('rootclad step')} | {mem.get('torch eager step')} |")  # fmt: skip
             direct = f"{ms[DIRECT]:.4g} ms ({n[DIRECT]})" if DIRECT in ms else "-"
             variants.append(f"| {name} | {B} | {ms['rootclad']:.4g} ms ({n['rootclad']}) | "
                             f"{ms[GRAPH]:.4g} ms ({n[GRAPH]}) | {direct} |")  # fmt: skip
@@ -246,6 +280,12 @@ def render(report: dict) -> str:
               "im2col and cuBLAS from 4096 output positions over the batch on:", "",
               "| model | batch | as above | CUDA graph | direct convolutions |",
               "|---|---:|---:|---:|---:|", *variants]  # fmt: skip
+    lines += ["", "Memory (MiB): rootclad's act and d_act stores (activations, the ops' scratch "
+              "and workspace, their adjoints; held between steps), and what one step allocates "
+              "above what is held before it (torch.cuda's peak; autograd's saved activations, "
+              "the gradients and temporaries for torch eager; none on the CPU):", "",
+              "| model | batch | rootclad stores | rootclad step | torch eager step |",
+              "|---|---:|---:|---:|---:|", *memory]  # fmt: skip
     return "\n".join(lines + [""])
 
 

@@ -543,8 +543,12 @@ def test_the_gpu_benchmark_script_runs_on_the_cpu(tmp_path):
     assert set(report["models"]["gw-cnn"]["4"]["median_ms"]) == timed | {
         "rootclad, direct convolutions"
     }
+    memory = [report["models"]["gw-cnn"][B]["memory_mib"] for B in ("1", "4")]
+    assert 0 < memory[0]["rootclad stores"] < memory[1]["rootclad stores"]
+    assert memory[1]["torch eager step"] is None  # torch.cuda's peak: on a GPU only
     table = (tmp_path / "cuda.md").read_text()
     assert table.startswith("# GW models' train step on a GPU")
+    assert "| gw-cnn | 4 | " in table.split("| rootclad stores |")[1]
     assert "| gw-cnn | 4 |" in table.split("| direct convolutions |")[1]
 
 
