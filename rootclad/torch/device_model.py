@@ -364,6 +364,8 @@ class DeviceModel:
         n, n_d = self._fn["act_size"](B), self._fn["d_act_size"](B)
         store, d_store = self._act_store, self._d_act_store
         if store is None or n > store.numel() or n_d > d_store.numel():
+            if store is not None and self._on_cuda:  # earlier calls, perhaps on another
+                torch.cuda.synchronize(self.device)  # stream, may still use the old stores
             # the graphs hold the old stores' addresses; free those before allocating anew
             self._work, self._step_graphs = {}, {}
             self._act_store = self._d_act_store = store = d_store = None
@@ -371,6 +373,7 @@ class DeviceModel:
                 store = torch.empty(n, dtype=self.dtype, device=self.device)
                 d_store = torch.empty(n_d, dtype=self.dtype, device=self.device)
             except RuntimeError as exc:  # torch.OutOfMemoryError on a GPU
+                store = None  # not held by the traceback while the caller recovers
                 size = (n + n_d) * self._params.element_size() / 2**20
                 raise MemoryError(
                     f"a batch of {B} needs {size:.0f} MiB on {self.device} for the activations "

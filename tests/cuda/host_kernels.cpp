@@ -6,6 +6,12 @@
 using rootclad::dev::Host;
 namespace k = rootclad::dev;
 
+// the convolution of the 13 ints (C, H, W, OC, KH, KW, SH, SW, PH, PW, DH, DW, G)
+static k::Conv conv_of(const int* g) {
+  return k::conv2d_shape(g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11],
+                         g[12]);
+}
+
 #define ROOTCLAD_HOST_KERNELS(T, S)                                                                \
   extern "C" void linear_forward_##S(T* out, const T* x, const T* w, const T* b, int R, int C,     \
                                      int OC) {                                                     \
@@ -33,10 +39,15 @@ namespace k = rootclad::dev;
   }                                                                                                \
   extern "C" void conv2d_##S(T* out, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,     \
                              const T* b, int B, const int* g, T* work) {                           \
-    const k::Conv c = k::conv2d_shape(g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9],  \
-                                      g[10], g[11], g[12]);                                        \
-    k::conv2d_forward(Host{}, out, x, w, b, B, c, k::NoAct{}, work);                               \
-    k::conv2d_backward(Host{}, dx, dw, db, dy, x, w, B, c, work);                                  \
+    k::conv2d_forward(Host{}, out, x, w, b, B, conv_of(g), k::NoAct{}, work);                      \
+    k::conv2d_backward(Host{}, dx, dw, db, dy, x, w, B, conv_of(g), work);                         \
+  }                                                                                                \
+  /* with a Tanh fused into the convolution: out = tanh(conv), dy is out's adjoint */              \
+  extern "C" void conv2d_tanh_##S(T* out, T* dx, T* dw, T* db, T* dy, const T* x, const T* w,      \
+                                  const T* b, int B, const int* g, T* work) {                      \
+    k::conv2d_forward(Host{}, out, x, w, b, B, conv_of(g), k::Tanh{}, work);                       \
+    k::conv2d_backward(Host{}, dx, dw, db, k::act_grad(dy, (const T*)out, k::Tanh{}), x, w, B,     \
+                       conv_of(g), work);                                                          \
   }                                                                                                \
   extern "C" void pool2d_##S(T* out, T* dx, const T* dy, const T* x, long R, const int* g,         \
                              int avg, int count_include_pad) {                                     \
@@ -75,8 +86,7 @@ namespace k = rootclad::dev;
   }
 
 extern "C" long conv_gemm_workspace(int B, const int* g) {
-  return k::conv_gemm_workspace(B, k::conv2d_shape(g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7],
-                                                   g[8], g[9], g[10], g[11], g[12]));
+  return k::conv_gemm_workspace(B, conv_of(g));
 }
 
 ROOTCLAD_HOST_KERNELS(float, f32)

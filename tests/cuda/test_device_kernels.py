@@ -200,22 +200,26 @@ CONV_AS_PRODUCTS = [  # B, C, H, W, OC, (KH, KW), stride, padding, dilation (one
 
 
 @pytest.mark.parametrize("dtype", [F64, F32])
-@pytest.mark.parametrize("wanted", ["all", "no-dx", "dx-only"])
+@pytest.mark.parametrize("wanted", ["all", "no-dx", "dx-only", "all, tanh fused"])
 @pytest.mark.parametrize("chunks", ["one", "several"])
 @pytest.mark.parametrize("B, C, H, W, OC, K, S, P, D", CONV_AS_PRODUCTS)
 def test_conv2d_as_products(request, dtype, wanted, chunks, B, C, H, W, OC, K, S, P, D):
     """With a workspace and enough output positions over the batch, a one-group convolution
     runs as im2col and gemm (the column-major calls cuBLAS gets on the GPU, here as loops), in
     one chunk of samples or (SMALL_CHUNKS) several, the last one short: the forward and each
-    adjoint that is asked for against torch. The workspace is as large as a chunk's columns
+    adjoint that is asked for against torch (also with a Tanh fused into the convolution, whose
+    backward reads the output adjoint through it). The workspace is as large as a chunk's columns
     and channel-major output: used, and not a value past it; one sample fewer than the
     threshold needs none (the direct kernels) and leaves it alone."""
     lib = request.getfixturevalue("lib" if chunks == "one" else "lib_small_chunks")
     x, w, b = (_rand(B, C, H, W, dtype=dtype, seed=1), _rand(OC, C, *K, dtype=dtype, seed=2),
                _rand(OC, dtype=dtype, seed=3))  # fmt: skip
 
+    fused = wanted == "all, tanh fused"
+
     def conv(x, w, b):
-        return F.conv2d(x, w, b, stride=S, padding=P, dilation=D)
+        y = F.conv2d(x, w, b, stride=S, padding=P, dilation=D)
+        return torch.tanh(y) if fused else y
 
     ref = conv(x, w, b)
     positions = ref.shape[2] * ref.shape[3]
@@ -231,13 +235,14 @@ def test_conv2d_as_products(request, dtype, wanted, chunks, B, C, H, W, OC, K, S
     dy = _rand(*ref.shape, dtype=dtype, seed=4)
     out, dx, dw, db = (torch.empty_like(ref), torch.ones_like(x), torch.ones_like(w),
                        torch.ones_like(b))  # fmt: skip
-    grads = {"all": (dx, dw, db), "no-dx": (None, dw, db), "dx-only": (dx, None, None)}[wanted]
+    grads = {"no-dx": (None, dw, db), "dx-only": (dx, None, None)}.get(wanted, (dx, dw, db))
     geometry = _ints(C, H, W, OC, *K, *S, *P, *D, 1)
     size = (C * K[0] * K[1] + OC) * positions * min(B, per_chunk)
     assert lib.conv_gemm_workspace(B, geometry) == size
     work = torch.full((size + 1,), float("nan"), dtype=dtype)
     work[-1] = 7.0  # one value past the end
-    _call(lib, "conv2d", dtype, out, *grads, dy, x, w, b, B, geometry, work)
+    kernel = "conv2d_tanh" if fused else "conv2d"
+    _call(lib, kernel, dtype, out, *grads, dy, x, w, b, B, geometry, work)
     torch.testing.assert_close(out, ref, **TOL[dtype])
     for got, want in zip(grads, _grads(conv, [x, w, b], dy), strict=True):
         if got is not None:
@@ -247,7 +252,7 @@ def test_conv2d_as_products(request, dtype, wanted, chunks, B, C, H, W, OC, K, S
     assert lib.conv_gemm_workspace(fewer, geometry) == 0
     work.fill_(float("nan"))
     out = torch.empty(fewer, *ref.shape[1:], dtype=dtype)
-    _call(lib, "conv2d", dtype, out, None, None, None, dy[:fewer], x[:fewer], w, b, fewer,
+    _call(lib, kernel, dtype, out, None, None, None, dy[:fewer], x[:fewer], w, b, fewer,
           geometry, work)  # fmt: skip
     torch.testing.assert_close(out, ref[:fewer], **TOL[dtype])
     assert work.isnan().all()

@@ -63,6 +63,17 @@ def _train_like_torch(net, shape, device, dtype, steps, tol, optimizer="adam", m
     return model
 
 
+def _step_like_torch(model, opt, net, ref_opt, x, y):
+    """One train_step of the device model and one of torch on (x, y), float64: the losses
+    agree."""
+    loss = model.train_step(x, y, opt)
+    ref_opt.zero_grad()
+    ref = F.binary_cross_entropy_with_logits(net(x).squeeze(1), y)
+    ref.backward()
+    ref_opt.step()
+    torch.testing.assert_close(loss, ref.detach(), rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.parametrize("model", MODELS)
 def test_cpu_device_model_trains_like_torch(model):
     make, shape, n = MODELS[model]
@@ -347,13 +358,7 @@ def test_frozen_parameters_are_skipped_like_torch_optim():
         if step == 4:  # unfrozen: its first Adam step now (bias correction from step 1)
             net[0].weight.requires_grad_(True)
             dm._views["0.weight"].requires_grad_(True)
-        x, y = _batch(step, 4, (24,), F64)
-        loss = dm.train_step(x, y, opt)
-        ref_opt.zero_grad()
-        ref = F.binary_cross_entropy_with_logits(net(x).squeeze(1), y)
-        ref.backward()
-        ref_opt.step()
-        torch.testing.assert_close(loss, ref.detach(), rtol=1e-10, atol=1e-12)
+        _step_like_torch(dm, opt, net, ref_opt, *_batch(step, 4, (24,), F64))
         if step == 3:
             assert torch.equal(dm.state_dict()["0.weight"], frozen_before)
     for name, p in net.named_parameters():
@@ -611,13 +616,7 @@ def test_batch_sizes_share_one_store_that_grows():
              (41, [41], []), (41, [41], [41]), (8, [8, 41], [41])]  # fmt: skip
     stores = []
     for i, (B, views, graphs) in enumerate(steps):
-        x, y = _batch(i, B, shape, F64)
-        loss = dm.train_step(x, y, opt)
-        ref_opt.zero_grad()
-        ref = F.binary_cross_entropy_with_logits(net(x).squeeze(1), y)
-        ref.backward()
-        ref_opt.step()
-        torch.testing.assert_close(loss, ref.detach(), rtol=1e-10, atol=1e-12)
+        _step_like_torch(dm, opt, net, ref_opt, *_batch(i, B, shape, F64))
         stores.append((dm._act_store.data_ptr(), dm._d_act_store.data_ptr()))
         largest = max(b for b, _, _ in steps[: i + 1])
         assert dm._act_store.numel() == dm._fn["act_size"](largest)
