@@ -5,10 +5,10 @@ on an NVIDIA GPU (nvcc: grid-stride kernels on a stream, dev::Cuda); each op say
 called through its registry entry (``OpSpec.device``, rootclad/ir/ops.py). The layout is
 flat, one region of B x size per value (and per op's per-sample scratch), values that alias
 their input (Flatten, Reshape) sharing it, then the shared scratch, then one workspace that the
-ops use within a call (a chunk of a convolution's columns), as large as the largest asks at that
-batch size (none where no op uses it); no arena plan yet. The C API takes a
-stream (ignored on the CPU) and, where dropout draws its masks, a seed (as the CPU model's, one
-per call):
+ops use within a call (a chunk of a convolution's columns), as large as the largest asks at
+that batch size (none where no op uses it); no arena plan yet. The C API takes a stream
+(ignored on the CPU) and, where dropout draws its masks, a seed (as the CPU model's, one per
+call):
 
     {name}_n_params(), _n_buffers()   parameters and buffers (BatchNorm's), in the graph's order
     {name}_act_size(B), _d_act_size(B)  act holds this many values (the values, then the ops'
