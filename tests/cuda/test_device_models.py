@@ -309,6 +309,27 @@ def test_gw_cnn_convolutions_choose_products_by_batch(tmp_path, chunk):
         assert not work.isnan().any()  # all of it used (by the first chunk, if not the last)
 
 
+def test_gw_resnet_fused_convolutions_as_products_in_chunks(tmp_path):
+    """The GW ResNet (256 long, no BatchNorm): each block's first convolution carries the ReLU
+    after it (the Identity between them dropped). At 140 samples its first two blocks (140 x 30
+    output positions) run as products, here in chunks of 3 samples (47, the last one short),
+    so the backward reads the output adjoint through the fused ReLU chunk by chunk. The output
+    and every parameter's gradient match torch."""
+    torch.manual_seed(0)
+    net = gw_resnet(256).double()
+    _, source = _program(net, (1, 256))
+    forward = source[source.index("void forward(") : source.index("void backward(")]
+    assert forward.count("Relu{}, work);") == 3  # the third block's runs directly at 140
+    lib = _build(tmp_path, source, f"-DROOTCLAD_CONV_GEMM_MAX_COLUMNS={3 * 30}")
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(140, 1, 256, generator=gen, dtype=F64)
+    y = torch.randint(0, 2, (140,), generator=gen).to(F64)
+    out, d_params = _one_step(lib, net, x, y)
+    want_out, want_grads = _torch_grads(net, x, y)
+    torch.testing.assert_close(out, want_out, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(d_params, want_grads, rtol=1e-10, atol=1e-12)
+
+
 def _launches_per_step(tmp_path, source, shape, B=4):
     """Kernel launches of one loss_and_grad + optimizer step, counted on the host (the launches
     a GPU would make: -DROOTCLAD_COUNT_LAUNCHES)."""
