@@ -105,10 +105,19 @@ def test_train_step_tracks_torch_optim(compiled_mlp, name, ours, theirs, kwargs)
     _track(net0, cm, name, ours, theirs, kwargs, (x, y), _batches(len(x), STEPS))
 
 
+def _shared_linear() -> nn.Module:
+    """A Linear used twice (its gradient is the sum of both uses) between two others; made in
+    the builder so that its weights come from the fixture's seed, not from whatever the
+    random generator held when this module was imported."""
+    shared = nn.Linear(6, 6)
+    return nn.Sequential(
+        nn.Linear(6, 6), nn.Tanh(), shared, nn.Tanh(), shared, nn.Tanh(), nn.Linear(6, 1)
+    )
+
+
 # Models for the fused path: Linear layers only; a Conv1d head whose gradient is formed and
-# updated after the sweep; a Linear used twice (its gradient is the sum of both uses, so it
-# is not fused) between fused ones. (builder, per-sample input shape)
-_shared = nn.Linear(6, 6)
+# updated after the sweep; a Linear used twice (not fused) between fused ones.
+# (builder, per-sample input shape)
 SMALL_BATCH_MODELS = {
     "mlp": (lambda: nn.Sequential(nn.Linear(6, 12), nn.Tanh(), nn.Linear(12, 1)), (6,)),
     "conv-head": (
@@ -122,12 +131,7 @@ SMALL_BATCH_MODELS = {
         ),
         (1, 6),
     ),  # fmt: skip
-    "shared-linear": (
-        lambda: nn.Sequential(
-            nn.Linear(6, 6), nn.Tanh(), _shared, nn.Tanh(), _shared, nn.Tanh(), nn.Linear(6, 1)
-        ),
-        (6,),
-    ),
+    "shared-linear": (_shared_linear, (6,)),
 }
 
 
