@@ -2,11 +2,13 @@
 
 The same C++ source runs on the CPU (g++: every kernel a loop over its indices, dev::Host) and
 on an NVIDIA GPU (nvcc: grid-stride kernels on a stream, dev::Cuda); each op says how it is
-called through its registry entry (``OpSpec.device``, rootclad/ir/ops.py). The layout is
-flat, one region of B x size per value (and per op's per-sample scratch), values that alias
-their input (Flatten, Reshape) sharing it, then the shared scratch, then one workspace that the
-ops use within a call (a chunk of a convolution's columns), as large as the largest asks at
-that batch size (none where no op uses it); no arena plan yet. The C API takes a stream
+called through its registry entry (``OpSpec.device``, rootclad/ir/ops.py). ``act`` is flat,
+one region of B x size per value (and per op's per-sample scratch), values that alias their
+input (Flatten, Reshape) sharing it, then the shared scratch, then one workspace that the ops
+use within a call (a chunk of a convolution's columns), as large as the largest asks at that
+batch size (none where no op uses it). ``d_act`` holds the values' adjoints, planned
+(:func:`plan_adjoints`) from D_ACT_PLAN_MIN_VALUES on (device_kernels.h: at any size on the
+host, from 2^24 values on the GPU), one region each below. The C API takes a stream
 (ignored on the CPU) and, where dropout draws its masks, a seed (as the CPU model's, one per
 call):
 
@@ -41,7 +43,10 @@ indices held as T), each the mean as in torch.
 from __future__ import annotations
 
 import math
+import os
+from dataclasses import dataclass, replace
 
+from rootclad.codegen.emit import Region, plan
 from rootclad.ir.graph import CLASS_INDEX_LOSSES, Graph, IRError
 from rootclad.ir.ops import (
     DEVICE_FUSED_ACTIVATIONS,
@@ -93,6 +98,79 @@ def _loss_lines(loss: str, graph: Graph) -> list[str]:
     return [f"  loss_and_gradient(on, loss, d_output, output, y, {n}, T(1), {functor}{{}});"]
 
 
+@dataclass
+class AdjointPlan:
+    """d_act's layout (:func:`plan_adjoints`), in values per sample."""
+
+    root: dict[str, str]  # each value -> the value whose memory it is (a view's: its input's)
+    offset: dict[str, int]  # each root value's adjoint's place
+    size: int  # d_act's
+    fixed: int  # the inputs' and the output's adjoints come first; the planned ones after
+    spans: dict[str, tuple[int, int]]  # each planned root: (producer, last reader) node indices
+    zero_at: dict[int, list[str]]  # node index -> the adjoints zeroed just before its pullback
+
+
+def plan_adjoints(graph: Graph, fused: dict, share: bool = True) -> AdjointPlan:
+    """d_act's layout for the nodes that run (``fused``: :func:`fused_activations`, whose
+    outputs their producers write): the adjoints of the model inputs (at their places in act)
+    and of the output first, every other value's placed by the arena planner (emit.plan). An
+    adjoint lives from the pullback of its last reader (the first to add into it) to its
+    producer's (the last to read it), so adjoints alive at different times of the backward
+    share memory. A planned adjoint whose memory an adjoint of a later value (one that dies
+    earlier in the backward) used is zeroed where it starts; the others are zeroed with all of
+    d_act before the backward. Without ``share`` each has its own region (none in ``zero_at``)."""
+    root, size = {}, {}
+    for x, shape in zip(graph.inputs, graph.input_shapes, strict=True):
+        root[x], size[x] = x, math.prod(shape)
+    fused_ids = {id(a) for a in fused.values()}
+    producer, last_read = {}, {}
+    for index, node in enumerate(graph.nodes):
+        if OPS[node.op].calls is None:  # a view of its input
+            root[node.output] = root[node.inputs[0]]
+            continue
+        if id(node) in fused_ids:  # its producer writes its output
+            continue
+        written = fused[node.output].output if node.output in fused else node.output
+        root[written], size[written], producer[written] = written, math.prod(node.out_shape), index
+        for v in node.inputs:
+            last_read[root[v]] = index
+    offset, at = {}, 0
+    for v in dict.fromkeys([*graph.inputs, root[graph.output]]):
+        offset[v], at = at, at + size[v]
+    regions = [
+        Region(name=v, size=size[v], area="R", producer=producer[v],
+               last_read=last_read.get(v, producer[v]))
+        for v in producer if v not in offset
+    ]  # fmt: skip
+    total = plan(regions, lambda r: (r.producer, r.last_read), "d_offset", share)
+    zero_at: dict[int, list[str]] = {}
+    for r in regions:
+        offset[r.name] = at + r.d_offset
+        if share and any(
+            q.producer > r.last_read
+            and q.d_offset < r.d_offset + r.size
+            and r.d_offset < q.d_offset + q.size
+            for q in regions
+        ):
+            zero_at.setdefault(r.last_read, []).append(r.name)
+    spans = {r.name: (r.producer, r.last_read) for r in regions}
+    return AdjointPlan(root, offset, at + total, at, spans, zero_at)
+
+
+def _zero_lines(spans: list[tuple[str, str]]) -> list[str]:
+    """Lines that zero each (pointer, length) of ``spans``, up to three in one launch."""
+    lines = []
+    for i in range(0, len(spans), 3):
+        group = spans[i : i + 3]
+        if len(group) == 1:
+            lines.append(f"  fill(on, {group[0][0]}, {group[0][1]}, T(0)); // its adjoint starts")
+            continue
+        group += [(group[0][0], "0")] * (3 - len(group))
+        args = ", ".join(f"{p}, {n}" for p, n in group)
+        lines.append(f"  zero(on, {args}); // their adjoints start")
+    return lines
+
+
 def device_ops() -> list[str]:
     """The ops that have device kernels."""
     return [name for name, spec in OPS.items() if spec.device or spec.calls is None]
@@ -123,10 +201,23 @@ def fused_activations(graph: Graph) -> dict[str, object]:
     return fused
 
 
-def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits", fuse: bool = True) -> str:
+def emit_device(
+    graph: Graph,
+    name: str,
+    loss: str = "bce_with_logits",
+    fuse: bool = True,
+    check_plan: bool | None = None,
+) -> str:
     """C++ source of the device program of a validated ``graph`` (see the module docstring);
     ``fuse``: activations into their producers (:func:`fused_activations`).
-    Raises IRError naming the node whose op has no device kernel yet."""
+
+    ``check_plan`` (default: ``ROOTCLAD_CHECK_PLAN=1`` in the environment, as for the CPU
+    build) emits a checking build of d_act's plan: nothing shared, every planned adjoint NaN
+    until its start, where it is zeroed, and NaN again after its producer's pullback, so that a
+    kernel reading or writing an adjoint outside the span the plan gives it spoils the
+    gradients. Raises IRError naming the node whose op has no device kernel yet."""
+    if check_plan is None:
+        check_plan = os.environ.get("ROOTCLAD_CHECK_PLAN", "") not in ("", "0")
     if loss not in LOSSES:
         raise IRError(f"loss {loss!r} has no device kernel; device losses: {', '.join(LOSSES)}")
     T = {"float32": "float", "float64": "double"}[graph.dtype]
@@ -142,6 +233,7 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits", fuse: bo
         off += p.numel
     n_buffers = off
     # values: one region each (per sample), the inputs first; aliases share their input's
+    # region
     region, size, total = {}, {}, 0
     for x, shape in zip(graph.inputs, graph.input_shapes, strict=True):
         region[x], size[x] = total, math.prod(shape)
@@ -166,13 +258,21 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits", fuse: bo
             )
         region[node.output], size[node.output] = total, math.prod(node.out_shape)
         total += size[node.output]
-    n_values = total  # d_act: the values' adjoints, at the values' places
     out = graph.output
+    flat, planned = plan_adjoints(graph, fused, share=False), plan_adjoints(graph, fused)
+    if check_plan:  # nothing shared, every adjoint zeroed where it starts
+        planned = replace(flat, zero_at={})
+        for v, (_, last) in flat.spans.items():
+            planned.zero_at.setdefault(last, []).append(v)
+    root = flat.root
     names = {v: "v_" + _ident(v) for v in region}
     layout_extra = []  # the ops' per-sample scratch
 
     def ptr(v, d=False):
         return ("d" if d else "a") + names[v][1:]
+
+    def d_span(v):
+        return ptr(v, True), f"(long)B * {size[v]}"
 
     def site(node, index: int, dx: bool) -> DeviceSite:
         act = fused.get(node.output)
@@ -220,19 +320,44 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits", fuse: bo
             total += need.per_sample
         if need.workspace and need.workspace not in workspaces:
             workspaces.append(need.workspace)
+        # the adjoints that start here (its pullback is the first to add into them) and, in
+        # the checking build, the one that ends here
+        starts = [
+            f"  if (planned) {line.lstrip()}"
+            for line in _zero_lines([d_span(v) for v in planned.zero_at.get(index, [])])
+        ]
+        written = fused[node.output].output if node.output in fused else node.output
+        ends = []
+        if check_plan and written in flat.spans:
+            ends = ["  fill(on, {}, {}, nan); // its adjoint ends".format(*d_span(written))]
         fwd += [f"  // {what}"] + [f"  {line}" for line in f]
-        bwd = [f"  // {what}"] + [f"  {line}" for line in b] + bwd
-        bwd_dx = [f"  // {what}"] + [f"  {line}" for line in b_dx] + bwd_dx
+        bwd = [f"  // {what}", *starts, *[f"  {line}" for line in b], *ends, *bwd]
+        bwd_dx = [f"  // {what}", *starts, *[f"  {line}" for line in b_dx], *ends, *bwd_dx]
     if workspaces:  # the last region, aligned
         scratch.append("  T* const work = act + workspace_offset(B);")
         layout_extra.append("//   workspace: after the shared scratch, workspace_size(B) values")
 
+    def d_offset(v) -> str:
+        """v's adjoint's place per sample in d_act, as laid out at batch B."""
+        v = root[v]
+        d_plan, d_flat = planned.offset, flat.offset
+        return (
+            str(d_plan[v]) if d_plan[v] == d_flat[v] else f"(planned ? {d_plan[v]} : {d_flat[v]})"
+        )
+
     def pointers(kind: str, const: bool) -> list[str]:
-        base = "act" if kind == "a" else "d_act"
         q = "const " if const else ""
-        lines = [
-            f"  {q}T* const {kind}{names[v][1:]} = {base} + (long)B * {region[v]};" for v in region
-        ]
+        if kind == "d":
+            return [
+                "  const bool planned = d_act_planned(B);",
+                "  (void)planned;",
+                *[
+                    f"  {q}T* const d{names[v][1:]} = d_act + (long)B * {d_offset(v)};"
+                    for v in region
+                ],
+                *([f"  const T nan = {nan};"] if check_plan else []),
+            ]
+        lines = [f"  {q}T* const a{names[v][1:]} = act + (long)B * {region[v]};" for v in region]
         if kind == "a":
             lines += [
                 "  T* const scratch = act + (long)B * ACT_PER_SAMPLE;",
@@ -241,14 +366,26 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits", fuse: bo
             ]
         return lines
 
-    layout = [f"//   {names[v][2:]:<24} per sample {size[v]:>8} at {region[v]:>8}" for v in region]
+    layout = [
+        f"//   {names[v][2:]:<24} per sample {size[v]:>8} at {region[v]:>8}, adjoint at "
+        f"{planned.offset[root[v]]:>8} / {flat.offset[root[v]]:>8}"
+        for v in region
+    ]
     out_size = size[out]
+    # the checking build: d_act's planned area NaN until each adjoint starts
+    nan = "std::numeric_limits<T>::quiet_NaN()"
+    planned_area = "d_act + (long)B * D_ACT_FIXED, d_act_size(B) - (long)B * D_ACT_FIXED"
+    poison = [f"  fill(on, {planned_area}, {nan});"] if check_plan else []
     lines = [
         f"// Device program of a rootclad model ({graph.dtype}); generated by",
-        "// rootclad/codegen/device.py. Values (act; their adjoints in d_act at the same places):",
+        "// rootclad/codegen/device.py{}.".format(
+            " (the checking build of d_act's plan)" if check_plan else ""
+        ),
+        "// Values in act; their adjoints in d_act, planned / a region each:",
         *layout,
         *layout_extra,
         "#include <rootclad/device_kernels.h>",
+        *(["#include <limits>"] if check_plan else []),
         "",
         f"namespace {name} {{",
         "using namespace ::rootclad::dev;",
@@ -257,8 +394,20 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits", fuse: bo
         f"constexpr long N_PARAMS = {n_params};",
         f"constexpr long N_BUFFERS = {n_buffers};",
         f"constexpr long ACT_PER_SAMPLE = {total}, SCRATCH = {n_scratch};",
-        f"constexpr long D_ACT_PER_SAMPLE = {n_values}; // the values' adjoints only",
         f"constexpr long OUTPUT_OFFSET = {region[out]}, OUTPUT_SIZE = {out_size};",
+        "// d_act per sample: the values' adjoints planned, or a region each; the inputs' and",
+        "// the output's come first in both",
+        f"constexpr long D_ACT_PLANNED = {planned.size}, D_ACT_FLAT = {flat.size},",
+        f"               D_ACT_FIXED = {flat.fixed};",
+        f"constexpr long D_OUTPUT_OFFSET = {flat.offset[root[out]]};",
+        "inline bool d_act_planned(int B) {",
+        "  return true; // the checking build of the plan"
+        if check_plan
+        else "  return (long)B * D_ACT_FLAT >= D_ACT_PLAN_MIN_VALUES; // device_kernels.h",
+        "}",
+        "inline long d_act_size(int B) {",
+        "  return (long)B * (d_act_planned(B) ? D_ACT_PLANNED : D_ACT_FLAT);",
+        "}",
         "",
         *_workspace_lines(workspaces),
         "",
@@ -288,9 +437,10 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits", fuse: bo
         "void loss_and_grad(On on, const T* params, T* buffers, T* act, const T* y, T* loss,",
         "                   T* d_params, T* d_act, int B, int training, U64 seed) {",
         "  forward(on, params, buffers, act, B, training, seed);",
-        "  zero(on, loss, 1, d_params, N_PARAMS, d_act, (long)B * D_ACT_PER_SAMPLE);",
+        "  zero(on, loss, 1, d_params, N_PARAMS, d_act, d_act_size(B));",
+        *poison,
         "  const T* const output = act + (long)B * OUTPUT_OFFSET;",
-        "  T* const d_output = d_act + (long)B * OUTPUT_OFFSET;",
+        "  T* const d_output = d_act + (long)B * D_OUTPUT_OFFSET;",
         *_loss_lines(loss, graph),
         "  backward(on, params, act, d_params, d_act, B, training, seed);",
         "}",
@@ -300,8 +450,9 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits", fuse: bo
         "void input_grad(On on, const T* params, T* buffers, T* act, const T* d_out, T* d_act,",
         "                int B, int training, U64 seed) {",
         "  forward(on, params, buffers, act, B, training, seed);",
-        "  fill(on, d_act, (long)B * D_ACT_PER_SAMPLE, T(0));",
-        "  T* const d_output = d_act + (long)B * OUTPUT_OFFSET;",
+        "  fill(on, d_act, d_act_size(B), T(0));",
+        *poison,
+        "  T* const d_output = d_act + (long)B * D_OUTPUT_OFFSET;",
         "  each_index(on, (long)B * OUTPUT_SIZE, ROOTCLAD_BODY(long i) { d_output[i] = d_out[i]; });",
         "  backward_input(on, params, act, nullptr, d_act, B, training, seed);",
         "}",
@@ -318,7 +469,7 @@ def emit_device(graph: Graph, name: str, loss: str = "bce_with_logits", fuse: bo
         f"long {name}_n_buffers() {{ return {name}::N_BUFFERS; }}",
         f"long {name}_act_size(int B) {{ return {name}::act_size(B); }}",
         f"long {name}_workspace_size(int B) {{ return {name}::workspace_size(B); }}",
-        f"long {name}_d_act_size(int B) {{ return (long){name}::D_ACT_PER_SAMPLE * B; }}",
+        f"long {name}_d_act_size(int B) {{ return {name}::d_act_size(B); }}",
         f"long {name}_output_offset(int B) {{ return (long){name}::OUTPUT_OFFSET * B; }}",
         f"int {name}_forward(void* stream, const {T}* params, {T}* buffers, {T}* act, int B,",
         "                   int training, unsigned long long seed) {",

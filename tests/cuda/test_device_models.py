@@ -6,6 +6,7 @@ same source at full size compiled for the GPU by nvcc (skipped without nvcc)."""
 from __future__ import annotations
 
 import ctypes
+import re
 import subprocess
 
 import pytest
@@ -265,6 +266,24 @@ def test_fused_activations_match_torch(tmp_path):
     )
 
 
+def _step_like_torch(lib, net, B, act, d_act):
+    """One loss_and_grad of a program of ``net`` (input (B, 1, 512)) on data seeded by B, in the
+    given act and d_act: its output and parameter gradient against torch."""
+    gen = torch.Generator().manual_seed(B)
+    x = torch.randn(B, 1, 512, generator=gen, dtype=F64)
+    y = torch.randint(0, 2, (B,), generator=gen).to(F64)
+    params = torch.cat([p.detach().reshape(-1) for p in net.parameters()]).contiguous()
+    d_params, loss = torch.zeros_like(params), torch.zeros(1, dtype=F64)
+    act[: x.numel()] = x.reshape(-1)
+    lib.net_loss_and_grad(None, _p(params), None, _p(act), _p(y), _p(loss), _p(d_params),
+                          _p(d_act), B, 1, ctypes.c_ulonglong(1))  # fmt: skip
+    net.zero_grad()
+    out, grads = _torch_grads(net, x, y)
+    at = lib.net_output_offset(B)
+    torch.testing.assert_close(act[at : at + B], out, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(d_params, grads, rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.parametrize("chunk", [None, 2])
 def test_gw_cnn_convolutions_choose_products_by_batch(tmp_path, chunk):
     """The GW CNN (512 long): its second and third convolutions (128 and 256 taps; the first
@@ -277,6 +296,7 @@ def test_gw_cnn_convolutions_choose_products_by_batch(tmp_path, chunk):
     net = gw_cnn(512).double()
     _, source = _program(net, (1, 512))
     assert source.count(", work);") == 3 * 2  # forward, backward, backward_input
+    per_sample = int(re.search(r"ACT_PER_SAMPLE = (\d+), SCRATCH = 0;", source)[1])
     flags = [f"-DROOTCLAD_CONV_GEMM_MAX_COLUMNS={chunk * 117}"] if chunk else []
     lib = _build(tmp_path, source, *flags)
     for fn in (lib.net_act_size, lib.net_d_act_size, lib.net_output_offset, lib.net_workspace_size):
@@ -284,24 +304,12 @@ def test_gw_cnn_convolutions_choose_products_by_batch(tmp_path, chunk):
     for B, as_products in ((41, True), (5, False)):
         workspace = (16 * 8 + 32) * 117 * min(B, chunk or B) if as_products else 0
         assert lib.net_workspace_size(B) == workspace  # the columns, then the output by channel
-        gen = torch.Generator().manual_seed(B)
-        x = torch.randn(B, 1, 512, generator=gen, dtype=F64)
-        y = torch.randint(0, 2, (B,), generator=gen).to(F64)
-        params = torch.cat([p.detach().reshape(-1) for p in net.parameters()]).contiguous()
         act = torch.full((lib.net_act_size(B) + 1,), float("nan"), dtype=F64)
         act[-1] = 7.0  # one value past the end
         d_act = torch.zeros(lib.net_d_act_size(B) + 1, dtype=F64)
         d_act[-1] = 7.0
-        d_params, loss = torch.zeros_like(params), torch.zeros(1, dtype=F64)
-        act[: x.numel()] = x.reshape(-1)
-        lib.net_loss_and_grad(None, _p(params), None, _p(act), _p(y), _p(loss), _p(d_params),
-                              _p(d_act), B, 1, ctypes.c_ulonglong(1))  # fmt: skip
-        net.zero_grad()
-        out, grads = _torch_grads(net, x, y)
-        at = lib.net_output_offset(B)
-        torch.testing.assert_close(act[at : at + B], out, rtol=1e-12, atol=1e-12)
-        torch.testing.assert_close(d_params, grads, rtol=1e-10, atol=1e-12)
-        values = lib.net_d_act_size(B)  # no per-sample or shared scratch: act holds the values
+        _step_like_torch(lib, net, B, act, d_act)
+        values = B * per_sample  # no per-sample or shared scratch: act holds the values
         assert act[:values].isnan().sum() == 0  # then padding to 32 values, then the workspace
         work = act[-1 - workspace : -1]
         assert lib.net_act_size(B) == (values + 31) // 32 * 32 + workspace
@@ -330,14 +338,18 @@ def test_gw_resnet_fused_convolutions_as_products_in_chunks(tmp_path):
     torch.testing.assert_close(d_params, want_grads, rtol=1e-10, atol=1e-12)
 
 
-def _launches_per_step(tmp_path, source, shape, B=4):
+# what the GPU build plans d_act from (device_kernels.h; the host loops plan at any size)
+GPU_PLAN = "-DROOTCLAD_D_ACT_PLAN_MIN_VALUES=ROOTCLAD_GPU_D_ACT_PLAN_MIN_VALUES"
+
+
+def _launches_per_step(tmp_path, source, shape, B=4, plan=GPU_PLAN):
     """Kernel launches of one loss_and_grad + optimizer step, counted on the host (the launches
-    a GPU would make: -DROOTCLAD_COUNT_LAUNCHES)."""
+    a GPU would make: -DROOTCLAD_COUNT_LAUNCHES, d_act planned as on the GPU)."""
     cxx, _ = find_cxx()
-    src, so = tmp_path / "count.cpp", tmp_path / f"count{abs(hash(source))}.so"
+    src, so = tmp_path / "count.cpp", tmp_path / f"count{abs(hash((source, plan)))}.so"
     src.write_text(source)
     subprocess.run([cxx, "-O1", "-std=c++17", "-shared", "-fPIC", "-DROOTCLAD_COUNT_LAUNCHES",
-                    f"-I{rootclad.get_include()}", str(src), "-o", str(so)], check=True)  # fmt: skip
+                    plan, f"-I{rootclad.get_include()}", str(src), "-o", str(so)], check=True)  # fmt: skip
     lib = ctypes.CDLL(str(so))
     lib.net_act_size.restype = lib.net_launches.restype = ctypes.c_long
     n = lib.net_n_params()

@@ -27,6 +27,23 @@
 namespace rootclad {
 namespace dev {
 
+// A program's adjoints (d_act, rootclad/codegen/device.py) are planned, those alive at
+// different times of the backward sharing memory, once they would take D_ACT_PLAN_MIN_VALUES
+// values with a region each: a planned adjoint is zeroed where it takes over memory, one launch
+// more for each such, which a small batch would feel and not gain from; unplanned, one zero
+// at the start of the backward does for all. The host loops launch nothing: planned at any size
+// (a test or a benchmark sets ROOTCLAD_D_ACT_PLAN_MIN_VALUES=ROOTCLAD_GPU_D_ACT_PLAN_MIN_VALUES
+// to lay d_act out as the GPU does).
+#define ROOTCLAD_GPU_D_ACT_PLAN_MIN_VALUES (1L << 24)
+#ifndef ROOTCLAD_D_ACT_PLAN_MIN_VALUES
+#if defined(__CUDACC__)
+#define ROOTCLAD_D_ACT_PLAN_MIN_VALUES ROOTCLAD_GPU_D_ACT_PLAN_MIN_VALUES
+#else
+#define ROOTCLAD_D_ACT_PLAN_MIN_VALUES 0L
+#endif
+#endif
+constexpr long D_ACT_PLAN_MIN_VALUES = ROOTCLAD_D_ACT_PLAN_MIN_VALUES;
+
 // p[0..n) = value (adjoints start at zero: the backward kernels add)
 template <class On, class T> void fill(On on, T* p, long n, T value) {
   each_index(on, n, ROOTCLAD_BODY(long i) { p[i] = value; });
