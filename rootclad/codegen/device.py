@@ -15,12 +15,14 @@ call):
     {name}_n_params(), _n_buffers()   parameters and buffers (BatchNorm's), in the graph's order
     {name}_act_size(B), _d_act_size(B)  act holds this many values (the values, then the ops'
                                       scratch and the workspace), d_act the values' adjoints
+    {name}_d_act_store_size(B)        d_act for any batch up to B (d_act_size is not monotonic:
+                                      a region each below the plan's threshold, planned above)
     {name}_workspace_size(B)          the workspace's share of act_size(B)
     {name}_forward(stream, params, buffers, act, B, training, seed)
     {name}_loss_and_grad(stream, params, buffers, act, y, loss, d_params, d_act, B, training,
                          seed)        y: the targets (class indices as T)
     {name}_input_grad(stream, params, buffers, act, d_out, d_act, B, training, seed)
-                                      the inputs' adjoints where the inputs are in d_act (no
+                                      the inputs' adjoints at the inputs' places in act (no
                                       parameter gradients)
     {name}_optim_step(stream, params, d_params, state, config, step, begin, count)
                                       the update of parameters [begin, begin + count) at `step`;
@@ -214,8 +216,8 @@ def emit_device(
     ``check_plan`` (default: ``ROOTCLAD_CHECK_PLAN=1`` in the environment, as for the CPU
     build) emits a checking build of d_act's plan: nothing shared, every planned adjoint NaN
     until its start, where it is zeroed, and NaN again after its producer's pullback, so that a
-    kernel reading or writing an adjoint outside the span the plan gives it spoils the
-    gradients. Raises IRError naming the node whose op has no device kernel yet."""
+    kernel that reads an adjoint outside the span the plan gives it, or writes it before that
+    span, spoils the gradients. Raises IRError naming the node whose op has no device kernel yet."""
     if check_plan is None:
         check_plan = os.environ.get("ROOTCLAD_CHECK_PLAN", "") not in ("", "0")
     if loss not in LOSSES:
@@ -408,6 +410,15 @@ def emit_device(
         "inline long d_act_size(int B) {",
         "  return (long)B * (d_act_planned(B) ? D_ACT_PLANNED : D_ACT_FLAT);",
         "}",
+        "// d_act for every batch up to B: a smaller one with a region each may need more",
+        "inline long d_act_store_size(int B) {",
+        "  if (!d_act_planned(B))",
+        "    return d_act_size(B);",
+        "  long flat = std::min((long)B - 1, (D_ACT_PLAN_MIN_VALUES - 1) / D_ACT_FLAT);",
+        "  if (flat < 1 || d_act_planned((int)flat)) // none below B",
+        "    return d_act_size(B);",
+        "  return std::max(d_act_size(B), flat * D_ACT_FLAT);",
+        "}",
         "",
         *_workspace_lines(workspaces),
         "",
@@ -470,6 +481,7 @@ def emit_device(
         f"long {name}_act_size(int B) {{ return {name}::act_size(B); }}",
         f"long {name}_workspace_size(int B) {{ return {name}::workspace_size(B); }}",
         f"long {name}_d_act_size(int B) {{ return {name}::d_act_size(B); }}",
+        f"long {name}_d_act_store_size(int B) {{ return {name}::d_act_store_size(B); }}",
         f"long {name}_output_offset(int B) {{ return (long){name}::OUTPUT_OFFSET * B; }}",
         f"int {name}_forward(void* stream, const {T}* params, {T}* buffers, {T}* act, int B,",
         "                   int training, unsigned long long seed) {",

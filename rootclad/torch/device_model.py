@@ -170,12 +170,12 @@ class DeviceModel:
         self.library_path = path
         self._lib = lib = ctypes.CDLL(str(path))
         self._fn = {k: getattr(lib, f"{name}_{k}") for k in
-                    ("n_params", "n_buffers", "act_size", "d_act_size", "output_offset", "forward",
-                     "loss_and_grad", "input_grad", "optim_step", "optim_step_in_memory",
-                     "optim_constants_size", "error_text")}  # fmt: skip
+                    ("n_params", "n_buffers", "act_size", "d_act_size", "d_act_store_size",
+                     "output_offset", "forward", "loss_and_grad", "input_grad", "optim_step",
+                     "optim_step_in_memory", "optim_constants_size", "error_text")}  # fmt: skip
         self._fn["error_text"].restype = ctypes.c_char_p
-        for k in ("n_params", "n_buffers", "act_size", "d_act_size", "output_offset",
-                  "optim_constants_size"):  # fmt: skip
+        for k in ("n_params", "n_buffers", "act_size", "d_act_size", "d_act_store_size",
+                  "output_offset", "optim_constants_size"):  # fmt: skip
             self._fn[k].restype = ctypes.c_long
         self._fn["optim_step"].argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_long] * 3
         self._fn["optim_step_in_memory"].argtypes = [ctypes.c_void_p] * 7 + [ctypes.c_long] * 2
@@ -364,6 +364,9 @@ class DeviceModel:
         n, n_d = self._fn["act_size"](B), self._fn["d_act_size"](B)
         store, d_store = self._act_store, self._d_act_store
         if store is None or n > store.numel() or n_d > d_store.numel():
+            # d_act for any batch up to B (d_act_size is not monotonic), so that a smaller
+            # batch never grows it
+            n_store = max(n_d, self._fn["d_act_store_size"](B))
             if store is not None and self._on_cuda:  # earlier calls, perhaps on another
                 torch.cuda.synchronize(self.device)  # stream, may still use the old stores
             # the graphs hold the old stores' addresses; free those before allocating anew
@@ -371,13 +374,13 @@ class DeviceModel:
             self._act_store = self._d_act_store = store = d_store = None
             try:
                 store = torch.empty(n, dtype=self.dtype, device=self.device)
-                d_store = torch.empty(n_d, dtype=self.dtype, device=self.device)
+                d_store = torch.empty(n_store, dtype=self.dtype, device=self.device)
             except RuntimeError as exc:  # torch.OutOfMemoryError on a GPU
                 store = None  # not held by the traceback while the caller recovers
-                size = (n + n_d) * self._params.element_size() / 2**20
+                size = (n + n_store) * self._params.element_size() / 2**20
                 raise MemoryError(
                     f"a batch of {B} needs {size:.0f} MiB on {self.device} for the activations "
-                    f"and scratch ({n} values) and their adjoints ({n_d}), which could not be "
+                    f"and scratch ({n} values) and their adjoints ({n_store}), which could not be "
                     f"allocated ({str(exc).splitlines()[0]}); use smaller batches"
                 ) from exc
             self._act_store, self._d_act_store = store, d_store

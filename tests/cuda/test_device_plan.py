@@ -6,7 +6,8 @@ Two kinds of check, as for the CPU plan (tests/core/test_core_plan.py). The layo
 adjoints alive at the same step overlap, and the plan is smaller than a region each. The
 liveness: ``ROOTCLAD_CHECK_PLAN=1`` compiles a build that shares nothing but holds every
 planned adjoint at NaN until its start and again after its producer's pullback, so a kernel
-that reads or writes an adjoint outside the span the plan gives it spoils the gradients; the
+that reads an adjoint outside the span the plan gives it, or writes it before, spoils the
+gradients; the
 graph-IR and GW models train like torch under it. The host loops plan at any batch size (the
 other tests of tests/cuda run planned); the GPU only from D_ACT_PLAN_MIN_VALUES on, so one
 library here runs both layouts.
@@ -22,7 +23,7 @@ import test_device_models as models_tests
 import test_device_ops as ops_tests
 import torch
 from test_core_graph import MODELS as GRAPH_MODELS
-from test_device_models import _build, _program, _step_like_torch
+from test_device_models import _build, _p, _program, _step_like_torch
 
 from rootclad.codegen import device
 from rootclad.codegen.device import fused_activations, plan_adjoints
@@ -64,6 +65,24 @@ def test_adjoints_alive_together_never_share_memory(name):
                 plan.offset[a] + n[a] <= plan.offset[b] or plan.offset[b] + n[b] <= plan.offset[a]
             )
             assert apart, f"{name}: the adjoints of {a} and {b} are alive together"
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_every_adjoint_starts_on_zeros(name):
+    """The backward walked node by node, last first, over d_act's planned area: before the
+    pullback that first adds into an adjoint, its memory must be as the zero before the
+    backward left it, or zeroed just then (zero_at)."""
+    graph, _, plan = _plans(name)
+    n = {v: torch.Size(graph.shapes[v]).numel() for v in plan.spans}
+    dirty = torch.zeros(plan.size, dtype=torch.bool)  # written since the zero before the backward
+    for k in reversed(range(len(graph.nodes))):
+        for v in plan.zero_at.get(k, []):
+            dirty[plan.offset[v] : plan.offset[v] + n[v]] = False
+        for v, (_, last) in plan.spans.items():
+            if last == k:  # this pullback is the first to add into v's adjoint
+                at = slice(plan.offset[v], plan.offset[v] + n[v])
+                assert not dirty[at].any(), f"{name}: {v}'s adjoint starts on what another left"
+                dirty[at] = True
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -128,6 +147,17 @@ def test_one_library_runs_both_layouts(tmp_path):
         d_act[-1] = 7.0  # one value past the end
         _step_like_torch(lib, net, B, act, d_act)
         assert d_act[-1] == 7.0
+        # the input's adjoint for an upstream gradient, in either layout
+        x = torch.randn(B, 1, 512, generator=torch.Generator().manual_seed(B), dtype=F64)
+        d_out = torch.randn(B, 1, generator=torch.Generator().manual_seed(-B), dtype=F64)
+        act[: x.numel()] = x.reshape(-1)
+        params = torch.cat([p.detach().reshape(-1) for p in net.parameters()]).contiguous()
+        lib.net_input_grad(None, _p(params), None, _p(act), _p(d_out), _p(d_act), B, 1,
+                           ctypes.c_ulonglong(1))  # fmt: skip
+        x.requires_grad_(True)
+        (want,) = torch.autograd.grad(net(x), x, d_out)
+        torch.testing.assert_close(d_act[: x.numel()].view_as(x), want, rtol=1e-10, atol=1e-12)
+        assert d_act[-1] == 7.0
     # the launches of a training step (float32, as the count's buffers): the zeroings are the
     # only difference
     source = _program(net.float(), (1, 512), "float32")[1]
@@ -135,3 +165,19 @@ def test_one_library_runs_both_layouts(tmp_path):
     as_flat = count(tmp_path, source, (1, 512), plan="-DROOTCLAD_D_ACT_PLAN_MIN_VALUES=(1L<<40)")
     as_planned = count(tmp_path, source, (1, 512), plan="-DROOTCLAD_D_ACT_PLAN_MIN_VALUES=0")
     assert as_planned - as_flat == zeroings
+
+
+def test_the_store_serves_every_smaller_batch(tmp_path):
+    """d_act_size is not monotonic in B: the first planned batch needs less than the last one
+    with a region each. d_act_store_size(B), what DeviceModel allocates, is the most any batch
+    up to B needs, so a smaller batch never grows the store (and drops the CUDA graphs)."""
+    _, source = _program(gw_cnn(512).double(), (1, 512))
+    flat = int(re.search(r"D_ACT_FLAT = (\d+)", source)[1])
+    for threshold in (20 * flat, 0):  # planned from 20 samples on; from the first (the host)
+        (tmp := tmp_path / str(threshold)).mkdir()  # one library each (dlopen keeps a path's)
+        lib = _build(tmp, source, f"-DROOTCLAD_D_ACT_PLAN_MIN_VALUES={threshold}")
+        lib.net_d_act_size.restype = lib.net_d_act_store_size.restype = ctypes.c_long
+        sizes = [lib.net_d_act_size(B) for B in range(1, 81)]
+        most = [max(sizes[:B]) for B in range(1, 81)]
+        assert [lib.net_d_act_store_size(B) for B in range(1, 81)] == most
+        assert (sizes[20] < sizes[18]) == bool(threshold)  # B = 21 against 19
