@@ -366,7 +366,7 @@ class DeviceModel:
         if store is None or n > store.numel() or n_d > d_store.numel():
             # d_act for any batch up to B (d_act_size is not monotonic), so that a smaller
             # batch never grows it
-            n_store = max(n_d, self._fn["d_act_store_size"](B))
+            n_store = self._fn["d_act_store_size"](B)
             if store is not None and self._on_cuda:  # earlier calls, perhaps on another
                 torch.cuda.synchronize(self.device)  # stream, may still use the old stores
             # the graphs hold the old stores' addresses; free those before allocating anew

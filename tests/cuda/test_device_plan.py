@@ -7,10 +7,9 @@ adjoints alive at the same step overlap, and the plan is smaller than a region e
 liveness: ``ROOTCLAD_CHECK_PLAN=1`` compiles a build that shares nothing but holds every
 planned adjoint at NaN until its start and again after its producer's pullback, so a kernel
 that reads an adjoint outside the span the plan gives it, or writes it before, spoils the
-gradients; the
-graph-IR and GW models train like torch under it. The host loops plan at any batch size (the
-other tests of tests/cuda run planned); the GPU only from D_ACT_PLAN_MIN_VALUES on, so one
-library here runs both layouts.
+gradients; the graph-IR and GW models train like torch under it. The host loops plan at any
+batch size (the other tests of tests/cuda run planned); the GPU only from D_ACT_PLAN_MIN_VALUES
+on, so one library here runs both layouts.
 """
 
 from __future__ import annotations
