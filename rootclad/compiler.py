@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from pathlib import Path
@@ -10,7 +11,14 @@ import torch
 
 from rootclad.codegen import emit_model
 from rootclad.ir.from_torch import graph_from_module
-from rootclad.toolchain import ToolchainError, blas_flags, build_library, find_clad, find_cxx
+from rootclad.toolchain import (
+    ToolchainError,
+    blas_flags,
+    build_library,
+    find_clad,
+    find_cxx,
+    load_library,
+)
 
 _DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64"}
 # -fvisibility=hidden and the linker's version script (exports.map): a model library exports
@@ -182,9 +190,10 @@ def compile_graph(graph, loss: str = "bce_with_logits", *, engine: str = "auto",
         link += bl
     else:
         flags.append("-DROOTCLAD_NO_PULLBACKS")
-    lib, built = build_library(
-        emitted.source, name=emitted.prefix, cxx=cxx, flags=flags, link_flags=link
+    build = functools.partial(
+        build_library, emitted.source, name=emitted.prefix, cxx=cxx, flags=flags, link_flags=link
     )
+    _, lib, built = load_library(build)  # CompiledModel opens the same, loaded library
     return CompiledModel(
         emitted,
         graph,

@@ -37,6 +37,7 @@ def report() -> str:
     from rootclad import __version__
     from rootclad.compiler import engines_available
     from rootclad.toolchain import (
+        CacheError,
         ToolchainError,
         blas_flags,
         cache_dir,
@@ -90,6 +91,9 @@ def report() -> str:
     gpu = torch.cuda.is_available()
     lines.append(_line("CUDA device", torch.cuda.get_device_name(0) if gpu else "none"))
     lines.append(_line("ROOT", _root_status()))
-    lines.append(_line("cache", str(cache_dir())))
+    try:
+        lines.append(_line("cache", str(cache_dir())))
+    except CacheError as exc:
+        lines.append(_line("cache", f"refused: {exc}"))
     lines.append(_line("torch threads", str(torch.get_num_threads())))
     return "\n".join(lines)

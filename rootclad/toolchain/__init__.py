@@ -1,6 +1,12 @@
 """Finding compilers, Clad and BLAS, and building cached shared libraries."""
 
-from rootclad.toolchain.build import CompileError, build_library, cache_dir
+from rootclad.toolchain.build import (
+    CacheError,
+    CompileError,
+    build_library,
+    cache_dir,
+    load_library,
+)
 from rootclad.toolchain.find import (
     CladInstall,
     ToolchainError,
@@ -13,6 +19,7 @@ from rootclad.toolchain.find import (
 )
 
 __all__ = [
+    "CacheError",
     "CladInstall",
     "CompileError",
     "ToolchainError",
@@ -24,4 +31,5 @@ __all__ = [
     "find_cublas",
     "find_cxx",
     "find_nvcc",
+    "load_library",
 ]

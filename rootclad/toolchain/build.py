@@ -7,10 +7,17 @@ model at once never see or leave a half-written library. Each build records the 
 and SHA-256 of what it wrote (``<file>.sha256``); a cached file that no longer matches
 (truncated, overwritten) is built again instead of loaded, and a work directory left by
 a killed build is removed by the next build of the same key.
+
+The cache holds code this process loads and runs, so it trusts only what its user wrote: its
+directories are made 0700 whatever the umask, files are written without group or other write
+permission, and a directory or file that another user owns or can write to is refused
+(:class:`CacheError`), as ssh and pip refuse theirs. A cached library that matches its
+manifest but does not load is built again, once, with a warning (:func:`load_library`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import functools
 import hashlib
@@ -19,6 +26,8 @@ import shutil
 import subprocess
 import tempfile
 import time
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 from rootclad.toolchain.find import _version
@@ -32,12 +41,60 @@ class CompileError(RuntimeError):
         self.log_path = log_path
 
 
+class CacheError(RuntimeError):
+    """The compile cache is not safe to load from (another user owns it or can write to it);
+    the message names the path and says how to fix it."""
+
+
 def cache_dir() -> Path:
-    """``$ROOTCLAD_CACHE_DIR`` or ``~/.cache/rootclad``, created on demand."""
+    """``$ROOTCLAD_CACHE_DIR`` or ``~/.cache/rootclad``, created on demand (0700, as are its
+    missing parents); :class:`CacheError` when another user owns it or can write to it."""
     root = os.environ.get("ROOTCLAD_CACHE_DIR") or Path.home() / ".cache" / "rootclad"
-    path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
+    return _private_dir(Path(root))
+
+
+def _private_dir(path: Path) -> Path:
+    """``path``, made 0700 whatever the umask if missing (its missing parents too, as the XDG
+    base directory spec asks), then checked as :func:`_check_trusted` does."""
+    if not path.is_dir():
+        _make_private_dir(path)
+    _check_trusted(path)
     return path
+
+
+def _make_private_dir(path: Path) -> None:
+    if not path.parent.is_dir():
+        _make_private_dir(path.parent)
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:  # made by another process meanwhile: checked like any other
+        return
+    os.chmod(path, 0o700)  # mkdir's mode is masked by the umask
+
+
+def _check_trusted(path: Path) -> None:
+    """Refuse a cache directory or file that another user owns or that group or others can
+    write to: they could put their code where rootclad loads and runs it as this user."""
+    st = path.stat()
+    me = os.geteuid()
+    is_dir = path.is_dir()
+    fix = (
+        "set ROOTCLAD_CACHE_DIR to a directory of your own"
+        if is_dir
+        else f"remove {path} (rootclad builds it again)"
+    )
+    if st.st_uid not in (me, 0):
+        raise CacheError(
+            f"{path} is owned by uid {st.st_uid}, not by you (uid {me}): another user could put "
+            f"code there that rootclad would load and run as you; {fix}"
+        )
+    if st.st_mode & 0o022:
+        who = {0o020: "group", 0o002: "others", 0o022: "group and others"}[st.st_mode & 0o022]
+        fix = f"`chmod 700 {path}` or {fix}" if is_dir else fix
+        raise CacheError(
+            f"{path} is writable by {who} (mode {st.st_mode & 0o7777:o}): they could put code "
+            f"there that rootclad would load and run as you; {fix}"
+        )
 
 
 @functools.cache
@@ -88,48 +145,79 @@ def build_library(
     timeout: float = 900,
     shared: bool = True,
     subdir: str | None = None,
+    rebuild: bool = False,
 ) -> tuple[Path, bool]:
     """Build ``source`` into ``<cache>/<name>-<key>.so``; returns ``(path, built_now)``.
 
     ``shared=False`` links a program instead (``<cache>/<subdir>/<name>-<key>``, no suffix).
     A warm cache returns without running the compiler, once the cached file matches the size
     and SHA-256 recorded when it was built (a truncated or overwritten library is rebuilt,
-    never loaded). On a compile error the compiler log is kept at ``<cache>/<name>-<key>.log``
-    and :class:`CompileError` names it; no library is left in the cache.
+    never loaded); ``rebuild=True`` builds it again all the same. On a compile error the
+    compiler log is kept at ``<cache>/<name>-<key>.log`` and :class:`CompileError` names it;
+    no library is left in the cache. :class:`CacheError` when the cache or the cached file is
+    another user's or writable by others.
     """
     key = source_key(source, cxx, list(flags), list(link_flags))
     root = cache_dir()
     if subdir:
-        root = root / subdir
-        root.mkdir(parents=True, exist_ok=True)
+        root = _private_dir(root / subdir)
     out = root / f"{name}-{key}{'.so' if shared else ''}"
-    if _verified(out):
+    if not rebuild and _verified(out):
         return out, False
-    lock_path = root / f"{name}-{key}.lock"
-    with open(lock_path, "w") as lock:
+    # O_NOFOLLOW, no truncation: the lock file is opened, never written
+    lock = os.open(root / f"{name}-{key}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            if _verified(out):  # another process built it while we waited
-                return out, False
-            out.unlink(missing_ok=True)  # missing, truncated or foreign: build it again
-            # a work directory of this key left behind is stale: its builder held this lock
-            for stale in root.glob(f"{name}-{key}.tmp-*"):
-                shutil.rmtree(stale, ignore_errors=True)
-            _compile(
-                source,
-                out,
-                key=key,
-                name=name,
-                cxx=cxx,
-                flags=flags,
-                link_flags=link_flags,
-                shared=shared,
-                suffix=suffix,
-                timeout=timeout,
-            )
-            return out, True
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+        if not rebuild and _verified(out):  # another process built it while we waited
+            return out, False
+        out.unlink(missing_ok=True)  # missing, truncated or foreign: build it again
+        # a work directory of this key left behind is stale: its builder held this lock
+        for stale in root.glob(f"{name}-{key}.tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        _compile(
+            source,
+            out,
+            key=key,
+            name=name,
+            cxx=cxx,
+            flags=flags,
+            link_flags=link_flags,
+            shared=shared,
+            suffix=suffix,
+            timeout=timeout,
+        )
+        return out, True
+    finally:
+        os.close(lock)  # and with it the lock
+
+
+def load_library(
+    build: Callable[..., tuple[Path, bool]], load: Callable = ctypes.CDLL
+) -> tuple[object, Path, bool]:
+    """``load(path)`` of the library ``build()`` returns (``build`` is :func:`build_library`
+    with its arguments bound, or a function that calls it); returns ``(library, path,
+    built_now)``.
+
+    A cached library that matches its manifest can still fail to load (written wrong by a
+    broken disk or tool); it failed every compile until deleted by hand. It is built again
+    (``build(rebuild=True)``), once, with a warning naming it and the loader's error; a
+    library that fails to load right after its build raises the loader's error.
+    """
+    path, built = build()
+    try:
+        return load(str(path)), path, built
+    except OSError as exc:
+        if built:
+            raise
+        warnings.warn(
+            f"the cached library {path} failed to load ({exc}); building it again",
+            stacklevel=2,
+        )
+    path, built = build(rebuild=True)
+    try:
+        return load(str(path)), path, built
+    except OSError as exc:
+        raise OSError(f"{path}, built again, does not load either: {exc}") from exc
 
 
 def file_digest(path: Path, algorithm: str = "sha256") -> str:
@@ -146,17 +234,28 @@ def _manifest(out: Path) -> Path:
 
 
 def _verified(out: Path) -> bool:
-    """``out`` exists and matches the size and SHA-256 recorded when it was built."""
+    """``out`` exists and matches the size and SHA-256 recorded when it was built; a
+    :class:`CacheError` when it or its manifest is another user's or writable by others."""
     try:
+        for path in (_manifest(out), out):
+            _check_trusted(path)
         size, digest = _manifest(out).read_text().split()
         return out.stat().st_size == int(size) and file_digest(out) == digest
     except (OSError, ValueError):
         return False
 
 
+def _publish(tmp: Path, dest: Path, mode: int = 0o644) -> None:
+    """Move ``tmp`` (in the build's private work directory) to ``dest`` with ``mode``: no file
+    of the cache is ever writable by group or others, whatever the umask."""
+    os.chmod(tmp, mode)
+    os.replace(tmp, dest)
+
+
 def _compile(source, out, *, key, name, cxx, flags, link_flags, suffix, timeout, shared):
     root = out.parent
     log_path = root / f"{name}-{key}.log"
+    kept_src = root / f"{name}-{key}{suffix}"
     work = Path(tempfile.mkdtemp(prefix=f"{name}-{key}.tmp-", dir=root))
     try:
         src = work / f"{name}{suffix}"
@@ -169,27 +268,27 @@ def _compile(source, out, *, key, name, cxx, flags, link_flags, suffix, timeout,
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         elapsed = time.perf_counter() - t0
+        # Keep the source next to the library (or the log): users read it, debuggers find it.
+        _publish(src, kept_src)
         if proc.returncode != 0 or not tmp_out.is_file():
-            kept_src = root / f"{name}-{key}{suffix}"
-            shutil.copyfile(src, kept_src)
-            log_path.write_text(
+            log = work / "log"
+            log.write_text(
                 f"$ {' '.join(cmd)}\n(source kept at {kept_src})\n\n{proc.stdout}{proc.stderr}"
             )
+            _publish(log, log_path)
             first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), "")
             raise CompileError(
                 f"compiling the generated code for {name!r} failed ({cxx}); "
                 f"first error: {first.strip() or '(none printed)'}; full log: {log_path}",
                 log_path,
             )
-        # Keep the source next to the library: users read it, and debuggers find it.
-        shutil.copyfile(src, root / f"{name}-{key}{suffix}")
-        (root / f"{name}-{key}.build").write_text(
-            f"$ {' '.join(cmd)}\nseconds: {elapsed:.2f}\n{proc.stderr}"
-        )
+        build = work / "build"
+        build.write_text(f"$ {' '.join(cmd)}\nseconds: {elapsed:.2f}\n{proc.stderr}")
+        _publish(build, root / f"{name}-{key}.build")
         # the manifest first, then the file: whoever sees the file can verify it
         manifest = work / "manifest"
         manifest.write_text(f"{tmp_out.stat().st_size} {file_digest(tmp_out)}\n")
-        os.replace(manifest, _manifest(out))
-        os.replace(tmp_out, out)  # atomic: readers see no library or a whole one
+        _publish(manifest, _manifest(out))
+        _publish(tmp_out, out, 0o755)  # atomic: readers see no library or a whole one
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import functools
 import hashlib
 import itertools
 import math
@@ -41,6 +42,7 @@ from rootclad.toolchain import (
     find_cublas,
     find_cxx,
     find_nvcc,
+    load_library,
 )
 from rootclad.torch.model import _ArenaParameter
 from rootclad.torch.step_graph import StepGraph
@@ -59,9 +61,10 @@ class _Work(NamedTuple):
     inputs: list  # the inputs' places in act, (B, *shape) each
 
 
-def build_cuda_library(source: str, name: str, arch: str | None = None):
+def build_cuda_library(source: str, name: str, arch: str | None = None, rebuild: bool = False):
     """nvcc's shared library of a device program for ``arch`` (default: the current GPU's,
-    ``sm_XY``); a toolkit too old for it is named in the error."""
+    ``sm_XY``); a toolkit too old for it is named in the error. ``rebuild``: as
+    :func:`build_library`'s."""
     if arch is None:
         major, minor = torch.cuda.get_device_capability()
         arch = f"sm_{major}{minor}"
@@ -87,7 +90,7 @@ def build_cuda_library(source: str, name: str, arch: str | None = None):
         link = ["-Xlinker", f"-l:{lib.name}"]
     try:
         return build_library(source, name=name, cxx=nvcc, flags=flags, link_flags=link,
-                             suffix=".cu")  # fmt: skip
+                             suffix=".cu", rebuild=rebuild)  # fmt: skip
     except CompileError as exc:
         log = exc.log_path.read_text() if exc.log_path.is_file() else str(exc)
         if "Unsupported gpu architecture" in log:
@@ -163,12 +166,12 @@ class DeviceModel:
         name = "rcd_" + hashlib.sha256(graph.fingerprint().encode()).hexdigest()[:12]
         source = emit_device(graph, name, loss)
         if self.device.type == "cuda":
-            path, _ = build_cuda_library(source, name)
+            build = functools.partial(build_cuda_library, source, name)
         else:
-            path, _ = build_library(source, name=name, cxx=find_cxx()[0],
-                                    flags=["-O2", "-std=c++17", f"-I{rootclad.get_include()}"])  # fmt: skip
-        self.library_path = path
-        self._lib = lib = ctypes.CDLL(str(path))
+            build = functools.partial(build_library, source, name=name, cxx=find_cxx()[0],
+                                      flags=["-O2", "-std=c++17", f"-I{rootclad.get_include()}"])  # fmt: skip
+        lib, self.library_path, _ = load_library(build)
+        self._lib = lib
         self._fn = {k: getattr(lib, f"{name}_{k}") for k in
                     ("n_params", "n_buffers", "act_size", "d_act_size", "d_act_store_size",
                      "output_offset", "forward", "loss_and_grad", "input_grad", "optim_step",
