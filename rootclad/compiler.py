@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -12,6 +13,7 @@ import torch
 from rootclad.codegen import emit_model
 from rootclad.ir.from_torch import graph_from_module
 from rootclad.toolchain import (
+    CompileError,
     ToolchainError,
     blas_flags,
     build_library,
@@ -122,7 +124,8 @@ def compile(
     ``loss`` is ``"bce_with_logits"``, ``"cross_entropy"`` (class indices), ``"nll"`` (after
     LogSoftmax; class indices), ``"mse"`` or ``"huber"`` (delta 1).
     ``engine``: ``"clad"`` (needs an installed Clad), ``"pullback"`` (rootclad's own reverse
-    sweep over the same hand-written pullbacks) or ``"auto"`` (clad when found).
+    sweep over the same hand-written pullbacks) or ``"auto"`` (clad when found; the pullback
+    engine, with a warning, when the clad build runs past its timeout or out of memory).
     ``pullbacks=False`` (clad only) lets Clad differentiate the plain kernel loops itself.
     ``dtype`` defaults to the example input's (float32 or float64). The model's current
     parameters, which of them are frozen (``requires_grad``) and its training mode
@@ -174,12 +177,17 @@ def compile_graph(graph, loss: str = "bce_with_logits", *, engine: str = "auto",
                   pullbacks: bool = True, seed: int = 0, t0: float | None = None,
                   aliases: dict | None = None, ignored=()):  # fmt: skip
     """A :class:`CompiledModel` of a validated graph (zero parameters; load them with
-    ``load_state_dict``). ``ignored``: buffer names load_state_dict accepts and drops."""
+    ``load_state_dict``). ``ignored``: buffer names load_state_dict accepts and drops.
+
+    With ``engine="auto"``, a clad build that runs past its timeout or out of memory (Clad's
+    cost grows faster with the model than the pullback engine's) is followed by the pullback
+    engine's, with a warning naming the reason."""
     from rootclad import get_include
     from rootclad.torch.model import CompiledModel
 
     t0 = time.perf_counter() if t0 is None else t0
     num_threads()
+    requested = engine
     engine, cxx, engine_flags = _choose_engine(engine, pullbacks)
     emitted = emit_model(graph, loss, engine, pullbacks)
     flags = [*OPT_FLAGS, f"-I{get_include()}", *engine_flags]
@@ -193,7 +201,25 @@ def compile_graph(graph, loss: str = "bce_with_logits", *, engine: str = "auto",
     build = functools.partial(
         build_library, emitted.source, name=emitted.prefix, cxx=cxx, flags=flags, link_flags=link
     )
-    _, lib, built = load_library(build)  # CompiledModel opens the same, loaded library
+    try:
+        _, lib, built = load_library(build)  # CompiledModel opens the same, loaded library
+    except CompileError as exc:
+        if engine != "clad" or exc.cause == "error":  # wrong code: a bug to see, not to hide
+            raise
+        if requested != "auto" or not pullbacks:
+            raise CompileError(
+                f"the clad engine's build failed: {exc}; engine='pullback' (or 'auto', which "
+                "falls back to it) builds the same model without Clad",
+                exc.log_path,
+                exc.cause,
+            ) from exc
+        warnings.warn(
+            f"the clad engine's build failed ({exc.cause}: {exc}); falling back to the pullback "
+            "engine (engine='pullback' skips the clad attempt)",
+            stacklevel=2,
+        )
+        return compile_graph(graph, loss, engine="pullback", seed=seed, t0=t0, aliases=aliases,
+                             ignored=ignored)  # fmt: skip
     return CompiledModel(
         emitted,
         graph,

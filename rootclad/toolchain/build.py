@@ -21,8 +21,10 @@ import ctypes
 import fcntl
 import functools
 import hashlib
+import math
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -30,15 +32,20 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from rootclad.toolchain.find import _version
+from rootclad.toolchain.find import _version, run_tool
 
 
 class CompileError(RuntimeError):
-    """The generated code did not compile; ``log_path`` holds the compiler output."""
+    """The generated code did not compile; ``log_path`` holds the compiler output.
 
-    def __init__(self, message: str, log_path: Path):
+    ``cause``: ``"error"`` (the compiler rejected the code), ``"timeout"`` (it ran past the
+    build's timeout and was stopped) or ``"killed"`` (it ran out of memory or died of a
+    signal)."""
+
+    def __init__(self, message: str, log_path: Path, cause: str = "error"):
         super().__init__(message)
         self.log_path = log_path
+        self.cause = cause
 
 
 class CacheError(RuntimeError):
@@ -95,6 +102,36 @@ def _check_trusted(path: Path) -> None:
             f"{path} is writable by {who} (mode {st.st_mode & 0o7777:o}): they could put code "
             f"there that rootclad would load and run as you; {fix}"
         )
+
+
+def compile_memory_limit() -> int | None:
+    """The address space each compiler process may use, in bytes (None: no limit).
+
+    ``ROOTCLAD_COMPILE_MEMORY_GB`` (GB of 2^30 bytes; 0: no limit), by default 3/4 of this
+    machine's memory (or of its cgroup's limit, in a container): the clad engine's compile of
+    densenet121 grew clang to 23 of 24 GB; it now fails with a :class:`CompileError` instead.
+    """
+    value = os.environ.get("ROOTCLAD_COMPILE_MEMORY_GB", "").strip()
+    if not value:
+        return _machine_memory() * 3 // 4
+    try:
+        gb = float(value)
+    except ValueError:
+        gb = -1.0
+    if not (math.isfinite(gb) and gb >= 0):
+        raise ValueError(
+            f"ROOTCLAD_COMPILE_MEMORY_GB={value!r}: must be a number of GB the compiler may use "
+            "(0: no limit)"
+        )
+    return int(gb * 2**30) or None
+
+
+def _machine_memory() -> int:
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:  # cgroup v2; "max" when unlimited
+        return min(total, int(Path("/sys/fs/cgroup/memory.max").read_text()))
+    except (OSError, ValueError):
+        return total
 
 
 @functools.cache
@@ -252,10 +289,37 @@ def _publish(tmp: Path, dest: Path, mode: int = 0o644) -> None:
     os.replace(tmp, dest)
 
 
+# the lines a compiler prints when it (or a process it started) dies of a lack of memory or
+# of a signal: g++, clang and nvcc
+_DIED = ("out of memory", "memory exhausted", "cannot allocate memory", "bad_alloc",
+         "allocation failed", "signal terminated program", "due to signal",
+         "unable to execute command: killed")  # fmt: skip
+
+
+def _failure(proc: subprocess.CompletedProcess, timeout: float, memory: int | None):
+    """The :class:`CompileError` cause of a failed compile, and the words that say it."""
+    if proc.returncode is None:
+        return "timeout", f"ran past the timeout of {timeout:g} s and was stopped"
+    sig = -proc.returncode
+    death = f"killed by signal {sig} ({signal.strsignal(sig)})" if sig > 0 else None
+    # not a source line quoted under a diagnostic (those are indented)
+    lines = [ln.strip() for ln in proc.stderr.splitlines() if not ln[:1].isspace()]
+    death = death or next((ln for ln in lines if any(d in ln.lower() for d in _DIED)), None)
+    if death:
+        limit = f"limit {memory / 2**30:g} GB" if memory else "no limit"
+        return "killed", (
+            f"failed: the compiler ran out of memory or was killed ({death}; memory {limit}, "
+            "ROOTCLAD_COMPILE_MEMORY_GB)"
+        )
+    first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), "")
+    return "error", f"failed; first error: {first.strip() or '(none printed)'}"
+
+
 def _compile(source, out, *, key, name, cxx, flags, link_flags, suffix, timeout, shared):
     root = out.parent
     log_path = root / f"{name}-{key}.log"
     kept_src = root / f"{name}-{key}{suffix}"
+    memory = compile_memory_limit()
     work = Path(tempfile.mkdtemp(prefix=f"{name}-{key}.tmp-", dir=root))
     try:
         src = work / f"{name}{suffix}"
@@ -266,7 +330,10 @@ def _compile(source, out, *, key, name, cxx, flags, link_flags, suffix, timeout,
         kind = ["-shared", *pic] if shared else []
         cmd = [cxx, *flags, *kind, "-o", str(tmp_out), str(src), *link_flags]
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        try:
+            proc = run_tool(cmd, timeout=timeout, memory=memory)
+        except subprocess.TimeoutExpired as exc:  # stopped, with what it printed until then
+            proc = subprocess.CompletedProcess(cmd, None, exc.stdout or "", exc.stderr or "")
         elapsed = time.perf_counter() - t0
         # Keep the source next to the library (or the log): users read it, debuggers find it.
         _publish(src, kept_src)
@@ -276,11 +343,13 @@ def _compile(source, out, *, key, name, cxx, flags, link_flags, suffix, timeout,
                 f"$ {' '.join(cmd)}\n(source kept at {kept_src})\n\n{proc.stdout}{proc.stderr}"
             )
             _publish(log, log_path)
-            first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), "")
+            cause, why = _failure(proc, timeout, memory)
+            size = f"{len(source.encode()):,} bytes, {source.count(chr(10)):,} lines of C++"
             raise CompileError(
-                f"compiling the generated code for {name!r} failed ({cxx}); "
-                f"first error: {first.strip() or '(none printed)'}; full log: {log_path}",
+                f"compiling the generated code for {name!r} ({cxx}, {size}) {why}; "
+                f"full log: {log_path}",
                 log_path,
+                cause,
             )
         build = work / "build"
         build.write_text(f"$ {' '.join(cmd)}\nseconds: {elapsed:.2f}\n{proc.stderr}")

@@ -5,11 +5,15 @@ Everything is found through the environment; nothing is downloaded or built.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
 import os
+import resource
 import shutil
+import signal
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,9 +22,59 @@ class ToolchainError(RuntimeError):
     """A tool the user asked for is not installed; the message says what to install."""
 
 
+def run_tool(cmd: list[str], *, timeout: float, memory: int | None = None):
+    """``subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)`` that leaves
+    nothing running: the tool runs in a process group of its own, which is killed whole (a
+    compiler driver and the cc1plus, as and ld it started) when the timeout passes
+    (``subprocess.TimeoutExpired`` then) or the call is interrupted (KeyboardInterrupt, any
+    exception). When this process dies without running Python code (SIGKILL, an unhandled
+    SIGTERM) Linux kills the tool itself (PR_SET_PDEATHSIG); its own children are not reached
+    then. ``memory``: the address space each process of the tool may use, in bytes
+    (RLIMIT_AS)."""
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True, preexec_fn=_child_setup(memory)) as proc:  # fmt: skip
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            out, err = proc.communicate()
+            raise subprocess.TimeoutExpired(cmd, timeout, out, err) from None
+        except BaseException:
+            _kill_group(proc)
+            raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the group's id is its leader's pid
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _child_setup(memory: int | None):
+    """What the tool's process does between fork and exec (resolved here, in the parent)."""
+    parent = os.getpid()
+    prctl = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    if memory is not None and hard != resource.RLIM_INFINITY:
+        memory = min(memory, hard)
+
+    def setup():
+        if prctl is not None:
+            prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with this process
+            if os.getppid() != parent:  # it died before the line above
+                os._exit(1)
+        if memory is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (memory, hard))
+
+    return setup
+
+
 def _version(cmd: str) -> str:
     try:
-        out = subprocess.run([cmd, "--version"], capture_output=True, text=True, timeout=30)
+        out = run_tool([cmd, "--version"], timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     lines = (out.stdout or out.stderr).strip().splitlines()

@@ -538,16 +538,12 @@ def test_a_killed_build_leaves_no_work_directory_behind(tmp_path, monkeypatch):
     cxx, _ = find_cxx()
     src = "int f() { return 7; }\n"
     code = (
-        "import sys, subprocess\n"
         "from rootclad.toolchain import build_library, find_cxx\n"
         "import rootclad.toolchain.build as b\n"
-        "real = subprocess.run\n"
         "def hang(cmd, **kw):\n"
-        "    if '-o' not in cmd:  # the compiler's --version\n"
-        "        return real(cmd, **kw)\n"
         "    print('compiling', flush=True)\n"
         "    import time; time.sleep(600)\n"
-        "b.subprocess.run = hang\n"
+        "b.run_tool = hang  # the compiler's run (its --version runs through find.py's)\n"
         f"build_library({src!r}, name='rc_killed', cxx=find_cxx()[0], flags=[])\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
