@@ -13,12 +13,13 @@ caches the executable by a hash of the source, the flags, the compiler and rootc
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
 import torch
 
-from rootclad.toolchain import build_library, find_cxx
+from rootclad.toolchain import build_library, find_cxx, load_library
 
 
 def _torch_dir() -> Path:
@@ -82,13 +83,15 @@ def build_program(
 
 def build_trainer(timeout: float = 900) -> Path:
     """The library behind ``rootclad/libtorch_trainer.h`` (LibTorch training for ROOT sessions
-    that should not parse the torch headers), built once into the cache; its path."""
+    that should not parse the torch headers), built once into the cache; its path. It is
+    loaded here once, so that a cached copy that does not load is built again."""
     from rootclad import get_include
 
     cxx, _ = find_cxx()
     cflags, ldflags = libtorch_flags()
     source = Path(get_include()) / "rootclad" / "libtorch_trainer.cpp"
-    path, _ = build_library(
+    build = functools.partial(
+        build_library,
         source.read_text(),
         name="libtorch_trainer",
         cxx=cxx,
@@ -97,7 +100,7 @@ def build_trainer(timeout: float = 900) -> Path:
         timeout=timeout,
         subdir="libtorch",
     )
-    return path
+    return load_library(build)[1]
 
 
 def main(argv: list[str] | None = None) -> int:
