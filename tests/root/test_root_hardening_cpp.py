@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -333,3 +334,42 @@ def test_null_arrays_are_refused_by_every_entry_point(stem, tmp_path):
         proc.stdout + proc.stderr
     )
     assert "raised: rootclad::Model::predict: x is null" in proc.stdout, proc.stdout + proc.stderr
+
+
+# ---- the macros write through the same helper --------------------------------------------------
+
+
+def _root_macro(call: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run(["root", "-l", "-b", "-q", call], cwd=cwd, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+
+
+@pytest.mark.skipif(shutil.which("root") is None, reason="root.exe not on PATH")
+def test_macros_on_a_full_disk_fail_naming_the_file_and_keep_the_old_weights(stem, full_disk):
+    """train_gw.C saves back to STEM.root; score_gw.C writes OUT.root and OUT.png."""
+    _, s = stem
+    disk, fill = full_disk
+    for ext in (".so", ".root", ".h"):
+        shutil.copyfile(f"{s}{ext}", disk / f"mlp{ext}")
+    gw = s.parent / "gw.root"
+    x = np.random.default_rng(2).standard_normal((200, N)).astype(np.float32)
+    with uproot.recreate(gw) as f:
+        f.mktree("events", {"strain": np.dtype((np.float32, (N,))), "label": np.int32}).extend(
+            {"strain": x, "label": np.arange(200, dtype=np.int32) % 2}
+        )
+    fill()
+    before = _contents(disk)
+    repo = Path(__file__).resolve().parents[2]
+    out = _root_macro(f'macros/train_gw.C("{gw}", "{disk / "mlp"}", 1, 32)', repo)
+    assert f"train_gw: rootclad: cannot write {disk / 'mlp.root'}: No space left on device" in (
+        out.stderr
+    ), out.stdout + out.stderr
+    assert "(int) 1" in out.stdout
+    assert _contents(disk) == before
+    fill(0)
+    before = _contents(disk)
+    out = _root_macro(f'macros/score_gw.C("{gw}", "{s}", "{disk / "scores"}")', repo)
+    assert f"score_gw: rootclad: cannot write {disk / 'scores.root'}: No space left on device" in (
+        out.stderr
+    ), out.stdout + out.stderr
+    assert _contents(disk) == before
