@@ -251,25 +251,53 @@ def test_weights_of_another_type_are_refused_naming_the_tensor(stem, tmp_path):
     assert np.array_equal(np.asarray(m.parameters()), before)
 
 
-def test_optimizer_state_of_another_type_is_refused(stem, tmp_path):
-    _, s = stem
-    m = rootclad.root.load(s)
-    opt = ROOT.rootclad.Adam(m, 1e-3)
-    m.save(str(tmp_path / "ckpt.root"), opt)
-    with uproot.open(tmp_path / "ckpt.root") as f:
+def _rewrite_optimizer(src, dst, state):
+    """`src` (written by Model::save with an optimizer) with the optimizer's state replaced."""
+    with uproot.open(src) as f:
         meta = str(f["rootclad_metadata"])
         arrays = {k.split(";")[0]: f[k].arrays(library="np") for k in f.keys()
                   if k.split(";")[0] != "rootclad_metadata"}  # fmt: skip
-    with uproot.recreate(tmp_path / "bad.root") as f:
+    with uproot.recreate(dst) as f:
         for name, cols in arrays.items():
             if name == "rootclad_optimizer":
-                cols = dict(cols, state=cols["state"].astype(np.int64))
-            f.mktree(name, {k: np.dtype((v.dtype, v.shape[1:])) for k, v in cols.items()}).extend(
-                cols
-            )
+                cols = dict(cols, state=state(cols["state"]))
+            types = {k: np.dtype((v.dtype, v.shape[1:])) for k, v in cols.items()}
+            f.mktree(name, types).extend(cols)
         f["rootclad_metadata"] = meta
-    with pytest.raises(Exception, match="bad.root: the optimizer's state is stored as Long64_t"):
-        m.load(str(tmp_path / "bad.root"), ROOT.rootclad.Adam(m, 1e-3))
+
+
+def _nan_at_3(state):
+    state = state.copy()
+    state[0, 3] = np.nan
+    return state
+
+
+@pytest.mark.parametrize(
+    "state, message",
+    [
+        (lambda v: v.astype(np.int64), "the optimizer's state is stored as Long64_t"),
+        (_nan_at_3, r"the optimizer's state holds a non-finite value \(nan\) at index 3"),
+    ],
+    ids=["int64", "nan"],
+)
+def test_optimizer_state_of_another_type_or_not_finite_is_refused_changing_nothing(
+    stem, tmp_path, state, message
+):
+    """A refused optimizer state leaves the model's parameters as they were too."""
+    _, s = stem
+    m = rootclad.root.load(s)
+    opt = ROOT.rootclad.Adam(m, 1e-3)
+    m.train_step(np.ones((4, N)), np.ones((4, 1)), 4, opt)
+    m.save(str(tmp_path / "ckpt.root"), opt)
+    _rewrite_optimizer(tmp_path / "ckpt.root", tmp_path / "bad.root", state)
+    fresh = rootclad.root.load(s)
+    before = np.asarray(fresh.parameters()).copy()
+    assert not np.array_equal(before, np.asarray(m.parameters()))
+    fresh_opt = ROOT.rootclad.Adam(fresh, 0.5)
+    with pytest.raises(Exception, match="bad.root: " + message):
+        fresh.load(str(tmp_path / "bad.root"), fresh_opt)
+    assert np.array_equal(np.asarray(fresh.parameters()), before)
+    assert fresh_opt.step == 0 and fresh_opt.config.lr == 0.5
 
 
 # ---- item 12: null arrays ---------------------------------------------------------------------

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -73,6 +74,13 @@ inline std::string md5_of(const std::string& path) {
   if (!md5)
     throw std::runtime_error("rootclad: cannot read " + path);
   return md5->AsString();
+}
+
+// A number per write_root_file call of the process: two threads writing one path never share
+// a temporary file.
+inline unsigned long next_write() {
+  static std::atomic<unsigned long> count{0};
+  return count++;
 }
 
 // A TFile that keeps the cause of a failed write: ROOT only sets kWriteError and prints errno,
@@ -127,7 +135,8 @@ private:
 template <class Fill> void write_root_file(const std::string& path, Fill&& fill) {
   const auto slash = path.rfind('/') + 1; // 0 without a directory
   const std::string tmp = path.substr(0, slash) + "." + path.substr(slash) + "." +
-                          std::to_string(::getpid()) + ".partial";
+                          std::to_string(::getpid()) + "." + std::to_string(detail::next_write()) +
+                          ".partial";
   auto fail = [&](int err) {
     std::remove(tmp.c_str());
     throw std::runtime_error("rootclad: cannot write " + path + ": " + std::strerror(err));
@@ -248,7 +257,7 @@ public:
       pd_.assign(api_.n_params, 0.0);
     else
       pf_.assign(api_.n_params, 0.0f);
-    read_params(*f, weights);
+    set_parameters(read_params(*f, weights));
   }
 
   const ModelApi& api() const { return api_; }
@@ -343,9 +352,15 @@ public:
     std::unique_ptr<TFile> f(TFile::Open(path.c_str(), "READ"));
     if (!f || f->IsZombie())
       throw std::runtime_error("rootclad: cannot open " + path);
-    read_params(*f, path);
+    const std::vector<double> p = read_params(*f, path);
+    Optimizer state; // all of the file is read and checked before the model or opt changes
+    if (opt) {
+      state = *opt;
+      read_optimizer(*f, path, state);
+    }
+    set_parameters(p);
     if (opt)
-      read_optimizer(*f, path, *opt);
+      *opt = state;
   }
 
 private:
@@ -402,6 +417,18 @@ private:
         t->SetBranchAddress("step", &step) < 0 || t->GetBranch("step")->GetEntry(0) <= 0)
       throw std::runtime_error("rootclad: cannot read " + what + "step (a Long64_t)");
     t->ResetBranchAddresses();
+    // one NaN here would turn every parameter into NaN at the next step
+    auto check_finite = [&](const char* field, const double* v, long n) {
+      const long i = std::find_if(v, v + n, [](double x) { return !std::isfinite(x); }) - v;
+      if (i < n)
+        throw std::runtime_error("rootclad: " + what + field + " holds a non-finite value (" +
+                                 std::to_string(v[i]) + ") at index " + std::to_string(i));
+    };
+    check_finite("config", config, N_CONFIG);
+    check_finite("state", state.data(), (long)state.size());
+    if (step < 0)
+      throw std::runtime_error("rootclad: " + what + "step is negative (" + std::to_string(step) +
+                               ")");
     if ((int)config[0] != (int)o.config.kind)
       throw std::runtime_error("rootclad: " + path +
                                " holds the state of another kind of "
@@ -425,7 +452,7 @@ private:
     return d.empty() ? std::vector<double>(f.begin(), f.end()) : d;
   }
 
-  void read_params(TFile& f, const std::string& path) {
+  std::vector<double> read_params(TFile& f, const std::string& path) const {
     std::vector<double> p(api_.n_params);
     for (const auto& info : api_.params) {
       auto* t = f.Get<TTree>(info.name.c_str());
@@ -439,7 +466,7 @@ private:
                                  " (shape " + shape_str(info.shape) + ")");
       read_doubles(*t, "values", p.data() + info.offset, path + ": tensor '" + info.name + "'");
     }
-    set_parameters(p);
+    return p;
   }
 
   // The one entry of branch `name` of `t` into `to`, as doubles: stored doubles as they are,
