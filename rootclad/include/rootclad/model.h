@@ -717,12 +717,13 @@ inline long long score_tree(Model& m, const std::string& file, const std::string
             true, input);
   std::vector<float> xs((size_t)batch * N), out((size_t)batch * K);
   const long long entries = in.entries();
-  write_root_file(out_file, [&](TFile&) {
+  write_root_file(out_file, [&](TFile& f) {
     // owned by the output file, which deletes it on Close
     auto* scores = new TTree(out_tree.c_str(), ("rootclad scores of " + m.stem()).c_str());
     float value = 0;
     scores->Branch(column.c_str(), &value, (column + "/F").c_str());
-    for (long long start = 0; start < entries; start += batch) {
+    // after a failed write (a full disk) the rest is not scored: write_root_file says why
+    for (long long start = 0; start < entries && !f.TestBit(TFile::kWriteError); start += batch) {
       const int n = (int)std::min<long long>(batch, entries - start);
       for (int i = 0; i < n; ++i)
         in.read(start + i, xs.data() + (size_t)i * N, nullptr, (int)N, false);
