@@ -401,3 +401,45 @@ def test_macros_on_a_full_disk_fail_naming_the_file_and_keep_the_old_weights(ste
         out.stderr
     ), out.stdout + out.stderr
     assert _contents(disk) == before
+
+
+_TRAINER_NULLS = """
+import sys, ROOT
+from rootclad.data.cling import add_include_path, declare, include_dir
+from rootclad.torch.libtorch import build_trainer
+assert ROOT.gSystem.Load(str(build_trainer())) >= 0
+add_include_path(include_dir())
+declare('#include "rootclad/libtorch_trainer.h"\\n#include "rootclad/model.h"\\n')
+m = ROOT.rootclad.Model(sys.argv[1])
+p = m.parameters()
+prefix = str(m.api().prefix)
+x = ROOT.std.vector["float"](4 * 8, 0.0)
+null = ROOT.nullptr
+calls = {
+    "params": lambda: ROOT.rootclad.LibTorchTrainer(sys.argv[1] + ".so", prefix, null,
+                                                    m.n_params(), "adam", 1e-3),
+    "predict": lambda: t.predict(x.data(), null, 4),
+    "train_step": lambda: t.train_step(null, x.data(), 4),
+    "parameters": lambda: t.parameters(null),
+}
+t = ROOT.rootclad.LibTorchTrainer(sys.argv[1] + ".so", prefix, p.data(), m.n_params(), "adam", 1e-3)
+for name, call in calls.items():
+    try:
+        call()
+        print(name, "returned")
+    except Exception as err:
+        print(name, "raised", str(err).splitlines()[-1].strip())
+"""
+
+
+def test_null_arrays_are_refused_by_the_libtorch_trainer(stem):
+    _, s = stem
+    proc = subprocess.run([sys.executable, "-c", _TRAINER_NULLS, str(s)], capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    want = {"params": "LibTorchTrainer: params", "predict": "predict: out",
+            "train_step": "train_step: x", "parameters": "parameters: out"}  # fmt: skip
+    for name, what in want.items():
+        assert f"{name} raised invalid_argument: rootclad::LibTorchTrainer::{what} is null" in (
+            proc.stdout
+        ), proc.stdout + proc.stderr[-3000:]
