@@ -326,9 +326,10 @@ public:
 
   // Parameters to a ROOT file in the layout cm.export writes (one TTree per tensor), and with
   // `opt` its hyperparameters, step count and state (TTree "rootclad_optimizer": config[9],
-  // step, state[2 * n_params]), so that training resumes where it stopped; written to a
-  // temporary name and renamed. load() reads such a file (shapes checked), and the optimizer
-  // state into `opt` when given.
+  // step, state[2 * n_params]), so that training resumes where it stopped; written whole or
+  // not at all (write_root_file). load() reads such a file (shapes and types checked, float32
+  // values widened), and the optimizer state into `opt` when given; a file it refuses changes
+  // neither the model nor `opt`.
   void save(const std::string& path, const Optimizer* opt = nullptr) const {
     // read before the file is written: `path` may be this model's own weights file
     std::unique_ptr<TFile> src(TFile::Open((stem_ + ".root").c_str(), "READ"));
