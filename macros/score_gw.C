@@ -8,7 +8,8 @@
 // writes OUT.root with the score histograms of noise (label 0) and signal (label 1), the ROC
 // curve as a TGraph (false-alarm probability vs efficiency, AUC in its title) and the mean
 // |saliency| of signal events per strain sample; OUT.png draws the histograms and the ROC.
-// Prints the AUC.
+// Prints the AUC. Both files are written whole or not at all (rootclad::write_root_file), and
+// a failure returns 1 naming the file and the cause.
 #include "../rootclad/include/rootclad/model.h"
 
 #include <ROOT/RDataFrame.hxx>
@@ -19,10 +20,12 @@
 #include <TProfile.h>
 #include <TROOT.h>
 #include <TStyle.h>
+#include <TSystem.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -86,15 +89,17 @@ int score_gw(const char* file = "gw_test.root", const char* stem = "build/gwnet"
       s.emplace_back((*scores)[i], (*labels)[i]);
       ((*labels)[i] ? signal : noise)->Fill((*scores)[i]);
     }
-    auto [graph, auc] = roc(std::move(s));
+    TGraph* graph;
+    double auc;
+    std::tie(graph, auc) = roc(std::move(s));
     graph->SetName("roc");
     graph->SetTitle(Form("ROC (AUC %.4f);false-alarm probability;efficiency", auc));
-    TFile f((std::string(out) + ".root").c_str(), "RECREATE");
-    noise->Write();
-    signal->Write();
-    sal->Write();
-    graph->Write();
-    f.Close();
+    rootclad::write_root_file(std::string(out) + ".root", [&](TFile&) {
+      noise->Write();
+      signal->Write();
+      sal->Write();
+      graph->Write();
+    });
     gStyle->SetOptStat(0);
     TCanvas c("c", "score_gw", 1200, 500);
     c.Divide(2, 1);
@@ -109,7 +114,15 @@ int score_gw(const char* file = "gw_test.root", const char* stem = "build/gwnet"
     legend.Draw();
     c.cd(2);
     graph->Draw("AL");
-    c.SaveAs((std::string(out) + ".png").c_str());
+    // SaveAs only prints its errors: the image is drawn to a temporary name, then looked at
+    const std::string png = std::string(out) + ".png", tmp = std::string(out) + ".partial.png";
+    c.SaveAs(tmp.c_str());
+    FileStat_t st;
+    if (gSystem->GetPathInfo(tmp.c_str(), st) != 0 || st.fSize == 0 ||
+        std::rename(tmp.c_str(), png.c_str()) != 0) {
+      std::remove(tmp.c_str());
+      throw std::runtime_error("cannot write " + png + " (ROOT's message is above)");
+    }
     printf("AUC %.6f on %zu events; wrote %s.root and %s.png\n", auc, scores->size(), out, out);
   } catch (const std::exception& e) {
     fprintf(stderr, "score_gw: %s\n", e.what());

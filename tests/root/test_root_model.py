@@ -259,13 +259,13 @@ def test_batched_scorer_writes_a_friend_tree_aligned_entry_by_entry(exported, ev
     both = df.Define("again", "strain[0]").AsNumpy(["scores.score", "again"])
     np.testing.assert_array_equal(both["scores.score"], scores)
     np.testing.assert_array_equal(both["again"], x.numpy()[:, 0, 0])
-    with pytest.raises(Exception, match="has no TTree 'nope'"):
+    with pytest.raises(Exception, match="tree 'nope': no such tree in the file"):
         rootclad.root.score_tree(path, stem, tree="nope", output=tmp_path / "t.root")
     assert not list(tmp_path.glob("*.partial"))
 
 
 def test_batched_scorer_reads_vector_branches_and_names_bad_entries(exported, tmp_path):
-    """The other read path (a vector<float> branch, through TTreeReader) and its errors."""
+    """The other read path (a vector<float> branch) and its errors."""
     _, cm, stem, _ = exported
     gen = torch.Generator().manual_seed(9)
     x = torch.randn(40, 1, L, generator=gen)
@@ -282,7 +282,7 @@ def test_batched_scorer_reads_vector_branches_and_names_bad_entries(exported, tm
         t.Fill()
     t.Write()
     f.Close()
-    with pytest.raises(Exception, match=f"entry 33: {L - 1} values, the model takes {L}"):
+    with pytest.raises(Exception, match=f"entry 33: strain has {L - 1} elements, expected {L}"):
         rootclad.root.score_tree(path, stem, output=tmp_path / "s.root", batch_size=16)
     assert not list(tmp_path.glob("s.root*"))
     ok = tmp_path / "vec_ok.root"

@@ -38,11 +38,22 @@ template <class F> auto guarded(F&& f) -> decltype(f()) {
     throw std::runtime_error(e.what_without_backtrace());
   }
 }
+
+// A null array would be read or written through (PyROOT passes ROOT.nullptr as it is).
+void not_null(const void* p, const char* method, const char* arg) {
+  if (!p)
+    throw std::invalid_argument(std::string("rootclad::LibTorchTrainer::") + method + ": " + arg +
+                                " is null");
+}
 } // namespace
 
 LibTorchTrainer::LibTorchTrainer(const char* library, const char* prefix, const double* params,
                                  long n_params, const char* optimizer, double lr)
     : impl_(nullptr) {
+  not_null(library, "LibTorchTrainer", "library");
+  not_null(prefix, "LibTorchTrainer", "prefix");
+  not_null(params, "LibTorchTrainer", "params");
+  not_null(optimizer, "LibTorchTrainer", "optimizer");
   guarded([&] {
     auto impl = std::make_unique<Impl>(load_model(library, prefix));
     auto& flat = impl->model.flat_parameters();
@@ -72,6 +83,8 @@ LibTorchTrainer::~LibTorchTrainer() {
 }
 
 double LibTorchTrainer::train_step(const float* x, const float* y, int B) {
+  not_null(x, "train_step", "x");
+  not_null(y, "train_step", "y");
   return guarded([&] {
     auto& m = impl_->model;
     m.train();
@@ -84,6 +97,8 @@ double LibTorchTrainer::train_step(const float* x, const float* y, int B) {
 }
 
 double LibTorchTrainer::loss(const float* x, const float* y, int B) {
+  not_null(x, "loss", "x");
+  not_null(y, "loss", "y");
   return guarded([&] {
     torch::NoGradGuard no_grad;
     auto& m = impl_->model;
@@ -94,6 +109,8 @@ double LibTorchTrainer::loss(const float* x, const float* y, int B) {
 }
 
 void LibTorchTrainer::predict(const float* x, float* out, int B) {
+  not_null(x, "predict", "x");
+  not_null(out, "predict", "out");
   guarded([&] {
     auto& m = impl_->model;
     m.eval();
@@ -108,6 +125,7 @@ long LibTorchTrainer::n_params() const {
 }
 
 void LibTorchTrainer::parameters(double* out) const {
+  not_null(out, "parameters", "out");
   auto p = impl_->model.flat_parameters().detach().to(torch::kFloat64).contiguous();
   std::memcpy(out, p.data_ptr<double>(), sizeof(double) * p.numel());
 }

@@ -20,17 +20,20 @@
 // per thread (rootclad::SlotModels does that for RDataFrame's processing slots).
 #pragma once
 
+#include <TDirectory.h>
 #include <TFile.h>
 #include <TLeaf.h>
 #include <TMD5.h>
 #include <TObjString.h>
 #include <TTree.h>
-#include <TTreeReader.h>
-#include <TTreeReaderArray.h>
 
 #include <ROOT/RVec.hxx>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -44,7 +47,8 @@
 
 #include "model_api.h" // sibling-relative: macros include this header by path
 #include "optim.h"
-#include "parallel.h" // default_num_threads: the thread count of the model library's pool
+#include "parallel.h"    // default_num_threads: the thread count of the model library's pool
+#include "tree_reader.h" // score_tree reads its input as the training readers do
 
 namespace rootclad {
 
@@ -72,7 +76,90 @@ inline std::string md5_of(const std::string& path) {
   return md5->AsString();
 }
 
+// A number per write_root_file call of the process: two threads writing one path never share
+// a temporary file.
+inline unsigned long next_write() {
+  static std::atomic<unsigned long> count{0};
+  return count++;
+}
+
+// A TFile that keeps the cause of a failed write: ROOT only sets kWriteError and prints errno,
+// which later calls overwrite. A short write (the disk filled mid-buffer) is continued so that
+// the kernel says why, and the data are synced before the close, so that a disk that fills
+// while the kernel writes back (delayed allocation, NFS, quotas) is seen here too.
+class CheckedFile : public TFile {
+public:
+  explicit CheckedFile(const std::string& path) : TFile(path.c_str(), "RECREATE") {
+    if (IsZombie() || TestBit(kWriteError)) // the base class wrote the header without us
+      remember(errno ? errno : EIO);
+  }
+  int error = 0; // the first errno of a failed write, sync or close; 0: none
+
+protected:
+  Int_t SysWrite(Int_t fd, const void* buf, Int_t len) override {
+    for (Int_t done = 0; done < len;) {
+      const Int_t n = TFile::SysWrite(fd, static_cast<const char*>(buf) + done, len - done);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0) {
+        remember(n < 0 ? errno : EIO);
+        return -1;
+      }
+      done += n;
+    }
+    return len;
+  }
+  Int_t SysClose(Int_t fd) override {
+    if (fd >= 0 && ::fsync(fd) != 0)
+      remember(errno);
+    const Int_t status = TFile::SysClose(fd);
+    if (status != 0)
+      remember(errno);
+    return status;
+  }
+
+private:
+  void remember(int err) {
+    if (!error)
+      error = err;
+  }
+};
+
 } // namespace detail
+
+// Writes the ROOT file `path` whole or not at all: fill(TFile&) writes into a temporary file
+// beside it, which is checked (every write, the sync and the close) and then renamed over
+// `path`. When anything fails or fill throws, the temporary file is removed, a file already at
+// `path` is left as it was, and std::runtime_error names `path` and the cause ("No space left
+// on device"). Every ROOT file rootclad writes from C++ goes through here.
+template <class Fill> void write_root_file(const std::string& path, Fill&& fill) {
+  const auto slash = path.rfind('/') + 1; // 0 without a directory
+  const std::string tmp = path.substr(0, slash) + "." + path.substr(slash) + "." +
+                          std::to_string(::getpid()) + "." + std::to_string(detail::next_write()) +
+                          ".partial";
+  auto fail = [&](int err) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error("rootclad: cannot write " + path + ": " + std::strerror(err));
+  };
+  {
+    TDirectory::TContext keep; // the caller's current directory is restored
+    detail::CheckedFile f(tmp);
+    if (f.IsZombie())
+      fail(f.error);
+    try {
+      fill(static_cast<TFile&>(f));
+    } catch (...) {
+      f.Close();
+      std::remove(tmp.c_str());
+      throw;
+    }
+    f.Close();
+    if (f.error || f.TestBit(TFile::kWriteError))
+      fail(f.error ? f.error : EIO);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    fail(errno);
+}
 
 class Model;
 
@@ -170,7 +257,7 @@ public:
       pd_.assign(api_.n_params, 0.0);
     else
       pf_.assign(api_.n_params, 0.0f);
-    read_params(*f, weights);
+    set_parameters(read_params(*f, weights));
   }
 
   const ModelApi& api() const { return api_; }
@@ -239,16 +326,16 @@ public:
 
   // Parameters to a ROOT file in the layout cm.export writes (one TTree per tensor), and with
   // `opt` its hyperparameters, step count and state (TTree "rootclad_optimizer": config[9],
-  // step, state[2 * n_params]), so that training resumes where it stopped; written to a
-  // temporary name and renamed. load() reads such a file (shapes checked), and the optimizer
-  // state into `opt` when given.
+  // step, state[2 * n_params]), so that training resumes where it stopped; written whole or
+  // not at all (write_root_file). load() reads such a file (shapes and types checked, float32
+  // values widened), and the optimizer state into `opt` when given; a file it refuses changes
+  // neither the model nor `opt`.
   void save(const std::string& path, const Optimizer* opt = nullptr) const {
-    const std::string tmp = path + ".partial";
-    {
-      std::unique_ptr<TFile> f(TFile::Open(tmp.c_str(), "RECREATE"));
-      if (!f || f->IsZombie())
-        throw std::runtime_error("rootclad: cannot write " + tmp);
-      const auto p = parameters();
+    // read before the file is written: `path` may be this model's own weights file
+    std::unique_ptr<TFile> src(TFile::Open((stem_ + ".root").c_str(), "READ"));
+    auto* meta = src && !src->IsZombie() ? src->Get<TObjString>("rootclad_metadata") : nullptr;
+    const auto p = parameters();
+    write_root_file(path, [&](TFile& f) {
       for (const auto& info : api_.params) {
         TTree t(info.name.c_str(), ("rootclad parameter, shape " + shape_str(info.shape)).c_str());
         std::vector<double> values(p.begin() + info.offset, p.begin() + info.offset + info.numel);
@@ -258,21 +345,23 @@ public:
       }
       if (opt)
         write_optimizer(*opt);
-      std::unique_ptr<TFile> src(TFile::Open((stem_ + ".root").c_str(), "READ"));
-      if (auto* meta = src ? src->Get<TObjString>("rootclad_metadata") : nullptr)
-        f->WriteObject(meta, "rootclad_metadata");
-      f->Close();
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0)
-      throw std::runtime_error("rootclad: cannot rename " + tmp + " to " + path);
+      if (meta)
+        f.WriteObject(meta, "rootclad_metadata");
+    });
   }
   void load(const std::string& path, Optimizer* opt = nullptr) {
     std::unique_ptr<TFile> f(TFile::Open(path.c_str(), "READ"));
     if (!f || f->IsZombie())
       throw std::runtime_error("rootclad: cannot open " + path);
-    read_params(*f, path);
+    const std::vector<double> p = read_params(*f, path);
+    Optimizer state; // all of the file is read and checked before the model or opt changes
+    if (opt) {
+      state = *opt;
+      read_optimizer(*f, path, state);
+    }
+    set_parameters(p);
     if (opt)
-      read_optimizer(*f, path, *opt);
+      *opt = state;
   }
 
 private:
@@ -318,11 +407,29 @@ private:
     double config[N_CONFIG];
     Long64_t step = 0;
     std::vector<double> state(2 * api_.n_params);
-    t->SetBranchAddress("config", config);
-    t->SetBranchAddress("step", &step);
-    t->SetBranchAddress("state", state.data());
-    t->GetEntry(0);
+    const std::string what = path + ": the optimizer's ";
+    if (auto* c = t->GetLeaf("config"); !c || c->GetLen() != N_CONFIG)
+      throw std::runtime_error("rootclad: " + what + "config does not hold " +
+                               std::to_string(N_CONFIG) + " values");
+    read_doubles(*t, "config", config, what + "config");
+    read_doubles(*t, "state", state.data(), what + "state");
+    auto* s = t->GetLeaf("step");
+    if (!s || std::string(s->GetTypeName()) != "Long64_t" ||
+        t->SetBranchAddress("step", &step) < 0 || t->GetBranch("step")->GetEntry(0) <= 0)
+      throw std::runtime_error("rootclad: cannot read " + what + "step (a Long64_t)");
     t->ResetBranchAddresses();
+    // one NaN here would turn every parameter into NaN at the next step
+    auto check_finite = [&](const char* field, const double* v, long n) {
+      const long i = std::find_if(v, v + n, [](double x) { return !std::isfinite(x); }) - v;
+      if (i < n)
+        throw std::runtime_error("rootclad: " + what + field + " holds a non-finite value (" +
+                                 std::to_string(v[i]) + ") at index " + std::to_string(i));
+    };
+    check_finite("config", config, N_CONFIG);
+    check_finite("state", state.data(), (long)state.size());
+    if (step < 0)
+      throw std::runtime_error("rootclad: " + what + "step is negative (" + std::to_string(step) +
+                               ")");
     if ((int)config[0] != (int)o.config.kind)
       throw std::runtime_error("rootclad: " + path +
                                " holds the state of another kind of "
@@ -346,7 +453,7 @@ private:
     return d.empty() ? std::vector<double>(f.begin(), f.end()) : d;
   }
 
-  void read_params(TFile& f, const std::string& path) {
+  std::vector<double> read_params(TFile& f, const std::string& path) const {
     std::vector<double> p(api_.n_params);
     for (const auto& info : api_.params) {
       auto* t = f.Get<TTree>(info.name.c_str());
@@ -358,11 +465,29 @@ private:
                                  std::to_string(leaf ? leaf->GetLen() : 0) +
                                  " values, the model expects " + std::to_string(info.numel) +
                                  " (shape " + shape_str(info.shape) + ")");
-      t->SetBranchAddress("values", p.data() + info.offset);
-      t->GetEntry(0);
-      t->ResetBranchAddresses();
+      read_doubles(*t, "values", p.data() + info.offset, path + ": tensor '" + info.name + "'");
     }
-    set_parameters(p);
+    return p;
+  }
+
+  // The one entry of branch `name` of `t` into `to`, as doubles: stored doubles as they are,
+  // floats (uproot writes float32 when asked) widened, which is exact. Another type, or a
+  // read that fails, throws naming `what`: ROOT itself only prints an error and leaves `to`
+  // as it was.
+  static void read_doubles(TTree& t, const char* name, double* to, const std::string& what) {
+    TLeaf* leaf = t.GetLeaf(name);
+    const std::string type = leaf ? leaf->GetTypeName() : "";
+    if (type != "Double_t" && type != "Float_t")
+      throw std::runtime_error("rootclad: " + what + " is stored as " +
+                               (leaf ? type + " (" + leaf->GetTitle() + ")" : "nothing") +
+                               "; expected double (or float) values");
+    std::vector<float> floats(type == "Float_t" ? leaf->GetLen() : 0);
+    const bool read = t.SetBranchAddress(name, floats.empty() ? (void*)to : floats.data()) >= 0 &&
+                      t.GetBranch(name)->GetEntry(0) > 0;
+    t.ResetBranchAddresses();
+    if (!read)
+      throw std::runtime_error("rootclad: cannot read " + what + " (truncated or corrupt file?)");
+    std::copy(floats.begin(), floats.end(), to);
   }
 
   template <typename T> T* params() { return api_.is_double() ? (T*)pd_.data() : (T*)pf_.data(); }
@@ -404,7 +529,17 @@ private:
 
   std::uint64_t next_seed() { return 0x9E3779B97F4A7C15ULL + ++calls_; }
 
+  // A null array would be read or written through (PyROOT passes ROOT.nullptr as it is); the
+  // size of a bare pointer cannot be known, Python checks its arrays (rootclad/root/rdf.py).
+  static void not_null(const char* method, const char* arg, const void* p) {
+    if (!p)
+      throw std::invalid_argument(std::string("rootclad::Model::") + method + ": " + arg +
+                                  " is null");
+  }
+
   template <typename In> void predict_as(const In* x, In* out, int B) {
+    not_null("predict", "x", x);
+    not_null("predict", "out", out);
     api_.is_double() ? predict_t<double>(x, out, B) : predict_t<float>(x, out, B);
   }
   template <typename T, typename In> void predict_t(const In* x, In* out, int B) {
@@ -416,6 +551,8 @@ private:
   }
 
   template <typename In> void input_grad_as(const In* x, In* dx, int B) {
+    not_null("input_grad", "x", x);
+    not_null("input_grad", "dx", dx);
     api_.is_double() ? input_grad_t<double>(x, dx, B) : input_grad_t<float>(x, dx, B);
   }
   template <typename T, typename In> void input_grad_t(const In* x, In* dx, int B) {
@@ -434,6 +571,8 @@ private:
   }
 
   template <typename In> double lag_as(const In* x, const In* y, int B, const In* w) {
+    not_null("loss_and_grad", "x", x);
+    not_null("loss_and_grad", "y", y);
     return api_.is_double() ? lag_t<double>(x, y, B, w) : lag_t<float>(x, y, B, w);
   }
   template <typename T, typename In> double lag_t(const In* x, const In* y, int B, const In* w) {
@@ -462,6 +601,8 @@ private:
   }
 
   template <typename In> double loss_as(const In* x, const In* y, int B) {
+    not_null("loss", "x", x);
+    not_null("loss", "y", y);
     return api_.is_double() ? loss_t<double>(x, y, B) : loss_t<float>(x, y, B);
   }
   template <typename T, typename In> double loss_t(const In* x, const In* y, int B) {
@@ -474,6 +615,8 @@ private:
 
   template <typename In>
   double step_as(const In* x, const In* y, int B, Optimizer& o, const In* w) {
+    not_null("train_step", "x", x);
+    not_null("train_step", "y", y);
     return api_.is_double() ? step_t<double>(x, y, B, o, o.state_d, w)
                             : step_t<float>(x, y, B, o, o.state_f, w);
   }
@@ -554,99 +697,45 @@ private:
 };
 
 // Scores every entry of `tree` in `file` in batches of `batch` (0: m.cache_batch()) and writes
-// them, entry by entry,
-// to a TTree `out_tree` (one float branch `column`: the first output) in `out_file`, to be used
-// as a friend of the input tree. `input` names one branch holding the whole model input per
-// entry (float[N], vector<float> or RVec<float>). Returns the number of entries. The output
-// file is written to a temporary name and renamed.
+// them, entry by entry, to a TTree `out_tree` (one float branch `column`: the first output) in
+// `out_file` (write_root_file: whole or not at all), to be used as a friend of the input tree.
+// `input` names one branch holding the whole model input per entry: float[N], vector<float>
+// or RVec<float>, read and checked as the training readers do (tree_reader.h); a branch of
+// another type is refused by name. Returns the number of entries.
 // The Model overload scores with a model already open (opening one reads its weights and
 // checks its library: ~0.1 s for the 541k-parameter MLP, as long as scoring 3000 events).
 inline long long score_tree(Model& m, const std::string& file, const std::string& tree,
                             const std::string& input, const std::string& out_file,
                             const std::string& out_tree = "scores",
                             const std::string& column = "score", int batch = 0) {
-  const std::string& stem = m.stem();
   if (batch <= 0)
     batch = m.cache_batch();
-  std::unique_ptr<TFile> in(TFile::Open(file.c_str(), "READ"));
-  if (!in || in->IsZombie())
-    throw std::runtime_error("rootclad::score_tree: cannot open " + file);
-  auto* t = in->Get<TTree>(tree.c_str());
-  if (!t)
-    throw std::runtime_error("rootclad::score_tree: " + file + " has no TTree '" + tree + "'");
+  data::TreeSource in(file, tree, input);
   const long N = m.input_size(), K = m.output_size();
+  if (in.length() >= 0 && in.length() != N)
+    in.fail(std::to_string(in.length()) + " values per entry, the model " + m.stem() + " takes " +
+                std::to_string(N),
+            true, input);
   std::vector<float> xs((size_t)batch * N), out((size_t)batch * K);
-  const std::string tmp = out_file + ".partial";
-  std::unique_ptr<TFile> of(TFile::Open(tmp.c_str(), "RECREATE"));
-  if (!of || of->IsZombie())
-    throw std::runtime_error("rootclad::score_tree: cannot write " + tmp);
-  // owned by the output file, which deletes it on Close
-  auto* scores = new TTree(out_tree.c_str(), ("rootclad scores of " + stem).c_str());
-  float value = 0;
-  scores->Branch(column.c_str(), &value, (column + "/F").c_str());
-  int filled = 0;
-  auto flush = [&] {
-    if (!filled)
-      return;
-    m.predict(xs.data(), out.data(), filled);
-    for (int i = 0; i < filled; ++i) {
-      value = out[(size_t)i * K];
-      scores->Fill();
+  const long long entries = in.entries();
+  write_root_file(out_file, [&](TFile& f) {
+    // owned by the output file, which deletes it on Close
+    auto* scores = new TTree(out_tree.c_str(), ("rootclad scores of " + m.stem()).c_str());
+    float value = 0;
+    scores->Branch(column.c_str(), &value, (column + "/F").c_str());
+    // after a failed write (a full disk) the rest is not scored: write_root_file says why
+    for (long long start = 0; start < entries && !f.TestBit(TFile::kWriteError); start += batch) {
+      const int n = (int)std::min<long long>(batch, entries - start);
+      for (int i = 0; i < n; ++i)
+        in.read(start + i, xs.data() + (size_t)i * N, nullptr, (int)N, false);
+      m.predict(xs.data(), out.data(), n);
+      for (int i = 0; i < n; ++i) {
+        value = out[(size_t)i * K];
+        scores->Fill();
+      }
     }
-    filled = 0;
-  };
-  auto fail = [&](long long entry, const std::string& what) {
-    of->Close();
-    std::remove(tmp.c_str()); // nothing half-written is left
-    throw std::runtime_error("rootclad::score_tree: " + file + ", branch '" + input + "'" +
-                             (entry >= 0 ? ", entry " + std::to_string(entry) : "") + ": " + what);
-  };
-  auto* br = t->GetBranch(input.c_str());
-  if (!br)
-    fail(-1, "no such branch");
-  auto* leaf = br->GetListOfLeaves()->GetEntries() == 1
-                   ? static_cast<TLeaf*>(br->GetListOfLeaves()->At(0))
-                   : nullptr;
-  long long entries = 0;
-  if (leaf && !leaf->GetLeafCount() && std::string(leaf->GetTypeName()) == "Float_t" &&
-      leaf->GetLen() == N) {
-    // float[N]: one address for the branch, a memcpy per entry (as tree_reader.h reads)
-    std::vector<float> row(N);
-    br->SetAddress(row.data());
-    const long long total = t->GetEntries();
-    for (long long e = 0; e < total; ++e) {
-      if (br->GetEntry(e) <= 0)
-        fail(e, "cannot read the entry (truncated or corrupt file?)");
-      std::memcpy(xs.data() + (size_t)filled * N, row.data(), sizeof(float) * N);
-      ++entries;
-      if (++filled == batch)
-        flush();
-    }
-    br->ResetAddress();
-  } else { // vector<float>, RVec<float>, a counted array
-    TTreeReader reader(t);
-    TTreeReaderArray<float> x(reader, input.c_str());
-    while (reader.Next()) {
-      if ((long)x.GetSize() != N)
-        fail(entries,
-             std::to_string(x.GetSize()) + " values, the model takes " + std::to_string(N));
-      float* row = xs.data() + (size_t)filled * N;
-      for (long i = 0; i < N; ++i)
-        row[i] = x[i];
-      ++entries;
-      if (++filled == batch)
-        flush();
-    }
-    if (reader.GetEntryStatus() != TTreeReader::kEntryBeyondEnd &&
-        reader.GetEntryStatus() != TTreeReader::kEntryValid)
-      fail(entries, "cannot read the entry");
-  }
-  flush();
-  of->cd();
-  scores->Write();
-  of->Close();
-  if (std::rename(tmp.c_str(), out_file.c_str()) != 0)
-    throw std::runtime_error("rootclad::score_tree: cannot rename " + tmp);
+    scores->Write();
+  });
   return entries;
 }
 

@@ -196,21 +196,24 @@ protected:
 
 // ---- the GW strain and label of one file ---------------------------------------
 
+// No label ("", rootclad::score_tree): read() fills the strain alone.
 class TreeSource : public TreeFile {
 public:
   TreeSource(const std::string& path, const std::string& tree, const std::string& strain,
-             const std::string& label)
+             const std::string& label = "")
       : TreeFile(path, tree), strain_name_(strain), label_name_(label) {
     strain_br_ = branch(strain);
-    label_br_ = branch(label);
     setup_strain();
-    setup_label();
+    if (!label.empty()) {
+      label_br_ = branch(label);
+      setup_label();
+    }
     set_offsets(strain_br_);
   }
 
   int length() const { return length_; } // -1: variable-length branch, known per entry
 
-  // Reads entry `entry` into x[0..N) and *y. N = expected length.
+  // Reads entry `entry` into x[0..N) and *y (with a label). N = expected length.
   void read(long long entry, float* x, int* y, int N, bool check_finite) {
     if (strain_br_->GetEntry(entry) <= 0)
       fail_entry(strain_name_, entry, "cannot read the entry (truncated or corrupt file?)");
@@ -236,6 +239,8 @@ public:
       os << "non-finite value (" << x[i] << ") at index " << i << " of the strain";
       fail_entry(strain_name_, entry, os.str());
     }
+    if (!label_br_)
+      return;
     if (label_br_->GetEntry(entry) <= 0)
       fail_entry(label_name_, entry, "cannot read the entry (truncated or corrupt file?)");
     const double v = label_leaf_->GetValue(0);
