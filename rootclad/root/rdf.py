@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 
 from rootclad.data.cling import CLING_LOCK, declare, declare_header, import_root
@@ -98,16 +99,24 @@ def load(stem):
 
 
 def _slots(stem: str) -> str:
-    """A C++ global ``rootclad::SlotModels`` for ``stem``: one Model per processing slot.
+    """A C++ global pointer to a ``rootclad::SlotModels`` for ``stem``: one Model per
+    processing slot, for Define expressions (``(*name)[rdfslot_]``).
 
-    Named by the stem, the slot count and the files' modification times, so weights written
-    after a first use (a macro's training) are read. The files are checked first through
-    Python (a stale library raises here, not inside Cling's declaration)."""
+    Named by a hash of the stem, the slot count and the files' modification times, so weights
+    written after a first use (a macro's training) are read. The stem reaches C++ as a value
+    through PyROOT, never as source text: a path may hold any character. The files are checked
+    first through Python (a stale library raises here, not inside Cling)."""
     _cached_model(stem)
-    n = max(1, int(import_root().ROOT.GetThreadPoolSize()))
+    root = import_root()
+    n = max(1, int(root.ROOT.GetThreadPoolSize()))
     times = [os.stat(stem + ext).st_mtime_ns for ext in (".so", ".root")]
     name = "rootclad_slots_" + hashlib.sha256(f"{stem}:{n}:{times}".encode()).hexdigest()[:16]
-    declare(f'auto& {name} = *new rootclad::SlotModels("{stem}", {n});\n')
+    with CLING_LOCK:
+        declare(f"rootclad::SlotModels* {name} = nullptr;\n")
+        if not getattr(root, name):
+            slots = root.rootclad.SlotModels(stem, n)
+            root.SetOwnership(slots, False)  # lives as long as the process, as Cling's globals
+            setattr(root, name, slots)
     return name
 
 
@@ -130,6 +139,11 @@ def _element_type(type_name: str) -> str | None:
     return None
 
 
+# What a column's name may be to go into a Define expression, where RDataFrame finds it in the
+# text (``a.b``, ``class``: it replaces them); anything else could be read as code.
+_COLUMN_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", re.ASCII)
+
+
 def _input_expr(df, inputs, stem: str, what: str) -> str:
     """The C++ expression handing one event's input to ``Model::score``/``saliency``, after
     checking the columns' types (and, for a list of columns, their number) in Python, so that
@@ -142,6 +156,12 @@ def _input_expr(df, inputs, stem: str, what: str) -> str:
     for c in cols:
         if c not in names:
             raise ValueError(f"{what}: no column '{c}' in the RDataFrame")
+        if not _COLUMN_NAME.fullmatch(c):
+            raise ValueError(
+                f"{what}: column '{c}' is not a C++ name (letters, digits and _, or such names "
+                "joined by dots); RDataFrame finds a Define's columns in the expression's text, "
+                "so its name cannot be used there safely: rename the branch"
+            )
     if isinstance(inputs, str):
         type_name = str(df.GetColumnType(inputs))
         element = _element_type(type_name)
@@ -178,7 +198,7 @@ def define_score(df, stem, inputs, column: str = "score"):
     ``ROOT.EnableImplicitMT()`` (one model per processing slot)."""
     stem = _stem(stem)
     expr = _input_expr(df, inputs, stem, "define_score")
-    return df.Define(column, f"{_slots(stem)}[rdfslot_].score({expr})")
+    return df.Define(column, f"(*{_slots(stem)})[rdfslot_].score({expr})")
 
 
 def define_saliency(df, stem, inputs, column: str = "saliency"):
@@ -186,7 +206,7 @@ def define_saliency(df, stem, inputs, column: str = "saliency"):
     (``RVec<float>`` for a float input column, ``RVec<double>`` for a list of columns)."""
     stem = _stem(stem)
     expr = _input_expr(df, inputs, stem, "define_saliency")
-    return df.Define(column, f"{_slots(stem)}[rdfslot_].saliency({expr})")
+    return df.Define(column, f"(*{_slots(stem)})[rdfslot_].saliency({expr})")
 
 
 def score_tree(
