@@ -146,3 +146,51 @@ def test_standalone_header_names_files_on_one_line(tmp_path):
     assert head[0].startswith("// a\\nb.hxx: generated")
     assert head[1].startswith("// Weights: a\\nb.dat.")
     assert head[2].startswith("// define ROOTCLAD_USE_CBLAS")
+
+
+# Run in a subprocess: ROOT's warnings reached PyROOT's handler without the GIL and killed the
+# interpreter (SIGSEGV, ROOT's crash handler then exits with its own code).
+_TRUNCATED = """
+import sys
+import rootclad.root
+try:
+    rootclad.root.score_tree(sys.argv[1], sys.argv[2], inputs="x", output=sys.argv[3])
+except Exception as err:
+    print("RAISED", type(err).__name__, err)
+"""
+
+
+def test_score_tree_on_a_truncated_file_raises_naming_it(exported, tmp_path):
+    _, stem, _, _ = exported
+    x = np.random.default_rng(0).standard_normal((5000, 3)).astype(np.float32)
+    with uproot.recreate(tmp_path / "full.root") as f:
+        f.mktree("events", {"x": np.dtype((np.float32, (3,)))}).extend({"x": x})
+    data = (tmp_path / "full.root").read_bytes()
+    (tmp_path / "cut.root").write_bytes(data[: len(data) * 2 // 3])
+    proc = subprocess.run(
+        [sys.executable, "-c", _TRUNCATED, str(tmp_path / "cut.root"), str(stem),
+         str(tmp_path / "scores.root")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "RAISED" in proc.stdout and str(tmp_path / "cut.root") in proc.stdout
+    assert not (tmp_path / "scores.root").exists()
+
+
+_WARN_WITHOUT_GIL = """
+from rootclad.data.cling import declare, import_root
+ROOT = import_root()
+declare('inline void rootclad_test_warn() { ::Warning("rootclad_test_warn", "no GIL here"); }')
+f = ROOT.rootclad_test_warn
+f.__release_gil__ = True
+f()
+print("ALIVE")
+"""
+
+
+def test_a_root_warning_without_the_gil_is_printed_not_a_crash():
+    proc = subprocess.run([sys.executable, "-c", _WARN_WITHOUT_GIL], capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[-1] == "ALIVE"
+    assert "Warning in <rootclad_test_warn>: no GIL here" in proc.stderr
