@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import operator
 import os
 import re
 from pathlib import Path
@@ -30,21 +31,25 @@ def _model_class():
 
 
 # Per method, what each argument before and after the batch size B (always the third) must
-# hold: "in" B * input_size values, "out" B * output_size, "y" the targets of B samples,
-# "w" B weights, None no check (the optimizer).
+# hold: "in" B * input_size values, "dx" as many (the input gradient), "out" B * output_size,
+# "y" the targets of B samples, "w" B weights or none (a null pointer: every weight 1), None no
+# check (the optimizer).
 _ARRAY_ARGS = {
     "predict": ("in", "out"),
-    "input_grad": ("in", "in"),
+    "input_grad": ("in", "dx"),
     "loss": ("in", "y"),
-    "loss_and_grad": ("in", "y", None, "w"),
-    "train_step": ("in", "y", None, None, "w"),
+    "loss_and_grad": ("in", "y", "w"),
+    "train_step": ("in", "y", None, "w"),
 }
+_ARRAY_NAMES = {"in": "input", "dx": "input gradient", "out": "output", "y": "target",
+                "w": "weight"}  # fmt: skip
 
 
 def _check_array_sizes(cls) -> None:
     """From Python, arrays reach ``rootclad::Model`` as bare pointers: a batch size larger than
-    the arrays given would read or write past them. Check numpy arrays, RVecs and vectors
-    against B first and raise ValueError naming the method and the array."""
+    the arrays given would read or write past them, a null pointer crashed the process. Check
+    numpy arrays, RVecs and vectors against B first, refuse null pointers (``ROOT.nullptr``,
+    None, 0) where an array is needed, and raise ValueError naming the method and the array."""
 
     def wrap(name, kinds):
         cxx = getattr(cls, name)
@@ -63,16 +68,27 @@ def _check_array_sizes(cls) -> None:
     cls._rootclad_sizes_checked = True
 
 
+def _is_null(array) -> bool:
+    if array is None or array is import_root().nullptr:
+        return True
+    return isinstance(array, int) and array == 0
+
+
 def _check_batch(model, method: str, kinds, args) -> None:
-    B = args[2]
-    if not isinstance(B, int):
-        return
     arrays = [a for i, a in enumerate(args) if i != 2]
-    per = {"in": model.input_size(), "out": model.output_size(), "w": 1,
-           "y": 1 if str(model.loss()) in CLASS_INDEX_LOSSES else model.output_size()}  # fmt: skip
-    names = {"in": "input", "out": "output", "y": "target", "w": "weight"}
     for kind, array in zip(kinds, arrays, strict=False):
-        if kind is None or array is None:
+        if kind not in (None, "w") and _is_null(array):
+            raise ValueError(
+                f"rootclad.Model.{method}: the {_ARRAY_NAMES[kind]} array is a null pointer"
+            )
+    try:
+        B = operator.index(args[2])
+    except TypeError:
+        return  # not a batch size: C++ overload resolution refuses the call
+    per = {"in": model.input_size(), "dx": model.input_size(), "out": model.output_size(),
+           "w": 1, "y": 1 if str(model.loss()) in CLASS_INDEX_LOSSES else model.output_size()}  # fmt: skip
+    for kind, array in zip(kinds, arrays, strict=False):
+        if kind is None or _is_null(array):
             continue
         size = getattr(array, "size", None)
         if not isinstance(size, int):
@@ -83,8 +99,8 @@ def _check_batch(model, method: str, kinds, args) -> None:
         need = B * per[kind]
         if size < need:
             raise ValueError(
-                f"rootclad.Model.{method}: a batch of {B} needs {need} {names[kind]} values, "
-                f"the array given holds {size}"
+                f"rootclad.Model.{method}: a batch of {B} needs {need} {_ARRAY_NAMES[kind]} "
+                f"values, the array given holds {size}"
             )
 
 

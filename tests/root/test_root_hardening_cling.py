@@ -194,3 +194,65 @@ def test_a_root_warning_without_the_gil_is_printed_not_a_crash():
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split()[-1] == "ALIVE"
     assert "Warning in <rootclad_test_warn>: no GIL here" in proc.stderr
+
+
+# Every call with a null array, in a subprocess: the null pointer reached the model's kernels
+# (SIGSEGV). Prints one line per call: the exception, or what the call returned.
+_NULLS = """
+import sys
+import numpy as np
+import rootclad.root
+from rootclad.data.cling import import_root
+
+ROOT = import_root()
+m = rootclad.root.load(sys.argv[1])
+opt = ROOT.rootclad.Adam(m, 1e-2)
+x, y, w, out = np.zeros((4, 3)), np.zeros((4, 1)), np.ones(4), np.zeros((4, 1))
+calls = {
+    "predict": [x, out], "input_grad": [x, np.zeros((4, 3))], "loss": [x, y],
+    "loss_and_grad": [x, y, w], "train_step": [x, y, opt, w],
+}
+for method, args in calls.items():
+    for i, arg in enumerate(args):
+        if arg is opt:
+            continue
+        for null in (ROOT.nullptr, None, 0):
+            given = [*args[:i], null, *args[i + 1 :]]
+            try:
+                r = getattr(m, method)(*given[:2], 4, *given[2:])
+                print(method, i, "returned", r)
+            except (ValueError, TypeError) as err:
+                print(method, i, type(err).__name__, str(err).replace("\\n", " "))
+short = np.ones(1)
+for method, extra in (("loss_and_grad", []), ("train_step", [opt])):
+    try:
+        getattr(m, method)(x, y, 4, *extra, short)
+        print(method, "short weights", "returned")
+    except ValueError as err:
+        print(method, "short weights", "ValueError", err)
+"""
+
+
+def test_null_and_short_arrays_are_refused_by_name(exported, tmp_path):
+    _, stem, _, _ = exported
+    proc = subprocess.run([sys.executable, "-c", _NULLS, str(stem)], capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    names = {"predict": ["input", "output"], "input_grad": ["input", "input gradient"],
+             "loss": ["input", "target"], "loss_and_grad": ["input", "target", "weight"],
+             "train_step": ["input", "target", None, "weight"]}  # fmt: skip
+    for method, args in names.items():
+        for i, name in enumerate(args):
+            got = [line for line in lines if line.startswith(f"{method} {i} ")]
+            if name is None:
+                assert got == []
+            elif name == "weight":  # nullptr or 0: no weights; cppyy refuses None
+                assert [line.split()[2] for line in got] == ["returned", "TypeError", "returned"]
+            else:
+                assert len(got) == 3, (method, i, lines)
+                for line in got:
+                    assert f"rootclad.Model.{method}: the {name} array is a null pointer" in line
+    for method in ("loss_and_grad", "train_step"):
+        (line,) = [line for line in lines if line.startswith(f"{method} short weights")]
+        assert "a batch of 4 needs 4 weight values, the array given holds 1" in line
