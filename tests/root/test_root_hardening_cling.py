@@ -223,6 +223,11 @@ for method, args in calls.items():
                 print(method, i, "returned", r)
             except (ValueError, TypeError) as err:
                 print(method, i, type(err).__name__, str(err).replace("\\n", " "))
+try:
+    m.predict(x, out[:1], np.int64(4))
+    print("numpy batch size returned")
+except ValueError as err:
+    print("numpy batch size ValueError", err)
 short = np.ones(1)
 for method, extra in (("loss_and_grad", []), ("train_step", [opt])):
     try:
@@ -253,6 +258,7 @@ def test_null_and_short_arrays_are_refused_by_name(exported, tmp_path):
                 assert len(got) == 3, (method, i, lines)
                 for line in got:
                     assert f"rootclad.Model.{method}: the {name} array is a null pointer" in line
+    assert "a batch of 4 needs 4 output values, the array given holds 1" in lines[-3]
     for method in ("loss_and_grad", "train_step"):
         (line,) = [line for line in lines if line.startswith(f"{method} short weights")]
         assert "a batch of 4 needs 4 weight values, the array given holds 1" in line
