@@ -21,3 +21,18 @@ def comment_text(text: str) -> str:
     """``text`` for a ``//`` comment: on one line, with ``\\`` and every character that is not
     printable (newlines, control characters, undecodable bytes) escaped as Python writes them."""
     return "".join(c if c.isprintable() and c != "\\" else ascii(c)[1:-1] for c in text)
+
+
+# A name given to generated C++ (``rootclad emit``'s namespace) is none of these.
+KEYWORDS = frozenset(
+    """
+    alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t
+    char32_t class co_await co_return co_yield compl concept const const_cast consteval constexpr
+    constinit continue decltype default delete do double dynamic_cast else enum explicit export
+    extern false float for friend goto if inline int long mutable namespace new noexcept not
+    not_eq nullptr operator or or_eq private protected public register reinterpret_cast requires
+    return short signed sizeof static static_assert static_cast struct switch template this
+    thread_local throw true try typedef typeid typename union unsigned using virtual void
+    volatile wchar_t while xor xor_eq
+""".split()
+)

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rootclad.codegen.cxx import comment_text
+from rootclad.codegen.cxx import KEYWORDS, comment_text
 from rootclad.codegen.emit import emit_model
 from rootclad.ir.from_torch import graph_from_module
 
@@ -177,6 +177,8 @@ def emit_header(module: torch.nn.Module, example_input: torch.Tensor, out: Path,
     name = name or re.sub(r"\W", "_", out.stem)
     if not re.fullmatch(r"[A-Za-z_]\w*", name):
         raise ValueError(f"{name!r} is not a C++ identifier; give --name")
+    if name in KEYWORDS or name in ("std", "clad", "rootclad"):
+        raise ValueError(f"{name!r} is a C++ keyword or a namespace the header uses; give --name")
     module = module.to(dtype).eval()
     graph = graph_from_module(module, example_input.to(dtype), str(dtype).removeprefix("torch."))
     em = emit_model(graph, "mse", "pullback", True, c_api=False)

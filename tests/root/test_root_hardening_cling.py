@@ -262,3 +262,15 @@ def test_null_and_short_arrays_are_refused_by_name(exported, tmp_path):
     for method in ("loss_and_grad", "train_step"):
         (line,) = [line for line in lines if line.startswith(f"{method} short weights")]
         assert "a batch of 4 needs 4 weight values, the array given holds 1" in line
+
+
+@pytest.mark.parametrize(("file", "name"), [("export.hxx", None), ("net.hxx", "class"),
+                                            ("net.hxx", "clad"), ("net.hxx", "std")])  # fmt: skip
+def test_standalone_namespace_is_never_a_keyword_or_a_namespace_it_uses(tmp_path, file, name):
+    """``namespace export {`` (the default name of ``export.hxx``) does not compile; ``clad``
+    or ``std`` would merge into the namespaces the header itself opens."""
+    from rootclad.codegen.standalone import emit_header
+
+    with pytest.raises(ValueError, match=r"'(export|class|clad|std)' .*give --name"):
+        emit_header(nn.Sequential(nn.Linear(3, 2)), torch.zeros(2, 3), tmp_path / file, name)
+    assert not list(tmp_path.iterdir())
