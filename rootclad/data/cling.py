@@ -24,7 +24,9 @@ _ROOT = None
 
 
 def import_root():
-    """``import ROOT``, silencing only the wheel's "alpha stage" UserWarning.
+    """``import ROOT``, silencing only the wheel's "alpha stage" UserWarning, with ROOT's
+    messages from threads without the GIL printed rather than handed to PyROOT's handler
+    (``rootclad/pyroot_errors.h``: that crashed rootclad's GIL-released readers).
 
     Once per process, under the lock: ROOT sets itself up on first attribute access, and two
     threads doing that at once saw a half-made module (``ROOT.std`` missing)."""
@@ -39,6 +41,8 @@ def import_root():
             ROOT.gInterpreter  # noqa: B018  (finishes ROOT's lazy set-up)
             ROOT.std  # noqa: B018
             _ROOT = ROOT
+            declare_header("pyroot_errors.h")
+            ROOT.rootclad.detail.install_gil_safe_error_handler()
     return _ROOT
 
 

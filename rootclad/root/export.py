@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 import rootclad
+from rootclad.codegen.cxx import comment_text, string_literal
 from rootclad.toolchain.build import file_digest
 
 
@@ -98,13 +99,13 @@ def export(cm, stem, optimizer=None) -> dict[str, Path]:
                 _optimizer_tree(f, cm, optimizer)
             f["rootclad_metadata"] = json.dumps(metadata(cm, md5))
         tmp[".h"].write_text(
-            f"// {paths['.h'].name}: the rootclad model exported as {stem.name}"
-            f" ({cm._em.prefix}).\n"
+            f"// {comment_text(paths['.h'].name)}: the rootclad model exported as "
+            f"{comment_text(stem.name)} ({cm._em.prefix}).\n"
             "// In a macro: R__LOAD_LIBRARY(<stem>.so) is not needed: rootclad::Model opens it.\n"
             '//   rootclad::Model m("<stem>");  // see rootclad/model.h\n'
             "#pragma once\n"
             "#ifdef __CLING__\n"
-            f"R__ADD_INCLUDE_PATH({rootclad.get_include()})\n"
+            f"#pragma cling add_include_path({string_literal(rootclad.get_include())})\n"
             "#endif\n"
             '#include "rootclad/model.h"\n'
         )

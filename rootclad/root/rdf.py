@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import operator
 import os
+import re
 from pathlib import Path
 
 from rootclad.data.cling import CLING_LOCK, declare, declare_header, import_root
@@ -29,21 +31,25 @@ def _model_class():
 
 
 # Per method, what each argument before and after the batch size B (always the third) must
-# hold: "in" B * input_size values, "out" B * output_size, "y" the targets of B samples,
-# "w" B weights, None no check (the optimizer).
+# hold: "in" B * input_size values, "dx" as many (the input gradient), "out" B * output_size,
+# "y" the targets of B samples, "w" B weights or none (a null pointer: every weight 1), None no
+# check (the optimizer).
 _ARRAY_ARGS = {
     "predict": ("in", "out"),
-    "input_grad": ("in", "in"),
+    "input_grad": ("in", "dx"),
     "loss": ("in", "y"),
-    "loss_and_grad": ("in", "y", None, "w"),
-    "train_step": ("in", "y", None, None, "w"),
+    "loss_and_grad": ("in", "y", "w"),
+    "train_step": ("in", "y", None, "w"),
 }
+_ARRAY_NAMES = {"in": "input", "dx": "input gradient", "out": "output", "y": "target",
+                "w": "weight"}  # fmt: skip
 
 
 def _check_array_sizes(cls) -> None:
     """From Python, arrays reach ``rootclad::Model`` as bare pointers: a batch size larger than
-    the arrays given would read or write past them. Check numpy arrays, RVecs and vectors
-    against B first and raise ValueError naming the method and the array."""
+    the arrays given would read or write past them, a null pointer crashed the process. Check
+    numpy arrays, RVecs and vectors against B first, refuse null pointers (``ROOT.nullptr``,
+    None, 0) where an array is needed, and raise ValueError naming the method and the array."""
 
     def wrap(name, kinds):
         cxx = getattr(cls, name)
@@ -62,16 +68,27 @@ def _check_array_sizes(cls) -> None:
     cls._rootclad_sizes_checked = True
 
 
+def _is_null(array) -> bool:
+    if array is None or array is import_root().nullptr:
+        return True
+    return isinstance(array, int) and array == 0
+
+
 def _check_batch(model, method: str, kinds, args) -> None:
-    B = args[2]
-    if not isinstance(B, int):
-        return
     arrays = [a for i, a in enumerate(args) if i != 2]
-    per = {"in": model.input_size(), "out": model.output_size(), "w": 1,
-           "y": 1 if str(model.loss()) in CLASS_INDEX_LOSSES else model.output_size()}  # fmt: skip
-    names = {"in": "input", "out": "output", "y": "target", "w": "weight"}
     for kind, array in zip(kinds, arrays, strict=False):
-        if kind is None or array is None:
+        if kind not in (None, "w") and _is_null(array):
+            raise ValueError(
+                f"rootclad.Model.{method}: the {_ARRAY_NAMES[kind]} array is a null pointer"
+            )
+    try:
+        B = operator.index(args[2])
+    except TypeError:
+        return  # not a batch size: C++ overload resolution refuses the call
+    per = {"in": model.input_size(), "dx": model.input_size(), "out": model.output_size(),
+           "w": 1, "y": 1 if str(model.loss()) in CLASS_INDEX_LOSSES else model.output_size()}  # fmt: skip
+    for kind, array in zip(kinds, arrays, strict=False):
+        if kind is None or _is_null(array):
             continue
         size = getattr(array, "size", None)
         if not isinstance(size, int):
@@ -82,8 +99,8 @@ def _check_batch(model, method: str, kinds, args) -> None:
         need = B * per[kind]
         if size < need:
             raise ValueError(
-                f"rootclad.Model.{method}: a batch of {B} needs {need} {names[kind]} values, "
-                f"the array given holds {size}"
+                f"rootclad.Model.{method}: a batch of {B} needs {need} {_ARRAY_NAMES[kind]} "
+                f"values, the array given holds {size}"
             )
 
 
@@ -98,16 +115,24 @@ def load(stem):
 
 
 def _slots(stem: str) -> str:
-    """A C++ global ``rootclad::SlotModels`` for ``stem``: one Model per processing slot.
+    """A C++ global pointer to a ``rootclad::SlotModels`` for ``stem``: one Model per
+    processing slot, for Define expressions (``(*name)[rdfslot_]``).
 
-    Named by the stem, the slot count and the files' modification times, so weights written
-    after a first use (a macro's training) are read. The files are checked first through
-    Python (a stale library raises here, not inside Cling's declaration)."""
+    Named by a hash of the stem, the slot count and the files' modification times, so weights
+    written after a first use (a macro's training) are read. The stem reaches C++ as a value
+    through PyROOT, never as source text: a path may hold any character. The files are checked
+    first through Python (a stale library raises here, not inside Cling)."""
     _cached_model(stem)
-    n = max(1, int(import_root().ROOT.GetThreadPoolSize()))
+    root = import_root()
+    n = max(1, int(root.ROOT.GetThreadPoolSize()))
     times = [os.stat(stem + ext).st_mtime_ns for ext in (".so", ".root")]
     name = "rootclad_slots_" + hashlib.sha256(f"{stem}:{n}:{times}".encode()).hexdigest()[:16]
-    declare(f'auto& {name} = *new rootclad::SlotModels("{stem}", {n});\n')
+    with CLING_LOCK:
+        declare(f"rootclad::SlotModels* {name} = nullptr;\n")
+        if not getattr(root, name):
+            slots = root.rootclad.SlotModels(stem, n)
+            root.SetOwnership(slots, False)  # lives as long as the process, as Cling's globals
+            setattr(root, name, slots)
     return name
 
 
@@ -130,6 +155,11 @@ def _element_type(type_name: str) -> str | None:
     return None
 
 
+# What a column's name may be to go into a Define expression, where RDataFrame finds it in the
+# text (``a.b``, ``class``: it replaces them); anything else could be read as code.
+_COLUMN_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", re.ASCII)
+
+
 def _input_expr(df, inputs, stem: str, what: str) -> str:
     """The C++ expression handing one event's input to ``Model::score``/``saliency``, after
     checking the columns' types (and, for a list of columns, their number) in Python, so that
@@ -142,6 +172,12 @@ def _input_expr(df, inputs, stem: str, what: str) -> str:
     for c in cols:
         if c not in names:
             raise ValueError(f"{what}: no column '{c}' in the RDataFrame")
+        if not _COLUMN_NAME.fullmatch(c):
+            raise ValueError(
+                f"{what}: column '{c}' is not a C++ name (letters, digits and _, or such names "
+                "joined by dots); RDataFrame finds a Define's columns in the expression's text, "
+                "so its name cannot be used there safely: rename the branch"
+            )
     if isinstance(inputs, str):
         type_name = str(df.GetColumnType(inputs))
         element = _element_type(type_name)
@@ -178,7 +214,7 @@ def define_score(df, stem, inputs, column: str = "score"):
     ``ROOT.EnableImplicitMT()`` (one model per processing slot)."""
     stem = _stem(stem)
     expr = _input_expr(df, inputs, stem, "define_score")
-    return df.Define(column, f"{_slots(stem)}[rdfslot_].score({expr})")
+    return df.Define(column, f"(*{_slots(stem)})[rdfslot_].score({expr})")
 
 
 def define_saliency(df, stem, inputs, column: str = "saliency"):
@@ -186,7 +222,7 @@ def define_saliency(df, stem, inputs, column: str = "saliency"):
     (``RVec<float>`` for a float input column, ``RVec<double>`` for a list of columns)."""
     stem = _stem(stem)
     expr = _input_expr(df, inputs, stem, "define_saliency")
-    return df.Define(column, f"{_slots(stem)}[rdfslot_].saliency({expr})")
+    return df.Define(column, f"(*{_slots(stem)})[rdfslot_].saliency({expr})")
 
 
 def score_tree(
