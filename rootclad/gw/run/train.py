@@ -9,7 +9,6 @@ resumed run therefore ends exactly where an uninterrupted one would (tested).
 from __future__ import annotations
 
 import dataclasses
-import os
 import pickle
 import sys
 import time
@@ -19,6 +18,7 @@ import numpy as np
 import torch
 
 from rootclad.gw.run.config import RunConfig
+from rootclad.gw.run.files import replacing
 
 
 @dataclasses.dataclass
@@ -82,13 +82,8 @@ def _weights(cm) -> dict:
 
 
 def _save_checkpoint(path: Path, state: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    try:
+    with replacing(path) as tmp:
         torch.save(state, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def load_checkpoint(path: Path) -> dict:
