@@ -13,6 +13,7 @@ ROOT, report. Each stage is timed; everything lands in one output directory:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import platform
@@ -35,9 +36,13 @@ class Stages:
         self.log = log
 
     def run(self, name, fn, *args, **kwargs):
-        self.log(f"== {name}")
-        t = time.perf_counter()
-        out = fn(*args, **kwargs)
+        try:
+            self.log(f"== {name}")
+            t = time.perf_counter()
+            out = fn(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt(f"interrupted during {name} (rerun with --resume to continue "
+                                    "from the last finished epoch)") from None  # fmt: skip
         self.times[name] = time.perf_counter() - t
         return out
 
@@ -206,6 +211,43 @@ def explain(cm, cfg, test: dict, test_file: Path) -> dict:
     }
 
 
+# While ROOT runs, SIGINT only sets this flag (a C handler): Python's handler would raise
+# KeyboardInterrupt inside cppyy, which crashed there once (SetDetailedException), and it
+# cannot run at all until a long C++ call returns. The event loop stops at the flag.
+_SIGINT_FLAG = """
+#include <atomic>
+#include <csignal>
+namespace rootclad_gw {
+inline std::atomic<bool> interrupted{false};
+inline struct sigaction python_handler;
+inline void on_sigint(int) { interrupted = true; }
+inline void catch_sigint() {
+  interrupted = false;
+  struct sigaction flag = {};
+  flag.sa_handler = on_sigint;
+  sigaction(SIGINT, &flag, &python_handler);
+}
+inline void release_sigint() { sigaction(SIGINT, &python_handler, nullptr); }
+}  // namespace rootclad_gw
+"""
+
+
+@contextlib.contextmanager
+def _sigint_as_flag(ROOT):
+    """Ctrl-C in the block sets ``rootclad_gw::interrupted``; KeyboardInterrupt is raised when
+    the block ends (or at once, when it raises)."""
+    from rootclad.data.cling import declare
+
+    declare(_SIGINT_FLAG)
+    ROOT.rootclad_gw.catch_sigint()
+    try:
+        yield
+    finally:
+        ROOT.rootclad_gw.release_sigint()
+    if ROOT.rootclad_gw.interrupted.load():
+        raise KeyboardInterrupt
+
+
 def root_scoring(cfg, stem: Path, test_file: Path, network: np.ndarray, ev: dict, out: Path):
     """The test file scored in ROOT through RDataFrame (define_score), checked against the
     Python scores, and a ROOT file with histograms per class and the curves as TGraphs."""
@@ -217,42 +259,50 @@ def root_scoring(cfg, stem: Path, test_file: Path, network: np.ndarray, ev: dict
         return {"skipped": "ROOT is not installed"}
     import rootclad.root
 
-    df = rootclad.root.define_score(ROOT.RDataFrame("events", str(test_file)), stem,
-                                    inputs="strain", column="score")  # fmt: skip
-    cols = df.AsNumpy(["score", "label"])
-    diff = float(np.max(np.abs(cols["score"] - network)))
-    lo, hi = float(np.min(network)), float(np.max(network))
     path = out / "scores.root"
-    with replacing(path) as tmp:
-        f = ROOT.TFile(str(tmp), "RECREATE")
-        if f.IsZombie():
-            raise write_error(path)
-        names = []
-        try:
-            for label, name in ((0, "noise"), (1, "signal")):
-                h = df.Filter(f"label == {label}").Histo1D(
-                    (f"score_{name}", f"network logit, {name} events;logit;events", 60, lo, hi),
-                    "score",
-                )
-                names.append(f"score_{name}")
-                f.WriteObject(h.GetPtr(), names[-1])
-            for method, m in ev["methods"].items():
-                fpr, tpr = np.asarray(m["roc"]["fpr"]), np.asarray(m["roc"]["tpr"])
-                g = ROOT.TGraph(len(fpr), fpr, tpr)
-                g.SetTitle(f"ROC, {method} (AUC {m['auc']:.4f});false-alarm probability;efficiency")
-                names.append(f"roc_{method}")
-                f.WriteObject(g, names[-1])
-                for key, v in m["fap"].items():
-                    e = v["efficiency"]
-                    x, y = np.asarray(e["snr"]), np.asarray(e["efficiency"])
-                    g = ROOT.TGraphErrors(len(x), x, y, np.zeros(len(x)), np.asarray(e["error"]))
-                    g.SetTitle(f"{method}, false-alarm probability {key};injected SNR;efficiency")
-                    names.append(f"efficiency_{method}_{key}")
-                    f.WriteObject(g, names[-1])
-        finally:
-            f.Close()
-        _check_root_file(tmp, path, names, failed=f.TestBit(ROOT.TFile.kWriteError))
+    with _sigint_as_flag(ROOT), replacing(path) as tmp:
+        # after Ctrl-C the loop runs on without reading or scoring an event
+        df = ROOT.RDataFrame("events", str(test_file)).Filter("!rootclad_gw::interrupted")
+        df = rootclad.root.define_score(df, stem, inputs="strain", column="score")
+        cols = df.AsNumpy(["score", "label"])
+        if ROOT.rootclad_gw.interrupted.load():
+            raise KeyboardInterrupt
+        _write_scores_file(ROOT, tmp, path, cols, network, ev)
+    diff = float(np.max(np.abs(cols["score"] - network)))
     return {"file": str(path), "max_abs_diff_to_python": diff, "events": int(len(cols["score"]))}
+
+
+def _write_scores_file(ROOT, tmp: Path, path: Path, cols: dict, network, ev: dict) -> None:
+    """Score histograms per class, and the ROC and efficiency curves as TGraphs."""
+    lo, hi = float(np.min(network)), float(np.max(network))
+    f = ROOT.TFile(str(tmp), "RECREATE")
+    if f.IsZombie():
+        raise write_error(path)
+    names = []
+    try:
+        for label, name in ((0, "noise"), (1, "signal")):
+            h = ROOT.TH1D(f"score_{name}", f"network logit, {name} events;logit;events", 60, lo, hi)
+            h.SetDirectory(ROOT.nullptr)  # Python's: not deleted again when the file closes
+            x = np.ascontiguousarray(cols["score"][cols["label"] == label], dtype=np.float64)
+            h.FillN(len(x), x, ROOT.nullptr)
+            names.append(f"score_{name}")
+            f.WriteObject(h, names[-1])
+        for method, m in ev["methods"].items():
+            fpr, tpr = np.asarray(m["roc"]["fpr"]), np.asarray(m["roc"]["tpr"])
+            g = ROOT.TGraph(len(fpr), fpr, tpr)
+            g.SetTitle(f"ROC, {method} (AUC {m['auc']:.4f});false-alarm probability;efficiency")
+            names.append(f"roc_{method}")
+            f.WriteObject(g, names[-1])
+            for key, v in m["fap"].items():
+                e = v["efficiency"]
+                x, y = np.asarray(e["snr"]), np.asarray(e["efficiency"])
+                g = ROOT.TGraphErrors(len(x), x, y, np.zeros(len(x)), np.asarray(e["error"]))
+                g.SetTitle(f"{method}, false-alarm probability {key};injected SNR;efficiency")
+                names.append(f"efficiency_{method}_{key}")
+                f.WriteObject(g, names[-1])
+    finally:
+        f.Close()
+    _check_root_file(tmp, path, names, failed=f.TestBit(ROOT.TFile.kWriteError))
 
 
 def _check_root_file(tmp: Path, path: Path, names: list[str], failed: bool) -> None:
