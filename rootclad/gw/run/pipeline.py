@@ -164,10 +164,17 @@ def template_bank(cfg: RunConfig, test_file: Path, cache: Path, log):
     key = hashlib.sha256(f"{sim.to_json()}:{cfg.bank_min_match}".encode()).hexdigest()[:16]
     path = cache / f"bank-{key}.npz"
     if path.exists():
-        z = np.load(path)
-        log(f"template bank: {len(z['masses'])} templates, cached in {path}")
-        return TemplateBank(z["masses"], z["templates"], int(z["n"]), float(z["sample_rate"]),
-                            tuple(z["band"]), sim.psd, float(z["t_ref"]), sim.approximant)  # fmt: skip
+        try:
+            # np.load(path) leaves the file open when the zip is broken: ours is closed
+            with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as z:
+                bank = TemplateBank(z["masses"], z["templates"], int(z["n"]),
+                                    float(z["sample_rate"]), tuple(z["band"]), sim.psd,
+                                    float(z["t_ref"]), sim.approximant)  # fmt: skip
+            log(f"template bank: {len(bank)} templates, cached in {path}")
+            return bank
+        except Exception as err:  # truncated or not ours: built again, and the cache replaced
+            log(f"warning: the cached template bank {path} cannot be read "
+                f"({type(err).__name__}: {err}); building it again")  # fmt: skip
     bank = bank_for_file(test_file, min_match=cfg.bank_min_match, seed=cfg.seed)
     cache.mkdir(parents=True, exist_ok=True)
     with replacing(path, ".npz") as tmp:
