@@ -347,6 +347,8 @@ def simulate(
         raise ValueError("n_events must be at least 1")
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be at least 1, got {chunk_size}")
+    if not 0 <= seed < 2**63:  # as the readers take it; event_seeds computes in 64 bits
+        raise ValueError(f"seed must be in [0, 2**63), got {seed}")
     config = SimulationConfig(
         seed=int(seed), duration=duration, sample_rate=sample_rate, snr=snr,
         signal_fraction=signal_fraction, mass_range=mass_range, t_merger=t_merger,

@@ -206,7 +206,8 @@ def test_a_lalsuite_approximant_simulates_through_the_run_config(tmp_path):
     from rootclad.gw.dataset import read_config
     from rootclad.gw.run.pipeline import simulate_all
 
-    cfg = resolve(train_events=20, val_events=10, test_events=200, approximant="IMRPhenomD")
+    cfg = resolve(train_events=20, val_events=10, test_events=200, batch_size=16,
+                  approximant="IMRPhenomD")  # fmt: skip
     files = simulate_all(cfg, tmp_path, False, lambda *_: None)
     assert read_config(files["test"]).approximant == "IMRPhenomD"
 

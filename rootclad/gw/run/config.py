@@ -112,6 +112,10 @@ def _typed(key: str, value):
     return value
 
 
+# split seeds are seed * 1000 + 0, 1, 2; the readers and simulate take seeds below 2**63
+MAX_SEED = (2**63 - 1 - 2) // 1000
+
+
 def check(c: RunConfig) -> RunConfig:
     """Raise ConfigError naming the first impossible value."""
     positive = ["train_events", "val_events", "test_events", "epochs", "batch_size", "patience"]
@@ -124,6 +128,12 @@ def check(c: RunConfig) -> RunConfig:
     for key in ("bootstrap", "saliency_examples", "seed"):
         if getattr(c, key) < 0:
             raise ConfigError(f"{key} must not be negative, got {getattr(c, key)}")
+    if c.seed > MAX_SEED:
+        raise ConfigError(f"seed must be at most {MAX_SEED} (the data files' seeds, seed * 1000 "
+                          f"+ split, must fit the readers' 63 bits), got {c.seed}")  # fmt: skip
+    if c.batch_size > c.train_events:
+        raise ConfigError(f"batch_size must be at most train_events ({c.train_events}), "
+                          f"got {c.batch_size}")  # fmt: skip
     for key in ("duration", "sample_rate", "lr"):
         v = getattr(c, key)
         if not (math.isfinite(v) and v > 0):
