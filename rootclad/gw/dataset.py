@@ -398,6 +398,11 @@ def simulate(
                 }
             )
         os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        if err.filename is None:  # uproot's writes name no file (a full disk)
+            raise OSError(err.errno, err.strerror, str(path)) from err
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

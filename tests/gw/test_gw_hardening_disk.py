@@ -69,6 +69,16 @@ def test_scores_root_on_a_full_disk_fails_the_stage_naming_the_file(tiny, full_d
     _no_partials(full_disk)
 
 
+def test_simulating_onto_a_full_disk_names_the_file(full_disk):
+    from rootclad.gw.dataset import simulate
+
+    path = full_disk / "train.root"
+    with pytest.raises(OSError, match="No space left on device") as e:
+        simulate(path, 300, workers=1, progress=False)
+    assert e.value.errno == errno.ENOSPC and e.value.filename == str(path)
+    assert sorted(p.name for p in full_disk.iterdir()) == ["filler"]
+
+
 def test_a_checkpoint_on_a_full_disk_says_no_space_left(full_disk):
     """torch.save's own error is ``RuntimeError: basic_ios::clear``."""
     from rootclad.gw.run.train import _save_checkpoint
