@@ -150,6 +150,12 @@ def main(argv: list[str] | None = None) -> int:
         command = " ".join(filter(None, (args.command, getattr(args, "gw_command", None))))
         print(f"rootclad {command}: error: {msg}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as err:  # Ctrl-C: one line, and the status a shell gives SIGINT
+        if os.environ.get("ROOTCLAD_TRACEBACK"):
+            raise
+        command = " ".join(filter(None, (args.command, getattr(args, "gw_command", None))))
+        print(f"rootclad {command}: {str(err) or 'interrupted'}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

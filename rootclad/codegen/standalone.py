@@ -216,8 +216,12 @@ def emit_header(module: torch.nn.Module, example_input: torch.Tensor, out: Path,
     out.parent.mkdir(parents=True, exist_ok=True)
     for path, data in ((out, text.encode()), (weights, head + flat.astype(f"<f{elem}").tobytes())):
         tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        try:
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        except BaseException:  # a full disk, Ctrl-C: no partial file left
+            tmp.unlink(missing_ok=True)
+            raise
     return {"header": out, "weights": weights}
 
 

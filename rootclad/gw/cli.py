@@ -63,7 +63,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     n = args.events
     cfg = resolve(
         args.config, args.preset, model=args.model, engine=args.engine, epochs=args.epochs,
-        device=args.device, seed=args.seed, approximant=args.approximant, train_events=n,
+        device=args.device, seed=args.seed, approximant=args.approximant,
+        compression=args.compression, train_events=n,
         val_events=None if n is None else max(n // 6, 256),
         test_events=None if n is None else max(n // 2, 1024),
     )  # fmt: skip
@@ -101,7 +102,7 @@ def register(subparsers) -> None:
     p.add_argument("--approximant", default="builtin", help="'builtin' or a LALSimulation name")
     p.add_argument("--psd", default="aligo", help="'aligo' or 'lal:<name>'")
     p.add_argument("--band", type=_pair, default=(20.0, 1000.0), help="whitening band (Hz)")
-    p.add_argument("--compression", default="none", help="none, lz4, zlib, lzma, zstd[:level]")
+    p.add_argument("--compression", default="lz4", help="lz4, none, zlib, lzma, zstd[:level]")
     p.add_argument(
         "--chunk-size",
         type=int,
@@ -135,6 +136,8 @@ def register(subparsers) -> None:
         choices=["cpu", "cuda"],
         help="train, score and explain on the GPU with --device cuda (needs nvcc)",
     )
+    p.add_argument("--compression", choices=["lz4", "none", "zlib", "zstd", "lzma"],
+                   help="of the data files (default lz4; zlib also detects corrupted strain)")  # fmt: skip
     p.add_argument("--preset", default="default", choices=["default", "full"])
     p.add_argument("--resume", action="store_true", help="continue from out/checkpoint.pt")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")

@@ -139,7 +139,7 @@ def test_interrupted_training_resumes_to_the_same_weights(small_files, tmp_path)
         train(cfg, files["train"], files["val"], tmp_path / "b", progress=False,
               log=stop_after_two)  # fmt: skip
     # the log line comes before the epoch's checkpoint: the last good one is epoch 1's
-    assert torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)["epoch"] == 1
+    assert torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=True)["epoch"] == 1
     assert [p.name for p in (tmp_path / "b").iterdir()] == ["checkpoint.pt"]
     resumed = train(cfg, files["train"], files["val"], tmp_path / "b", resume=True,
                     progress=False, log=quiet)  # fmt: skip
@@ -206,7 +206,8 @@ def test_a_lalsuite_approximant_simulates_through_the_run_config(tmp_path):
     from rootclad.gw.dataset import read_config
     from rootclad.gw.run.pipeline import simulate_all
 
-    cfg = resolve(train_events=20, val_events=10, test_events=200, approximant="IMRPhenomD")
+    cfg = resolve(train_events=20, val_events=10, test_events=200, batch_size=16,
+                  approximant="IMRPhenomD")  # fmt: skip
     files = simulate_all(cfg, tmp_path, False, lambda *_: None)
     assert read_config(files["test"]).approximant == "IMRPhenomD"
 
@@ -223,7 +224,7 @@ def test_the_best_epochs_weights_are_kept_not_the_last(small_files, tmp_path, mo
     result = train_module.train(cfg, files["train"], files["val"], tmp_path, progress=False,
                                 log=lambda *_: None)  # fmt: skip
     assert result.best_epoch == 2
-    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     for name, value in result.cm.state_dict().items():
         assert torch.equal(value, state["best_model"][name]), name
     assert any(not torch.equal(state["model"][k], state["best_model"][k]) for k in state["model"])

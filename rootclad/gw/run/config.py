@@ -31,6 +31,7 @@ class RunConfig:
     snr: tuple[float, float] = (2.0, 12.0)  # injected optimal SNR, uniform
     mass_range: tuple[float, float] = (10.0, 50.0)
     approximant: str = "builtin"
+    compression: str = "lz4"  # of the data files; "zlib" also detects corrupted strain
     # training
     model: str = "cnn"
     engine: str = "auto"
@@ -62,7 +63,8 @@ class RunConfig:
         n = {"train": self.train_events, "val": self.val_events, "test": self.test_events}[split]
         return dict(n_events=n, seed=self.seed * 1000 + offset, snr=self.snr,
                     duration=self.duration, sample_rate=self.sample_rate,
-                    mass_range=self.mass_range, approximant=self.approximant)  # fmt: skip
+                    mass_range=self.mass_range, approximant=self.approximant,
+                    compression=self.compression)  # fmt: skip
 
 
 PRESETS = {
@@ -81,7 +83,7 @@ _INT = {"seed", "train_events", "val_events", "test_events", "epochs", "batch_si
         "bootstrap", "saliency_examples"}  # fmt: skip
 _FLOAT = {"duration", "sample_rate", "lr", "bank_min_match"}
 _PAIR = {"snr", "mass_range"}
-_STR = {"approximant": None, "model": ("cnn", "mlp"), "engine": ("auto", "clad", "pullback"),
+_STR = {"approximant": None, "compression": ("lz4", "none", "zlib", "zstd", "lzma"), "model": ("cnn", "mlp"), "engine": ("auto", "clad", "pullback"),
         "device": ("cpu", "cuda")}  # fmt: skip
 
 
@@ -110,6 +112,10 @@ def _typed(key: str, value):
     return value
 
 
+# split seeds are seed * 1000 + 0, 1, 2; the readers and simulate take seeds below 2**63
+MAX_SEED = (2**63 - 1 - 2) // 1000
+
+
 def check(c: RunConfig) -> RunConfig:
     """Raise ConfigError naming the first impossible value."""
     positive = ["train_events", "val_events", "test_events", "epochs", "batch_size", "patience"]
@@ -122,6 +128,12 @@ def check(c: RunConfig) -> RunConfig:
     for key in ("bootstrap", "saliency_examples", "seed"):
         if getattr(c, key) < 0:
             raise ConfigError(f"{key} must not be negative, got {getattr(c, key)}")
+    if c.seed > MAX_SEED:
+        raise ConfigError(f"seed must be at most {MAX_SEED} (the data files' seeds, seed * 1000 "
+                          f"+ split, must fit the readers' 63 bits), got {c.seed}")  # fmt: skip
+    if c.batch_size > c.train_events:
+        raise ConfigError(f"batch_size must be at most train_events ({c.train_events}), "
+                          f"got {c.batch_size}")  # fmt: skip
     for key in ("duration", "sample_rate", "lr"):
         v = getattr(c, key)
         if not (math.isfinite(v) and v > 0):

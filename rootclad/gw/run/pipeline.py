@@ -13,6 +13,7 @@ ROOT, report. Each stage is timed; everything lands in one output directory:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import platform
@@ -24,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from rootclad.gw.run.config import ConfigError, RunConfig
+from rootclad.gw.run.files import replacing, write_error
 
 
 class Stages:
@@ -34,9 +36,13 @@ class Stages:
         self.log = log
 
     def run(self, name, fn, *args, **kwargs):
-        self.log(f"== {name}")
-        t = time.perf_counter()
-        out = fn(*args, **kwargs)
+        try:
+            self.log(f"== {name}")
+            t = time.perf_counter()
+            out = fn(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt(f"interrupted during {name} (rerun with --resume to continue "
+                                    "from the last finished epoch)") from None  # fmt: skip
         self.times[name] = time.perf_counter() - t
         return out
 
@@ -59,29 +65,44 @@ def _check_output(out: Path, cfg: RunConfig) -> None:
     except OSError as err:
         raise ConfigError(f"cannot write to the output directory {out}: {err.strerror}") from None
     n = round(cfg.duration * cfg.sample_rate)
-    need = (cfg.train_events + cfg.val_events + cfg.test_events) * (n * 4 + 64) * 1.05 + 50e6
+    # data files a resumed or repeated run reuses need no space; one it replaces needs it all,
+    # the old file staying until the new one is complete
+    todo = [split for split in SPLITS if not _reusable(out / "data" / f"{split}.root", cfg, split)]
+    events = sum(cfg.simulation(split)["n_events"] for split in todo)
+    need = events * (n * 4 + 64) * 1.05 + 50e6
     free = shutil.disk_usage(out).free
     if free < need:
         raise ConfigError(f"{out}: {free / 1e9:.2f} GB free, the run needs about "
                           f"{need / 1e9:.2f} GB (fewer events: --events)")  # fmt: skip
 
 
+SPLITS = ("train", "val", "test")
+
+
+def _reusable(path: Path, cfg: RunConfig, split: str) -> bool:
+    """Whether ``path`` holds the split's events as ``cfg`` would simulate them."""
+    from rootclad.gw.dataset import SimulationConfig, read_config
+
+    kwargs = cfg.simulation(split)
+    n = kwargs.pop("n_events")
+    kwargs.pop("compression")  # the events are the same in any
+    try:
+        same = path.exists() and read_config(path) == SimulationConfig(**kwargs)
+        return same and _entries(path) == n
+    except Exception:  # unreadable: simulate again
+        return False
+
+
 def simulate_all(cfg: RunConfig, data: Path, progress, log) -> dict[str, Path]:
-    from rootclad.gw.dataset import SimulationConfig, read_config, simulate
+    from rootclad.gw.dataset import simulate
 
     data.mkdir(parents=True, exist_ok=True)
     files = {}
-    for split in ("train", "val", "test"):
+    for split in SPLITS:
         path = data / f"{split}.root"
         kwargs = cfg.simulation(split)
         n = kwargs.pop("n_events")
-        want = SimulationConfig(**kwargs)
-        try:
-            have = read_config(path) if path.exists() else None
-            same = have == want and _entries(path) == n
-        except Exception:  # unreadable: simulate again
-            same = False
-        if same:
+        if _reusable(path, cfg, split):
             log(f"{path}: reused ({n} events, same configuration)")
         else:
             result = simulate(path, n, progress=progress, **kwargs)
@@ -143,16 +164,22 @@ def template_bank(cfg: RunConfig, test_file: Path, cache: Path, log):
     key = hashlib.sha256(f"{sim.to_json()}:{cfg.bank_min_match}".encode()).hexdigest()[:16]
     path = cache / f"bank-{key}.npz"
     if path.exists():
-        z = np.load(path)
-        log(f"template bank: {len(z['masses'])} templates, cached in {path}")
-        return TemplateBank(z["masses"], z["templates"], int(z["n"]), float(z["sample_rate"]),
-                            tuple(z["band"]), sim.psd, float(z["t_ref"]), sim.approximant)  # fmt: skip
+        try:
+            # np.load(path) leaves the file open when the zip is broken: ours is closed
+            with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as z:
+                bank = TemplateBank(z["masses"], z["templates"], int(z["n"]),
+                                    float(z["sample_rate"]), tuple(z["band"]), sim.psd,
+                                    float(z["t_ref"]), sim.approximant)  # fmt: skip
+            log(f"template bank: {len(bank)} templates, cached in {path}")
+            return bank
+        except Exception as err:  # truncated or not ours: built again, and the cache replaced
+            log(f"warning: the cached template bank {path} cannot be read "
+                f"({type(err).__name__}: {err}); building it again")  # fmt: skip
     bank = bank_for_file(test_file, min_match=cfg.bank_min_match, seed=cfg.seed)
     cache.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial.npz")
-    np.savez(tmp, masses=bank.masses, templates=bank.templates, n=bank.n,
-             sample_rate=bank.sample_rate, band=np.asarray(bank.band), t_ref=bank.t_ref)  # fmt: skip
-    os.replace(tmp, path)
+    with replacing(path, ".npz") as tmp:
+        np.savez(tmp, masses=bank.masses, templates=bank.templates, n=bank.n,
+                 sample_rate=bank.sample_rate, band=np.asarray(bank.band), t_ref=bank.t_ref)  # fmt: skip
     log(f"template bank: {len(bank)} templates (min match {cfg.bank_min_match}), cached")
     return bank
 
@@ -191,6 +218,43 @@ def explain(cm, cfg, test: dict, test_file: Path) -> dict:
     }
 
 
+# While ROOT runs, SIGINT only sets this flag (a C handler): Python's handler would raise
+# KeyboardInterrupt inside cppyy, which crashed there once (SetDetailedException), and it
+# cannot run at all until a long C++ call returns. The event loop stops at the flag.
+_SIGINT_FLAG = """
+#include <atomic>
+#include <csignal>
+namespace rootclad_gw {
+inline std::atomic<bool> interrupted{false};
+inline struct sigaction python_handler;
+inline void on_sigint(int) { interrupted = true; }
+inline void catch_sigint() {
+  interrupted = false;
+  struct sigaction flag = {};
+  flag.sa_handler = on_sigint;
+  sigaction(SIGINT, &flag, &python_handler);
+}
+inline void release_sigint() { sigaction(SIGINT, &python_handler, nullptr); }
+}  // namespace rootclad_gw
+"""
+
+
+@contextlib.contextmanager
+def _sigint_as_flag(ROOT):
+    """Ctrl-C in the block sets ``rootclad_gw::interrupted``; KeyboardInterrupt is raised when
+    the block ends (or at once, when it raises)."""
+    from rootclad.data.cling import declare
+
+    declare(_SIGINT_FLAG)
+    ROOT.rootclad_gw.catch_sigint()
+    try:
+        yield
+    finally:
+        ROOT.rootclad_gw.release_sigint()
+    if ROOT.rootclad_gw.interrupted.load():
+        raise KeyboardInterrupt
+
+
 def root_scoring(cfg, stem: Path, test_file: Path, network: np.ndarray, ev: dict, out: Path):
     """The test file scored in ROOT through RDataFrame (define_score), checked against the
     Python scores, and a ROOT file with histograms per class and the curves as TGraphs."""
@@ -202,36 +266,66 @@ def root_scoring(cfg, stem: Path, test_file: Path, network: np.ndarray, ev: dict
         return {"skipped": "ROOT is not installed"}
     import rootclad.root
 
-    df = rootclad.root.define_score(ROOT.RDataFrame("events", str(test_file)), stem,
-                                    inputs="strain", column="score")  # fmt: skip
-    cols = df.AsNumpy(["score", "label"])
-    diff = float(np.max(np.abs(cols["score"] - network)))
-    lo, hi = float(np.min(network)), float(np.max(network))
     path = out / "scores.root"
-    tmp = out / f".scores.root.{os.getpid()}.partial"
+    with _sigint_as_flag(ROOT), replacing(path) as tmp:
+        # after Ctrl-C the loop runs on without reading or scoring an event
+        df = ROOT.RDataFrame("events", str(test_file)).Filter("!rootclad_gw::interrupted")
+        df = rootclad.root.define_score(df, stem, inputs="strain", column="score")
+        cols = df.AsNumpy(["score", "label"])
+        if ROOT.rootclad_gw.interrupted.load():
+            raise KeyboardInterrupt
+        _write_scores_file(ROOT, tmp, path, cols, network, ev)
+    diff = float(np.max(np.abs(cols["score"] - network)))
+    return {"file": str(path), "max_abs_diff_to_python": diff, "events": int(len(cols["score"]))}
+
+
+def _write_scores_file(ROOT, tmp: Path, path: Path, cols: dict, network, ev: dict) -> None:
+    """Score histograms per class, and the ROC and efficiency curves as TGraphs."""
+    lo, hi = float(np.min(network)), float(np.max(network))
     f = ROOT.TFile(str(tmp), "RECREATE")
+    if f.IsZombie():
+        raise write_error(path)
+    names = []
     try:
         for label, name in ((0, "noise"), (1, "signal")):
-            h = df.Filter(f"label == {label}").Histo1D(
-                (f"score_{name}", f"network logit, {name} events;logit;events", 60, lo, hi),
-                "score",
-            )
-            f.WriteObject(h.GetPtr(), f"score_{name}")
+            h = ROOT.TH1D(f"score_{name}", f"network logit, {name} events;logit;events", 60, lo, hi)
+            h.SetDirectory(ROOT.nullptr)  # Python's: not deleted again when the file closes
+            x = np.ascontiguousarray(cols["score"][cols["label"] == label], dtype=np.float64)
+            h.FillN(len(x), x, ROOT.nullptr)
+            names.append(f"score_{name}")
+            f.WriteObject(h, names[-1])
         for method, m in ev["methods"].items():
             fpr, tpr = np.asarray(m["roc"]["fpr"]), np.asarray(m["roc"]["tpr"])
             g = ROOT.TGraph(len(fpr), fpr, tpr)
             g.SetTitle(f"ROC, {method} (AUC {m['auc']:.4f});false-alarm probability;efficiency")
-            f.WriteObject(g, f"roc_{method}")
+            names.append(f"roc_{method}")
+            f.WriteObject(g, names[-1])
             for key, v in m["fap"].items():
                 e = v["efficiency"]
                 x, y = np.asarray(e["snr"]), np.asarray(e["efficiency"])
                 g = ROOT.TGraphErrors(len(x), x, y, np.zeros(len(x)), np.asarray(e["error"]))
                 g.SetTitle(f"{method}, false-alarm probability {key};injected SNR;efficiency")
-                f.WriteObject(g, f"efficiency_{method}_{key}")
+                names.append(f"efficiency_{method}_{key}")
+                f.WriteObject(g, names[-1])
     finally:
         f.Close()
-    os.replace(tmp, path)
-    return {"file": str(path), "max_abs_diff_to_python": diff, "events": int(len(cols["score"]))}
+    _check_root_file(tmp, path, names, failed=f.TestBit(ROOT.TFile.kWriteError))
+
+
+def _check_root_file(tmp: Path, path: Path, names: list[str], failed: bool) -> None:
+    """ROOT reports a failed write only by a bit and an error line: the file written as ``tmp``
+    (to become ``path``) must have no write error and hold every object, readable."""
+    import uproot
+
+    if failed:
+        raise write_error(path)
+    try:
+        with uproot.open(tmp) as f:
+            missing = sorted(set(names) - {k.split(";")[0] for k in f.keys()})
+    except Exception as err:
+        raise write_error(path, f" (unreadable: {err})") from err
+    if missing:
+        raise write_error(path, f" (missing {', '.join(missing)})")
 
 
 def onnx_round_trip(cm, cfg, stem: Path, test_file: Path, network: np.ndarray,
@@ -256,14 +350,13 @@ def onnx_round_trip(cm, cfg, stem: Path, test_file: Path, network: np.ndarray,
     net.load_state_dict(cm.state_dict())
     net.eval()
     path = stem.with_suffix(".onnx")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
     shape = (2, 1, n) if cfg.model == "cnn" else (2, n)
-    with warnings.catch_warnings():  # the TorchScript-based exporter warns that it is legacy
+    # the TorchScript-based exporter warns that it is legacy
+    with warnings.catch_warnings(), replacing(path) as tmp:
         warnings.simplefilter("ignore")
         torch.onnx.export(net, torch.zeros(shape), str(tmp), dynamo=False, input_names=["strain"],
                           output_names=["logit"], opset_version=17,
                           dynamic_axes={"strain": {0: "batch"}, "logit": {0: "batch"}})  # fmt: skip
-    os.replace(tmp, path)
     imported = rootclad.onnx.load(path, loss="bce_with_logits", engine=cm.engine)
     again = network_scores(imported, cfg, test_file)
     sal = saliency(imported, cfg, examples["strain"][:, None, :])

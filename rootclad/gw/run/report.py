@@ -7,12 +7,12 @@ import base64
 import html
 import json
 import math
-import os
 from pathlib import Path
 
 import numpy as np
 
 from rootclad.gw.run.evaluate import FAPS, fap_key
+from rootclad.gw.run.files import replacing
 
 METHODS = {"network": "network (compiled CNN)", "matched_filter": "matched filter"}
 
@@ -82,11 +82,11 @@ def plots(out: Path, cfg, tr, ev, test, network, mf, examples) -> list[tuple[str
     made = []
 
     def save(fig, name, caption):
-        path = d / f"{name}.png"
-        tmp = d / f".{name}.{os.getpid()}.partial.png"
-        fig.savefig(tmp, dpi=110, bbox_inches="tight")
-        plt.close(fig)
-        os.replace(tmp, path)
+        try:
+            with replacing(d / f"{name}.png", ".png") as tmp:
+                fig.savefig(tmp, dpi=110, bbox_inches="tight")
+        finally:
+            plt.close(fig)
         made.append((f"plots/{name}.png", caption))
 
     h = tr.history
@@ -254,9 +254,8 @@ def html_page(md_text: str, out: Path) -> str:
 
 def write_text(path: Path, text: str) -> None:
     """``text`` to a temporary name beside ``path``, then renamed: never a truncated file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    with replacing(path) as tmp:
+        tmp.write_text(text)
 
 
 def write(out: Path, cfg, tr, ev, test, network, mf, examples, s: dict) -> None:

@@ -9,7 +9,7 @@ resumed run therefore ends exactly where an uninterrupted one would (tested).
 from __future__ import annotations
 
 import dataclasses
-import os
+import pickle
 import sys
 import time
 from pathlib import Path
@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from rootclad.gw.run.config import RunConfig
+from rootclad.gw.run.files import replacing
 
 
 @dataclasses.dataclass
@@ -81,13 +82,20 @@ def _weights(cm) -> dict:
 
 
 def _save_checkpoint(path: Path, state: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    try:
+    with replacing(path) as tmp:
         torch.save(state, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+
+
+def load_checkpoint(path: Path) -> dict:
+    """A checkpoint's tensors, numbers, strings and containers; anything else in the pickle
+    (which could run code when unpickled: the file may come from someone else) is refused."""
+    try:
+        return torch.load(path, weights_only=True)
+    except pickle.UnpicklingError as err:
+        # torch's message: a paragraph on weights_only, then the line naming what was refused
+        why = next((line for line in str(err).splitlines() if "GLOBAL" in line), "not a checkpoint")
+        raise ValueError(f"{path}: refused, it holds more than tensors, numbers, strings and "
+                         f"containers ({why}); remove it or run without --resume") from None  # fmt: skip
 
 
 def train(cfg: RunConfig, train_file, val_file, out: Path, *, resume: bool = False,
@@ -108,7 +116,7 @@ def train(cfg: RunConfig, train_file, val_file, out: Path, *, resume: bool = Fal
     start = 0
     resumed = None
     if resume and ckpt.exists():
-        state = torch.load(ckpt, weights_only=False)
+        state = load_checkpoint(ckpt)
         if state["config"] != cfg.to_toml():
             raise ValueError(f"{ckpt} was written by a run with another configuration; "
                              "remove it or run without --resume")  # fmt: skip
