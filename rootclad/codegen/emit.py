@@ -37,6 +37,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from rootclad.ir.graph import CLASS_INDEX_LOSSES, LOSSES, Graph, IRError, Node
 from rootclad.ir.ops import OPS, Arg, Site
 
@@ -47,6 +49,12 @@ MIN_CHUNK = 4  # samples per thread below which a batch is not split (see parall
 # as keep about this many bytes of their activations and gradients in cache.
 MICRO_BATCH_BYTES = 3 << 20
 _CTYPE = {"float32": "float", "float64": "double"}
+_WORD = re.compile(r"\w+")  # a region pointer's name is one word (see _Emitter.region)
+
+
+def _words(text: str) -> set[str]:
+    """The words of C++ source: one pass over it finds every region pointer it names."""
+    return set(_WORD.findall(text))
 
 
 @dataclass
@@ -85,18 +93,22 @@ def plan(regions: list[Region], spans, key: str, share: bool = True) -> int:
     a region whose span (first and last step, inclusive) overlaps its own; ``spans(r)`` gives
     the span, ``share=False`` gives every region its own memory. Sets attribute ``key``
     (``offset`` or ``d_offset``) and returns the area's per-sample size."""
-    placed: list[tuple[int, int, tuple[int, int]]] = []
-    for r in sorted(regions, key=lambda r: (-r.size, spans(r))):
+    order = sorted(regions, key=lambda r: (-r.size, spans(r)))
+    # the placed regions: memory [start, end), span [first, last]; numpy keeps the scan of
+    # every placed region per region (the planner's one cost that grows with depth) short
+    start, end, first, last = (np.zeros(len(order), np.int64) for _ in range(4))
+    for i, r in enumerate(order):
         lo, hi = spans(r)
-        busy = sorted((o, o + n) for o, n, (s, e) in placed if not share or not (e < lo or hi < s))
-        off = 0
-        for start, end in busy:
-            if off + r.size <= start:
-                break
-            off = max(off, end)
+        busy = (first[:i] <= hi) & (lo <= last[:i]) if share else np.ones(i, bool)
+        by_start = np.lexsort((end[:i][busy], start[:i][busy]))
+        s, e = start[:i][busy][by_start], end[:i][busy][by_start]
+        # the lowest free offset below each busy region, and above them all
+        below = np.maximum.accumulate(np.concatenate(([0], e)))
+        fits = np.flatnonzero(below[:-1] + r.size <= s)
+        off = int(below[fits[0]] if fits.size else below[-1])
         setattr(r, key, off)
-        placed.append((off, r.size, (lo, hi)))
-    return max((o + n for o, n, _ in placed), default=0)
+        start[i], end[i], first[i], last[i] = off, off + r.size, lo, hi
+    return int(end.max(initial=0))
 
 
 @dataclass
@@ -134,6 +146,9 @@ class _Emitter:
         # ROOTCLAD_CHECK_PLAN: no sharing; what the plan calls dead is filled with NaN
         self.check_plan = check_plan and self.planned
         self.regions: list[Region] = []
+        self.names: set[str] = set()  # the regions' names
+        self.suffix: dict[str, int] = {}  # a name's next numbered variant to try
+        self.adjoint_starts: dict[int, list[Region]] = {}  # by the node that reads it last
         self.param_offsets: dict[str, tuple[int, tuple[int, ...]]] = {}
         off = 0
         for p in graph.params:
@@ -164,10 +179,11 @@ class _Emitter:
 
     def region(self, name: str, size: int, area: str, producer: int, **kw) -> Region:
         name = re.sub(r"_+", "_", re.sub(r"\W", "_", name)).strip("_") or "value"
-        taken = {r.name for r in self.regions}
-        base, k = name, 1
-        while name in taken:
+        base, k = name, self.suffix.get(name, 1)
+        while name in self.names:
             name, k = f"{base}_{k}", k + 1
+        self.names.add(name)
+        self.suffix[base] = k  # names are never freed: the next one tries from here
         r = Region(name, size, area=area if self.planned else "F", producer=producer, **kw)
         r.last_read = producer
         self.regions.append(r)
@@ -242,8 +258,8 @@ class _Emitter:
         (pullbacks.h: adjoint_start_forward_pullback)."""
         if not self.planned:
             return
-        for r in self.regions:
-            if r.area == "F" or not r.needs_adjoint or r.last_read != idx:
+        for r in self.adjoint_starts.get(idx, []):
+            if r.area == "F":
                 continue
             n = f"(long)B * {r.size}"
             self.fwd.append(f"::rootclad::adjoint_start_forward({r.act}, {n});")
@@ -288,12 +304,13 @@ class _Emitter:
         area = ("D" if base == "d_act" else "") + f"ACT_{r.area}"
         return f"{base} + (long)Bf * {before} + (long)b0 * {area} + (long)B * {off}"
 
-    def declare(self, body: str, skip: frozenset = frozenset()) -> list[str]:
-        """Declarations of the region pointers ``body`` uses (but those in ``skip``)."""
+    def declare(self, body: str) -> list[str]:
+        """Declarations of the region pointers ``body`` uses."""
+        used = _words(body)
         lines = []
         for r in self.regions:
             for base, name in (("act", r.act), ("d_act", r.adj)):
-                if name not in skip and re.search(rf"\b{name}\b", body):
+                if name in used:
                     lines.append(f"  T* const {name} = {self.pointer(base, r)};")
         return lines
 
@@ -344,6 +361,7 @@ class _Emitter:
         label = node.name if node.name.startswith(node.op) else f"{node.op}_{node.name}"
         out = self.region(label, math.prod(node.out_shape), area, idx)
         out.last_read = self.last_read.get(node.output, idx)
+        self.adjoint_starts.setdefault(out.last_read, []).append(out)
         self.value_region[node.output] = out
         sizes = spec.scratch(node, self.g) if spec.scratch else {}
         scratch_area = "H" if idx < self.head_end else "R"
@@ -414,25 +432,26 @@ class _Emitter:
             f"{cd}{self.loss}_forward_pullback({OUT}, {Y}, {N}, scale, {D_OUT}, &di);",
         )
 
-    def function(self, signature: str, body: list[str], prologue=(), skip=frozenset()):
+    def function(self, signature: str, body: list[str], prologue=()):
         """A C++ function: its signature line (ending in "{"), ``prologue``, declarations of
         the region pointers the body uses, the body."""
         text = "\n".join(body)
-        return [signature, *prologue, *self.declare(text, skip), *body, "}", ""]
+        return [signature, *prologue, *self.declare(text), *body, "}", ""]
 
-    def inline_pointers(self, text: str) -> str:
+    def inline_pointers(self, lines: list[str]) -> list[str]:
         """Region pointers written out, for the functions Clad differentiates itself."""
+        pointers = {}
         for r in self.regions:
             for base, name in (("act", r.act), ("d_act", r.adj)):
-                text = re.sub(rf"\b{name}\b", f"({self.pointer(base, r)})", text)
-        return text
+                pointers[name] = f"({self.pointer(base, r)})"
+        return [_WORD.sub(lambda m: pointers.get(m[0], m[0]), ln) for ln in lines]
 
     def replay(self, name: str, body: list[str], chunk: str, grad_args: str, scope: str):
         """Clad's input for one part of the forward (its lines ``body``: the kernels replay,
         see kernels.h), taking each region it touches as a pointer, and the statements that
         run Clad's gradient of it with the adjoint pointers from d_act."""
-        text = "\n".join(body)
-        ptrs = [r for r in self.regions if re.search(rf"\b{r.act}\b", text)]
+        used = _words("\n".join(body))
+        ptrs = [r for r in self.regions if r.act in used]
         params = "".join(f"T* {r.act}, " for r in ptrs)
         fn = [f"inline void {name}(T* params, {params}{chunk}) {{", *body, "}", ""]
         wrt = ", ".join(["params", *(r.act for r in ptrs)])
@@ -722,7 +741,7 @@ class _Emitter:
                 "  grad.execute(params, act, w, Bf, b0, B, training, seed, d_params, d_act);",
                 "}",
             ]
-            body += [self.inline_pointers(ln) for ln in clad_own]
+            body += self.inline_pointers(clad_own)
         body += [
             "",
             "// -- splitting a batch over threads ----------------------------------------------",

@@ -69,6 +69,8 @@ class Graph:
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # set by validate()
     # state that is not trained (BatchNorm's running statistics), named as torch's buffers
     buffers: list[Param] = field(default_factory=list)
+    # params and buffers by name, set by validate(): param() runs once per node
+    by_name: dict[str, Param] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def chain(cls, input_shape, nodes: list[Node], params: list[Param], dtype="float32"):
@@ -89,10 +91,8 @@ class Graph:
         return self.shapes[self.output]
 
     def param(self, name: str) -> Param:
-        for p in self.params + self.buffers:
-            if p.name == name:
-                return p
-        raise KeyError(name)
+        """A parameter or buffer by name (of a graph that validate() has seen)."""
+        return self.by_name[name]
 
     @property
     def batch_statistics(self) -> bool:
@@ -132,6 +132,7 @@ class Graph:
         if not self.nodes:
             raise IRError("the model has no layers to compile")
         shapes = dict(zip(self.inputs, map(tuple, self.input_shapes), strict=True))
+        self.by_name = {p.name: p for p in self.params + self.buffers}
         for node in self.nodes:
             spec = OPS.get(node.op)
             if spec is None:

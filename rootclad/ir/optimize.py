@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 
 from rootclad.ir.graph import Graph, Node
 
@@ -54,14 +55,16 @@ def pool_before_activation(graph: Graph) -> Graph:
     pool picks. The CNN tests compare both orders' gradients against torch to 1e-10.
     """
     nodes = list(graph.nodes)
+    # how many nodes read each value; a swap below keeps every count
+    readers = Counter(v for n in nodes for v in set(n.inputs))
     i = 0
     while i + 1 < len(nodes):
         act, pool = nodes[i], nodes[i + 1]
-        readers = [n for n in nodes if act.output in n.inputs]
         if (
             _monotone(act)
             and pool.op == "maxpool1d"
-            and readers == [pool]
+            and act.output in pool.inputs
+            and readers[act.output] == 1
             and act.output != graph.output
         ):
             a_out, p_out = act.output, pool.output

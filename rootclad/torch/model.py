@@ -23,6 +23,7 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from rootclad.ir.graph import CLASS_INDEX_LOSSES
@@ -87,6 +88,21 @@ def fresh_copy(t: torch.Tensor) -> torch.Tensor:
     out = torch.empty(t.shape, dtype=t.dtype)
     ctypes.memmove(out.data_ptr(), t.data_ptr(), t.numel() * t.element_size())
     return out
+
+
+def first_non_finite(t: torch.Tensor) -> tuple[int, float] | None:
+    """(flat index, value) of the first NaN or infinity in ``t``, or None. On the CPU numpy
+    scans it on one thread (torch's isfinite starts its OpenMP threads: see fresh_copy)."""
+    if t.is_cpu:
+        a = t.detach().resolve_neg().reshape(-1).numpy()
+        ok = np.isfinite(a)
+        i = int(np.argmin(ok))
+        return None if ok[i] else (i, float(a[i]))
+    ok = torch.isfinite(t.detach().reshape(-1))
+    if bool(ok.all()):
+        return None
+    i = int((~ok).nonzero()[0])
+    return i, float(t.reshape(-1)[i])
 
 
 class CompiledModel:
@@ -378,9 +394,30 @@ class CompiledModel:
             raise ValueError(f"weight must hold one number per sample, shape ({B},), got "
                              f"{w.dtype} of shape {tuple(w.shape)}")  # fmt: skip
         w = w.to(self.dtype).contiguous()
-        if not bool(torch.isfinite(w).all()):
-            raise ValueError("weight holds non-finite values")
+        bad = first_non_finite(w)
+        if bad is not None:
+            raise ValueError(f"weight: non-finite value ({bad[1]}) in sample {bad[0]}")
         return w
+
+    def _refuse_non_finite(self, x, y: torch.Tensor, B: int, opt) -> None:
+        """train_step's rule, rootclad::Model's too (model.h): one non-finite input or target
+        would turn every parameter and the optimizer's state NaN for good, so the step is
+        refused before anything changes; an optimizer whose state an earlier step poisoned is
+        refused too (loading parameters back would not cure it)."""
+        xs = self._inputs(x)
+        named = [(f"input {i}" if len(xs) > 1 else "input", t) for i, t in enumerate(xs)]
+        if self.loss not in CLASS_INDEX_LOSSES:  # class indices are integers, checked
+            named.append(("target", y))
+        for name, t in named:
+            bad = first_non_finite(t)
+            if bad is not None:
+                per = t.numel() // B
+                raise ValueError(
+                    f"train_step: non-finite {name} ({bad[1]}) in sample {bad[0] // per}, "
+                    f"value {bad[0] % per}; the model and its optimizer were not updated "
+                    "(check_finite=False skips this check)"
+                )
+        opt.check_finite()
 
     def loss_and_grad(
         self, x: torch.Tensor, y, weight=None
@@ -416,12 +453,17 @@ class CompiledModel:
             }
         return torch.tensor(loss, dtype=self.dtype), grads
 
-    def train_step(self, x: torch.Tensor, y, opt, weight=None) -> float:
+    def train_step(self, x: torch.Tensor, y, opt, weight=None, *, check_finite=True) -> float:
         """Forward, backward and ``opt``'s update in one C++ call; returns the loss.
 
         Parameters with ``requires_grad=False`` are not updated (nor is their optimizer
         state); each parameter counts its own steps, as torch.optim's do. ``weight``: per-sample
-        loss weights, as in :meth:`loss_and_grad`."""
+        loss weights, as in :meth:`loss_and_grad`.
+
+        A non-finite input, target or weight is refused (ValueError naming the tensor and the
+        sample) before anything changes, and so is an optimizer whose state holds one (see
+        :meth:`rootclad.optim.Optimizer.reset`). ``check_finite=False`` skips the scan of
+        inputs, targets and state for speed; weights are always checked."""
         if opt.model is not self:
             raise ValueError("this optimizer was created for another compiled model")
         if self._em.n_buffers and not self.training:
@@ -433,6 +475,8 @@ class CompiledModel:
         B = self._check_x(x)
         y = self._check_y(y, B)
         w = self._check_weight(weight, B)
+        if check_finite:
+            self._refuse_non_finite(x, y, B, opt)
         act, d_act = self._workspace(B)
         self._load_input(act, x, B)
         with self._lock:

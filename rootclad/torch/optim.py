@@ -51,6 +51,9 @@ class Optimizer:
     parameter without a gradient."""
 
     kind = -1
+    # each hyperparameter's rule, as the constructor checks it: (name, low, high, high_open)
+    rules: dict = {}
+    moments = ("momentum", "unused")  # what the two halves of the state hold
 
     def __init__(self, model, lr: float, **hyper):
         from rootclad.torch.device_model import DeviceModel
@@ -58,14 +61,17 @@ class Optimizer:
 
         if isinstance(model, CompiledModel):
             n, tensors, device = model._em.n_params, len(model._em.param_offsets), "cpu"
+            where = [(k, off) for k, (off, _) in model._em.param_offsets.items()]
         elif isinstance(model, DeviceModel):  # the state lives on the model's device
             n, tensors, device = model.n_param_values, len(model._views), model.device
+            where = [(k, off) for k, (off, _) in zip(model._views, model._offsets, strict=True)]
         else:
             raise TypeError(
                 f"{type(self).__name__} takes a rootclad CompiledModel or DeviceModel, got "
                 f"{type(model).__name__}; for torch modules use torch.optim"
             )
         self.model = model
+        self._where = where  # (name, offset) of each parameter tensor, in the state's order
         self.step_count = 0  # train_step calls made with this optimizer
         values = {"kind": self.kind, "lr": _check("learning rate", lr, 0.0), **hyper}
         self._cfg = (ctypes.c_double * len(_FIELDS))(*[float(values.get(f, 0.0)) for f in _FIELDS])
@@ -104,9 +110,36 @@ class Optimizer:
                 "steps": None if self._steps is None else list(self._steps),
                 "state": self._state.clone()}  # fmt: skip
 
+    def reset(self) -> None:
+        """Start afresh, as a new optimizer with the same hyperparameters: the state (momentum,
+        moments) zeroed and every step count at 0."""
+        self._state.zero_()
+        self.step_count = 0
+        self._steps = None
+
+    def check_finite(self, state: torch.Tensor | None = None) -> None:
+        """Refuse (ValueError naming the parameter) a state (this optimizer's, by default)
+        that holds NaN or infinity: a step with one leaves that parameter NaN, even after its
+        values were loaded back."""
+        from rootclad.torch.model import first_non_finite
+
+        state = self._state if state is None else state
+        bad = first_non_finite(state)
+        if bad is None:
+            return
+        half, i = divmod(bad[0], len(state) // 2)
+        name, off = next((k, off) for k, off in reversed(self._where) if off <= i)
+        raise ValueError(
+            f"{type(self).__name__}: the state holds a non-finite value ({bad[1]}) in the "
+            f"{self.moments[half]} of {name!r} (value {i - off}): a step poisoned it; load a "
+            "saved state (opt.load_state_dict) or start afresh (opt.reset())"
+        )
+
     def load_state_dict(self, state: dict) -> None:
         """Restore what :meth:`state_dict` returned (of an optimizer of the same kind, for a
-        model with the same parameters): training then continues exactly."""
+        model with the same parameters): training then continues exactly. Hyperparameters
+        outside their constructor's range (NaN, infinite) and a non-finite state are refused,
+        and this optimizer is then left as it was."""
         if state.get("kind") != self.kind:
             raise ValueError(
                 f"the state is of another kind of optimizer ({state.get('kind')}), this is "
@@ -118,10 +151,17 @@ class Optimizer:
                 f"the state holds {values.numel()} values; this model's optimizer needs "
                 f"{self._state.numel()}"
             )
-        self._cfg[:] = [float(v) for v in state["config"]]
+        config = [float(v) for v in state["config"]]
+        if len(config) != len(_FIELDS):
+            raise ValueError(f"the state's config holds {len(config)} values, expected "
+                             f"{len(_FIELDS)} ({', '.join(_FIELDS)})")  # fmt: skip
+        for f, rule in self.rules.items():
+            _check(f"{rule[0]} in the loaded state", config[_FIELDS.index(f)], *rule[1:])
+        self.check_finite(values)
+        self._state.copy_(values)
+        self._cfg[:] = config
         self.step_count = int(state["step_count"])
         self._steps = None if state["steps"] is None else [int(v) for v in state["steps"]]
-        self._state.copy_(values)
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v:g}" for k, v in self.hyperparameters().items())
@@ -130,6 +170,9 @@ class Optimizer:
 
 class SGD(Optimizer):
     kind = 0
+    rules = {"lr": ("learning rate", 0.0), "momentum": ("momentum", 0.0),
+             "dampening": ("dampening", -math.inf), "weight_decay": ("weight_decay", 0.0),
+             "nesterov": ("nesterov", 0.0, 1.0)}  # fmt: skip
 
     def __init__(
         self,
@@ -157,6 +200,11 @@ class SGD(Optimizer):
 
 class Adam(Optimizer):
     kind = 1
+    rules = {"lr": ("learning rate", 0.0),
+             "beta1": ("beta parameter at index 0", 0.0, 1.0, True),
+             "beta2": ("beta parameter at index 1", 0.0, 1.0, True),
+             "eps": ("epsilon value", 0.0), "weight_decay": ("weight_decay", 0.0)}  # fmt: skip
+    moments = ("exp_avg", "exp_avg_sq")
 
     def __init__(
         self,
