@@ -86,7 +86,8 @@ def _cmd_emit(args: argparse.Namespace) -> int:
     if args.input_shape:
         shape = tuple(int(v) for v in args.input_shape.replace(",", " ").split())
         example = torch.zeros((2, *shape))
-    paths = emit_file(args.source, args.output, name=args.name, dtype=dtype, example_input=example)
+    paths = emit_file(args.source, args.output, name=args.name, dtype=dtype, example_input=example,
+                      trusted=args.trusted)  # fmt: skip
     print(f"wrote {paths['header']} and {paths['weights']}")
     return 0
 
@@ -127,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--name", help="the C++ namespace (default: the header's file name)")
     p.add_argument("--dtype", choices=["float32", "float64"], help="default: the model's")
     p.add_argument("--input-shape", help="per-sample input shape (TorchScript files only)")
+    p.add_argument("--trusted", action="store_true",
+                   help="read a .pt2 or .pt file, whose torch loader runs code the file holds: "
+                   "only for a file you made or trust")  # fmt: skip
     p.set_defaults(func=_cmd_emit)
 
     try:

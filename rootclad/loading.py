@@ -16,6 +16,10 @@ import torch
 from torch import nn
 
 FORMATS = (".onnx", ".pt2", ".pt")
+# Formats whose torch loader runs code the file holds: torch.export.load falls back to Python's
+# unpickler (weights_only=False) on the file's parts, and a TorchScript file is code that torch
+# compiles and runs. ONNX is a protobuf of data, read without running anything.
+_RUNS_CODE = {".pt2": "a torch.export program (.pt2)", ".pt": "a TorchScript module (.pt)"}
 
 
 class _Program(nn.Module):
@@ -57,9 +61,10 @@ def _to_onnx(program, examples: tuple, where: str):
     return onnx.load_from_string(buf.getvalue())
 
 
-def program_module(path, example_input=None):
+def program_module(path, example_input=None, *, trusted: bool = False):
     """The model in ``path`` as (torch module, per-sample input shapes, dtype), through the
-    ONNX importer (:func:`rootclad.onnx.to_module`)."""
+    ONNX importer (:func:`rootclad.onnx.to_module`). ``.pt2`` and ``.pt`` files are read only
+    with ``trusted=True``: torch's loaders for them run code the file holds."""
     from rootclad.onnx import to_module
 
     path = Path(path)
@@ -69,6 +74,13 @@ def program_module(path, example_input=None):
                          f"{', '.join(FORMATS)}")  # fmt: skip
     if not path.is_file():
         raise FileNotFoundError(f"{where}: no such file")
+    if path.suffix in _RUNS_CODE and not trusted:
+        raise ValueError(
+            f"{where}: {_RUNS_CODE[path.suffix]} is read by torch's loader, which runs code the "
+            "file holds (its pickled parts, its TorchScript): a file you were sent could run "
+            "anything as you. Load only a file you made or trust, with trusted=True (rootclad "
+            "emit --trusted), or ask for an ONNX file (torch.onnx.export), which holds no code"
+        )
     if path.suffix == ".onnx":
         return to_module(path)
     if path.suffix == ".pt2":
@@ -86,15 +98,17 @@ def program_module(path, example_input=None):
 
 
 def load(path, loss: str = "bce_with_logits", *, example_input=None, engine: str = "auto",
-         pullbacks: bool = True, dtype: torch.dtype | None = None, seed: int = 0):  # fmt: skip
+         pullbacks: bool = True, dtype: torch.dtype | None = None, seed: int = 0,
+         trusted: bool = False):  # fmt: skip
     """Compile the model in ``path``: an ONNX file (``.onnx``), a ``torch.export`` program
     (``.pt2``, saved with ``torch.export.save``) or a TorchScript module (``.pt``, saved with
     ``torch.jit.save``; give ``example_input``, a batch of the input, since the file does not
     record its shape). Returns a :class:`rootclad.torch.CompiledModel`, as
-    :func:`rootclad.compile` does."""
+    :func:`rootclad.compile` does. ``.pt2`` and ``.pt`` files need ``trusted=True``: torch's
+    loaders for them run code the file holds, so never pass it for a file you were sent."""
     import rootclad
 
-    module, shapes, graph_dtype = program_module(path, example_input)
+    module, shapes, graph_dtype = program_module(path, example_input, trusted=trusted)
     dtype = dtype or graph_dtype
     examples = tuple(torch.zeros(2, *s, dtype=dtype) for s in shapes)
     example = examples[0] if len(examples) == 1 else examples

@@ -226,12 +226,12 @@ def emit_header(module: torch.nn.Module, example_input: torch.Tensor, out: Path,
 
 
 def emit_file(source, out: Path, name: str | None = None, dtype: torch.dtype | None = None,
-              example_input=None) -> dict:  # fmt: skip
+              example_input=None, trusted: bool = False) -> dict:  # fmt: skip
     """``rootclad emit``: an ONNX file, a torch.export program or a TorchScript module (as
-    :func:`rootclad.load` reads them) as a standalone header and weights."""
+    :func:`rootclad.load` reads them, ``trusted`` too) as a standalone header and weights."""
     from rootclad.loading import program_module
 
-    module, shapes, graph_dtype = program_module(source, example_input)
+    module, shapes, graph_dtype = program_module(source, example_input, trusted=trusted)
     if len(shapes) != 1:
         raise ValueError(
             f"{source}: a header takes single-input models; this one has {len(shapes)}"
