@@ -77,6 +77,9 @@ class _Builder:
         self.consts: dict[str, _Const] = {
             t.name: _Const(onnx.numpy_helper.to_array(t)) for t in g.initializer
         }
+        self.initializers = {t.name for t in g.initializer}
+        # initializer -> (its layout in the layer, the one parameter every node reading it uses)
+        self.params: dict[str, tuple[str, nn.Parameter]] = {}
         self.inputs = [i for i in g.input if i.name not in self.consts]
         self.nodes = list(g.node)
         self.outputs = [o.name for o in g.output]
@@ -137,6 +140,25 @@ class _Builder:
             parent = getattr(parent, part)
         parent.add_module(last, module)
         return path
+
+    def share(self, node, module: nn.Module, roles: dict) -> None:
+        """Give ``module`` (built from copies) the parameters of the initializers it reads
+        (``roles``: parameter -> (initializer, its layout in the layer)): one initializer is one
+        parameter, however many nodes read it, and its gradient sums over their uses. A value
+        from a Constant node is not a weight of the file: its parameter is frozen."""
+        for role, (name, layout) in roles.items():
+            param = getattr(module, role)
+            if name not in self.initializers:
+                param.requires_grad_(False)
+            elif name not in self.params:
+                self.params[name] = (layout, param)
+            elif self.params[name][0] != layout or self.params[name][1].shape != param.shape:
+                raise self.fail(node, f"initializer {name!r} is read here as {layout}, shape "
+                                f"{tuple(param.shape)}, and by an earlier node as "
+                                f"{self.params[name][0]}, shape {tuple(self.params[name][1].shape)}; "
+                                "one parameter cannot be both")  # fmt: skip
+            else:
+                setattr(module, role, self.params[name][1])
 
     def emit(self, outputs, fn, shape) -> None:
         self.steps.append((fn, outputs[0]))
@@ -457,6 +479,15 @@ class _Builder:
             lin.weight.copy_(torch.from_numpy(alpha * w))  # alpha folded into the weight
             if bias is not None:
                 lin.bias.copy_(torch.from_numpy(np.ascontiguousarray(bias)))
+        roles = {
+            "weight": (
+                node.input[1],
+                f"{alpha:g} * B" + ("" if a.get("transB", 0) else " transposed"),
+            )
+        }
+        if bias is not None:
+            roles["bias"] = (node.input[2], f"{beta:g} * C of shape {c.shape}")
+        self.share(node, lin, roles)
         self.module_step(node, lin, node.input[1] if alpha == 1 and a.get("transB", 0) else None, x)
 
     def op_MatMul(self, node, a):
@@ -467,14 +498,16 @@ class _Builder:
             raise self.fail(node, f"the weight must be (K, N) with K = {self.shapes[x][-1]}, "
                             f"got {w.shape}")  # fmt: skip
         bias = None
+        roles = {"weight": (node.input[1], "1 * B transposed")}  # as a Gemm's with transB=0
         out = node.output[0]
         nxt = next((n for n in self.nodes if out in n.input), None)
         if nxt is not None and nxt.op_type == "Add" and self.readers.get(out) == 1:
             other = nxt.input[1] if nxt.input[0] == out else nxt.input[0]
-            if other in self.consts and np.asarray(self.consts[other].value).shape in (
-                (w.shape[1],), (1, w.shape[1])):  # fmt: skip
+            shape = np.shape(self.consts[other].value) if other in self.consts else None
+            if shape in ((w.shape[1],), (1, w.shape[1])):
                 bias = np.asarray(self.consts[other].value, dtype=np.float64).reshape(-1)
                 self.folded.add(id(nxt))
+                roles["bias"] = (other, f"1 * C of shape {shape}")
                 node = _Renamed(node, nxt.output[0])
         lin = nn.Linear(w.shape[0], w.shape[1], bias=bias is not None)
         with torch.no_grad():
@@ -576,6 +609,10 @@ class _Builder:
             conv.weight.copy_(torch.from_numpy(w))
             if b is not None:
                 conv.bias.copy_(torch.from_numpy(np.asarray(b, dtype=np.float64)))
+        roles = {"weight": (node.input[1], "W")}
+        if b is not None:
+            roles["bias"] = (node.input[2], "B")
+        self.share(node, conv, roles)
         self.module_step(node, conv, node.input[1], x)
 
     def pool(self, node, a, kind: str):
@@ -637,6 +674,7 @@ class _Builder:
                 (bn.running_var, var),
             ):
                 t.copy_(torch.from_numpy(v))
+        self.share(node, bn, {"weight": (node.input[1], "scale"), "bias": (node.input[2], "B")})
         self.module_step(node, bn, node.input[1], x)
 
     def op_LayerNormalization(self, node, a):
@@ -655,6 +693,10 @@ class _Builder:
                 ln.bias.copy_(
                     torch.from_numpy(np.broadcast_to(np.asarray(b, np.float64), shape).copy())
                 )
+        roles = {"weight": (node.input[1], f"Scale of shape {scale.shape} broadcast to {shape}")}
+        if b is not None:
+            roles["bias"] = (node.input[2], f"B of shape {np.shape(b)} broadcast to {shape}")
+        self.share(node, ln, roles)
         self.module_step(node, ln, node.input[1], x)
 
 
