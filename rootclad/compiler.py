@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from rootclad.codegen import emit_model
-from rootclad.ir.from_torch import graph_from_module
+from rootclad.ir.from_torch import graph_from_module, parameter_aliases
 from rootclad.toolchain import (
     CompileError,
     ToolchainError,
@@ -96,16 +96,6 @@ def _choose_engine(engine: str, pullbacks: bool):
     raise ValueError(f"engine must be 'auto', 'clad' or 'pullback', got {engine!r}")
 
 
-def _parameter_aliases(model: torch.nn.Module) -> dict[str, str]:
-    """{other name: first name} of each parameter and buffer the module reaches by several
-    paths (a layer used twice)."""
-    out = {}
-    for named in (model.named_parameters, model.named_buffers):
-        first = {id(p): n for n, p in named()}
-        out.update({n: first[id(p)] for n, p in named(remove_duplicate=False) if first[id(p)] != n})
-    return out
-
-
 def compile(
     model: torch.nn.Module,
     example_input: torch.Tensor,
@@ -149,7 +139,7 @@ def compile(
     t0 = time.perf_counter()
     graph = graph_from_module(model, example_input, _DTYPE_NAMES[dtype])
     cm = compile_graph(graph, loss, engine=engine, pullbacks=pullbacks, seed=seed, t0=t0,
-                       aliases=_parameter_aliases(model),
+                       aliases=parameter_aliases(model),
                        # buffers of layers forward() never calls: accepted by load_state_dict
                        ignored=[n for n, _ in model.named_buffers()])  # fmt: skip
     buffers = {n: b for n, b in model.named_buffers() if n in cm._em.buffer_offsets}

@@ -101,6 +101,10 @@ def graph_from_module(module: nn.Module, example_input, dtype: str) -> Graph:
         lowering = _FxLowering(module, xs, params, dtype)
         graph = lowering.graph()
         expected = lowering.expected
+    aliases = parameter_aliases(module)  # a Parameter two layers hold: one, by its first name
+    for node in graph.nodes:
+        node.params = {r: aliases.get(n, n) for r, n in node.params.items()}
+        node.buffers = {r: aliases.get(n, n) for r, n in node.buffers.items()}
     used = {b for node in graph.nodes for b in node.buffers.values()}
     graph.buffers = [Param(n, tuple(b.shape)) for n, b in module.named_buffers() if n in used]
     graph.validate()
@@ -112,6 +116,16 @@ def graph_from_module(module: nn.Module, example_input, dtype: str) -> Graph:
                 f"torch gives {want}; this form of the operation is not supported"
             )
     return pool_before_activation(drop_identities(graph))
+
+
+def parameter_aliases(module: nn.Module) -> dict[str, str]:
+    """{other name: first name} of each parameter and buffer the module reaches by several
+    paths (a layer used twice, or one Parameter held by two layers)."""
+    out = {}
+    for named in (module.named_parameters, module.named_buffers):
+        first = {id(p): n for n, p in named()}
+        out.update({n: first[id(p)] for n, p in named(remove_duplicate=False) if first[id(p)] != n})
+    return out
 
 
 def _is_torch_layer(module: nn.Module) -> bool:

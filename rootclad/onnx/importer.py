@@ -14,6 +14,7 @@ for a flatten) is folded, with the batch axis kept symbolic.
 
 from __future__ import annotations
 
+import keyword
 import math
 import re
 from pathlib import Path
@@ -33,6 +34,47 @@ SUPPORTED = (
     "the Shape/Gather/Slice/Concat/Cast arithmetic on shapes that torch's exporter writes"
 )
 MIN_OPSET = 13
+# the attributes each op's handler reads (opset 13 and later): any other is refused by name, so
+# an attribute a newer opset adds (AveragePool's dilations, opset 19) cannot be ignored
+ATTRIBUTES = {
+    "Gemm": {"alpha", "beta", "transA", "transB"},
+    "LeakyRelu": {"alpha"},
+    "Elu": {"alpha"},
+    "Gelu": {"approximate"},
+    "Softmax": {"axis"},
+    "LogSoftmax": {"axis"},
+    "Conv": {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"},
+    # storage_order only orders the Indices output, which is refused
+    "MaxPool": {
+        "auto_pad",
+        "ceil_mode",
+        "dilations",
+        "kernel_shape",
+        "pads",
+        "storage_order",
+        "strides",
+    },  # fmt: skip
+    "AveragePool": {
+        "auto_pad",
+        "ceil_mode",
+        "count_include_pad",
+        "dilations",
+        "kernel_shape",
+        "pads",
+        "strides",
+    },  # fmt: skip
+    "BatchNormalization": {"epsilon", "momentum", "training_mode"},
+    "LayerNormalization": {"axis", "epsilon", "stash_type"},
+    "Flatten": {"axis"},
+    "Reshape": {"allowzero"},
+    "Transpose": {"perm"},
+    "Concat": {"axis"},
+    "Dropout": {"seed"},  # no effect in inference
+    "Constant": {"value"},
+    "Shape": {"start", "end"},
+    "Gather": {"axis"},
+    "Cast": {"to", "saturate"},  # saturate: float8 targets only, which are refused
+}
 BATCH = "B"  # the batch axis in a folded shape
 
 
@@ -77,11 +119,24 @@ class _Builder:
         self.consts: dict[str, _Const] = {
             t.name: _Const(onnx.numpy_helper.to_array(t)) for t in g.initializer
         }
+        self.initializers = {t.name for t in g.initializer}
+        # initializer -> (its layout in the layer, the one parameter every node reading it uses)
+        self.params: dict[str, tuple[str, nn.Parameter]] = {}
         self.inputs = [i for i in g.input if i.name not in self.consts]
+        # the shapes the file declares (a symbolic axis by its name), checked against the nodes'
+        self.declared = {
+            v.name: [
+                d.dim_value if d.HasField("dim_value") else d.dim_param or "?" for d in t.shape.dim
+            ]
+            for v in [*g.value_info, *g.output]
+            if (t := v.type.tensor_type).HasField("shape")
+        }
         self.nodes = list(g.node)
         self.outputs = [o.name for o in g.output]
-        self.root = nn.Module()
         self.steps: list = []  # (function of env, output names)
+        names = [i.name for i in self.inputs]
+        # the module itself from the start, so that a layer's name cannot take its attributes
+        self.root = _module_class(len(names))(self.steps, names, self.outputs)
         self.shapes: dict[str, tuple] = {}  # per-sample shapes of tensors, batch excluded
         self.readers: dict[str, int] = {}
         for node in self.nodes:
@@ -116,27 +171,53 @@ class _Builder:
     def place(self, node, module: nn.Module, weight: str | None) -> str:
         """Add ``module`` at the path its weight initializer names (``fc1.weight`` -> ``fc1``),
         else at the node's name; returns the path."""
-        path = None
-        if weight and re.fullmatch(r"\w+(\.\w+)*\.weight", weight):
-            path = weight.removesuffix(".weight")
-            try:
-                self.root.get_submodule(path)
-                path = None  # taken
-            except AttributeError:
-                pass
-        if path is None:
+        path = weight.removesuffix(".weight") if weight and weight.endswith(".weight") else ""
+        if not self.free_path(path):
             base = re.sub(r"\W+", "_", node.name or node.op_type).strip("_") or node.op_type
-            path, k = base if base[0].isalpha() else f"n_{base}", 1
-            while hasattr(self.root, path):
+            path, k = base, 1
+            while not _free(self.root, path):
                 path, k = f"{base}_{k}", k + 1
         parent = self.root
         *heads, last = path.split(".")
         for part in heads:
-            if not hasattr(parent, part):
+            if part not in parent._modules:
                 parent.add_module(part, nn.Module())
-            parent = getattr(parent, part)
+            parent = parent._modules[part]
         parent.add_module(last, module)
         return path
+
+    def share(self, node, module: nn.Module, roles: dict) -> None:
+        """Give ``module`` (built from copies) the parameters of the initializers it reads
+        (``roles``: parameter -> (initializer, its layout in the layer)): one initializer is one
+        parameter, however many nodes read it, and its gradient sums over their uses. A value
+        from a Constant node is not a weight of the file: its parameter is frozen."""
+        for role, (name, layout) in roles.items():
+            param = getattr(module, role)
+            if name not in self.initializers:
+                param.requires_grad_(False)
+            elif name not in self.params:
+                self.params[name] = (layout, param)
+            elif self.params[name][0] != layout or self.params[name][1].shape != param.shape:
+                raise self.fail(node, f"initializer {name!r} is read here as {layout}, shape "
+                                f"{tuple(param.shape)}, and by an earlier node as "
+                                f"{self.params[name][0]}, shape {tuple(self.params[name][1].shape)}; "
+                                "one parameter cannot be both")  # fmt: skip
+            else:
+                setattr(module, role, self.params[name][1])
+
+    def free_path(self, path: str) -> bool:
+        """A new layer can go at ``path``: on the way, containers made for earlier layers or
+        free names; at the end, a free name (see :func:`_free`)."""
+        *heads, last = path.split(".")
+        parent = self.root
+        for part in heads:
+            if type(parent._modules.get(part)) is nn.Module:
+                parent = parent._modules[part]
+            elif _free(parent, part):
+                parent = nn.Module()  # the container that will be made
+            else:
+                return False
+        return _free(parent, last)
 
     def emit(self, outputs, fn, shape) -> None:
         self.steps.append((fn, outputs[0]))
@@ -182,6 +263,11 @@ class _Builder:
             raise IRError(f"{self.where}: inputs of type {sorted(map(str, dtypes))}; rootclad "
                           "takes float32 or float64")  # fmt: skip
         self.dtype = torch.float64 if np.dtype("float64") in dtypes else torch.float32
+        for node in self.nodes:  # before any node is folded into a pattern
+            unknown = sorted(a.name for a in node.attribute if a.name not in ATTRIBUTES.get(
+                node.op_type, ()))  # fmt: skip
+            if unknown and hasattr(self, f"op_{node.op_type}"):
+                raise self.fail(node, f"attribute {', '.join(unknown)} is not supported")
         for node in self.nodes:  # constants first: patterns look ahead at them
             if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
                 self.op_Constant(node, _attrs(node))
@@ -194,7 +280,10 @@ class _Builder:
             handler = getattr(self, f"op_{node.op_type}", None)
             if handler is None:
                 raise self.fail(node, "op not supported")
+            done = len(self.steps)
             handler(node, _attrs(node))
+            for _, out in self.steps[done:]:
+                self.check_declared(node, out)
         if len(self.outputs) != 1 or self.outputs[0] not in self.shapes:
             raise IRError(f"{self.where}: the graph must have one tensor output, it has "
                           f"{self.outputs}")  # fmt: skip
@@ -202,8 +291,19 @@ class _Builder:
         if self.identity_of.get(self.outputs[0], self.outputs[0]) in names:
             raise IRError(f"{self.where}: the graph computes nothing: its output "
                           f"{self.outputs[0]!r} is its input")  # fmt: skip
-        module = _module_class(len(names))(self.root, self.steps, names, self.outputs[0])
-        return module.to(self.dtype).eval(), [self.shapes[i.name] for i in self.inputs], self.dtype
+        return self.root.to(self.dtype).eval(), [self.shapes[n] for n in names], self.dtype
+
+    def check_declared(self, node, name: str) -> None:
+        """The shape ``node`` gives ``name`` is the one the file declares, where it does (its
+        batch axis and symbolic axes aside)."""
+        dims, got = self.declared.get(name), self.shapes[name]
+        if dims is not None and (
+            len(dims) != len(got) + 1
+            or any(isinstance(d, int) and d != g for d, g in zip(dims[1:], got, strict=True))
+        ):
+            want = ", ".join(map(str, dims))
+            raise self.fail(node, f"rootclad computes {name!r} of shape "
+                            f"({', '.join(map(str, ('B', *got)))}), the file declares ({want})")  # fmt: skip
 
     # -- shape arithmetic ------------------------------------------------------------------
     def fold(self, node, value) -> None:
@@ -233,10 +333,10 @@ class _Builder:
         self.fold(node, np.asarray(data, dtype=object)[np.asarray(idx, dtype=np.int64)])
 
     def op_Unsqueeze(self, node, a):
-        if node.input[0] in self.consts:
-            v = np.asarray(self.consts[node.input[0]].value, dtype=object)
-            return self.fold(node, v.reshape(-1) if v.ndim == 0 else v)
         axes = self.axes(node, a)
+        if node.input[0] in self.consts:
+            v = np.asarray(self.consts[node.input[0]].value)
+            return self.fold(node, np.expand_dims(v, tuple(axes)))
         shape = list(self.shapes[self.tensor(node)])
         rank = len(shape) + 1 + len(axes)
         for ax in sorted(ax % rank for ax in axes):
@@ -246,10 +346,11 @@ class _Builder:
         self.reshape_step(node, shape)
 
     def op_Squeeze(self, node, a):
-        if node.input[0] in self.consts:
-            return self.fold(node, np.squeeze(np.asarray(self.consts[node.input[0]].value)))
-        shape = list(self.shapes[self.tensor(node)])
         axes = self.axes(node, a)
+        if node.input[0] in self.consts:
+            v = np.asarray(self.consts[node.input[0]].value)
+            return self.fold(node, np.squeeze(v, tuple(axes) if axes else None))
+        shape = list(self.shapes[self.tensor(node)])
         rank = len(shape) + 1
         axes = (
             [ax % rank for ax in axes] if axes else [i + 1 for i, d in enumerate(shape) if d == 1]
@@ -268,7 +369,7 @@ class _Builder:
             parts = [
                 np.atleast_1d(np.asarray(self.consts[n].value, dtype=object)) for n in node.input
             ]
-            return self.fold(node, np.concatenate(parts))
+            return self.fold(node, np.concatenate(parts, axis=a["axis"]))
         xs = [self.tensor(node, i) for i in range(len(node.input))]
         rank = len(self.shapes[xs[0]]) + 1
         axis = a["axis"] % rank
@@ -281,9 +382,14 @@ class _Builder:
         )
 
     def op_Cast(self, node, a):
-        if node.input[0] in self.consts:
-            return self.fold(node, self.consts[node.input[0]].value)
-        raise self.fail(node, "Cast of a tensor is not supported")
+        import onnx
+
+        if node.input[0] not in self.consts:
+            raise self.fail(node, "Cast of a tensor is not supported")
+        v = np.asarray(self.consts[node.input[0]].value)
+        if v.dtype != object:  # shape arithmetic, where BATCH stands, is integer already
+            v = v.astype(onnx.helper.tensor_dtype_to_np_dtype(a["to"]))
+        self.fold(node, v)
 
     def op_Slice(self, node, a):
         data = self.const(node, 0, "data")
@@ -350,7 +456,7 @@ class _Builder:
         self.op_Identity(node, a)
 
     # -- arithmetic ------------------------------------------------------------------------
-    def binary(self, node, fn):
+    def binary(self, node, fn, number_on_left: bool = True):
         a_name, b_name = node.input[0], node.input[1]
         if a_name in self.consts and b_name in self.consts:
             a_v, b_v = self.consts[a_name].value, self.consts[b_name].value
@@ -370,8 +476,15 @@ class _Builder:
         if c.size != 1:
             raise self.fail(node, f"operand {c_name!r} is a constant tensor of shape {c.shape}; "
                             "only numbers (and a MatMul's bias) are supported")  # fmt: skip
-        c = float(c.reshape(()))
         x = a_name if tensor_first else b_name
+        if c.ndim > len(self.shapes[x]) + 1:
+            raise self.fail(node, f"constant {c_name!r} of shape {c.shape} has more axes than "
+                            f"{x!r} (B, {', '.join(map(str, self.shapes[x]))}): broadcasting "
+                            "puts axes before the batch axis, which must stay first")  # fmt: skip
+        if not tensor_first and not number_on_left:
+            raise self.fail(node, f"a number ({c_name!r}) on the left of {node.op_type} is not "
+                            "supported")  # fmt: skip
+        c = float(c.reshape(()))
         f = (lambda env, root, x=x, c=c: fn(env[x], c)) if tensor_first else (
             lambda env, root, x=x, c=c: fn(c, env[x]))  # fmt: skip
         self.emit(node.output, f, self.shapes[x])
@@ -387,7 +500,7 @@ class _Builder:
 
     def op_Div(self, node, a):
         if not self.erf_gelu(node):
-            self.binary(node, lambda p, q: p / q)
+            self.binary(node, lambda p, q: p / q, number_on_left=False)
 
     def reader(self, name: str):
         """The one node that reads ``name`` (None when there are none or several)."""
@@ -457,6 +570,15 @@ class _Builder:
             lin.weight.copy_(torch.from_numpy(alpha * w))  # alpha folded into the weight
             if bias is not None:
                 lin.bias.copy_(torch.from_numpy(np.ascontiguousarray(bias)))
+        roles = {
+            "weight": (
+                node.input[1],
+                f"{alpha:g} * B" + ("" if a.get("transB", 0) else " transposed"),
+            )
+        }
+        if bias is not None:
+            roles["bias"] = (node.input[2], f"{beta:g} * C of shape {c.shape}")
+        self.share(node, lin, roles)
         self.module_step(node, lin, node.input[1] if alpha == 1 and a.get("transB", 0) else None, x)
 
     def op_MatMul(self, node, a):
@@ -467,14 +589,16 @@ class _Builder:
             raise self.fail(node, f"the weight must be (K, N) with K = {self.shapes[x][-1]}, "
                             f"got {w.shape}")  # fmt: skip
         bias = None
+        roles = {"weight": (node.input[1], "1 * B transposed")}  # as a Gemm's with transB=0
         out = node.output[0]
         nxt = next((n for n in self.nodes if out in n.input), None)
         if nxt is not None and nxt.op_type == "Add" and self.readers.get(out) == 1:
             other = nxt.input[1] if nxt.input[0] == out else nxt.input[0]
-            if other in self.consts and np.asarray(self.consts[other].value).shape in (
-                (w.shape[1],), (1, w.shape[1])):  # fmt: skip
+            shape = np.shape(self.consts[other].value) if other in self.consts else None
+            if shape in ((w.shape[1],), (1, w.shape[1])):
                 bias = np.asarray(self.consts[other].value, dtype=np.float64).reshape(-1)
                 self.folded.add(id(nxt))
+                roles["bias"] = (other, f"1 * C of shape {shape}")
                 node = _Renamed(node, nxt.output[0])
         lin = nn.Linear(w.shape[0], w.shape[1], bias=bias is not None)
         with torch.no_grad():
@@ -562,7 +686,9 @@ class _Builder:
     def op_Conv(self, node, a):
         x = self.tensor(node)
         w = np.asarray(self.const(node, 1, "weight"), dtype=np.float64)
-        dims, _, strides, pads = self.spatial(node, a, x, "Conv")
+        dims, kernel, strides, pads = self.spatial(node, a, x, "Conv")
+        if kernel and list(kernel) != list(w.shape[2:]):
+            raise self.fail(node, f"kernel_shape={kernel} differs from the weight's {w.shape[2:]}")
         group = a.get("group", 1)
         dil = list(a.get("dilations", [1] * dims))
         cls = nn.Conv1d if dims == 1 else nn.Conv2d
@@ -576,6 +702,10 @@ class _Builder:
             conv.weight.copy_(torch.from_numpy(w))
             if b is not None:
                 conv.bias.copy_(torch.from_numpy(np.asarray(b, dtype=np.float64)))
+        roles = {"weight": (node.input[1], "W")}
+        if b is not None:
+            roles["bias"] = (node.input[2], "B")
+        self.share(node, conv, roles)
         self.module_step(node, conv, node.input[1], x)
 
     def pool(self, node, a, kind: str):
@@ -587,9 +717,9 @@ class _Builder:
             raise self.fail(node, f"pads {p} larger than half the kernel {k} are not supported")
         if len(node.output) > 1 and node.output[1]:
             raise self.fail(node, "the Indices output is not supported")
+        if any(d != 1 for d in a.get("dilations", [1] * dims)):
+            raise self.fail(node, f"dilations={a['dilations']} are not supported (only 1)")
         if kind == "MaxPool":
-            if any(d != 1 for d in a.get("dilations", [1] * dims)):
-                raise self.fail(node, "dilations other than 1 are not supported")
             cls = nn.MaxPool1d if dims == 1 else nn.MaxPool2d
             mod = cls(k, stride=s, padding=p)
         else:
@@ -637,6 +767,7 @@ class _Builder:
                 (bn.running_var, var),
             ):
                 t.copy_(torch.from_numpy(v))
+        self.share(node, bn, {"weight": (node.input[1], "scale"), "bias": (node.input[2], "B")})
         self.module_step(node, bn, node.input[1], x)
 
     def op_LayerNormalization(self, node, a):
@@ -645,6 +776,8 @@ class _Builder:
         axis = a.get("axis", -1) % rank
         if axis == 0 or (len(node.output) > 1 and any(node.output[1:])):
             raise self.fail(node, "axis 0 and the mean / inv_std outputs are not supported")
+        if a.get("stash_type", 1) != 1:
+            raise self.fail(node, f"stash_type={a['stash_type']}: only 1 (float32 statistics)")
         shape = self.shapes[x][axis - 1 :]
         scale = np.asarray(self.const(node, 1, "scale"), dtype=np.float64)
         b = self.const(node, 2, "bias")
@@ -655,7 +788,20 @@ class _Builder:
                 ln.bias.copy_(
                     torch.from_numpy(np.broadcast_to(np.asarray(b, np.float64), shape).copy())
                 )
+        roles = {"weight": (node.input[1], f"Scale of shape {scale.shape} broadcast to {shape}")}
+        if b is not None:
+            roles["bias"] = (node.input[2], f"B of shape {np.shape(b)} broadcast to {shape}")
+        self.share(node, ln, roles)
         self.module_step(node, ln, node.input[1], x)
+
+
+def _free(parent: nn.Module, name: str) -> bool:
+    """``name`` can be a new layer of ``parent``: not a Python keyword (torch.fx writes
+    ``self.<name>`` for an identifier, getattr otherwise), not taken by a layer or by the
+    module's own attributes (``training``, ``forward``, ...)."""
+    return (
+        bool(name) and "." not in name and not keyword.iskeyword(name) and not hasattr(parent, name)
+    )
 
 
 class _Renamed:
@@ -674,25 +820,23 @@ class _OnnxModule(nn.Module):
     """The ONNX graph as a torch module: its layers are submodules, forward replays the
     nodes in order (torch.fx traces through it)."""
 
-    def __init__(self, root: nn.Module, steps, inputs: list[str], output: str):
+    def __init__(self, steps, inputs: list[str], outputs: list[str]):
         super().__init__()
-        for name, mod in root.named_children():
-            self.add_module(name, mod)
-        self._steps, self._inputs, self._output = steps, inputs, output
+        self._steps, self._inputs, self._outputs = steps, inputs, outputs  # outputs: one
 
     def run(self, xs):
         env = dict(zip(self._inputs, xs, strict=True))
         for fn, out in self._steps:
             env[out] = fn(env, self)
-        return env[self._output]
+        return env[self._outputs[0]]
 
 
 def _module_class(n: int) -> type:
     """An _OnnxModule whose forward takes exactly n tensors (torch.fx makes one input of each
     parameter)."""
-    args = ", ".join(f"x{i}" for i in range(n))
+    args = ", ".join(f"x{i}" for i in range(n))  # none: the file is refused later, saying why
     ns: dict = {}
-    exec(f"def forward(self, {args}):\n    return self.run(({args},))", ns)
+    exec(f"def forward(self, {args}):\n    return self.run(({args}{',' * (n > 0)}))", ns)
     return type(f"OnnxModel{n}", (_OnnxModule,), {"forward": ns["forward"]})
 
 
