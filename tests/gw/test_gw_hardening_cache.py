@@ -9,7 +9,7 @@ import pytest
 
 from rootclad.gw.run.config import resolve
 
-TINY = dict(train_events=20, val_events=10, test_events=200, bank_min_match=0.8)
+TINY = dict(train_events=20, val_events=10, test_events=200, batch_size=8, bank_min_match=0.8)
 
 
 @pytest.fixture(scope="module")
