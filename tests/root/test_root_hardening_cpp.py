@@ -306,23 +306,34 @@ _NULLS = """
 import sys, ROOT, rootclad.root
 m = rootclad.root.load(sys.argv[1])
 opt = ROOT.rootclad.Adam(m, 1e-3)
-x = ROOT.std.vector["double"](4 * 8, 0.0)
-y = ROOT.std.vector["double"](4, 0.0)
-null = ROOT.nullptr
-calls = {
-    "predict x": lambda: m.predict(null, null, 4),
-    "predict out": lambda: m.predict(x.data(), null, 4),
-    "input_grad": lambda: m.input_grad(x.data(), null, 4),
-    "loss": lambda: m.loss(x.data(), null, 4),
-    "loss_and_grad": lambda: m.loss_and_grad(null, y.data(), 4),
-    "train_step": lambda: m.train_step(x.data(), null, 4, opt),
+# rootclad.Model's Python methods refuse a null array before C++ sees it
+# (test_root_hardening_cling.py); this reaches the C++ checks behind them
+ROOT.gInterpreter.Declare('''
+#include <stdexcept>
+#include <string>
+#include <vector>
+std::string rootclad_test_null_call(rootclad::Model& m, rootclad::Optimizer& opt, int which) {
+  std::vector<double> x(4 * 8), y(4);
+  const double* none = nullptr;
+  double* out = nullptr;
+  try {
+    switch (which) {
+    case 0: m.predict(none, out, 4); break;
+    case 1: m.predict(x.data(), out, 4); break;
+    case 2: m.input_grad(x.data(), out, 4); break;
+    case 3: m.loss(x.data(), none, 4); break;
+    case 4: m.loss_and_grad(none, y.data(), 4); break;
+    case 5: m.train_step(x.data(), none, 4, opt); break;
+    }
+  } catch (const std::invalid_argument& e) {
+    return std::string("invalid_argument: ") + e.what();
+  }
+  return "returned";
 }
-for name, call in calls.items():
-    try:
-        call()
-        print(name, "returned")
-    except Exception as err:
-        print(name, "raised", str(err).splitlines()[-1].strip())
+''')
+names = ["predict x", "predict out", "input_grad", "loss", "loss_and_grad", "train_step"]
+for which, name in enumerate(names):
+    print(name, "raised", ROOT.rootclad_test_null_call(m, opt, which))
 """
 
 _NULLS_MACRO = """
