@@ -115,7 +115,10 @@ int score_gw(const char* file = "gw_test.root", const char* stem = "build/gwnet"
     c.cd(2);
     graph->Draw("AL");
     // SaveAs only prints its errors: the image is drawn to a temporary name, then looked at
-    const std::string png = std::string(out) + ".png", tmp = std::string(out) + ".partial.png";
+    // unique per process, so that two runs writing one output never share the temporary file
+    const std::string png = std::string(out) + ".png";
+    const std::string tmp =
+        std::string(out) + "." + std::to_string(gSystem->GetPid()) + ".partial.png";
     c.SaveAs(tmp.c_str());
     FileStat_t st;
     if (gSystem->GetPathInfo(tmp.c_str(), st) != 0 || st.fSize == 0 ||

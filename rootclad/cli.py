@@ -148,9 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         # (ROOTCLAD_TRACEBACK=1 shows it)
         if os.environ.get("ROOTCLAD_TRACEBACK"):
             raise
-        msg = (
-            err.strerror + f": {err.filename}" if isinstance(err, OSError) and err.filename else err
-        )
+        named = isinstance(err, OSError) and err.filename and err.strerror
+        msg = f"{err.strerror}: {err.filename}" if named else err
         command = " ".join(filter(None, (args.command, getattr(args, "gw_command", None))))
         print(f"rootclad {command}: error: {msg}", file=sys.stderr)
         return 2

@@ -214,14 +214,16 @@ def emit_header(module: torch.nn.Module, example_input: torch.Tensor, out: Path,
     head = MAGIC + struct.pack("<IIQI", elem, 0, flat.size, len(prefix)) + prefix.encode()
     weights = out.with_suffix(".dat")
     out.parent.mkdir(parents=True, exist_ok=True)
-    for path, data in ((out, text.encode()), (weights, head + flat.astype(f"<f{elem}").tobytes())):
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
-        try:
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
-        except BaseException:  # a full disk, Ctrl-C: no partial file left
-            tmp.unlink(missing_ok=True)
-            raise
+    files = {out: text.encode(), weights: head + flat.astype(f"<f{elem}").tobytes()}
+    tmp = {path: path.with_name(f".{path.name}.{os.getpid()}.partial") for path in files}
+    try:  # both written before either replaces its old file: a header never meets old weights
+        for path, data in files.items():
+            tmp[path].write_bytes(data)
+        for path in files:
+            os.replace(tmp[path], path)
+    finally:  # a full disk, Ctrl-C: no partial file left
+        for t in tmp.values():
+            t.unlink(missing_ok=True)
     return {"header": out, "weights": weights}
 
 

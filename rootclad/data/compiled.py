@@ -98,8 +98,11 @@ class _CompiledReading:
         bsz = self.batch_size
         cols = self._columns()
         left = self.entries - (self.entries % bsz if self.drop_last else 0)
+        # the reader fills at most the split's entries (a batch of 10**12 asked for 58 TiB up
+        # front); with drop_last it fills a short last batch before dropping it
+        rows = max(1, min(bsz, self.entries))
         while True:
-            arrays = [np.empty((bsz, *shape), dtype=dtype) for shape, dtype in cols]
+            arrays = [np.empty((rows, *shape), dtype=dtype) for shape, dtype in cols]
             try:
                 k = int(r.next_batch(*arrays))
             except Exception as err:
@@ -112,7 +115,7 @@ class _CompiledReading:
             left -= k
             if k == 0:
                 return
-            yield self._emit([[a[:k] if k < bsz else a] for a in arrays])
+            yield self._emit([[a[:k] if k < rows else a] for a in arrays])
 
     def _read_block(self, block, *arrays):
         try:

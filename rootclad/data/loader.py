@@ -86,9 +86,6 @@ class _BatchIteratorBase:
         ranges = [split_range(n, self.validation_fraction, split) for n in entries]
         self.blocks: list[Block] = make_blocks(offsets, ranges, self.block_size)
         self.entries = sum(b.size for b in self.blocks)
-        # a batch larger than the data is all of it, in both readers (the C++ one allocates a
-        # whole batch up front: 10**12 entries asked for 58 TiB)
-        self.batch_size = min(self.batch_size, max(self.entries, 1))
 
     # -- to implement -------------------------------------------------------
     def _open(self) -> tuple[list[np.ndarray], list[int]]:

@@ -282,6 +282,21 @@ def _compression(spec):
     return cls(int(level)) if level else cls(1)
 
 
+def compression_name(spec) -> str:
+    """A compression setting as ``name:level`` (``none``): what :func:`file_compression` reads."""
+    comp = _compression(spec)
+    return "none" if comp is None else f"{type(comp).__name__.lower()}:{comp.level}"
+
+
+def file_compression(path) -> str:
+    """The compression a ROOT file was written with, as :func:`compression_name` names it."""
+    import uproot
+
+    with uproot.open(path) as f:
+        comp = f.file.compression
+    return "none" if comp is None else f"{type(comp).__name__.lower()}:{comp.level}"
+
+
 @dataclasses.dataclass
 class SimulationResult:
     path: Path
@@ -401,6 +416,8 @@ def simulate(
     except OSError as err:
         tmp.unlink(missing_ok=True)
         if err.filename is None:  # uproot's writes name no file (a full disk)
+            if err.errno is None:  # a message alone: keep it, with the file
+                raise OSError(f"{path}: {err}") from err
             raise OSError(err.errno, err.strerror, str(path)) from err
         raise
     except BaseException:

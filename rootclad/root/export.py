@@ -10,6 +10,7 @@ exported with.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -20,6 +21,8 @@ import numpy as np
 import rootclad
 from rootclad.codegen.cxx import comment_text, string_literal
 from rootclad.toolchain.build import file_digest
+
+_CALLS = itertools.count(1)
 
 
 def metadata(cm, library_md5: str) -> dict:
@@ -82,9 +85,13 @@ def export(cm, stem, optimizer=None) -> dict[str, Path]:
     if not stem.parent.is_dir():
         raise FileNotFoundError(f"{stem.parent}: no such directory (create it first)")
     paths = {k: stem.with_name(stem.name + k) for k in (".so", ".root", ".h")}
-    tmp = {k: p.with_name(p.name + ".partial") for k, p in paths.items()}
+    # unique per call, so that two exports to one stem never write each other's files
+    unique = f"{os.getpid()}.{next(_CALLS)}"
+    tmp = {k: p.with_name(f".{p.name}.{unique}.partial") for k, p in paths.items()}
+    writing = ".so"
     try:
         shutil.copyfile(cm.library_path, tmp[".so"])
+        writing = ".root"
         md5 = file_digest(tmp[".so"], "md5")  # ROOT's TMD5 checks it in rootclad::Model
         with uproot.recreate(tmp[".root"]) as f:
             for name, p in cm.named_parameters():
@@ -98,6 +105,7 @@ def export(cm, stem, optimizer=None) -> dict[str, Path]:
             if optimizer is not None:
                 _optimizer_tree(f, cm, optimizer)
             f["rootclad_metadata"] = json.dumps(metadata(cm, md5))
+        writing = ".h"
         tmp[".h"].write_text(
             f"// {comment_text(paths['.h'].name)}: the rootclad model exported as "
             f"{comment_text(stem.name)} ({cm._em.prefix}).\n"
@@ -110,7 +118,13 @@ def export(cm, stem, optimizer=None) -> dict[str, Path]:
             '#include "rootclad/model.h"\n'
         )
         for ext in (".so", ".root", ".h"):  # all written: now each replaces its old file
+            writing = ext
             os.replace(tmp[ext], paths[ext])
+    except OSError as err:
+        # name the export's file, not the cache's library being copied or a temporary name
+        if err.errno is None:
+            raise OSError(f"{paths[writing]}: {err}") from err
+        raise OSError(err.errno, err.strerror, str(paths[writing])) from err
     finally:
         for t in tmp.values():
             t.unlink(missing_ok=True)

@@ -289,30 +289,37 @@ def _publish(tmp: Path, dest: Path, mode: int = 0o644) -> None:
     os.replace(tmp, dest)
 
 
-# the lines a compiler prints when it (or a process it started) dies of a lack of memory or
-# of a signal: g++, clang and nvcc
-_DIED = ("out of memory", "memory exhausted", "cannot allocate memory", "bad_alloc",
-         "allocation failed", "signal terminated program", "due to signal",
-         "unable to execute command: killed")  # fmt: skip
+# the lines a compiler prints when it (or a process it started) runs out of memory, and when
+# one crashes or is killed by a signal: g++, clang and nvcc. Only a diagnostic's own line is
+# read (a quoted source line is indented), so a program that mentions bad_alloc is no match.
+_NO_MEMORY = ("out of memory", "memory exhausted", "cannot allocate memory",
+              "std::bad_alloc", "allocation failed")  # fmt: skip
+_CRASHED = ("signal terminated program", "due to signal", "unable to execute command")
 
 
 def _failure(proc: subprocess.CompletedProcess, timeout: float, memory: int | None):
-    """The :class:`CompileError` cause of a failed compile, and the words that say it."""
+    """The :class:`CompileError` cause of a failed compile (``timeout``; ``killed``: out of
+    memory, crashed or killed by a signal; ``error``: the code was refused), and the words that
+    say which."""
     if proc.returncode is None:
         return "timeout", f"ran past the timeout of {timeout:g} s and was stopped"
-    sig = -proc.returncode
-    death = f"killed by signal {sig} ({signal.strsignal(sig)})" if sig > 0 else None
-    # not a source line quoted under a diagnostic (those are indented)
+    limit = f"memory limit {memory / 2**30:g} GB" if memory else "no memory limit"
+    limit += ", ROOTCLAD_COMPILE_MEMORY_GB"
     lines = [ln.strip() for ln in proc.stderr.splitlines() if not ln[:1].isspace()]
-    death = death or next((ln for ln in lines if any(d in ln.lower() for d in _DIED)), None)
-    if death:
-        limit = f"limit {memory / 2**30:g} GB" if memory else "no limit"
-        return "killed", (
-            f"failed: the compiler ran out of memory or was killed ({death}; memory {limit}, "
-            "ROOTCLAD_COMPILE_MEMORY_GB)"
-        )
-    first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), "")
-    return "error", f"failed; first error: {first.strip() or '(none printed)'}"
+
+    def first(words):
+        return next((ln for ln in lines if any(w in ln.lower() for w in words)), None)
+
+    if line := first(_NO_MEMORY):
+        return "killed", f"failed: the compiler ran out of memory ({line}; {limit})"
+    sig = -proc.returncode
+    if sig > 0:
+        return "killed", (f"failed: the compiler was killed by signal {sig} "
+                          f"({signal.strsignal(sig)}; {limit})")  # fmt: skip
+    if line := first(_CRASHED):
+        return "killed", f"failed: the compiler crashed ({line}; {limit})"
+    first_error = next((ln for ln in proc.stderr.splitlines() if "error" in ln), "")
+    return "error", f"failed; first error: {first_error.strip() or '(none printed)'}"
 
 
 def _compile(source, out, *, key, name, cxx, flags, link_flags, suffix, timeout, shared):

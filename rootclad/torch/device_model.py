@@ -44,7 +44,7 @@ from rootclad.toolchain import (
     find_nvcc,
     load_library,
 )
-from rootclad.torch.model import _ArenaParameter
+from rootclad.torch.model import _ArenaParameter, refuse_non_finite
 from rootclad.torch.step_graph import StepGraph
 
 _DTYPES = {torch.float32: "float32", torch.float64: "float64"}
@@ -500,14 +500,22 @@ class DeviceModel:
         return loss, {k: v.clone() for k, v in self._grad_views.items()
                       if self._views[k].requires_grad}  # fmt: skip
 
-    def train_step(self, x, y, opt) -> torch.Tensor:
+    def train_step(self, x, y, opt, *, check_finite=True) -> torch.Tensor:
         """Forward, backward and ``opt``'s update (a ``rootclad.optim`` optimizer made for this
         model), all on the device. Returns the loss as a 0-d device tensor: reading it
-        (``float(loss)``) waits for the step, so a loop that does not read it never waits."""
+        (``float(loss)``) waits for the step.
+
+        As :meth:`CompiledModel.train_step`, a non-finite input or target, and an optimizer whose
+        state holds one, is refused before anything changes; that check waits for the device
+        once per step (one reduction over the batch and the state): ``check_finite=False``
+        skips it, so that a loop that does not read the loss never waits."""
         if opt.model is not self:
             raise ValueError("this optimizer was created for another model")
         B, work = self._buffers(x)
         y = self._targets(y, B)
+        if check_finite:
+            y_checked = None if self.loss in CLASS_INDEX_LOSSES else y
+            refuse_non_finite(tuple(work.inputs), y_checked, B, opt, scan_state=True)
         seed = self._next_seed()
         counts = (opt.step_count, None if opt._steps is None else list(opt._steps))
         step, per_tensor = opt._advance(self._trainable())

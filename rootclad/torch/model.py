@@ -105,6 +105,36 @@ def first_non_finite(t: torch.Tensor) -> tuple[int, float] | None:
     return i, float(t.reshape(-1)[i])
 
 
+def refuse_non_finite(xs: tuple, y: torch.Tensor | None, B: int, opt, scan_state=False) -> None:
+    """train_step's rule, rootclad::Model's too (model.h): one non-finite input or target
+    (``y``: None for class indices, which are integers and checked) would turn every parameter
+    and the optimizer's state NaN for good, so the step is refused before anything changes. An
+    optimizer whose state an earlier step may have poisoned is refused too (loading the
+    parameters back would not cure it). Its state is scanned only after a step whose loss was
+    not finite (a large model's state is long), or with ``scan_state`` (a device model, whose
+    loss stays on the device: the batch and the state in one reduction, one wait)."""
+    named = [(f"input {i}" if len(xs) > 1 else "input", t) for i, t in enumerate(xs)]
+    if y is not None:
+        named.append(("target", y))
+    if scan_state:
+        tensors = [t for _, t in named] + [opt._state]
+        if bool(torch.stack([torch.isfinite(t).all() for t in tensors]).all()):
+            return
+        opt._suspect = True
+    for name, t in named:
+        bad = first_non_finite(t)
+        if bad is not None:
+            per = t.numel() // B
+            raise ValueError(
+                f"train_step: non-finite {name} ({bad[1]}) in sample {bad[0] // per}, "
+                f"value {bad[0] % per}; the model and its optimizer were not updated "
+                "(check_finite=False skips this check)"
+            )
+    if opt._suspect:
+        opt.check_finite()
+        opt._suspect = False
+
+
 class CompiledModel:
     """A compiled model. Build one with :func:`rootclad.compile`.
 
@@ -400,24 +430,7 @@ class CompiledModel:
         return w
 
     def _refuse_non_finite(self, x, y: torch.Tensor, B: int, opt) -> None:
-        """train_step's rule, rootclad::Model's too (model.h): one non-finite input or target
-        would turn every parameter and the optimizer's state NaN for good, so the step is
-        refused before anything changes; an optimizer whose state an earlier step poisoned is
-        refused too (loading parameters back would not cure it)."""
-        xs = self._inputs(x)
-        named = [(f"input {i}" if len(xs) > 1 else "input", t) for i, t in enumerate(xs)]
-        if self.loss not in CLASS_INDEX_LOSSES:  # class indices are integers, checked
-            named.append(("target", y))
-        for name, t in named:
-            bad = first_non_finite(t)
-            if bad is not None:
-                per = t.numel() // B
-                raise ValueError(
-                    f"train_step: non-finite {name} ({bad[1]}) in sample {bad[0] // per}, "
-                    f"value {bad[0] % per}; the model and its optimizer were not updated "
-                    "(check_finite=False skips this check)"
-                )
-        opt.check_finite()
+        refuse_non_finite(self._inputs(x), None if self.loss in CLASS_INDEX_LOSSES else y, B, opt)
 
     def loss_and_grad(
         self, x: torch.Tensor, y, weight=None
@@ -481,7 +494,7 @@ class CompiledModel:
         self._load_input(act, x, B)
         with self._lock:
             step, tensor_steps = opt._advance([v.requires_grad for v in self._views.values()])
-            return self._lib.train_step(
+            loss = self._lib.train_step(
                 self._arena.data_ptr(),
                 act.data_ptr(),
                 y.data_ptr(),
@@ -495,6 +508,9 @@ class CompiledModel:
                 tensor_steps,
                 None if w is None else w.data_ptr(),
             )
+        if not math.isfinite(loss):  # the state may hold NaN now: the next step scans it
+            opt._suspect = True
+        return loss
 
     def predict(self, *x: torch.Tensor) -> torch.Tensor:
         """The output without autograd bookkeeping (eval-mode dropout unless training)."""

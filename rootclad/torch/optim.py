@@ -79,6 +79,9 @@ class Optimizer:
         # per parameter tensor, kept once some tensor skipped a step (None: all at step_count)
         self._steps: list[int] | None = None
         self._call_steps = (ctypes.c_long * max(tensors, 1))()
+        # a step whose loss was not finite may have poisoned the state: train_step scans it
+        # before the next step (see rootclad.torch.model.refuse_non_finite)
+        self._suspect = False
 
     def _advance(self, trainable: list[bool]):
         """Count one step for each trainable tensor; ``(step, tensor_steps or None)`` for the
@@ -116,6 +119,7 @@ class Optimizer:
         self._state.zero_()
         self.step_count = 0
         self._steps = None
+        self._suspect = False
 
     def check_finite(self, state: torch.Tensor | None = None) -> None:
         """Refuse (ValueError naming the parameter) a state (this optimizer's, by default)
@@ -158,14 +162,39 @@ class Optimizer:
         for f, rule in self.rules.items():
             _check(f"{rule[0]} in the loaded state", config[_FIELDS.index(f)], *rule[1:])
         self.check_finite(values)
+        step_count, steps = _step_counts(state, len(self._where))
         self._state.copy_(values)
         self._cfg[:] = config
-        self.step_count = int(state["step_count"])
-        self._steps = None if state["steps"] is None else [int(v) for v in state["steps"]]
+        self.step_count, self._steps = step_count, steps
+        self._suspect = False  # checked above
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v:g}" for k, v in self.hyperparameters().items())
         return f"rootclad.optim.{type(self).__name__}({args})"
+
+
+def _step_counts(state: dict, tensors: int) -> tuple[int, list[int] | None]:
+    """A loaded state's step counts, checked: Adam divides by 1 - beta**step, so a step count
+    below 1 at the next step (or a tensor's above the optimizer's) would make every parameter
+    NaN or skip its bias correction."""
+
+    def count(value, what: str) -> int:
+        if isinstance(value, bool) or not float(value).is_integer() or value < 0:
+            raise ValueError(f"the state's {what} must be a whole number >= 0, got {value!r}")
+        return int(value)
+
+    step_count = count(state["step_count"], "step_count")
+    steps = state["steps"]
+    if steps is None:
+        return step_count, None
+    steps = [count(v, "per-tensor step count") for v in steps]
+    if len(steps) != tensors:
+        raise ValueError(f"the state counts steps for {len(steps)} parameter tensors; this "
+                         f"model has {tensors}")  # fmt: skip
+    if max(steps, default=0) > step_count:
+        raise ValueError(f"a parameter tensor's step count ({max(steps)}) exceeds the "
+                         f"optimizer's ({step_count})")  # fmt: skip
+    return step_count, steps
 
 
 class SGD(Optimizer):

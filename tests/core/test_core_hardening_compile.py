@@ -143,19 +143,34 @@ def test_a_compiler_out_of_memory_says_so(cache, monkeypatch):
     with pytest.raises(CompileError) as err:
         build_library(src, name="rc_oom", cxx=find_cxx()[0], flags=["-O2"])
     msg = str(err.value)
-    assert "ran out of memory or was killed" in msg
-    assert "limit 0.06 GB" in msg and "ROOTCLAD_COMPILE_MEMORY_GB" in msg
+    assert "the compiler ran out of memory (" in msg or "the compiler crashed (" in msg, msg
+    assert "memory limit 0.06 GB" in msg and "ROOTCLAD_COMPILE_MEMORY_GB" in msg
     assert err.value.cause == "killed"
     assert err.value.log_path.is_file()
 
 
 def test_a_compiler_killed_by_a_signal_says_so(tmp_path, cache):
     cxx = fake_compiler(tmp_path, "kill -KILL $$\n")
-    with pytest.raises(
-        CompileError, match=r"ran out of memory or was killed \(killed by signal 9"
-    ) as err:
+    with pytest.raises(CompileError, match=r"the compiler was killed by signal 9 \(Killed;") as err:
         build_library(SRC, name="rc_killed_cxx", cxx=str(cxx), flags=[])
     assert err.value.cause == "killed"
+
+
+def test_a_crashed_compiler_is_not_said_to_be_out_of_memory(tmp_path, cache):
+    """clang's crash report (a Clad bug, say) was read as 'ran out of memory or was killed'."""
+    cxx = fake_compiler(tmp_path, "echo 'clang++: error: clang frontend command failed due to "
+                                  "signal (use -v to see invocation)' >&2\nexit 1\n")  # fmt: skip
+    with pytest.raises(CompileError, match="the compiler crashed \\(clang.*due to signal") as err:
+        build_library(SRC, name="rc_crashed_cxx", cxx=str(cxx), flags=[])
+    assert err.value.cause == "killed" and "out of memory" not in str(err.value)
+
+
+def test_a_program_that_names_bad_alloc_is_an_error_not_a_lack_of_memory(tmp_path, cache):
+    cxx = fake_compiler(tmp_path, "echo 'x.cpp:3:1: error: no member named bad_alloc_x' >&2\n"
+                                  "echo '    std::bad_alloc e;' >&2\nexit 1\n")  # fmt: skip
+    with pytest.raises(CompileError, match="first error: x.cpp:3:1") as err:
+        build_library(SRC, name="rc_error_cxx", cxx=str(cxx), flags=[])
+    assert err.value.cause == "error"
 
 
 @pytest.mark.parametrize("value", ["3", "0.5"])

@@ -165,3 +165,36 @@ def test_an_optimizer_state_with_nan_moments_is_refused_when_loaded():
     with pytest.raises(ValueError, match=r"inf\) in the exp_avg_sq of '2.weight' \(value 1\)"):
         opt.load_state_dict(state)
     _assert_unchanged(cm, opt, before)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [(dict(step_count=-1), "step_count must be a whole number >= 0, got -1"),
+     (dict(step_count=2.5), "step_count must be a whole number >= 0, got 2.5"),
+     (dict(steps=[1, 1, 1]), "counts steps for 3 parameter tensors; this model has 4"),
+     (dict(steps=[1, 1, 2, 1]), r"a parameter tensor's step count \(2\) exceeds the optimizer's \(1\)"),
+     (dict(steps=[1, -1, 1, 1]), "per-tensor step count must be a whole number >= 0, got -1")],
+)  # fmt: skip
+def test_an_optimizer_state_with_impossible_step_counts_is_refused(change, message):
+    """A step count of -1 made the next Adam step divide by 1 - beta**0 = 0: every parameter
+    NaN, with finite batches and a finite state."""
+    _, cm = _setup()
+    opt = rootclad.optim.Adam(cm, lr=1e-2)
+    cm.train_step(*_batch(1), opt)
+    state = {**opt.state_dict(), **change}
+    before = _snapshot(cm, opt)
+    with pytest.raises(ValueError, match=message):
+        opt.load_state_dict(state)
+    _assert_unchanged(cm, opt, before)
+
+
+def test_per_tensor_step_counts_load_and_train_on():
+    _, cm = _setup()
+    opt = rootclad.optim.Adam(cm, lr=1e-2)
+    cm.train_step(*_batch(1), opt)
+    state = {**opt.state_dict(), "steps": [1, 1, 0, 1]}
+    opt.load_state_dict(state)
+    assert opt.state_dict()["steps"] == [1, 1, 0, 1]
+    cm.train_step(*_batch(2), opt)
+    assert opt.state_dict()["steps"] == [2, 2, 1, 2]
+    assert all(torch.isfinite(p).all() for p in cm.parameters())

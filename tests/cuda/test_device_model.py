@@ -645,3 +645,31 @@ def test_step_graphs_stand_aside_for_dropout_and_frozen_parameters():
         for i in range(3):
             model.train_step(*_batch(i, 4, shape, F64), opt)
         assert not any(model._step_graphs.values())
+
+
+@pytest.mark.parametrize("where", ["input", "target", "state"])
+def test_a_non_finite_step_is_refused_as_on_the_cpu(where):
+    """A NaN in the batch made every parameter NaN (CompiledModel refused it, DeviceModel did
+    not); a state poisoned by a step taken without the check is refused too."""
+    dm = DeviceModel.from_module(gw_mlp(16).double(), torch.zeros(2, 16, dtype=F64), "cpu")
+    opt = rootclad.optim.Adam(dm, lr=1e-3)
+    x, y = _batch(0, 4, (16,), F64)
+    dm.train_step(x, y, opt)
+    bad_x, bad_y = x.clone(), y.clone()
+    (bad_x if where != "target" else bad_y)[2, ...] = float("nan")
+    if where == "state":  # poisoned by a step that skipped the check
+        dm.train_step(bad_x, y, opt, check_finite=False)
+        bad_x = x
+    before = [p.detach().clone() for p in dm.parameters()], opt.state_dict()
+    message = {
+        "input": r"non-finite input \(nan\) in sample 2",
+        "target": r"non-finite target \(nan\) in sample 2",
+        "state": "the state holds a non-finite",
+    }
+    with pytest.raises(ValueError, match=message[where]):
+        dm.train_step(bad_x, bad_y, opt)
+    if where != "state":
+        for p, q in zip(dm.parameters(), before[0], strict=True):
+            assert torch.equal(p.detach(), q)
+        assert opt.state_dict()["step_count"] == before[1]["step_count"]
+        assert torch.equal(opt.state_dict()["state"], before[1]["state"])

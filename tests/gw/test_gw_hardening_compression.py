@@ -86,3 +86,33 @@ def test_uncompressed_strain_flips_go_unseen(tmp_path):
     with uproot.open(path) as f, uproot.open(bad) as g:
         a, b = f["events"]["strain"].array(library="np"), g["events"]["strain"].array(library="np")
     assert not np.array_equal(a, b)
+
+
+def test_data_written_with_another_compression_is_simulated_again(tmp_path):
+    """`--compression zlib` reused the lz4 files of an earlier run: their strain stayed
+    unprotected although the run asked for checksums over it."""
+    from rootclad.gw.dataset import file_compression
+    from rootclad.gw.run.pipeline import simulate_all
+
+    small = dict(train_events=40, val_events=20, test_events=200, batch_size=8)
+    lines = []
+    simulate_all(resolve(**small), tmp_path, False, lines.append)
+    assert file_compression(tmp_path / "train.root") == "lz4:1"
+    simulate_all(resolve(**small), tmp_path, False, lines.append)
+    assert sum("reused" in ln for ln in lines) == 3
+    files = simulate_all(resolve(**small, compression="zlib"), tmp_path, False, lines.append)
+    assert sum("reused" in ln for ln in lines) == 3
+    assert {file_compression(p) for p in files.values()} == {"zlib:1"}
+
+
+def test_a_checkpoint_resumes_whatever_the_data_compression():
+    """A checkpoint from before compression was a key (or with another) trains the same model;
+    any other difference is another run."""
+    from rootclad.gw.run.train import _same_training
+
+    now = resolve().to_toml()
+    before = "".join(ln for ln in now.splitlines(True) if not ln.startswith("compression"))
+    assert _same_training(before, now)
+    assert _same_training(resolve(compression="zlib").to_toml(), now)
+    assert not _same_training(resolve(lr=0.5).to_toml(), now)
+    assert not _same_training("not toml [", now)

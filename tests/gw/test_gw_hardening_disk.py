@@ -100,7 +100,17 @@ def test_the_onnx_export_on_a_full_disk_leaves_no_partial_file(tiny, full_disk):
     with pytest.raises(OSError, match="No space left on device") as e:
         onnx_round_trip(cm, cfg, full_disk / "gwnet", files["test"], network,
                         {"strain": np.zeros((0, 1))})  # fmt: skip
+    assert e.value.errno == errno.ENOSPC and e.value.filename == str(full_disk / "gwnet.onnx")
+    _no_partials(full_disk)
+
+
+def test_the_root_export_on_a_full_disk_names_its_own_file(tiny, full_disk):
+    """The copy of the compiled library failed naming the cache's .so, not the export's."""
+    cfg, files, cm, _, network = tiny
+    with pytest.raises(OSError, match="No space left on device") as e:
+        cm.export(full_disk / "gwnet")
     assert e.value.errno == errno.ENOSPC
+    assert e.value.filename.startswith(str(full_disk / "gwnet."))
     _no_partials(full_disk)
 
 
@@ -109,7 +119,7 @@ def test_report_files_on_a_full_disk_leave_no_partial_file(full_disk):
 
     with pytest.raises(OSError, match="No space left on device") as e:
         write_text(full_disk / "report.md", "x" * 100_000)
-    assert e.value.errno == errno.ENOSPC
+    assert e.value.errno == errno.ENOSPC and e.value.filename == str(full_disk / "report.md")
     _no_partials(full_disk)
 
 

@@ -24,6 +24,16 @@ def test_a_batch_larger_than_the_training_set_is_refused():
     assert resolve(train_events=1200, batch_size=1200).batch_size == 1200
 
 
+def test_the_preset_batch_fits_a_small_training_set():
+    """`gw run --events 20` was refused: the preset's batch of 64 exceeded 20 events. A batch
+    the user gives is still checked."""
+    default = resolve().batch_size
+    assert resolve(train_events=20).batch_size == 20
+    assert resolve(train_events=10 * default).batch_size == default
+    with pytest.raises(ConfigError, match="batch_size must be at most train_events"):
+        resolve(train_events=20, batch_size=default)
+
+
 @pytest.mark.parametrize(
     "args, toml, match",
     [
@@ -46,3 +56,10 @@ def test_simulate_refuses_a_seed_beyond_64_bits_before_writing(tmp_path):
     with pytest.raises(ValueError, match=r"seed must be in \[0, 2\*\*63\)"):
         simulate(tmp_path / "x.root", 10, seed=2**64 + 1, workers=1, progress=False)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_gw_run_refuses_an_output_directory_root_would_misread(tmp_path, capsys):
+    out = tmp_path / "run#3"
+    status = main(["gw", "run", "-q", "--events", "300", "--out", str(out)])
+    assert status == 2 and "ROOT reads what follows '#' or '?'" in capsys.readouterr().err
+    assert not out.exists()

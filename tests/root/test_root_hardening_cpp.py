@@ -114,6 +114,20 @@ def test_save_writes_a_file_load_reads_and_names_the_file_it_cannot_write(stem, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["w.root"]
 
 
+@pytest.mark.parametrize("name", ["w#1.root", "w?filetype=raw.root", "run#3/w.root"])
+def test_a_name_root_would_read_as_another_file_is_refused(stem, tmp_path, name):
+    """TFile reads "w#1.root" as the file "w" with an anchor: the temporary file went to another
+    path (".w"), overwriting whatever was there, and the rename then failed."""
+    _, s = stem
+    m = rootclad.root.load(s)
+    (tmp_path / "run#3").mkdir()
+    (tmp_path / ".w").write_text("someone else's file")
+    with pytest.raises(Exception, match="ROOT reads what follows '#' or '\\?' in a file name"):
+        m.save(str(tmp_path / name))
+    assert (tmp_path / ".w").read_text() == "someone else's file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".w", "run#3"]
+
+
 # ---- item 5: score_tree on a full disk ----------------------------------------------------------
 
 
@@ -208,6 +222,20 @@ def test_score_tree_still_scores_float_arrays_and_refuses_other_lengths(stem, ev
     assert not (tmp_path / "t.root").exists()
 
 
+def test_score_tree_with_a_batch_larger_than_the_file_allocates_only_the_file(stem, tmp_path):
+    """A batch of 2**30 allocated 2**30 inputs up front (32 GiB) before reading 5 entries."""
+    cm, s = stem
+    path = tmp_path / "five.root"
+    x = np.random.default_rng(3).standard_normal((5, N)).astype(np.float32)
+    with uproot.recreate(path) as f:
+        f.mktree("events", {"strain": np.dtype((np.float32, (N,)))}).extend({"strain": x})
+    out = rootclad.root.score_tree(path, s, output=tmp_path / "s.root", batch_size=2**30)
+    with uproot.open(out) as f:
+        got = f["scores"]["score"].array(library="np")
+    ref = cm.predict(torch.from_numpy(x).double()).numpy()[:, 0]
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-7)
+
+
 # ---- item 8: weights stored as float32 or another type ---------------------------------------
 
 
@@ -251,8 +279,9 @@ def test_weights_of_another_type_are_refused_naming_the_tensor(stem, tmp_path):
     assert np.array_equal(np.asarray(m.parameters()), before)
 
 
-def _rewrite_optimizer(src, dst, state):
-    """`src` (written by Model::save with an optimizer) with the optimizer's state replaced."""
+def _rewrite_optimizer(src, dst, state, field="state"):
+    """`src` (written by Model::save with an optimizer) with the optimizer's ``field`` (state,
+    config) replaced by ``state(its values)``."""
     with uproot.open(src) as f:
         meta = str(f["rootclad_metadata"])
         arrays = {k.split(";")[0]: f[k].arrays(library="np") for k in f.keys()
@@ -260,28 +289,35 @@ def _rewrite_optimizer(src, dst, state):
     with uproot.recreate(dst) as f:
         for name, cols in arrays.items():
             if name == "rootclad_optimizer":
-                cols = dict(cols, state=state(cols["state"]))
+                cols = dict(cols, **{field: state(cols[field])})
             types = {k: np.dtype((v.dtype, v.shape[1:])) for k, v in cols.items()}
             f.mktree(name, types).extend(cols)
         f["rootclad_metadata"] = meta
 
 
-def _nan_at_3(state):
-    state = state.copy()
-    state[0, 3] = np.nan
-    return state
+def _set(index, value):
+    def change(values):
+        values = values.copy()
+        values[0, index] = value
+        return values
+
+    return change
 
 
 @pytest.mark.parametrize(
-    "state, message",
+    "field, state, message",
     [
-        (lambda v: v.astype(np.int64), "the optimizer's state is stored as Long64_t"),
-        (_nan_at_3, r"the optimizer's state holds a non-finite value \(nan\) at index 3"),
+        ("state", lambda v: v.astype(np.int64), "the optimizer's state is stored as Long64_t"),
+        ("state", _set(3, np.nan),
+         r"the optimizer's state holds a non-finite value \(nan\) at index 3"),
+        # OptimConfig: kind, lr, momentum, dampening, weight_decay, nesterov, beta1, beta2, eps
+        ("config", _set(6, 1.0), "the optimizer's config: invalid beta1: 1.0"),
+        ("config", _set(1, -0.1), "the optimizer's config: invalid learning rate: -0.1"),
     ],
-    ids=["int64", "nan"],
-)
+    ids=["int64", "nan", "beta1-one", "negative-lr"],
+)  # fmt: skip
 def test_optimizer_state_of_another_type_or_not_finite_is_refused_changing_nothing(
-    stem, tmp_path, state, message
+    stem, tmp_path, field, state, message
 ):
     """A refused optimizer state leaves the model's parameters as they were too."""
     _, s = stem
@@ -289,7 +325,7 @@ def test_optimizer_state_of_another_type_or_not_finite_is_refused_changing_nothi
     opt = ROOT.rootclad.Adam(m, 1e-3)
     m.train_step(np.ones((4, N)), np.ones((4, 1)), 4, opt)
     m.save(str(tmp_path / "ckpt.root"), opt)
-    _rewrite_optimizer(tmp_path / "ckpt.root", tmp_path / "bad.root", state)
+    _rewrite_optimizer(tmp_path / "ckpt.root", tmp_path / "bad.root", state, field)
     fresh = rootclad.root.load(s)
     before = np.asarray(fresh.parameters()).copy()
     assert not np.array_equal(before, np.asarray(m.parameters()))

@@ -180,6 +180,17 @@ def resolve(path=None, preset: str = "default", **overrides) -> RunConfig:
                 )
             values[key] = value
     values.update({k: v for k, v in overrides.items() if v is not None})
+    given = set(data if path is not None else ()) | {
+        k for k, v in overrides.items() if v is not None
+    }
+    if "batch_size" not in given:
+        # the preset's batch may exceed a small training set (--events 20): take it whole; a
+        # batch_size the user gave is checked as given
+        default = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+        batch = values.get("batch_size", default["batch_size"])
+        train = values.get("train_events", default["train_events"])
+        if isinstance(train, int) and not isinstance(train, bool) and 1 <= train < batch:
+            values["batch_size"] = train
     for key in list(values):
         if key not in known:
             raise ConfigError(f"unknown key {key!r}")

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import shutil
 from pathlib import Path
 
+_CALLS = itertools.count(1)  # a temporary name per call: two threads never share one
 # below this much free space, a writer's failure is taken to be the full disk's
 _FULL = 1 << 20
 
@@ -28,7 +30,7 @@ def write_error(path: Path, cause: str = "") -> OSError:
 def replacing(path: Path, suffix: str = ""):
     """Yields the temporary name to write; when the block ends without error, that file
     replaces ``path``. ``suffix`` ends the temporary name (numpy and matplotlib go by it)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial{suffix}")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{next(_CALLS)}.partial{suffix}")
     try:
         yield tmp
         os.replace(tmp, path)
@@ -37,6 +39,9 @@ def replacing(path: Path, suffix: str = ""):
         tmp.unlink(missing_ok=True)
         if full:
             raise write_error(path, f" ({type(err).__name__}: {err})") from err
+        if _names_enospc(err) and getattr(err, "filename", None) != str(path):
+            # Python's writes name no file (or the temporary one): name the one being written
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from err
         raise
 
 

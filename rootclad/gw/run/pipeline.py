@@ -57,6 +57,10 @@ def _check_output(out: Path, cfg: RunConfig) -> None:
             _check_device("cuda")
         except (RuntimeError, ValueError) as err:
             raise ConfigError(f'device = "cuda": {err}') from None
+    if any(c in str(out.resolve()) for c in "#?"):
+        raise ConfigError(f"{out}: ROOT reads what follows '#' or '?' in a file name as an "
+                          "anchor or options, so it would open other files than the run's; "
+                          "choose a directory without them")  # fmt: skip
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / f".write-test-{os.getpid()}"
@@ -80,15 +84,21 @@ SPLITS = ("train", "val", "test")
 
 
 def _reusable(path: Path, cfg: RunConfig, split: str) -> bool:
-    """Whether ``path`` holds the split's events as ``cfg`` would simulate them."""
-    from rootclad.gw.dataset import SimulationConfig, read_config
+    """Whether ``path`` holds the split's events as ``cfg`` would simulate them, written with
+    the compression it asks for (which decides what corruption a read detects)."""
+    from rootclad.gw.dataset import (
+        SimulationConfig,
+        compression_name,
+        file_compression,
+        read_config,
+    )
 
     kwargs = cfg.simulation(split)
     n = kwargs.pop("n_events")
-    kwargs.pop("compression")  # the events are the same in any
+    compression = compression_name(kwargs.pop("compression"))
     try:
         same = path.exists() and read_config(path) == SimulationConfig(**kwargs)
-        return same and _entries(path) == n
+        return same and _entries(path) == n and file_compression(path) == compression
     except Exception:  # unreadable: simulate again
         return False
 

@@ -86,6 +86,21 @@ def _save_checkpoint(path: Path, state: dict) -> None:
         torch.save(state, tmp)
 
 
+def _same_training(a: str, b: str) -> bool:
+    """Whether two run configurations (TOML text) train the same model: the data files'
+    compression does not change their events (and a checkpoint from before it was a key has
+    none)."""
+    import tomllib
+
+    try:
+        first, second = tomllib.loads(str(a)), tomllib.loads(str(b))
+    except tomllib.TOMLDecodeError:
+        return False
+    for c in (first, second):
+        c.pop("compression", None)
+    return first == second
+
+
 def load_checkpoint(path: Path) -> dict:
     """A checkpoint's tensors, numbers, strings and containers; anything else in the pickle
     (which could run code when unpickled: the file may come from someone else) is refused."""
@@ -117,7 +132,7 @@ def train(cfg: RunConfig, train_file, val_file, out: Path, *, resume: bool = Fal
     resumed = None
     if resume and ckpt.exists():
         state = load_checkpoint(ckpt)
-        if state["config"] != cfg.to_toml():
+        if not _same_training(state["config"], cfg.to_toml()):
             raise ValueError(f"{ckpt} was written by a run with another configuration; "
                              "remove it or run without --resume")  # fmt: skip
         cm.load_state_dict(state["model"])

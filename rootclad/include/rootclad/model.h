@@ -133,6 +133,10 @@ private:
 // `path` is left as it was, and std::runtime_error names `path` and the cause ("No space left
 // on device"). Every ROOT file rootclad writes from C++ goes through here.
 template <class Fill> void write_root_file(const std::string& path, Fill&& fill) {
+  if (path.find_first_of("#?") != std::string::npos) // TFile would open another file
+    throw std::invalid_argument("rootclad: cannot write " + path +
+                                ": ROOT reads what follows '#' or '?' in a file name as an "
+                                "anchor or options; choose a name without them");
   const auto slash = path.rfind('/') + 1; // 0 without a directory
   const std::string tmp = path.substr(0, slash) + "." + path.substr(slash) + "." +
                           std::to_string(::getpid()) + "." + std::to_string(detail::next_write()) +
@@ -171,6 +175,29 @@ public:
   long step = 0;
   std::vector<double> state_d; // 2 * n_params: momentum, or Adam's two moments
   std::vector<float> state_f;
+
+  // The constructors' ranges, for a configuration read from a file (Model::load): a beta of 1
+  // or a negative learning rate there would turn every parameter NaN at the next step.
+  static void check_config(const OptimConfig& c) {
+    if (c.kind == OPTIM_SGD) {
+      check("learning rate", c.lr, 0);
+      check("momentum", c.momentum, 0);
+      check("dampening", c.dampening, -INFINITY);
+      check("weight_decay", c.weight_decay, 0);
+      check("nesterov", c.nesterov, 0, 1);
+      if (c.nesterov != 0 && (c.momentum <= 0 || c.dampening != 0))
+        throw std::invalid_argument("rootclad: Nesterov momentum requires a momentum and zero "
+                                    "dampening");
+    } else if (c.kind == OPTIM_ADAM || c.kind == OPTIM_ADAMW) {
+      check("learning rate", c.lr, 0);
+      check("weight_decay", c.weight_decay, 0);
+      check("beta1", c.beta1, 0, 1, true);
+      check("beta2", c.beta2, 0, 1, true);
+      check("epsilon", c.eps, 0);
+    } else {
+      throw std::invalid_argument("rootclad: unknown optimizer kind " + std::to_string(c.kind));
+    }
+  }
 
 protected:
   static double check(const char* what, double v, double low, double high = INFINITY,
@@ -434,6 +461,16 @@ private:
       throw std::runtime_error("rootclad: " + path +
                                " holds the state of another kind of "
                                "optimizer");
+    OptimConfig loaded;
+    std::memcpy(&loaded, config, sizeof config);
+    try {
+      Optimizer::check_config(loaded);
+    } catch (const std::invalid_argument& e) {
+      std::string why = e.what();
+      if (why.rfind("rootclad: ", 0) == 0)
+        why = why.substr(10);
+      throw std::runtime_error("rootclad: " + what + "config: " + why);
+    }
     std::memcpy(&o.config, config, sizeof config);
     o.step = (long)step;
     if (api_.is_double())
@@ -716,8 +753,9 @@ inline long long score_tree(Model& m, const std::string& file, const std::string
     in.fail(std::to_string(in.length()) + " values per entry, the model " + m.stem() + " takes " +
                 std::to_string(N),
             true, input);
-  std::vector<float> xs((size_t)batch * N), out((size_t)batch * K);
   const long long entries = in.entries();
+  batch = (int)std::min<long long>(batch, std::max<long long>(entries, 1)); // allocated below
+  std::vector<float> xs((size_t)batch * N), out((size_t)batch * K);
   write_root_file(out_file, [&](TFile& f) {
     // owned by the output file, which deletes it on Close
     auto* scores = new TTree(out_tree.c_str(), ("rootclad scores of " + m.stem()).c_str());
