@@ -9,21 +9,17 @@ Submodules are imported on first use, so ``import rootclad.gw`` does not load to
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 
-__version__ = "0.1.0"
+from rootclad.paths import get_include
+from rootclad.version import __version__
+
 __all__ = ["compile", "engines_available", "get_include", "load", "onnx", "optim", "__version__"]
 
 _LAZY = {
     "compile": "rootclad.compiler",
     "engines_available": "rootclad.compiler",
-    "load": "rootclad.loading",
+    "load": "rootclad.compiler",
 }
-
-
-def get_include() -> str:
-    """The directory to put on the include path for ``#include "rootclad/kernels.h"``."""
-    return str(Path(__file__).resolve().parent / "include")
 
 
 def __getattr__(name: str):

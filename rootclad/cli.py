@@ -79,7 +79,7 @@ def _cmd_emit(args: argparse.Namespace) -> int:
     """``rootclad emit model.onnx -o net.hxx``: a standalone header and its weights."""
     import torch
 
-    from rootclad.codegen.standalone import emit_file
+    from rootclad.compiler import emit_file
 
     dtype = {"float32": torch.float32, "float64": torch.float64, None: None}[args.dtype]
     example = None

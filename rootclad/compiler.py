@@ -1,8 +1,14 @@
-"""``rootclad.compile``: torch module -> IR -> C++ -> shared library -> CompiledModel."""
+"""The pipeline: a torch module or a model file -> IR -> C++ -> a built library -> a model.
+
+``rootclad.compile`` and ``rootclad.load`` (and ``rootclad.onnx.load``) are here; so are the
+device programs (:func:`compile_device`) and the standalone headers of ``rootclad emit``
+(:func:`emit_header`, :func:`emit_file`). This is the one place that builds: the runtimes
+(:class:`rootclad.torch.CompiledModel`, :class:`rootclad.torch.DeviceModel`) receive a built
+library, and move between devices through :func:`retarget`.
+"""
 
 from __future__ import annotations
 
-import functools
 import os
 import time
 import warnings
@@ -10,26 +16,26 @@ from pathlib import Path
 
 import torch
 
-from rootclad.codegen import emit_model
-from rootclad.ir.from_torch import graph_from_module, parameter_aliases
+from rootclad.codegen.cpu import emit_model
+from rootclad.codegen.device import emit_device
+from rootclad.codegen.standalone import write_header
+from rootclad.frontends.onnx import to_module
+from rootclad.frontends.programs import program_module
+from rootclad.frontends.torch_fx import graph_from_module, parameter_aliases
 from rootclad.toolchain import (
     CompileError,
     ToolchainError,
-    blas_flags,
-    build_library,
     find_clad,
     find_cxx,
+    find_nvcc,
     load_library,
 )
+from rootclad.toolchain.recipes import cpu_library, cuda_device_program, host_device_program
+from rootclad.torch.device_model import DeviceModel
+from rootclad.torch.model import CompiledModel
 
 _DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64"}
-# -fvisibility=hidden and the linker's version script (exports.map): a model library exports
-# its C API only (emit.py), nothing of the header-only runtime or of libstdc++'s templates,
-# whose inline functions and statics were otherwise shared between the model libraries of one
-# process: one library's ThreadPool::run met another's gemm and a training step deadlocked
-OPT_FLAGS = ["-O3", "-march=native", "-std=c++17", "-fno-math-errno", "-fopenmp-simd",
-             "-fvisibility=hidden"]  # fmt: skip
-EXPORTS_MAP = Path(__file__).resolve().parent / "toolchain" / "exports.map"
+MAX_THREADS = 256  # must match rootclad/parallel.h
 
 
 def engines_available() -> dict[str, str]:
@@ -50,9 +56,6 @@ def engines_available() -> dict[str, str]:
         else f"unavailable: {why}"
     )
     return out
-
-
-MAX_THREADS = 256  # must match rootclad/parallel.h
 
 
 def num_threads() -> int | None:
@@ -96,6 +99,36 @@ def _choose_engine(engine: str, pullbacks: bool):
     raise ValueError(f"engine must be 'auto', 'clad' or 'pullback', got {engine!r}")
 
 
+def _examples(example_input, dtype=None) -> tuple[tuple, torch.dtype, torch.device]:
+    """(the example inputs, the dtype (the first example's by default), its device)."""
+    examples = tuple(example_input) if isinstance(example_input, (tuple, list)) else (
+        example_input,)  # fmt: skip
+    first = examples[0]
+    dtype = dtype or getattr(first, "dtype", None)
+    if dtype not in _DTYPE_NAMES:
+        raise TypeError(f"dtype {dtype} is not supported; use torch.float32 or torch.float64")
+    return examples, dtype, torch.device(getattr(first, "device", "cpu"))
+
+
+def _module_graph(model: torch.nn.Module, examples: tuple, dtype, several: bool):
+    """The module's graph, traced on the CPU (the caller's module stays where it is)."""
+    if any(t.device.type != "cpu" for t in (*model.parameters(), *model.buffers())):
+        import copy
+
+        model = copy.deepcopy(model).cpu()
+    example = tuple(t.detach().cpu().to(dtype) for t in examples)
+    return model, graph_from_module(model, example if several else example[0], _DTYPE_NAMES[dtype])
+
+
+def _take_state(model, module: torch.nn.Module):
+    """The compiled ``model`` with ``module``'s parameters, buffers, frozen flags and mode."""
+    buffers = {n: b for n, b in module.named_buffers() if n in model._buffer_views}
+    model.load_state_dict({**dict(module.named_parameters()), **buffers})
+    for name, p in module.named_parameters():  # frozen stays frozen
+        model._views[name].requires_grad_(p.requires_grad)
+    return model.train(module.training)  # an eval-mode module must not predict with dropout on
+
+
 def compile(
     model: torch.nn.Module,
     example_input: torch.Tensor,
@@ -123,31 +156,22 @@ def compile(
     ``device`` defaults to the example input's: a CUDA example (or ``device="cuda"``) gives a
     :class:`rootclad.torch.DeviceModel`, whose kernels nvcc builds for the GPU.
     """
-    first = example_input[0] if isinstance(example_input, (tuple, list)) else example_input
-    dtype = dtype or getattr(first, "dtype", None)
-    if dtype not in _DTYPE_NAMES:
-        raise TypeError(f"dtype {dtype} is not supported; use torch.float32 or torch.float64")
-    device = torch.device(device if device is not None else getattr(first, "device", "cpu"))
+    examples, dtype, example_device = _examples(example_input, dtype)
+    device = torch.device(device if device is not None else example_device)
     if device.type == "cuda":
-        from rootclad.torch.device_model import DeviceModel
-
         _device_engine(engine, pullbacks)
-        return DeviceModel.from_module(model, example_input, device=device, loss=loss,
-                                       dtype=dtype, seed=seed)  # fmt: skip
+        return compile_device(model, example_input, device, loss=loss, dtype=dtype, seed=seed)
     if device.type != "cpu":
         raise ValueError(f"device {str(device)!r}: rootclad compiles for 'cpu' and 'cuda'")
     t0 = time.perf_counter()
-    graph = graph_from_module(model, example_input, _DTYPE_NAMES[dtype])
+    several = isinstance(example_input, (tuple, list))
+    graph = graph_from_module(model, example_input if several else examples[0],
+                              _DTYPE_NAMES[dtype])  # fmt: skip
     cm = compile_graph(graph, loss, engine=engine, pullbacks=pullbacks, seed=seed, t0=t0,
                        aliases=parameter_aliases(model),
                        # buffers of layers forward() never calls: accepted by load_state_dict
                        ignored=[n for n, _ in model.named_buffers()])  # fmt: skip
-    buffers = {n: b for n, b in model.named_buffers() if n in cm._em.buffer_offsets}
-    cm.load_state_dict({**dict(model.named_parameters()), **buffers})
-    for name, p in model.named_parameters():  # frozen stays frozen (see CompiledModel)
-        cm._views[name].requires_grad_(p.requires_grad)
-    cm.train(model.training)  # an eval-mode module must not predict with dropout on
-    return cm
+    return _take_state(cm, model)
 
 
 def _device_engine(engine: str, pullbacks: bool) -> None:
@@ -169,28 +193,14 @@ def compile_graph(graph, loss: str = "bce_with_logits", *, engine: str = "auto",
     """A :class:`CompiledModel` of a validated graph (zero parameters; load them with
     ``load_state_dict``). ``ignored``: buffer names load_state_dict accepts and drops.
 
-    With ``engine="auto"``, a clad build that runs past its timeout or out of memory (Clad's
-    cost grows faster with the model than the pullback engine's) is followed by the pullback
-    engine's, with a warning naming the reason."""
-    from rootclad import get_include
-    from rootclad.torch.model import CompiledModel
-
+    With ``engine="auto"``, a clad build that runs past its timeout, out of memory or crashes
+    is followed by the pullback engine's, with a warning naming the reason."""
     t0 = time.perf_counter() if t0 is None else t0
     num_threads()
     requested = engine
     engine, cxx, engine_flags = _choose_engine(engine, pullbacks)
     emitted = emit_model(graph, loss, engine, pullbacks)
-    flags = [*OPT_FLAGS, f"-I{get_include()}", *engine_flags]
-    link = [f"-Wl,--version-script={EXPORTS_MAP}"]
-    if pullbacks:
-        bc, bl, _ = blas_flags()
-        flags += bc
-        link += bl
-    else:
-        flags.append("-DROOTCLAD_NO_PULLBACKS")
-    build = functools.partial(
-        build_library, emitted.source, name=emitted.prefix, cxx=cxx, flags=flags, link_flags=link
-    )
+    build = cpu_library(emitted.source, emitted.prefix, cxx, engine_flags, pullbacks)
     try:
         _, lib, built = load_library(build)  # CompiledModel opens the same, loaded library
     except CompileError as exc:
@@ -220,4 +230,131 @@ def compile_graph(graph, loss: str = "bce_with_logits", *, engine: str = "auto",
         seed=seed,
         aliases=aliases,
         ignored=[n for n in ignored if n not in emitted.buffer_offsets],
+        retarget=retarget,
     )
+
+
+# -- device programs ------------------------------------------------------------------------
+def check_device(device) -> torch.device:
+    """``device`` as a torch.device a device program can run on ('cuda' or, as host loops,
+    'cpu'), with what is missing for 'cuda' said."""
+    device = torch.device(device)
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {str(device)!r}: a device model runs on 'cuda' or 'cpu'")
+    if device.type == "cuda":
+        if find_nvcc() is None:
+            raise ToolchainError(
+                "device='cuda' needs nvcc (the CUDA toolkit) to build the kernels and found "
+                "none: put nvcc on PATH or set ROOTCLAD_NVCC"
+            )
+        if not torch.cuda.is_available():
+            raise RuntimeError(
+                "device='cuda' but torch sees no CUDA device on this machine (a CPU-only "
+                "torch, no GPU, or no driver); compile for the CPU instead"
+            )
+    return device
+
+
+def device_program(graph, loss: str = "bce_with_logits", device="cuda", *, seed: int = 0,
+                   aliases=None, ignored=(), arch: str | None = None) -> DeviceModel:  # fmt: skip
+    """The :class:`DeviceModel` of a validated graph (zero parameters): its device program
+    built with nvcc for ``device="cuda"`` (for ``arch``, by default the current GPU's) or with
+    the C++ compiler as host loops for ``device="cpu"``."""
+    import hashlib
+
+    device = check_device(device)
+    graph.validate()
+    name = "rcd_" + hashlib.sha256(graph.fingerprint().encode()).hexdigest()[:12]
+    source = emit_device(graph, name, loss)
+    if device.type == "cuda":
+        if arch is None:
+            major, minor = torch.cuda.get_device_capability(device)
+            arch = f"sm_{major}{minor}"
+        build = cuda_device_program(source, name, arch)
+    else:
+        build = host_device_program(source, name)
+    lib, path, _ = load_library(build)
+    return DeviceModel(graph, loss, device, lib, path, name, seed=seed, aliases=aliases,
+                       ignored=ignored, retarget=retarget)  # fmt: skip
+
+
+def compile_device(model: torch.nn.Module, example_input, device="cuda",
+                   loss: str = "bce_with_logits", dtype=None, seed: int = 0) -> DeviceModel:  # fmt: skip
+    """The device model of ``model`` with its current parameters (``model`` stays as it is):
+    on a GPU (``device="cuda"``), or its kernels as loops on the CPU (``device="cpu"``, the
+    reference the GPU build is checked against). ``example_input``: a tensor, or a tuple of
+    one per input of ``model.forward``."""
+    several = isinstance(example_input, (tuple, list))
+    examples, dtype, _ = _examples(example_input, dtype)
+    device = check_device(device)
+    module, graph = _module_graph(model, examples, dtype, several)
+    dm = device_program(graph, loss, device, seed=seed, aliases=parameter_aliases(module),
+                        ignored=[n for n, _ in module.named_buffers()])  # fmt: skip
+    dm._ignored -= set(dm._buffer_views)
+    return _take_state(dm, module)
+
+
+def retarget(model, device: torch.device):
+    """``model`` (its graph, loss, seed and names) built for ``device``: the CPU library for
+    'cpu', a device program for 'cuda' (zero parameters: ``ModelBase.to`` copies them)."""
+    kw = dict(seed=model._seed, aliases=model._aliases, ignored=sorted(model._ignored))
+    if device.type == "cpu":
+        return compile_graph(model.graph, model.loss, engine="auto", **kw)
+    return device_program(model.graph, model.loss, device, **kw)
+
+
+# -- model files ----------------------------------------------------------------------------
+def _compile_module(module, shapes, graph_dtype, loss, engine, pullbacks, dtype, seed):
+    dtype = dtype or graph_dtype
+    examples = tuple(torch.zeros(2, *s, dtype=dtype) for s in shapes)
+    example = examples[0] if len(examples) == 1 else examples
+    return compile(module.to(dtype), example, loss, engine=engine, pullbacks=pullbacks,
+                   dtype=dtype, seed=seed)  # fmt: skip
+
+
+def load(path, loss: str = "bce_with_logits", *, example_input=None, engine: str = "auto",
+         pullbacks: bool = True, dtype: torch.dtype | None = None, seed: int = 0,
+         trusted: bool = False):  # fmt: skip
+    """Compile the model in ``path``: an ONNX file (``.onnx``), a ``torch.export`` program
+    (``.pt2``, saved with ``torch.export.save``) or a TorchScript module (``.pt``, saved with
+    ``torch.jit.save``; give ``example_input``, a batch of the input, since the file does not
+    record its shape). Returns a :class:`rootclad.torch.CompiledModel`, as
+    :func:`rootclad.compile` does. ``.pt2`` and ``.pt`` files need ``trusted=True``: torch's
+    loaders for them run code the file holds, so never pass it for a file you were sent."""
+    module, shapes, graph_dtype = program_module(path, example_input, trusted=trusted)
+    return _compile_module(module, shapes, graph_dtype, loss, engine, pullbacks, dtype, seed)
+
+
+def load_onnx(model, loss: str = "bce_with_logits", *, engine: str = "auto",
+              pullbacks: bool = True, dtype: torch.dtype | None = None, seed: int = 0):  # fmt: skip
+    """Compile an ONNX file (or ``ModelProto``) into a :class:`rootclad.torch.CompiledModel`:
+    the same API as :func:`rootclad.compile` (``cm(x)``, ``input_grad``, ``loss_and_grad``,
+    ``train_step``). The first input axis is the batch; the others must be fixed. dtype
+    defaults to the graph's (float64 if an input is float64, else float32)."""
+    module, shapes, graph_dtype = to_module(model)
+    return _compile_module(module, shapes, graph_dtype, loss, engine, pullbacks, dtype, seed)
+
+
+# -- standalone headers ---------------------------------------------------------------------
+def emit_header(module: torch.nn.Module, example_input: torch.Tensor, out: Path,
+                name: str | None = None, dtype: torch.dtype = torch.float32) -> dict:  # fmt: skip
+    """Write ``out`` (the header) and ``out`` with suffix ``.dat`` (the weights) for ``module``
+    (rootclad/codegen/standalone.py); returns their paths. ``name`` (default: the header's
+    stem) is the C++ namespace."""
+    module = module.to(dtype).eval()
+    graph = graph_from_module(module, example_input.to(dtype), _DTYPE_NAMES[dtype])
+    state = {**dict(module.named_parameters()), **dict(module.named_buffers())}
+    return write_header(graph, state, Path(out), name)
+
+
+def emit_file(source, out: Path, name: str | None = None, dtype: torch.dtype | None = None,
+              example_input=None, trusted: bool = False) -> dict:  # fmt: skip
+    """``rootclad emit``: an ONNX file, a torch.export program or a TorchScript module (as
+    :func:`load` reads them, ``trusted`` too) as a standalone header and weights."""
+    module, shapes, graph_dtype = program_module(source, example_input, trusted=trusted)
+    if len(shapes) != 1:
+        raise ValueError(
+            f"{source}: a header takes single-input models; this one has {len(shapes)}"
+        )
+    dtype = dtype or graph_dtype
+    return emit_header(module, torch.zeros(2, *shapes[0]), out, name, dtype)

@@ -35,7 +35,7 @@ def _sizes(make, tmp: Path) -> dict:
 
     import rootclad
     from rootclad.codegen.device import emit_device
-    from rootclad.ir.from_torch import graph_from_module
+    from rootclad.frontends.torch_fx import graph_from_module
     from rootclad.toolchain import find_cxx
 
     graph = graph_from_module(make(LENGTH), torch.zeros(2, 1, LENGTH), "float32")

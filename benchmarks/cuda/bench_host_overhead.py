@@ -40,13 +40,13 @@ def main(argv=None) -> int:
     from report import run_header, write_report
 
     import rootclad
-    from rootclad.torch import DeviceModel
+    from rootclad.compiler import compile_device
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
     nn = torch.nn
     net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
-    dm = DeviceModel.from_module(net, torch.zeros(2, 4), device="cpu")
+    dm = compile_device(net, torch.zeros(2, 4), device="cpu")
     ropt = rootclad.optim.Adam(dm, lr=1e-3)
     topt = torch.optim.Adam(net.parameters(), lr=1e-3)
     x, y = torch.randn(1, 4), torch.ones(1)

@@ -137,18 +137,18 @@ def _device_model(net, x):
     """rootclad's model of ``net`` on x's device: rootclad.compile on CUDA; on the CPU the
     device program's kernels as loops (rootclad.compile would give the fast CPU model)."""
     import rootclad
-    from rootclad.torch import DeviceModel
+    from rootclad.compiler import compile_device
 
     if x.device.type == "cuda":
         return rootclad.compile(net, example_input=x[:1], loss="bce_with_logits")
-    return DeviceModel.from_module(net, x[:1], device="cpu")
+    return compile_device(net, x[:1], device="cpu")
 
 
 @contextlib.contextmanager
 def _direct_convolutions():
     """Device programs built inside run every convolution as its direct kernels (no layer
-    gets the workspace that im2col and gemm need: ops.CONV_GEMM_MIN_DEPTH)."""
-    from rootclad.ir import ops
+    gets the workspace that im2col and gemm need: cuda_ops.CONV_GEMM_MIN_DEPTH)."""
+    from rootclad.codegen import cuda_ops as ops
 
     saved, ops.CONV_GEMM_MIN_DEPTH = ops.CONV_GEMM_MIN_DEPTH, 1 << 62
     try:

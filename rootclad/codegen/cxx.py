@@ -36,3 +36,23 @@ KEYWORDS = frozenset(
     volatile wchar_t while xor xor_eq
 """.split()
 )
+
+
+def number(value) -> str:
+    """A Python number as a C++ literal that reads back as the same double (or int)."""
+    if isinstance(value, bool) or isinstance(value, int):
+        return str(int(value))
+    text = repr(float(value))
+    if text in ("inf", "-inf", "nan"):
+        raise ValueError(f"{value!r} has no C++ literal; rootclad refuses it before emitting")
+    return text
+
+
+def functor_value(node) -> str:
+    """The C++ value of an elementwise op's functor (include/rootclad/ops/activations.h), its
+    arguments from the node's attrs: ``::rootclad::LeakyRelu{0.01}``."""
+    from rootclad.ir.registry import OPS
+
+    spec = OPS[node.op]
+    args = ", ".join(number(a) for a in spec.functor_args(node.attrs))
+    return f"::rootclad::{spec.functor}{{{args}}}"

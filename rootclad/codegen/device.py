@@ -19,8 +19,9 @@ call):
                                       a region each below the plan's threshold, planned above)
     {name}_workspace_size(B)          the workspace's share of act_size(B)
     {name}_forward(stream, params, buffers, act, B, training, seed)
-    {name}_loss_and_grad(stream, params, buffers, act, y, loss, d_params, d_act, B, training,
-                         seed)        y: the targets (class indices as T)
+    {name}_loss_and_grad(stream, params, buffers, act, y, w, loss, d_params, d_act, B,
+                         training, seed)  y: the targets (class indices as T); w: per-sample
+                                      loss weights, or null
     {name}_input_grad(stream, params, buffers, act, d_out, d_act, B, training, seed)
                                       the inputs' adjoints at the inputs' places in act (no
                                       parameter gradients)
@@ -48,15 +49,16 @@ import math
 import os
 from dataclasses import dataclass, replace
 
-from rootclad.codegen.emit import Region, plan
-from rootclad.ir.graph import CLASS_INDEX_LOSSES, Graph, IRError
-from rootclad.ir.ops import (
-    DEVICE_FUSED_ACTIVATIONS,
-    DEVICE_FUSING_PRODUCERS,
-    OPS,
+from rootclad.codegen.arena import Region, plan
+from rootclad.codegen.cuda_ops import (
     DeviceScratch,
     DeviceSite,
+    device_op,
+    fusable_activation,
+    require_device_op,
 )
+from rootclad.ir.graph import CLASS_INDEX_LOSSES, Graph, IRError
+from rootclad.ir.registry import OPS
 
 # elementwise losses: their functor in device_kernels.h; the class-index ones have kernels
 LOSSES = {"bce_with_logits": "BceWithLogits", "mse": "Mse", "huber": "Huber",
@@ -87,17 +89,19 @@ def _workspace_lines(workspaces: list[str]) -> list[str]:
 
 
 def _loss_lines(loss: str, graph: Graph) -> list[str]:
-    """loss_and_grad's lines: the mean loss into *loss, its gradient into d_output."""
+    """loss_and_grad's lines: the mean loss into *loss, its gradient into d_output; w: each
+    sample's weight, or null (all 1)."""
     if loss in CLASS_INDEX_LOSSES:
         shape = graph.output_shape
         if len(shape) != 1:
             raise IRError(f"{loss} needs (B, classes) outputs; the model gives (B, {shape})")
         C = shape[0]
         grad_args = "output, y" if loss == "cross_entropy" else "y"
-        return [f"  {loss}_forward(on, loss, output, y, B, {C});",
-                f"  {loss}_backward(on, d_output, {grad_args}, B, {C}, T(1));"]  # fmt: skip
+        return [f"  {loss}_forward(on, loss, output, y, w, B, {C});",
+                f"  {loss}_backward(on, d_output, {grad_args}, w, B, {C}, T(1));"]  # fmt: skip
     n, functor = "(long)B * OUTPUT_SIZE", LOSSES[loss]
-    return [f"  loss_and_gradient(on, loss, d_output, output, y, {n}, T(1), {functor}{{}});"]
+    return [f"  loss_and_gradient(on, loss, d_output, output, y, w, OUTPUT_SIZE, {n}, T(1), "
+            f"{functor}{{}});"]  # fmt: skip
 
 
 @dataclass
@@ -127,7 +131,7 @@ def plan_adjoints(graph: Graph, fused: dict, share: bool = True) -> AdjointPlan:
     fused_ids = {id(a) for a in fused.values()}
     producer, last_read = {}, {}
     for index, node in enumerate(graph.nodes):
-        if OPS[node.op].calls is None:  # a view of its input
+        if OPS[node.op].view:  # a view of its input
             root[node.output] = root[node.inputs[0]]
             continue
         if id(node) in fused_ids:  # its producer writes its output
@@ -173,18 +177,13 @@ def _zero_lines(spans: list[tuple[str, str]]) -> list[str]:
     return lines
 
 
-def device_ops() -> list[str]:
-    """The ops that have device kernels."""
-    return [name for name, spec in OPS.items() if spec.device or spec.calls is None]
-
-
 def _ident(value: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in value)
 
 
 def fused_activations(graph: Graph) -> dict[str, object]:
     """The activations a device program fuses into their producer: producer's output value ->
-    the activation node (ops.DEVICE_FUSED_ACTIVATIONS: its only reader, not the output)."""
+    the activation node (cuda_ops.fusable_activation: its only reader, not the output)."""
     readers: dict[str, list] = {}
     for node in graph.nodes:
         for v in node.inputs:
@@ -193,10 +192,12 @@ def fused_activations(graph: Graph) -> dict[str, object]:
     for node in graph.nodes:
         after = readers.get(node.output, [])
         if (
-            node.op in DEVICE_FUSING_PRODUCERS
+            not OPS[node.op].view
+            and (op := device_op(node)) is not None
+            and op.fuses_activation
             and node.output != graph.output
             and len(after) == 1
-            and after[0].op in DEVICE_FUSED_ACTIVATIONS
+            and fusable_activation(after[0])
             and after[0].inputs == [node.output]
         ):
             fused[node.output] = after[0]
@@ -247,17 +248,13 @@ def emit_device(
         spec = OPS[node.op]
         if node.output in fused:  # never stored: the producer writes its activation's output
             continue
-        if spec.calls is None:  # a view of its input
+        if spec.view:  # a view of its input
             if node.inputs[0] in inputs:
                 inputs.add(node.output)
             region[node.output] = region[node.inputs[0]]
             size[node.output] = size[node.inputs[0]]
             continue
-        if spec.device is None:
-            raise IRError(
-                f"{node.describe()}: op {node.op!r} has no device kernel yet; device ops: "
-                f"{', '.join(device_ops())}"
-            )
+        require_device_op(node)
         region[node.output], size[node.output] = total, math.prod(node.out_shape)
         total += size[node.output]
     out = graph.output
@@ -295,7 +292,7 @@ def emit_device(
             sample_scratch=f"t_{_ident(node.output)}",
             workspace="work",
             index=index,
-            act=DEVICE_FUSED_ACTIVATIONS[act.op] if act else "",
+            act=fusable_activation(act) if act else "",
         )
 
     fwd, bwd, bwd_dx = [], [], []
@@ -304,13 +301,14 @@ def emit_device(
     # convolution columns); one region for all, as large as the largest at that batch size
     for index, node in enumerate(graph.nodes):
         spec = OPS[node.op]
-        if spec.calls is None or id(node) in fused_ids:
+        if spec.view or id(node) in fused_ids:
             continue
         what = node.describe()
         if node.output in fused:
             what += f" + {fused[node.output].op}, fused"
-        f, b, *used = spec.device(node, graph, site(node, index, False))
-        _, b_dx, *_ = spec.device(node, graph, site(node, index, True))
+        hook = require_device_op(node).hook
+        f, b, *used = hook(node, graph, site(node, index, False))
+        _, b_dx, *_ = hook(node, graph, site(node, index, True))
         need = used[0] if used else DeviceScratch()
         if need.shared:
             scratch.append(f"  T* const s_{_ident(node.output)} = scratch + {n_scratch};")
@@ -445,8 +443,8 @@ def emit_device(
         ],
         "",
         "template <class On>",
-        "void loss_and_grad(On on, const T* params, T* buffers, T* act, const T* y, T* loss,",
-        "                   T* d_params, T* d_act, int B, int training, U64 seed) {",
+        "void loss_and_grad(On on, const T* params, T* buffers, T* act, const T* y, const T* w,",
+        "                   T* loss, T* d_params, T* d_act, int B, int training, U64 seed) {",
         "  forward(on, params, buffers, act, B, training, seed);",
         "  zero(on, loss, 1, d_params, N_PARAMS, d_act, d_act_size(B));",
         *poison,
@@ -490,11 +488,11 @@ def emit_device(
         "  return ::rootclad::dev::launch_status(on);",
         "}",
         f"int {name}_loss_and_grad(void* stream, const {T}* params, {T}* buffers, {T}* act,",
-        f"                         const {T}* y, {T}* loss, {T}* d_params, {T}* d_act, int B,",
-        "                         int training, unsigned long long seed) {",
+        f"                         const {T}* y, const {T}* w, {T}* loss, {T}* d_params,",
+        f"                         {T}* d_act, int B, int training, unsigned long long seed) {{",
         f"  const auto on = {name}::device(stream);",
-        f"  {name}::loss_and_grad(on, params, buffers, act, y, loss, d_params, d_act, B, training,",
-        "                        seed);",
+        f"  {name}::loss_and_grad(on, params, buffers, act, y, w, loss, d_params, d_act, B,",
+        "                        training, seed);",
         "  return ::rootclad::dev::launch_status(on);",
         "}",
         f"int {name}_input_grad(void* stream, const {T}* params, {T}* buffers, {T}* act,",

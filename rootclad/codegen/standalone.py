@@ -29,34 +29,43 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rootclad.codegen.cpu import emit_model
 from rootclad.codegen.cxx import KEYWORDS, comment_text
-from rootclad.codegen.emit import emit_model
-from rootclad.ir.from_torch import graph_from_module
+from rootclad.paths import get_include
 
 MAGIC = b"RCLADW01"
-_INCLUDE = re.compile(r'^\s*#\s*include\s+"(?:rootclad/)?([\w.]+\.h)"', re.M)
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"(?:rootclad/)?([\w./]+\.h)"')
 
 
 def amalgamate(source: str, include_dir: Path) -> str:
-    """``source`` with every rootclad header it includes inlined once, in include order."""
-    seen: set[str] = set()
+    """``source`` with every rootclad header it includes inlined once, in include order. The
+    generated source names them ``rootclad/<name>``; the headers name each other relative to
+    their own directory (``kernels.h``, ``ops/activations.h``, ``../hd.h``)."""
+    seen: set[Path] = set()
+    root = include_dir.resolve()
 
-    def expand(text: str) -> str:
+    def expand(text: str, here: Path) -> str:
         out = []
         for line in text.splitlines():
             m = _INCLUDE.match(line)
-            if m and (include_dir / m.group(1)).is_file():
-                name = m.group(1)
-                if name not in seen:
-                    seen.add(name)
-                    body = (include_dir / name).read_text()
-                    body = re.sub(r"^\s*#\s*pragma\s+once\s*$", "", body, flags=re.M)
-                    out += [f"// ---- rootclad/{name} ----", expand(body)]
+            path = None
+            if m:
+                for base in (here, root):
+                    candidate = (base / m.group(1)).resolve()
+                    if candidate.is_file() and candidate.is_relative_to(root):
+                        path = candidate
+                        break
+            if path is None:
+                out.append(line)
                 continue
-            out.append(line)
+            if path not in seen:
+                seen.add(path)
+                body = re.sub(r"^\s*#\s*pragma\s+once\s*$", "", path.read_text(), flags=re.M)
+                name = path.relative_to(root).as_posix()
+                out += [f"// ---- rootclad/{name} ----", expand(body, path.parent)]
         return "\n".join(out)
 
-    return expand(source)
+    return expand(source, root)
 
 
 def _session(name: str, prefix: str, em, graph) -> str:
@@ -64,10 +73,10 @@ def _session(name: str, prefix: str, em, graph) -> str:
     P = prefix
     return f"""
 namespace {name} {{
-using T = ::{P}::T;
+using T = ::{P}::Model::T;
 constexpr long INPUT_SIZE = {inp.size};   // per sample: {tuple(graph.input_shape)}
 constexpr long OUTPUT_SIZE = {out.size};  // per sample: {tuple(graph.output_shape)}
-constexpr long N_VALUES = ::{P}::N_PARAMS + ::{P}::N_BUFFERS;
+constexpr long N_VALUES = ::{P}::Model::N_PARAMS + ::{P}::Model::N_BUFFERS;
 
 // The network with its weights, and the working memory of the largest batch seen so far.
 class Session {{
@@ -110,8 +119,8 @@ class Session {{
   // d_x += J^T d_out, and grad() += the parameters' share, for the network at x.
   void infer_pullback(const T* x, const T* d_out, T* d_x, int B) {{
     forward(x, B);
-    ::{P}::vjp_chunk(params_.data(), act_.data(), grad_.data(), d_act_.data(), d_out, B, 0, B,
-                     0, SEED, 1);
+    ::rootclad::ModelRuntime<::{P}::Model>::vjp_chunk(params_.data(), act_.data(), grad_.data(),
+                                                       d_act_.data(), d_out, B, 0, B, 0, SEED, 1);
     const T* d = d_act_.data() + (long)B * {inp.d_offset};
     for (long i = 0; i < (long)B * INPUT_SIZE; ++i)
       d_x[i] += d[i];
@@ -120,7 +129,7 @@ class Session {{
   T* params() {{ return params_.data(); }}
   T* grad() {{ return grad_.data(); }} // the parameters' gradient, added to by infer_pullback
   void zero_grad() {{ std::fill(grad_.begin(), grad_.end(), T(0)); }}
-  static constexpr long n_params() {{ return ::{P}::N_PARAMS; }}
+  static constexpr long n_params() {{ return ::{P}::Model::N_PARAMS; }}
 
  private:
   static constexpr std::uint64_t SEED = 0;
@@ -129,14 +138,14 @@ class Session {{
       throw std::invalid_argument("{name}: batch size must be at least 1");
     if (B <= batch_)
       return;
-    act_.resize((size_t)B * ::{P}::ACT_PER_SAMPLE);
-    d_act_.resize((size_t)B * ::{P}::D_ACT_PER_SAMPLE);
+    act_.resize((size_t)B * ::{P}::Model::ACT_PER_SAMPLE);
+    d_act_.resize((size_t)B * ::{P}::Model::D_ACT_PER_SAMPLE);
     batch_ = B;
   }}
   void forward(const T* x, int B) {{
     reserve(B);
     std::copy(x, x + (long)B * INPUT_SIZE, act_.data() + (long)B * {inp.offset});
-    ::{P}::forward_chunk(params_.data(), act_.data(), B, 0, B, 0, SEED);
+    ::{P}::Model::forward_chunk(params_.data(), act_.data(), B, 0, B, 0, SEED);
   }}
   std::vector<T> params_, grad_, act_, d_act_;
   int batch_ = 0;
@@ -167,20 +176,16 @@ inline void infer_pullback(::{name}::Net net, const ::{name}::T* x, ::{name}::T*
 """
 
 
-def emit_header(module: torch.nn.Module, example_input: torch.Tensor, out: Path,
-                name: str | None = None, dtype: torch.dtype = torch.float32) -> dict:  # fmt: skip
-    """Write ``out`` (the header) and ``out`` with suffix ``.dat`` (the weights) for ``module``;
-    returns their paths. ``name`` (default: the header's stem) is the C++ namespace."""
-    from rootclad import get_include
-
+def write_header(graph, state: dict, out: Path, name: str | None = None) -> dict:
+    """Write ``out`` (the header) and ``out`` with suffix ``.dat`` (the weights) for the
+    validated ``graph`` with the values ``state`` (parameters and buffers by name); returns
+    their paths. ``name`` (default: the header's stem) is the C++ namespace."""
     out = Path(out)
     name = name or re.sub(r"\W", "_", out.stem)
     if not re.fullmatch(r"[A-Za-z_]\w*", name):
         raise ValueError(f"{name!r} is not a C++ identifier; give --name")
     if name in KEYWORDS or name in ("std", "clad", "rootclad"):
         raise ValueError(f"{name!r} is a C++ keyword or a namespace the header uses; give --name")
-    module = module.to(dtype).eval()
-    graph = graph_from_module(module, example_input.to(dtype), str(dtype).removeprefix("torch."))
     em = emit_model(graph, "mse", "pullback", True, c_api=False)
     prefix = em.prefix
     body = amalgamate(em.source, Path(get_include()) / "rootclad")
@@ -207,8 +212,8 @@ def emit_header(module: torch.nn.Module, example_input: torch.Tensor, out: Path,
         f"#endif // {guard}",
         "",
     ])  # fmt: skip
-    state = {**dict(module.named_parameters()), **dict(module.named_buffers())}
     values = [state[p.name].detach().reshape(-1) for p in graph.params + graph.buffers]
+    dtype = {"float32": torch.float32, "float64": torch.float64}[graph.dtype]
     flat = torch.cat(values).to(dtype).numpy() if values else np.zeros(0)
     elem = 4 if dtype == torch.float32 else 8
     head = MAGIC + struct.pack("<IIQI", elem, 0, flat.size, len(prefix)) + prefix.encode()
@@ -225,18 +230,3 @@ def emit_header(module: torch.nn.Module, example_input: torch.Tensor, out: Path,
         for t in tmp.values():
             t.unlink(missing_ok=True)
     return {"header": out, "weights": weights}
-
-
-def emit_file(source, out: Path, name: str | None = None, dtype: torch.dtype | None = None,
-              example_input=None, trusted: bool = False) -> dict:  # fmt: skip
-    """``rootclad emit``: an ONNX file, a torch.export program or a TorchScript module (as
-    :func:`rootclad.load` reads them, ``trusted`` too) as a standalone header and weights."""
-    from rootclad.loading import program_module
-
-    module, shapes, graph_dtype = program_module(source, example_input, trusted=trusted)
-    if len(shapes) != 1:
-        raise ValueError(
-            f"{source}: a header takes single-input models; this one has {len(shapes)}"
-        )
-    dtype = dtype or graph_dtype
-    return emit_header(module, torch.zeros(2, *shapes[0]), out, name, dtype)

@@ -21,7 +21,7 @@ _EXPORTS = {
     "CompiledTableIterator": "compiled",
     "DataError": "errors",
     "TableIterator": "table",
-    "from_rdataframe": "table",
+    "from_rdataframe": "rdataframe",
     "declare": "cling",
     "include_dir": "cling",
 }

@@ -3,7 +3,7 @@
 A :class:`Graph` has one or more inputs, nodes in topological order (each reads named values
 and writes one new value) and one output. Shapes here exclude the batch axis, which stays a
 run-time argument. Front-ends (``from_torch``, later ONNX) build a graph; :meth:`Graph.validate`
-checks it and infers every shape through the op registry (:mod:`rootclad.ir.ops`), naming the
+checks it and infers every shape through the op registry (:mod:`rootclad.ir.registry`), naming the
 node at fault, so nothing unsupported ever reaches the C++ compiler.
 """
 
@@ -13,6 +13,8 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field
+
+from rootclad.ir.registry import OPS, supported_ops
 
 
 class IRError(ValueError):
@@ -90,6 +92,10 @@ class Graph:
     def output_shape(self) -> tuple[int, ...]:
         return self.shapes[self.output]
 
+    def ops(self) -> list:
+        """The registry entry of each node, in order."""
+        return [OPS[n.op] for n in self.nodes]
+
     def param(self, name: str) -> Param:
         """A parameter or buffer by name (of a graph that validate() has seen)."""
         return self.by_name[name]
@@ -98,7 +104,7 @@ class Graph:
     def batch_statistics(self) -> bool:
         """Whether an op mixes the samples of a batch (BatchNorm, in training mode): the chunks
         of a batch split over threads then share their sums in it."""
-        return any(n.op == "batch_norm" for n in self.nodes)
+        return any(OPS[n.op].mixes_batch for n in self.nodes)
 
     def fingerprint(self) -> str:
         """A content hash: equal graphs give equal C++ and share one compiled library."""
@@ -125,8 +131,6 @@ class Graph:
 
     def validate(self) -> None:
         """Check the graph and infer every value's shape; errors name the node."""
-        from rootclad.ir.ops import OPS, supported_ops
-
         if self.dtype not in DTYPES:
             raise IRError(f"dtype {self.dtype!r} is not supported; use one of {DTYPES}")
         if not self.nodes:

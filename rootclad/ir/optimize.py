@@ -6,6 +6,7 @@ import dataclasses
 from collections import Counter
 
 from rootclad.ir.graph import Graph, Node
+from rootclad.ir.registry import OPS
 
 
 def _with_nodes(graph: Graph, nodes: list[Node]) -> Graph:
@@ -19,8 +20,9 @@ def _with_nodes(graph: Graph, nodes: list[Node]) -> Graph:
 
 
 def drop_identities(graph: Graph) -> Graph:
-    """Remove the Identity nodes (nn.Identity, ``.contiguous()``) inside the graph: their
-    readers read the Identity's input instead. One that gives the graph's output stays.
+    """Remove the views that keep their input's shape (nn.Identity, ``.contiguous()``, a
+    reshape to the same shape) inside the graph: their readers read the view's input instead.
+    One that gives the graph's output stays.
 
     An Identity computes nothing (its output aliases its input), but it is a node between a
     producer and its reader: without it the device programs fuse the ReLU after each of the
@@ -30,7 +32,9 @@ def drop_identities(graph: Graph) -> Graph:
     nodes = []
     for node in graph.nodes:
         inputs = [source.get(v, v) for v in node.inputs]
-        if node.op == "identity" and node.output != graph.output:
+        spec = OPS[node.op]
+        same = spec.view and tuple(node.in_shape) == tuple(node.out_shape)
+        if same and node.output != graph.output:
             source[node.output] = inputs[0]
         else:
             nodes.append(dataclasses.replace(node, inputs=inputs))
@@ -39,9 +43,8 @@ def drop_identities(graph: Graph) -> Graph:
 
 def _monotone(node: Node) -> bool:
     """Non-decreasing elementwise ops: they commute with a max over a window."""
-    if node.op in ("relu", "tanh", "sigmoid"):
-        return True
-    return node.op == "leaky_relu" and node.attrs["negative_slope"] >= 0
+    monotone = OPS[node.op].monotone
+    return monotone is not None and monotone(node.attrs)
 
 
 def pool_before_activation(graph: Graph) -> Graph:
@@ -62,7 +65,7 @@ def pool_before_activation(graph: Graph) -> Graph:
         act, pool = nodes[i], nodes[i + 1]
         if (
             _monotone(act)
-            and pool.op == "maxpool1d"
+            and OPS[pool.op].swaps_with_monotone
             and act.output in pool.inputs
             and readers[act.output] == 1
             and act.output != graph.output

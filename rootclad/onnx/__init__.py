@@ -1,5 +1,7 @@
-"""ONNX models in: :func:`load` compiles an ONNX file into a rootclad model (see importer)."""
+"""ONNX models in: :func:`load` compiles an ONNX file into a rootclad model; :func:`to_module`
+rebuilds one as a torch module (rootclad/frontends/onnx)."""
 
-from rootclad.onnx.importer import SUPPORTED, load, to_module
+from rootclad.compiler import load_onnx as load
+from rootclad.frontends.onnx import SUPPORTED, to_module
 
 __all__ = ["SUPPORTED", "load", "to_module"]

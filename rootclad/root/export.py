@@ -18,9 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-import rootclad
 from rootclad.codegen.cxx import comment_text, string_literal
+from rootclad.paths import get_include
 from rootclad.toolchain.build import file_digest
+from rootclad.version import __version__
 
 _CALLS = itertools.count(1)
 
@@ -37,7 +38,8 @@ def metadata(cm, library_md5: str) -> dict:
         "input_shape": list(cm.input_shape),
         "output_shape": list(cm.output_shape),
         "parameters": [{"name": n, "shape": list(p.shape)} for n, p in cm.named_parameters()],
-        "rootclad_version": rootclad.__version__,
+        "rootclad_version": __version__,
+        "seed": cm._seed,
     }
 
 
@@ -113,7 +115,7 @@ def export(cm, stem, optimizer=None) -> dict[str, Path]:
             '//   rootclad::Model m("<stem>");  // see rootclad/model.h\n'
             "#pragma once\n"
             "#ifdef __CLING__\n"
-            f"#pragma cling add_include_path({string_literal(rootclad.get_include())})\n"
+            f"#pragma cling add_include_path({string_literal(get_include())})\n"
             "#endif\n"
             '#include "rootclad/model.h"\n'
         )

@@ -19,8 +19,8 @@ _LIBS = ["Core", "RIO", "Tree", "TreePlayer", "ROOTVecOps", "MathCore", "Imt", "
 def root_flags() -> list[str]:
     """Compile and link flags: C++17, rootclad's and ROOT's headers, ROOT's libraries with an
     rpath (the program runs without LD_LIBRARY_PATH), and libdl for the model library."""
-    from rootclad import get_include
     from rootclad.data.cling import import_root
+    from rootclad.paths import get_include
 
     root = import_root()
     inc, lib = str(root.gROOT.GetIncludeDir()), str(root.gROOT.GetLibDir())

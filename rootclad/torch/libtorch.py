@@ -33,7 +33,7 @@ def libtorch_flags() -> tuple[list[str], list[str]]:
     links but fails at run time on every ``std::string`` crossing into libtorch. The link
     flags set an rpath to the wheel's libraries, so the program runs without LD_LIBRARY_PATH.
     """
-    from rootclad import get_include
+    from rootclad.paths import get_include
 
     tdir = _torch_dir()
     inc, lib = tdir / "include", tdir / "lib"
@@ -85,7 +85,7 @@ def build_trainer(timeout: float = 900) -> Path:
     """The library behind ``rootclad/libtorch_trainer.h`` (LibTorch training for ROOT sessions
     that should not parse the torch headers), built once into the cache; its path. It is
     loaded here once, so that a cached copy that does not load is built again."""
-    from rootclad import get_include
+    from rootclad.paths import get_include
 
     cxx, _ = find_cxx()
     cflags, ldflags = libtorch_flags()

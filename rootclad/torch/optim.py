@@ -12,6 +12,8 @@ import math
 
 import torch
 
+from rootclad.torch.base import ModelBase, first_non_finite
+
 # must match rootclad::OptimConfig in rootclad/optim.h
 _FIELDS = (
     "kind",
@@ -56,20 +58,14 @@ class Optimizer:
     moments = ("momentum", "unused")  # what the two halves of the state hold
 
     def __init__(self, model, lr: float, **hyper):
-        from rootclad.torch.device_model import DeviceModel
-        from rootclad.torch.model import CompiledModel
-
-        if isinstance(model, CompiledModel):
-            n, tensors, device = model._em.n_params, len(model._em.param_offsets), "cpu"
-            where = [(k, off) for k, (off, _) in model._em.param_offsets.items()]
-        elif isinstance(model, DeviceModel):  # the state lives on the model's device
-            n, tensors, device = model.n_param_values, len(model._views), model.device
-            where = [(k, off) for k, (off, _) in zip(model._views, model._offsets, strict=True)]
-        else:
+        if not isinstance(model, ModelBase):
             raise TypeError(
                 f"{type(self).__name__} takes a rootclad CompiledModel or DeviceModel, got "
                 f"{type(model).__name__}; for torch modules use torch.optim"
             )
+        layout = model.param_layout()
+        n, tensors, device = model.n_param_values, len(layout), model.device
+        where = [(name, off) for name, off, _ in layout]
         self.model = model
         self._where = where  # (name, offset) of each parameter tensor, in the state's order
         self.step_count = 0  # train_step calls made with this optimizer
@@ -125,8 +121,6 @@ class Optimizer:
         """Refuse (ValueError naming the parameter) a state (this optimizer's, by default)
         that holds NaN or infinity: a step with one leaves that parameter NaN, even after its
         values were loaded back."""
-        from rootclad.torch.model import first_non_finite
-
         state = self._state if state is None else state
         bad = first_non_finite(state)
         if bad is None:

@@ -56,7 +56,7 @@ class StepGraph:
     def _launch(self, work, opt) -> None:
         m, ptr = self.model, self.model._ptr
         m._run("loss_and_grad", ptr["params"], ptr["buffers"], work.act_ptr, self.y.data_ptr(),
-               ptr["loss"], ptr["grads"], work.d_act_ptr, self.B, int(m.training), 0)  # fmt: skip
+               None, ptr["loss"], ptr["grads"], work.d_act_ptr, self.B, int(m.training), 0)  # fmt: skip
         m._run("optim_step_in_memory", ptr["params"], ptr["grads"], opt._state.data_ptr(),
                self.config.data_ptr(), self.step.data_ptr(), self.constants.data_ptr(), 0,
                m.n_param_values)  # fmt: skip

@@ -24,7 +24,7 @@ import torch
 
 import rootclad
 import rootclad.compiler
-from rootclad.toolchain import CladInstall, CompileError, build_library, find_cxx
+from rootclad.toolchain import CladInstall, CompileError, build_library, find_cxx, recipes
 
 SRC = 'extern "C" int rc_answer() { return 42; }\n'
 
@@ -226,7 +226,7 @@ def fake_clad(tmp_path, monkeypatch, cache):
     install = CladInstall(cxx=find_cxx()[0], plugin=str(plugin), include=str(tmp_path),
                           version="fake")  # fmt: skip
     monkeypatch.setattr(rootclad.compiler, "find_clad", lambda: (install, "found"))
-    real = rootclad.compiler.build_library
+    real = recipes.build_library
     state = {"cause": "timeout", "clad_builds": 0}
 
     def build(source, *, flags, **kw):
@@ -237,7 +237,7 @@ def fake_clad(tmp_path, monkeypatch, cache):
             raise CompileError(f"fake clad build failed ({state['cause']})", log, state["cause"])
         return real(source, flags=flags, **kw)
 
-    monkeypatch.setattr(rootclad.compiler, "build_library", build)
+    monkeypatch.setattr(recipes, "build_library", build)
     return state
 
 

@@ -17,7 +17,7 @@ from torch import nn
 
 import rootclad
 from rootclad.codegen import emit_model
-from rootclad.ir.from_torch import graph_from_module
+from rootclad.frontends.torch_fx import graph_from_module
 
 
 def _chain(n: int) -> nn.Module:

@@ -32,7 +32,7 @@ def full_disk(tmp_path):
 
 
 def test_emit_onto_a_full_disk_leaves_no_partial_file(full_disk):
-    from rootclad.codegen.standalone import emit_header
+    from rootclad.compiler import emit_header
 
     torch.manual_seed(0)
     with pytest.raises(OSError) as e:
@@ -46,7 +46,7 @@ def test_emit_replaces_header_and_weights_together(tmp_path, monkeypatch):
     weights: both are now written before either replaces its old file."""
     from pathlib import Path
 
-    from rootclad.codegen.standalone import emit_header
+    from rootclad.compiler import emit_header
 
     torch.manual_seed(0)
     out = tmp_path / "net.hxx"

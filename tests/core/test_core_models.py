@@ -79,7 +79,7 @@ def test_gw_cnn_on_2048_samples_matches_torch(dtype):
 
 
 def test_gw_cnn_head_runs_in_micro_batches_with_a_remainder():
-    """The ops before the first Linear run MICRO samples at a time (codegen/emit.py): a
+    """The ops before the first Linear run MICRO samples at a time (codegen/cpu.py): a
     batch of 2 * MICRO + 1 samples takes three passes, the last of one sample."""
     torch.manual_seed(0)
     net = _gw_cnn(2048)

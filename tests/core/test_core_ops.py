@@ -26,8 +26,8 @@ from torch import nn
 from torch.nn import functional as F
 
 import rootclad
+from rootclad.frontends.torch_fx import graph_from_module
 from rootclad.ir import OPS
-from rootclad.ir.from_torch import graph_from_module
 
 F64, F32 = torch.float64, torch.float32
 
@@ -335,12 +335,12 @@ def test_input_grad_alone_matches_the_full_vjp(build, shape):
 
 
 def test_direct_convolution_thresholds_match_the_kernels():
-    """ops.py gives the direct convolution paths no im2col scratch by the same test the kernels
+    """cpu_ops.py gives the direct convolution paths no im2col scratch by the same test the kernels
     make; if the constants drifted apart a kernel would write columns into memory the plan
     gave to other values."""
     import re
 
-    from rootclad.ir import ops
+    from rootclad.codegen import cpu_ops as ops
 
     inc = Path(rootclad.get_include()) / "rootclad"
     conv2d = (inc / "conv2d.h").read_text()

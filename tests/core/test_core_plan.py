@@ -1,4 +1,4 @@
-"""The arena planner (rootclad/codegen/emit.py): values whose lifetimes do not overlap share
+"""The arena planner (rootclad/codegen/arena.py, used by codegen/cpu.py): values whose lifetimes do not overlap share
 memory, in act and, with their own plan, in d_act.
 
 Two kinds of check. The layout: no two regions that are alive at the same step overlap in
@@ -18,10 +18,10 @@ from core_helpers import check_against_torch, perturbed
 from test_core_ops import CASES, _Fn, _input
 from torch import nn
 
-from rootclad.codegen import emit
+from rootclad.codegen import cpu
+from rootclad.frontends.torch_fx import graph_from_module
 from rootclad.gw.models import gw_cnn, gw_resnet
 from rootclad.ir import OPS
-from rootclad.ir.from_torch import graph_from_module
 from rootclad.nets import digits_cnn
 
 F64 = torch.float64
@@ -36,7 +36,7 @@ MODELS = {
 def _emitted(build, shape, engine="pullback"):
     net = build()
     graph = graph_from_module(net, torch.randn(2, *shape), "float32")
-    em = emit._Emitter(graph, "bce_with_logits", engine, True)
+    em = cpu._Emitter(graph, "bce_with_logits", engine, True)
     em.build()
     return em
 
@@ -123,7 +123,7 @@ def test_plan_check_fails_when_an_op_claims_to_need_less(monkeypatch):
 def test_plan_check_fails_without_the_adjoint_markers(monkeypatch):
     """Adjoints in H and R are zeroed by markers in the sweep; without them they hold NaN."""
     monkeypatch.setenv("ROOTCLAD_CHECK_PLAN", "1")
-    monkeypatch.setattr(emit._Emitter, "markers", lambda self, idx: None)
+    monkeypatch.setattr(cpu._Emitter, "markers", lambda self, idx, code: None)
     net = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 2)).double()
     with pytest.raises(AssertionError, match="d_input|vjp"):
         check_against_torch(net, _input((6,)), F64)

@@ -23,10 +23,10 @@ static k::Conv conv_of(const int* g) {
     k::linear_backward_params(Host{}, dw, db, dy, x, R, C, OC);                                    \
   }                                                                                                \
   extern "C" void relu_forward_##S(T* out, const T* x, long n) {                                   \
-    k::unary_forward(Host{}, out, x, n, k::Relu{});                                                \
+    k::unary_forward(Host{}, out, x, n, rootclad::Relu{});                                         \
   }                                                                                                \
   extern "C" void relu_backward_##S(T* dx, const T* dy, const T* out, long n) {                    \
-    k::unary_backward(Host{}, dx, dy, out, out, n, k::Relu{});                                     \
+    k::unary_backward(Host{}, dx, dy, out, out, n, rootclad::Relu{});                              \
   }                                                                                                \
   extern "C" void conv1d_forward_##S(T* out, const T* x, const T* w, const T* b, int B, int C,     \
                                      int L, int OC, int K, int St, int P, int D) {                 \
@@ -45,9 +45,9 @@ static k::Conv conv_of(const int* g) {
   /* with a Tanh fused into the convolution: out = tanh(conv), dy is out's adjoint */              \
   extern "C" void conv2d_tanh_##S(T* out, T* dx, T* dw, T* db, T* dy, const T* x, const T* w,      \
                                   const T* b, int B, const int* g, T* work) {                      \
-    k::conv2d_forward(Host{}, out, x, w, b, B, conv_of(g), k::Tanh{}, work);                       \
-    k::conv2d_backward(Host{}, dx, dw, db, k::act_grad(dy, (const T*)out, k::Tanh{}), x, w, B,     \
-                       conv_of(g), work);                                                          \
+    k::conv2d_forward(Host{}, out, x, w, b, B, conv_of(g), rootclad::Tanh{}, work);                \
+    k::conv2d_backward(Host{}, dx, dw, db, k::act_grad(dy, (const T*)out, rootclad::Tanh{}), x, w, \
+                       B, conv_of(g), work);                                                       \
   }                                                                                                \
   extern "C" void pool2d_##S(T* out, T* dx, const T* dy, const T* x, long R, const int* g,         \
                              int avg, int count_include_pad) {                                     \
@@ -68,7 +68,8 @@ static k::Conv conv_of(const int* g) {
     k::maxpool2d_backward(Host{}, dx, dy, x, R, k::pool2d_shape(1, L, 1, K, 1, St, 0, P));         \
   }                                                                                                \
   extern "C" void bce_with_logits_##S(T* loss, T* dz, const T* z, const T* y, long n) {            \
-    k::loss_and_gradient(Host{}, loss, dz, z, y, n, T(1), k::BceWithLogits{});                     \
+    k::loss_and_gradient(Host{}, loss, dz, z, y, (const T*)nullptr, 1, n, T(1),                    \
+                         k::BceWithLogits{});                                                      \
   }                                                                                                \
   extern "C" void gemm_##S(int ta, int tb, int M, int N, int K, double alpha, const T* A, int lda, \
                            const T* B, int ldb, double beta, T* C, int ldc) {                      \

@@ -11,9 +11,11 @@ import torch
 from torch.nn import functional as F
 
 import rootclad
+from rootclad import compiler
+from rootclad.compiler import compile_device
 from rootclad.gw.models import gw_cnn, gw_mlp, gw_resnet
-from rootclad.toolchain import ToolchainError, build_library, find_nvcc
-from rootclad.torch import DeviceModel, device_model
+from rootclad.toolchain import ToolchainError, build_library, find_nvcc, recipes
+from rootclad.torch import DeviceModel
 
 F64, F32 = torch.float64, torch.float32
 GPU = torch.cuda.is_available()
@@ -44,7 +46,7 @@ def _batch(step, B, shape, dtype, device="cpu"):
 
 
 def _train_like_torch(net, shape, device, dtype, steps, tol, optimizer="adam", model=None):
-    model = model or DeviceModel.from_module(net, torch.zeros(2, *shape, dtype=dtype), device)
+    model = model or compile_device(net, torch.zeros(2, *shape, dtype=dtype), device)
     ours, theirs = OPTIMIZERS[optimizer]
     opt, ref_opt = ours(model), theirs(net.parameters())
     for step in range(1, steps + 1):
@@ -95,7 +97,7 @@ def test_gradients_match_autograd(model):
     make, shape, n = MODELS[model]
     torch.manual_seed(0)
     net = make(n).double()
-    dm = DeviceModel.from_module(net, torch.zeros(1, *shape(n), dtype=F64), "cpu")
+    dm = compile_device(net, torch.zeros(1, *shape(n), dtype=F64), "cpu")
     x, y = _batch(1, 5, shape(n), F64)
     loss, grads = dm.loss_and_grad(x, y[:, None])
     ref = F.binary_cross_entropy_with_logits(net(x).squeeze(1), y)
@@ -157,7 +159,7 @@ def test_2d_grouped_and_pooling_ops_and_every_loss_match_autograd(case):
     make, shape, loss, targets = LOSS_CASES[case]
     torch.manual_seed(0)
     net = make().double()
-    dm = DeviceModel.from_module(net, torch.zeros(1, *shape, dtype=F64), "cpu", loss=loss)
+    dm = compile_device(net, torch.zeros(1, *shape, dtype=F64), "cpu", loss=loss)
     x, y = torch.randn(5, *shape, dtype=F64), targets(5)
     got_loss, grads = dm.loss_and_grad(x, y)
     ref = {"cross_entropy": F.cross_entropy, "nll": F.nll_loss, "mse": F.mse_loss,
@@ -180,7 +182,7 @@ def test_the_graph_ir_digits_cnn_trains_like_torch():
 
     torch.manual_seed(0)
     net = digits_cnn().double()
-    dm = DeviceModel.from_module(net, torch.zeros(1, 1, 28, 28, dtype=F64), "cpu",
+    dm = compile_device(net, torch.zeros(1, 1, 28, 28, dtype=F64), "cpu",
                                  loss="cross_entropy")  # fmt: skip
     opt, ref_opt = rootclad.optim.Adam(dm, lr=1e-3), torch.optim.Adam(net.parameters(), lr=1e-3)
     for step in range(5):
@@ -214,7 +216,7 @@ def test_batchnorm_trains_like_torch_and_keeps_running_statistics(make, shape):
     mode's input gradient (through the batch's statistics), all against torch (float64)."""
     torch.manual_seed(0)
     net = make().double()
-    dm = DeviceModel.from_module(net, torch.zeros(1, *shape, dtype=F64), "cpu")
+    dm = compile_device(net, torch.zeros(1, *shape, dtype=F64), "cpu")
     opt, ref_opt = rootclad.optim.Adam(dm, lr=1e-2), torch.optim.Adam(net.parameters(), lr=1e-2)
     tol = {"rtol": 1e-10, "atol": 1e-12}
     for step in range(5):
@@ -245,7 +247,7 @@ def test_autograd_updates_running_statistics_once():
     running statistics as the first pass left them (as torch's one forward does)."""
     torch.manual_seed(0)
     net = gw_resnet(64, channels=4, batch_norm=True).double()
-    dm = DeviceModel.from_module(net, torch.zeros(2, 1, 64, dtype=F64), "cpu")
+    dm = compile_device(net, torch.zeros(2, 1, 64, dtype=F64), "cpu")
     x = torch.randn(5, 1, 64, dtype=F64)
     xg, xr = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
     (dx,) = torch.autograd.grad(dm(xg).sum(), xg)
@@ -257,7 +259,7 @@ def test_autograd_updates_running_statistics_once():
 
 
 def test_class_index_targets_are_checked():
-    dm = DeviceModel.from_module(_digit_cnn().double(), torch.zeros(1, 1, 12, 12, dtype=F64),
+    dm = compile_device(_digit_cnn().double(), torch.zeros(1, 1, 12, 12, dtype=F64),
                                  "cpu", loss="cross_entropy")  # fmt: skip
     x = torch.zeros(2, 1, 12, 12, dtype=F64)
     with pytest.raises(ValueError, match=r"must lie in \[0, 10\), got \[0, 10\]"):
@@ -270,7 +272,7 @@ def test_moving_between_models_keeps_weights_and_optimizer_state():
     """Two Adam steps on the CPU CompiledModel, two on a device model, two on a CompiledModel
     again, the weights and the optimizer's state carried over each time (as ``to`` and a
     checkpoint carry them): as six steps of torch.optim."""
-    from rootclad.compiler import compile_graph
+    from rootclad.compiler import compile_graph, device_program
 
     torch.manual_seed(0)
     net = gw_mlp(32).double()
@@ -280,7 +282,7 @@ def test_moving_between_models_keeps_weights_and_optimizer_state():
     model, opt = cm, rootclad.optim.Adam(cm, lr=1e-3)
     for step in range(1, 7):
         if step in (3, 5):
-            nxt = DeviceModel(cm.graph, cm.loss, "cpu") if step == 3 else compile_graph(cm.graph)
+            nxt = device_program(cm.graph, cm.loss, "cpu") if step == 3 else compile_graph(cm.graph)
             nxt.load_state_dict(model.state_dict())
             state = opt.state_dict()
             model, opt = nxt, rootclad.optim.Adam(nxt, lr=1e-3)
@@ -309,7 +311,7 @@ class _Concat(torch.nn.Module):
 
 def _two_inputs():
     examples = (torch.zeros(2, 3, dtype=F64), torch.zeros(2, 2, dtype=F64))
-    return DeviceModel.from_module(_Concat().double(), examples, "cpu")
+    return compile_device(_Concat().double(), examples, "cpu")
 
 
 def test_two_inputs_under_autograd_in_order_or_as_a_tuple():
@@ -330,16 +332,16 @@ def test_two_inputs_under_autograd_in_order_or_as_a_tuple():
 def test_a_gpu_older_than_pascal_is_refused():
     with pytest.raises(ToolchainError, match=r"compute capability 6.0 \(Pascal\) or newer; this one "
                                              r"is sm_52"):  # fmt: skip
-        device_model.build_cuda_library("", "old_gpu", arch="sm_52")
+        recipes.cuda_device_program("", "old_gpu", "sm_52")()
 
 
 def test_cublas_known_only_by_name_is_linked_by_name(monkeypatch):
     """A system package's cuBLAS (find_cublas gives the loader's name, no path)."""
     seen = {}
-    monkeypatch.setattr(device_model, "find_nvcc", lambda: ("nvcc", "13.0"))
-    monkeypatch.setattr(device_model, "find_cublas", lambda: "libcublas.so.13")
-    monkeypatch.setattr(device_model, "build_library", lambda source, **kw: seen.update(kw))
-    device_model.build_cuda_library("", "by_name", arch="sm_90")
+    monkeypatch.setattr(recipes, "find_nvcc", lambda: ("nvcc", "13.0"))
+    monkeypatch.setattr(recipes, "find_cublas", lambda: "libcublas.so.13")
+    monkeypatch.setattr(recipes, "build_library", lambda source, **kw: seen.update(kw))
+    recipes.cuda_device_program("", "by_name", "sm_90")()
     assert seen["link_flags"] == ["-Xlinker", "-l:libcublas.so.13"]
 
 
@@ -350,7 +352,7 @@ def test_frozen_parameters_are_skipped_like_torch_optim():
     net = gw_mlp(24).double()
     net[0].weight.requires_grad_(False)
     net[-1].bias.requires_grad_(False)
-    dm = DeviceModel.from_module(net, torch.zeros(2, 24, dtype=F64), "cpu")
+    dm = compile_device(net, torch.zeros(2, 24, dtype=F64), "cpu")
     assert not dm._views["0.weight"].requires_grad
     opt, ref_opt = rootclad.optim.Adam(dm, lr=1e-2), torch.optim.Adam(net.parameters(), lr=1e-2)
     frozen_before = net[0].weight.detach().clone()
@@ -369,33 +371,33 @@ def test_frozen_parameters_are_skipped_like_torch_optim():
 
 def test_bad_inputs_are_refused_naming_what_was_expected():
     torch.manual_seed(0)
-    dm = DeviceModel.from_module(gw_mlp(16).double(), torch.zeros(2, 16, dtype=F64), "cpu")
+    dm = compile_device(gw_mlp(16).double(), torch.zeros(2, 16, dtype=F64), "cpu")
     opt = rootclad.optim.Adam(dm)
     with pytest.raises(ValueError, match="input is on meta; this model runs on cpu"):
         dm.predict(torch.empty(2, 16, dtype=F64, device="meta"))
     with pytest.raises(TypeError, match="dtype is torch.float32, expected torch.float64"):
         dm.predict(torch.zeros(2, 16))
-    with pytest.raises(ValueError, match=r"shape \(2, 15\), expected \(2, 16\)"):
+    with pytest.raises(ValueError, match=r"shape is \(2, 15\), expected \(B, 16\)"):
         dm.predict(torch.zeros(2, 15, dtype=F64))
-    with pytest.raises(ValueError, match=r"targets has shape \(3,\), expected \(2, 1\) or \(2,\)"):
+    with pytest.raises(ValueError, match=r"targets have shape \(3,\), expected \(2, 1\) or \(2,\)"):
         dm.train_step(torch.zeros(2, 16, dtype=F64), torch.zeros(3, dtype=F64), opt)
-    other = DeviceModel.from_module(gw_mlp(16).double(), torch.zeros(2, 16, dtype=F64), "cpu")
+    other = compile_device(gw_mlp(16).double(), torch.zeros(2, 16, dtype=F64), "cpu")
     with pytest.raises(ValueError, match="optimizer was created for another model"):
         other.train_step(torch.zeros(2, 16, dtype=F64), torch.zeros(2, dtype=F64), opt)
     with pytest.raises(ValueError, match="runs on 'cuda' or 'cpu'"):
-        DeviceModel.from_module(gw_mlp(16), torch.zeros(2, 16), device="meta")
-    with pytest.raises(ValueError, match=r"input 1 has shape \(3, 2\), expected \(2, 2\)"):
+        compile_device(gw_mlp(16), torch.zeros(2, 16), device="meta")
+    with pytest.raises(ValueError, match=r"the inputs have different batch sizes \[2, 3\]"):
         _two_inputs().predict(torch.zeros(2, 3, dtype=F64), torch.zeros(3, 2, dtype=F64))
     with pytest.raises(TypeError, match=r"takes 2 inputs, got 1"):
         _two_inputs().predict(torch.zeros(2, 3, dtype=F64))
-    with pytest.raises(TypeError, match=r"input 1 must be a torch.Tensor, got list"):
+    with pytest.raises(TypeError, match=r"expected a torch.Tensor input 1, got list"):
         _two_inputs().predict(torch.zeros(2, 3, dtype=F64), [[0.0, 0.0], [0.0, 0.0]])
     cm = rootclad.compile(gw_mlp(16), example_input=torch.zeros(1, 16), engine="pullback")
     with pytest.raises(ValueError, match=r"input is on meta; this compiled model runs on the CPU "
                                          r"\(cm.to\('meta'\)"):  # fmt: skip
         cm.predict(torch.empty(2, 16, device="meta"))
     with pytest.raises(ValueError, match="loss 'kl_div' has no device kernel"):
-        DeviceModel.from_module(gw_mlp(16), torch.zeros(2, 16), device="cpu", loss="kl_div")
+        compile_device(gw_mlp(16), torch.zeros(2, 16), device="cpu", loss="kl_div")
 
 
 def test_clad_on_cuda_says_why_not():
@@ -416,16 +418,16 @@ def test_cuda_without_a_gpu_says_so():
 def test_cuda_without_cublas_says_so(monkeypatch):
     if find_nvcc() is None:
         pytest.skip("nvcc not found: set ROOTCLAD_NVCC or put nvcc on PATH")
-    monkeypatch.setattr(device_model, "find_cublas", lambda: None)
+    monkeypatch.setattr(recipes, "find_cublas", lambda: None)
     with pytest.raises(ToolchainError, match=r"multiplies matrices with cuBLAS and found none.*"
                                              r"pip install nvidia-cublas"):  # fmt: skip
-        device_model.build_cuda_library("", "no_cublas", arch="sm_90")
+        recipes.cuda_device_program("", "no_cublas", "sm_90")()
 
 
 def test_cuda_without_nvcc_says_so(monkeypatch):
-    monkeypatch.setattr(device_model, "find_nvcc", lambda: None)
+    monkeypatch.setattr(compiler, "find_nvcc", lambda: None)
     with pytest.raises(ToolchainError, match="needs nvcc"):
-        DeviceModel.from_module(gw_mlp(16), torch.zeros(2, 16), device="cuda")
+        compile_device(gw_mlp(16), torch.zeros(2, 16), device="cuda")
 
 
 def test_an_nvcc_older_than_the_gpu_is_named(tmp_path, monkeypatch):
@@ -434,15 +436,15 @@ def test_an_nvcc_older_than_the_gpu_is_named(tmp_path, monkeypatch):
         pytest.skip("nvcc not found: set ROOTCLAD_NVCC or put nvcc on PATH")
     monkeypatch.setenv("ROOTCLAD_CACHE_DIR", str(tmp_path))
     # (nvcc stops at the architecture before it would link cuBLAS)
-    monkeypatch.setattr(device_model, "find_cublas", lambda: str(tmp_path / "libcublas.so.13"))
+    monkeypatch.setattr(recipes, "find_cublas", lambda: str(tmp_path / "libcublas.so.13"))
     src = 'extern "C" __global__ void k(float* p) { p[threadIdx.x] = 1; }\n'
     with pytest.raises(ToolchainError, match=r"nvcc .* cannot compile for this GPU's "
                                              r"architecture sm_999: it is older than the GPU"):  # fmt: skip
-        device_model.build_cuda_library(src, "nvcc_old", arch="sm_999")
+        recipes.cuda_device_program(src, "nvcc_old", "sm_999")()
 
 
 def test_out_of_device_memory_says_what_failed():
-    dm = DeviceModel.from_module(gw_mlp(16).double(), torch.zeros(2, 16, dtype=F64), "cpu")
+    dm = compile_device(gw_mlp(16).double(), torch.zeros(2, 16, dtype=F64), "cpu")
     huge = torch.zeros(1, 16, dtype=F64).expand(2**30, 16)  # no memory of its own
     overcommit = Path("/proc/sys/vm/overcommit_memory")
     if not overcommit.is_file() or overcommit.read_text().strip() == "1":
@@ -454,7 +456,7 @@ def test_out_of_device_memory_says_what_failed():
 
 
 def test_kernel_errors_say_what_failed():
-    dm = DeviceModel.from_module(gw_mlp(16).double(), torch.zeros(2, 16, dtype=F64), "cpu")
+    dm = compile_device(gw_mlp(16).double(), torch.zeros(2, 16, dtype=F64), "cpu")
     dm._fn["forward"] = lambda *args: 209  # what a launch on a GPU it has no code for returns
     with pytest.raises(RuntimeError, match=r"CUDA error 209 in the device program's forward: "
                                            r".*holds no code for this GPU"):  # fmt: skip
@@ -464,7 +466,7 @@ def test_kernel_errors_say_what_failed():
 def test_a_failed_training_step_is_not_counted_by_the_optimizer():
     """A step whose launches failed leaves the optimizer's count (and so Adam's bias
     correction at the next step, and its state_dict) as it was."""
-    dm = DeviceModel.from_module(gw_mlp(16).double(), torch.zeros(2, 16, dtype=F64), "cpu")
+    dm = compile_device(gw_mlp(16).double(), torch.zeros(2, 16, dtype=F64), "cpu")
     opt = rootclad.optim.Adam(dm, lr=1e-3)
     x, y = _batch(0, 2, (16,), F64)
     dm.train_step(x, y, opt)
@@ -509,7 +511,7 @@ def test_gpu_model_matches_the_cpu_kernels_and_refuses_cpu_tensors():
     net = gw_cnn(512).double()
     example = torch.zeros(1, 1, 512, dtype=F64)
     gpu = rootclad.compile(net, example_input=example).to("cuda")
-    cpu = DeviceModel.from_module(net, example, "cpu")
+    cpu = compile_device(net, example, "cpu")
     x, y = _batch(3, 8, (1, 512), F64)
     tol = {"rtol": 1e-10, "atol": 1e-12}
     torch.testing.assert_close(gpu.predict(x.cuda()).cpu(), cpu.predict(x), **tol)
@@ -576,8 +578,8 @@ def test_train_step_through_step_graphs_equals_plain_launches(device):
     torch.manual_seed(0)
     net = _bn_net()
     example = torch.zeros(2, 2, 8, dtype=F64)
-    plain = DeviceModel.from_module(net, example, device)
-    graphed = DeviceModel.from_module(net, example, device)
+    plain = compile_device(net, example, device)
+    graphed = compile_device(net, example, device)
     graphed.cuda_graphs = True
     opts = [rootclad.optim.Adam(m, lr=1e-2) for m in (plain, graphed)]
     exact = device == "cpu"  # on a GPU the atomics' order may differ in the last bits
@@ -607,7 +609,7 @@ def test_batch_sizes_share_one_store_that_grows():
     torch."""
     torch.manual_seed(0)
     net, shape = gw_cnn(512).double(), (1, 512)
-    dm = DeviceModel.from_module(net, torch.zeros(2, *shape, dtype=F64), "cpu")
+    dm = compile_device(net, torch.zeros(2, *shape, dtype=F64), "cpu")
     dm.cuda_graphs = True  # on the CPU the graphs' in-memory step, kept per batch size
     opt, ref_opt = rootclad.optim.Adam(dm, lr=1e-3), torch.optim.Adam(net.parameters(), lr=1e-3)
     # each step: the batch size, then the batch sizes with views, and those with a graph
@@ -633,10 +635,10 @@ def test_step_graphs_stand_aside_for_dropout_and_frozen_parameters():
     """A model with dropout (its seed changes every step) and a step with a frozen parameter
     (the optimizer's runs change) run as plain launches: no StepGraph is made."""
     nn = torch.nn
-    dropout = DeviceModel.from_module(nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5),
+    dropout = compile_device(nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5),
                                                     nn.Linear(8, 1)).double(),
                                       torch.zeros(2, 4, dtype=F64), "cpu")  # fmt: skip
-    frozen = DeviceModel.from_module(_bn_net(), torch.zeros(2, 2, 8, dtype=F64), "cpu")
+    frozen = compile_device(_bn_net(), torch.zeros(2, 2, 8, dtype=F64), "cpu")
     frozen.state_dict()  # the views exist
     next(iter(frozen.parameters())).requires_grad_(False)
     for model, shape in ((dropout, (4,)), (frozen, (2, 8))):
@@ -651,7 +653,7 @@ def test_step_graphs_stand_aside_for_dropout_and_frozen_parameters():
 def test_a_non_finite_step_is_refused_as_on_the_cpu(where):
     """A NaN in the batch made every parameter NaN (CompiledModel refused it, DeviceModel did
     not); a state poisoned by a step taken without the check is refused too."""
-    dm = DeviceModel.from_module(gw_mlp(16).double(), torch.zeros(2, 16, dtype=F64), "cpu")
+    dm = compile_device(gw_mlp(16).double(), torch.zeros(2, 16, dtype=F64), "cpu")
     opt = rootclad.optim.Adam(dm, lr=1e-3)
     x, y = _batch(0, 4, (16,), F64)
     dm.train_step(x, y, opt)
@@ -673,3 +675,36 @@ def test_a_non_finite_step_is_refused_as_on_the_cpu(where):
             assert torch.equal(p.detach(), q)
         assert opt.state_dict()["step_count"] == before[1]["step_count"]
         assert torch.equal(opt.state_dict()["state"], before[1]["state"])
+
+
+@pytest.mark.parametrize("loss", ["bce_with_logits", "mse", "huber", "cross_entropy", "nll"])
+def test_event_weights_on_the_device_as_torch(loss):
+    """Per-sample loss weights (HEP event weights), as CompiledModel's: the loss is the mean
+    over elements of weight[b] * loss element (DeviceModel had none)."""
+    torch.manual_seed(0)
+    classes = loss in ("cross_entropy", "nll")
+    width = 3 if classes else 2
+    layers = [torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, width)]
+    if loss == "nll":
+        layers.append(torch.nn.LogSoftmax(dim=1))
+    net = torch.nn.Sequential(*layers).double()
+    dm = compile_device(net, torch.zeros(2, 6, dtype=F64), "cpu", loss=loss)
+    x = torch.randn(7, 6, dtype=F64)
+    y = torch.randint(0, 3, (7,)) if classes else torch.rand(7, width, dtype=F64)
+    w = torch.rand(7, dtype=F64) * 2
+    got, grads = dm.loss_and_grad(x, y, weight=w)
+    fn = {"bce_with_logits": F.binary_cross_entropy_with_logits, "mse": F.mse_loss,
+          "huber": F.huber_loss, "cross_entropy": F.cross_entropy, "nll": F.nll_loss}[loss]  # fmt: skip
+    per = fn(net(x), y, reduction="none")
+    ref = (per * (w if classes else w[:, None])).mean()
+    torch.testing.assert_close(got, ref.detach(), rtol=1e-12, atol=1e-14)
+    want = torch.autograd.grad(ref, list(net.parameters()))
+    for g, r in zip(grads.values(), want, strict=True):
+        torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-13)
+    opt = rootclad.optim.SGD(dm, lr=0.1)
+    before = [p.detach().clone() for p in dm.parameters()]
+    dm.train_step(x, y, opt, weight=w)
+    for p, b, r in zip(dm.parameters(), before, want, strict=True):
+        torch.testing.assert_close(p.detach(), b - 0.1 * r, rtol=1e-10, atol=1e-13)
+    with pytest.raises(ValueError, match=r"weight: non-finite value \(nan\) in sample 1"):
+        dm.loss_and_grad(x, y, weight=torch.tensor([1.0, float("nan")] + [1.0] * 5))

@@ -14,14 +14,15 @@ import torch
 from torch.nn import functional as F
 
 import rootclad
-from rootclad.codegen.device import device_ops, emit_device, fused_activations
+from rootclad.codegen import cuda_ops
+from rootclad.codegen.cuda_ops import device_ops
+from rootclad.codegen.device import emit_device, fused_activations
+from rootclad.compiler import compile_device
+from rootclad.frontends.torch_fx import graph_from_module
 from rootclad.gw.models import gw_cnn, gw_mlp, gw_resnet
-from rootclad.ir.from_torch import graph_from_module
 from rootclad.ir.graph import IRError
-from rootclad.ir.ops import OPS
 from rootclad.nets import digits_cnn
 from rootclad.toolchain import find_cxx, find_nvcc
-from rootclad.torch import DeviceModel
 
 F64 = torch.float64
 MODELS = {
@@ -61,7 +62,7 @@ def _one_step(lib, net, x, y):
     act, d_act = torch.zeros(n, dtype=F64), torch.zeros(n, dtype=F64)
     d_params, loss = torch.zeros_like(params), torch.zeros(1, dtype=F64)
     act[: x.numel()] = x.reshape(-1)
-    lib.net_loss_and_grad(None, _p(params), None, _p(act), _p(y), _p(loss), _p(d_params),
+    lib.net_loss_and_grad(None, _p(params), None, _p(act), _p(y), None, _p(loss), _p(d_params),
                           _p(d_act), B, 1)  # fmt: skip
     at = lib.net_output_offset(B)
     return act[at : at + B], d_params
@@ -96,7 +97,7 @@ def test_device_program_trains_like_torch(model, tmp_path):
         x = torch.randn(B, *shape, generator=gen, dtype=F64)
         y = torch.randint(0, 2, (B,), generator=gen).to(F64)
         act[: x.numel()] = x.reshape(-1)
-        lib.net_loss_and_grad(None, _p(params), None, _p(act), _p(y), _p(loss), _p(d_params),
+        lib.net_loss_and_grad(None, _p(params), None, _p(act), _p(y), None, _p(loss), _p(d_params),
                               _p(d_act), B, 1)  # fmt: skip
         opt.zero_grad()
         out = net(x)
@@ -125,7 +126,7 @@ def test_device_program_trains_like_torch(model, tmp_path):
 
 def test_an_op_without_device_kernels_is_refused_by_name(monkeypatch):
     """(Every op has device kernels now: one is taken away for this test.)"""
-    monkeypatch.setattr(OPS["layer_norm"], "device", None)
+    monkeypatch.delitem(cuda_ops.DEVICE_OPS, "layer_norm")
     net = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3), torch.nn.Linear(3, 1))
     with pytest.raises(IRError, match=r"\(layer_norm\).*no device kernel yet.*linear"):
         _program(net, (4,))
@@ -250,7 +251,7 @@ def test_fused_activations_match_torch(tmp_path):
     want_out, want_grads = _torch_grads(net, x, y)
     torch.testing.assert_close(out, want_out, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(d_params, want_grads, rtol=1e-10, atol=1e-12)
-    dm = DeviceModel.from_module(net, x, device="cpu")
+    dm = compile_device(net, x, device="cpu")
     xg = x.clone().requires_grad_(True)
     torch.testing.assert_close(dm.input_grad(x), torch.autograd.grad(net(xg).sum(), xg)[0],
                                rtol=1e-10, atol=1e-12)  # fmt: skip
@@ -275,7 +276,7 @@ def _step_like_torch(lib, net, B, act, d_act):
     params = torch.cat([p.detach().reshape(-1) for p in net.parameters()]).contiguous()
     d_params, loss = torch.zeros_like(params), torch.zeros(1, dtype=F64)
     act[: x.numel()] = x.reshape(-1)
-    lib.net_loss_and_grad(None, _p(params), None, _p(act), _p(y), _p(loss), _p(d_params),
+    lib.net_loss_and_grad(None, _p(params), None, _p(act), _p(y), None, _p(loss), _p(d_params),
                           _p(d_act), B, 1, ctypes.c_ulonglong(1))  # fmt: skip
     net.zero_grad()
     out, grads = _torch_grads(net, x, y)
@@ -358,7 +359,7 @@ def _launches_per_step(tmp_path, source, shape, B=4, plan=GPU_PLAN):
     y, loss = torch.zeros(B), torch.zeros(1)
     adam = (ctypes.c_double * 9)(1, 1e-3, 0, 0, 0, 0, 0.9, 0.999, 1e-8)
     before = lib.net_launches()
-    lib.net_loss_and_grad(None, _p(params), None, _p(act), _p(y), _p(loss), _p(d_params),
+    lib.net_loss_and_grad(None, _p(params), None, _p(act), _p(y), None, _p(loss), _p(d_params),
                           _p(d_act), B, 1, ctypes.c_ulonglong(1))  # fmt: skip
     lib.net_optim_step(None, _p(params), _p(d_params), _p(state), adam, ctypes.c_long(1),
                        ctypes.c_long(0), ctypes.c_long(n))  # fmt: skip

@@ -21,9 +21,11 @@ import pytest
 import torch
 
 import rootclad
-from rootclad.codegen.device import device_ops, emit_device, fused_activations
-from rootclad.ir.from_torch import graph_from_module
-from rootclad.ir.ops import BN_CHUNKS, OPS
+from rootclad.codegen.cuda_ops import BN_CHUNKS, device_ops
+from rootclad.codegen.device import emit_device, fused_activations
+from rootclad.compiler import compile_device
+from rootclad.frontends.torch_fx import graph_from_module
+from rootclad.ir.ops import OPS
 from rootclad.toolchain import find_nvcc
 from rootclad.torch import DeviceModel
 
@@ -76,7 +78,7 @@ def test_op_device_kernels_match_torch(build, shape, dtype, device):
     torch.manual_seed(0)
     net = build()
     x = _input(shape).to(dtype)
-    dm = DeviceModel.from_module(copy.deepcopy(net).to(dtype), x, device=device, loss="mse")
+    dm = compile_device(copy.deepcopy(net).to(dtype), x, device=device, loss="mse")
     ref, rtol = rounded_reference(net, dtype), RTOL[dtype]
     out_ref, d_out, dx_ref, _ = torch_vjp(ref, x.to(F64))
     xd = x.to(device)
@@ -100,7 +102,7 @@ def test_graph_ir_model_trains_like_torch_on_the_device_kernels(name, device):
     torch.manual_seed(0)
     net = build().double()
     xs, _ = data(4)
-    dm = DeviceModel.from_module(net, xs if len(xs) > 1 else xs[0], device=device, loss=loss)
+    dm = compile_device(net, xs if len(xs) > 1 else xs[0], device=device, loss=loss)
     opt, ref_opt = rootclad.optim.Adam(dm, lr=1e-2), torch.optim.Adam(net.parameters(), lr=1e-2)
     for step in range(1, 6):
         xs, y = data(4, seed=step)
@@ -136,7 +138,7 @@ def test_dropout_draws_the_cpu_models_masks():
     net = mixed_model()
     x, y = mixed_batch(6)
     cm = rootclad.compile(net, x, loss="cross_entropy", engine="pullback", seed=7)
-    dm = DeviceModel.from_module(net, x, device="cpu", loss="cross_entropy", seed=7)
+    dm = compile_device(net, x, device="cpu", loss="cross_entropy", seed=7)
     out = dm.predict(x)
     assert_close_rel(out, cm.predict(x), 1e-12, "forward")
     assert (out - net.eval()(x)).abs().max() > 1e-6  # dropout was on (agreement: 1e-12)
@@ -186,7 +188,7 @@ def test_linear_through_gemm_matches_torch(build, shape, device):
     torch.manual_seed(0)
     net = build()
     x = _input(shape, B=40)
-    dm = DeviceModel.from_module(copy.deepcopy(net), x, device=device, loss="mse")
+    dm = compile_device(copy.deepcopy(net), x, device=device, loss="mse")
     out_ref, d_out, dx_ref, _ = torch_vjp(net, x)
     xd = x.to(device)
     assert_close_rel(_cpu(dm.predict(xd)), out_ref, 1e-12, "forward")
@@ -211,7 +213,7 @@ def _two_fused_layers_train_like_torch(net, shape, lr, device):
     """``net`` with two fused activations, on batches of 40 of per-sample ``shape``: 5 Adam
     steps under BCE like torch.optim (the loss, then the parameters), then the input
     gradient."""
-    dm = DeviceModel.from_module(net, torch.zeros(2, *shape, dtype=F64), device=device)
+    dm = compile_device(net, torch.zeros(2, *shape, dtype=F64), device=device)
     assert len(fused_activations(dm.graph)) == 2
     opt, ref_opt = rootclad.optim.Adam(dm, lr=lr), torch.optim.Adam(net.parameters(), lr=lr)
     for step in range(1, 6):
@@ -266,7 +268,7 @@ def test_activations_fused_into_binary_ops_train_like_torch(device):
     Adam steps like torch.optim, then the input gradient."""
     torch.manual_seed(0)
     net = _GatedSum().double()
-    graph = DeviceModel.from_module(net, torch.zeros(2, 12, dtype=F64), device="cpu").graph
+    graph = compile_device(net, torch.zeros(2, 12, dtype=F64), device="cpu").graph
     producers = {n.output: n.op for n in graph.nodes}
     assert sorted(producers[v] for v in fused_activations(graph)) == ["mul", "sub"]
     _two_fused_layers_train_like_torch(net, (12,), 1e-2, device)
@@ -274,7 +276,7 @@ def test_activations_fused_into_binary_ops_train_like_torch(device):
 
 def _bce_gradients_match_torch(net, x, y, device) -> DeviceModel:
     """The device model of ``net``: its BCE loss and every gradient on (x, y) against torch."""
-    dm = DeviceModel.from_module(net, x, device=device)
+    dm = compile_device(net, x, device=device)
     loss, grads = _cpu(dm.loss_and_grad(x.to(device), y.to(device)))
     ref_loss, ref_grads = torch_loss_and_grad(net, x, y.unsqueeze(1), "bce_with_logits")
     assert_close_rel(loss, ref_loss, 1e-12, "loss")

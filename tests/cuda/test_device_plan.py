@@ -26,8 +26,8 @@ from test_device_models import _build, _p, _program, _step_like_torch
 
 from rootclad.codegen import device
 from rootclad.codegen.device import fused_activations, plan_adjoints
+from rootclad.frontends.torch_fx import graph_from_module
 from rootclad.gw.models import gw_cnn, gw_resnet
-from rootclad.ir.from_torch import graph_from_module
 from rootclad.nets import digits_cnn
 
 F64 = torch.float64

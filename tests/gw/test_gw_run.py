@@ -296,8 +296,8 @@ def test_training_scoring_and_saliency_on_a_device_model(small_files, tmp_path, 
 
 def _on_device_kernels(cm):
     """The device model of a CompiledModel, run on the host (device="cpu")."""
-    from rootclad.torch import DeviceModel
+    from rootclad.compiler import device_program
 
-    dm = DeviceModel(cm.graph, cm.loss, "cpu")
+    dm = device_program(cm.graph, cm.loss, "cpu")
     dm.load_state_dict(cm.state_dict())
     return dm

@@ -137,7 +137,7 @@ def test_exported_header_names_files_on_one_line_and_finds_rootclad_anywhere(
 
 
 def test_standalone_header_names_files_on_one_line(tmp_path):
-    from rootclad.codegen.standalone import emit_header
+    from rootclad.compiler import emit_header
 
     net = nn.Sequential(nn.Linear(3, 2))
     out = tmp_path / "a\nb.hxx"
@@ -269,7 +269,7 @@ def test_null_and_short_arrays_are_refused_by_name(exported, tmp_path):
 def test_standalone_namespace_is_never_a_keyword_or_a_namespace_it_uses(tmp_path, file, name):
     """``namespace export {`` (the default name of ``export.hxx``) does not compile; ``clad``
     or ``std`` would merge into the namespaces the header itself opens."""
-    from rootclad.codegen.standalone import emit_header
+    from rootclad.compiler import emit_header
 
     with pytest.raises(ValueError, match=r"'(export|class|clad|std)' .*give --name"):
         emit_header(nn.Sequential(nn.Linear(3, 2)), torch.zeros(2, 3), tmp_path / file, name)

@@ -51,10 +51,10 @@ def _check_output(out: Path, cfg: RunConfig) -> None:
     """Before any work: the directory can be written, the disk holds the data files, and a
     CUDA run has nvcc and a GPU."""
     if cfg.device == "cuda":
-        from rootclad.torch.device_model import _check_device
+        from rootclad.compiler import check_device
 
         try:
-            _check_device("cuda")
+            check_device("cuda")
         except (RuntimeError, ValueError) as err:
             raise ConfigError(f'device = "cuda": {err}') from None
     if any(c in str(out.resolve()) for c in "#?"):
@@ -434,8 +434,3 @@ def _evaluate(cfg, network, mf, test):
 
     return evaluate({"network": network, "matched_filter": mf}, test["label"], test["snr"],
                     bootstrap=cfg.bootstrap, seed=cfg.seed)  # fmt: skip
-
-
-def machine() -> dict:
-    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "cores": os.cpu_count()}  # fmt: skip

@@ -7,6 +7,8 @@ import base64
 import html
 import json
 import math
+import os
+import platform
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +32,6 @@ def _device(cfg) -> str:
 
 
 def summary(cfg, tr, ev, bank_size, in_root, times, versions) -> dict:
-    from rootclad.gw.run.pipeline import machine
 
     out = {
         "engine": tr.engine,
@@ -264,3 +265,8 @@ def write(out: Path, cfg, tr, ev, test, network, mf, examples, s: dict) -> None:
     write_text(out / "report.md", md_text)
     write_text(out / "report.html", html_page(md_text, out))
     write_text(out / "summary.json", json.dumps(s, indent=1, default=float) + "\n")
+
+
+def machine() -> dict:
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cores": os.cpu_count()}  # fmt: skip

@@ -12,7 +12,7 @@
 #include <cblas.h>
 #endif
 
-#include "rootclad/parallel.h"
+#include "parallel.h"
 #if defined(ROOTCLAD_CBLAS_SCIPY)
 #define ROOTCLAD_CBLAS(name) scipy_cblas_##name
 #else

@@ -18,7 +18,7 @@
 
 #include <vector>
 
-#include "rootclad/simd.h"
+#include "simd.h"
 
 namespace rootclad {
 namespace conv_s1 {

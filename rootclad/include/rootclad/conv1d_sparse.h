@@ -30,7 +30,7 @@
 #include <immintrin.h>
 #endif
 
-#include "rootclad/simd.h"
+#include "simd.h"
 
 namespace rootclad {
 namespace conv_sparse {

@@ -17,7 +17,7 @@
 #include <cstring>
 
 #ifndef ROOTCLAD_NO_PULLBACKS
-#include "rootclad/conv1d_s1.h"
+#include "conv1d_s1.h"
 #endif
 
 namespace rootclad {

@@ -13,13 +13,13 @@
 // through dev::add_to: atomicAdd on the GPU, a plain += on the host.
 #pragma once
 
+#include "hd.h"
+
 #if defined(__CUDACC__)
 #include <cuda_runtime.h>
-#define ROOTCLAD_HD __host__ __device__
 // a lambda that nvcc compiles for the device too (needs nvcc --extended-lambda)
 #define ROOTCLAD_BODY [=] __host__ __device__
 #else
-#define ROOTCLAD_HD
 #define ROOTCLAD_BODY [=]
 #endif
 

@@ -10,7 +10,7 @@
 // declared below, as cublas_api.h declares them (the library is linked by path at build time).
 #pragma once
 
-#include "rootclad/device.h"
+#include "device.h"
 
 #if defined(__CUDACC__)
 #if __has_include(<cublas_v2.h>)

@@ -19,10 +19,11 @@
 #include <cmath>
 #include <type_traits>
 
-#include "rootclad/device.h"
-#include "rootclad/device_gemm.h"
-#include "rootclad/dropout_mask.h"
-#include "rootclad/optim_rule.h"
+#include "device.h"
+#include "device_gemm.h"
+#include "dropout_mask.h"
+#include "ops/activations.h"
+#include "optim_rule.h"
 
 namespace rootclad {
 namespace dev {
@@ -67,12 +68,13 @@ struct NoAct {
   template <class T> ROOTCLAD_HD T f(T x) const { return x; }
 };
 
-// The adjoint of a fused activation's input, dy[i] * f'(y[i]), indexed like a pointer.
+// The adjoint of a fused activation's input, dy[i] * f'(y[i]) (the functor's grad from y),
+// indexed like a pointer.
 template <class T, class Act> struct ActGrad {
   T* dy;
   const T* y;
   Act act;
-  ROOTCLAD_HD T operator[](long i) const { return dy[i] * act.df(T(0), y[i]); }
+  ROOTCLAD_HD T operator[](long i) const { return act.grad(dy[i], T(0), y[i]); }
   ROOTCLAD_HD ActGrad operator+(long k) const { return ActGrad{dy + k, y + k, act}; }
 };
 
@@ -81,12 +83,12 @@ template <class T, class Act> ActGrad<T, Act> act_grad(T* dy, const T* y, Act ac
 }
 
 // The adjoint as a matrix in memory, for a product that reads it so: a pointer as it is; an
-// ActGrad turned in place (dy *= f'(y): its activation's adjoint has no other reader by then).
+// ActGrad turned in place (dy = dy f'(y): its activation's adjoint has no other reader then).
 template <class On, class T> const T* as_matrix(On, const T* d, long) {
   return d;
 }
 template <class On, class T, class Act> const T* as_matrix(On on, ActGrad<T, Act> g, long n) {
-  each_index(on, n, ROOTCLAD_BODY(long i) { g.dy[i] *= g.act.df(T(0), g.y[i]); });
+  each_index(on, n, ROOTCLAD_BODY(long i) { g.dy[i] = g.act.grad(g.dy[i], T(0), g.y[i]); });
   return g.dy;
 }
 
@@ -198,78 +200,17 @@ void linear_backward(On on, T* d_inp, T* d_weight, T* d_bias, DY d_out, const T*
     gemm(on, false, false, R, C, OC, T(1), dy, OC, weight, C, T(1), d_inp, C);
 }
 
-// -- elementwise activations: f(x) and df/dx given x and y = f(x), as torch has them; Relu,
-// Tanh and Sigmoid read y alone (they can be fused into their producer) ----------------------
-struct Relu { // torch: the gradient at 0 is 0
-  template <class T> ROOTCLAD_HD T f(T x) const { return x > T(0) ? x : T(0); }
-  template <class T> ROOTCLAD_HD T df(T, T y) const { return y > T(0) ? T(1) : T(0); }
-};
-struct Tanh {
-  template <class T> ROOTCLAD_HD T f(T x) const { return tanh(x); }
-  template <class T> ROOTCLAD_HD T df(T, T y) const { return T(1) - y * y; }
-};
-struct Sigmoid {
-  template <class T> ROOTCLAD_HD T f(T x) const { return T(1) / (T(1) + exp(-x)); }
-  template <class T> ROOTCLAD_HD T df(T, T y) const { return y * (T(1) - y); }
-};
-struct Silu {
-  template <class T> ROOTCLAD_HD T f(T x) const { return x / (T(1) + exp(-x)); }
-  template <class T> ROOTCLAD_HD T df(T x, T) const {
-    const T s = T(1) / (T(1) + exp(-x));
-    return s * (T(1) + x * (T(1) - s));
-  }
-};
-struct LeakyRelu {
-  double slope;
-  template <class T> ROOTCLAD_HD T f(T x) const { return x > T(0) ? x : T(slope) * x; }
-  template <class T> ROOTCLAD_HD T df(T x, T) const { return x > T(0) ? T(1) : T(slope); }
-};
-struct Elu {
-  double alpha;
-  template <class T> ROOTCLAD_HD T f(T x) const { return x > T(0) ? x : T(alpha) * expm1(x); }
-  template <class T> ROOTCLAD_HD T df(T x, T) const { return x > T(0) ? T(1) : T(alpha) * exp(x); }
-};
-struct Softplus { // x itself where beta*x > threshold
-  double beta, threshold;
-  template <class T> ROOTCLAD_HD T f(T x) const {
-    return x * T(beta) > T(threshold) ? x : log1p(exp(x * T(beta))) / T(beta);
-  }
-  template <class T> ROOTCLAD_HD T df(T x, T) const {
-    if (x * T(beta) > T(threshold))
-      return T(1);
-    const T z = exp(x * T(beta));
-    return z / (z + T(1));
-  }
-};
-struct Gelu { // exact (erf) or, with tanh_form, torch's tanh approximation
-  int tanh_form;
-  template <class T> ROOTCLAD_HD T f(T x) const {
-    if (tanh_form) {
-      const T k = T(0.7978845608028654); // sqrt(2/pi)
-      return T(0.5) * x * (T(1) + tanh(k * (x + T(0.044715) * x * x * x)));
-    }
-    return T(0.5) * x * (T(1) + erf(x * T(0.7071067811865476)));
-  }
-  template <class T> ROOTCLAD_HD T df(T x, T) const {
-    if (tanh_form) {
-      const T k = T(0.7978845608028654);
-      const T t = tanh(k * (x + T(0.044715) * x * x * x));
-      return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(0.134145) * x * x);
-    }
-    return T(0.5) * (T(1) + erf(x * T(0.7071067811865476))) +
-           x * exp(T(-0.5) * x * x) * T(0.3989422804014327); // 1/sqrt(2 pi)
-  }
-};
-
+// -- elementwise ops: the functors of ops/activations.h, written once for every backend; those
+// whose grad reads y alone (Relu, Tanh, Sigmoid) can be fused into their producer -------------
 template <class On, class T, class Op>
 void unary_forward(On on, T* out, const T* inp, long n, Op op) {
   each_index(on, n, ROOTCLAD_BODY(long i) { out[i] = op.f(inp[i]); });
 }
 
-// d_inp += d_out * f'(x)
+// d_inp += the functor's grad: d_out times f'(x), from x or y
 template <class On, class T, class Op>
 void unary_backward(On on, T* d_inp, const T* d_out, const T* inp, const T* out, long n, Op op) {
-  each_index(on, n, ROOTCLAD_BODY(long i) { d_inp[i] += d_out[i] * op.df(inp[i], out[i]); });
+  each_index(on, n, ROOTCLAD_BODY(long i) { d_inp[i] += op.grad(d_out[i], inp[i], out[i]); });
 }
 
 // -- Conv2d (Conv1d: H = KH = 1): out(B, OC, OH, OW) from inp(B, C, H, W) and
@@ -751,13 +692,6 @@ void binary_backward(On on, T* d_x, DY d_out, const T* a, const T* b, long B, Br
       });
 }
 
-// -- x * scale + shift with constant numbers, as an elementwise functor ------------------------
-struct Affine {
-  double scale, shift;
-  template <class T> ROOTCLAD_HD T f(T x) const { return x * T(scale) + T(shift); }
-  template <class T> ROOTCLAD_HD T df(T, T) const { return T(scale); }
-};
-
 // -- Dropout: the CPU's mask (dropout_mask.h) for the element's index in the batch; p = 0 (eval
 // mode) keeps every element -------------------------------------------------------------------
 template <class On, class T>
@@ -1114,13 +1048,17 @@ struct Huber { // torch's delta = 1: d^2 / 2 where |d| < 1, else |d| - 1/2
   }
 };
 
-// *loss += the mean loss, d_z = its gradient x scale, in one launch
+// *loss += the mean loss, d_z = its gradient x scale, in one launch. w: each sample's weight
+// (its `per` elements share it: the mean of w[b] * loss element, as kernels.h's
+// weighted_loss), or null (every weight 1).
 template <class On, class T, class L>
-void loss_and_gradient(On on, T* loss, T* d_z, const T* z, const T* y, long n, T scale, L l) {
+void loss_and_gradient(On on, T* loss, T* d_z, const T* z, const T* y, const T* w, long per, long n,
+                       T scale, L l) {
   each_index(
       on, n, ROOTCLAD_BODY(long i) {
-        add_to(loss, l.loss(z[i], y[i]) / T(n));
-        d_z[i] = scale * l.grad(z[i], y[i]) / T(n);
+        const T wi = w ? w[i / per] : T(1);
+        add_to(loss, wi * l.loss(z[i], y[i]) / T(n));
+        d_z[i] = scale * wi * l.grad(z[i], y[i]) / T(n);
       });
 }
 
@@ -1135,37 +1073,46 @@ template <class T> ROOTCLAD_HD inline T log_sum_exp(const T* z, int C, T& m) {
   return m + log(e);
 }
 
+// w: each row's weight, or null (every weight 1)
 template <class On, class T>
-void cross_entropy_forward(On on, T* loss, const T* z, const T* y, long R, int C) {
+void cross_entropy_forward(On on, T* loss, const T* z, const T* y, const T* w, long R, int C) {
   each_index(
       on, R, ROOTCLAD_BODY(long r) {
         T m;
-        add_to(loss, (log_sum_exp(z + r * C, C, m) - z[r * C + (long)y[r]]) / T(R));
+        const T wr = w ? w[r] : T(1);
+        add_to(loss, wr * (log_sum_exp(z + r * C, C, m) - z[r * C + (long)y[r]]) / T(R));
       });
 }
 
-// d_z[r, c] = scale * (softmax(z_r)_c - [c == y_r]) / R
+// d_z[r, c] = scale * w_r * (softmax(z_r)_c - [c == y_r]) / R
 template <class On, class T>
-void cross_entropy_backward(On on, T* d_z, const T* z, const T* y, long R, int C, T scale) {
+void cross_entropy_backward(On on, T* d_z, const T* z, const T* y, const T* w, long R, int C,
+                            T scale) {
   each_index(
       on, R * C, ROOTCLAD_BODY(long i) {
         const long r = i / C;
         T m;
         const T p = exp(z[i] - log_sum_exp(z + r * C, C, m));
-        d_z[i] = scale * (p - ((long)(i % C) == (long)y[r] ? T(1) : T(0))) / T(R);
+        const T wr = w ? w[r] : T(1);
+        d_z[i] = scale * wr * (p - ((long)(i % C) == (long)y[r] ? T(1) : T(0))) / T(R);
       });
 }
 
 // Negative log-likelihood of log-probabilities z(R, C) (after LogSoftmax), mean over rows.
 template <class On, class T>
-void nll_forward(On on, T* loss, const T* z, const T* y, long R, int C) {
-  each_index(on, R, ROOTCLAD_BODY(long r) { add_to(loss, -z[r * C + (long)y[r]] / T(R)); });
+void nll_forward(On on, T* loss, const T* z, const T* y, const T* w, long R, int C) {
+  each_index(
+      on, R,
+      ROOTCLAD_BODY(long r) { add_to(loss, -(w ? w[r] : T(1)) * z[r * C + (long)y[r]] / T(R)); });
 }
 
-template <class On, class T> void nll_backward(On on, T* d_z, const T* y, long R, int C, T scale) {
+template <class On, class T>
+void nll_backward(On on, T* d_z, const T* y, const T* w, long R, int C, T scale) {
   each_index(
-      on, R * C,
-      ROOTCLAD_BODY(long i) { d_z[i] = (long)(i % C) == (long)y[i / C] ? -scale / T(R) : T(0); });
+      on, R * C, ROOTCLAD_BODY(long i) {
+        const long r = i / C;
+        d_z[i] = (long)(i % C) == (long)y[r] ? -scale * (w ? w[r] : T(1)) / T(R) : T(0);
+      });
 }
 
 // -- optimizers: SGD, Adam, AdamW as torch.optim's (optim_rule.h), over n parameters; m holds

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "rootclad/device.h"
+#include "device.h"
 
 namespace rootclad {
 
@@ -24,6 +24,13 @@ ROOTCLAD_HD inline std::uint64_t dropout_hash(std::uint64_t seed, std::uint64_t 
 template <typename T> ROOTCLAD_HD inline T dropout_scale(std::uint64_t seed, long i, T p) {
   double u = (double)(dropout_hash(seed, (std::uint64_t)i) >> 11) * (1.0 / 9007199254740992.0);
   return u < (double)p ? T(0) : T(1) / (T(1) - p);
+}
+
+// The seed of a model's `call`-th call (its dropout masks), from the model's seed: the same
+// formula in every host (rootclad.torch.base.call_seed, rootclad::Model, the LibTorch function),
+// so a model exported with seed s draws in C++ the masks it would draw in Python.
+inline std::uint64_t call_seed(std::uint64_t seed, std::uint64_t call) {
+  return seed * 0x9E3779B97F4A7C15ull + call;
 }
 
 } // namespace rootclad

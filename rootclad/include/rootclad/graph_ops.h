@@ -8,21 +8,9 @@
 
 #include <cmath>
 
-#include "rootclad/parallel.h"
+#include "parallel.h"
 
 namespace rootclad {
-
-// ---------------------------------------------------------------------------------------
-// out = scale * inp + shift, with constant numbers (x + 1, 2 * x, x / 4, 1 - x, -x).
-template <typename T> void affine_forward(T* out, const T* inp, int N, T scale, T shift) {
-  ROOTCLAD_REPLAY_SKIP;
-  for (int i = 0; i < N; ++i)
-    out[i] = scale * inp[i] + shift;
-}
-template <typename T> void affine_backward(T* d_inp, const T* d_out, int N, T scale) {
-  for (int i = 0; i < N; ++i)
-    d_inp[i] += scale * d_out[i];
-}
 
 // ---------------------------------------------------------------------------------------
 // Binary ops with broadcasting. kind: 0 a + b, 1 a - b, 2 a * b, 3 a / b. Per sample the
@@ -271,44 +259,6 @@ void layer_norm_backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, const
       d_inp[(long)r * M + i] += rstd * (g - sum_g / M - xhat * sum_gx / M);
     }
   }
-}
-
-// ---------------------------------------------------------------------------------------
-// Activations added with the graph IR.
-// ELU: x > 0 ? x : alpha * (exp(x) - 1)
-template <typename T> void elu_forward(T* out, const T* inp, int N, T alpha) {
-  ROOTCLAD_REPLAY_SKIP;
-  for (int i = 0; i < N; ++i)
-    out[i] = inp[i] > 0 ? inp[i] : alpha * (std::exp(inp[i]) - T(1));
-}
-template <typename T> void elu_backward(T* d_inp, const T* d_out, const T* inp, int N, T alpha) {
-  for (int i = 0; i < N; ++i)
-    d_inp[i] += inp[i] > 0 ? d_out[i] : d_out[i] * alpha * std::exp(inp[i]);
-}
-
-// SiLU: x * sigmoid(x);  d/dx = s (1 + x (1 - s))
-template <typename T> void silu_forward(T* out, const T* inp, int N) {
-  ROOTCLAD_REPLAY_SKIP;
-  for (int i = 0; i < N; ++i)
-    out[i] = inp[i] / (T(1) + std::exp(-inp[i]));
-}
-template <typename T> void silu_backward(T* d_inp, const T* d_out, const T* inp, int N) {
-  for (int i = 0; i < N; ++i) {
-    const T s = T(1) / (T(1) + std::exp(-inp[i]));
-    d_inp[i] += d_out[i] * s * (T(1) + inp[i] * (T(1) - s));
-  }
-}
-
-// Softplus: log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (as torch).
-template <typename T> void softplus_forward(T* out, const T* inp, int N, T beta, T threshold) {
-  ROOTCLAD_REPLAY_SKIP;
-  for (int i = 0; i < N; ++i)
-    out[i] = beta * inp[i] > threshold ? inp[i] : std::log1p(std::exp(beta * inp[i])) / beta;
-}
-template <typename T>
-void softplus_backward(T* d_inp, const T* d_out, const T* inp, int N, T beta, T threshold) {
-  for (int i = 0; i < N; ++i)
-    d_inp[i] += beta * inp[i] > threshold ? d_out[i] : d_out[i] / (T(1) + std::exp(-beta * inp[i]));
 }
 
 } // namespace rootclad

@@ -15,8 +15,9 @@
 #include <cstdint>
 #include <cstring>
 
-#include "rootclad/blas.h"
-#include "rootclad/dropout_mask.h"
+#include "blas.h"
+#include "dropout_mask.h"
+#include "ops/activations.h"
 
 namespace rootclad {
 // The clad engine (with custom pullbacks) runs the forward once, then executes the reverse
@@ -36,8 +37,8 @@ inline thread_local bool replaying = false;
   } while (0)
 #endif
 
-#include "rootclad/conv2d.h"
-#include "rootclad/graph_ops.h"
+#include "conv2d.h"
+#include "graph_ops.h"
 // Vectorisation hints (-fopenmp-simd). Omitted when Clad differentiates the kernels itself:
 // Clad 2.5 crashes on OpenMP directives.
 #ifdef ROOTCLAD_NO_PULLBACKS
@@ -50,8 +51,8 @@ inline thread_local bool replaying = false;
 #endif
 
 #ifndef ROOTCLAD_NO_PULLBACKS
-#include "rootclad/conv1d_s1.h"
-#include "rootclad/conv1d_sparse.h"
+#include "conv1d_s1.h"
+#include "conv1d_sparse.h"
 #endif
 
 namespace rootclad {
@@ -71,8 +72,8 @@ template <typename T> inline void fill(T* p, long n, T value) {
     p[i] = value;
 }
 
-// Where a value's last reader has run (emit.py's arena planner): nothing here; its pullback
-// (pullbacks.h) zeroes the value's adjoint before the readers' pullbacks add into it.
+// Where a value's last reader has run (the arena planner, codegen/cpu.py): nothing here; its
+// pullback (pullbacks.h) zeroes the value's adjoint before the readers' pullbacks add into it.
 template <typename T> inline void adjoint_start_forward(T*, long) {}
 
 // ---------------------------------------------------------------------------------------
@@ -153,7 +154,7 @@ void conv1d_im2col(T* cols, const T* inp, int B, int C, int L, int K, int S, int
 // loops for rows shorter than a vector) and for layers with few input taps (C*K small, e.g. a
 // strided first layer on raw strain): im2col there would copy the input K times to feed a
 // GEMM too thin to be efficient. Each output row stays in L1 while the taps are added into it.
-// Only the other layers need im2col's cols/tmp scratch (rootclad/codegen/emit.py mirrors this).
+// Only the other layers need im2col's cols/tmp scratch (rootclad/codegen/cpu_ops.py mirrors this).
 constexpr int CONV1D_DIRECT_MAX_TAPS = 32;
 inline bool conv1d_is_direct(int C, int K, int S) {
   return S == 1 || C * K <= CONV1D_DIRECT_MAX_TAPS;
@@ -542,89 +543,18 @@ void avgpool1d_backward(T* d_inp, const T* d_out, int R, int L, int K, int S, in
 }
 
 // ---------------------------------------------------------------------------------------
-// Elementwise activations over N elements. Backwards take the forward's input (and, where
-// cheaper, its output).
-// Written as "x <= 0 ? 0 : x", not "x > 0 ? x : 0": a NaN input stays NaN, as in torch (the
-// other form made it 0, so a NaN input gave a finite loss while the parameters turned NaN).
-// The backward passes the gradient where the output is not <= 0, as torch's does.
-template <typename T> void relu_forward(T* out, const T* inp, int N) {
+// Elementwise ops over N elements: the functor's value and derivative (ops/activations.h).
+// out[i] = f(inp[i])
+template <typename T, class F> void unary_forward(T* out, const T* inp, int N, F f) {
   ROOTCLAD_REPLAY_SKIP;
   for (int i = 0; i < N; ++i)
-    out[i] = inp[i] <= T(0) ? T(0) : inp[i];
+    out[i] = f.f(inp[i]);
 }
-// x: the forward's input or its output (both are <= 0 at the same places, NaN included)
-template <typename T> void relu_backward(T* d_inp, const T* d_out, const T* x, int N) {
+// d_inp[i] += the functor's grad: d_out[i] times f'(inp[i]), from the input or the output
+template <typename T, class F>
+void unary_backward(T* d_inp, const T* d_out, const T* inp, const T* out, int N, F f) {
   for (int i = 0; i < N; ++i)
-    d_inp[i] += x[i] <= T(0) ? T(0) : d_out[i];
-}
-
-template <typename T> void leaky_relu_forward(T* out, const T* inp, int N, T slope) {
-  ROOTCLAD_REPLAY_SKIP;
-  for (int i = 0; i < N; ++i)
-    out[i] = inp[i] > 0 ? inp[i] : slope * inp[i];
-}
-template <typename T>
-void leaky_relu_backward(T* d_inp, const T* d_out, const T* inp, int N, T slope) {
-  for (int i = 0; i < N; ++i)
-    d_inp[i] += inp[i] > 0 ? d_out[i] : slope * d_out[i];
-}
-
-template <typename T> void tanh_forward(T* out, const T* inp, int N) {
-  ROOTCLAD_REPLAY_SKIP;
-  for (int i = 0; i < N; ++i)
-    out[i] = std::tanh(inp[i]);
-}
-// out = tanh(inp)  =>  d_inp += d_out * (1 - out^2)
-template <typename T> void tanh_backward(T* d_inp, const T* d_out, const T* out, int N) {
-  for (int i = 0; i < N; ++i)
-    d_inp[i] += d_out[i] * (T(1) - out[i] * out[i]);
-}
-
-template <typename T> void sigmoid_forward(T* out, const T* inp, int N) {
-  ROOTCLAD_REPLAY_SKIP;
-  for (int i = 0; i < N; ++i)
-    out[i] = T(1) / (T(1) + std::exp(-inp[i]));
-}
-// out = 1/(1+exp(-inp))  =>  d_inp += d_out * out * (1 - out)
-template <typename T> void sigmoid_backward(T* d_inp, const T* d_out, const T* out, int N) {
-  for (int i = 0; i < N; ++i)
-    d_inp[i] += d_out[i] * out[i] * (T(1) - out[i]);
-}
-
-// GELU, exact (erf) form unless tanh_approx: torch's approximate='none' / 'tanh'.
-template <typename T> void gelu_forward(T* out, const T* inp, int N, int tanh_approx) {
-  ROOTCLAD_REPLAY_SKIP;
-  const T inv_sqrt2 = T(0.70710678118654752440);
-  const T sqrt_2_over_pi = T(0.79788456080286535588);
-  for (int i = 0; i < N; ++i) {
-    T x = inp[i];
-    if (tanh_approx)
-      out[i] = T(0.5) * x * (T(1) + std::tanh(sqrt_2_over_pi * (x + T(0.044715) * x * x * x)));
-    else
-      out[i] = T(0.5) * x * (T(1) + std::erf(x * inv_sqrt2));
-  }
-}
-// exact:  d/dx [x Phi(x)] = Phi(x) + x phi(x)
-// tanh:   d/dx [x/2 (1 + tanh u)] = (1 + tanh u)/2 + x/2 (1 - tanh^2 u) u',
-//         u = sqrt(2/pi)(x + 0.044715 x^3), u' = sqrt(2/pi)(1 + 3*0.044715 x^2)
-template <typename T>
-void gelu_backward(T* d_inp, const T* d_out, const T* inp, int N, int tanh_approx) {
-  const T inv_sqrt2 = T(0.70710678118654752440);
-  const T inv_sqrt_2pi = T(0.39894228040143267794);
-  const T sqrt_2_over_pi = T(0.79788456080286535588);
-  for (int i = 0; i < N; ++i) {
-    T x = inp[i];
-    T g;
-    if (tanh_approx) {
-      T u = sqrt_2_over_pi * (x + T(0.044715) * x * x * x);
-      T t = std::tanh(u);
-      T du = sqrt_2_over_pi * (T(1) + T(3) * T(0.044715) * x * x);
-      g = T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du;
-    } else {
-      g = T(0.5) * (T(1) + std::erf(x * inv_sqrt2)) + x * inv_sqrt_2pi * std::exp(T(-0.5) * x * x);
-    }
-    d_inp[i] += d_out[i] * g;
-  }
+    d_inp[i] += f.grad(d_out[i], inp[i], out[i]);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 // The compiled side of rootclad/libtorch_trainer.h: LibTorch's autograd and torch::optim around
-// rootclad::TorchModel. Built by `python -m rootclad.torch.libtorch --trainer` (or
+// rootclad::TorchModel (compiled from a copy of this file: it names the headers through the
+// include path). Built by `python -m rootclad.torch.libtorch --trainer` (or
 // rootclad.torch.libtorch.build_trainer()) into a shared library that ROOT sessions load.
 #include "rootclad/libtorch_trainer.h"
 

@@ -13,9 +13,9 @@
 
 #include <vector>
 
-#include "rootclad/kernels.h"
-#include "rootclad/optim.h"
-#include "rootclad/parallel.h"
+#include "kernels.h"
+#include "optim.h"
+#include "parallel.h"
 
 namespace rootclad {
 

@@ -11,7 +11,7 @@
 // without d_target and one with it.
 #pragma once
 
-#include "rootclad/kernels.h"
+#include "kernels.h"
 
 namespace rootclad {
 template <typename T> inline thread_local T last_loss = T(0);

@@ -45,7 +45,8 @@
 #include <string>
 #include <vector>
 
-#include "model_api.h" // sibling-relative: macros include this header by path
+#include "dropout_mask.h" // call_seed
+#include "model_api.h"    // sibling-relative: macros include this header by path
 #include "optim.h"
 #include "parallel.h"    // default_num_threads: the thread count of the model library's pool
 #include "tree_reader.h" // score_tree reads its input as the training readers do
@@ -280,6 +281,8 @@ public:
                                " was exported with (MD5 " + have + ", expected " + want +
                                "): a stale or foreign library");
     api_ = load_model(lib, prefix);
+    const std::string seed = detail::json_field(json, "seed"); // absent before it was exported
+    seed_ = seed.empty() ? 0 : std::stoull(seed);
     if (api_.is_double())
       pd_.assign(api_.n_params, 0.0);
     else
@@ -399,7 +402,7 @@ private:
   std::vector<double> auxd_[2]; // targets and weights in the model's type
   std::vector<float> auxf_[2];
   int work_batch_ = 0;
-  std::uint64_t calls_ = 0;
+  std::uint64_t seed_ = 0, calls_ = 0; // the exported model's seed; calls made so far
 
   static constexpr int N_CONFIG = sizeof(OptimConfig) / sizeof(double);
 
@@ -564,7 +567,7 @@ private:
     return act;
   }
 
-  std::uint64_t next_seed() { return 0x9E3779B97F4A7C15ULL + ++calls_; }
+  std::uint64_t next_seed() { return call_seed(seed_, ++calls_); }
 
   // A null array would be read or written through (PyROOT passes ROOT.nullptr as it is); the
   // size of a bare pointer cannot be known, Python checks its arrays (rootclad/root/rdf.py).

@@ -10,11 +10,7 @@
 
 #include <cmath>
 
-#if defined(__CUDACC__)
-#define ROOTCLAD_OPTIM_HD __host__ __device__
-#else
-#define ROOTCLAD_OPTIM_HD
-#endif
+#include "hd.h"
 
 namespace rootclad {
 
@@ -32,7 +28,7 @@ template <typename T> struct OptimStep {
   T lr, wd, momentum, dampening, b1, b2, eps, step_size, bc2_sqrt;
 
   OptimStep() = default;
-  ROOTCLAD_OPTIM_HD OptimStep(const OptimConfig& c, long step)
+  ROOTCLAD_HD OptimStep(const OptimConfig& c, long step)
       : kind((int)c.kind), first(step == 1), nesterov(c.nesterov != 0), lr((T)c.lr),
         wd((T)c.weight_decay), momentum((T)c.momentum), dampening((T)c.dampening), b1((T)c.beta1),
         b2((T)c.beta2), eps((T)c.eps),
@@ -42,7 +38,7 @@ template <typename T> struct OptimStep {
 
 // SGD on one element; buf is its momentum buffer.
 template <typename T>
-ROOTCLAD_OPTIM_HD inline void sgd_element(T& p, T g, T& buf, const OptimStep<T>& s) {
+ROOTCLAD_HD inline void sgd_element(T& p, T g, T& buf, const OptimStep<T>& s) {
   T gi = g + s.wd * p;
   if (s.momentum != T(0)) {
     buf = s.first ? gi : s.momentum * buf + (T(1) - s.dampening) * gi;
@@ -53,7 +49,7 @@ ROOTCLAD_OPTIM_HD inline void sgd_element(T& p, T g, T& buf, const OptimStep<T>&
 
 // Adam (DECOUPLED: AdamW) on one element with its moments m and v.
 template <bool DECOUPLED, typename T>
-ROOTCLAD_OPTIM_HD inline void adam_element(T& p, T g, T& m, T& v, const OptimStep<T>& s) {
+ROOTCLAD_HD inline void adam_element(T& p, T g, T& m, T& v, const OptimStep<T>& s) {
   if (DECOUPLED)
     p *= T(1) - s.lr * s.wd;
   else

@@ -10,9 +10,9 @@
 
 #include <cstdint>
 
-#include "rootclad/kernels.h"
-#include "rootclad/linear_update.h"
-#include "rootclad/loss_pullbacks.h"
+#include "kernels.h"
+#include "linear_update.h"
+#include "loss_pullbacks.h"
 
 namespace rootclad {
 // Adjoints in [no_grad_lo, no_grad_hi) are not wanted: the model inputs' when no input
@@ -117,32 +117,11 @@ void avgpool1d_forward_pullback(T* out, const T* inp, int R, int L, int K, int S
   ::rootclad::avgpool1d_backward(d_inp, d_out, R, L, K, S, P, cip);
 }
 
-template <typename T>
-void relu_forward_pullback(T* out, const T* inp, int N, T* d_out, T* d_inp, int* d_N) {
-  // from the output (<= 0 where the input is): the arena planner may reuse the input's memory
-  ::rootclad::relu_backward(d_inp, d_out, out, N);
-}
-
-template <typename T>
-void leaky_relu_forward_pullback(T* out, const T* inp, int N, T slope, T* d_out, T* d_inp, int* d_N,
-                                 T* d_slope) {
-  ::rootclad::leaky_relu_backward(d_inp, d_out, inp, N, slope);
-}
-
-template <typename T>
-void tanh_forward_pullback(T* out, const T* inp, int N, T* d_out, T* d_inp, int* d_N) {
-  ::rootclad::tanh_backward(d_inp, d_out, out, N);
-}
-
-template <typename T>
-void sigmoid_forward_pullback(T* out, const T* inp, int N, T* d_out, T* d_inp, int* d_N) {
-  ::rootclad::sigmoid_backward(d_inp, d_out, out, N);
-}
-
-template <typename T>
-void gelu_forward_pullback(T* out, const T* inp, int N, int tanh_approx, T* d_out, T* d_inp,
-                           int* d_N, int* d_tanh_approx) {
-  ::rootclad::gelu_backward(d_inp, d_out, inp, N, tanh_approx);
+// Every elementwise op (ops/activations.h): the functor's own grad. DF is whatever Clad passes
+// for the functor's adjoint (the functor holds constants: nothing flows into it).
+template <typename T, class F, class DF>
+void unary_forward_pullback(T* out, const T* inp, int N, F f, T* d_out, T* d_inp, int* d_N, DF) {
+  ::rootclad::unary_backward(d_inp, d_out, inp, out, N, f);
 }
 
 template <typename T>
@@ -179,17 +158,11 @@ void avgpool2d_forward_pullback(T* out, const T* inp, int R, int H, int W, int K
 }
 
 // -- rootclad/graph_ops.h -------------------------------------------------------------------
-// The arena planner's marker (emit.py): the forward does nothing; in the reverse sweep it zeroes
-// a value's adjoint just before the last of its readers' pullbacks adds into it, so that
+// The arena planner's marker (codegen/cpu.py): the forward does nothing; in the reverse sweep it
+// zeroes a value's adjoint just before the last of its readers' pullbacks adds into it, so that
 // values whose adjoints live at different times can share memory.
 template <typename T> void adjoint_start_forward_pullback(T* x, long n, T* d_x, long* d_n) {
   ::rootclad::zero(d_x, n);
-}
-
-template <typename T>
-void affine_forward_pullback(T* out, const T* inp, int N, T scale, T shift, T* d_out, T* d_inp,
-                             int* d_N, T* d_scale, T* d_shift) {
-  ::rootclad::affine_backward(d_inp, d_out, N, scale);
 }
 
 template <typename T>
@@ -245,23 +218,6 @@ void batch_norm_forward_pullback(T* out, T* stats, const T* inp, const T* weight
   ::rootclad::batch_norm_backward(d_inp, weight ? d_weight : (T*)nullptr,
                                   bias ? d_bias : (T*)nullptr, d_out, inp, stats, weight,
                                   running_mean, B, C, S, training, d_stats);
-}
-
-template <typename T>
-void elu_forward_pullback(T* out, const T* inp, int N, T alpha, T* d_out, T* d_inp, int* d_N,
-                          T* d_alpha) {
-  ::rootclad::elu_backward(d_inp, d_out, inp, N, alpha);
-}
-
-template <typename T>
-void silu_forward_pullback(T* out, const T* inp, int N, T* d_out, T* d_inp, int* d_N) {
-  ::rootclad::silu_backward(d_inp, d_out, inp, N);
-}
-
-template <typename T>
-void softplus_forward_pullback(T* out, const T* inp, int N, T beta, T threshold, T* d_out, T* d_inp,
-                               int* d_N, T* d_beta, T* d_threshold) {
-  ::rootclad::softplus_backward(d_inp, d_out, inp, N, beta, threshold);
 }
 
 } // namespace rootclad

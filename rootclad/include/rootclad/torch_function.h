@@ -26,8 +26,9 @@
 #include <utility>
 #include <vector>
 
-#include "rootclad/model_api.h"
-#include "rootclad/optim.h"
+#include "dropout_mask.h" // call_seed
+#include "model_api.h"
+#include "optim.h"
 
 namespace rootclad {
 
@@ -385,7 +386,7 @@ private:
   std::uint64_t seed_, calls_ = 0;
 
   // The same sequence as the Python CompiledModel, so both draw the same dropout masks.
-  std::uint64_t next_seed() { return seed_ * 0x9E3779B97F4A7C15ULL + ++calls_; }
+  std::uint64_t next_seed() { return call_seed(seed_, ++calls_); }
 
   // act and d_act for batch B, reusing the largest buffer allocated so far.
   std::pair<torch::Tensor, torch::Tensor> workspace(int B) {

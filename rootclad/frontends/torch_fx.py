@@ -2,7 +2,7 @@
 
 The module is traced with ``torch.fx`` and its example input(s) run through the trace once
 (``ShapeProp``), so every value's shape is known while the graph is built. Layers lower by the
-op registry (:mod:`rootclad.ir.ops`: each op lists the ``torch.nn`` classes and torch functions
+op registry (:mod:`rootclad.ir.registry`: each op lists the ``torch.nn`` classes and torch functions
 it stands for); the structure of a graph (arithmetic between values, ``torch.cat``,
 ``reshape``/``view``/``flatten``, ``permute``/``transpose``) is lowered here. Lazy modules
 (``LazyLinear``) are materialised by one forward pass first. Anything else is refused with the

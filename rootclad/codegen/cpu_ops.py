@@ -1,0 +1,362 @@
+"""How each op of the registry runs on the CPU: which kernels of ``include/rootclad`` it calls,
+with which arguments, and the scratch memory they use.
+
+A kernel call is written once, as the forward call's argument list (:class:`Call`); the
+emitter (:mod:`rootclad.codegen.cpu`) derives the pullback call from it by Clad's convention:
+the same arguments, then one adjoint per argument (the gradient region of each tensor, a dummy
+for each scalar). An elementwise op needs no entry: its functor (the registry's
+``OpSpec.functor``) runs through the generic ``unary_forward`` kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rootclad.codegen.cxx import functor_value
+from rootclad.ir.graph import Graph, IRError, Node
+from rootclad.ir.ops.binary import MAX_BROADCAST_DIMS, broadcast_geometry
+from rootclad.ir.registry import OPS
+
+# Conv1d runs directly (no im2col scratch) for stride 1 or at most this many taps C*K;
+# must match CONV1D_DIRECT_MAX_TAPS in include/rootclad/kernels.h.
+CONV1D_DIRECT_MAX_TAPS = 32
+# must match MAX_TAPS and MIN_ROW of conv2d_s1 in include/rootclad/conv2d.h
+CONV2D_DIRECT_MAX_TAPS = 288
+CONV2D_DIRECT_MIN_ROW = 16
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One argument of a kernel call.
+
+    kind: ``out`` (the node's output), ``in`` (input ``ref``), ``param`` (parameter role
+    ``ref``, null when the layer has none), ``buffer`` (buffer role ``ref``: state that is not
+    trained, null when the layer has none), ``scratch`` (the node's scratch region ``ref``),
+    ``functor`` (an elementwise functor, ``ref`` its C++ value), or a scalar: ``int``,
+    ``real``, ``u64``, ``long`` (``ref`` a C++ expression; ``B`` is the chunk's batch).
+    ``nullable``: an input whose gradient may be skipped (null) when it is a model input and
+    no input gradient is asked for; only for kernels that accept that.
+    """
+
+    kind: str
+    ref: object = None
+    nullable: bool = False
+
+
+OUT = Arg("out")
+
+
+def IN(i: int = 0, nullable: bool = False) -> Arg:
+    return Arg("in", i, nullable)
+
+
+def W(role: str) -> Arg:
+    return Arg("param", role)
+
+
+def BUF(role: str) -> Arg:
+    return Arg("buffer", role)
+
+
+def SCRATCH(key: str) -> Arg:
+    return Arg("scratch", key)
+
+
+def INT(expr) -> Arg:
+    return Arg("int", str(expr))
+
+
+def REAL(value) -> Arg:
+    """A float constant (written T(value)) or a C++ expression of type T."""
+    return Arg("real", f"T({value!r})" if isinstance(value, (int, float)) else value)
+
+
+def U64(expr) -> Arg:
+    return Arg("u64", str(expr))
+
+
+def LONG(expr) -> Arg:
+    return Arg("long", str(expr))
+
+
+@dataclass(frozen=True)
+class Call:
+    kernel: str  # rootclad::<kernel>_forward, and <kernel>_forward_pullback
+    args: tuple[Arg, ...]
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where a node sits in the graph, for the ops whose calls depend on it."""
+
+    index: int  # position in the graph's node list (seeds dropout's mask)
+
+
+@dataclass(frozen=True)
+class CpuOp:
+    calls: Callable[[Node, Graph, Site], list[Call]]
+    # per-sample sizes of the scratch regions its kernels use, and those its pullback reads
+    scratch: Callable[[Node, Graph], dict[str, int]] | None = None
+    scratch_saves: tuple[str, ...] = ()
+    # runs on whole chunks: the micro-batched head of the forward ends before the first such
+    # op (a Linear's product over all rows; BatchNorm's statistics)
+    whole_chunk: bool = False
+    # train_step's sweep at small batches may update its parameters as soon as their
+    # gradient is formed: (rendered arguments, the output's adjoint, each parameter role's
+    # optimizer state) -> the statement in place of the pullback
+    fused_update: Callable | None = None
+    # the values one chunk shares with the others per call, when a batch is split into chunks
+    # over threads (BatchNorm's sums)
+    sync_values: Callable[[Node], int] | None = None
+
+
+def _n(shape) -> int:
+    return math.prod(shape)
+
+
+def _unary_calls(node, graph, site):
+    f = Arg("functor", functor_value(node))
+    return [Call("unary", (OUT, IN(0), INT(f"B * {_n(node.in_shape)}"), f))]
+
+
+# -- dense ----------------------------------------------------------------------------------
+def _linear_calls(node, graph, site):
+    C, OC = node.in_shape[-1], node.out_shape[-1]
+    R = f"B * {_n(node.in_shape) // C}"
+    return [Call("linear", (OUT, IN(0, True), W("weight"), W("bias"), INT(R), INT(C), INT(OC)))]
+
+
+def _linear_update(rendered, d_out: str, states: dict) -> str:
+    """Linear's backward and optimizer update in one (rootclad/linear_update.h)."""
+    (_, _), (IN, D_IN), (W, _), (BIAS, DB), (R, _), (C, _), (OC, _) = rendered
+    (WM, WV), (BM, BV) = states["weight"], states["bias"]
+    return (f"::rootclad::linear_backward_update({D_IN}, {d_out}, {IN}, {W}, {BIAS}, {R}, {C}, "
+            f"{OC}, {WM}, {WV}, {DB}, {BM}, {BV}, cfg, step);")  # fmt: skip
+
+
+# -- convolutions ---------------------------------------------------------------------------
+def conv1d_geometry(node, graph):
+    C, L = node.in_shape
+    OC, LO = node.out_shape
+    K = graph.param(node.params["weight"]).shape[2]
+    return C, L, OC, LO, K
+
+
+def _conv1d_scratch(node, graph):
+    """im2col's columns and product; the direct paths (stride 1 or few taps) need none.
+    Grouped convolutions run as a Conv2d of height 1 (conv2d.h): columns only."""
+    C, _, OC, LO, K = conv1d_geometry(node, graph)
+    if node.attrs.get("groups", 1) != 1:
+        return {"cols": C * K * LO}
+    direct = node.attrs["stride"] == 1 or C * K <= CONV1D_DIRECT_MAX_TAPS
+    return {"tmp": 0 if direct else OC * LO, "cols": 0 if direct else C * K * LO}
+
+
+def _conv1d_calls(node, graph, site):
+    C, L, OC, _, K = conv1d_geometry(node, graph)
+    a = node.attrs
+    if a.get("groups", 1) != 1:
+        geometry = (1, L, OC, 1, K, 1, a["stride"], 0, a["padding"], 1, a["dilation"])
+        args = (OUT, SCRATCH("cols"), IN(0, True), W("weight"), W("bias"), INT("B"), INT(C))
+        return [Call("conv2d", args + tuple(map(INT, geometry)) + (INT(a["groups"]),))]
+    dims = (INT("B"), INT(C), INT(L), INT(OC), INT(K)) + tuple(
+        INT(a[k]) for k in ("stride", "padding", "dilation")
+    )
+    args = (OUT, SCRATCH("tmp"), SCRATCH("cols"), IN(0, True), W("weight"), W("bias"), *dims)
+    return [Call("conv1d", args)]
+
+
+def _conv2d_calls(node, graph, site):
+    C, H, Wd = node.in_shape
+    OC = node.out_shape[0]
+    a = node.attrs
+    KH, KW = graph.param(node.params["weight"]).shape[2:]
+    geometry = (H, Wd, OC, KH, KW, *a["stride"], *a["padding"], *a["dilation"], a["groups"])
+    args = (OUT, SCRATCH("cols"), IN(0, True), W("weight"), W("bias"), INT("B"), INT(C))
+    return [Call("conv2d", args + tuple(map(INT, geometry)))]
+
+
+def _conv2d_scratch(node, graph):
+    """im2col's columns, which the direct path (conv2d.h: conv2d_s1::applies) does without."""
+    C, _, Wd = node.in_shape
+    KH, KW = graph.param(node.params["weight"]).shape[2:]
+    a = node.attrs
+    OH = node.out_shape[1]
+    direct = (
+        tuple(a["stride"]) == (1, 1)
+        and a["groups"] == 1
+        and C * KH * KW <= CONV2D_DIRECT_MAX_TAPS
+        and OH * (Wd + 2 * a["padding"][1]) >= CONV2D_DIRECT_MIN_ROW
+    )
+    return {"cols": 0 if direct else C * KH * KW * _n(node.out_shape[1:])}
+
+
+# -- pooling --------------------------------------------------------------------------------
+def _pool1d_calls(node, graph, site):
+    C, L = node.in_shape
+    a = node.attrs
+    args = [OUT, IN(0), INT(f"B * {C}"), INT(L)]
+    args += [INT(a["kernel_size"]), INT(a["stride"]), INT(a["padding"])]
+    if node.op == "avgpool1d":
+        args.append(INT(a["count_include_pad"]))
+    return [Call(node.op, tuple(args))]
+
+
+def _pool2d_calls(node, graph, site):
+    C, H, Wd = node.in_shape
+    a = node.attrs
+    args = [OUT, IN(0), INT(f"B * {C}"), INT(H), INT(Wd)]
+    args += [INT(v) for key in ("kernel_size", "stride", "padding") for v in a[key]]
+    if node.op == "avgpool2d":
+        args.append(INT(a["count_include_pad"]))
+    return [Call(node.op, tuple(args))]
+
+
+def _global_pool_calls(node, graph, site):
+    """The 1-d pool with one window spanning each channel's H*W (or L) values."""
+    C, L = node.in_shape[0], _n(node.in_shape[1:])
+    kernel = node.op.replace("global_", "") + "1d"
+    args = [OUT, IN(0), INT(f"B * {C}"), INT(L), INT(L), INT(L), INT(0)]
+    if kernel == "avgpool1d":
+        args.append(INT(1))
+    return [Call(kernel, tuple(args))]
+
+
+# -- elementwise with a mask ----------------------------------------------------------------
+def _dropout_calls(node, graph, site):
+    n = _n(node.in_shape)
+    p = REAL(f"(training ? T({float(node.attrs['p'])!r}) : T(0))")
+    seed = U64(f"::rootclad::dropout_hash(seed, {site.index})")
+    return [Call("dropout", (OUT, IN(0), INT(f"B * {n}"), p, seed, LONG(f"(long)b0 * {n}")))]
+
+
+# -- binary ---------------------------------------------------------------------------------
+BINARY_KINDS = {"add": 0, "sub": 1, "mul": 2, "div": 3}
+
+
+def broadcast_padded(node):
+    """broadcast_geometry of the node, padded to MAX_BROADCAST_DIMS axes (size 1, stride 0)."""
+    a, b = node.in_shapes
+    dims, sa, sb = broadcast_geometry(node.out_shape, a, b)
+    pad = MAX_BROADCAST_DIMS - len(dims)
+    return [1] * pad + dims, [0] * pad + sa, [0] * pad + sb
+
+
+def _binary_calls(node, graph, site):
+    a, b = node.in_shapes
+    dims, sa, sb = broadcast_padded(node)
+    args = (OUT, IN(0), IN(1), INT(BINARY_KINDS[node.op]), INT("B"))
+    args += tuple(INT(d) for d in dims) + tuple(INT(s) for s in sa) + (INT(_n(a)),)
+    args += tuple(INT(s) for s in sb) + (INT(_n(b)),)
+    return [Call("binary", args)]
+
+
+# -- shape ----------------------------------------------------------------------------------
+def permute_geometry(node):
+    """The output's dims and, per output axis, the input's stride; padded to 4 axes."""
+    shape, perm = node.in_shape, node.attrs["perm"]
+    strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
+    dims = [shape[p] for p in perm]
+    st = [strides[p] for p in perm]
+    pad = 4 - len(dims)
+    return [1] * pad + dims, [0] * pad + st
+
+
+def _permute_calls(node, graph, site):
+    dims, st = permute_geometry(node)
+    args = (OUT, IN(0), INT("B"), INT(_n(node.in_shape)), *map(INT, dims), *map(INT, st))
+    return [Call("permute", args)]
+
+
+def cat_parts(node):
+    """Rows per sample, the output's row length, and (row length, offset) of each input."""
+    dim = node.attrs["axis"]
+    parts, off = [], 0
+    for s in node.in_shapes:
+        parts.append((_n(s[dim:]), off))
+        off += _n(s[dim:])
+    return _n(node.out_shape[:dim]), _n(node.out_shape[dim:]), parts
+
+
+def _cat_calls(node, graph, site):
+    """One copy per input into its slice of each output row."""
+    outer, n_out, parts = cat_parts(node)
+    return [
+        Call("cat_part", (OUT, IN(i), INT(f"B * {outer}"), INT(n_in), INT(n_out), INT(off)))
+        for i, (n_in, off) in enumerate(parts)
+    ]
+
+
+# -- normalisation --------------------------------------------------------------------------
+def _softmax_calls(node, graph, site):
+    shape, axis = node.in_shape, node.attrs["axis"]
+    outer, inner = _n(shape[:axis]), _n(shape[axis + 1 :])
+    return [Call(node.op, (OUT, IN(0), INT(f"B * {outer}"), INT(shape[axis]), INT(inner)))]
+
+
+def layer_norm_rows(node):
+    return _n(node.in_shape) // _n(node.attrs["normalized_shape"])
+
+
+def _layer_norm_calls(node, graph, site):
+    M = _n(node.attrs["normalized_shape"])
+    args = (OUT, SCRATCH("stats"), IN(0), W("weight"), W("bias"))
+    args += (INT(f"B * {layer_norm_rows(node)}"), INT(M), REAL(float(node.attrs["eps"])))
+    return [Call("layer_norm", args)]
+
+
+def _batch_norm_calls(node, graph, site):
+    C, S = node.in_shape[0], _n(node.in_shape[1:])
+    a = node.attrs
+    args = (OUT, SCRATCH("stats"), IN(0), W("weight"), W("bias"))
+    args += (BUF("running_mean"), BUF("running_var"), BUF("num_batches_tracked"))
+    args += (INT("B"), INT(C), INT(S), REAL(a["eps"]), REAL(a["momentum"]), INT("training"))
+    return [Call("batch_norm", args)]
+
+
+CPU_OPS: dict[str, CpuOp] = {
+    "linear": CpuOp(_linear_calls, whole_chunk=True, fused_update=_linear_update),
+    "conv1d": CpuOp(_conv1d_calls, _conv1d_scratch, scratch_saves=("cols",)),
+    "conv2d": CpuOp(_conv2d_calls, _conv2d_scratch, scratch_saves=("cols",)),
+    "maxpool1d": CpuOp(_pool1d_calls),
+    "avgpool1d": CpuOp(_pool1d_calls),
+    "maxpool2d": CpuOp(_pool2d_calls),
+    "avgpool2d": CpuOp(_pool2d_calls),
+    "global_avgpool": CpuOp(_global_pool_calls),
+    "global_maxpool": CpuOp(_global_pool_calls),
+    "dropout": CpuOp(_dropout_calls),
+    "add": CpuOp(_binary_calls),
+    "sub": CpuOp(_binary_calls),
+    "mul": CpuOp(_binary_calls),
+    "div": CpuOp(_binary_calls),
+    "permute": CpuOp(_permute_calls),
+    "cat": CpuOp(_cat_calls),
+    "softmax": CpuOp(_softmax_calls),
+    "log_softmax": CpuOp(_softmax_calls),
+    "layer_norm": CpuOp(
+        _layer_norm_calls,
+        lambda node, g: {"stats": 2 * layer_norm_rows(node)},  # mean, 1/std per row
+        scratch_saves=("stats",),
+    ),
+    "batch_norm": CpuOp(
+        _batch_norm_calls,
+        # per channel: mean, 1/std; and one value for the batch's count (norm kernels)
+        lambda node, g: {"stats": 2 * node.in_shape[0] + 1},
+        scratch_saves=("stats",),
+        whole_chunk=True,
+        sync_values=lambda node: 2 * node.in_shape[0] + 1,
+    ),
+}
+_UNARY = CpuOp(_unary_calls)
+
+
+def cpu_op(node: Node) -> CpuOp:
+    """How ``node`` runs on the CPU; an IRError naming it for an op without CPU kernels."""
+    op = CPU_OPS.get(node.op)
+    if op is not None:
+        return op
+    if OPS[node.op].functor:
+        return _UNARY
+    raise IRError(f"{node.describe()}: op {node.op!r} has no CPU kernels")

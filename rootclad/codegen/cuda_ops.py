@@ -1,0 +1,343 @@
+"""How each op of the registry runs as device kernels (include/rootclad/device_kernels.h):
+the C++ statements of its forward and backward in a device program (codegen/cuda.py), written
+against a :class:`DeviceSite` (where its values, adjoints and parameters are). An elementwise
+op needs no entry: its functor runs through the generic unary kernels, and one whose
+derivative reads only its output may be fused into a producer that can apply it as it writes
+(:class:`DeviceOp` ``fuses_activation``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rootclad.codegen.cpu_ops import (
+    BINARY_KINDS,
+    broadcast_padded,
+    cat_parts,
+    conv1d_geometry,
+    layer_norm_rows,
+    permute_geometry,
+)
+from rootclad.codegen.cxx import functor_value
+from rootclad.ir.graph import IRError, Node
+from rootclad.ir.registry import OPS
+
+BN_CHUNKS = 64  # must match BN_CHUNKS in include/rootclad/device_kernels.h
+# a one-group convolution with at least this many taps C*KH*KW gets a workspace, so that it
+# runs as products (cuBLAS) at large batches (device_kernels.h: conv_gemm_applies); fewer taps
+# stay direct (im2col would copy each input that many times)
+CONV_GEMM_MIN_DEPTH = 32
+
+
+@dataclass(frozen=True)
+class DeviceSite:
+    """C++ expressions for one node in a device program (codegen/cuda.py): its output and
+    inputs, their adjoints (``d_ins[i]`` may be "nullptr": not wanted), a parameter and its
+    gradient by role (``p("weight")``, ``dp("weight")``), a buffer by role (``b(...)``), the
+    op's scratch (``scratch``: batch-independent; ``sample_scratch``: so many values per
+    sample) and its place in the graph (``index``); the program's variables ``B`` (the batch
+    size), ``training`` and ``seed`` (dropout's, per call)."""
+
+    out: str
+    ins: tuple[str, ...]
+    d_out: str
+    d_ins: tuple[str, ...]
+    params: dict
+    d_params: dict
+    buffers: dict = field(default_factory=dict)
+    scratch: str = "nullptr"
+    sample_scratch: str = "nullptr"
+    workspace: str = "nullptr"
+    index: int = 0
+    # an activation fused into this op (its functor's value; out and d_out are then the
+    # activation's): the forward applies it, the backward reads d_out through dy()
+    act: str = ""
+
+    def fwd_act(self) -> str:
+        """The forward call's last argument: the fused activation, if any."""
+        return f", {self.act}" if self.act else ""
+
+    def dy(self) -> str:
+        """The output adjoint as the backward kernels read it (through a fused activation)."""
+        return f"act_grad({self.d_out}, {self.out}, {self.act})" if self.act else self.d_out
+
+    # a missing role: a typed null, so the kernels' templates still deduce T
+    def b(self, role: str) -> str:
+        return self.buffers.get(role, "(T*)nullptr")
+
+    def p(self, role: str) -> str:
+        return self.params.get(role, "(T*)nullptr")
+
+    def dp(self, role: str) -> str:
+        return self.d_params.get(role, "(T*)nullptr")
+
+
+@dataclass(frozen=True)
+class DeviceScratch:
+    """What a device hook asks of the program's scratch: ``shared`` values (whatever the
+    batch size; at DeviceSite.scratch), ``per_sample`` values for each sample (at
+    DeviceSite.sample_scratch), and a workspace that the op uses only within each call, as a
+    C++ expression of the batch size ``B`` giving its values (at DeviceSite.workspace: one
+    region for all ops, as large as the largest asks at that batch size)."""
+
+    shared: int = 0
+    per_sample: int = 0
+    workspace: str = ""
+
+
+@dataclass(frozen=True)
+class DeviceOp:
+    # (node, graph, DeviceSite) -> (forward statements, backward statements[, DeviceScratch])
+    hook: Callable
+    # its kernels can apply an activation as they write their output (DeviceSite.act)
+    fuses_activation: bool = False
+
+
+def _n(shape) -> int:
+    return math.prod(shape)
+
+
+def _unary_device(node, graph, d):
+    n = f"(long)B * {_n(node.in_shape)}"
+    op = functor_value(node)
+    fwd = [f"unary_forward(on, {d.out}, {d.ins[0]}, {n}, {op});"]
+    bwd = []
+    if d.d_ins[0] != "nullptr":
+        bwd.append(f"unary_backward(on, {d.d_ins[0]}, {d.d_out}, {d.ins[0]}, {d.out}, {n}, {op});")
+    return fwd, bwd
+
+
+def _weighted_device(d, kernel: str, dims: str, work: bool = False):
+    """An op with a weight and a bias on the device: ``{kernel}_forward`` and
+    ``{kernel}_backward`` (the input's adjoint, a typed null when not wanted; the parameters'),
+    ``dims`` last, then the workspace where ``work``; the backward reads the output adjoint
+    through a fused activation."""
+    act = d.fwd_act() or (", NoAct{}" if work else "")
+    tail = f", {d.workspace}" if work else ""
+    fwd = [f"{kernel}_forward(on, {d.out}, {d.ins[0]}, {d.p('weight')}, {d.p('bias')}, {dims}"
+           f"{act}{tail});"]  # fmt: skip
+    d_inp = "(T*)nullptr" if d.d_ins[0] == "nullptr" else d.d_ins[0]
+    bwd = [f"{kernel}_backward(on, {d_inp}, {d.dp('weight')}, {d.dp('bias')}, {d.dy()}, "
+           f"{d.ins[0]}, {d.p('weight')}, {dims}{tail});"]  # fmt: skip
+    return fwd, bwd
+
+
+def _conv_device(d, geometry: str, C: int, taps: int, groups: int):
+    """A convolution on the device (conv2d's kernels; Conv1d with H = 1) over the ``geometry``
+    C++ expression; a one-group layer with CONV_GEMM_MIN_DEPTH taps or more (C x KH x KW) gets
+    a workspace for a chunk's columns and channel-major output (conv_gemm_workspace) and runs
+    as products where the batch is large enough."""
+    work = groups == 1 and C * taps >= CONV_GEMM_MIN_DEPTH
+    fwd, bwd = _weighted_device(d, "conv2d", f"B, {geometry}", work)
+    return fwd, bwd, DeviceScratch(workspace=f"conv_gemm_workspace(B, {geometry})" if work else "")
+
+
+def _linear_device(node, graph, d):
+    C, OC = node.in_shape[-1], node.out_shape[-1]
+    return _weighted_device(d, "linear", f"B * {_n(node.in_shape) // C}, {C}, {OC}")
+
+
+def _conv1d_device(node, graph, d):
+    C, L, OC, _, K = conv1d_geometry(node, graph)
+    a = node.attrs
+    G = a.get("groups", 1)
+    geo = (C, L, OC, K, a["stride"], a["padding"], a["dilation"], G)
+    return _conv_device(d, f"conv1d_shape({', '.join(map(str, geo))})", C, K, G)
+
+
+def _pool_device(node, d, shape: str):
+    """Max and average pooling (1-D: H = 1) on the device over the geometry C++ expression."""
+    C = node.in_shape[0]
+    kind = node.op[:3]  # max or avg
+    extra = "" if kind == "max" else f", {node.attrs['count_include_pad']}"
+    reads = f"{d.ins[0]}, " if kind == "max" else ""
+    fwd = [f"{kind}pool2d_forward(on, {d.out}, {d.ins[0]}, (long)B * {C}, {shape}{extra}"
+           f"{d.fwd_act()});"]  # fmt: skip
+    bwd = []
+    if d.d_ins[0] != "nullptr":
+        bwd.append(f"{kind}pool2d_backward(on, {d.d_ins[0]}, {d.dy()}, {reads}(long)B * {C}, "
+                   f"{shape}{extra});")  # fmt: skip
+    return fwd, bwd
+
+
+def _pool1d_device(node, graph, d):
+    L, a = node.in_shape[1], node.attrs
+    return _pool_device(node, d, f"pool2d_shape(1, {L}, 1, {a['kernel_size']}, 1, "
+                                 f"{a['stride']}, 0, {a['padding']})")  # fmt: skip
+
+
+def _pool2d_device(node, graph, d):
+    _, H, Wd = node.in_shape
+    geo = (H, Wd, *(v for k in ("kernel_size", "stride", "padding") for v in node.attrs[k]))
+    return _pool_device(node, d, f"pool2d_shape({', '.join(map(str, geo))})")
+
+
+def _global_pool_device(node, graph, d):
+    C, L = node.in_shape[0], _n(node.in_shape[1:])
+    rows = f"(long)B * {C}, {L}"
+    fwd = [f"{node.op}_forward(on, {d.out}, {d.ins[0]}, {rows});"]
+    bwd = []
+    if d.d_ins[0] != "nullptr":
+        reads = f", {d.ins[0]}" if node.op == "global_maxpool" else ""  # where the maximum is
+        bwd.append(f"{node.op}_backward(on, {d.d_ins[0]}, {d.d_out}{reads}, {rows});")
+    return fwd, bwd
+
+
+def _conv2d_device(node, graph, d):
+    C, H, Wd = node.in_shape
+    KH, KW = graph.param(node.params["weight"]).shape[2:]
+    a = node.attrs
+    OC = node.out_shape[0]
+    geo = (C, H, Wd, OC, KH, KW, *a["stride"], *a["padding"], *a["dilation"], a["groups"])
+    shape = f"conv2d_shape({', '.join(map(str, geo))})"
+    return _conv_device(d, shape, C, KH * KW, a["groups"])
+
+
+def _dropout_device(node, graph, d):
+    """The CPU's mask (dropout_mask.h): the same node seed, each element's index in the batch."""
+    n = f"(long)B * {_n(node.in_shape)}"
+    mask = f"training ? T({float(node.attrs['p'])!r}) : T(0), ::rootclad::dropout_hash(seed, {d.index})"
+    fwd = [f"dropout_forward(on, {d.out}, {d.ins[0]}, {n}, {mask});"]
+    bwd = []
+    if d.d_ins[0] != "nullptr":
+        bwd.append(f"dropout_backward(on, {d.d_ins[0]}, {d.d_out}, {n}, {mask});")
+    return fwd, bwd
+
+
+def _binary_device(node, graph, d):
+    """Same-shape add / sub: add_forward; the rest (mul, div, broadcasting): binary_forward."""
+    a, b = node.in_shapes
+    if node.op in ("add", "sub") and tuple(a) == tuple(b):
+        n = f"(long)B * {_n(a)}"
+        sign = "T(1)" if node.op == "add" else "T(-1)"
+        fwd = [f"add_forward(on, {d.out}, {d.ins[0]}, {d.ins[1]}, {n}, {sign}{d.fwd_act()});"]
+        bwd = [f"add_backward(on, {dx}, {d.dy()}, {n}, {s});"
+               for dx, s in zip(d.d_ins, ("T(1)", sign), strict=True) if dx != "nullptr"]  # fmt: skip
+        return fwd, bwd
+    dims, sa, sb = broadcast_padded(node)
+    g = (f"Broadcast{{{{{', '.join(map(str, dims))}}}, {{{', '.join(map(str, sa))}}}, "
+         f"{{{', '.join(map(str, sb))}}}, {_n(a)}, {_n(b)}}}")  # fmt: skip
+    kind = BINARY_KINDS[node.op]
+    fwd = [f"binary_forward(on, {d.out}, {d.ins[0]}, {d.ins[1]}, (long)B, {g}, {kind}"
+           f"{d.fwd_act()});"]  # fmt: skip
+    bwd = [f"binary_backward(on, {dx}, {d.dy()}, {d.ins[0]}, {d.ins[1]}, (long)B, {g}, {kind}, "
+           f"{which});" for which, dx in enumerate(d.d_ins) if dx != "nullptr"]  # fmt: skip
+    return fwd, bwd
+
+
+def _permute_device(node, graph, d):
+    dims, st = permute_geometry(node)
+    g = (f"Permute{{{{{', '.join(map(str, dims))}}}, {{{', '.join(map(str, st))}}}, "
+         f"{_n(node.in_shape)}}}")  # fmt: skip
+    fwd = [f"permute_forward(on, {d.out}, {d.ins[0]}, (long)B, {g});"]
+    bwd = [f"permute_backward(on, {d.d_ins[0]}, {d.d_out}, (long)B, {g});"]
+    return fwd, bwd if d.d_ins[0] != "nullptr" else []
+
+
+def _cat_device(node, graph, d):
+    outer, n_out, parts = cat_parts(node)
+    fwd, bwd = [], []
+    for x, dx, (n_in, off) in zip(d.ins, d.d_ins, parts, strict=True):
+        shape = f"(long)B * {outer}, {n_in}, {n_out}, {off}"
+        fwd.append(f"cat_part_forward(on, {d.out}, {x}, {shape});")
+        if dx != "nullptr":
+            bwd.append(f"cat_part_backward(on, {dx}, {d.d_out}, {shape});")
+    return fwd, bwd
+
+
+def _softmax_device(node, graph, d):
+    shape, axis = node.in_shape, node.attrs["axis"]
+    lines = f"(long)B * {_n(shape[:axis])}, {shape[axis]}, {_n(shape[axis + 1 :])}"
+    log_form = int(node.op == "log_softmax")
+    fwd = [f"softmax_forward(on, {d.out}, {d.ins[0]}, {lines}, {log_form});"]
+    bwd = [f"softmax_backward(on, {d.d_ins[0]}, {d.d_out}, {d.out}, {lines}, {log_form});"]
+    return fwd, bwd if d.d_ins[0] != "nullptr" else []
+
+
+def _layer_norm_device(node, graph, d):
+    rows = f"(long)B * {layer_norm_rows(node)}, {_n(node.attrs['normalized_shape'])}"
+    stats = d.sample_scratch  # each row's mean and 1/std
+    fwd = [f"layer_norm_forward(on, {d.out}, {stats}, {d.ins[0]}, {d.p('weight')}, "
+           f"{d.p('bias')}, {rows}, T({float(node.attrs['eps'])!r}));"]  # fmt: skip
+    bwd = [f"layer_norm_backward_params(on, {d.dp('weight')}, {d.dp('bias')}, {d.d_out}, "
+           f"{d.ins[0]}, {stats}, {rows});"]  # fmt: skip
+    if d.d_ins[0] != "nullptr":
+        bwd.append(f"layer_norm_backward_input(on, {d.d_ins[0]}, {d.d_out}, {d.ins[0]}, {stats}, "
+                   f"{d.p('weight')}, {rows});")  # fmt: skip
+    return fwd, bwd, DeviceScratch(per_sample=2 * layer_norm_rows(node))
+
+
+def _batch_norm_device(node, graph, d):
+    C, S = node.in_shape[0], _n(node.in_shape[1:])
+    a = node.attrs
+    shape = f"(long)B, {C}, {S}"
+    fwd = [
+        f"batch_norm_stats(on, {d.scratch}, {d.ins[0]}, {d.b('running_mean')}, "
+        f"{d.b('running_var')}, {d.b('num_batches_tracked')}, {shape}, T({a['eps']!r}), "
+        f"T({a['momentum']!r}), training);",
+        f"batch_norm_apply(on, {d.out}, {d.ins[0]}, {d.scratch}, {d.p('weight')}, {d.p('bias')}, "
+        f"{shape});",
+    ]
+    bwd = [f"batch_norm_backward_reduce(on, {d.scratch}, {d.dp('weight')}, {d.dp('bias')}, "
+           f"{d.d_out}, {d.ins[0]}, {shape});"]  # fmt: skip
+    if d.d_ins[0] != "nullptr":
+        batch = "training" if "running_mean" in node.buffers else "1"  # the batch's statistics
+        bwd.append(f"batch_norm_backward_input(on, {d.d_ins[0]}, {d.d_out}, {d.ins[0]}, "
+                   f"{d.scratch}, {d.p('weight')}, {shape}, {batch});")  # fmt: skip
+    # per channel: mean, 1/std, the two sums; and 3 partial results per chunk of the batch
+    return fwd, bwd, DeviceScratch(shared=4 * C + 3 * C * BN_CHUNKS)
+
+
+DEVICE_OPS: dict[str, DeviceOp] = {
+    "linear": DeviceOp(_linear_device, fuses_activation=True),
+    "conv1d": DeviceOp(_conv1d_device, fuses_activation=True),
+    "conv2d": DeviceOp(_conv2d_device, fuses_activation=True),
+    "maxpool1d": DeviceOp(_pool1d_device, fuses_activation=True),
+    "avgpool1d": DeviceOp(_pool1d_device, fuses_activation=True),
+    "maxpool2d": DeviceOp(_pool2d_device, fuses_activation=True),
+    "avgpool2d": DeviceOp(_pool2d_device, fuses_activation=True),
+    "global_avgpool": DeviceOp(_global_pool_device),
+    "global_maxpool": DeviceOp(_global_pool_device),
+    "dropout": DeviceOp(_dropout_device),
+    "add": DeviceOp(_binary_device, fuses_activation=True),
+    "sub": DeviceOp(_binary_device, fuses_activation=True),
+    "mul": DeviceOp(_binary_device, fuses_activation=True),
+    "div": DeviceOp(_binary_device, fuses_activation=True),
+    "permute": DeviceOp(_permute_device),
+    "cat": DeviceOp(_cat_device),
+    "softmax": DeviceOp(_softmax_device),
+    "log_softmax": DeviceOp(_softmax_device),
+    "layer_norm": DeviceOp(_layer_norm_device),
+    "batch_norm": DeviceOp(_batch_norm_device),
+}
+_UNARY = DeviceOp(_unary_device)
+
+
+def device_op(node: Node) -> DeviceOp | None:
+    """How ``node`` runs as device kernels (None: it has none yet)."""
+    op = DEVICE_OPS.get(node.op)
+    if op is None and OPS[node.op].functor:
+        return _UNARY
+    return op
+
+
+def fusable_activation(node: Node) -> str:
+    """The functor a producer may apply for ``node`` (an elementwise op whose derivative reads
+    only its output), or "" when it is no such op."""
+    spec = OPS[node.op]
+    return functor_value(node) if spec.functor and spec.saves == ("out",) else ""
+
+
+def device_ops() -> list[str]:
+    """The ops that have device kernels."""
+    return [name for name, spec in OPS.items() if spec.view or spec.functor or name in DEVICE_OPS]
+
+
+def require_device_op(node: Node) -> DeviceOp:
+    op = device_op(node)
+    if op is None:
+        raise IRError(f"{node.describe()}: op {node.op!r} has no device kernel yet; device ops: "
+                      f"{', '.join(device_ops())}")  # fmt: skip
+    return op

@@ -1,0 +1,300 @@
+"""The ONNX graph rebuilt as a ``torch.nn`` module whose layers are its nodes and whose forward
+replays them in order. Layers are placed at the path their weight initializer names
+(``fc1.weight`` -> ``fc1``), so a file exported from torch compiles to a model with the torch
+module's parameter names. Everything is checked here first: a node that is not supported, or
+an attribute outside what rootclad does, is refused before any module is built, with the
+node's name, op and opset and the list of supported ops."""
+
+from __future__ import annotations
+
+import keyword
+import re
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from rootclad.frontends.onnx import folding, layers
+from rootclad.frontends.onnx.common import Const, attributes
+from rootclad.frontends.onnx.folding import ShapeOps
+from rootclad.frontends.onnx.layers import SUPPORTED, LayerOps
+from rootclad.ir.graph import IRError
+
+MIN_OPSET = 13
+ATTRIBUTES = {**folding.ATTRIBUTES, **layers.ATTRIBUTES}
+
+
+class Builder(ShapeOps, LayerOps):
+    """An ONNX graph rebuilt as a torch module (see :func:`rootclad.frontends.onnx.to_module`)."""
+
+    def __init__(self, model, where: str):
+        import onnx
+
+        self.where = where
+        self.opset = next(
+            (o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None
+        )
+        newest = onnx.defs.onnx_opset_version()
+        if self.opset is not None and self.opset > newest:
+            raise IRError(
+                f"{where}: ONNX opset {self.opset} is newer than the installed onnx package "
+                f"knows ({newest}); upgrade onnx or export with an older opset"
+            )
+        if self.opset is None or self.opset < MIN_OPSET:
+            raise IRError(
+                f"{where}: ONNX opset {self.opset} is not supported; rootclad reads opset "
+                f"{MIN_OPSET} and later (re-export with opset_version={MIN_OPSET} or newer)"
+            )
+        g = model.graph
+        self.consts: dict[str, Const] = {
+            t.name: Const(onnx.numpy_helper.to_array(t)) for t in g.initializer
+        }
+        self.initializers = {t.name for t in g.initializer}
+        # initializer -> (its layout in the layer, the one parameter every node reading it uses)
+        self.params: dict[str, tuple[str, nn.Parameter]] = {}
+        self.inputs = [i for i in g.input if i.name not in self.consts]
+        # the shapes the file declares (a symbolic axis by its name), checked against the nodes'
+        self.declared = {
+            v.name: [
+                d.dim_value if d.HasField("dim_value") else d.dim_param or "?" for d in t.shape.dim
+            ]
+            for v in [*g.value_info, *g.output]
+            if (t := v.type.tensor_type).HasField("shape")
+        }
+        self.nodes = list(g.node)
+        self.outputs = [o.name for o in g.output]
+        self.steps: list = []  # (function of env, output names)
+        names = [i.name for i in self.inputs]
+        # the module itself from the start, so that a layer's name cannot take its attributes
+        self.root = _module_class(len(names))(self.steps, names, self.outputs)
+        self.shapes: dict[str, tuple] = {}  # per-sample shapes of tensors, batch excluded
+        self.readers: dict[str, int] = {}
+        for node in self.nodes:
+            for name in node.input:
+                self.readers[name] = self.readers.get(name, 0) + 1
+        self.folded: set[int] = set()  # nodes folded into others (or constants), by id
+        self.identity_of: dict[str, str] = {}  # Identity / Dropout outputs -> their source
+        self.dtype = None
+
+    # -- errors and helpers ----------------------------------------------------------------
+    def fail(self, node, why: str) -> IRError:
+        label = node.name or (node.output[0] if node.output else "?")
+        return IRError(
+            f"{self.where}: node {label!r} ({node.op_type}, opset {self.opset}): {why}. "
+            f"rootclad imports: {SUPPORTED}"
+        )
+
+    def const(self, node, i: int, what: str):
+        name = node.input[i] if i < len(node.input) else ""
+        if not name:
+            return None
+        if name not in self.consts:
+            raise self.fail(node, f"its {what} ({name!r}) must be a constant (an initializer)")
+        return np.array(self.consts[name].value)  # a writable copy (torch takes it)
+
+    def tensor(self, node, i: int = 0) -> str:
+        name = node.input[i]
+        if name in self.consts or name not in self.shapes:
+            raise self.fail(node, f"input {name!r} must be a tensor computed from the model input")
+        return name
+
+    def place(self, node, module: nn.Module, weight: str | None) -> str:
+        """Add ``module`` at the path its weight initializer names (``fc1.weight`` -> ``fc1``),
+        else at the node's name; returns the path."""
+        path = weight.removesuffix(".weight") if weight and weight.endswith(".weight") else ""
+        if not self.free_path(path):
+            base = re.sub(r"\W+", "_", node.name or node.op_type).strip("_") or node.op_type
+            path, k = base, 1
+            while not _free(self.root, path):
+                path, k = f"{base}_{k}", k + 1
+        parent = self.root
+        *heads, last = path.split(".")
+        for part in heads:
+            if part not in parent._modules:
+                parent.add_module(part, nn.Module())
+            parent = parent._modules[part]
+        parent.add_module(last, module)
+        return path
+
+    def share(self, node, module: nn.Module, roles: dict) -> None:
+        """Give ``module`` (built from copies) the parameters of the initializers it reads
+        (``roles``: parameter -> (initializer, its layout in the layer)): one initializer is one
+        parameter, however many nodes read it, and its gradient sums over their uses. A value
+        from a Constant node is not a weight of the file: its parameter is frozen."""
+        for role, (name, layout) in roles.items():
+            param = getattr(module, role)
+            if name not in self.initializers:
+                param.requires_grad_(False)
+            elif name not in self.params:
+                self.params[name] = (layout, param)
+            elif self.params[name][0] != layout or self.params[name][1].shape != param.shape:
+                raise self.fail(node, f"initializer {name!r} is read here as {layout}, shape "
+                                f"{tuple(param.shape)}, and by an earlier node as "
+                                f"{self.params[name][0]}, shape {tuple(self.params[name][1].shape)}; "
+                                "one parameter cannot be both")  # fmt: skip
+            else:
+                setattr(module, role, self.params[name][1])
+
+    def free_path(self, path: str) -> bool:
+        """A new layer can go at ``path``: on the way, containers made for earlier layers or
+        free names; at the end, a free name (see :func:`_free`)."""
+        *heads, last = path.split(".")
+        parent = self.root
+        for part in heads:
+            if type(parent._modules.get(part)) is nn.Module:
+                parent = parent._modules[part]
+            elif _free(parent, part):
+                parent = nn.Module()  # the container that will be made
+            else:
+                return False
+        return _free(parent, last)
+
+    def emit(self, outputs, fn, shape) -> None:
+        self.steps.append((fn, outputs[0]))
+        self.shapes[outputs[0]] = tuple(shape)
+
+    def module_step(self, node, module, weight=None, x=None) -> None:
+        x = x or self.tensor(node)
+        try:
+            with torch.no_grad():
+                probe = module.to(torch.float64).eval()(
+                    torch.zeros(2, *self.shapes[x], dtype=torch.float64)
+                )
+        except RuntimeError as exc:
+            raise self.fail(node, f"its attributes do not fit its input: {exc}") from None
+        path = self.place(node, module, weight)
+        self.emit(
+            node.output,
+            lambda env, root, p=path, x=x: root.get_submodule(p)(env[x]),
+            probe.shape[1:],
+        )
+
+    # -- the graph -------------------------------------------------------------------------
+    def build(self) -> tuple[nn.Module, list[tuple[int, ...]], torch.dtype]:
+        import onnx
+
+        dtypes = set()
+        for inp in self.inputs:
+            t = inp.type.tensor_type
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+            if len(dims) < 2:
+                raise IRError(
+                    f"{self.where}: input {inp.name!r} has shape {dims}: rootclad needs the batch "
+                    "axis first and at least one axis after it"
+                )
+            if any(d is None for d in dims[1:]):
+                raise IRError(
+                    f"{self.where}: input {inp.name!r} has shape {dims}: the first axis is the "
+                    "batch, the others must be fixed numbers"
+                )
+            self.shapes[inp.name] = tuple(dims[1:])
+            dtypes.add(onnx.helper.tensor_dtype_to_np_dtype(t.elem_type))
+        if not dtypes <= {np.dtype("float32"), np.dtype("float64")}:
+            raise IRError(f"{self.where}: inputs of type {sorted(map(str, dtypes))}; rootclad "
+                          "takes float32 or float64")  # fmt: skip
+        self.dtype = torch.float64 if np.dtype("float64") in dtypes else torch.float32
+        for node in self.nodes:  # before any node is folded into a pattern
+            unknown = sorted(a.name for a in node.attribute if a.name not in ATTRIBUTES.get(
+                node.op_type, ()))  # fmt: skip
+            if unknown and hasattr(self, f"op_{node.op_type}"):
+                raise self.fail(node, f"attribute {', '.join(unknown)} is not supported")
+        for node in self.nodes:  # constants first: patterns look ahead at them
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+                self.op_Constant(node, attributes(node))
+                self.folded.add(id(node))
+        for node in self.nodes:
+            if node.domain not in ("", "ai.onnx"):
+                raise self.fail(node, f"domain {node.domain!r} is not supported")
+            if id(node) in self.folded:
+                continue
+            handler = getattr(self, f"op_{node.op_type}", None)
+            if handler is None:
+                raise self.fail(node, "op not supported")
+            done = len(self.steps)
+            handler(node, attributes(node))
+            for _, out in self.steps[done:]:
+                self.check_declared(node, out)
+        if len(self.outputs) != 1 or self.outputs[0] not in self.shapes:
+            raise IRError(f"{self.where}: the graph must have one tensor output, it has "
+                          f"{self.outputs}")  # fmt: skip
+        names = [i.name for i in self.inputs]
+        if self.identity_of.get(self.outputs[0], self.outputs[0]) in names:
+            raise IRError(f"{self.where}: the graph computes nothing: its output "
+                          f"{self.outputs[0]!r} is its input")  # fmt: skip
+        return self.root.to(self.dtype).eval(), [self.shapes[n] for n in names], self.dtype
+
+    def check_declared(self, node, name: str) -> None:
+        """The shape ``node`` gives ``name`` is the one the file declares, where it does (its
+        batch axis and symbolic axes aside)."""
+        dims, got = self.declared.get(name), self.shapes[name]
+        if dims is not None and (
+            len(dims) != len(got) + 1
+            or any(isinstance(d, int) and d != g for d, g in zip(dims[1:], got, strict=True))
+        ):
+            want = ", ".join(map(str, dims))
+            raise self.fail(node, f"rootclad computes {name!r} of shape "
+                            f"({', '.join(map(str, ('B', *got)))}), the file declares ({want})")  # fmt: skip
+
+    # -- shape arithmetic ------------------------------------------------------------------
+    def reader(self, name: str):
+        """The one node that reads ``name`` (None when there are none or several)."""
+        readers = [n for n in self.nodes if name in n.input]
+        return readers[0] if len(readers) == 1 else None
+
+    def number(self, name: str) -> float | None:
+        v = self.consts.get(name)
+        return float(np.asarray(v.value).reshape(())) if v and np.size(v.value) == 1 else None
+
+
+def _free(parent: nn.Module, name: str) -> bool:
+    """``name`` can be a new layer of ``parent``: not a Python keyword (torch.fx writes
+    ``self.<name>`` for an identifier, getattr otherwise), not taken by a layer or by the
+    module's own attributes (``training``, ``forward``, ...)."""
+    return (
+        bool(name) and "." not in name and not keyword.iskeyword(name) and not hasattr(parent, name)
+    )
+
+
+class _OnnxModule(nn.Module):
+    """The ONNX graph as a torch module: its layers are submodules, forward replays the
+    nodes in order (torch.fx traces through it)."""
+
+    def __init__(self, steps, inputs: list[str], outputs: list[str]):
+        super().__init__()
+        self._steps, self._inputs, self._outputs = steps, inputs, outputs  # outputs: one
+
+    def run(self, xs):
+        env = dict(zip(self._inputs, xs, strict=True))
+        for fn, out in self._steps:
+            env[out] = fn(env, self)
+        return env[self._outputs[0]]
+
+
+def _module_class(n: int) -> type:
+    """An _OnnxModule whose forward takes exactly n tensors (torch.fx makes one input of each
+    parameter)."""
+    args = ", ".join(f"x{i}" for i in range(n))  # none: the file is refused later, saying why
+    ns: dict = {}
+    exec(f"def forward(self, {args}):\n    return self.run(({args}{',' * (n > 0)}))", ns)
+    return type(f"OnnxModel{n}", (_OnnxModule,), {"forward": ns["forward"]})
+
+
+def to_module(model) -> tuple[nn.Module, list[tuple[int, ...]], torch.dtype]:
+    """An ONNX ``ModelProto`` (or a path) as (torch module, per-sample input shapes, dtype)."""
+    import onnx
+
+    where = "ONNX model"
+    if isinstance(model, (str, Path)):
+        where = str(model)
+        if not Path(model).is_file():
+            raise FileNotFoundError(f"{where}: no such ONNX file")
+        try:
+            model = onnx.load(str(model))
+        except Exception as exc:  # protobuf's DecodeError, a missing external-data file, ...
+            raise IRError(f"{where}: cannot read the ONNX file: {exc}") from exc
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as exc:
+        raise IRError(f"{where}: not a valid ONNX model: {exc}") from exc
+    return Builder(model, where).build()

@@ -1,0 +1,177 @@
+"""The ONNX nodes that are shape arithmetic and layout: constants and the Shape / Gather /
+Slice / Concat / Cast arithmetic torch's exporter writes for a flatten (folded, the batch axis
+kept symbolic), and reshapes, transposes, concatenations, identities."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from rootclad.frontends.onnx.common import BATCH, Const
+
+# the attributes each handler reads (opset 13 and later): any other is refused by name
+ATTRIBUTES = {
+    "Flatten": {"axis"},
+    "Reshape": {"allowzero"},
+    "Transpose": {"perm"},
+    "Concat": {"axis"},
+    "Dropout": {"seed"},  # no effect in inference
+    "Constant": {"value"},
+    "Shape": {"start", "end"},
+    "Gather": {"axis"},
+    "Cast": {"to", "saturate"},  # saturate: float8 targets only, which are refused
+}
+
+
+class ShapeOps:
+    """Handlers of the ONNX builder (builder.py) for the shape and layout ops."""
+
+    def fold(self, node, value) -> None:
+        self.consts[node.output[0]] = Const(value)
+
+    def op_Constant(self, node, a):
+        import onnx
+
+        if "value" not in a:
+            raise self.fail(node, "only the 'value' form of Constant is supported")
+        self.fold(node, onnx.numpy_helper.to_array(a["value"]))
+
+    def op_Shape(self, node, a):
+        x = node.input[0]
+        if x in self.consts:
+            shape = list(np.shape(self.consts[x].value))
+        else:
+            self.tensor(node)
+            shape = [BATCH, *self.shapes[x]]
+        start, end = a.get("start", 0), a.get("end", len(shape))
+        self.fold(node, np.array(shape[start:end], dtype=object))
+
+    def op_Gather(self, node, a):
+        data, idx = self.const(node, 0, "data"), self.const(node, 1, "indices")
+        if a.get("axis", 0) != 0 or np.ndim(data) != 1:
+            raise self.fail(node, "Gather is supported on shape vectors only")
+        self.fold(node, np.asarray(data, dtype=object)[np.asarray(idx, dtype=np.int64)])
+
+    def op_Unsqueeze(self, node, a):
+        axes = self.axes(node, a)
+        if node.input[0] in self.consts:
+            v = np.asarray(self.consts[node.input[0]].value)
+            return self.fold(node, np.expand_dims(v, tuple(axes)))
+        shape = list(self.shapes[self.tensor(node)])
+        rank = len(shape) + 1 + len(axes)
+        for ax in sorted(ax % rank for ax in axes):
+            if ax == 0:
+                raise self.fail(node, "unsqueezing the batch axis is not supported")
+            shape.insert(ax - 1, 1)
+        self.reshape_step(node, shape)
+
+    def op_Squeeze(self, node, a):
+        axes = self.axes(node, a)
+        if node.input[0] in self.consts:
+            v = np.asarray(self.consts[node.input[0]].value)
+            return self.fold(node, np.squeeze(v, tuple(axes) if axes else None))
+        shape = list(self.shapes[self.tensor(node)])
+        rank = len(shape) + 1
+        axes = (
+            [ax % rank for ax in axes] if axes else [i + 1 for i, d in enumerate(shape) if d == 1]
+        )
+        if 0 in axes or any(shape[ax - 1] != 1 for ax in axes):
+            raise self.fail(node, f"axes {axes} must be per-sample axes of size 1 of {shape}")
+        self.reshape_step(node, [d for i, d in enumerate(shape) if i + 1 not in axes])
+
+    def axes(self, node, a):
+        if len(node.input) > 1 and node.input[1]:
+            return [int(v) for v in np.ravel(self.const(node, 1, "axes"))]
+        return list(a.get("axes", []))
+
+    def op_Concat(self, node, a):
+        if all(n in self.consts for n in node.input):
+            parts = [
+                np.atleast_1d(np.asarray(self.consts[n].value, dtype=object)) for n in node.input
+            ]
+            return self.fold(node, np.concatenate(parts, axis=a["axis"]))
+        xs = [self.tensor(node, i) for i in range(len(node.input))]
+        rank = len(self.shapes[xs[0]]) + 1
+        axis = a["axis"] % rank
+        if axis == 0:
+            raise self.fail(node, "concatenating along the batch axis is not supported")
+        shape = list(self.shapes[xs[0]])
+        shape[axis - 1] = sum(self.shapes[x][axis - 1] for x in xs)
+        self.emit(
+            node.output, lambda env, root, xs=xs, d=axis: torch.cat([env[x] for x in xs], d), shape
+        )
+
+    def op_Cast(self, node, a):
+        import onnx
+
+        if node.input[0] not in self.consts:
+            raise self.fail(node, "Cast of a tensor is not supported")
+        v = np.asarray(self.consts[node.input[0]].value)
+        if v.dtype != object:  # shape arithmetic, where BATCH stands, is integer already
+            v = v.astype(onnx.helper.tensor_dtype_to_np_dtype(a["to"]))
+        self.fold(node, v)
+
+    def op_Slice(self, node, a):
+        data = self.const(node, 0, "data")
+        starts, ends = self.const(node, 1, "starts"), self.const(node, 2, "ends")
+        if np.ndim(data) != 1 or len(node.input) > 3:
+            raise self.fail(node, "Slice is supported on shape vectors only")
+        self.fold(node, np.asarray(data, dtype=object)[int(starts[0]) : int(ends[0])])
+
+    def reshape_step(self, node, shape) -> None:
+        x = self.tensor(node)
+        shape = tuple(int(d) for d in shape)
+        if math.prod(shape) != math.prod(self.shapes[x]):
+            raise self.fail(node, f"cannot reshape per-sample shape {self.shapes[x]} to {shape}")
+        self.emit(node.output, lambda env, root, x=x, s=shape: env[x].reshape(-1, *s), shape)
+
+    def op_Reshape(self, node, a):
+        x = self.tensor(node)
+        spec = list(np.asarray(self.const(node, 1, "shape"), dtype=object).ravel())
+        if a.get("allowzero", 0):
+            raise self.fail(node, "allowzero=1 is not supported")
+        n = math.prod(self.shapes[x])
+        head, rest = spec[0], spec[1:]
+        rest = [self.shapes[x][i] if d == 0 else d for i, d in enumerate(rest)]
+        if -1 in rest:
+            known = math.prod(int(d) for d in rest if d != -1)
+            rest[rest.index(-1)] = n // known if known else 0
+        if head not in (BATCH, 0, -1) or math.prod(int(d) for d in rest) != n:
+            raise self.fail(node, f"shape {spec} does not keep the batch axis first and whole "
+                            f"(input per-sample shape {self.shapes[x]})")  # fmt: skip
+        self.reshape_step(node, rest)
+
+    def op_Flatten(self, node, a):
+        x = self.tensor(node)
+        if a.get("axis", 1) % (len(self.shapes[x]) + 1) != 1:
+            raise self.fail(node, f"axis={a['axis']}: only axis 1 (keep the batch) is supported")
+        self.reshape_step(node, [math.prod(self.shapes[x])])
+
+    def op_Transpose(self, node, a):
+        x = self.tensor(node)
+        rank = len(self.shapes[x]) + 1
+        perm = list(a.get("perm", range(rank - 1, -1, -1)))
+        if perm[0] != 0:
+            raise self.fail(node, f"perm={perm} moves the batch axis")
+        shape = [self.shapes[x][p - 1] for p in perm[1:]]
+        self.emit(node.output, lambda env, root, x=x, p=perm: env[x].permute(*p), shape)
+
+    def op_Identity(self, node, a):
+        if node.input[0] in self.consts:
+            return self.fold(node, self.consts[node.input[0]].value)
+        x = self.tensor(node)
+        self.identity_of[node.output[0]] = self.identity_of.get(x, x)
+        self.emit(node.output, lambda env, root, x=x: env[x], self.shapes[x])
+
+    def op_Dropout(self, node, a):
+        if (
+            len(node.input) > 2
+            and node.input[2]
+            and bool(np.ravel(self.const(node, 2, "training_mode"))[0])
+        ):
+            raise self.fail(node, "training_mode=True is not supported (an inference graph)")
+        if len(node.output) > 1 and node.output[1]:
+            raise self.fail(node, "the mask output is not supported")
+        self.op_Identity(node, a)

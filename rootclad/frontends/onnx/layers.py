@@ -1,0 +1,371 @@
+"""The ONNX nodes that compute: arithmetic, products, activations, convolutions, pooling and
+normalisations, each rebuilt as the torch layer that computes it (a Gemm is a ``Linear``
+holding its initializers, a Conv a ``Conv1d``/``Conv2d``, ...)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from rootclad.frontends.onnx.common import Renamed, text
+
+SUPPORTED = (
+    "Gemm, MatMul (by a weight, with a following Add of a bias folded in), Add, Sub, Mul, Div "
+    "(two tensors with broadcasting, or a tensor and a number), Relu, LeakyRelu, Elu, Sigmoid, "
+    "Tanh, Softplus, Gelu (and the Erf form exporters write), Softmax, LogSoftmax, Conv (1-d, "
+    "2-d), MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, BatchNormalization "
+    "(inference), LayerNormalization, Flatten, Reshape, Transpose, Squeeze, Unsqueeze, Concat, "
+    "Dropout, Identity, Constant, and the Shape/Gather/Slice/Concat/Cast arithmetic on shapes "
+    "that torch's exporter writes"
+)
+# the attributes each handler reads (opset 13 and later): any other is refused by name, so an
+# attribute a newer opset adds (AveragePool's dilations, opset 19) cannot be ignored
+ATTRIBUTES = {
+    "Gemm": {"alpha", "beta", "transA", "transB"},
+    "LeakyRelu": {"alpha"},
+    "Elu": {"alpha"},
+    "Gelu": {"approximate"},
+    "Softmax": {"axis"},
+    "LogSoftmax": {"axis"},
+    "Conv": {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"},
+    # storage_order only orders the Indices output, which is refused
+    "MaxPool": {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order",
+                "strides"},
+    "AveragePool": {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape",
+                    "pads", "strides"},
+    "BatchNormalization": {"epsilon", "momentum", "training_mode"},
+    "LayerNormalization": {"axis", "epsilon", "stash_type"},
+}  # fmt: skip
+
+
+class LayerOps:
+    """Handlers of the ONNX builder (builder.py) for the ops that compute."""
+
+    def binary(self, node, fn, number_on_left: bool = True):
+        a_name, b_name = node.input[0], node.input[1]
+        if a_name in self.consts and b_name in self.consts:
+            a_v, b_v = self.consts[a_name].value, self.consts[b_name].value
+            return self.fold(node, fn(np.asarray(a_v), np.asarray(b_v)))
+        if a_name in self.shapes and b_name in self.shapes:
+            sa, sb = self.shapes[a_name], self.shapes[b_name]
+            if len(sa) != len(sb):
+                raise self.fail(node, f"operands of per-sample shapes {sa} and {sb} have "
+                                "different ranks")  # fmt: skip
+            shape = tuple(max(p, q) for p, q in zip(sa, sb, strict=True))
+            return self.emit(
+                node.output, lambda env, root, a=a_name, b=b_name: fn(env[a], env[b]), shape
+            )
+        tensor_first = a_name in self.shapes
+        c_name = b_name if tensor_first else a_name
+        c = np.asarray(self.consts[c_name].value)
+        if c.size != 1:
+            raise self.fail(node, f"operand {c_name!r} is a constant tensor of shape {c.shape}; "
+                            "only numbers (and a MatMul's bias) are supported")  # fmt: skip
+        x = a_name if tensor_first else b_name
+        if c.ndim > len(self.shapes[x]) + 1:
+            raise self.fail(node, f"constant {c_name!r} of shape {c.shape} has more axes than "
+                            f"{x!r} (B, {', '.join(map(str, self.shapes[x]))}): broadcasting "
+                            "puts axes before the batch axis, which must stay first")  # fmt: skip
+        if not tensor_first and not number_on_left:
+            raise self.fail(node, f"a number ({c_name!r}) on the left of {node.op_type} is not "
+                            "supported")  # fmt: skip
+        c = float(c.reshape(()))
+        f = (lambda env, root, x=x, c=c: fn(env[x], c)) if tensor_first else (
+            lambda env, root, x=x, c=c: fn(c, env[x]))  # fmt: skip
+        self.emit(node.output, f, self.shapes[x])
+
+    def op_Add(self, node, a):
+        self.binary(node, lambda p, q: p + q)
+
+    def op_Sub(self, node, a):
+        self.binary(node, lambda p, q: p - q)
+
+    def op_Mul(self, node, a):
+        self.binary(node, lambda p, q: p * q)
+
+    def op_Div(self, node, a):
+        if not self.erf_gelu(node):
+            self.binary(node, lambda p, q: p / q, number_on_left=False)
+
+    def erf_gelu(self, div) -> bool:
+        """x * 0.5 * (1 + erf(x / sqrt(2))) (torch's exporter writes GELU so before opset 20):
+        Div -> Erf -> Add 1 -> Mul x -> Mul 0.5 (the last two in either order) becomes one
+        exact GELU."""
+        x = div.input[0]
+        if x not in self.shapes or not math.isclose(self.number(div.input[1]) or 0, math.sqrt(2),
+                                                    rel_tol=1e-6):  # fmt: skip
+            return False
+        erf = self.reader(div.output[0])
+        add = erf and erf.op_type == "Erf" and self.reader(erf.output[0])
+        if not add or add.op_type != "Add" or self.number(
+                next(i for i in add.input if i != erf.output[0])) != 1.0:  # fmt: skip
+            return False
+        chain, value, seen = [], add.output[0], set()
+        while len(chain) < 2:
+            mul = self.reader(value)
+            if mul is None or mul.op_type != "Mul":
+                return False
+            other = next((i for i in mul.input if i != value), value)
+            if other == x and "x" not in seen:
+                seen.add("x")
+            elif self.number(other) == 0.5 and "half" not in seen:
+                seen.add("half")
+            else:
+                return False
+            chain.append(mul)
+            value = mul.output[0]
+        for n in (erf, add, *chain):
+            self.folded.add(id(n))
+        self.module_step(Renamed(div, value), nn.GELU(), None, x)
+        return True
+
+    def op_Gemm(self, node, a):
+        x = self.tensor(node)
+        if len(self.shapes[x]) != 1:
+            raise self.fail(node, f"input A must be (batch, K), got per-sample {self.shapes[x]}")
+        if a.get("transA", 0):
+            raise self.fail(node, "transA=1 transposes the batch axis into the features")
+        w = np.asarray(self.const(node, 1, "B"), dtype=np.float64)
+        w = w if a.get("transB", 0) else w.T  # (N, K), torch's Linear layout
+        alpha, beta = float(a.get("alpha", 1.0)), float(a.get("beta", 1.0))
+        n, k = w.shape
+        if k != self.shapes[x][0]:
+            raise self.fail(node, f"B gives {k} inputs, A has {self.shapes[x][0]}")
+        c = self.const(node, 2, "C")
+        bias = None
+        if c is not None and beta != 0:
+            c = np.asarray(c, dtype=np.float64)
+            if c.size not in (1, n) or (c.ndim == 2 and c.shape[0] != 1):
+                raise self.fail(
+                    node, f"C of shape {c.shape} must broadcast over the batch to ({n},)"
+                )
+            bias = beta * np.broadcast_to(c.reshape(-1), (n,))
+        lin = nn.Linear(k, n, bias=bias is not None)
+        with torch.no_grad():
+            lin.weight.copy_(torch.from_numpy(alpha * w))  # alpha folded into the weight
+            if bias is not None:
+                lin.bias.copy_(torch.from_numpy(np.ascontiguousarray(bias)))
+        roles = {
+            "weight": (
+                node.input[1],
+                f"{alpha:g} * B" + ("" if a.get("transB", 0) else " transposed"),
+            )
+        }
+        if bias is not None:
+            roles["bias"] = (node.input[2], f"{beta:g} * C of shape {c.shape}")
+        self.share(node, lin, roles)
+        self.module_step(node, lin, node.input[1] if alpha == 1 and a.get("transB", 0) else None, x)
+
+    def op_MatMul(self, node, a):
+        x = self.tensor(node)
+        w = self.const(node, 1, "second operand")
+        w = np.asarray(w, dtype=np.float64)
+        if w.ndim != 2 or w.shape[0] != self.shapes[x][-1]:
+            raise self.fail(node, f"the weight must be (K, N) with K = {self.shapes[x][-1]}, "
+                            f"got {w.shape}")  # fmt: skip
+        bias = None
+        roles = {"weight": (node.input[1], "1 * B transposed")}  # as a Gemm's with transB=0
+        out = node.output[0]
+        nxt = next((n for n in self.nodes if out in n.input), None)
+        if nxt is not None and nxt.op_type == "Add" and self.readers.get(out) == 1:
+            other = nxt.input[1] if nxt.input[0] == out else nxt.input[0]
+            shape = np.shape(self.consts[other].value) if other in self.consts else None
+            if shape in ((w.shape[1],), (1, w.shape[1])):
+                bias = np.asarray(self.consts[other].value, dtype=np.float64).reshape(-1)
+                self.folded.add(id(nxt))
+                roles["bias"] = (other, f"1 * C of shape {shape}")
+                node = Renamed(node, nxt.output[0])
+        lin = nn.Linear(w.shape[0], w.shape[1], bias=bias is not None)
+        with torch.no_grad():
+            lin.weight.copy_(torch.from_numpy(np.ascontiguousarray(w.T)))
+            if bias is not None:
+                lin.bias.copy_(torch.from_numpy(bias))
+        self.module_step(node, lin, None, x)
+
+    def activation(self, node, module):
+        self.module_step(node, module)
+
+    def op_Relu(self, node, a):
+        self.activation(node, nn.ReLU())
+
+    def op_Sigmoid(self, node, a):
+        self.activation(node, nn.Sigmoid())
+
+    def op_Tanh(self, node, a):
+        self.activation(node, nn.Tanh())
+
+    def op_LeakyRelu(self, node, a):
+        self.activation(node, nn.LeakyReLU(a.get("alpha", 0.01)))
+
+    def op_Elu(self, node, a):
+        self.activation(node, nn.ELU(a.get("alpha", 1.0)))
+
+    def op_Softplus(self, node, a):
+        self.activation(node, nn.Softplus())
+
+    def op_Gelu(self, node, a):
+        approx = text(a.get("approximate", b"none"))
+        self.activation(node, nn.GELU(approximate=approx))
+
+    def softmax(self, node, a, cls):
+        x = self.tensor(node)
+        rank = len(self.shapes[x]) + 1
+        axis = a.get("axis", -1) % rank
+        if axis == 0:
+            raise self.fail(node, "a softmax over the batch axis is not supported")
+        self.module_step(node, cls(dim=axis), None, x)
+
+    def op_Softmax(self, node, a):
+        self.softmax(node, a, nn.Softmax)
+
+    def op_LogSoftmax(self, node, a):
+        self.softmax(node, a, nn.LogSoftmax)
+
+    def spatial(self, node, a, x, what: str) -> tuple[int, list, list, list]:
+        """(dims, kernel, stride, symmetric pads) of a Conv or pool, refusing what torch's
+        layers cannot express."""
+        dims = len(self.shapes[x]) - 1
+        if dims not in (1, 2):
+            raise self.fail(node, f"{what} on per-sample shape {self.shapes[x]}: 1-d and 2-d only")
+        auto = text(a.get("auto_pad", b"NOTSET"))
+        pads = list(a.get("pads", [0] * 2 * dims))
+        if auto in ("SAME_UPPER", "SAME_LOWER"):  # output = ceil(input / stride)
+            kernel = list(a.get("kernel_shape") or self.consts_shape(node, dims))
+            strides = list(a.get("strides", [1] * dims))
+            dil = list(a.get("dilations", [1] * dims))
+            pads = [0] * 2 * dims
+            for i in range(dims):
+                n = self.shapes[x][1 + i]
+                total = max(
+                    0, (-(-n // strides[i]) - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - n
+                )
+                lo = total // 2 if auto == "SAME_UPPER" else total - total // 2
+                pads[i], pads[dims + i] = lo, total - lo
+        elif auto not in ("NOTSET", "VALID"):
+            raise self.fail(node, f"auto_pad={auto!r} is not supported")
+        if pads[:dims] != pads[dims:]:
+            raise self.fail(node, f"pads={pads} are not symmetric")
+        return (
+            dims,
+            list(a.get("kernel_shape", [])),
+            list(a.get("strides", [1] * dims)),
+            pads[:dims],
+        )
+
+    def consts_shape(self, node, dims: int) -> list:
+        """A Conv's kernel shape from its weight, when the node does not state it."""
+        return list(np.shape(self.const(node, 1, "weight"))[2 : 2 + dims])
+
+    def op_Conv(self, node, a):
+        x = self.tensor(node)
+        w = np.asarray(self.const(node, 1, "weight"), dtype=np.float64)
+        dims, kernel, strides, pads = self.spatial(node, a, x, "Conv")
+        if kernel and list(kernel) != list(w.shape[2:]):
+            raise self.fail(node, f"kernel_shape={kernel} differs from the weight's {w.shape[2:]}")
+        group = a.get("group", 1)
+        dil = list(a.get("dilations", [1] * dims))
+        cls = nn.Conv1d if dims == 1 else nn.Conv2d
+        b = self.const(node, 2, "bias")
+        conv = cls(self.shapes[x][0], w.shape[0], w.shape[2:], stride=strides, padding=pads,
+                   dilation=dil, groups=group, bias=b is not None)  # fmt: skip
+        if tuple(conv.weight.shape) != w.shape:
+            raise self.fail(node, f"weight {w.shape} does not fit {self.shapes[x][0]} input "
+                            f"channels in {group} groups")  # fmt: skip
+        with torch.no_grad():
+            conv.weight.copy_(torch.from_numpy(w))
+            if b is not None:
+                conv.bias.copy_(torch.from_numpy(np.asarray(b, dtype=np.float64)))
+        roles = {"weight": (node.input[1], "W")}
+        if b is not None:
+            roles["bias"] = (node.input[2], "B")
+        self.share(node, conv, roles)
+        self.module_step(node, conv, node.input[1], x)
+
+    def pool(self, node, a, kind: str):
+        x = self.tensor(node)
+        dims, k, s, p = self.spatial(node, a, x, kind)
+        if a.get("ceil_mode", 0):
+            raise self.fail(node, "ceil_mode=1 is not supported")
+        if any(pi > ki // 2 for pi, ki in zip(p, k, strict=True)):
+            raise self.fail(node, f"pads {p} larger than half the kernel {k} are not supported")
+        if len(node.output) > 1 and node.output[1]:
+            raise self.fail(node, "the Indices output is not supported")
+        if any(d != 1 for d in a.get("dilations", [1] * dims)):
+            raise self.fail(node, f"dilations={a['dilations']} are not supported (only 1)")
+        if kind == "MaxPool":
+            cls = nn.MaxPool1d if dims == 1 else nn.MaxPool2d
+            mod = cls(k, stride=s, padding=p)
+        else:
+            cls = nn.AvgPool1d if dims == 1 else nn.AvgPool2d
+            mod = cls(k, stride=s, padding=p, count_include_pad=bool(a.get("count_include_pad", 0)))
+        self.module_step(node, mod, None, x)
+
+    def op_MaxPool(self, node, a):
+        self.pool(node, a, "MaxPool")
+
+    def op_AveragePool(self, node, a):
+        self.pool(node, a, "AveragePool")
+
+    def global_pool(self, node, kind):
+        x = self.tensor(node)
+        dims = len(self.shapes[x]) - 1
+        if dims not in (1, 2):
+            raise self.fail(node, f"per-sample shape {self.shapes[x]}: 1-d and 2-d only")
+        cls = {("avg", 1): nn.AdaptiveAvgPool1d, ("avg", 2): nn.AdaptiveAvgPool2d,
+               ("max", 1): nn.AdaptiveMaxPool1d, ("max", 2): nn.AdaptiveMaxPool2d}[kind, dims]  # fmt: skip
+        self.module_step(node, cls(1), None, x)
+
+    def op_GlobalAveragePool(self, node, a):
+        self.global_pool(node, "avg")
+
+    def op_GlobalMaxPool(self, node, a):
+        self.global_pool(node, "max")
+
+    def op_BatchNormalization(self, node, a):
+        x = self.tensor(node)
+        if a.get("training_mode", 0) or len([o for o in node.output if o]) > 1:
+            raise self.fail(node, "training mode is not supported (an inference graph)")
+        rank = len(self.shapes[x])
+        if rank not in (1, 2, 3):
+            raise self.fail(node, f"per-sample shape {self.shapes[x]}: (C,), (C, L) or (C, H, W)")
+        scale, bias, mean, var = (np.asarray(self.const(node, i, w), dtype=np.float64)
+                                  for i, w in ((1, "scale"), (2, "bias"), (3, "mean"), (4, "var")))  # fmt: skip
+        cls = nn.BatchNorm2d if rank == 3 else nn.BatchNorm1d
+        bn = cls(self.shapes[x][0], eps=a.get("epsilon", 1e-5), momentum=1 - a.get("momentum", 0.9))
+        with torch.no_grad():
+            for t, v in (
+                (bn.weight, scale),
+                (bn.bias, bias),
+                (bn.running_mean, mean),
+                (bn.running_var, var),
+            ):
+                t.copy_(torch.from_numpy(v))
+        self.share(node, bn, {"weight": (node.input[1], "scale"), "bias": (node.input[2], "B")})
+        self.module_step(node, bn, node.input[1], x)
+
+    def op_LayerNormalization(self, node, a):
+        x = self.tensor(node)
+        rank = len(self.shapes[x]) + 1
+        axis = a.get("axis", -1) % rank
+        if axis == 0 or (len(node.output) > 1 and any(node.output[1:])):
+            raise self.fail(node, "axis 0 and the mean / inv_std outputs are not supported")
+        if a.get("stash_type", 1) != 1:
+            raise self.fail(node, f"stash_type={a['stash_type']}: only 1 (float32 statistics)")
+        shape = self.shapes[x][axis - 1 :]
+        scale = np.asarray(self.const(node, 1, "scale"), dtype=np.float64)
+        b = self.const(node, 2, "bias")
+        ln = nn.LayerNorm(shape, eps=a.get("epsilon", 1e-5), bias=b is not None)
+        with torch.no_grad():
+            ln.weight.copy_(torch.from_numpy(np.broadcast_to(scale, shape).copy()))
+            if b is not None:
+                ln.bias.copy_(
+                    torch.from_numpy(np.broadcast_to(np.asarray(b, np.float64), shape).copy())
+                )
+        roles = {"weight": (node.input[1], f"Scale of shape {scale.shape} broadcast to {shape}")}
+        if b is not None:
+            roles["bias"] = (node.input[2], f"B of shape {np.shape(b)} broadcast to {shape}")
+        self.share(node, ln, roles)
+        self.module_step(node, ln, node.input[1], x)

@@ -1,0 +1,116 @@
+// rootclad/ops/activations.h — the math of every elementwise op, written once.
+//
+// Each op is a functor with its value f(x) and its input's adjoint grad(g, x, y) (g: the
+// output's adjoint, x: the input, y = f(x)), as torch computes them. Every backend runs these:
+// the CPU kernels (unary_forward / unary_backward in kernels.h, which Clad differentiates or
+// whose pullback it calls), and the device kernels (device_kernels.h). A functor whose grad
+// reads y alone (the op's registry entry says saves=("out",): Relu, Tanh, Sigmoid) may be fused
+// into the op that produces its input on the GPU, and is then called with x = 0.
+//
+// Clad differentiates f itself in the build without custom pullbacks (pullbacks=False): keep f
+// to expressions Clad knows (arithmetic, ?:, std:: math functions), one declaration per
+// statement (see docs/design.md, "What Clad taught the emitter").
+//
+// Adding an elementwise op: its functor here, a line in rootclad/ir/ops/elementwise.py, its
+// ONNX form in rootclad/frontends/onnx/layers.py, a case in tests/fixtures/op_cases.py.
+#pragma once
+
+#include <cmath>
+
+#include "../hd.h"
+
+namespace rootclad {
+
+// ReLU, written "x <= 0 ? 0 : x": a NaN input stays NaN, as in torch (the other form made it 0,
+// so a NaN input gave a finite loss while the parameters turned NaN). The gradient passes where
+// the output is not <= 0 (0 at 0), as torch's.
+struct Relu {
+  template <class T> ROOTCLAD_HD T f(T x) const { return x <= T(0) ? T(0) : x; }
+  template <class T> ROOTCLAD_HD T grad(T g, T, T y) const { return y <= T(0) ? T(0) : g; }
+};
+
+struct LeakyRelu {
+  double slope;
+  template <class T> ROOTCLAD_HD T f(T x) const { return x > T(0) ? x : T(slope) * x; }
+  template <class T> ROOTCLAD_HD T grad(T g, T x, T) const { return x > T(0) ? g : T(slope) * g; }
+};
+
+// y = tanh(x)  =>  dx = g (1 - y^2)
+struct Tanh {
+  template <class T> ROOTCLAD_HD T f(T x) const { return std::tanh(x); }
+  template <class T> ROOTCLAD_HD T grad(T g, T, T y) const { return g * (T(1) - y * y); }
+};
+
+// y = 1 / (1 + exp(-x))  =>  dx = g y (1 - y)
+struct Sigmoid {
+  template <class T> ROOTCLAD_HD T f(T x) const { return T(1) / (T(1) + std::exp(-x)); }
+  template <class T> ROOTCLAD_HD T grad(T g, T, T y) const { return g * y * (T(1) - y); }
+};
+
+// SiLU: x sigmoid(x);  d/dx = s (1 + x (1 - s))
+struct Silu {
+  template <class T> ROOTCLAD_HD T f(T x) const { return x / (T(1) + std::exp(-x)); }
+  template <class T> ROOTCLAD_HD T grad(T g, T x, T) const {
+    const T s = T(1) / (T(1) + std::exp(-x));
+    return g * s * (T(1) + x * (T(1) - s));
+  }
+};
+
+// ELU: x > 0 ? x : alpha (exp(x) - 1)
+struct Elu {
+  double alpha;
+  template <class T> ROOTCLAD_HD T f(T x) const {
+    return x > T(0) ? x : T(alpha) * (std::exp(x) - T(1));
+  }
+  template <class T> ROOTCLAD_HD T grad(T g, T x, T) const {
+    return x > T(0) ? g : g * T(alpha) * std::exp(x);
+  }
+};
+
+// Softplus: log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (as torch).
+struct Softplus {
+  double beta, threshold;
+  template <class T> ROOTCLAD_HD T f(T x) const {
+    return T(beta) * x > T(threshold) ? x : std::log1p(std::exp(T(beta) * x)) / T(beta);
+  }
+  template <class T> ROOTCLAD_HD T grad(T g, T x, T) const {
+    return T(beta) * x > T(threshold) ? g : g / (T(1) + std::exp(-T(beta) * x));
+  }
+};
+
+// GELU, exact (erf) form unless tanh_form: torch's approximate='none' / 'tanh'.
+//   exact:  d/dx [x Phi(x)] = Phi(x) + x phi(x)
+//   tanh:   d/dx [x/2 (1 + tanh u)] = (1 + tanh u)/2 + x/2 (1 - tanh^2 u) u',
+//           u = sqrt(2/pi)(x + 0.044715 x^3), u' = sqrt(2/pi)(1 + 3*0.044715 x^2)
+struct Gelu {
+  int tanh_form;
+  template <class T> ROOTCLAD_HD T f(T x) const {
+    const T inv_sqrt2 = T(0.70710678118654752440);
+    const T sqrt_2_over_pi = T(0.79788456080286535588);
+    if (tanh_form)
+      return T(0.5) * x * (T(1) + std::tanh(sqrt_2_over_pi * (x + T(0.044715) * x * x * x)));
+    return T(0.5) * x * (T(1) + std::erf(x * inv_sqrt2));
+  }
+  template <class T> ROOTCLAD_HD T grad(T g, T x, T) const {
+    const T inv_sqrt2 = T(0.70710678118654752440);
+    const T inv_sqrt_2pi = T(0.39894228040143267794);
+    const T sqrt_2_over_pi = T(0.79788456080286535588);
+    if (tanh_form) {
+      const T u = sqrt_2_over_pi * (x + T(0.044715) * x * x * x);
+      const T t = std::tanh(u);
+      const T du = sqrt_2_over_pi * (T(1) + T(3) * T(0.044715) * x * x);
+      return g * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du);
+    }
+    return g * (T(0.5) * (T(1) + std::erf(x * inv_sqrt2)) +
+                x * inv_sqrt_2pi * std::exp(T(-0.5) * x * x));
+  }
+};
+
+// x * scale + shift with constant numbers (x + 1, 2 * x, x / 4, 1 - x, -x)
+struct Affine {
+  double scale, shift;
+  template <class T> ROOTCLAD_HD T f(T x) const { return T(scale) * x + T(shift); }
+  template <class T> ROOTCLAD_HD T grad(T g, T, T) const { return T(scale) * g; }
+};
+
+} // namespace rootclad

@@ -1,0 +1,98 @@
+"""Convolutions: Conv1d and Conv2d, zero padding, any stride, dilation and groups."""
+
+from __future__ import annotations
+
+from rootclad.ir.graph import IRError, expect
+from rootclad.ir.ops.common import ints, numel
+from rootclad.ir.registry import OpSpec, register
+
+
+def _conv_from_module(mod, where, n: int):
+    """Conv1d (n = 1) and Conv2d (n = 2): zero padding, numbers (or 'valid') only."""
+    if mod.padding_mode != "zeros":
+        raise IRError(f"{where}: padding_mode={mod.padding_mode!r} (only 'zeros')")
+    if isinstance(mod.padding, str):
+        if mod.padding != "valid":
+            raise IRError(f"{where}: padding={mod.padding!r}; give an integer padding")
+        pad = ints(0, n, "padding", where)
+    else:
+        pad = ints(mod.padding, n, "padding", where)
+    return {
+        "stride": ints(mod.stride, n, "stride", where),
+        "padding": pad,
+        "dilation": ints(mod.dilation, n, "dilation", where),
+        "groups": int(mod.groups),
+    }
+
+
+def _conv_flops(node, graph) -> int:
+    return 2 * numel(node.out_shape) * numel(graph.param(node.params["weight"]).shape[1:])
+
+
+def _conv1d_infer(node, shapes, graph):
+    (shape,) = shapes
+    a = node.attrs
+    w = graph.param(node.params["weight"])
+    expect(len(shape) == 2, node, f"expected input (C, L), got per-sample shape {shape}")
+    groups = a.get("groups", 1)
+    expect(
+        shape[0] == w.shape[1] * groups,
+        node,
+        f"expected {w.shape[1] * groups} input channels, got {shape[0]} (shape {shape})",
+    )
+    k, s, p, d = w.shape[2], a["stride"], a["padding"], a["dilation"]
+    lo = (shape[1] + 2 * p - d * (k - 1) - 1) // s + 1
+    expect(lo >= 1, node, f"input length {shape[1]} is shorter than the kernel")
+    return (w.shape[0], lo)
+
+
+register(
+    OpSpec(
+        "conv1d",
+        "conv",
+        "Conv1d (zero padding, any stride/padding/dilation/groups)",
+        _conv1d_infer,
+        params=("weight", "bias"),
+        saves=("in",),
+        flops=_conv_flops,
+        modules=("Conv1d",),
+        from_module=lambda mod, where: _conv_from_module(mod, where, 1),
+    )
+)
+
+
+def conv2d_out(n, k, s, p, d):
+    return (n + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+def _conv2d_infer(node, shapes, graph):
+    (shape,) = shapes
+    a = node.attrs
+    w = graph.param(node.params["weight"])
+    expect(len(shape) == 3, node, f"expected input (C, H, W), got per-sample shape {shape}")
+    expect(
+        shape[0] == w.shape[1] * a["groups"],
+        node,
+        f"expected {w.shape[1] * a['groups']} input channels, got {shape[0]} (shape {shape})",
+    )
+    out = [
+        conv2d_out(shape[1 + i], w.shape[2 + i], a["stride"][i], a["padding"][i], a["dilation"][i])
+        for i in range(2)
+    ]
+    expect(min(out) >= 1, node, f"input {shape[1:]} is smaller than the kernel {w.shape[2:]}")
+    return (w.shape[0], *out)
+
+
+register(
+    OpSpec(
+        "conv2d",
+        "conv",
+        "Conv2d (zero padding, any stride/padding/dilation/groups)",
+        _conv2d_infer,
+        params=("weight", "bias"),
+        saves=("in",),
+        flops=_conv_flops,
+        modules=("Conv2d",),
+        from_module=lambda mod, where: _conv_from_module(mod, where, 2),
+    )
+)

@@ -1,0 +1,120 @@
+"""Shape ops: views of their input (reshape, flatten, identity) and copies (permute, cat)."""
+
+from __future__ import annotations
+
+import math
+
+from rootclad.ir.graph import IRError, expect
+from rootclad.ir.ops.common import numel, same_shape
+from rootclad.ir.registry import OpSpec, register
+
+
+def _reshape_infer(node, shapes, graph):
+    (shape,) = shapes
+    target = list(node.attrs["shape"])
+    expect(target.count(-1) <= 1, node, f"shape {tuple(target)} has more than one -1")
+    known = math.prod(d for d in target if d != -1)
+    if -1 in target:
+        expect(
+            known > 0 and numel(shape) % known == 0,
+            node,
+            f"cannot reshape per-sample shape {shape} to {tuple(target)}",
+        )
+        target[target.index(-1)] = numel(shape) // known
+    expect(
+        math.prod(target) == numel(shape),
+        node,
+        f"cannot reshape per-sample shape {shape} ({numel(shape)} values) to {tuple(target)}",
+    )
+    return tuple(target)
+
+
+def _flatten_attrs(start, end, where):
+    if (start, end) != (1, -1):
+        raise IRError(f"{where}: only Flatten(start_dim=1, end_dim=-1) is supported")
+    return {}
+
+
+register(
+    OpSpec(
+        "reshape",
+        "shape",
+        "reshape / view / flatten of the per-sample shape (no copy)",
+        _reshape_infer,
+        view=True,
+        saves=(),
+    )
+)
+register(
+    OpSpec(
+        "flatten",
+        "shape",
+        "Flatten(start_dim=1): (B, ...) -> (B, n)",
+        lambda node, shapes, g: (numel(shapes[0]),),
+        view=True,
+        saves=(),
+        modules=("Flatten",),
+        from_module=lambda mod, where: _flatten_attrs(mod.start_dim, mod.end_dim, where),
+    )
+)
+register(
+    OpSpec(
+        "identity",
+        "shape",
+        "Identity (no copy)",
+        same_shape,
+        view=True,
+        saves=(),
+        modules=("Identity",),
+    )
+)
+
+
+def _permute_infer(node, shapes, graph):
+    (shape,) = shapes
+    perm = node.attrs["perm"]
+    expect(
+        sorted(perm) == list(range(len(shape))),
+        node,
+        f"permutation {tuple(perm)} of the per-sample axes does not fit shape {shape}",
+    )
+    expect(len(shape) <= 4, node, f"at most 4 per-sample axes can be permuted, got {shape}")
+    return tuple(shape[p] for p in perm)
+
+
+register(
+    OpSpec(
+        "permute",
+        "shape",
+        "permute / transpose of per-sample axes (a copy)",
+        _permute_infer,
+        saves=(),
+    )
+)
+
+
+def _cat_infer(node, shapes, graph):
+    dim = node.attrs["axis"]
+    first = shapes[0]
+    expect(0 <= dim < len(first), node, f"axis {dim} is not a per-sample axis of {first}")
+    for s in shapes[1:]:
+        expect(
+            len(s) == len(first)
+            and all(x == y for i, (x, y) in enumerate(zip(s, first, strict=True)) if i != dim),
+            node,
+            f"cannot concatenate per-sample shapes {[tuple(x) for x in shapes]} along axis "
+            f"{dim} (the batch axis excluded): the other axes must agree",
+        )
+    return tuple(sum(s[dim] for s in shapes) if i == dim else d for i, d in enumerate(first))
+
+
+register(
+    OpSpec(
+        "cat",
+        "shape",
+        "torch.cat of tensors along a per-sample axis",
+        _cat_infer,
+        arity=None,
+        saves=(),
+    )
+)
