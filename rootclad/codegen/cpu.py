@@ -769,14 +769,9 @@ class _Emitter:
         includes = ["#include <cstdint>", "#include <limits>"]
         if self.engine == "clad":
             includes.append('#include "clad/Differentiator/Differentiator.h"')
-        includes.append('#include "rootclad/kernels.h"')
-        # without the layers' pullbacks (Clad differentiates the kernels), the losses' stay
-        includes.append(
-            '#include "rootclad/pullbacks.h"'
-            if self.pullbacks
-            else '#include "rootclad/loss_pullbacks.h"'
-        )
-        includes.append('#include "rootclad/model_runtime.h"')
+        # the kernels and their pullbacks (without them, ROOTCLAD_NO_PULLBACKS, the losses'
+        # stay), and the runtime every model shares
+        includes += ['#include "rootclad/kernels.h"', '#include "rootclad/model_runtime.h"']
         model = [
             *self.constants(prefix),
             *self.forward_functions(head, rest),

@@ -20,9 +20,9 @@ from rootclad.ir.ops.binary import MAX_BROADCAST_DIMS, broadcast_geometry
 from rootclad.ir.registry import OPS
 
 # Conv1d runs directly (no im2col scratch) for stride 1 or at most this many taps C*K;
-# must match CONV1D_DIRECT_MAX_TAPS in include/rootclad/kernels.h.
+# must match CONV1D_DIRECT_MAX_TAPS in include/rootclad/ops/conv1d.h.
 CONV1D_DIRECT_MAX_TAPS = 32
-# must match MAX_TAPS and MIN_ROW of conv2d_s1 in include/rootclad/conv2d.h
+# must match MAX_TAPS and MIN_ROW of conv2d_s1 in include/rootclad/ops/conv2d.h
 CONV2D_DIRECT_MAX_TAPS = 288
 CONV2D_DIRECT_MIN_ROW = 16
 

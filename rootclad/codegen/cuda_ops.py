@@ -24,7 +24,7 @@ from rootclad.codegen.cxx import functor_value
 from rootclad.ir.graph import IRError, Node
 from rootclad.ir.registry import OPS
 
-BN_CHUNKS = 64  # must match BN_CHUNKS in include/rootclad/device_kernels.h
+BN_CHUNKS = 64  # must match BN_CHUNKS in include/rootclad/device/norm.h
 # a one-group convolution with at least this many taps C*KH*KW gets a workspace, so that it
 # runs as products (cuBLAS) at large batches (device_kernels.h: conv_gemm_applies); fewer taps
 # stay direct (im2col would copy each input that many times)

@@ -1,4 +1,4 @@
-"""The CUDA kernels' bodies (rootclad/device_kernels.h), run on the CPU and checked against torch.
+"""The CUDA kernels' bodies (rootclad/device_kernels.h, by family in device/), run on the CPU and checked against torch.
 
 Each kernel is one body per element, launched on the GPU by dev::Cuda and looped over on the
 CPU by dev::Host (rootclad/device.h). Here the host loop runs them, so their indexing and
@@ -223,7 +223,7 @@ def test_conv2d_as_products(request, dtype, wanted, chunks, B, C, H, W, OC, K, S
 
     ref = conv(x, w, b)
     positions = ref.shape[2] * ref.shape[3]
-    header = (Path(rootclad.get_include()) / "rootclad" / "device_kernels.h").read_text()
+    header = (Path(rootclad.get_include()) / "rootclad" / "device" / "conv.h").read_text()
     assert f"constexpr long CONV_GEMM_MIN_COLUMNS = {CONV_GEMM_MIN_COLUMNS};" in header
     assert (
         f"#define ROOTCLAD_CONV_GEMM_MAX_COLUMNS (1L << {CONV_GEMM_MAX_COLUMNS.bit_length() - 1})"

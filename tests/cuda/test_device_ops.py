@@ -304,8 +304,8 @@ def test_batch_sums_split_into_chunks_match_torch(device):
 def test_batchnorm_statistics_over_uneven_chunks_match_torch(device):
     """BatchNorm at 70 samples: 64 chunks of 1 or 2 samples, combined per channel (Chan's
     parallel variance); the loss, every gradient and the running statistics against torch,
-    and BN_CHUNKS the same in ops.py and device_kernels.h."""
-    header = (Path(rootclad.get_include()) / "rootclad" / "device_kernels.h").read_text()
+    and BN_CHUNKS the same in codegen/cuda_ops.py and device/norm.h."""
+    header = (Path(rootclad.get_include()) / "rootclad" / "device" / "norm.h").read_text()
     assert f"constexpr int BN_CHUNKS = {BN_CHUNKS};" in header
     torch.manual_seed(0)
     net = perturbed(torch.nn.Sequential(torch.nn.Conv1d(2, 3, 3, bias=False), torch.nn.BatchNorm1d(3),

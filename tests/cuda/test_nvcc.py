@@ -37,7 +37,8 @@ def test_every_device_kernel_compiles_for_the_gpu(nvcc, tmp_path):
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
     entries = re.findall(r"^\.visible \.entry|^\.entry|\.entry ", ptx.read_text(), re.M)
-    source = (Path(rootclad.get_include()) / "rootclad" / "device_kernels.h").read_text()
+    device = Path(rootclad.get_include()) / "rootclad" / "device"
+    source = "\n".join(p.read_text() for p in sorted(device.glob("*.h")))
     launches = len(re.findall(r"each_index\(\s*on,", source))
     assert launches >= 15  # the GW MLP's and CNN's ops, forward and backward, and Adam
     # unary_forward and unary_backward launch one kernel per elementwise functor (f and grad),

@@ -1,4 +1,4 @@
-// rootclad/conv1d_sparse.h — the Conv1d backward pass over the nonzero output gradients only.
+// rootclad/ops/conv1d_sparse.h — the Conv1d backward pass over the nonzero output gradients only.
 //
 // A Conv1d followed by a max-pool receives a gradient at one position per pool window (the
 // window's maximum), and a ReLU zeroes some of those: in the GW CNN (pools of 4), at most 1
@@ -30,7 +30,7 @@
 #include <immintrin.h>
 #endif
 
-#include "simd.h"
+#include "../simd.h"
 
 namespace rootclad {
 namespace conv_sparse {

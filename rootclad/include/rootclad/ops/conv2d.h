@@ -1,4 +1,4 @@
-// rootclad/conv2d.h — 2-D convolution (any stride, padding, dilation, groups) and 2-D pooling
+// rootclad/ops/conv2d.h — 2-D convolution (any stride, padding, dilation, groups) and 2-D pooling
 // (included by kernels.h). Same contract as kernels.h: <op>_forward writes, <op>_backward adds.
 //
 // Conv2d over inp(B, C, H, W) -> out(B, OC, OH, OW) with weight(OC, C/G, KH, KW), G groups.
@@ -15,6 +15,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+
+#include "core.h"
 
 #ifndef ROOTCLAD_NO_PULLBACKS
 #include "conv1d_s1.h"
@@ -417,3 +419,39 @@ void avgpool2d_backward(T* d_inp, const T* d_out, int R, int H, int W, int KH, i
 }
 
 } // namespace rootclad
+
+// Clad-convention pullbacks (core.h says how they are written).
+#ifndef ROOTCLAD_NO_PULLBACKS // Clad differentiates the kernels themselves
+namespace clad {
+namespace custom_derivatives {
+namespace rootclad {
+
+template <typename T>
+void conv2d_forward_pullback(T* out, T* cols, const T* inp, const T* weight, const T* bias, int B,
+                             int C, int H, int W, int OC, int KH, int KW, int SH, int SW, int PH,
+                             int PW, int DH, int DW, int G, T* d_out, T* d_cols, T* d_inp,
+                             T* d_weight, T* d_bias, int*, int*, int*, int*, int*, int*, int*, int*,
+                             int*, int*, int*, int*, int*, int*) {
+  ::rootclad::conv2d_backward(::rootclad::wanted(d_inp), d_weight, bias ? d_bias : (T*)nullptr,
+                              d_cols, d_out, cols, inp, weight, B, C, H, W, OC, KH, KW, SH, SW, PH,
+                              PW, DH, DW, G);
+}
+
+template <typename T>
+void maxpool2d_forward_pullback(T* out, const T* inp, int R, int H, int W, int KH, int KW, int SH,
+                                int SW, int PH, int PW, T* d_out, T* d_inp, int*, int*, int*, int*,
+                                int*, int*, int*, int*, int*) {
+  ::rootclad::maxpool2d_backward(d_inp, d_out, out, inp, R, H, W, KH, KW, SH, SW, PH, PW);
+}
+
+template <typename T>
+void avgpool2d_forward_pullback(T* out, const T* inp, int R, int H, int W, int KH, int KW, int SH,
+                                int SW, int PH, int PW, int cip, T* d_out, T* d_inp, int*, int*,
+                                int*, int*, int*, int*, int*, int*, int*, int*) {
+  ::rootclad::avgpool2d_backward(d_inp, d_out, R, H, W, KH, KW, SH, SW, PH, PW, cip);
+}
+
+} // namespace rootclad
+} // namespace custom_derivatives
+} // namespace clad
+#endif

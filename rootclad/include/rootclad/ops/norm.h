@@ -1,140 +1,9 @@
-// rootclad/graph_ops.h — the ops that join, split and reshape values in a dataflow graph,
-// normalisations, and activations added with the graph IR (included by kernels.h).
-//
-// Same contract as kernels.h: <op>_forward writes its output, <op>_backward ADDS into the
-// gradients of its inputs and parameters. Per-sample shapes are flattened into loop counts by
-// the op registry (rootclad/ir/ops.py); B is the batch (or the chunk of it being run).
+// rootclad/ops/norm.h — Softmax, LogSoftmax, LayerNorm and BatchNorm.
 #pragma once
 
-#include <cmath>
-
-#include "parallel.h"
+#include "core.h"
 
 namespace rootclad {
-
-// ---------------------------------------------------------------------------------------
-// Binary ops with broadcasting. kind: 0 a + b, 1 a - b, 2 a * b, 3 a / b. Per sample the
-// output is an (n0, n1, n2) loop nest; a's element of out[b, i, j, k] is
-//   a[b*na + i*sa0 + j*sa1 + k*sa2]   (stride 0 on an axis a is broadcast along),
-// and b's likewise with sb*, nb. Operands of equal shapes run as one flat loop.
-template <typename T> inline T binary_apply(int kind, T x, T y) {
-  if (kind == 0)
-    return x + y;
-  if (kind == 1)
-    return x - y;
-  if (kind == 2)
-    return x * y;
-  return x / y;
-}
-
-inline bool binary_is_flat(int n0, int n1, int n2, int sa2, int na, int sb2, int nb) {
-  return n0 == 1 && n1 == 1 && sa2 == 1 && sb2 == 1 && na == n2 && nb == n2;
-}
-
-template <typename T>
-void binary_forward(T* out, const T* a, const T* b, int kind, int B, int n0, int n1, int n2,
-                    int sa0, int sa1, int sa2, int na, int sb0, int sb1, int sb2, int nb) {
-  ROOTCLAD_REPLAY_SKIP;
-  if (binary_is_flat(n0, n1, n2, sa2, na, sb2, nb)) {
-    const long N = (long)B * n2;
-    for (long i = 0; i < N; ++i)
-      out[i] = binary_apply(kind, a[i], b[i]);
-    return;
-  }
-  for (int s = 0; s < B; ++s)
-    for (int i = 0; i < n0; ++i)
-      for (int j = 0; j < n1; ++j)
-        for (int k = 0; k < n2; ++k) {
-          const long o = (((long)s * n0 + i) * n1 + j) * n2 + k;
-          const long ia = (long)s * na + (long)i * sa0 + (long)j * sa1 + (long)k * sa2;
-          const long ib = (long)s * nb + (long)i * sb0 + (long)j * sb1 + (long)k * sb2;
-          out[o] = binary_apply(kind, a[ia], b[ib]);
-        }
-}
-
-// d_a += d_out * d(a op b)/da, d_b += d_out * d(a op b)/db, summed over broadcast axes.
-// d_a and d_b may be the same buffer (x + x).
-template <typename T> inline void binary_adjoint(int kind, T g, T x, T y, T& da, T& db) {
-  if (kind == 0) {
-    da += g;
-    db += g;
-  } else if (kind == 1) {
-    da += g;
-    db -= g;
-  } else if (kind == 2) {
-    da += g * y;
-    db += g * x;
-  } else {
-    da += g / y;
-    db -= g * x / (y * y);
-  }
-}
-
-template <typename T>
-void binary_backward(T* d_a, T* d_b, const T* d_out, const T* a, const T* b, int kind, int B,
-                     int n0, int n1, int n2, int sa0, int sa1, int sa2, int na, int sb0, int sb1,
-                     int sb2, int nb) {
-  for (int s = 0; s < B; ++s)
-    for (int i = 0; i < n0; ++i)
-      for (int j = 0; j < n1; ++j)
-        for (int k = 0; k < n2; ++k) {
-          const long o = (((long)s * n0 + i) * n1 + j) * n2 + k;
-          const long ia = (long)s * na + (long)i * sa0 + (long)j * sa1 + (long)k * sa2;
-          const long ib = (long)s * nb + (long)i * sb0 + (long)j * sb1 + (long)k * sb2;
-          binary_adjoint(kind, d_out[o], a[ia], b[ib], d_a[ia], d_b[ib]);
-        }
-}
-
-// ---------------------------------------------------------------------------------------
-// Output indices are computed, never counted with o++: Clad (differentiating these loops
-// itself with pullbacks=False) mis-handles side effects in a subscript, and the heap was
-// corrupted.
-inline long permute_index(int b, int i0, int i1, int i2, int i3, int n0, int n1, int n2, int n3) {
-  return ((((long)b * n0 + i0) * n1 + i1) * n2 + i2) * n3 + i3;
-}
-
-// Permute the per-sample axes: out[b, i0, i1, i2, i3] = inp[b*N + i0*s0 + i1*s1 + i2*s2 +
-// i3*s3], (n0..n3) the output's axes (padded with 1s), s0..s3 their strides in the input.
-template <typename T>
-void permute_forward(T* out, const T* inp, int B, int N, int n0, int n1, int n2, int n3, int s0,
-                     int s1, int s2, int s3) {
-  ROOTCLAD_REPLAY_SKIP;
-  for (int b = 0; b < B; ++b)
-    for (int i0 = 0; i0 < n0; ++i0)
-      for (int i1 = 0; i1 < n1; ++i1)
-        for (int i2 = 0; i2 < n2; ++i2)
-          for (int i3 = 0; i3 < n3; ++i3)
-            out[permute_index(b, i0, i1, i2, i3, n0, n1, n2, n3)] =
-                inp[(long)b * N + (long)i0 * s0 + (long)i1 * s1 + (long)i2 * s2 + (long)i3 * s3];
-}
-template <typename T>
-void permute_backward(T* d_inp, const T* d_out, int B, int N, int n0, int n1, int n2, int n3,
-                      int s0, int s1, int s2, int s3) {
-  for (int b = 0; b < B; ++b)
-    for (int i0 = 0; i0 < n0; ++i0)
-      for (int i1 = 0; i1 < n1; ++i1)
-        for (int i2 = 0; i2 < n2; ++i2)
-          for (int i3 = 0; i3 < n3; ++i3)
-            d_inp[(long)b * N + (long)i0 * s0 + (long)i1 * s1 + (long)i2 * s2 + (long)i3 * s3] +=
-                d_out[permute_index(b, i0, i1, i2, i3, n0, n1, n2, n3)];
-}
-
-// ---------------------------------------------------------------------------------------
-// Concatenation, one input at a time: row r of inp (n_in values) goes to columns
-// [off, off + n_in) of row r of out (n_out values). R = B * (the axes before the cat axis).
-template <typename T>
-void cat_part_forward(T* out, const T* inp, int R, int n_in, int n_out, int off) {
-  ROOTCLAD_REPLAY_SKIP;
-  for (int r = 0; r < R; ++r)
-    for (int j = 0; j < n_in; ++j)
-      out[(long)r * n_out + off + j] = inp[(long)r * n_in + j];
-}
-template <typename T>
-void cat_part_backward(T* d_inp, const T* d_out, int R, int n_in, int n_out, int off) {
-  for (int r = 0; r < R; ++r)
-    for (int j = 0; j < n_in; ++j)
-      d_inp[(long)r * n_in + j] += d_out[(long)r * n_out + off + j];
-}
 
 // ---------------------------------------------------------------------------------------
 // Softmax and LogSoftmax along an axis of length N: inp viewed as (R, N, S), the axis in the
@@ -260,10 +129,6 @@ void layer_norm_backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, const
     }
   }
 }
-
-} // namespace rootclad
-
-namespace rootclad {
 
 // ---------------------------------------------------------------------------------------
 // BatchNorm over inp(B, C, S) (S = the positions per channel: 1 for BatchNorm1d on (B, C),
@@ -393,3 +258,47 @@ void batch_norm_backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, const
 }
 
 } // namespace rootclad
+
+// Clad-convention pullbacks (core.h says how they are written).
+#ifndef ROOTCLAD_NO_PULLBACKS // Clad differentiates the kernels themselves
+namespace clad {
+namespace custom_derivatives {
+namespace rootclad {
+
+template <typename T>
+void softmax_forward_pullback(T* out, const T* inp, int R, int N, int S, T* d_out, T* d_inp,
+                              int* d_R, int* d_N, int* d_S) {
+  ::rootclad::softmax_backward(d_inp, d_out, out, R, N, S);
+}
+
+template <typename T>
+void log_softmax_forward_pullback(T* out, const T* inp, int R, int N, int S, T* d_out, T* d_inp,
+                                  int* d_R, int* d_N, int* d_S) {
+  ::rootclad::log_softmax_backward(d_inp, d_out, out, R, N, S);
+}
+
+template <typename T>
+void layer_norm_forward_pullback(T* out, T* stats, const T* inp, const T* weight, const T* bias,
+                                 int R, int M, T eps, T* d_out, T* d_stats, T* d_inp, T* d_weight,
+                                 T* d_bias, int* d_R, int* d_M, T* d_eps) {
+  ::rootclad::layer_norm_backward(d_inp, weight ? d_weight : (T*)nullptr,
+                                  bias ? d_bias : (T*)nullptr, d_out, inp, stats, weight, R, M);
+}
+
+template <typename T>
+void batch_norm_forward_pullback(T* out, T* stats, const T* inp, const T* weight, const T* bias,
+                                 T* running_mean, T* running_var, T* tracked, int B, int C, int S,
+                                 T eps, T momentum, int training, T* d_out, T* d_stats, T* d_inp,
+                                 T* d_weight, T* d_bias, T* d_running_mean, T* d_running_var,
+                                 T* d_tracked, int* d_B, int* d_C, int* d_S, T* d_eps,
+                                 T* d_momentum, int* d_training) {
+  // d_stats, the scratch's adjoint, is the backward's room for its sums
+  ::rootclad::batch_norm_backward(d_inp, weight ? d_weight : (T*)nullptr,
+                                  bias ? d_bias : (T*)nullptr, d_out, inp, stats, weight,
+                                  running_mean, B, C, S, training, d_stats);
+}
+
+} // namespace rootclad
+} // namespace custom_derivatives
+} // namespace clad
+#endif

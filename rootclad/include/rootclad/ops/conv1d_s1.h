@@ -1,4 +1,4 @@
-// rootclad/conv1d_s1.h — stride-1 Conv1d as register-blocked direct convolution.
+// rootclad/ops/conv1d_s1.h — stride-1 Conv1d as register-blocked direct convolution.
 //
 // For stride 1 a convolution needs no im2col: output row o of one sample is
 //   out[o, l] = bias[o] + sum_{c,k} w[o,c,k] * x[c, l + k*D]      (x zero-padded by P)
@@ -18,7 +18,7 @@
 
 #include <vector>
 
-#include "simd.h"
+#include "../simd.h"
 
 namespace rootclad {
 namespace conv_s1 {

@@ -1,0 +1,95 @@
+// rootclad/device/dense.h — Linear as device kernels (device_kernels.h says how they are written).
+#pragma once
+
+#include "core.h"
+
+namespace rootclad {
+namespace dev {
+
+// -- Linear: out(R, OC) = inp(R, C) @ weight(OC, C)^T + bias ----------------------------------
+// From GEMM_MIN_ROWS rows on, the products go to gemm (cuBLAS on the GPU, device_gemm.h);
+// fewer rows run as one loop kernel each, which costs less than a GEMM call there.
+constexpr int GEMM_MIN_ROWS = 32;
+
+// out = act(out + bias) (bias: null for none), after a product
+template <class On, class T, class Act>
+void bias_act(On on, T* out, const T* bias, long R, int OC, Act act) {
+  each_index(
+      on, R * OC, ROOTCLAD_BODY(long i) { out[i] = act.f(out[i] + (bias ? bias[i % OC] : T(0))); });
+}
+
+template <class On, class T, class Act = NoAct>
+void linear_forward(On on, T* out, const T* inp, const T* weight, const T* bias, int R, int C,
+                    int OC, Act act = {}) {
+  if (R >= GEMM_MIN_ROWS) {
+    gemm(on, false, true, R, OC, C, T(1), inp, C, weight, C, T(0), out, OC);
+    if (bias || !std::is_same<Act, NoAct>::value)
+      bias_act(on, out, bias, R, OC, act);
+    return;
+  }
+  each_index(
+      on, (long)R * OC, ROOTCLAD_BODY(long i) {
+        const long r = i / OC;
+        const int o = (int)(i % OC);
+        T s = bias ? bias[o] : T(0);
+        for (int c = 0; c < C; ++c)
+          s += inp[r * C + c] * weight[(long)o * C + c];
+        out[i] = act.f(s);
+      });
+}
+
+// d_inp(R, C) += d_out @ weight, as loops
+template <class On, class T, class DY>
+void linear_backward_input(On on, T* d_inp, DY d_out, const T* weight, int R, int C, int OC) {
+  each_index(
+      on, (long)R * C, ROOTCLAD_BODY(long i) {
+        const long r = i / C;
+        const int c = (int)(i % C);
+        T s = 0;
+        for (int o = 0; o < OC; ++o)
+          s += d_out[r * OC + o] * weight[(long)o * C + c];
+        d_inp[i] += s;
+      });
+}
+
+// d_weight(OC, C) += d_out^T @ inp;  d_bias(OC) += column sums of d_out (null: skipped), as
+// loops
+template <class On, class T, class DY>
+void linear_backward_params(On on, T* d_weight, T* d_bias, DY d_out, const T* inp, int R, int C,
+                            int OC) {
+  if (d_weight) // null: not wanted (an input gradient)
+    each_index(
+        on, (long)OC * C, ROOTCLAD_BODY(long i) {
+          const int o = (int)(i / C);
+          const int c = (int)(i % C);
+          T s = 0;
+          for (long r = 0; r < R; ++r)
+            s += d_out[r * OC + o] * inp[r * C + c];
+          d_weight[i] += s;
+        });
+  if (d_bias)
+    bias_backward(on, d_bias, d_out, R, OC, 1);
+}
+
+// The whole pullback: d_inp (null: not wanted), d_weight and d_bias (null: skipped); from
+// GEMM_MIN_ROWS rows on through gemm, which reads the adjoint as a matrix (as_matrix)
+template <class On, class T, class DY>
+void linear_backward(On on, T* d_inp, T* d_weight, T* d_bias, DY d_out, const T* inp,
+                     const T* weight, int R, int C, int OC) {
+  if (R < GEMM_MIN_ROWS) {
+    linear_backward_params(on, d_weight, d_bias, d_out, inp, R, C, OC);
+    if (d_inp)
+      linear_backward_input(on, d_inp, d_out, weight, R, C, OC);
+    return;
+  }
+  const T* dy = as_matrix(on, d_out, (long)R * OC);
+  if (d_weight)
+    gemm(on, true, false, OC, C, R, T(1), dy, OC, inp, C, T(1), d_weight, C);
+  if (d_bias)
+    bias_backward(on, d_bias, dy, R, OC, 1);
+  if (d_inp)
+    gemm(on, false, false, R, C, OC, T(1), dy, OC, weight, C, T(1), d_inp, C);
+}
+
+} // namespace dev
+} // namespace rootclad

@@ -1,0 +1,173 @@
+// rootclad/device/pool.h — pooling over windows and over all positions as device kernels
+// (device_kernels.h says how they are written).
+#pragma once
+
+#include "core.h"
+
+namespace rootclad {
+namespace dev {
+
+// -- pooling over windows of inp(R, H, W) -> out(R, OH, OW) (1-D: H = KH = 1); padding at most
+// half the window, so every window holds an input element ---------------------------------------
+struct Pool {
+  int H, W, KH, KW, SH, SW, PH, PW, OH, OW;
+};
+
+inline Pool pool2d_shape(int H, int W, int KH, int KW, int SH, int SW, int PH, int PW) {
+  return Pool{H, W, KH, KW, SH, SW, PH, PW, (H + 2 * PH - KH) / SH + 1, (W + 2 * PW - KW) / SW + 1};
+}
+
+// the windows [lo, hi] along one axis that hold input position `at`
+inline ROOTCLAD_HD void pool_windows(int at, int K, int S, int P, int LO, int& lo, int& hi) {
+  lo = at + P - K + 1;
+  lo = lo <= 0 ? 0 : (lo + S - 1) / S;
+  hi = (at + P) / S;
+  if (hi > LO - 1)
+    hi = LO - 1;
+}
+
+// MaxPool: the first maximum of a window (row-major) takes its gradient, as in torch.
+template <class T>
+ROOTCLAD_HD inline long maxpool_argmax(const T* x, const Pool& p, int oh, int ow) {
+  long best = -1;
+  for (int kh = 0; kh < p.KH; ++kh) {
+    const int ih = oh * p.SH - p.PH + kh;
+    if (ih < 0 || ih >= p.H)
+      continue;
+    for (int kw = 0; kw < p.KW; ++kw) {
+      const int iw = ow * p.SW - p.PW + kw;
+      const long at = (long)ih * p.W + iw;
+      if (iw >= 0 && iw < p.W && (best < 0 || x[at] > x[best]))
+        best = at;
+    }
+  }
+  return best;
+}
+
+template <class On, class T, class Act = NoAct>
+void maxpool2d_forward(On on, T* out, const T* inp, long R, Pool p, Act act = {}) {
+  each_index(
+      on, R * p.OH * p.OW, ROOTCLAD_BODY(long i) {
+        const int ow = (int)(i % p.OW), oh = (int)(i / p.OW % p.OH);
+        const T* x = inp + i / ((long)p.OW * p.OH) * p.H * p.W;
+        out[i] = act.f(x[maxpool_argmax(x, p, oh, ow)]);
+      });
+}
+
+// The backward of a pooling, gathered: d_inp[r, at] += the share share(d_out, r, at, oh, ow)
+// gives of d_out[r, oh, ow] for each window (oh, ow) that holds input position at.
+template <class On, class T, class DY, class Share>
+void pool2d_backward(On on, T* d_inp, DY d_out, long R, Pool p, Share share) {
+  each_index(
+      on, R * p.H * p.W, ROOTCLAD_BODY(long i) {
+        const long r = i / ((long)p.H * p.W), at = i % ((long)p.H * p.W);
+        int h0, h1, w0, w1;
+        pool_windows((int)(at / p.W), p.KH, p.SH, p.PH, p.OH, h0, h1);
+        pool_windows((int)(at % p.W), p.KW, p.SW, p.PW, p.OW, w0, w1);
+        T s = 0;
+        for (int oh = h0; oh <= h1; ++oh)
+          for (int ow = w0; ow <= w1; ++ow)
+            s += share(d_out[(r * p.OH + oh) * p.OW + ow], r, at, oh, ow);
+        d_inp[i] += s;
+      });
+}
+
+// MaxPool: all of a window's gradient goes to its first maximum
+template <class T> struct MaxPoolShare {
+  const T* inp;
+  Pool p;
+  ROOTCLAD_HD T operator()(T dy, long r, long at, int oh, int ow) const {
+    return maxpool_argmax(inp + r * p.H * p.W, p, oh, ow) == at ? dy : T(0);
+  }
+};
+
+template <class On, class T, class DY>
+void maxpool2d_backward(On on, T* d_inp, DY d_out, const T* inp, long R, Pool p) {
+  pool2d_backward(on, d_inp, d_out, R, p, MaxPoolShare<T>{inp, p});
+}
+
+// AvgPool: with count_include_pad (torch's default) a window divides by KH*KW, otherwise by
+// its elements inside the input.
+inline ROOTCLAD_HD int avgpool_divisor(const Pool& p, int oh, int ow, int count_include_pad) {
+  if (count_include_pad)
+    return p.KH * p.KW;
+  const int h0 = oh * p.SH - p.PH, w0 = ow * p.SW - p.PW;
+  const int nh = (h0 + p.KH < p.H ? h0 + p.KH : p.H) - (h0 > 0 ? h0 : 0);
+  const int nw = (w0 + p.KW < p.W ? w0 + p.KW : p.W) - (w0 > 0 ? w0 : 0);
+  return nh * nw;
+}
+
+template <class On, class T, class Act = NoAct>
+void avgpool2d_forward(On on, T* out, const T* inp, long R, Pool p, int count_include_pad,
+                       Act act = {}) {
+  each_index(
+      on, R * p.OH * p.OW, ROOTCLAD_BODY(long i) {
+        const int ow = (int)(i % p.OW), oh = (int)(i / p.OW % p.OH);
+        const T* x = inp + i / ((long)p.OW * p.OH) * p.H * p.W;
+        T s = 0;
+        for (int kh = 0; kh < p.KH; ++kh) {
+          const int ih = oh * p.SH - p.PH + kh;
+          for (int kw = 0; kw < p.KW; ++kw) {
+            const int iw = ow * p.SW - p.PW + kw;
+            if (ih >= 0 && ih < p.H && iw >= 0 && iw < p.W)
+              s += x[(long)ih * p.W + iw];
+          }
+        }
+        out[i] = act.f(s / T(avgpool_divisor(p, oh, ow, count_include_pad)));
+      });
+}
+
+// AvgPool: a window's gradient is shared evenly by its divisor
+struct AvgPoolShare {
+  Pool p;
+  int count_include_pad;
+  template <class T> ROOTCLAD_HD T operator()(T dy, long, long, int oh, int ow) const {
+    return dy / T(avgpool_divisor(p, oh, ow, count_include_pad));
+  }
+};
+
+template <class On, class T, class DY>
+void avgpool2d_backward(On on, T* d_inp, DY d_out, long R, Pool p, int count_include_pad) {
+  pool2d_backward(on, d_inp, d_out, R, p, AvgPoolShare{p, count_include_pad});
+}
+
+// -- global max pooling: out(R) = the maximum of each row of inp(R, L); its first maximum
+// takes the gradient (as MaxPool's windows) ----------------------------------------------------
+template <class T> ROOTCLAD_HD inline int row_argmax(const T* x, int L) {
+  int best = 0;
+  for (int l = 1; l < L; ++l)
+    best = x[l] > x[best] ? l : best;
+  return best;
+}
+
+template <class On, class T>
+void global_maxpool_forward(On on, T* out, const T* inp, long R, int L) {
+  each_index(on, R, ROOTCLAD_BODY(long r) { out[r] = inp[r * L + row_argmax(inp + r * L, L)]; });
+}
+
+// one index per row, which adds into one element of its own row
+template <class On, class T>
+void global_maxpool_backward(On on, T* d_inp, const T* d_out, const T* inp, long R, int L) {
+  each_index(
+      on, R, ROOTCLAD_BODY(long r) { d_inp[r * L + row_argmax(inp + r * L, L)] += d_out[r]; });
+}
+
+// -- global average pooling: out(R) = the mean of each row of inp(R, L) ---------------------
+template <class On, class T>
+void global_avgpool_forward(On on, T* out, const T* inp, long R, int L) {
+  each_index(
+      on, R, ROOTCLAD_BODY(long r) {
+        T s = 0;
+        for (int l = 0; l < L; ++l)
+          s += inp[r * L + l];
+        out[r] = s / T(L);
+      });
+}
+
+template <class On, class T>
+void global_avgpool_backward(On on, T* d_inp, const T* d_out, long R, int L) {
+  each_index(on, R * L, ROOTCLAD_BODY(long i) { d_inp[i] += d_out[i / L] / T(L); });
+}
+
+} // namespace dev
+} // namespace rootclad

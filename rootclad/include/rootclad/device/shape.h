@@ -1,0 +1,54 @@
+// rootclad/device/shape.h — permute and cat as device kernels (device_kernels.h says how they are
+// written).
+#pragma once
+
+#include "core.h"
+
+namespace rootclad {
+namespace dev {
+
+// -- permute: per sample, out's element j = (j0..j3) over dims reads inp at sum j_k st[k] -------
+struct Permute {
+  int dims[4], st[4];
+  long n; // values per sample
+};
+
+inline ROOTCLAD_HD long permute_source(const Permute& g, long j) {
+  long src = 0;
+  for (int d = 3; d >= 0; --d) {
+    src += (j % g.dims[d]) * g.st[d];
+    j /= g.dims[d];
+  }
+  return src;
+}
+
+template <class On, class T> void permute_forward(On on, T* out, const T* inp, long B, Permute g) {
+  each_index(
+      on, B * g.n,
+      ROOTCLAD_BODY(long i) { out[i] = inp[i / g.n * g.n + permute_source(g, i % g.n)]; });
+}
+
+// a permutation: every input element is read once, so the scatter writes each place once
+template <class On, class T>
+void permute_backward(On on, T* d_inp, const T* d_out, long B, Permute g) {
+  each_index(
+      on, B * g.n,
+      ROOTCLAD_BODY(long i) { d_inp[i / g.n * g.n + permute_source(g, i % g.n)] += d_out[i]; });
+}
+
+// -- cat: input part inp(R, n_in) goes to columns [off, off + n_in) of out(R, n_out) ----------
+template <class On, class T>
+void cat_part_forward(On on, T* out, const T* inp, long R, int n_in, int n_out, int off) {
+  each_index(
+      on, R * n_in, ROOTCLAD_BODY(long i) { out[i / n_in * n_out + off + i % n_in] = inp[i]; });
+}
+
+template <class On, class T>
+void cat_part_backward(On on, T* d_inp, const T* d_out, long R, int n_in, int n_out, int off) {
+  each_index(
+      on, R * n_in,
+      ROOTCLAD_BODY(long i) { d_inp[i] += d_out[i / n_in * n_out + off + i % n_in]; });
+}
+
+} // namespace dev
+} // namespace rootclad

@@ -1,0 +1,101 @@
+// rootclad/ops/binary.h — binary ops of two tensors with broadcasting.
+#pragma once
+
+#include "core.h"
+
+namespace rootclad {
+
+// ---------------------------------------------------------------------------------------
+// Binary ops with broadcasting. kind: 0 a + b, 1 a - b, 2 a * b, 3 a / b. Per sample the
+// output is an (n0, n1, n2) loop nest; a's element of out[b, i, j, k] is
+//   a[b*na + i*sa0 + j*sa1 + k*sa2]   (stride 0 on an axis a is broadcast along),
+// and b's likewise with sb*, nb. Operands of equal shapes run as one flat loop.
+template <typename T> inline T binary_apply(int kind, T x, T y) {
+  if (kind == 0)
+    return x + y;
+  if (kind == 1)
+    return x - y;
+  if (kind == 2)
+    return x * y;
+  return x / y;
+}
+
+inline bool binary_is_flat(int n0, int n1, int n2, int sa2, int na, int sb2, int nb) {
+  return n0 == 1 && n1 == 1 && sa2 == 1 && sb2 == 1 && na == n2 && nb == n2;
+}
+
+template <typename T>
+void binary_forward(T* out, const T* a, const T* b, int kind, int B, int n0, int n1, int n2,
+                    int sa0, int sa1, int sa2, int na, int sb0, int sb1, int sb2, int nb) {
+  ROOTCLAD_REPLAY_SKIP;
+  if (binary_is_flat(n0, n1, n2, sa2, na, sb2, nb)) {
+    const long N = (long)B * n2;
+    for (long i = 0; i < N; ++i)
+      out[i] = binary_apply(kind, a[i], b[i]);
+    return;
+  }
+  for (int s = 0; s < B; ++s)
+    for (int i = 0; i < n0; ++i)
+      for (int j = 0; j < n1; ++j)
+        for (int k = 0; k < n2; ++k) {
+          const long o = (((long)s * n0 + i) * n1 + j) * n2 + k;
+          const long ia = (long)s * na + (long)i * sa0 + (long)j * sa1 + (long)k * sa2;
+          const long ib = (long)s * nb + (long)i * sb0 + (long)j * sb1 + (long)k * sb2;
+          out[o] = binary_apply(kind, a[ia], b[ib]);
+        }
+}
+
+// d_a += d_out * d(a op b)/da, d_b += d_out * d(a op b)/db, summed over broadcast axes.
+// d_a and d_b may be the same buffer (x + x).
+template <typename T> inline void binary_adjoint(int kind, T g, T x, T y, T& da, T& db) {
+  if (kind == 0) {
+    da += g;
+    db += g;
+  } else if (kind == 1) {
+    da += g;
+    db -= g;
+  } else if (kind == 2) {
+    da += g * y;
+    db += g * x;
+  } else {
+    da += g / y;
+    db -= g * x / (y * y);
+  }
+}
+
+template <typename T>
+void binary_backward(T* d_a, T* d_b, const T* d_out, const T* a, const T* b, int kind, int B,
+                     int n0, int n1, int n2, int sa0, int sa1, int sa2, int na, int sb0, int sb1,
+                     int sb2, int nb) {
+  for (int s = 0; s < B; ++s)
+    for (int i = 0; i < n0; ++i)
+      for (int j = 0; j < n1; ++j)
+        for (int k = 0; k < n2; ++k) {
+          const long o = (((long)s * n0 + i) * n1 + j) * n2 + k;
+          const long ia = (long)s * na + (long)i * sa0 + (long)j * sa1 + (long)k * sa2;
+          const long ib = (long)s * nb + (long)i * sb0 + (long)j * sb1 + (long)k * sb2;
+          binary_adjoint(kind, d_out[o], a[ia], b[ib], d_a[ia], d_b[ib]);
+        }
+}
+
+} // namespace rootclad
+
+// Clad-convention pullbacks (core.h says how they are written).
+#ifndef ROOTCLAD_NO_PULLBACKS // Clad differentiates the kernels themselves
+namespace clad {
+namespace custom_derivatives {
+namespace rootclad {
+
+template <typename T>
+void binary_forward_pullback(T* out, const T* a, const T* b, int kind, int B, int n0, int n1,
+                             int n2, int sa0, int sa1, int sa2, int na, int sb0, int sb1, int sb2,
+                             int nb, T* d_out, T* d_a, T* d_b, int*, int*, int*, int*, int*, int*,
+                             int*, int*, int*, int*, int*, int*, int*) {
+  ::rootclad::binary_backward(d_a, d_b, d_out, a, b, kind, B, n0, n1, n2, sa0, sa1, sa2, na, sb0,
+                              sb1, sb2, nb);
+}
+
+} // namespace rootclad
+} // namespace custom_derivatives
+} // namespace clad
+#endif

@@ -1,0 +1,211 @@
+// rootclad/ops/pool.h — max and average pooling over the last axis (the 2-D windows are in
+// conv2d.h; global pooling is a window over every position).
+#pragma once
+
+#include "core.h"
+
+namespace rootclad {
+
+// ---------------------------------------------------------------------------------------
+// Pooling over the last axis of inp(R, L) -> out(R, LO), LO = (L + 2P - K)/S + 1.
+// R = B*C rows. MaxPool takes the first maximum (as torch does); the backward finds it again.
+#ifndef ROOTCLAD_NO_PULLBACKS
+// Non-overlapping windows of a compile-time size K: the window loop unrolled, the compiler
+// vectorises over windows, which it cannot do for the runtime-K loop below.
+template <typename T, int K>
+void maxpool1d_forward_windows(T* out, const T* inp, long R, int L, int LO) {
+  for (long r = 0; r < R; ++r) {
+    const T* x = inp + r * L;
+    T* y = out + r * LO;
+    for (int o = 0; o < LO; ++o) {
+      T best = x[(long)o * K];
+      ROOTCLAD_UNROLL
+      for (int k = 1; k < K; ++k) {
+        const T v = x[(long)o * K + k];
+        best = (v > best || v != v) ? v : best; // v != v: NaN propagates, as in torch
+      }
+      y[o] = best;
+    }
+  }
+}
+#endif
+
+template <typename T>
+void maxpool1d_forward(T* out, const T* inp, int R, int L, int K, int S, int P) {
+  ROOTCLAD_REPLAY_SKIP;
+  int LO = (L + 2 * P - K) / S + 1;
+#ifndef ROOTCLAD_NO_PULLBACKS
+  if (S == K && P == 0 && (K == 2 || K == 3 || K == 4 || K == 8)) {
+    if (K == 2)
+      return maxpool1d_forward_windows<T, 2>(out, inp, R, L, LO);
+    if (K == 3)
+      return maxpool1d_forward_windows<T, 3>(out, inp, R, L, LO);
+    if (K == 4)
+      return maxpool1d_forward_windows<T, 4>(out, inp, R, L, LO);
+    return maxpool1d_forward_windows<T, 8>(out, inp, R, L, LO);
+  }
+#endif
+  if (S == K && P == 0) { // non-overlapping windows inside the input: vectorised over windows
+    for (long r = 0; r < R; ++r) {
+      const T* x = inp + r * L;
+      T* y = out + r * LO;
+      for (int o = 0; o < LO; ++o)
+        y[o] = x[(long)o * K];
+      for (int k = 1; k < K; ++k)
+        for (int o = 0; o < LO; ++o) {
+          T v = x[(long)o * K + k];
+          y[o] = (v > y[o] || v != v) ? v : y[o]; // v != v: NaN propagates, as in torch
+        }
+    }
+    return;
+  }
+  for (int r = 0; r < R; ++r)
+    for (int o = 0; o < LO; ++o) {
+      int start = o * S - P;
+      T m = -INFINITY;
+      for (int k = 0; k < K; ++k) {
+        int i = start + k;
+        if (i >= 0 && i < L && (inp[(long)r * L + i] > m || std::isnan(inp[(long)r * L + i])))
+          m = inp[(long)r * L + i];
+      }
+      out[(long)r * LO + o] = m;
+    }
+}
+
+// Non-overlapping windows (S == K, P == 0), given the forward's output m: the gradient of
+// window o goes to its first element equal to m[o], the first maximum (as torch), or to its
+// first NaN. With K a compile-time constant (the common sizes) the window loop is unrolled
+// and branch-free; no argmax is kept between the passes.
+template <typename T, int K>
+void maxpool1d_backward_windows(T* d_inp, const T* d_out, const T* out, const T* inp, long R, int L,
+                                int LO, int Kr) {
+  const int KK = K > 0 ? K : Kr;
+  for (long r = 0; r < R; ++r) {
+    const T* x = inp + r * L;
+    const T* m = out + r * LO;
+    const T* g = d_out + r * LO;
+    T* dx = d_inp + r * L;
+    for (int o = 0; o < LO; ++o) {
+      // the first element equal to the maximum (or the first NaN, when the maximum is NaN)
+      // takes the gradient; branch-free: every element adds either it or zero
+      const T mo = m[o];
+      T rem = g[o];
+      for (int k = 0; k < KK; ++k) {
+        const T v = x[(long)o * KK + k];
+        const bool hit = (v == mo) | (v != v);
+        dx[(long)o * KK + k] += hit ? rem : T(0);
+        rem = hit ? T(0) : rem;
+      }
+    }
+  }
+}
+
+template <typename T>
+void maxpool1d_backward(T* d_inp, const T* d_out, const T* out, const T* inp, int R, int L, int K,
+                        int S, int P) {
+  int LO = (L + 2 * P - K) / S + 1;
+  if (S == K && P == 0) {
+    switch (K) {
+    case 2:
+      return maxpool1d_backward_windows<T, 2>(d_inp, d_out, out, inp, R, L, LO, K);
+    case 3:
+      return maxpool1d_backward_windows<T, 3>(d_inp, d_out, out, inp, R, L, LO, K);
+    case 4:
+      return maxpool1d_backward_windows<T, 4>(d_inp, d_out, out, inp, R, L, LO, K);
+    case 8:
+      return maxpool1d_backward_windows<T, 8>(d_inp, d_out, out, inp, R, L, LO, K);
+    default:
+      return maxpool1d_backward_windows<T, 0>(d_inp, d_out, out, inp, R, L, LO, K);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int o = 0; o < LO; ++o) {
+      int start = o * S - P;
+      int arg = -1;
+      T m = -INFINITY;
+      for (int k = 0; k < K; ++k) {
+        int i = start + k;
+        const T v = i >= 0 && i < L ? inp[(long)r * L + i] : T(0);
+        // the first maximum, or the first NaN (the forward's output then), as the
+        // non-overlapping path above
+        if (i >= 0 && i < L && (arg < 0 || (m == m && (v > m || v != v)))) {
+          m = v;
+          arg = i;
+        }
+      }
+      if (arg >= 0)
+        d_inp[(long)r * L + arg] += d_out[(long)r * LO + o];
+    }
+}
+
+// AvgPool: with count_include_pad (torch's default) every window divides by K, otherwise by
+// the number of its elements inside the input.
+template <typename T>
+void avgpool1d_forward(T* out, const T* inp, int R, int L, int K, int S, int P,
+                       int count_include_pad) {
+  ROOTCLAD_REPLAY_SKIP;
+  int LO = (L + 2 * P - K) / S + 1;
+  for (int r = 0; r < R; ++r)
+    for (int o = 0; o < LO; ++o) {
+      int start = o * S - P;
+      T s = 0;
+      int n = 0;
+      for (int k = 0; k < K; ++k) {
+        int i = start + k;
+        if (i >= 0 && i < L) {
+          s += inp[(long)r * L + i];
+          ++n;
+        }
+      }
+      int div = count_include_pad ? K : n;
+      out[(long)r * LO + o] = div > 0 ? s / div : T(0);
+    }
+}
+
+template <typename T>
+void avgpool1d_backward(T* d_inp, const T* d_out, int R, int L, int K, int S, int P,
+                        int count_include_pad) {
+  int LO = (L + 2 * P - K) / S + 1;
+  for (int r = 0; r < R; ++r)
+    for (int o = 0; o < LO; ++o) {
+      int start = o * S - P;
+      int n = 0;
+      for (int k = 0; k < K; ++k)
+        n += (start + k >= 0 && start + k < L);
+      int div = count_include_pad ? K : n;
+      if (div == 0)
+        continue;
+      T g = d_out[(long)r * LO + o] / div;
+      for (int k = 0; k < K; ++k) {
+        int i = start + k;
+        if (i >= 0 && i < L)
+          d_inp[(long)r * L + i] += g;
+      }
+    }
+}
+
+} // namespace rootclad
+
+// Clad-convention pullbacks (core.h says how they are written).
+#ifndef ROOTCLAD_NO_PULLBACKS // Clad differentiates the kernels themselves
+namespace clad {
+namespace custom_derivatives {
+namespace rootclad {
+
+template <typename T>
+void maxpool1d_forward_pullback(T* out, const T* inp, int R, int L, int K, int S, int P, T* d_out,
+                                T* d_inp, int* d_R, int* d_L, int* d_K, int* d_S, int* d_P) {
+  ::rootclad::maxpool1d_backward(d_inp, d_out, out, inp, R, L, K, S, P);
+}
+
+template <typename T>
+void avgpool1d_forward_pullback(T* out, const T* inp, int R, int L, int K, int S, int P, int cip,
+                                T* d_out, T* d_inp, int* d_R, int* d_L, int* d_K, int* d_S,
+                                int* d_P, int* d_cip) {
+  ::rootclad::avgpool1d_backward(d_inp, d_out, R, L, K, S, P, cip);
+}
+
+} // namespace rootclad
+} // namespace custom_derivatives
+} // namespace clad
+#endif

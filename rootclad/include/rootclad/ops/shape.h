@@ -1,0 +1,83 @@
+// rootclad/ops/shape.h — permute and cat.
+#pragma once
+
+#include "core.h"
+
+namespace rootclad {
+
+// ---------------------------------------------------------------------------------------
+// Output indices are computed, never counted with o++: Clad (differentiating these loops
+// itself with pullbacks=False) mis-handles side effects in a subscript, and the heap was
+// corrupted.
+inline long permute_index(int b, int i0, int i1, int i2, int i3, int n0, int n1, int n2, int n3) {
+  return ((((long)b * n0 + i0) * n1 + i1) * n2 + i2) * n3 + i3;
+}
+
+// Permute the per-sample axes: out[b, i0, i1, i2, i3] = inp[b*N + i0*s0 + i1*s1 + i2*s2 +
+// i3*s3], (n0..n3) the output's axes (padded with 1s), s0..s3 their strides in the input.
+template <typename T>
+void permute_forward(T* out, const T* inp, int B, int N, int n0, int n1, int n2, int n3, int s0,
+                     int s1, int s2, int s3) {
+  ROOTCLAD_REPLAY_SKIP;
+  for (int b = 0; b < B; ++b)
+    for (int i0 = 0; i0 < n0; ++i0)
+      for (int i1 = 0; i1 < n1; ++i1)
+        for (int i2 = 0; i2 < n2; ++i2)
+          for (int i3 = 0; i3 < n3; ++i3)
+            out[permute_index(b, i0, i1, i2, i3, n0, n1, n2, n3)] =
+                inp[(long)b * N + (long)i0 * s0 + (long)i1 * s1 + (long)i2 * s2 + (long)i3 * s3];
+}
+template <typename T>
+void permute_backward(T* d_inp, const T* d_out, int B, int N, int n0, int n1, int n2, int n3,
+                      int s0, int s1, int s2, int s3) {
+  for (int b = 0; b < B; ++b)
+    for (int i0 = 0; i0 < n0; ++i0)
+      for (int i1 = 0; i1 < n1; ++i1)
+        for (int i2 = 0; i2 < n2; ++i2)
+          for (int i3 = 0; i3 < n3; ++i3)
+            d_inp[(long)b * N + (long)i0 * s0 + (long)i1 * s1 + (long)i2 * s2 + (long)i3 * s3] +=
+                d_out[permute_index(b, i0, i1, i2, i3, n0, n1, n2, n3)];
+}
+
+// ---------------------------------------------------------------------------------------
+// Concatenation, one input at a time: row r of inp (n_in values) goes to columns
+// [off, off + n_in) of row r of out (n_out values). R = B * (the axes before the cat axis).
+template <typename T>
+void cat_part_forward(T* out, const T* inp, int R, int n_in, int n_out, int off) {
+  ROOTCLAD_REPLAY_SKIP;
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < n_in; ++j)
+      out[(long)r * n_out + off + j] = inp[(long)r * n_in + j];
+}
+template <typename T>
+void cat_part_backward(T* d_inp, const T* d_out, int R, int n_in, int n_out, int off) {
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < n_in; ++j)
+      d_inp[(long)r * n_in + j] += d_out[(long)r * n_out + off + j];
+}
+
+} // namespace rootclad
+
+// Clad-convention pullbacks (core.h says how they are written).
+#ifndef ROOTCLAD_NO_PULLBACKS // Clad differentiates the kernels themselves
+namespace clad {
+namespace custom_derivatives {
+namespace rootclad {
+
+template <typename T>
+void permute_forward_pullback(T* out, const T* inp, int B, int N, int n0, int n1, int n2, int n3,
+                              int s0, int s1, int s2, int s3, T* d_out, T* d_inp, int*, int*, int*,
+                              int*, int*, int*, int*, int*, int*, int*) {
+  ::rootclad::permute_backward(d_inp, d_out, B, N, n0, n1, n2, n3, s0, s1, s2, s3);
+}
+
+template <typename T>
+void cat_part_forward_pullback(T* out, const T* inp, int R, int n_in, int n_out, int off, T* d_out,
+                               T* d_inp, int* d_R, int* d_n_in, int* d_n_out, int* d_off) {
+  ::rootclad::cat_part_backward(d_inp, d_out, R, n_in, n_out, off);
+}
+
+} // namespace rootclad
+} // namespace custom_derivatives
+} // namespace clad
+#endif
