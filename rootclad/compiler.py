@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from rootclad.codegen.cpu import emit_model
-from rootclad.codegen.device import emit_device
+from rootclad.codegen.cuda import emit_device
 from rootclad.codegen.standalone import write_header
 from rootclad.frontends.onnx import to_module
 from rootclad.frontends.programs import program_module

@@ -34,7 +34,7 @@ def _sizes(make, tmp: Path) -> dict:
     import torch
 
     import rootclad
-    from rootclad.codegen.device import emit_device
+    from rootclad.codegen.cuda import emit_device
     from rootclad.frontends.torch_fx import graph_from_module
     from rootclad.toolchain import find_cxx
 

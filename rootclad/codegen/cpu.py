@@ -41,37 +41,22 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from rootclad.codegen.arena import Region, plan
+from rootclad.codegen.cpu_code import (
+    CHUNK,
+    Code,
+    forward_lines,
+    head_loop,
+    indent,
+    words,
+)
+from rootclad.codegen.cpu_layout import CTYPE, Layout
 from rootclad.codegen.cpu_ops import Arg, Site, cpu_op
-from rootclad.codegen.cxx import string_literal
+from rootclad.codegen.cpu_sweeps import CLAD_GROUP_NODES, Sweeps
 from rootclad.ir.graph import CLASS_INDEX_LOSSES, LOSSES, Graph, IRError, Node
 from rootclad.ir.registry import OPS
 
 # the dummy a pullback takes for the adjoint of each kind of scalar argument
 _SCALAR_ADJOINT = {"int": "&di", "real": "&dt", "u64": "&du", "long": "&dl", "functor": "nullptr"}
-# The ops before the first whole-chunk op (Linear, BatchNorm) run a few samples at a time: as
-# many as keep about this many bytes of their activations and gradients in cache.
-MICRO_BATCH_BYTES = 3 << 20
-# ops per clad::gradient request of the clad engine: a 100-op chain's one request took Clad
-# 0.6 GB and a 200-op one 2.8 GB (docs/internals.md, "Engines")
-CLAD_GROUP_NODES = 16
-_CTYPE = {"float32": "float", "float64": "double"}
-_WORD = re.compile(r"\w+")  # a region pointer's name is one word (see _Emitter.region)
-# weighted_loss's number of each loss (kernels.h)
-_LOSS_KIND = {"bce_with_logits": 0, "mse": 1, "cross_entropy": 2, "nll": 3, "huber": 4}
-_CHUNK = "int Bf, int b0, int B, int training, std::uint64_t seed"
-_DUMMIES = [
-    "  int di = 0; T dt = 0; std::uint64_t du = 0; long dl = 0;",
-    "  (void)di; (void)dt; (void)du; (void)dl;",
-]
-
-
-def _words(text: str) -> set[str]:
-    """The words of C++ source: one pass over it finds every region pointer it names."""
-    return set(_WORD.findall(text))
-
-
-def _indent(lines, by: str = "  ") -> list[str]:
-    return [by + ln if ln else ln for ln in lines]
 
 
 @dataclass
@@ -94,19 +79,7 @@ class EmittedModel:
     flat_per_sample: int = 0  # one region per value, nothing shared: what the planner saves
 
 
-@dataclass
-class _Code:
-    """One node's share of the passes: its forward lines, its pullbacks (in forward order, to
-    be reversed) and, for train_step's fused sweep, the same with in-place updates."""
-
-    index: int
-    fwd: list[str] = field(default_factory=list)
-    bwd: list[str] = field(default_factory=list)
-    bwd_update: list[str] = field(default_factory=list)
-    computes: bool = False  # calls a kernel (not a view, not markers alone)
-
-
-class _Emitter:
+class _Emitter(Sweeps, Layout):
     def __init__(self, graph: Graph, loss: str, engine: str, pullbacks: bool, check_plan=False):
         if loss not in LOSSES:
             raise IRError(f"loss {loss!r} is not supported; use one of {LOSSES}")
@@ -144,7 +117,7 @@ class _Emitter:
                 "forward pass, which Clad's own reverse sweep would restore"
             )
         self.flops = 0  # multiply-adds x 2 of one sample's forward (Linear and convolutions)
-        self.code: list[_Code] = []
+        self.code: list[Code] = []
         self.fused_params: set[str] = set()  # the pullback engine's in-place updates
         self.uses = Counter(name for n in graph.nodes for name in n.params.values())
 
@@ -201,7 +174,7 @@ class _Emitter:
         for idx, node in enumerate(nodes):
             if idx == self.head_end:
                 head_size = sum(r.size for r in self.regions)
-            code = _Code(idx)
+            code = Code(idx)
             self.code.append(code)
             self.node(idx, node, code)
             self.markers(idx, code)
@@ -219,7 +192,7 @@ class _Emitter:
             return "F" if self.last_read.get(value, idx) >= self.head_end else "H"
         return "R"
 
-    def markers(self, idx: int, code: _Code) -> None:
+    def markers(self, idx: int, code: Code) -> None:
         """After node idx: the adjoint of each H or R value it read last (or wrote, when
         nothing reads it) starts here in the reverse sweep: zeroed just before the pullbacks
         that add into it, so that adjoints of values alive at different times share memory.
@@ -283,7 +256,7 @@ class _Emitter:
 
     def declare(self, body: str) -> list[str]:
         """Declarations of the region pointers ``body`` uses."""
-        used = _words(body)
+        used = words(body)
         lines = []
         for r in self.regions:
             for base, name in (("act", r.act), ("d_act", r.adj)):
@@ -328,7 +301,7 @@ class _Emitter:
             d = f"(need_dx ? {d} : (T*)nullptr)"
         return self.at("act", r), d
 
-    def node(self, idx: int, node: Node, code: _Code) -> None:
+    def node(self, idx: int, node: Node, code: Code) -> None:
         spec = OPS[node.op]
         if spec.view:  # reshape, flatten, identity: the output aliases the input
             self.value_region[node.output] = self.value_region[node.inputs[0]]
@@ -411,7 +384,7 @@ class _Emitter:
         return [f"static {signature}", *prologue, *self.declare(text), *body, "}", ""]
 
     # -- the parts of the source --------------------------------------------------------
-    def head_and_rest(self) -> tuple[list[_Code], list[_Code]]:
+    def head_and_rest(self) -> tuple[list[Code], list[Code]]:
         """The nodes of the micro-batched head and of the rest (the head is empty when the
         arena is not planned: Clad's own sweep runs the forward on whole chunks)."""
         if not self.planned:
@@ -450,21 +423,7 @@ class _Emitter:
             for r in dead
         ]
 
-    @staticmethod
-    def forward_lines(codes: list[_Code], markers: bool = True) -> list[str]:
-        marker = "::rootclad::adjoint_start_forward("
-        return [ln for c in codes for ln in c.fwd if markers or not ln.startswith(marker)]
-
-    @staticmethod
-    def head_loop(call: str) -> list[str]:
-        return [
-            "  for (int m0 = b0; m0 < b0 + B; m0 += MICRO) {",
-            "    const int mB = b0 + B - m0 < MICRO ? b0 + B - m0 : MICRO;",
-            f"    {call};",
-            "  }",
-        ]
-
-    def forward_functions(self, head: list[_Code], rest: list[_Code]) -> list[str]:
+    def forward_functions(self, head: list[Code], rest: list[Code]) -> list[str]:
         out = []
         if head:
             out += [
@@ -472,295 +431,21 @@ class _Emitter:
                 "// time, so that one micro-batch's activations and gradients are still in cache",
                 "// when the next op reads them.",
                 *self.function(
-                    f"void forward_head(T* params, T* act, {_CHUNK}) {{",
-                    _indent(self.forward_lines(head, markers=False)) + self.poison_act("H"),
+                    f"void forward_head(T* params, T* act, {CHUNK}) {{",
+                    indent(forward_lines(head, markers=False)) + self.poison_act("H"),
                 ),
             ]
-        loop = self.head_loop("forward_head(params, act, Bf, m0, mB, training, seed)")
+        loop = head_loop("forward_head(params, act, Bf, m0, mB, training, seed)")
         out += [
             "// The forward pass; the inputs are already in act's first regions.",
             *self.function(
-                f"void forward_chunk(T* params, T* act, {_CHUNK}) {{",
+                f"void forward_chunk(T* params, T* act, {CHUNK}) {{",
                 (loop if head else [])
-                + _indent(self.forward_lines(rest, markers=False))
+                + indent(forward_lines(rest, markers=False))
                 + self.poison_act("FR"),
             ),
         ]
         return out
-
-    def groups(self, codes: list[_Code]) -> list[list[_Code]]:
-        """The clad engine's requests: consecutive nodes, at most CLAD_GROUP_NODES that
-        compute each (views and markers join the group of the node before them)."""
-        out: list[list[_Code]] = []
-        count = CLAD_GROUP_NODES
-        for c in codes:
-            if c.computes and count == CLAD_GROUP_NODES:
-                out.append([])
-                count = 0
-            if not out:
-                out.append([])
-            out[-1].append(c)
-            count += c.computes
-        return [g for g in out if self.forward_lines(g)]
-
-    def group_name(self, part: str, k: int) -> str:
-        return f"{'replay' if self.pullbacks else 'forward'}_{part}_{k}"
-
-    def clad_group(self, name: str, group: list[_Code]) -> tuple[list[str], list[str]]:
-        """One of Clad's requests: a free function of the regions the group's forward touches
-        (the arena pointers as numbers), and the statements that run its gradient, with the
-        adjoints in d_act."""
-        body = _indent(self.forward_lines(group))
-        if self.pullbacks:  # the replayed forward: the regions as arguments
-            used = _words("\n".join(body))
-            ptrs = [r for r in self.regions if r.act in used]
-            params = "".join(f"T* {r.act}, " for r in ptrs)
-            fn = [f"inline void {name}(T* params, {params}{_CHUNK}) {{", *body, "}", ""]
-            wrt = ", ".join(["params", *(r.act for r in ptrs)])
-            primal = ", ".join(["params", *(r.act for r in ptrs)])
-            adjoint = ", ".join(["d_params", *(r.adj for r in ptrs)])
-            inputs_end = f"d_act + (long)Bf * {sum(r.size for r in self.input_regions)}"
-            run = [
-                "  {",
-                f"    ::rootclad::Replay scope(need_dx ? nullptr : d_act, "
-                f"need_dx ? nullptr : {inputs_end});",
-                f'    auto grad = clad::gradient({name}, "{wrt}");',
-                f"    grad.execute({primal}, Bf, b0, B, training, seed, {adjoint});",
-                "  }",
-            ]
-            return fn, run
-        # Clad differentiates the kernels' loops: the function takes params and act whole
-        pointers = {}
-        for r in self.regions:
-            pointers[r.act] = f"({self.pointer('act', r, literal=True)})"
-        body = [_WORD.sub(lambda m: pointers.get(m[0], m[0]), ln) for ln in body]
-        fn = [f"inline void {name}(T* params, T* act, {_CHUNK}) {{", *body, "}", ""]
-        run = [
-            "  {",
-            f'    auto grad = clad::gradient({name}, "params, act");',
-            "    grad.execute(params, act, Bf, b0, B, training, seed, d_params, d_act);",
-            "  }",
-        ]
-        return fn, run
-
-    def backward_functions(self, head: list[_Code], rest: list[_Code]) -> tuple[list, list]:
-        """(free functions for Clad, Model functions): backward_head and backward_chunk, the
-        reverse sweep; it expects the output's adjoint filled and the other F adjoints
-        zeroed (markers zero the rest)."""
-        grad_call = (
-            "backward_head(params, act, d_params, d_act, Bf, m0, mB, training, seed, need_dx)"
-        )
-        prologue = [
-            *_DUMMIES,
-            "  const bool need_dp = !(need_dx & ::rootclad::NO_PARAM_GRADIENT);",
-            "  (void)need_dp;",
-        ]
-        free: list[str] = []
-        sweeps = {}
-        for part, codes in (("head", head), ("rest", rest)):
-            if self.engine == "pullback":
-                sweeps[part] = _indent([ln for c in reversed(codes) for ln in reversed(c.bwd)])
-                continue
-            runs = []
-            for k, group in enumerate(self.groups(codes)):
-                fn, run = self.clad_group(self.group_name(part, k), group)
-                free += fn
-                runs.append(run)
-            sweeps[part] = [ln for run in reversed(runs) for ln in run]
-        signature = (
-            f"void backward_{{}}(T* params, T* act, T* d_params, T* d_act, {_CHUNK},\n"
-            "                           int need_dx) {{"
-        )
-        out = []
-        if head:
-            out += [
-                "// The head's pullbacks on a micro-batch.",
-                *self.function(signature.format("head"), sweeps["head"], prologue),
-            ]
-        out += [
-            "// The reverse sweep: each op's pullback in reverse order. Expects the output's",
-            "// adjoint filled and the other F adjoints zeroed (markers zero the rest).",
-            *self.function(
-                signature.format("chunk"),
-                sweeps["rest"] + (self.head_loop(grad_call) if head else []),
-                prologue,
-            ),
-        ]
-        return free, out
-
-    # -- train_step's fused sweep -------------------------------------------------------
-    def runs(self, names) -> list[tuple[int, int]]:
-        """(offset, size) of the contiguous runs of the parameter block these tensors fill."""
-        out: list[list[int]] = []
-        for name, (off, shape) in self.param_offsets.items():
-            if name not in names:
-                continue
-            if out and out[-1][0] + out[-1][1] == off:
-                out[-1][1] += math.prod(shape)
-            else:
-                out.append([off, math.prod(shape)])
-        return [tuple(r) for r in out]
-
-    def update_sweep(self, head: list[_Code], rest: list[_Code]):
-        """train_step at small batches: (the sweep, the parameters updated at the end by the
-        runtime), or None when no parameter is updated in the sweep. The pullback engine
-        calls Linear's fused backward and update (linear_update.h) for each unshared Linear;
-        the clad engine updates the parameters of each group of the rest as soon as the
-        sweep has passed their first use."""
-        head_loop = self.head_loop(
-            "backward_head(params, act, d_params, d_act, Bf, m0, mB, training, seed, need_dx)"
-        )
-        if self.engine == "pullback":
-            if not self.fused_params:
-                return None
-            sweep = _indent([ln for c in reversed(rest) for ln in reversed(c.bwd_update)])
-            late = set(self.param_offsets) - self.fused_params
-            return sweep + (head_loop if head else []), late
-        if not self.pullbacks:
-            return None
-        groups = self.groups(rest)
-        used_in = {}  # parameter -> the groups of the rest that read it
-        for k, group in enumerate(groups):
-            for c in group:
-                for name in self.g.nodes[c.index].params.values():
-                    used_in.setdefault(name, set()).add(k)
-        in_head = {name for c in head for name in self.g.nodes[c.index].params.values()}
-        early = set(used_in) - in_head
-        if not early:
-            return None
-        sweep = []
-        for k in reversed(range(len(groups))):
-            _, run = self.clad_group(self.group_name("rest", k), groups[k])
-            starts = [n for n in early if max(used_in[n]) == k]  # first added into here
-            sweep += [f"  ::rootclad::zero(d_params + {off}, {n});" for off, n in self.runs(starts)]
-            sweep += run
-            done = [n for n in early if min(used_in[n]) == k]  # no use left in the sweep
-            sweep += [
-                f"  ::rootclad::optim_step_mv(params + {off}, d_params + {off}, state + {off}, "
-                f"state + {self.n_params + off}, {n}, cfg, step);"
-                for off, n in self.runs(done)
-            ]
-        return sweep + (head_loop if head else []), set(self.param_offsets) - early
-
-    def train_functions(self, head, rest) -> list[str]:
-        fused = self.update_sweep(head, rest)
-        if fused is None:
-            return ["static constexpr bool FUSED_TRAIN_STEP = false;",
-                    "static constexpr long UPDATE_RUNS[] = {-1};",
-                    "static void backward_update_chunk(T*, T*, T*, T*, T*, const double*, long, "
-                    "int, std::uint64_t) {}", ""]  # fmt: skip
-        sweep, late = fused
-        runs = ", ".join(f"{off}, {n}" for off, n in self.runs(late))
-        return [
-            "// train_step at batches of at most FUSED_UPDATE_MAX_BATCH samples: a sweep that",
-            "// updates parameters as soon as their gradient is formed (model_runtime.h); the",
-            "// runtime updates those of UPDATE_RUNS (offset, count) after it.",
-            "static constexpr bool FUSED_TRAIN_STEP = true;",
-            f"static constexpr long UPDATE_RUNS[] = {{{runs + ', ' if runs else ''}-1}};",
-            *self.function(
-                "void backward_update_chunk(T* params, T* act, T* d_params, T* d_act, T* state,\n"
-                "                                  const double* cfg, long step, int B,\n"
-                "                                  std::uint64_t seed) {",
-                sweep,
-                prologue=[
-                    "  const int Bf = B, b0 = 0, training = 1, need_dx = 0;",
-                    "  const bool need_dp = true;",
-                    "  (void)training; (void)need_dx; (void)need_dp; (void)state; (void)cfg;",
-                    "  (void)step; (void)seed;",
-                    *_DUMMIES,
-                ],
-            ),
-        ]
-
-    # -- the layout ---------------------------------------------------------------------
-    def layout_comment(self) -> list[str]:
-        """The arena, region by region."""
-        lines = [
-            "// The arena. act: area F (the inputs, the output and what the head hands on: Bf",
-            "// samples each), then H (the head's other values, one block per micro-batch), then",
-            "// R (the rest's, one block per chunk); d_act the same with the adjoints' own plan.",
-            "// Offsets are per sample within the area; in H and R the planner gives values that",
-            "// are not alive at the same time the same memory (the ops' saves).",
-            "//   pointer (act / d_act)                       area  size    offset  d_offset",
-        ]
-        for r in self.regions:
-            what = "" if r.needs_adjoint else "  (scratch)"
-            lines.append(
-                f"//   {r.act + ' / ' + r.adj:<44} {r.area}  {r.size:>7} {r.offset:>8} "
-                f"{r.d_offset:>8}{what}"
-            )
-        return lines
-
-    def constants(self, prefix: str) -> list[str]:
-        """The Model's layout constants and tables (model_runtime.h says what each is)."""
-        size_of = self.area_size
-        out, inp = self.output_region, self.input_region
-        engine = f"{self.engine}{'' if self.pullbacks else '-nopullbacks'}"
-        names = [string_literal(n) for n in self.param_offsets]
-        offsets = [str(off) for off, _ in self.param_offsets.values()]
-        dims, starts = [], []
-        for _, shape in self.param_offsets.values():
-            starts.append(str(len(dims)))
-            dims += [str(d) for d in shape]
-        starts.append(str(len(dims)))
-
-        def table(ctype: str, name: str, values: list[str], end: str) -> str:
-            return f"static constexpr {ctype} {name}[] = {{{', '.join([*values, end])}}};"
-
-        micro = 1
-        if self.planned and self.head_end:
-            per_sample = self.head_size * 2 * (4 if self.g.dtype == "float32" else 8)
-            micro = max(1, MICRO_BATCH_BYTES // max(per_sample, 1))
-        ins, outs = self.g.input_shape, self.g.output_shape
-        return [
-            f"using T = {_CTYPE[self.g.dtype]};",
-            f"static constexpr long N_PARAMS = {self.n_params};",
-            f"static constexpr long N_BUFFERS = {self.n_buffers}; // after the parameters",
-            f"static constexpr bool BATCH_STATISTICS = {str(self.g.batch_statistics).lower()};",
-            "// values a chunk shares per BatchNorm reduction (2 per channel and a count)",
-            f"static constexpr long SYNC_SLOT = {self.sync_slot()};",
-            "// the sweep leaves d_params alone when only the inputs' gradient is asked for",
-            f"static constexpr bool PARAM_GRADIENT_SKIPPED = "
-            f"{str(self.engine == 'pullback').lower()};",
-            *self.layout_comment(),
-            "// per-sample sizes of the areas",
-            f"static constexpr long ACT_F = {size_of['act', 'F']};",
-            f"static constexpr long ACT_H = {size_of['act', 'H']}, "
-            f"DACT_H = {size_of['d_act', 'H']};",
-            f"static constexpr long ACT_R = {size_of['act', 'R']}, "
-            f"DACT_R = {size_of['d_act', 'R']};",
-            "static constexpr long ACT_PER_SAMPLE = ACT_F + ACT_H + ACT_R;",
-            "static constexpr long D_ACT_PER_SAMPLE = ACT_F + DACT_H + DACT_R;",
-            f"static constexpr long ACT_FLAT_PER_SAMPLE = {self.flat_per_sample}; // no sharing",
-            f"static constexpr double FLOPS_PER_SAMPLE = {self.flops}; // forward",
-            f"static constexpr int MICRO = {micro}; // the head's micro-batch",
-            "[[maybe_unused]] static constexpr T NOT_A_NUMBER = "
-            "std::numeric_limits<T>::quiet_NaN();",
-            f"static constexpr int LOSS_KIND = {_LOSS_KIND[self.loss]}; // weighted_loss's",
-            f"static constexpr long OUTPUT_OFFSET = {out.offset}, OUTPUT_SIZE = {out.size};",
-            f"static constexpr long TARGET_SIZE = "
-            f"{1 if self.loss in CLASS_INDEX_LOSSES else out.size};",
-            f"static constexpr int N_INPUTS = {len(self.input_regions)};",
-            f"static constexpr long INPUT_OFFSET = {inp.offset}, INPUT_SIZE = {inp.size};",
-            f'static constexpr const char* ENGINE = "{engine}";',
-            f'static constexpr const char* DTYPE = "{self.g.dtype}";',
-            f'static constexpr const char* LOSS = "{self.loss}";',
-            table("const char*", "PARAM_NAMES", names, "nullptr"),
-            table("long", "PARAM_OFFSETS", offsets, "N_PARAMS"),
-            table("long", "PARAM_DIMS", dims, "0"),
-            table("int", "PARAM_DIM_STARTS", starts[:-1], starts[-1]),
-            f"static constexpr int N_PARAM_TENSORS = {len(names)};",
-            table("long", "INPUT_SHAPE", [str(d) for d in ins], "0"),
-            f"static constexpr int INPUT_NDIM = {len(ins)};",
-            table("long", "OUTPUT_SHAPE", [str(d) for d in outs], "0"),
-            f"static constexpr int OUTPUT_NDIM = {len(outs)};",
-            "",
-        ]
-
-    def sync_slot(self) -> int:
-        """The most values one BatchNorm shares between chunks: 2 per channel and a count."""
-        ops = [(n, cpu_op(n)) for n in self.g.nodes if not OPS[n.op].view]
-        return max((op.sync_values(n) for n, op in ops if op.sync_values), default=0)
 
     def source(self, prefix: str, c_api: bool = True) -> str:
         loss_expr, loss_pullback = self.loss_call()
@@ -802,7 +487,7 @@ class _Emitter:
             *includes,
             "",
             f"namespace {prefix} {{",
-            f"using T = {_CTYPE[self.g.dtype]};",
+            f"using T = {CTYPE[self.g.dtype]};",
             "",
         ]
         if free:
@@ -823,7 +508,7 @@ class _Emitter:
         lines += [
             "// The model as rootclad/model_runtime.h runs it.",
             "struct Model {",
-            *_indent(model),
+            *indent(model),
             "};",
             f"}} // namespace {prefix}",
             "",

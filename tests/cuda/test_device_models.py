@@ -1,4 +1,4 @@
-"""Whole models on the device kernels (rootclad/codegen/device.py): the GW MLP and CNN's
+"""Whole models on the device kernels (rootclad/codegen/cuda.py): the GW MLP and CNN's
 device program, run on the CPU (g++, dev::Host), against torch: the forward pass, the loss
 and every parameter's gradient, and 20 Adam steps against torch.optim (float64); and the
 same source at full size compiled for the GPU by nvcc (skipped without nvcc)."""
@@ -15,8 +15,8 @@ from torch.nn import functional as F
 
 import rootclad
 from rootclad.codegen import cuda_ops
+from rootclad.codegen.cuda import emit_device, fused_activations
 from rootclad.codegen.cuda_ops import device_ops
-from rootclad.codegen.device import emit_device, fused_activations
 from rootclad.compiler import compile_device
 from rootclad.frontends.torch_fx import graph_from_module
 from rootclad.gw.models import gw_cnn, gw_mlp, gw_resnet

@@ -21,8 +21,8 @@ import pytest
 import torch
 
 import rootclad
+from rootclad.codegen.cuda import emit_device, fused_activations
 from rootclad.codegen.cuda_ops import BN_CHUNKS, device_ops
-from rootclad.codegen.device import emit_device, fused_activations
 from rootclad.compiler import compile_device
 from rootclad.frontends.torch_fx import graph_from_module
 from rootclad.ir.ops import OPS

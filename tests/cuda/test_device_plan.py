@@ -1,4 +1,4 @@
-"""The device programs' plan of d_act (rootclad/codegen/device.py: plan_adjoints): adjoints
+"""The device programs' plan of d_act (rootclad/codegen/cuda.py: plan_adjoints): adjoints
 alive at different times of the backward share memory, and each one that takes over memory an
 earlier-dying one used is zeroed where it starts.
 
@@ -24,8 +24,8 @@ import torch
 from test_core_graph import MODELS as GRAPH_MODELS
 from test_device_models import _build, _p, _program, _step_like_torch
 
-from rootclad.codegen import device
-from rootclad.codegen.device import fused_activations, plan_adjoints
+from rootclad.codegen import cuda as device
+from rootclad.codegen.cuda import fused_activations, plan_adjoints
 from rootclad.frontends.torch_fx import graph_from_module
 from rootclad.gw.models import gw_cnn, gw_resnet
 from rootclad.nets import digits_cnn

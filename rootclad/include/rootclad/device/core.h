@@ -15,7 +15,7 @@
 namespace rootclad {
 namespace dev {
 
-// A program's adjoints (d_act, rootclad/codegen/device.py) are planned, those alive at
+// A program's adjoints (d_act, rootclad/codegen/cuda.py) are planned, those alive at
 // different times of the backward sharing memory, once they would take D_ACT_PLAN_MIN_VALUES
 // values with a region each: a planned adjoint is zeroed where it takes over memory, one launch
 // more for each such, which a small batch would feel and not gain from; unplanned, one zero
