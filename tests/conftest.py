@@ -1,10 +1,13 @@
-"""Fixtures for every test: a private compile cache."""
+"""Fixtures for every test: a private compile cache, one torch thread, the toolchain switches."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
+import torch
+
+from rootclad.toolchain import find_clad, find_cxx
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -21,3 +24,37 @@ def _rootclad_cache_dir(tmp_path_factory):
         os.environ.pop("ROOTCLAD_CACHE_DIR", None)
     else:
         os.environ["ROOTCLAD_CACHE_DIR"] = old
+
+
+@pytest.fixture
+def toolchain_env():
+    """A monkeypatch for toolchain variables; the finders' caches are cleared around it.
+
+    ``find_cxx``/``find_clad`` are cached per process, so a test that fakes an absent tool
+    must clear them before (to see its fake) and after (so later tests see the real tools).
+    """
+    find_cxx.cache_clear()
+    find_clad.cache_clear()
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp
+    find_cxx.cache_clear()
+    find_clad.cache_clear()
+
+
+@pytest.fixture
+def clad():
+    """The installed Clad; skips, saying what was looked for, when there is none."""
+    install, why = find_clad()
+    if install is None:
+        pytest.skip(f"Clad not found: {why}")
+    return install
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_torch_thread():
+    """The tests' tensors are tiny: torch's thread pool only adds spin-waiting (5x slower
+    reference runs on a busy 2-core CI machine). Restored after each module."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

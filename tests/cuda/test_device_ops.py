@@ -14,23 +14,11 @@ from __future__ import annotations
 
 import copy
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-
-import rootclad
-from rootclad.codegen.cuda import emit_device, fused_activations
-from rootclad.codegen.cuda_ops import BN_CHUNKS, device_ops
-from rootclad.compiler import compile_device
-from rootclad.frontends.torch_fx import graph_from_module
-from rootclad.ir.ops import OPS
-from rootclad.toolchain import find_nvcc
-from rootclad.torch import DeviceModel
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
-from core_helpers import (  # noqa: E402
+from fixtures.core import (  # noqa: E402
     RTOL,
     assert_close_rel,
     assert_grads_close,
@@ -42,8 +30,18 @@ from core_helpers import (  # noqa: E402
     torch_loss_and_grad,
     torch_vjp,
 )
-from test_core_graph import MODELS as GRAPH_MODELS  # noqa: E402
-from test_core_ops import CASES, _input  # noqa: E402
+from fixtures.graph_models import MODELS as GRAPH_MODELS  # noqa: E402
+from fixtures.op_cases import CASES  # noqa: E402
+from fixtures.op_cases import sample_input as _input  # noqa: E402
+
+import rootclad
+from rootclad.codegen.cuda import emit_device, fused_activations
+from rootclad.codegen.cuda_ops import BN_CHUNKS, device_ops
+from rootclad.compiler import compile_device
+from rootclad.frontends.torch_fx import graph_from_module
+from rootclad.ir.ops import OPS
+from rootclad.toolchain import find_nvcc
+from rootclad.torch import DeviceModel
 
 F64, F32 = torch.float64, torch.float32
 # each test on the host loops, and on the GPU where there is one (these skip, saying why)

@@ -21,7 +21,7 @@ import pytest
 import test_device_models as models_tests
 import test_device_ops as ops_tests
 import torch
-from test_core_graph import MODELS as GRAPH_MODELS
+from fixtures.graph_models import MODELS as GRAPH_MODELS
 from test_device_models import _build, _p, _program, _step_like_torch
 
 from rootclad.codegen import cuda as device

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import uproot
-from data_helpers import N, encoded_rows, write_uproot
+from fixtures.data import N, encoded_rows, write_uproot
 
 from rootclad.data import DataError
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from data_helpers import (
+from fixtures.data import (
     N,
     assert_same_batches,
     collect,

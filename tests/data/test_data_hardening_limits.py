@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from data_helpers import collect, write_uproot
+from fixtures.data import collect, write_uproot
 
 from rootclad.data.loader import BatchIterator
 

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from data_helpers import assert_each_once, assert_same_batches, decode_rows, encoded_rows
+from fixtures.data import assert_each_once, assert_same_batches, decode_rows, encoded_rows
 
 
 def test_decode_rejects_rows_that_were_not_written_for_their_entry():

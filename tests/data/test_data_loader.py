@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from data_helpers import N, assert_each_once, collect, write_uproot
+from fixtures.data import N, assert_each_once, collect, write_uproot
 
 ENTRIES = 1000
 

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from gw_helpers import assert_mean_matches, assert_overlap_above, assert_ratio_close, overlap
+from fixtures.gw import assert_mean_matches, assert_overlap_above, assert_ratio_close, overlap
 
 
 def _chirp(f, mc):

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from gw_helpers import assert_mean_matches
+from fixtures.gw import assert_mean_matches
 
 from rootclad.gw.dataset import SimulationConfig, event_seeds, generate_events
 from rootclad.gw.matched_filter import (

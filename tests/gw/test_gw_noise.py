@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from gw_helpers import assert_mean_matches, assert_ratio_close
+from fixtures.gw import assert_mean_matches, assert_ratio_close
 from scipy.signal import welch
 
 from rootclad.gw.noise import colored_noise

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from gw_helpers import assert_ratio_close
+from fixtures.gw import assert_ratio_close
 
 from rootclad.gw.psd import aligo_psd, psd_function, psd_on_grid
 

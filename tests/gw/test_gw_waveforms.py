@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from gw_helpers import assert_overlap_above
+from fixtures.gw import assert_overlap_above
 
 from rootclad.gw.psd import aligo_psd
 from rootclad.gw.waveforms import isco_frequency, taylorf2, waveform

@@ -13,7 +13,8 @@ import copy
 
 import pytest
 import torch
-from core_helpers import assert_close_rel, max_rel_err, torch_loss
+from fixtures.core import assert_close_rel, max_rel_err, torch_loss
+from fixtures.training import OPTIMIZERS, SMALL_BATCH_MODELS, batches, training_data
 from torch import nn
 
 import rootclad
@@ -21,47 +22,6 @@ import rootclad
 F64 = torch.float64
 STEPS = 300
 RTOL = 1e-8  # tighter than the issue's 1e-4; the runs differ by rounding only
-
-# (id, rootclad optimizer, torch optimizer, keyword arguments both take)
-OPTIMIZERS = [
-    ("sgd", rootclad.optim.SGD, torch.optim.SGD, {"lr": 0.1}),
-    (
-        "sgd-nesterov-wd",
-        rootclad.optim.SGD,
-        torch.optim.SGD,
-        {"lr": 0.05, "momentum": 0.9, "nesterov": True, "weight_decay": 1e-3},
-    ),
-    (
-        "sgd-dampening",
-        rootclad.optim.SGD,
-        torch.optim.SGD,
-        {"lr": 0.05, "momentum": 0.8, "dampening": 0.3},
-    ),
-    ("adam", rootclad.optim.Adam, torch.optim.Adam, {"lr": 1e-2}),
-    (
-        "adam-wd",
-        rootclad.optim.Adam,
-        torch.optim.Adam,
-        {"lr": 5e-3, "betas": (0.8, 0.99), "eps": 1e-7, "weight_decay": 1e-2},
-    ),
-    ("adamw", rootclad.optim.AdamW, torch.optim.AdamW, {"lr": 1e-2}),
-    ("adamw-wd", rootclad.optim.AdamW, torch.optim.AdamW, {"lr": 1e-2, "weight_decay": 0.1}),
-]
-
-
-def _data(n=96, seed=0, shape=(6,)):
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, 6, generator=gen, dtype=F64)
-    y = ((x[:, 0] * x[:, 1] + x[:, 2]) > 0).to(F64).unsqueeze(1)
-    return x.reshape(n, *shape), y
-
-
-def _batches(n, steps, seed=1, sizes=(8, 24)):
-    """Mini-batch index sets of sizes in [sizes], so the workspace grows and shrinks."""
-    gen = torch.Generator().manual_seed(seed)
-    for _ in range(steps):
-        B = int(torch.randint(sizes[0], sizes[1] + 1, (1,), generator=gen))
-        yield torch.randperm(n, generator=gen)[:B]
 
 
 def _track(net0, cm, name, ours, theirs, kwargs, data, batches):
@@ -101,38 +61,8 @@ def compiled_mlp():
 @pytest.mark.parametrize("name, ours, theirs, kwargs", OPTIMIZERS, ids=[o[0] for o in OPTIMIZERS])
 def test_train_step_tracks_torch_optim(compiled_mlp, name, ours, theirs, kwargs):
     net0, cm = compiled_mlp
-    x, y = _data()
-    _track(net0, cm, name, ours, theirs, kwargs, (x, y), _batches(len(x), STEPS))
-
-
-def _shared_linear() -> nn.Module:
-    """A Linear used twice (its gradient is the sum of both uses) between two others; made in
-    the builder so that its weights come from the fixture's seed, not from whatever the
-    random generator held when this module was imported."""
-    shared = nn.Linear(6, 6)
-    return nn.Sequential(
-        nn.Linear(6, 6), nn.Tanh(), shared, nn.Tanh(), shared, nn.Tanh(), nn.Linear(6, 1)
-    )
-
-
-# Models for the fused path: Linear layers only; a Conv1d head whose gradient is formed and
-# updated after the sweep; a Linear used twice (not fused) between fused ones.
-# (builder, per-sample input shape)
-SMALL_BATCH_MODELS = {
-    "mlp": (lambda: nn.Sequential(nn.Linear(6, 12), nn.Tanh(), nn.Linear(12, 1)), (6,)),
-    "conv-head": (
-        lambda: nn.Sequential(
-            nn.Conv1d(1, 3, 3),
-            nn.ReLU(),
-            nn.Flatten(),
-            nn.Linear(12, 5),
-            nn.Tanh(),
-            nn.Linear(5, 1),
-        ),
-        (1, 6),
-    ),  # fmt: skip
-    "shared-linear": (_shared_linear, (6,)),
-}
+    x, y = training_data()
+    _track(net0, cm, name, ours, theirs, kwargs, (x, y), batches(len(x), STEPS))
 
 
 @pytest.fixture(scope="module", params=list(SMALL_BATCH_MODELS))
@@ -149,9 +79,9 @@ def small_batch_model(request):
 def test_small_batch_train_step_tracks_torch_optim(small_batch_model, name, ours, theirs, kwargs):
     """Batches of 1 to 8 samples: train_step's fused path."""
     model, net0, cm, shape = small_batch_model
-    x, y = _data(shape=shape, seed=8)
-    batches = _batches(len(x), STEPS, seed=9, sizes=(1, 8))
-    _track(net0, cm, f"{model} {name}", ours, theirs, kwargs, (x, y), batches)
+    x, y = training_data(shape=shape, seed=8)
+    schedule = batches(len(x), STEPS, seed=9, sizes=(1, 8))
+    _track(net0, cm, f"{model} {name}", ours, theirs, kwargs, (x, y), schedule)
 
 
 def test_changing_lr_mid_run_tracks_torch(compiled_mlp):
@@ -160,8 +90,8 @@ def test_changing_lr_mid_run_tracks_torch(compiled_mlp):
     net = copy.deepcopy(net0)
     opt = rootclad.optim.Adam(cm, lr=1e-2)
     opt_ref = torch.optim.Adam(net.parameters(), lr=1e-2)
-    x, y = _data(seed=3)
-    for step, idx in enumerate(_batches(len(x), 60, seed=4)):
+    x, y = training_data(seed=3)
+    for step, idx in enumerate(batches(len(x), 60, seed=4)):
         if step == 30:
             opt.lr = 1e-3
             for group in opt_ref.param_groups:
@@ -177,16 +107,16 @@ def test_changing_lr_mid_run_tracks_torch(compiled_mlp):
 def test_a_new_optimizer_starts_from_fresh_state(compiled_mlp):
     """Momentum from an earlier run must not leak into a new optimizer's first steps."""
     net0, cm = compiled_mlp
-    x, y = _data(seed=5)
+    x, y = training_data(seed=5)
     cm.load_state_dict(net0.state_dict())
     opt = rootclad.optim.SGD(cm, lr=0.1, momentum=0.9)
-    for idx in _batches(len(x), 5, seed=6):
+    for idx in batches(len(x), 5, seed=6):
         cm.train_step(x[idx], y[idx], opt)
     cm.load_state_dict(net0.state_dict())
     net = copy.deepcopy(net0)
     opt = rootclad.optim.SGD(cm, lr=0.1, momentum=0.9)
     opt_ref = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
-    for idx in _batches(len(x), 5, seed=7):
+    for idx in batches(len(x), 5, seed=7):
         cm.train_step(x[idx], y[idx], opt)
         opt_ref.zero_grad()
         torch_loss("bce_with_logits", net(x[idx]), y[idx]).backward()

@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from core_helpers import assert_close_rel
+from fixtures.core import assert_close_rel
 from torch import nn
 
 import rootclad

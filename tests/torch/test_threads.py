@@ -14,7 +14,7 @@ import threading
 
 import pytest
 import torch
-from core_helpers import mixed_batch, mixed_model
+from fixtures.core import mixed_batch, mixed_model
 from torch import nn
 
 import rootclad

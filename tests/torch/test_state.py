@@ -11,8 +11,8 @@ import math
 
 import pytest
 import torch
-from core_helpers import assert_close_rel, torch_loss
-from test_core_training import OPTIMIZERS, SMALL_BATCH_MODELS, _batches, _data
+from fixtures.core import assert_close_rel, torch_loss
+from fixtures.training import OPTIMIZERS, SMALL_BATCH_MODELS, batches, training_data
 from torch import nn
 
 import rootclad
@@ -56,10 +56,10 @@ def _track_frozen(engine, name, ours, theirs, kwargs, sizes):
     assert not dict(cm.named_parameters())["0.weight"].requires_grad
     net = copy.deepcopy(net0)
     opt, opt_ref = ours(cm, **kwargs), theirs(net.parameters(), **kwargs)
-    x, y = _data(shape=shape, seed=8)
+    x, y = training_data(shape=shape, seed=8)
     changes = dict(SCHEDULE)
     was = {k: v.clone() for k, v in cm.state_dict().items()}
-    for step, idx in enumerate(_batches(len(x), 70, seed=9, sizes=sizes)):
+    for step, idx in enumerate(batches(len(x), 70, seed=9, sizes=sizes)):
         if step in changes:
             _set_frozen(cm.named_parameters(), changes[step])
             _set_frozen(net.named_parameters(), changes[step])
@@ -161,8 +161,8 @@ def test_two_optimizers_on_one_model_keep_their_own_state(cm):
     a, b = rootclad.optim.Adam(cm, lr=1e-2), rootclad.optim.SGD(cm, lr=0.05, momentum=0.9)
     ref_a = torch.optim.Adam(net.parameters(), lr=1e-2)
     ref_b = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
-    x, y = _data(seed=2)
-    for i, idx in enumerate(_batches(len(x), 40, seed=3)):
+    x, y = training_data(seed=2)
+    for i, idx in enumerate(batches(len(x), 40, seed=3)):
         ours, ref = (a, ref_a) if i % 3 else (b, ref_b)
         cm.train_step(x[idx], y[idx], ours)
         ref.zero_grad()

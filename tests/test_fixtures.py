@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from core_helpers import (
+from fixtures.core import (
     assert_close_rel,
     assert_grads_close,
     assert_same_nan,

@@ -12,7 +12,7 @@ import time
 
 import pytest
 import torch
-from core_helpers import assert_close_rel
+from fixtures.core import assert_close_rel
 from torch import nn
 
 import rootclad

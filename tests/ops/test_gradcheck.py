@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from core_helpers import assert_close_rel
+from fixtures.core import assert_close_rel
 from torch import nn
 from torch.autograd.gradcheck import GradcheckError
 

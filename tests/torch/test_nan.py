@@ -10,8 +10,8 @@ import copy
 
 import pytest
 import torch
-from core_helpers import assert_same_nan, mixed_batch, mixed_model, torch_loss
-from test_core_ops import CASES
+from fixtures.core import assert_same_nan, mixed_batch, mixed_model, torch_loss
+from fixtures.op_cases import CASES
 from torch import nn
 
 import rootclad

@@ -13,119 +13,19 @@ import copy
 
 import pytest
 import torch
-from core_helpers import (
+from fixtures.core import (
     assert_close_rel,
     assert_grads_close,
     max_rel_err,
-    perturbed,
     torch_loss,
 )
-from torch import nn
-from torch.nn import functional as F
+from fixtures.graph_models import MODELS, param_data, randn
 
 import rootclad
 from rootclad.gw.models import gw_resnet
-from rootclad.nets import digits_cnn
 
 F64, F32 = torch.float64, torch.float32
 RTOL = {F64: 1e-10, F32: 1e-4}
-
-
-class ParamNet(nn.Module):
-    """A parameterised network f(x, theta): features and physics parameters concatenated,
-    with a residual block."""
-
-    def __init__(self, n_x=6, n_theta=2, width=16):
-        super().__init__()
-        self.inp = nn.Linear(n_x + n_theta, width)
-        self.block = nn.Linear(width, width)
-        self.out = nn.Linear(width, 1)
-
-    def forward(self, x, theta):
-        h = F.silu(self.inp(torch.cat([x, theta], dim=1)))
-        h = F.elu(h + self.block(h))
-        return self.out(h)
-
-
-class TabularMLP(nn.Module):
-    """A tabular MLP with LayerNorm and a softmax output (class probabilities)."""
-
-    def __init__(self, n_in=10, width=24, classes=4):
-        super().__init__()
-        self.net = nn.Sequential(
-            nn.Linear(n_in, width),
-            nn.LayerNorm(width),
-            nn.GELU(),
-            nn.Linear(width, width),
-            nn.LayerNorm(width),
-            nn.ReLU(),
-            nn.Linear(width, classes),
-            nn.Softmax(dim=1),
-        )
-
-    def forward(self, x):
-        return self.net(x)
-
-
-def _randn(*shape, seed=0):
-    return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=F64)
-
-
-# name -> (builder, example inputs of batch B, targets of batch B, loss)
-def _param_data(B, seed=0):
-    x, theta = _randn(B, 6, seed=seed), _randn(B, 2, seed=seed + 1)
-    y = ((x[:, 0] * theta[:, 0] + x[:, 1]) > 0).to(F64).unsqueeze(1)
-    return (x, theta), y
-
-
-def _tabular_data(B, seed=0):
-    x = _randn(B, 10, seed=seed)
-    y = F.one_hot((x[:, :4].argmax(1)), 4).to(F64)
-    return (x,), y
-
-
-def _resnet_data(B, seed=0):
-    x = _randn(B, 1, 96, seed=seed)
-    y = (x[:, 0, :48].sum(1) > 0).to(F64).unsqueeze(1)
-    return (x,), y
-
-
-class Classifier(nn.Module):
-    """A classifier ending in LogSoftmax, trained with nll; a transposed input and a skip."""
-
-    def __init__(self, classes=3):
-        super().__init__()
-        self.mix = nn.Linear(4, 4)
-        self.fc = nn.Linear(20, classes)
-
-    def forward(self, x):  # x: (B, 4, 5)
-        h = torch.tanh(self.mix(x.transpose(1, 2)))  # (B, 5, 4)
-        h = h * 0.5 + x.permute(0, 2, 1)
-        return F.log_softmax(self.fc(h.reshape(x.size(0), -1)), dim=1)
-
-
-def _classifier_data(B, seed=0):
-    x = _randn(B, 4, 5, seed=seed)
-    return (x,), (x[:, 0, :3].argmax(1))
-
-
-def _digits_data(B, seed=0):
-    x = _randn(B, 1, 28, 28, seed=seed)
-    return (x,), x[:, 0, ::3, ::3].reshape(B, -1)[:, :10].argmax(1)
-
-
-MODELS = {
-    "cnn2d-digits": (digits_cnn, _digits_data, "cross_entropy"),
-    "param-net": (lambda: ParamNet(), _param_data, "bce_with_logits"),
-    "classifier-logsoftmax-nll": (lambda: Classifier(), _classifier_data, "nll"),
-    "tabular-layernorm-softmax": (lambda: perturbed(TabularMLP()), _tabular_data, "mse"),
-    "gw-resnet": (lambda: gw_resnet(n=96, channels=4), _resnet_data, "bce_with_logits"),
-    "gw-resnet-batchnorm": (
-        lambda: gw_resnet(n=96, channels=4, batch_norm=True),
-        _resnet_data,
-        "bce_with_logits",
-    ),
-}
 
 
 def _build(name, dtype=F64, engine="pullback", **kw):
@@ -166,7 +66,7 @@ def test_graph_model_loss_and_gradients_match_torch(name, dtype):
     # the forward and the VJP of the autograd function, inputs included
     xs_cm = tuple(x.clone().requires_grad_(True) for x in xs_c)
     out = cm(*xs_cm)
-    d_out = _randn(*out.shape, seed=7)
+    d_out = randn(*out.shape, seed=7)
     got = torch.autograd.grad(out, [*xs_cm, *cm.parameters()], d_out.to(dtype))
     xs_ref = tuple(x.to(F64).requires_grad_(True) for x in xs_c)
     out_ref = ref(*xs_ref)
@@ -179,7 +79,7 @@ def test_graph_model_loss_and_gradients_match_torch(name, dtype):
 def test_two_input_residual_model_passes_gradcheck():
     """Numerical Jacobians of the compiled forward w.r.t. both inputs and every parameter."""
     _, cm = _build("param-net")
-    (x, theta), _ = _param_data(3, seed=4)
+    (x, theta), _ = param_data(3, seed=4)
     x.requires_grad_(True)
     theta.requires_grad_(True)
 
@@ -192,7 +92,7 @@ def test_two_input_residual_model_passes_gradcheck():
 def test_input_grad_equals_autograd_for_each_input():
     """cm.input_grad: the compiled VJP with respect to the inputs, no autograd graph."""
     _, cm = _build("param-net")
-    (x, theta), _ = _param_data(4, seed=5)
+    (x, theta), _ = param_data(4, seed=5)
     d_out = torch.randn(4, *cm.output_shape, dtype=F64)
     got = cm.input_grad(x, theta, d_out=d_out)
     xs = (x.clone().requires_grad_(True), theta.clone().requires_grad_(True))
@@ -274,7 +174,7 @@ def test_clad_engine_equals_the_pullback_engine_on_graph_models(clad, name, pull
     xs1 = tuple(x.clone().requires_grad_(True) for x in xs)
     xs2 = tuple(x.clone().requires_grad_(True) for x in xs)
     out = pb(*xs1)
-    w = _randn(*out.shape, seed=8)  # not all ones: a softmax output sums to 1
+    w = randn(*out.shape, seed=8)  # not all ones: a softmax output sums to 1
     d1 = torch.autograd.grad(out, xs1, w)
     d2 = torch.autograd.grad(cl(*xs2), xs2, w)
     for a, b in zip(d2, d1, strict=True):
@@ -293,7 +193,7 @@ def test_batchnorm_over_a_batch_split_between_threads_matches_torch(engine, requ
     monkeypatch.setenv("ROOTCLAD_NUM_THREADS", "2")
     torch.manual_seed(0)
     net = gw_resnet(n=256, channels=4, batch_norm=True).double()
-    x = _randn(64, 1, 256, seed=4)
+    x = randn(64, 1, 256, seed=4)
     y = (x[:, 0, :128].sum(1) > 0).to(F64).unsqueeze(1)
     cm = rootclad.compile(copy.deepcopy(net), example_input=x, engine=engine)
     value, grads = cm.loss_and_grad(x, y)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from core_helpers import assert_close_rel, torch_vjp
+from fixtures.core import assert_close_rel, torch_vjp
 from torch import nn
 from torch.nn import functional as F
 

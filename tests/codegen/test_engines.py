@@ -10,7 +10,7 @@ import copy
 
 import pytest
 import torch
-from core_helpers import (
+from fixtures.core import (
     assert_close_rel,
     assert_grads_close,
     check_against_torch,

@@ -6,7 +6,7 @@ memory, and the plan is smaller than one region per value for the models it is f
 liveness itself: ``ROOTCLAD_CHECK_PLAN=1`` compiles a build that shares nothing but fills every
 activation no pullback reads with NaN once the forward is past it, and every planned adjoint
 with NaN before the backward; a wrong ``saves`` entry in the op registry or a missing adjoint
-marker then turns the gradients into NaN. Every op case of test_core_ops runs that way, inside
+marker then turns the gradients into NaN. Every op case of fixtures/op_cases.py runs that way, inside
 a graph (its output feeds one more op, so it is not the model's output), against torch.
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from core_helpers import check_against_torch, perturbed
-from test_core_ops import CASES, _Fn, _input
+from fixtures.core import check_against_torch, perturbed
+from fixtures.op_cases import CASES, Fn, sample_input
 from torch import nn
 
 from rootclad.codegen import cpu
@@ -87,7 +87,7 @@ def _then_scale(build):
 
     def make():
         inner = build()
-        net = nn.Sequential(inner, _Fn(lambda x: 0.5 * x - 0.25))
+        net = nn.Sequential(inner, Fn(lambda x: 0.5 * x - 0.25))
         return net.train(inner.training)
 
     return make
@@ -99,7 +99,7 @@ def _then_scale(build):
 def test_op_pullback_reads_only_what_its_registry_entry_saves(build, shape, monkeypatch):
     monkeypatch.setenv("ROOTCLAD_CHECK_PLAN", "1")
     torch.manual_seed(0)
-    check_against_torch(build(), _input(shape), F64)
+    check_against_torch(build(), sample_input(shape), F64)
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -107,7 +107,7 @@ def test_models_under_the_plan_check(name, monkeypatch):
     monkeypatch.setenv("ROOTCLAD_CHECK_PLAN", "1")
     build, shape = MODELS[name]
     torch.manual_seed(0)
-    check_against_torch(build().double(), _input(shape, B=5), F64)
+    check_against_torch(build().double(), sample_input(shape, B=5), F64)
 
 
 def test_plan_check_fails_when_an_op_claims_to_need_less(monkeypatch):
@@ -117,7 +117,7 @@ def test_plan_check_fails_when_an_op_claims_to_need_less(monkeypatch):
     monkeypatch.setattr(OPS["maxpool1d"], "saves", ("in",))
     net = _then_scale(lambda: nn.Sequential(nn.MaxPool1d(4)).double())()
     with pytest.raises(AssertionError, match="d_input"):
-        check_against_torch(net, _input((2, 12)), F64)
+        check_against_torch(net, sample_input((2, 12)), F64)
 
 
 def test_plan_check_fails_without_the_adjoint_markers(monkeypatch):
@@ -126,4 +126,4 @@ def test_plan_check_fails_without_the_adjoint_markers(monkeypatch):
     monkeypatch.setattr(cpu._Emitter, "markers", lambda self, idx, code: None)
     net = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 2)).double()
     with pytest.raises(AssertionError, match="d_input|vjp"):
-        check_against_torch(net, _input((6,)), F64)
+        check_against_torch(net, sample_input((6,)), F64)

@@ -10,7 +10,7 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
-from core_helpers import (
+from fixtures.core import (
     RTOL,
     assert_close_rel,
     assert_grads_close,
@@ -416,7 +416,7 @@ _THREADS_CHILD = """
 import sys
 import torch
 sys.path.insert(0, sys.argv[2])
-from core_helpers import mixed_batch, mixed_model
+from fixtures.core import mixed_batch, mixed_model
 import rootclad
 
 torch.manual_seed(0)

@@ -10,7 +10,7 @@ import copy
 
 import pytest
 import torch
-from core_helpers import assert_close_rel, assert_grads_close
+from fixtures.core import assert_close_rel, assert_grads_close
 from torch import nn
 from torch.nn import functional as F
 
