@@ -121,6 +121,19 @@ def _unary_calls(node, graph, site):
     return [Call("unary", (OUT, IN(0), INT(f"B * {_n(node.in_shape)}"), f))]
 
 
+def parametric_geometry(node, graph):
+    """(C, S, A): channels (per-sample axis 0), positions per channel, parameter values."""
+    C, S = node.in_shape[0], _n(node.in_shape[1:])
+    return C, S, graph.param(node.params["weight"]).numel
+
+
+def _parametric_calls(node, graph, site):
+    """An elementwise op with a parameter per channel (or one): parametric_forward."""
+    C, S, A = parametric_geometry(node, graph)
+    f = Arg("functor", functor_value(node))
+    return [Call("parametric", (OUT, IN(0), W("weight"), INT("B"), INT(C), INT(S), INT(A), f))]
+
+
 # -- dense ----------------------------------------------------------------------------------
 def _linear_calls(node, graph, site):
     C, OC = node.in_shape[-1], node.out_shape[-1]
@@ -350,6 +363,7 @@ CPU_OPS: dict[str, CpuOp] = {
     ),
 }
 _UNARY = CpuOp(_unary_calls)
+_PARAMETRIC = CpuOp(_parametric_calls)
 
 
 def cpu_op(node: Node) -> CpuOp:
@@ -358,5 +372,5 @@ def cpu_op(node: Node) -> CpuOp:
     if op is not None:
         return op
     if OPS[node.op].functor:
-        return _UNARY
+        return _PARAMETRIC if OPS[node.op].params else _UNARY
     raise IRError(f"{node.describe()}: op {node.op!r} has no CPU kernels")

@@ -18,6 +18,7 @@ from rootclad.codegen.cpu_ops import (
     cat_parts,
     conv1d_geometry,
     layer_norm_rows,
+    parametric_geometry,
     permute_geometry,
 )
 from rootclad.codegen.cxx import functor_value
@@ -97,6 +98,22 @@ class DeviceOp:
 
 def _n(shape) -> int:
     return math.prod(shape)
+
+
+def _parametric_device(node, graph, d):
+    """An elementwise op with a parameter per channel (or one)."""
+    C, S, A = parametric_geometry(node, graph)
+    op = functor_value(node)
+    dims = f"(long)B, {C}, (long){S}, {A}, {op}"
+    fwd = [f"parametric_forward(on, {d.out}, {d.ins[0]}, {d.p('weight')}, {dims});"]
+    bwd = []
+    if d.d_ins[0] != "nullptr":
+        bwd.append(f"parametric_backward_input(on, {d.d_ins[0]}, {d.d_out}, {d.ins[0]}, {d.out}, "
+                   f"{d.p('weight')}, {dims});")  # fmt: skip
+    if d.dp("weight") != "(T*)nullptr":
+        bwd.append(f"parametric_backward_param(on, {d.dp('weight')}, {d.d_out}, {d.ins[0]}, "
+                   f"{d.out}, {d.p('weight')}, {dims});")  # fmt: skip
+    return fwd, bwd
 
 
 def _unary_device(node, graph, d):
@@ -313,13 +330,14 @@ DEVICE_OPS: dict[str, DeviceOp] = {
     "batch_norm": DeviceOp(_batch_norm_device),
 }
 _UNARY = DeviceOp(_unary_device)
+_PARAMETRIC = DeviceOp(_parametric_device)
 
 
 def device_op(node: Node) -> DeviceOp | None:
     """How ``node`` runs as device kernels (None: it has none yet)."""
     op = DEVICE_OPS.get(node.op)
     if op is None and OPS[node.op].functor:
-        return _UNARY
+        return _PARAMETRIC if OPS[node.op].params else _UNARY
     return op
 
 
@@ -327,7 +345,8 @@ def fusable_activation(node: Node) -> str:
     """The functor a producer may apply for ``node`` (an elementwise op whose derivative reads
     only its output), or "" when it is no such op."""
     spec = OPS[node.op]
-    return functor_value(node) if spec.functor and spec.saves == ("out",) else ""
+    plain = spec.functor and not spec.params and spec.saves == ("out",)
+    return functor_value(node) if plain else ""
 
 
 def device_ops() -> list[str]:

@@ -39,11 +39,14 @@ KEYWORDS = frozenset(
 
 
 def number(value) -> str:
-    """A Python number as a C++ literal that reads back as the same double (or int)."""
+    """A Python number as a C++ literal that reads back as the same double (or int); an
+    infinity as HUGE_VAL (<cmath>), never a NaN."""
     if isinstance(value, bool) or isinstance(value, int):
         return str(int(value))
     text = repr(float(value))
-    if text in ("inf", "-inf", "nan"):
+    if text in ("inf", "-inf"):
+        return text.replace("inf", "HUGE_VAL")
+    if text == "nan":
         raise ValueError(f"{value!r} has no C++ literal; rootclad refuses it before emitting")
     return text
 

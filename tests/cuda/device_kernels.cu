@@ -1,6 +1,7 @@
 // Every device kernel instantiated for the GPU, float and double: tests/cuda/ compiles this
 // with nvcc wherever nvcc is installed, GPU or not. test_functors.h (test_nvcc.py writes it)
-// defines ROOTCLAD_TEST_FUNCTORS: every elementwise functor of the op registry.
+// defines ROOTCLAD_TEST_FUNCTORS and ROOTCLAD_TEST_PARAMETRIC: every elementwise functor of the
+// op registry, without and with a parameter per channel.
 #include <rootclad/device_kernels.h>
 
 #include "test_functors.h"
@@ -14,6 +15,13 @@ template <class T, class... Op> void unary(Cuda on, Op... op) {
   (k::unary_backward(on, p, p, p, p, 1, op), ...);
 }
 
+template <class T, class... Op> void parametric(Cuda on, Op... op) {
+  T* p = nullptr;
+  (k::parametric_forward(on, p, p, p, 1, 1, 1, 1, op), ...);
+  (k::parametric_backward_input(on, p, p, p, p, p, 1, 1, 1, 1, op), ...);
+  (k::parametric_backward_param(on, p, p, p, p, p, 1, 1, 1, 1, op), ...);
+}
+
 template <class T> void instantiate() {
   Cuda on{};
   T* p = nullptr;
@@ -25,6 +33,7 @@ template <class T> void instantiate() {
   k::as_matrix(on, k::act_grad(p, p, rootclad::Relu{}), 1);
   // every elementwise functor of the registry (test_nvcc.py passes the list)
   unary<T>(on, ROOTCLAD_TEST_FUNCTORS);
+  parametric<T>(on, ROOTCLAD_TEST_PARAMETRIC);
   k::add_forward(on, p, p, p, 1, T(1));
   k::add_backward(on, p, p, 1, T(1));
   const k::Broadcast bc{{1, 2, 3}, {0, 3, 1}, {6, 3, 1}, 3, 6};

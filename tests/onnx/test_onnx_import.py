@@ -22,26 +22,8 @@ from rootclad.toolchain import find_clad
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
+from fixtures.onnx import export, run_ort  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-
-
-def export(net: nn.Module, x) -> onnx.ModelProto:
-    """torch's (TorchScript-based) exporter, with a dynamic batch axis; x: a tensor, or a
-    tuple of them (one per input)."""
-    xs = x if isinstance(x, tuple) else (x,)
-    names = ["x"] if len(xs) == 1 else [f"x{i}" for i in range(len(xs))]
-    f = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(net, xs, f, dynamo=False, input_names=names, output_names=["y"],
-                          dynamic_axes={n: {0: "B"} for n in [*names, "y"]},
-                          opset_version=17)  # fmt: skip
-    return onnx.load_from_string(f.getvalue())
-
-
-def run_ort(model: onnx.ModelProto, *xs: np.ndarray) -> np.ndarray:
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, {i.name: x for i, x in zip(sess.get_inputs(), xs, strict=True)})[0]
 
 
 class _Tabular(nn.Module):

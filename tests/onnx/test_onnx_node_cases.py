@@ -27,6 +27,7 @@ OPS = {
     "Softplus", "Gelu", "Softmax", "LogSoftmax", "Conv", "MaxPool", "AveragePool",
     "GlobalAveragePool", "GlobalMaxPool", "BatchNormalization", "LayerNormalization", "Flatten",
     "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Concat", "Dropout", "Identity",
+    "HardSigmoid", "HardSwish", "Clip", "Mish", "Selu", "PRelu", "Neg",
 }  # fmt: skip
 
 

@@ -14,8 +14,9 @@ from rootclad.frontends.onnx.common import Renamed, text
 
 SUPPORTED = (
     "Gemm, MatMul (by a weight, with a following Add of a bias folded in), Add, Sub, Mul, Div "
-    "(two tensors with broadcasting, or a tensor and a number), Relu, LeakyRelu, Elu, Sigmoid, "
-    "Tanh, Softplus, Gelu (and the Erf form exporters write), Softmax, LogSoftmax, Conv (1-d, "
+    "(two tensors with broadcasting, or a tensor and a number), Neg, Relu, LeakyRelu, Elu, "
+    "Sigmoid, Tanh, Softplus, Gelu (and the Erf form exporters write), HardSwish, HardSigmoid, "
+    "Clip, Mish, Selu, PRelu (one slope or one per channel), Softmax, LogSoftmax, Conv (1-d, "
     "2-d), MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, BatchNormalization "
     "(inference), LayerNormalization, Flatten, Reshape, Transpose, Squeeze, Unsqueeze, Concat, "
     "Dropout, Identity, Constant, and the Shape/Gather/Slice/Concat/Cast arithmetic on shapes "
@@ -28,6 +29,8 @@ ATTRIBUTES = {
     "LeakyRelu": {"alpha"},
     "Elu": {"alpha"},
     "Gelu": {"approximate"},
+    "HardSigmoid": {"alpha", "beta"},
+    "Selu": {"alpha", "gamma"},
     "Softmax": {"axis"},
     "LogSoftmax": {"axis"},
     "Conv": {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"},
@@ -85,6 +88,10 @@ class LayerOps:
 
     def op_Mul(self, node, a):
         self.binary(node, lambda p, q: p * q)
+
+    def op_Neg(self, node, a):
+        x = self.tensor(node)
+        self.emit(node.output, lambda env, root, x=x: -env[x], self.shapes[x])
 
     def op_Div(self, node, a):
         if not self.erf_gelu(node):
@@ -209,6 +216,55 @@ class LayerOps:
     def op_Gelu(self, node, a):
         approx = text(a.get("approximate", b"none"))
         self.activation(node, nn.GELU(approximate=approx))
+
+    def op_HardSwish(self, node, a):
+        self.activation(node, nn.Hardswish())
+
+    def op_HardSigmoid(self, node, a):
+        alpha, beta = float(a.get("alpha", 0.2)), float(a.get("beta", 0.5))
+        if math.isclose(alpha, 1 / 6, rel_tol=1e-6) and beta == 0.5:  # torch's
+            return self.activation(node, nn.Hardsigmoid())
+        x = self.tensor(node)  # ONNX's defaults, or any: alpha x + beta clamped to [0, 1]
+        self.emit(node.output, lambda env, root, x=x: torch.clamp(env[x] * alpha + beta, 0.0, 1.0),
+                  self.shapes[x])  # fmt: skip
+
+    def op_Clip(self, node, a):
+        bounds = []
+        for i, what, unbounded in ((1, "min", -math.inf), (2, "max", math.inf)):
+            v = self.const(node, i, what)
+            if v is not None and np.size(v) != 1:
+                raise self.fail(node, f"its {what} must be one number, got shape {np.shape(v)}")
+            bounds.append(unbounded if v is None else float(np.asarray(v).reshape(())))
+        if not bounds[0] < bounds[1]:
+            raise self.fail(node, f"min {bounds[0]} must be below max {bounds[1]}")
+        self.activation(node, nn.Hardtanh(*bounds))
+
+    def op_Mish(self, node, a):
+        self.activation(node, nn.Mish())
+
+    def op_Selu(self, node, a):
+        alpha, gamma = float(a.get("alpha", 1.6732632)), float(a.get("gamma", 1.0507010))
+        if not (math.isclose(alpha, 1.6732632423543772, rel_tol=1e-6)
+                and math.isclose(gamma, 1.0507009873554805, rel_tol=1e-6)):  # fmt: skip
+            raise self.fail(node, f"alpha={alpha}, gamma={gamma}: only torch's SELU constants "
+                            "(alpha 1.6732632, gamma 1.0507010) are supported")  # fmt: skip
+        self.activation(node, nn.SELU())
+
+    def op_PRelu(self, node, a):
+        x = self.tensor(node)
+        slope = np.asarray(self.const(node, 1, "slope"), dtype=np.float64)
+        shape = self.shapes[x]
+        rank = len(shape) + 1
+        padded = (1,) * (rank - slope.ndim) + slope.shape if slope.ndim <= rank else None
+        if padded is None or padded[1] not in (1, shape[0]) or any(
+                d != 1 for i, d in enumerate(padded) if i != 1):  # fmt: skip
+            raise self.fail(node, f"slope of shape {slope.shape} is not one value per channel "
+                            f"(axis 1) of {tuple(shape)} or one for all")  # fmt: skip
+        prelu = nn.PReLU(slope.size)
+        with torch.no_grad():
+            prelu.weight.copy_(torch.from_numpy(slope.reshape(-1).copy()))
+        self.share(node, prelu, {"weight": (node.input[1], f"slope of shape {slope.shape}")})
+        self.module_step(node, prelu, node.input[1], x)
 
     def softmax(self, node, a, cls):
         x = self.tensor(node)

@@ -7,20 +7,25 @@ cheaper, only the output (``("out",)``; the GPU then fuses the op into its produ
 
 from __future__ import annotations
 
-from rootclad.ir.graph import IRError
+import math
+
+from rootclad.ir.graph import IRError, expect
 from rootclad.ir.ops.common import F, arg, same_shape
 from rootclad.ir.registry import OpSpec, register
 
 
 def elementwise(name, summary, functor, modules=(), functions=(), functor_args=lambda a: (),
-                from_module=None, from_call=None, saves=("in",), monotone=None):  # fmt: skip
-    """Register an elementwise op computed by ``functor``."""
+                from_module=None, from_call=None, saves=("in",), monotone=None, params=(),
+                infer=same_shape):  # fmt: skip
+    """Register an elementwise op computed by ``functor``; with ``params=("weight",)`` the
+    functor takes one parameter value per channel (per-sample axis 0), or one for all."""
     return register(
         OpSpec(
             name,
             "elementwise",
             summary,
-            same_shape,
+            infer,
+            params=params,
             saves=saves,
             functor=functor,
             functor_args=functor_args,
@@ -106,6 +111,72 @@ elementwise(
     functor_args=lambda a: (float(a["scale"]), float(a["shift"])),
     saves=(),
 )
+
+
+def _clamp_call(args, kw, where):
+    """torch.clamp / clip with number bounds (either may be None: unbounded)."""
+    lo, hi = arg(args, kw, 0, "min", None), arg(args, kw, 1, "max", None)
+    for what, v in (("min", lo), ("max", hi)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise IRError(f"{where}: clamp's {what} must be a number (a tensor bound is not "
+                          "supported)")  # fmt: skip
+    if lo is None and hi is None:
+        raise IRError(f"{where}: clamp needs a min or a max")
+    return {"min_val": -math.inf if lo is None else float(lo),
+            "max_val": math.inf if hi is None else float(hi)}  # fmt: skip
+
+
+elementwise(
+    "hardtanh",
+    "Hardtanh / ReLU6 / clamp: x clamped to [min_val, max_val]",
+    "Hardtanh",
+    ("Hardtanh", "ReLU6"),
+    ("torch.clamp", "torch.clip", "Tensor.clamp", "Tensor.clip"),
+    functor_args=lambda a: (float(a["min_val"]), float(a["max_val"])),
+    from_module=lambda mod, where: {"min_val": float(mod.min_val), "max_val": float(mod.max_val)},
+    from_call=_clamp_call,
+    monotone=_always,
+)
+elementwise(
+    "hardsigmoid",
+    "Hardsigmoid: alpha x + beta clamped to [0, 1] (torch: alpha 1/6, beta 1/2)",
+    "Hardsigmoid",
+    ("Hardsigmoid",),
+    (F + "hardsigmoid",),
+    functor_args=lambda a: (float(a["alpha"]), float(a["beta"])),
+    from_module=lambda mod, where: {"alpha": 1 / 6, "beta": 0.5},
+    from_call=lambda args, kw, where: {"alpha": 1 / 6, "beta": 0.5},
+    monotone=_always,
+)
+elementwise("hardswish", "Hardswish: x relu6(x + 3) / 6", "Hardswish", ("Hardswish",),
+            (F + "hardswish",))  # fmt: skip
+elementwise("mish", "Mish: x tanh(softplus(x))", "Mish", ("Mish",), (F + "mish",))
+_SELU = {"alpha": 1.6732632423543772848170429916717, "scale": 1.0507009873554804934193349852946}
+elementwise(
+    "selu",
+    "SELU: scale (x > 0 ? x : alpha (exp(x) - 1)), torch's constants",
+    "Selu",
+    ("SELU",),
+    (F + "selu", "torch.selu"),
+    functor_args=lambda a: (float(a["alpha"]), float(a["scale"])),
+    from_module=lambda mod, where: dict(_SELU),
+    from_call=lambda args, kw, where: dict(_SELU),
+)
+
+
+def _prelu_infer(node, shapes, graph):
+    (shape,) = shapes
+    w = graph.param(node.params["weight"])
+    channels = shape[0] if shape else 1
+    expect(len(shape) >= 1, node, f"expected input (C, ...), got per-sample shape {shape}")
+    expect(w.shape in ((1,), (channels,)), node,
+           f"weight has shape {w.shape}, expected (1,) or ({channels},) for {channels} "
+           "channels")  # fmt: skip
+    return shape
+
+
+elementwise("prelu", "PReLU: x > 0 ? x : a x, a slope per channel (or one)", "PRelu",
+            ("PReLU",), params=("weight",), infer=_prelu_infer)  # fmt: skip
 
 register(
     OpSpec(

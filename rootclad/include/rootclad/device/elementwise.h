@@ -20,6 +20,48 @@ void unary_backward(On on, T* d_inp, const T* d_out, const T* inp, const T* out,
   each_index(on, n, ROOTCLAD_BODY(long i) { d_inp[i] += op.grad(d_out[i], inp[i], out[i]); });
 }
 
+// -- elementwise ops with a parameter per channel (PReLU): inp(B, C, S), a(A), A = C or 1 -------
+template <class On, class T, class Op>
+void parametric_forward(On on, T* out, const T* inp, const T* a, long B, int C, long S, int A,
+                        Op op) {
+  each_index(
+      on, B * C * S, ROOTCLAD_BODY(long i) {
+        const long c = (i / S) % C;
+        out[i] = op.f(inp[i], a[A == 1 ? 0 : c]);
+      });
+}
+
+// d_inp += the functor's grad
+template <class On, class T, class DY, class Op>
+void parametric_backward_input(On on, T* d_inp, DY d_out, const T* inp, const T* out, const T* a,
+                               long B, int C, long S, int A, Op op) {
+  each_index(
+      on, B * C * S, ROOTCLAD_BODY(long i) {
+        const long c = (i / S) % C;
+        d_inp[i] += op.grad(d_out[i], inp[i], out[i], a[A == 1 ? 0 : c]);
+      });
+}
+
+// d_a[p] += the functor's param_grad over the batch and the positions p reads, each sum split
+// into chunks of the batch (batch_chunks)
+template <class On, class T, class DY, class Op>
+void parametric_backward_param(On on, T* d_a, DY d_out, const T* inp, const T* out, const T* a,
+                               long B, int C, long S, int A, Op op) {
+  const long chunks = batch_chunks(A, B);
+  const long per = A == 1 ? (long)C * S : S; // values of one sample each parameter reads
+  each_index(
+      on, A * chunks, ROOTCLAD_BODY(long i) {
+        const long p = i % A, chunk = i / A;
+        T sum = 0;
+        for (long b = B * chunk / chunks; b < B * (chunk + 1) / chunks; ++b)
+          for (long k = 0; k < per; ++k) {
+            const long j = A == 1 ? b * C * S + k : (b * C + p) * S + k;
+            sum += op.param_grad(d_out[j], inp[j], out[j], a[p]);
+          }
+        add_to(d_a + p, sum);
+      });
+}
+
 // -- Dropout: the CPU's mask (dropout_mask.h) for the element's index in the batch; p = 0 (eval
 // mode) keeps every element -------------------------------------------------------------------
 template <class On, class T>

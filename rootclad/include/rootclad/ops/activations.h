@@ -1,11 +1,13 @@
 // rootclad/ops/activations.h — the math of every elementwise op, written once.
 //
 // Each op is a functor with its value f(x) and its input's adjoint grad(g, x, y) (g: the
-// output's adjoint, x: the input, y = f(x)), as torch computes them. Every backend runs these:
-// the CPU kernels (unary_forward / unary_backward in kernels.h, which Clad differentiates or
-// whose pullback it calls), and the device kernels (device_kernels.h). A functor whose grad
-// reads y alone (the op's registry entry says saves=("out",): Relu, Tanh, Sigmoid) may be fused
-// into the op that produces its input on the GPU, and is then called with x = 0.
+// output's adjoint, x: the input, y = f(x)), as torch computes them; one with a parameter per
+// channel (PReLU) has f(x, a), grad(g, x, y, a) and the parameter's share param_grad(g, x, y, a).
+// Every backend runs these: the CPU kernels (unary_forward / unary_backward in kernels.h, which
+// Clad differentiates or whose pullback it calls), and the device kernels (device_kernels.h). A
+// functor whose grad reads y alone (the op's registry entry says saves=("out",): Relu, Tanh,
+// Sigmoid) may be fused into the op that produces its input on the GPU, and is then called with x =
+// 0.
 //
 // Clad differentiates f itself in the build without custom pullbacks (pullbacks=False): keep f
 // to expressions Clad knows (arithmetic, ?:, std:: math functions), one declaration per
@@ -111,6 +113,76 @@ struct Affine {
   double scale, shift;
   template <class T> ROOTCLAD_HD T f(T x) const { return T(scale) * x + T(shift); }
   template <class T> ROOTCLAD_HD T grad(T g, T, T) const { return T(scale) * g; }
+};
+
+// Hardtanh: x clamped to [lo, hi] (ReLU6: [0, 6]; torch.clamp with both bounds); the gradient
+// passes strictly inside, as torch's hardtanh_backward. A NaN input stays NaN.
+struct Hardtanh {
+  double lo, hi;
+  template <class T> ROOTCLAD_HD T f(T x) const {
+    return x < T(lo) ? T(lo) : (x > T(hi) ? T(hi) : x);
+  }
+  template <class T> ROOTCLAD_HD T grad(T g, T x, T) const {
+    return x <= T(lo) || x >= T(hi) ? T(0) : g;
+  }
+};
+
+// Hardsigmoid: alpha x + beta clamped to [0, 1] (torch: alpha = 1/6, beta = 1/2; ONNX's
+// HardSigmoid takes both); the gradient alpha g where the value is strictly inside.
+struct Hardsigmoid {
+  double alpha, beta;
+  template <class T> ROOTCLAD_HD T f(T x) const {
+    const T v = T(alpha) * x + T(beta);
+    return v <= T(0) ? T(0) : (v >= T(1) ? T(1) : v);
+  }
+  template <class T> ROOTCLAD_HD T grad(T g, T x, T) const {
+    const T v = T(alpha) * x + T(beta);
+    return v <= T(0) || v >= T(1) ? T(0) : T(alpha) * g;
+  }
+};
+
+// Hardswish: x relu6(x + 3) / 6;  d/dx = x / 3 + 1/2 on (-3, 3), 0 below, 1 above (torch's)
+struct Hardswish {
+  template <class T> ROOTCLAD_HD T f(T x) const {
+    const T r = x + T(3) <= T(0) ? T(0) : (x + T(3) >= T(6) ? T(6) : x + T(3));
+    return x * r / T(6);
+  }
+  template <class T> ROOTCLAD_HD T grad(T g, T x, T) const {
+    return x <= T(-3) ? T(0) : (x < T(3) ? g * (x / T(3) + T(0.5)) : g);
+  }
+};
+
+// Mish: x tanh(softplus(x));  d/dx = t + x s (1 - t^2), t = tanh(softplus(x)), s = sigmoid(x)
+struct Mish {
+  template <class T> ROOTCLAD_HD T f(T x) const { return x * std::tanh(std::log1p(std::exp(x))); }
+  template <class T> ROOTCLAD_HD T grad(T g, T x, T) const {
+    const T t = std::tanh(std::log1p(std::exp(x)));
+    const T s = T(1) / (T(1) + std::exp(-x));
+    return g * (t + x * s * (T(1) - t * t));
+  }
+};
+
+// SELU: scale (x > 0 ? x : alpha (exp(x) - 1)) (torch's alpha and scale; ONNX's Selu gives both)
+struct Selu {
+  double alpha, scale;
+  template <class T> ROOTCLAD_HD T f(T x) const {
+    return x > T(0) ? T(scale) * x : T(scale) * T(alpha) * (std::exp(x) - T(1));
+  }
+  template <class T> ROOTCLAD_HD T grad(T g, T x, T) const {
+    return x > T(0) ? T(scale) * g : g * T(scale) * T(alpha) * std::exp(x);
+  }
+};
+
+// Elementwise ops with a parameter per channel, a (parametric_forward in kernels.h): f(x, a),
+// the input's adjoint grad(g, x, y, a) and the parameter's share param_grad(g, x, y, a).
+
+// PReLU: x > 0 ? x : a x (a: one slope per channel, or one for all)
+struct PRelu {
+  template <class T> ROOTCLAD_HD T f(T x, T a) const { return x > T(0) ? x : a * x; }
+  template <class T> ROOTCLAD_HD T grad(T g, T x, T, T a) const { return x > T(0) ? g : a * g; }
+  template <class T> ROOTCLAD_HD T param_grad(T g, T x, T, T) const {
+    return x > T(0) ? T(0) : g * x;
+  }
 };
 
 } // namespace rootclad

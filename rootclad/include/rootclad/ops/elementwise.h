@@ -24,6 +24,41 @@ void unary_backward(T* d_inp, const T* d_out, const T* inp, const T* out, int N,
 }
 
 // ---------------------------------------------------------------------------------------
+// Elementwise ops with a parameter per channel (PReLU): inp(B, C, S) and a(A), A = C (one per
+// channel) or 1 (one for all); out = f(x, a[c]) (the functor's, ops/activations.h).
+// Written for Clad to differentiate as it is (pullbacks=False): every index computed in place,
+// no declaration or conditional inside the loops (a conditional index there crashed Clad's
+// tape).
+template <typename T, class F>
+void parametric_forward(T* out, const T* inp, const T* a, int B, int C, int S, int A, F f) {
+  ROOTCLAD_REPLAY_SKIP;
+  const int stride = A == 1 ? 0 : 1; // a's stride over the channels
+  for (int b = 0; b < B; ++b)
+    for (int c = 0; c < C; ++c)
+      for (int s = 0; s < S; ++s)
+        out[((long)b * C + c) * S + s] = f.f(inp[((long)b * C + c) * S + s], a[c * stride]);
+}
+// d_inp += the functor's grad, d_a[c] += its param_grad summed over the batch and positions
+// (null d_inp or d_a: that half is skipped)
+template <typename T, class F>
+void parametric_backward(T* d_inp, T* d_a, const T* d_out, const T* inp, const T* out, const T* a,
+                         int B, int C, int S, int A, F f) {
+  for (int b = 0; b < B; ++b)
+    for (int c = 0; c < C; ++c) {
+      const T ac = a[A == 1 ? 0 : c];
+      const long at = ((long)b * C + c) * S;
+      T sum = 0;
+      for (int s = 0; s < S; ++s) {
+        if (d_inp)
+          d_inp[at + s] += f.grad(d_out[at + s], inp[at + s], out[at + s], ac);
+        sum += f.param_grad(d_out[at + s], inp[at + s], out[at + s], ac);
+      }
+      if (d_a)
+        d_a[A == 1 ? 0 : c] += sum;
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // Dropout (training): the mask is dropout_mask.h's, recomputed by the backward pass.
 template <typename T>
 void dropout_forward(T* out, const T* inp, int N, T p, std::uint64_t seed, long i0) {
@@ -50,6 +85,12 @@ namespace rootclad {
 template <typename T, class F, class DF>
 void unary_forward_pullback(T* out, const T* inp, int N, F f, T* d_out, T* d_inp, int* d_N, DF) {
   ::rootclad::unary_backward(d_inp, d_out, inp, out, N, f);
+}
+
+template <typename T, class F, class DF>
+void parametric_forward_pullback(T* out, const T* inp, const T* a, int B, int C, int S, int A, F f,
+                                 T* d_out, T* d_inp, T* d_a, int*, int*, int*, int*, DF) {
+  ::rootclad::parametric_backward(d_inp, d_a, d_out, inp, out, a, B, C, S, A, f);
 }
 
 template <typename T>
