@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import subprocess
 
 import pytest
 import torch
@@ -58,3 +60,25 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A directory on a 1 MB tmpfs that a filler file has filled to the last byte (skipped
+    where a tmpfs cannot be mounted)."""
+    d = tmp_path / "disk"
+    d.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(d)],
+                          capture_output=True, text=True)  # fmt: skip
+    if done.returncode:
+        pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip()}")
+    try:
+        with open(d / "filler", "wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"\0" * 4096)
+            except OSError as err:
+                assert err.errno == errno.ENOSPC
+        yield d
+    finally:
+        subprocess.run(["umount", "-l", str(d)], check=True)  # -l: a traceback may hold a file open

@@ -5,30 +5,9 @@ filled to the last byte (needs root to mount; skipped otherwise)."""
 from __future__ import annotations
 
 import errno
-import subprocess
 
 import pytest
 import torch
-
-
-@pytest.fixture
-def full_disk(tmp_path):
-    d = tmp_path / "disk"
-    d.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(d)],
-                          capture_output=True, text=True)  # fmt: skip
-    if done.returncode:
-        pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip()}")
-    try:
-        with open(d / "filler", "wb", buffering=0) as f:
-            try:
-                while True:
-                    f.write(b"\0" * 4096)
-            except OSError as err:
-                assert err.errno == errno.ENOSPC
-        yield d
-    finally:
-        subprocess.run(["umount", "-l", str(d)], check=True)
 
 
 def test_emit_onto_a_full_disk_leaves_no_partial_file(full_disk):

@@ -31,7 +31,7 @@ from fixtures.core import (  # noqa: E402
     torch_vjp,
 )
 from fixtures.graph_models import MODELS as GRAPH_MODELS  # noqa: E402
-from fixtures.op_cases import CASES, TORCH_RTOL_F64  # noqa: E402
+from fixtures.op_cases import CASES, dtype_params  # noqa: E402
 from fixtures.op_cases import sample_input as _input  # noqa: E402
 
 import rootclad
@@ -58,15 +58,7 @@ def _cpu(value):
     return value.cpu()
 
 
-PARAMS = [
-    pytest.param(build, shape, F64, TORCH_RTOL_F64.get(name), id=f"{name}-f64")
-    for name, build, shape, _ in CASES
-]
-PARAMS += [
-    pytest.param(build, shape, F32, None, id=f"{name}-f32")
-    for name, build, shape, f32 in CASES
-    if f32
-]
+PARAMS = dtype_params()
 
 
 def test_every_registered_op_has_device_kernels():

@@ -445,7 +445,7 @@ def test_results_do_not_depend_on_the_thread_count(tmp_path):
     import sys
     from pathlib import Path
 
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[1]  # tests/, where fixtures/ is
     torch.manual_seed(0)
     x, _ = mixed_batch(37, seed=6)
     rootclad.compile(mixed_model(), x, loss="cross_entropy", engine="pullback")  # warm cache
@@ -454,9 +454,9 @@ def test_results_do_not_depend_on_the_thread_count(tmp_path):
         env = {**os.environ, "ROOTCLAD_NUM_THREADS": str(n), "OMP_NUM_THREADS": "1"}
         cmd = [sys.executable, "-c", _THREADS_CHILD, str(tmp_path / f"{n}.pt"), str(here)]
         procs[n] = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
-    for p in procs.values():
-        _, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err
+    errors = {n: p.communicate(timeout=300)[1] for n, p in procs.items()}
+    for n, p in procs.items():
+        assert p.returncode == 0, errors[n]
     one, three = (torch.load(tmp_path / f"{n}.pt") for n in (1, 3))
     assert max_rel_err(one["out"], one["out_eval"]) > 1e-3  # dropout was on
     for key in ("loss", "out", "dx", "losses", "out_eval"):  # equal outputs: equal masks

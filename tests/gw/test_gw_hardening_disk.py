@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -16,27 +15,6 @@ from rootclad.gw.run.config import ConfigError, resolve
 
 TINY = dict(train_events=200, val_events=100, test_events=200, epochs=1, engine="pullback",
             model="mlp", bootstrap=5, bank_min_match=0.9, saliency_examples=1)  # fmt: skip
-
-
-@pytest.fixture
-def full_disk(tmp_path):
-    """A directory on a 1 MB tmpfs that a filler file has filled to the last byte."""
-    d = tmp_path / "disk"
-    d.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(d)],
-                          capture_output=True, text=True)  # fmt: skip
-    if done.returncode:
-        pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip()}")
-    try:
-        with open(d / "filler", "wb", buffering=0) as f:
-            try:
-                while True:
-                    f.write(b"\0" * 4096)
-            except OSError as err:
-                assert err.errno == errno.ENOSPC
-        yield d
-    finally:
-        subprocess.run(["umount", "-l", str(d)], check=True)  # -l: a traceback may hold a file open
 
 
 @pytest.fixture(scope="module")

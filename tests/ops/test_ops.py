@@ -21,7 +21,7 @@ from fixtures.core import (
     assert_grads_close,
     check_against_torch,
 )
-from fixtures.op_cases import CASES, TORCH_RTOL_F64, sample_input, seq
+from fixtures.op_cases import CASES, dtype_params, sample_input, seq
 from torch import nn
 
 import rootclad
@@ -31,15 +31,7 @@ from rootclad.ir import OPS
 F64, F32 = torch.float64, torch.float32
 
 
-PARAMS = [
-    pytest.param(build, shape, F64, TORCH_RTOL_F64.get(name), id=f"{name}-f64")
-    for name, build, shape, _ in CASES
-]
-PARAMS += [
-    pytest.param(build, shape, F32, None, id=f"{name}-f32")
-    for name, build, shape, f32 in CASES
-    if f32
-]
+PARAMS = dtype_params()
 
 
 @pytest.mark.parametrize("build, shape, dtype, rtol", PARAMS)
