@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "data"))
+sys.path.insert(0, str(REPO / "tests"))  # fixtures/
 sys.path.insert(0, str(REPO))
 
-from data_helpers import write_uproot  # noqa: E402
+from fixtures.data import write_uproot  # noqa: E402
 
 from rootclad.data.cling import import_root  # noqa: E402
 

@@ -1,8 +1,9 @@
-"""A compiled model's program for the device kernels (include/rootclad/device_kernels.h).
+"""A compiled model's program for the device kernels (include/rootclad/device/, under the
+umbrella device_kernels.h).
 
 The same C++ source runs on the CPU (g++: every kernel a loop over its indices, dev::Host) and
 on an NVIDIA GPU (nvcc: grid-stride kernels on a stream, dev::Cuda); each op says how it is
-called through its registry entry (``OpSpec.device``, rootclad/ir/ops.py). ``act`` is flat,
+called through its entry in codegen/cuda_ops.py (an elementwise op through its functor). ``act`` is flat,
 one region of B x size per value (and per op's per-sample scratch), values that alias their
 input (Flatten, Reshape) sharing it, then the shared scratch, then one workspace that the ops
 use within a call (a chunk of a convolution's columns), as large as the largest asks at that

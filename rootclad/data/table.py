@@ -5,8 +5,9 @@ guarantees of :class:`rootclad.data.BatchIterator` (the same :mod:`rootclad.data
 Features are scalar branches of any numeric type, fixed-size arrays and ``vector``/``RVec``
 branches whose entries all have the same length, concatenated in the order given into one
 float32 row per entry. The target is one number per entry: int32 if the branch holds
-integers, float32 otherwise. :func:`from_rdataframe` takes an RDataFrame with its filters and
-defines, writes the columns it needs to a temporary file (RDataFrame's Snapshot) and reads that.
+integers, float32 otherwise. ``from_rdataframe`` (:mod:`rootclad.data.rdataframe`) takes an
+RDataFrame with its filters and defines, writes the columns it needs to a temporary file
+(RDataFrame's Snapshot) and reads it with this.
 
 >>> it = TableIterator("ttbar.root", tree="t", features=["jet_pt", "jet_eta", "met"],
 ...                    target="is_signal", weight="w", batch_size=512)

@@ -2,7 +2,7 @@
 
 A :class:`Graph` has one or more inputs, nodes in topological order (each reads named values
 and writes one new value) and one output. Shapes here exclude the batch axis, which stays a
-run-time argument. Front-ends (``from_torch``, later ONNX) build a graph; :meth:`Graph.validate`
+run-time argument. Front-ends (:mod:`rootclad.frontends`: torch.fx, ONNX) build a graph; :meth:`Graph.validate`
 checks it and infers every shape through the op registry (:mod:`rootclad.ir.registry`), naming the
 node at fault, so nothing unsupported ever reaches the C++ compiler.
 """

@@ -1,10 +1,10 @@
 """Every op of the registry on the device kernels, run on the CPU (DeviceModel, device="cpu":
 the kernels as loops), against torch autograd in float64:
 
-- each one-op case of tests/core/test_core_ops.py (the CPU kernels' cases): the output, the
+- each one-op case of tests/fixtures/op_cases.py (the CPU kernels' cases too): the output, the
   input's gradient for a random upstream gradient, and the MSE loss and every parameter's
   gradient;
-- the graph-IR tests' models (tests/core/test_core_graph.py: two inputs and cat, LayerNorm and
+- the graph-IR tests' models (tests/fixtures/graph_models.py: two inputs and cat, LayerNorm and
   softmax, permute and LogSoftmax with NLL, a 2-D CNN, ResNets): 5 Adam steps like torch.optim;
 - dropout draws the CPU model's masks (the same seed gives the same output and gradients);
 - nvcc compiles those models' CUDA source (skipped without nvcc).

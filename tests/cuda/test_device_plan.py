@@ -2,7 +2,7 @@
 alive at different times of the backward share memory, and each one that takes over memory an
 earlier-dying one used is zeroed where it starts.
 
-Two kinds of check, as for the CPU plan (tests/core/test_core_plan.py). The layout: no two
+Two kinds of check, as for the CPU plan (tests/codegen/test_plan.py). The layout: no two
 adjoints alive at the same step overlap, and the plan is smaller than a region each. The
 liveness: ``ROOTCLAD_CHECK_PLAN=1`` compiles a build that shares nothing but holds every
 planned adjoint at NaN until its start and again after its producer's pullback, so a kernel

@@ -21,8 +21,9 @@ from fixtures.core import (
     assert_grads_close,
     check_against_torch,
 )
-from fixtures.op_cases import CASES, dtype_params, sample_input, seq
+from fixtures.op_cases import CASES, Fn, dtype_params, sample_input, seq
 from torch import nn
+from torch.nn import functional as F
 
 import rootclad
 from rootclad.frontends.torch_fx import graph_from_module
@@ -60,7 +61,7 @@ def test_op_on_the_clad_engine_matches_torch(clad, build, shape, dtype, rtol, pu
 
 
 def test_every_registered_op_has_a_case_here():
-    """Each op of the registry (rootclad/ir/ops.py) appears in a case above, so that adding an
+    """Each op of the registry (rootclad/ir/ops/) appears in a case above, so that adding an
     op without a torch reference case fails here."""
     covered = set()
     for _, build, shape, _ in CASES:
@@ -137,6 +138,36 @@ def test_maxpool_ties_send_the_gradient_to_the_first_maximum(K):
     x[0, 0, :2] = torch.tensor([-0.0, 0.0], dtype=F64)
     x[0, 0, 2:K] = -1.0
     check_against_torch(seq(nn.MaxPool1d(K)), x)
+
+
+# inputs exactly on the bounds: torch's hardtanh/relu6 give no gradient there, its clamp does
+_ON_BOUNDS = [
+    pytest.param(lambda: seq(nn.ReLU6()), (0.0, 6.0), id="ReLU6"),
+    pytest.param(lambda: seq(nn.Hardtanh(-0.5, 0.75)), (-0.5, 0.75), id="Hardtanh"),
+    pytest.param(lambda: Fn(lambda x: F.relu6(x)), (0.0, 6.0), id="F.relu6"),
+    pytest.param(lambda: Fn(lambda x: x.clamp(-0.5, 0.75)), (-0.5, 0.75), id="clamp"),
+    pytest.param(lambda: Fn(lambda x: torch.clamp(x, min=0.0)), (0.0, 0.0), id="clamp-min"),
+]
+
+
+def _on_bounds(lo, hi):
+    x = sample_input((3, 8), B=2)
+    x[:, :, :4] = torch.tensor([lo, hi, lo, hi], dtype=F64)
+    return x
+
+
+@pytest.mark.parametrize("build, bounds", _ON_BOUNDS)
+def test_clamps_on_their_bounds_pass_the_gradient_as_torch_does(build, bounds):
+    check_against_torch(build(), _on_bounds(*bounds))
+
+
+@pytest.mark.clad
+@pytest.mark.parametrize("pullbacks", [True, False], ids=["pullbacks", "clad-loops"])
+@pytest.mark.parametrize("build, bounds", _ON_BOUNDS)
+def test_clamps_on_their_bounds_on_the_clad_engine(clad, build, bounds, pullbacks):
+    """Clad differentiating the functor's f (pullbacks=False) takes the branch f takes on the
+    bound: f must agree with grad there."""
+    check_against_torch(build(), _on_bounds(*bounds), engine="clad", pullbacks=pullbacks)
 
 
 # -- losses ------------------------------------------------------------------------------

@@ -12,6 +12,10 @@ from torch import nn
 
 from rootclad.frontends.onnx.common import Renamed, text
 
+# layers are built in float64 from the file's values and rounded once, to the graph's dtype, by
+# the builder: a float64 file keeps its weights to the last bit
+F64 = torch.float64
+
 SUPPORTED = (
     "Gemm, MatMul (by a weight, with a following Add of a bias folded in), Add, Sub, Mul, Div "
     "(two tensors with broadcasting, or a tensor and a number), Neg, Relu, LeakyRelu, Elu, "
@@ -150,7 +154,7 @@ class LayerOps:
                     node, f"C of shape {c.shape} must broadcast over the batch to ({n},)"
                 )
             bias = beta * np.broadcast_to(c.reshape(-1), (n,))
-        lin = nn.Linear(k, n, bias=bias is not None)
+        lin = nn.Linear(k, n, bias=bias is not None, dtype=F64)
         with torch.no_grad():
             lin.weight.copy_(torch.from_numpy(alpha * w))  # alpha folded into the weight
             if bias is not None:
@@ -185,7 +189,7 @@ class LayerOps:
                 self.folded.add(id(nxt))
                 roles["bias"] = (other, f"1 * C of shape {shape}")
                 node = Renamed(node, nxt.output[0])
-        lin = nn.Linear(w.shape[0], w.shape[1], bias=bias is not None)
+        lin = nn.Linear(w.shape[0], w.shape[1], bias=bias is not None, dtype=F64)
         with torch.no_grad():
             lin.weight.copy_(torch.from_numpy(np.ascontiguousarray(w.T)))
             if bias is not None:
@@ -255,12 +259,14 @@ class LayerOps:
         slope = np.asarray(self.const(node, 1, "slope"), dtype=np.float64)
         shape = self.shapes[x]
         rank = len(shape) + 1
+        if rank < 2:
+            raise self.fail(node, "needs an input with a channel axis, (N, C, ...)")
         padded = (1,) * (rank - slope.ndim) + slope.shape if slope.ndim <= rank else None
         if padded is None or padded[1] not in (1, shape[0]) or any(
                 d != 1 for i, d in enumerate(padded) if i != 1):  # fmt: skip
             raise self.fail(node, f"slope of shape {slope.shape} is not one value per channel "
                             f"(axis 1) of {tuple(shape)} or one for all")  # fmt: skip
-        prelu = nn.PReLU(slope.size)
+        prelu = nn.PReLU(slope.size, dtype=F64)
         with torch.no_grad():
             prelu.weight.copy_(torch.from_numpy(slope.reshape(-1).copy()))
         self.share(node, prelu, {"weight": (node.input[1], f"slope of shape {slope.shape}")})
@@ -326,7 +332,7 @@ class LayerOps:
         cls = nn.Conv1d if dims == 1 else nn.Conv2d
         b = self.const(node, 2, "bias")
         conv = cls(self.shapes[x][0], w.shape[0], w.shape[2:], stride=strides, padding=pads,
-                   dilation=dil, groups=group, bias=b is not None)  # fmt: skip
+                   dilation=dil, groups=group, bias=b is not None, dtype=F64)  # fmt: skip
         if tuple(conv.weight.shape) != w.shape:
             raise self.fail(node, f"weight {w.shape} does not fit {self.shapes[x][0]} input "
                             f"channels in {group} groups")  # fmt: skip
@@ -390,7 +396,8 @@ class LayerOps:
         scale, bias, mean, var = (np.asarray(self.const(node, i, w), dtype=np.float64)
                                   for i, w in ((1, "scale"), (2, "bias"), (3, "mean"), (4, "var")))  # fmt: skip
         cls = nn.BatchNorm2d if rank == 3 else nn.BatchNorm1d
-        bn = cls(self.shapes[x][0], eps=a.get("epsilon", 1e-5), momentum=1 - a.get("momentum", 0.9))
+        bn = cls(self.shapes[x][0], eps=a.get("epsilon", 1e-5), momentum=1 - a.get("momentum", 0.9),
+                 dtype=F64)  # fmt: skip
         with torch.no_grad():
             for t, v in (
                 (bn.weight, scale),
@@ -413,7 +420,7 @@ class LayerOps:
         shape = self.shapes[x][axis - 1 :]
         scale = np.asarray(self.const(node, 1, "scale"), dtype=np.float64)
         b = self.const(node, 2, "bias")
-        ln = nn.LayerNorm(shape, eps=a.get("epsilon", 1e-5), bias=b is not None)
+        ln = nn.LayerNorm(shape, eps=a.get("epsilon", 1e-5), bias=b is not None, dtype=F64)
         with torch.no_grad():
             ln.weight.copy_(torch.from_numpy(np.broadcast_to(scale, shape).copy()))
             if b is not None:

@@ -7,8 +7,8 @@
 // row at a time in a buffer that stays in L1 and is consumed by the update at once, so it
 // never reaches memory. The generated train_step uses this in its reverse sweep for batches
 // of at most FUSED_UPDATE_MAX_BATCH samples: the pullback engine calls it in place of the
-// Linear pullback, and in the clad engine the Linear pullback Clad's sweep calls does (a
-// rootclad::FusedUpdate, pullbacks.h).
+// Linear pullback (codegen/cpu_ops.py); the clad engine instead updates each group's
+// parameters once Clad's sweep has passed their first use (codegen/cpu_sweeps.py).
 #pragma once
 
 #include <vector>

@@ -122,18 +122,52 @@ def _clamp_call(args, kw, where):
                           "supported)")  # fmt: skip
     if lo is None and hi is None:
         raise IRError(f"{where}: clamp needs a min or a max")
-    return {"min_val": -math.inf if lo is None else float(lo),
-            "max_val": math.inf if hi is None else float(hi)}  # fmt: skip
+    lo, hi = -math.inf if lo is None else float(lo), math.inf if hi is None else float(hi)
+    if lo > hi:  # torch then gives max everywhere: not a clamp, and not monotone
+        raise IRError(f"{where}: clamp's min {lo} is above its max {hi}")
+    return {"min_val": lo, "max_val": hi}
+
+
+def _hardtanh_call(args, kw, where):
+    """F.hardtanh(x, min_val=-1, max_val=1) and F.relu6(x) (``inplace`` changes nothing here)."""
+    lo, hi = float(arg(args, kw, 0, "min_val", -1.0)), float(arg(args, kw, 1, "max_val", 1.0))
+    if lo > hi:
+        raise IRError(f"{where}: hardtanh's min_val {lo} is above its max_val {hi}")
+    return {"min_val": lo, "max_val": hi}
+
+
+def _bounds(a):
+    return float(a["min_val"]), float(a["max_val"])
 
 
 elementwise(
     "hardtanh",
-    "Hardtanh / ReLU6 / clamp: x clamped to [min_val, max_val]",
+    "Hardtanh / ReLU6: x clamped to [min_val, max_val], no gradient on the bounds",
     "Hardtanh",
     ("Hardtanh", "ReLU6"),
-    ("torch.clamp", "torch.clip", "Tensor.clamp", "Tensor.clip"),
-    functor_args=lambda a: (float(a["min_val"]), float(a["max_val"])),
+    (F + "hardtanh",),
+    functor_args=_bounds,
     from_module=lambda mod, where: {"min_val": float(mod.min_val), "max_val": float(mod.max_val)},
+    from_call=_hardtanh_call,
+    monotone=_always,
+)
+elementwise(
+    "relu6",
+    "F.relu6: x clamped to [0, 6] (the module ReLU6 is a Hardtanh)",
+    "Hardtanh",
+    (),
+    (F + "relu6",),
+    functor_args=lambda a: (0.0, 6.0),
+    from_call=lambda args, kw, where: {},
+    monotone=_always,
+)
+elementwise(
+    "clamp",
+    "torch.clamp / clip: x clamped to [min_val, max_val], the gradient passing on the bounds",
+    "Clamp",
+    (),
+    ("torch.clamp", "torch.clip", "Tensor.clamp", "Tensor.clip"),
+    functor_args=_bounds,
     from_call=_clamp_call,
     monotone=_always,
 )

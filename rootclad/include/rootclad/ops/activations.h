@@ -3,11 +3,11 @@
 // Each op is a functor with its value f(x) and its input's adjoint grad(g, x, y) (g: the
 // output's adjoint, x: the input, y = f(x)), as torch computes them; one with a parameter per
 // channel (PReLU) has f(x, a), grad(g, x, y, a) and the parameter's share param_grad(g, x, y, a).
-// Every backend runs these: the CPU kernels (unary_forward / unary_backward in kernels.h, which
-// Clad differentiates or whose pullback it calls), and the device kernels (device_kernels.h). A
-// functor whose grad reads y alone (the op's registry entry says saves=("out",): Relu, Tanh,
-// Sigmoid) may be fused into the op that produces its input on the GPU, and is then called with x =
-// 0.
+// Every backend runs these: the CPU kernels (unary_forward / unary_backward in ops/elementwise.h,
+// which Clad differentiates or whose pullback it calls), and the device kernels
+// (device/elementwise.h). A functor whose grad reads y alone (the op's registry entry says
+// saves=("out",): Relu, Tanh, Sigmoid) may be fused into the op that produces its input on the
+// GPU, and is then called with x = 0.
 //
 // Clad differentiates f itself in the build without custom pullbacks (pullbacks=False): keep f
 // to expressions Clad knows (arithmetic, ?:, std:: math functions), one declaration per
@@ -115,20 +115,33 @@ struct Affine {
   template <class T> ROOTCLAD_HD T grad(T g, T, T) const { return T(scale) * g; }
 };
 
-// Hardtanh: x clamped to [lo, hi] (ReLU6: [0, 6]; torch.clamp with both bounds); the gradient
-// passes strictly inside, as torch's hardtanh_backward. A NaN input stays NaN.
+// Hardtanh: x clamped to [lo, hi] (ReLU6: [0, 6]); the gradient passes strictly inside, as
+// torch's hardtanh_backward. f takes the bound at the bound itself, so that Clad differentiating
+// f (pullbacks=False) gives 0 there too. A NaN input stays NaN.
 struct Hardtanh {
   double lo, hi;
   template <class T> ROOTCLAD_HD T f(T x) const {
-    return x < T(lo) ? T(lo) : (x > T(hi) ? T(hi) : x);
+    return x <= T(lo) ? T(lo) : (x >= T(hi) ? T(hi) : x);
   }
   template <class T> ROOTCLAD_HD T grad(T g, T x, T) const {
     return x <= T(lo) || x >= T(hi) ? T(0) : g;
   }
 };
 
-// Hardsigmoid: alpha x + beta clamped to [0, 1] (torch: alpha = 1/6, beta = 1/2; ONNX's
-// HardSigmoid takes both); the gradient alpha g where the value is strictly inside.
+// Clamp: torch.clamp / clip, the same value as Hardtanh, but the gradient passes on the bounds
+// too (lo <= x <= hi), as torch's clamp_backward; f keeps x there for Clad's sake.
+struct Clamp {
+  double lo, hi;
+  template <class T> ROOTCLAD_HD T f(T x) const {
+    return x < T(lo) ? T(lo) : (x > T(hi) ? T(hi) : x);
+  }
+  template <class T> ROOTCLAD_HD T grad(T g, T x, T) const {
+    return x < T(lo) || x > T(hi) ? T(0) : g;
+  }
+};
+
+// Hardsigmoid: alpha x + beta clamped to [0, 1] (torch's alpha = 1/6, beta = 1/2, the only
+// values the registry gives today); the gradient alpha g where the value is strictly inside.
 struct Hardsigmoid {
   double alpha, beta;
   template <class T> ROOTCLAD_HD T f(T x) const {
@@ -162,7 +175,8 @@ struct Mish {
   }
 };
 
-// SELU: scale (x > 0 ? x : alpha (exp(x) - 1)) (torch's alpha and scale; ONNX's Selu gives both)
+// SELU: scale (x > 0 ? x : alpha (exp(x) - 1)) (torch's alpha and scale; ONNX's Selu with others
+// is refused)
 struct Selu {
   double alpha, scale;
   template <class T> ROOTCLAD_HD T f(T x) const {

@@ -167,8 +167,8 @@ void unflatten(T* dst, const T* src, int R, int OHc, int OWc, int Wp, long LO, i
 // (a batch of 128 or 32, 3x3, float32), direct against im2col + OpenBLAS, forward / backward:
 // 1->8 channels 28x28 x1.6 / x0.95, 8->16 14x14 x2.6 / x1.2, 32->32 32x32 x1.4 / x1.2,
 // 64->64 16x16 x0.96 / x0.53: with C*KH*KW above 288 the GEMM path stays. MIN_ROW is at least
-// the widest vector (AVX-512: 16 floats). rootclad/ir/ops.py mirrors this test to give the
-// direct path no cols (tests/core/test_core_ops.py checks the constants agree).
+// the widest vector (AVX-512: 16 floats). rootclad/codegen/cpu_ops.py mirrors this test to give
+// the direct path no cols (tests/ops/test_ops.py checks the constants agree).
 constexpr int MAX_TAPS = 288;
 constexpr int MIN_ROW = 16;
 template <typename T> bool applies(const Conv2dShape& s) {
