@@ -142,8 +142,9 @@ class Sweeps:
         """train_step at small batches: (the sweep, the parameters updated at the end by the
         runtime), or None when no parameter is updated in the sweep. The pullback engine
         calls Linear's fused backward and update (linear_update.h) for each unshared Linear;
-        the clad engine updates the parameters of each group of the rest as soon as the
-        sweep has passed their first use."""
+        in the clad engine the Linear pullback that Clad's sweep calls does (a FusedUpdate
+        lives during the sweep), and the other parameters of each group of the rest are
+        updated as soon as the sweep has passed their first use."""
         head_sweep = head_loop(
             "backward_head(params, act, d_params, d_act, Bf, m0, mB, training, seed, need_dx)"
         )
@@ -162,10 +163,21 @@ class Sweeps:
                 for name in self.g.nodes[c.index].params.values():
                     used_in.setdefault(name, set()).add(k)
         in_head = {name for c in head for name in self.g.nodes[c.index].params.values()}
-        early = set(used_in) - in_head
-        if not early:
+        early = set(used_in) - in_head - self.fused_params
+        weights = sorted(
+            self.param_offsets[node.params["weight"]][0]
+            for node in self.g.nodes
+            if node.params.get("weight") in self.fused_params
+        )
+        if not early and not weights:
             return None
         sweep = []
+        if weights:  # Linear's pullback (linear_update.h) updates these layers in place
+            sweep = [
+                f"  const long FUSED_WEIGHTS[] = {{{', '.join(map(str, weights))}}};",
+                f"  ::rootclad::FusedUpdate<T> fused{{params, d_params, state, {self.n_params}, "
+                f"cfg, step, FUSED_WEIGHTS, {len(weights)}}};",
+            ]
         for k in reversed(range(len(groups))):
             _, run = self.clad_group(self.group_name("rest", k), groups[k])
             starts = [n for n in early if max(used_in[n]) == k]  # first added into here
@@ -177,7 +189,9 @@ class Sweeps:
                 f"state + {self.n_params + off}, {n}, cfg, step);"
                 for off, n in self.runs(done)
             ]
-        return sweep + (head_sweep if head else []), set(self.param_offsets) - early
+        return sweep + (head_sweep if head else []), (
+            set(self.param_offsets) - early - self.fused_params
+        )
 
     def train_functions(self, head, rest) -> list[str]:
         fused = self.update_sweep(head, rest)

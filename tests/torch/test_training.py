@@ -18,6 +18,7 @@ from fixtures.training import OPTIMIZERS, SMALL_BATCH_MODELS, batches, training_
 from torch import nn
 
 import rootclad
+from rootclad.toolchain import find_clad
 
 F64 = torch.float64
 STEPS = 300
@@ -65,14 +66,27 @@ def test_train_step_tracks_torch_optim(compiled_mlp, name, ours, theirs, kwargs)
     _track(net0, cm, name, ours, theirs, kwargs, (x, y), batches(len(x), STEPS))
 
 
-@pytest.fixture(scope="module", params=list(SMALL_BATCH_MODELS))
+@pytest.fixture(
+    scope="module",
+    params=[
+        *((m, "pullback") for m in SMALL_BATCH_MODELS),
+        *(pytest.param((m, "clad"), marks=pytest.mark.clad) for m in SMALL_BATCH_MODELS),
+    ],
+    ids=lambda p: "-".join(p),
+)
 def small_batch_model(request):
-    build, shape = SMALL_BATCH_MODELS[request.param]
+    model, engine = request.param
+    if engine == "clad" and find_clad()[0] is None:
+        pytest.skip(f"Clad not found: {find_clad()[1]}")
+    build, shape = SMALL_BATCH_MODELS[model]
     torch.manual_seed(0)
     net = build().double()
-    cm = rootclad.compile(net, example_input=torch.zeros(1, *shape, dtype=F64), engine="pullback")
-    assert "linear_backward_update" in cm._em.source  # the fused path exists
-    return request.param, net, cm, shape
+    cm = rootclad.compile(net, example_input=torch.zeros(1, *shape, dtype=F64), engine=engine)
+    assert cm.engine == engine
+    # the fused path exists: Linear's backward and update in one (linear_update.h)
+    fused = "linear_backward_update" if engine == "pullback" else "FusedUpdate<T> fused"
+    assert fused in cm._em.source
+    return model, net, cm, shape
 
 
 @pytest.mark.parametrize("name, ours, theirs, kwargs", OPTIMIZERS, ids=[o[0] for o in OPTIMIZERS])

@@ -7,8 +7,8 @@
 // row at a time in a buffer that stays in L1 and is consumed by the update at once, so it
 // never reaches memory. The generated train_step uses this in its reverse sweep for batches
 // of at most FUSED_UPDATE_MAX_BATCH samples: the pullback engine calls it in place of the
-// Linear pullback (codegen/cpu_ops.py); the clad engine instead updates each group's
-// parameters once Clad's sweep has passed their first use (codegen/cpu_sweeps.py).
+// Linear pullback (codegen/cpu_ops.py), and in the clad engine the Linear pullback that Clad's
+// sweep calls does, while a FusedUpdate lives (below; codegen/cpu_sweeps.py).
 #pragma once
 
 #include <vector>
@@ -88,4 +88,61 @@ void linear_backward_update(T* d_inp, const T* d_out, const T* inp, T* weight, T
   pool.run(linear_update_rows<T>, &job, split ? pool.size() : 1);
 }
 
+
+// train_step at small batches in the clad engine: while one lives (on this thread), the Linear
+// pullback of a layer whose weight starts at one of `fused` (offsets into params) updates its
+// weight and bias with the optimizer instead of storing their gradient.
+template <typename T> struct FusedUpdate {
+  T* params;
+  T* d_params;
+  T* state; // the optimizer's m (n_params values), then v
+  long n_params;
+  const double* cfg;
+  long step;
+  const long* fused;
+  int n_fused;
+  FusedUpdate(T* p, T* dp, T* st, long n, const double* c, long s, const long* f, int nf)
+      : params(p), d_params(dp), state(st), n_params(n), cfg(c), step(s), fused(f), n_fused(nf) {
+    active = this;
+  }
+  ~FusedUpdate() { active = nullptr; }
+  FusedUpdate(const FusedUpdate&) = delete;
+  FusedUpdate& operator=(const FusedUpdate&) = delete;
+  bool fuses(const T* weight) const {
+    for (int i = 0; i < n_fused; ++i)
+      if (weight == params + fused[i])
+        return true;
+    return false;
+  }
+  static inline thread_local FusedUpdate* active = nullptr;
+};
+
 } // namespace rootclad
+
+// Linear's Clad-convention pullback (ops/core.h says how they are written)
+#ifndef ROOTCLAD_NO_PULLBACKS // Clad differentiates the kernels themselves
+namespace clad {
+namespace custom_derivatives {
+namespace rootclad {
+
+template <typename T>
+void linear_forward_pullback(T* out, const T* inp, const T* weight, const T* bias, int R, int C,
+                             int OC, T* d_out, T* d_inp, T* d_weight, T* d_bias, int* d_R, int* d_C,
+                             int* d_OC) {
+  if (const auto* fu = ::rootclad::FusedUpdate<T>::active; fu && fu->fuses(weight)) {
+    const long w = weight - fu->params, b = bias ? bias - fu->params : 0, n = fu->n_params;
+    ::rootclad::linear_backward_update(
+        ::rootclad::wanted(d_inp), d_out, inp, const_cast<T*>(weight), const_cast<T*>(bias), R, C,
+        OC, fu->state + w, fu->state + n + w, bias ? fu->d_params + b : (T*)nullptr,
+        bias ? fu->state + b : (T*)nullptr, bias ? fu->state + n + b : (T*)nullptr, fu->cfg,
+        fu->step);
+    return;
+  }
+  ::rootclad::linear_backward(::rootclad::wanted(d_inp), d_weight, bias ? d_bias : (T*)nullptr,
+                              d_out, inp, weight, R, C, OC);
+}
+
+} // namespace rootclad
+} // namespace custom_derivatives
+} // namespace clad
+#endif

@@ -35,21 +35,5 @@ void linear_backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, const T* 
 
 } // namespace rootclad
 
-// Clad-convention pullbacks (core.h says how they are written).
-#ifndef ROOTCLAD_NO_PULLBACKS // Clad differentiates the kernels themselves
-namespace clad {
-namespace custom_derivatives {
-namespace rootclad {
-
-template <typename T>
-void linear_forward_pullback(T* out, const T* inp, const T* weight, const T* bias, int R, int C,
-                             int OC, T* d_out, T* d_inp, T* d_weight, T* d_bias, int* d_R, int* d_C,
-                             int* d_OC) {
-  ::rootclad::linear_backward(::rootclad::wanted(d_inp), d_weight, bias ? d_bias : (T*)nullptr,
-                              d_out, inp, weight, R, C, OC);
-}
-
-} // namespace rootclad
-} // namespace custom_derivatives
-} // namespace clad
-#endif
+// Linear's Clad pullback is in linear_update.h, beside the fused backward and update that
+// train_step's sweep has it call at small batches.
