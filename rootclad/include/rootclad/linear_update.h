@@ -88,7 +88,6 @@ void linear_backward_update(T* d_inp, const T* d_out, const T* inp, T* weight, T
   pool.run(linear_update_rows<T>, &job, split ? pool.size() : 1);
 }
 
-
 // train_step at small batches in the clad engine: while one lives (on this thread), the Linear
 // pullback of a layer whose weight starts at one of `fused` (offsets into params) updates its
 // weight and bias with the optimizer instead of storing their gradient.
