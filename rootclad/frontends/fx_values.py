@@ -17,6 +17,7 @@ Two questions the torch front-end asks of a traced module before lowering it:
 
 from __future__ import annotations
 
+import inspect
 import operator
 
 import torch
@@ -108,9 +109,20 @@ def in_place_input(node: torch.fx.Node, module=None):
         return tensors[0] if t.endswith("_") and not t.startswith("_") else None
     if node.target in IN_PLACE_OPERATORS:
         return node.args[0] if is_tensor(node.args[0]) else None
-    if node.kwargs.get("inplace") is True or any(a is True for a in node.args[1:]):
-        return tensors[0]  # F.relu(x, True), F.dropout(x, p, training, True)
+    i = inplace_position(node.target)
+    if node.kwargs.get("inplace") is True or (i is not None and len(node.args) > i
+                                               and node.args[i] is True):  # fmt: skip
+        return tensors[0]  # F.relu(x, True), F.leaky_relu(x, 0.1, True)
     return None
+
+
+def inplace_position(target) -> int | None:
+    """The position of a function's ``inplace`` parameter (F.relu: 1), or None."""
+    try:
+        names = list(inspect.signature(target).parameters)
+    except (TypeError, ValueError):  # builtins without a signature take no inplace
+        return None
+    return names.index("inplace") if "inplace" in names else None
 
 
 def check_inplace(traced: torch.fx.GraphModule) -> None:

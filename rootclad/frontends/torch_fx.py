@@ -11,6 +11,7 @@ module path or fx node, and what is supported.
 
 from __future__ import annotations
 
+import math
 import operator
 
 import torch
@@ -364,8 +365,8 @@ class _FxLowering:
             kw.pop("inplace", None)
             if isinstance(t, str):  # x.relu_() -> x.relu()
                 t = t.removesuffix("_")
-            elif t not in fx_values.IN_PLACE_OPERATORS:  # F.relu(x, True): no flag left
-                args = [a for a in args if a is not True]
+            elif (i := fx_values.inplace_position(t)) is not None and len(args) > i:
+                args = args[:i] + args[i + 1 :]  # F.relu(x, True): no flag left
         name = t if isinstance(t, str) else getattr(t, "__name__", "")
         if _hashable(t) and t in _FUNCTION_OPS and args and self.is_tensor(args[0]):
             op = _FUNCTION_OPS[t]
@@ -390,7 +391,43 @@ class _FxLowering:
             return self.permute(fx_node, name, args, kw, where)
         if name == "contiguous":
             return self.add(fx_node.name, "identity", [args[0]])
+        if name in ("mean", "sum", "amax") and args and self.is_tensor(args[0]):
+            return self.reduce(fx_node, name, args, kw, where)
         raise self.unsupported(fx_node)
+
+    def reduce(self, fx_node, name, args, kw, where) -> None:
+        """mean / sum / amax over given per-sample axes, as the global pooling of a (rest,
+        reduced) reshape: the axes to reduce are permuted last where they are not."""
+        x = args[0]
+        dims = args[1] if len(args) > 1 else kw.get("dim")
+        keepdim = args[2] if len(args) > 2 else kw.get("keepdim", False)
+        if dims is None or dims == () or dims == []:
+            raise IRError(f"{where}: a {name} over every axis mixes the samples of the batch; "
+                          "give the per-sample axes (dim=...)")  # fmt: skip
+        if kw.get("dtype") is not None or not isinstance(keepdim, bool):
+            raise IRError(f"{where}: dtype= and a keepdim that is not a bool are not supported")
+        shape = self.shape(x)[1:]
+        axes = sorted({self.axis(d, x, where) for d in (dims if isinstance(dims, (tuple, list))
+                                                          else (dims,))})  # fmt: skip
+        rest = [a for a in range(len(shape)) if a not in axes]
+        inner, outer = math.prod(shape[a] for a in axes), math.prod(shape[a] for a in rest)
+        out = fx_node.name
+        src = x.name
+        if rest + axes != list(range(len(shape))):
+            self.nodes.append(Node(f"{out}__permuted", "permute", [src], f"{out}__permuted",
+                                   {"perm": tuple(rest + axes)}))  # fmt: skip
+            src = f"{out}__permuted"
+        self.nodes.append(Node(f"{out}__rows", "reshape", [src], f"{out}__rows",
+                               {"shape": (outer, inner)}))  # fmt: skip
+        pool = "global_maxpool" if name == "amax" else "global_avgpool"
+        self.nodes.append(Node(f"{out}__pooled", pool, [f"{out}__rows"], f"{out}__pooled"))
+        src = f"{out}__pooled"
+        if name == "sum":
+            self.nodes.append(Node(f"{out}__sum", "affine", [src], f"{out}__sum",
+                                   {"scale": float(inner), "shift": 0.0}))  # fmt: skip
+            src = f"{out}__sum"
+        self.nodes.append(Node(out, "reshape", [src], out,
+                               {"shape": tuple(self.shape(fx_node)[1:])}))  # fmt: skip
 
     def arithmetic(self, fx_node, op, args, kw, where) -> None:
         if kw.get("alpha", 1) != 1 or kw.get("rounding_mode") is not None:

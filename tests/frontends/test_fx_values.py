@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from fixtures.core import assert_close_rel, check_against_torch
+from fixtures.op_cases import Fn
 from torch import nn
 from torch.nn import functional as F
 
@@ -81,6 +82,11 @@ class _ChannelShuffle(nn.Module):
             id="in-place-layers",
         ),
         pytest.param(lambda: _ChannelShuffle(), (4, 6), id="shape-bookkeeping"),
+        # a positional True that is not inplace: keepdim
+        pytest.param(lambda: Fn(lambda x: torch.sum(x, 1, True) * x + x), (3, 4), id="keepdim"),
+        pytest.param(
+            lambda: Fn(lambda x: x.mean((1, 2)) + torch.amax(x, -1).sum(1)), (3, 4), id="reductions"
+        ),  # fmt: skip
     ],
 )
 def test_in_place_forms_and_shape_bookkeeping_match_torch(build, shape):
