@@ -118,3 +118,23 @@ def test_assert_same_nan_passes_on_the_same_pattern():
 def test_assert_same_nan_fails_on_another_pattern(actual, expected):
     with pytest.raises(AssertionError):
         assert_same_nan(torch.tensor(actual), torch.tensor(expected))
+
+
+def test_assert_grads_close_against_all_fails_on_a_wrong_small_gradient():
+    """Measured against the largest gradient, a near-zero gradient may carry rounding noise,
+    but a wrong one still fails, and so does a wrong large one."""
+    g = {
+        "big": torch.tensor([10.0, -4.0], dtype=torch.float64),
+        "tiny": torch.tensor([1e-13, 0.0], dtype=torch.float64),
+    }
+    noisy = {"big": g["big"].clone(), "tiny": torch.tensor([3e-13, -2e-13], dtype=torch.float64)}
+    assert_grads_close(noisy, g, 1e-10, against_all=True)
+    with pytest.raises(AssertionError, match="dtiny"):
+        assert_grads_close(noisy, g, 1e-10)  # against its own scale: noise fails
+    with pytest.raises(AssertionError, match="dtiny: error"):
+        assert_grads_close({**noisy, "tiny": torch.tensor([0.1, 0.0], dtype=torch.float64)}, g, 1e-10,
+                           against_all=True)  # fmt: skip
+    with pytest.raises(AssertionError, match="dbig: error"):
+        assert_grads_close({**noisy, "big": g["big"] * 1.01}, g, 1e-10, against_all=True)
+    with pytest.raises(AssertionError, match="every reference gradient is zero"):
+        assert_grads_close({"a": torch.zeros(2)}, {"a": torch.zeros(2)}, 1e-10, against_all=True)

@@ -11,12 +11,14 @@ module path or fx node, and what is supported.
 
 from __future__ import annotations
 
+import math
 import operator
 
 import torch
 from torch import nn
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
+from rootclad.frontends import fx_values
 from rootclad.ir.graph import Graph, IRError, Node, Param
 from rootclad.ir.ops import OPS, supported_modules
 from rootclad.ir.optimize import drop_identities, pool_before_activation
@@ -149,9 +151,8 @@ def _module_node(path: str, mod: nn.Module, name: str) -> Node:
     )
     if op is None:
         raise IRError(f"{where} is not supported; supported layers: {supported_layers()}")
-    if getattr(mod, "inplace", False):
-        raise IRError(f"{where}: inplace=True is not supported (it overwrites its input); "
-                      "use inplace=False")  # fmt: skip
+    # inplace=True: a new value all the same (fx_values.check_inplace makes sure nothing reads
+    # the overwritten one)
     spec = OPS[op]
     attrs = spec.from_module(mod, where)
     prefix = f"{path}." if path else ""  # the root layer's parameters have no prefix
@@ -184,12 +185,15 @@ def _fx_name(target) -> str:
 
 class _ShapeProp(torch.fx.Interpreter):
     """Runs the trace on the example input, noting each tensor's metadata in
-    ``node.meta["tensor_meta"]`` (as torch's ShapeProp); a failure names the fx node, its op
-    and its inputs' shapes."""
+    ``node.meta["tensor_meta"]`` (as torch's ShapeProp) and each other value in
+    ``node.meta[key]`` (numbers from shapes: fx_values); a failure names the fx node, its op
+    and its inputs' shapes. With ``key="rc_value_alt"`` (the run at another batch size) only
+    the other values are noted."""
 
-    def __init__(self, module):
+    def __init__(self, module, key="rc_value"):
         super().__init__(module)
         self.extra_traceback = False
+        self.key = key
 
     def run_node(self, n):
         try:
@@ -211,7 +215,11 @@ class _ShapeProp(torch.fx.Interpreter):
                 f"axis first): {msg}"
             ) from exc
         if isinstance(result, torch.Tensor):
-            n.meta["tensor_meta"] = _extract_tensor_metadata(result)
+            if self.key == "rc_value":
+                n.meta["tensor_meta"] = _extract_tensor_metadata(result)
+        elif isinstance(result, (int, float, bool, str, tuple, list, torch.Size, torch.dtype,
+                                 torch.device, type(None))):  # fmt: skip
+            n.meta[self.key] = result
         return result
 
 
@@ -238,14 +246,24 @@ class _FxLowering:
             )
         # in eval mode, so that the shapes come without side effects on the user's module
         # (BatchNorm would count the example in its running statistics); modes restored
-        modes = {m: m.training for m in self.traced.modules()}
+        modes = {m: m.training for m in (*self.traced.modules(), *module.modules())}
         try:
             self.traced.eval()
-            with torch.no_grad():
-                _ShapeProp(self.traced).run(*xs)
+            module.eval()
+            with torch.no_grad():  # copies of the inputs: a layer may overwrite its input
+                traced = _ShapeProp(self.traced).run(*(x.clone() for x in xs))
+                # once more with one sample more: which numbers depend on the batch size
+                more = tuple(torch.cat([x, x[:1]]) for x in xs)
+                try:
+                    _ShapeProp(self.traced, "rc_value_alt").run(*more)
+                except IRError:  # a model bound to its batch size: the checks below say so
+                    pass
+                eager = module(*(x.clone() for x in xs))
         finally:
             for m, mode in modes.items():
                 m.training = mode
+        fx_values.check_trace(module, traced, eager)
+        fx_values.check_inplace(self.traced)
         self.nodes: list[Node] = []
         self.batch = int(xs[0].shape[0])
 
@@ -307,7 +325,7 @@ class _FxLowering:
                         f"{fx_node.args} {fx_node.kwargs} not understood ({exc!r}); pass "
                         "tensors and dims positionally"
                     ) from exc
-            elif not self.is_shape_query(fx_node):
+            elif not fx_values.is_static(fx_node):
                 raise self.unsupported(fx_node)
         if not isinstance(output, torch.fx.Node):
             raise IRError(
@@ -322,13 +340,6 @@ class _FxLowering:
             if hasattr(n.meta.get("tensor_meta"), "shape")
         }
         return Graph(inputs, shapes, self.nodes, output.name, self.params, self.dtype)
-
-    def is_shape_query(self, fx_node) -> bool:
-        """x.size(d), x.shape, x.shape[d], x.dim(): numbers only reshape/view may use."""
-        t = fx_node.target
-        return (fx_node.op == "call_method" and t in ("size", "dim")) or (
-            fx_node.op == "call_function" and t in (getattr, operator.getitem, len)
-        )
 
     def call_module(self, fx_node) -> None:
         mod = self.traced.get_submodule(fx_node.target)
@@ -347,11 +358,16 @@ class _FxLowering:
         self.nodes.append(node)
 
     def call_function(self, fx_node) -> None:
-        t, args, kw = fx_node.target, list(fx_node.args), dict(fx_node.kwargs)
-        name = t if isinstance(t, str) else getattr(t, "__name__", "")
+        t = fx_node.target
+        args, kw = fx_values.substitute(list(fx_node.args)), fx_values.substitute(fx_node.kwargs)
         where = f"fx node {fx_node.name!r} ({_fx_name(t)})"
-        if kw.get("inplace") is True or any(a is True for a in args[1:]):  # F.relu(x, True)
-            raise IRError(f"{where}: inplace=True is not supported (it overwrites its input)")
+        if fx_values.in_place_input(fx_node) is not None:  # a new value all the same
+            kw.pop("inplace", None)
+            if isinstance(t, str):  # x.relu_() -> x.relu()
+                t = t.removesuffix("_")
+            elif (i := fx_values.inplace_position(t)) is not None and len(args) > i:
+                args = args[:i] + args[i + 1 :]  # F.relu(x, True): no flag left
+        name = t if isinstance(t, str) else getattr(t, "__name__", "")
         if _hashable(t) and t in _FUNCTION_OPS and args and self.is_tensor(args[0]):
             op = _FUNCTION_OPS[t]
             attrs = OPS[op].from_call(args[1:], kw, where)
@@ -375,7 +391,43 @@ class _FxLowering:
             return self.permute(fx_node, name, args, kw, where)
         if name == "contiguous":
             return self.add(fx_node.name, "identity", [args[0]])
+        if name in ("mean", "sum", "amax") and args and self.is_tensor(args[0]):
+            return self.reduce(fx_node, name, args, kw, where)
         raise self.unsupported(fx_node)
+
+    def reduce(self, fx_node, name, args, kw, where) -> None:
+        """mean / sum / amax over given per-sample axes, as the global pooling of a (rest,
+        reduced) reshape: the axes to reduce are permuted last where they are not."""
+        x = args[0]
+        dims = args[1] if len(args) > 1 else kw.get("dim")
+        keepdim = args[2] if len(args) > 2 else kw.get("keepdim", False)
+        if dims is None or dims == () or dims == []:
+            raise IRError(f"{where}: a {name} over every axis mixes the samples of the batch; "
+                          "give the per-sample axes (dim=...)")  # fmt: skip
+        if kw.get("dtype") is not None or not isinstance(keepdim, bool):
+            raise IRError(f"{where}: dtype= and a keepdim that is not a bool are not supported")
+        shape = self.shape(x)[1:]
+        axes = sorted({self.axis(d, x, where) for d in (dims if isinstance(dims, (tuple, list))
+                                                          else (dims,))})  # fmt: skip
+        rest = [a for a in range(len(shape)) if a not in axes]
+        inner, outer = math.prod(shape[a] for a in axes), math.prod(shape[a] for a in rest)
+        out = fx_node.name
+        src = x.name
+        if rest + axes != list(range(len(shape))):
+            self.nodes.append(Node(f"{out}__permuted", "permute", [src], f"{out}__permuted",
+                                   {"perm": tuple(rest + axes)}))  # fmt: skip
+            src = f"{out}__permuted"
+        self.nodes.append(Node(f"{out}__rows", "reshape", [src], f"{out}__rows",
+                               {"shape": (outer, inner)}))  # fmt: skip
+        pool = "global_maxpool" if name == "amax" else "global_avgpool"
+        self.nodes.append(Node(f"{out}__pooled", pool, [f"{out}__rows"], f"{out}__pooled"))
+        src = f"{out}__pooled"
+        if name == "sum":
+            self.nodes.append(Node(f"{out}__sum", "affine", [src], f"{out}__sum",
+                                   {"scale": float(inner), "shift": 0.0}))  # fmt: skip
+            src = f"{out}__sum"
+        self.nodes.append(Node(out, "reshape", [src], out,
+                               {"shape": tuple(self.shape(fx_node)[1:])}))  # fmt: skip
 
     def arithmetic(self, fx_node, op, args, kw, where) -> None:
         if kw.get("alpha", 1) != 1 or kw.get("rounding_mode") is not None:
@@ -402,6 +454,9 @@ class _FxLowering:
             op = {"rsub": "sub", "rdiv": "div"}.get(op, op)
             return self.add(fx_node.name, op, [a, b])
         x, c = (a, b) if self.is_tensor(a) else (b, a)
+        if isinstance(c, torch.fx.Node) and fx_values.is_static(c):
+            raise IRError(f"{where}: operand {c.name!r} is the batch size or depends on it; "
+                          "rootclad compiles a model for any batch size")  # fmt: skip
         if not isinstance(c, (int, float)) or isinstance(c, bool):
             raise IRError(f"{where}: operand {c!r} is neither a tensor nor a number")
         c = float(c)

@@ -30,7 +30,13 @@ def run_tool(cmd: list[str], *, timeout: float, memory: int | None = None):
     exception). When this process dies without running Python code (SIGKILL, an unhandled
     SIGTERM) Linux kills the tool itself (PR_SET_PDEATHSIG); its own children are not reached
     then. ``memory``: the address space each process of the tool may use, in bytes
-    (RLIMIT_AS)."""
+    (RLIMIT_AS).
+
+    Known limits: Linux sends the death signal when the *thread* that started the tool ends,
+    so a compile started from a short-lived thread loses the tool if that thread exits first
+    (rootclad compiles on the calling thread and waits); and ``preexec_fn`` runs Python
+    between fork and exec, which a process with other threads holding locks could deadlock in
+    (the setup makes three system calls and allocates nothing of its own)."""
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           start_new_session=True, preexec_fn=_child_setup(memory)) as proc:  # fmt: skip
         try:

@@ -684,6 +684,26 @@ class _InplaceReLU(nn.Module):
         return torch.nn.functional.relu(h, inplace=True) + h
 
 
+class _OverwrittenAlias(nn.Module):
+    def forward(self, x):
+        y = x.tanh()
+        h = y
+        y += 1  # fx records an out-of-place add: h would keep tanh(x), in torch it changes too
+        return h * y
+
+
+class _DiscardedInPlace(nn.Module):
+    def forward(self, x):
+        h = x.tanh()
+        h.mul_(2)  # its result unused: fx drops it as dead code, torch changed h
+        return h.sigmoid()
+
+
+class _BatchSizeAsNumber(nn.Module):
+    def forward(self, x):
+        return x / x.size(0)
+
+
 class _PermuteKeyword(nn.Module):
     def forward(self, x):
         return x.permute(dims=(0, 2, 1))
@@ -693,8 +713,10 @@ class _PermuteKeyword(nn.Module):
     "module, shape, words",
     [
         (_RankMismatch(), (4, 3), ["different ranks", "(4, 4, 3) and (4, 3)"]),
-        (_InplaceReLU(), (4,), ["'relu'", "inplace=True"]),
-        (nn.Sequential(nn.Tanh(), nn.ReLU(inplace=True)), (4,), ["'1'", "inplace=True"]),
+        (_InplaceReLU(), (4,), ["'relu'", "overwrites 'tanh' in place", "'add'"]),
+        (_OverwrittenAlias(), (4,), ["trace of _OverwrittenAlias", "y += x"]),
+        (_BatchSizeAsNumber(), (4,), ["'size'", "batch size"]),
+        (_DiscardedInPlace(), (4,), ["trace of _DiscardedInPlace", "out of place"]),
         (_PermuteKeyword(), (4, 3), ["'permute'", "not understood", "positionally"]),
     ],
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rootclad.ir.graph import IRError, expect
-from rootclad.ir.ops.common import ints
+from rootclad.ir.ops.common import F, arg, ints
 from rootclad.ir.registry import OpSpec, register
 
 
@@ -85,6 +85,16 @@ def _global_pool_from_module(mod, where):
     return {}
 
 
+def _global_pool_call(args, kw, where):
+    """F.adaptive_avg_pool1d/2d(x, output_size), F.adaptive_max_pool1d/2d: size 1 only."""
+    size = arg(args, kw, 0, "output_size", None)
+    if any(v != 1 for v in (size if isinstance(size, (tuple, list)) else (size,))):
+        raise IRError(f"{where}: output_size={size!r}; only global pooling (output_size=1)")
+    if arg(args, kw, 1, "return_indices", False):
+        raise IRError(f"{where}: return_indices is not supported")
+    return {}
+
+
 def _global_pool_infer(node, shapes, graph):
     (shape,) = shapes
     expect(
@@ -95,10 +105,12 @@ def _global_pool_infer(node, shapes, graph):
     return (shape[0],) + (1,) * (len(shape) - 1)
 
 
-for _name, _modules in (
-    ("global_avgpool", ("AdaptiveAvgPool1d", "AdaptiveAvgPool2d")),
-    ("global_maxpool", ("AdaptiveMaxPool1d", "AdaptiveMaxPool2d")),
-):
+for _name, _modules, _functions in (
+    ("global_avgpool", ("AdaptiveAvgPool1d", "AdaptiveAvgPool2d"),
+     (F + "adaptive_avg_pool1d", F + "adaptive_avg_pool2d")),
+    ("global_maxpool", ("AdaptiveMaxPool1d", "AdaptiveMaxPool2d"),
+     (F + "adaptive_max_pool1d", F + "adaptive_max_pool2d")),
+):  # fmt: skip
     register(
         OpSpec(
             _name,
@@ -108,5 +120,7 @@ for _name, _modules in (
             saves=("in", "out") if _name == "global_maxpool" else (),
             modules=_modules,
             from_module=_global_pool_from_module,
+            functions=_functions,
+            from_call=_global_pool_call,
         )
     )

@@ -1,0 +1,205 @@
+"""What an fx trace computes besides tensors, and what it overwrites.
+
+Two questions the torch front-end asks of a traced module before lowering it:
+
+- **Numbers.** fx records the shape bookkeeping of a ``forward`` as nodes: ``x.shape``,
+  ``x.size(1)``, ``c // 2``, ``h * w``, ``torch._assert(c % g == 0, ...)``. rootclad's shapes
+  are static, so these are numbers known at compile time: the example input is run through
+  the trace twice, at its batch size and at one more, and a number that comes out the same
+  both times is a constant (``static``). One that differs depends on the batch size
+  (``x.size(0)``) and stays a node: only reshape's batch slot may use it.
+- **In-place operations.** ``ReLU(inplace=True)``, ``F.relu(x, inplace=True)``,
+  ``x.relu_()``, ``out += identity`` overwrite their input. rootclad computes a new value
+  instead, which is the same thing as long as nothing reads the overwritten tensor (or a view
+  of it) afterwards; :func:`check_inplace` refuses a graph where something does, naming both
+  nodes, since the compiled model would read the value from before the overwrite.
+"""
+
+from __future__ import annotations
+
+import inspect
+import operator
+
+import torch
+
+from rootclad.ir.graph import IRError
+
+# fx nodes that may compute a number from shapes (never from a tensor's values)
+STATIC_METHODS = ("size", "dim", "ndimension", "numel", "nelement")
+STATIC_ATTRS = ("shape", "ndim", "dtype", "device", "is_cuda")
+STATIC_FUNCTIONS = {
+    getattr, len, torch._assert,
+    operator.getitem, operator.add, operator.sub, operator.mul, operator.floordiv,
+    operator.truediv, operator.mod, operator.pow, operator.neg, operator.pos, operator.eq,
+    operator.ne, operator.lt, operator.le, operator.gt, operator.ge, operator.and_,
+    operator.or_, operator.not_, operator.truth, operator.contains,
+}  # fmt: skip
+# ops that return a view of their first input (or may: reshape): an overwrite reaches them
+VIEWS = {
+    "view", "reshape", "flatten", "unflatten", "permute", "transpose", "t", "contiguous",
+    "unsqueeze", "squeeze", "expand", "expand_as", "view_as", "reshape_as", "narrow", "select",
+    "chunk", "split", "unbind", "getitem", "movedim", "swapaxes", "detach", "as_strided",
+}  # fmt: skip
+IN_PLACE_OPERATORS = {operator.iadd: "add", operator.isub: "sub", operator.imul: "mul",
+                      operator.itruediv: "div"}  # fmt: skip
+
+
+def target_name(node: torch.fx.Node) -> str:
+    t = node.target
+    return t if isinstance(t, str) else getattr(t, "__name__", str(t))
+
+
+def is_tensor(value) -> bool:
+    return isinstance(value, torch.fx.Node) and "tensor_meta" in value.meta
+
+
+def _tensor_args(node) -> list:
+    return [a for a in node.all_input_nodes if is_tensor(a)]
+
+
+def is_static(node: torch.fx.Node) -> bool:
+    """A number (or tuple, bool, None, dtype) the trace computed from shapes and constants."""
+    if is_tensor(node) or "rc_value" not in node.meta:
+        return False
+    if node.op == "call_method":
+        return node.target in STATIC_METHODS
+    if node.op != "call_function" or node.target not in STATIC_FUNCTIONS:
+        return False
+    if node.target is getattr:
+        return node.args[1] in STATIC_ATTRS
+    # operators on numbers and shapes only: every node input a number itself
+    return all(is_static(a) for a in node.all_input_nodes)
+
+
+def batch_dependent(node: torch.fx.Node) -> bool:
+    """The number differed between the run at the example's batch size and at one more."""
+    a, b = node.meta["rc_value"], node.meta.get("rc_value_alt", node.meta["rc_value"])
+    try:
+        return bool(a != b)
+    except Exception:  # values that do not compare (a tensor slipped through): not constant
+        return True
+
+
+def substitute(value):
+    """``value`` (an fx argument) with every constant static node replaced by its number; a
+    node that depends on the batch size is left as it is."""
+    if isinstance(value, torch.fx.Node):
+        if is_static(value) and not batch_dependent(value):
+            return value.meta["rc_value"]
+        return value
+    if isinstance(value, (tuple, list)):
+        return type(value)(substitute(v) for v in value)
+    if isinstance(value, dict):
+        return {k: substitute(v) for k, v in value.items()}
+    if isinstance(value, slice):
+        return slice(substitute(value.start), substitute(value.stop), substitute(value.step))
+    return value
+
+
+def in_place_input(node: torch.fx.Node, module=None):
+    """The tensor ``node`` overwrites, or None: a layer with ``inplace=True``, a function
+    given ``inplace=True``, a method ending in ``_`` (``relu_``), ``+=`` and its kin."""
+    tensors = _tensor_args(node)
+    if not tensors:
+        return None
+    if node.op == "call_module":
+        return tensors[0] if getattr(module, "inplace", False) else None
+    if node.op == "call_method":
+        t = node.target
+        return tensors[0] if t.endswith("_") and not t.startswith("_") else None
+    if node.target in IN_PLACE_OPERATORS:
+        return node.args[0] if is_tensor(node.args[0]) else None
+    i = inplace_position(node.target)
+    if node.kwargs.get("inplace") is True or (i is not None and len(node.args) > i
+                                               and node.args[i] is True):  # fmt: skip
+        return tensors[0]  # F.relu(x, True), F.leaky_relu(x, 0.1, True)
+    return None
+
+
+def inplace_position(target) -> int | None:
+    """The position of a function's ``inplace`` parameter (F.relu: 1), or None."""
+    try:
+        names = list(inspect.signature(target).parameters)
+    except (TypeError, ValueError):  # builtins without a signature take no inplace
+        return None
+    return names.index("inplace") if "inplace" in names else None
+
+
+def check_inplace(traced: torch.fx.GraphModule) -> None:
+    """Refuse an in-place operation whose overwritten tensor (or a view sharing its memory) is
+    read after it by anything but what it returns, naming both nodes."""
+    nodes = list(traced.graph.nodes)
+    pos = {n: i for i, n in enumerate(nodes)}
+    parent = {n: n for n in nodes}
+
+    def find(n):
+        while parent[n] is not n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+
+    overwrites = {}
+    for n in nodes:
+        module = traced.get_submodule(n.target) if n.op == "call_module" else None
+        if n.op not in ("call_module", "call_method", "call_function"):
+            continue
+        source = in_place_input(n, module)
+        if source is not None:
+            overwrites[n] = source
+        elif target_name(n) in VIEWS and _tensor_args(n):
+            source = _tensor_args(n)[0]
+        if source is not None:
+            parent[find(n)] = find(source)
+    for n, source in overwrites.items():
+        # what n returns, and views of it made afterwards, hold the new value
+        after = {n}
+        for m in nodes[pos[n] + 1 :]:
+            if (
+                m.all_input_nodes
+                and target_name(m) in VIEWS | {"setitem"}
+                and (_tensor_args(m) and _tensor_args(m)[0] in after)
+            ):
+                after.add(m)
+            elif overwrites.get(m) in after:
+                after.add(m)
+        group = [m for m in nodes if find(m) is find(source) and m not in after]
+        for m in group:
+            late = [u for u in m.users if pos[u] > pos[n] and u not in after]
+            if late:
+                raise IRError(
+                    f"fx node {n.name!r} ({target_name(n)}) overwrites {m.name!r} in place, and "
+                    f"{late[0].name!r} ({target_name(late[0])}) reads {m.name!r} afterwards: the "
+                    "compiled model would read the value from before the overwrite; make the "
+                    "operation out of place (inplace=False, x = x + y)"
+                )
+
+
+def _tensors(value) -> list:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    return []
+
+
+def check_trace(module, traced_out, eager_out) -> None:
+    """The trace must compute what the module computes, on the example input: torch.fx records
+    ``y += 1`` on a tensor another name still holds as an out-of-place add, and a graph
+    that differs from the module would be compiled faithfully and be wrong."""
+    for a, b in zip(_tensors(traced_out), _tensors(eager_out), strict=False):
+        if a.shape != b.shape or not a.is_floating_point():
+            continue
+        scale = float(b.abs().nan_to_num(0, 0, 0).max()) if b.numel() else 0.0
+        tol = (1e-9 if b.dtype == torch.float64 else 1e-4) * max(scale, 1e-30)
+        diff = (a - b).abs().nan_to_num(0, 0, 0)
+        same_nan = torch.equal(a.isnan(), b.isnan())
+        if not same_nan or (diff.numel() and float(diff.max()) > tol):
+            raise IRError(
+                f"torch.fx's trace of {type(module).__name__} computes something else than the "
+                f"module on the example input (largest difference {float(diff.max()):.3g} at "
+                f"output scale {scale:.3g}): most often an in-place operation (y += x, "
+                "y.mul_(2)) on a tensor that another name still refers to, which fx records as "
+                "out of place; write it out of place (y = y + x)"
+            )
