@@ -34,12 +34,6 @@ STATIC_FUNCTIONS = {
     operator.ne, operator.lt, operator.le, operator.gt, operator.ge, operator.and_,
     operator.or_, operator.not_, operator.truth, operator.contains,
 }  # fmt: skip
-# ops that return a view of their first input (or may: reshape): an overwrite reaches them
-VIEWS = {
-    "view", "reshape", "flatten", "unflatten", "permute", "transpose", "t", "contiguous",
-    "unsqueeze", "squeeze", "expand", "expand_as", "view_as", "reshape_as", "narrow", "select",
-    "chunk", "split", "unbind", "getitem", "movedim", "swapaxes", "detach", "as_strided",
-}  # fmt: skip
 IN_PLACE_OPERATORS = {operator.iadd: "add", operator.isub: "sub", operator.imul: "mul",
                       operator.itruediv: "div"}  # fmt: skip
 
@@ -71,11 +65,44 @@ def is_static(node: torch.fx.Node) -> bool:
     return all(is_static(a) for a in node.all_input_nodes)
 
 
+def _takes_batch_axis(index, rank: int) -> bool:
+    """Whether ``shape[index]`` reads position 0 of a shape of ``rank`` entries."""
+    if isinstance(index, slice):
+        return 0 in range(rank)[index]
+    return isinstance(index, int) and index in (0, -rank)
+
+
+def tainted(node: torch.fx.Node) -> bool:
+    """Computed from the batch size: x.size(0), x.size(), x.shape and x.numel() carry it,
+    shape[0] and slices through 0 keep it, and so does any arithmetic on such a number."""
+    if node.op == "call_method":
+        if node.target in ("numel", "nelement"):
+            return True
+        if node.target == "size":
+            dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+            rank = len(node.args[0].meta["tensor_meta"].shape)
+            return dim is None or dim in (0, -rank)
+        return False
+    if node.target is getattr:
+        return node.args[1] == "shape"
+    if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
+        source = node.args[0]
+        if (
+            source.op == "call_method"
+            and source.target == "size"
+            or (source.target is getattr and source.args[1] == "shape")
+        ):
+            return _takes_batch_axis(node.args[1], len(source.meta["rc_value"]))
+    return any(tainted(a) for a in node.all_input_nodes if is_static(a))
+
+
 def batch_dependent(node: torch.fx.Node) -> bool:
-    """The number differed between the run at the example's batch size and at one more."""
-    a, b = node.meta["rc_value"], node.meta.get("rc_value_alt", node.meta["rc_value"])
+    """The number is computed from the batch size (``tainted``), or came out different in the
+    run at one sample more (or that run did not reach it)."""
+    if tainted(node) or "rc_value_alt" not in node.meta:
+        return True
     try:
-        return bool(a != b)
+        return bool(node.meta["rc_value"] != node.meta["rc_value_alt"])
     except Exception:  # values that do not compare (a tensor slipped through): not constant
         return True
 
@@ -126,51 +153,31 @@ def inplace_position(target) -> int | None:
 
 
 def check_inplace(traced: torch.fx.GraphModule) -> None:
-    """Refuse an in-place operation whose overwritten tensor (or a view sharing its memory) is
-    read after it by anything but what it returns, naming both nodes."""
+    """Refuse an in-place operation when a tensor sharing memory with what it overwrites, made
+    before it, is read after it: the compiled model would read the value from before the
+    overwrite. What shares memory is what shared it in the run on the example (``rc_storage``:
+    views, layers that return their input, the overwrite's own result)."""
     nodes = list(traced.graph.nodes)
     pos = {n: i for i, n in enumerate(nodes)}
-    parent = {n: n for n in nodes}
-
-    def find(n):
-        while parent[n] is not n:
-            parent[n] = parent[parent[n]]
-            n = parent[n]
-        return n
-
-    overwrites = {}
     for n in nodes:
-        module = traced.get_submodule(n.target) if n.op == "call_module" else None
         if n.op not in ("call_module", "call_method", "call_function"):
             continue
+        module = traced.get_submodule(n.target) if n.op == "call_module" else None
         source = in_place_input(n, module)
-        if source is not None:
-            overwrites[n] = source
-        elif target_name(n) in VIEWS and _tensor_args(n):
-            source = _tensor_args(n)[0]
-        if source is not None:
-            parent[find(n)] = find(source)
-    for n, source in overwrites.items():
-        # what n returns, and views of it made afterwards, hold the new value
-        after = {n}
-        for m in nodes[pos[n] + 1 :]:
-            if (
-                m.all_input_nodes
-                and target_name(m) in VIEWS | {"setitem"}
-                and (_tensor_args(m) and _tensor_args(m)[0] in after)
-            ):
-                after.add(m)
-            elif overwrites.get(m) in after:
-                after.add(m)
-        group = [m for m in nodes if find(m) is find(source) and m not in after]
-        for m in group:
-            late = [u for u in m.users if pos[u] > pos[n] and u not in after]
+        if source is None:
+            continue
+        storage = source.meta.get("rc_storage")
+        before = [m for m in nodes[: pos[n]] if storage is not None
+                  and m.meta.get("rc_storage") == storage] or [source]  # fmt: skip
+        for m in before:
+            late = [u for u in m.users if pos[u] > pos[n] and not is_static(u)]
             if late:
                 raise IRError(
                     f"fx node {n.name!r} ({target_name(n)}) overwrites {m.name!r} in place, and "
                     f"{late[0].name!r} ({target_name(late[0])}) reads {m.name!r} afterwards: the "
-                    "compiled model would read the value from before the overwrite; make the "
-                    "operation out of place (inplace=False, x = x + y)"
+                    "compiled model would read the value from before the overwrite; use what the "
+                    "operation returns (h = h.relu_()), or make it out of place (inplace=False, "
+                    "x = x + y)"
                 )
 
 
@@ -201,5 +208,6 @@ def check_trace(module, traced_out, eager_out) -> None:
                 f"module on the example input (largest difference {float(diff.max()):.3g} at "
                 f"output scale {scale:.3g}): most often an in-place operation (y += x, "
                 "y.mul_(2)) on a tensor that another name still refers to, which fx records as "
-                "out of place; write it out of place (y = y + x)"
+                "out of place; write it out of place (y = y + x); or forward branches on "
+                "self.training, and fx kept the branch of the mode it traced in"
             )

@@ -191,7 +191,8 @@ class _ShapeProp(torch.fx.Interpreter):
     the other values are noted."""
 
     def __init__(self, module, key="rc_value"):
-        super().__init__(module)
+        # every value kept to the end: memory is not reused, so equal storages mean aliases
+        super().__init__(module, garbage_collect_values=False)
         self.extra_traceback = False
         self.key = key
 
@@ -217,6 +218,7 @@ class _ShapeProp(torch.fx.Interpreter):
         if isinstance(result, torch.Tensor):
             if self.key == "rc_value":
                 n.meta["tensor_meta"] = _extract_tensor_metadata(result)
+                n.meta["rc_storage"] = result.untyped_storage().data_ptr()
         elif isinstance(result, (int, float, bool, str, tuple, list, torch.Size, torch.dtype,
                                  torch.device, type(None))):  # fmt: skip
             n.meta[self.key] = result
@@ -236,7 +238,6 @@ class _FxLowering:
                 "modules torch.fx can trace (no data-dependent control flow) made of: "
                 f"{supported_layers()}"
             ) from exc
-        self.traced.graph.eliminate_dead_code()
         placeholders = [n for n in self.traced.graph.nodes if n.op == "placeholder"]
         if len(placeholders) != len(xs):
             names = [p.name for p in placeholders]
@@ -262,12 +263,22 @@ class _FxLowering:
         finally:
             for m, mode in modes.items():
                 m.training = mode
+        # an in-place call whose result is unused still overwrites: kept, so that
+        # check_inplace sees what reads the old value afterwards
+        self.traced.graph.eliminate_dead_code(
+            is_impure_node=lambda n: (
+                n.is_impure() or fx_values.in_place_input(n, self._module_of(n)) is not None
+            )
+        )
         fx_values.check_trace(module, traced, eager)
         fx_values.check_inplace(self.traced)
         self.nodes: list[Node] = []
         self.batch = int(xs[0].shape[0])
 
     # -- helpers ----------------------------------------------------------------------------
+    def _module_of(self, fx_node):
+        return self.traced.get_submodule(fx_node.target) if fx_node.op == "call_module" else None
+
     def shape(self, fx_node) -> tuple[int, ...]:
         meta = fx_node.meta.get("tensor_meta")
         if meta is None or not hasattr(meta, "shape"):
@@ -391,12 +402,12 @@ class _FxLowering:
             return self.permute(fx_node, name, args, kw, where)
         if name == "contiguous":
             return self.add(fx_node.name, "identity", [args[0]])
-        if name in ("mean", "sum", "amax") and args and self.is_tensor(args[0]):
+        if name in ("mean", "sum") and args and self.is_tensor(args[0]):  # not amax: ties
             return self.reduce(fx_node, name, args, kw, where)
         raise self.unsupported(fx_node)
 
     def reduce(self, fx_node, name, args, kw, where) -> None:
-        """mean / sum / amax over given per-sample axes, as the global pooling of a (rest,
+        """mean / sum over given per-sample axes, as the global average pooling of a (rest,
         reduced) reshape: the axes to reduce are permuted last where they are not."""
         x = args[0]
         dims = args[1] if len(args) > 1 else kw.get("dim")
@@ -419,8 +430,11 @@ class _FxLowering:
             src = f"{out}__permuted"
         self.nodes.append(Node(f"{out}__rows", "reshape", [src], f"{out}__rows",
                                {"shape": (outer, inner)}))  # fmt: skip
-        pool = "global_maxpool" if name == "amax" else "global_avgpool"
-        self.nodes.append(Node(f"{out}__pooled", pool, [f"{out}__rows"], f"{out}__pooled"))
+        # (not amax: torch shares its gradient among tied maxima, global_maxpool gives it all
+        # to the first, as max pooling does)
+        self.nodes.append(
+            Node(f"{out}__pooled", "global_avgpool", [f"{out}__rows"], f"{out}__pooled")
+        )
         src = f"{out}__pooled"
         if name == "sum":
             self.nodes.append(Node(f"{out}__sum", "affine", [src], f"{out}__sum",

@@ -85,7 +85,7 @@ class _ChannelShuffle(nn.Module):
         # a positional True that is not inplace: keepdim
         pytest.param(lambda: Fn(lambda x: torch.sum(x, 1, True) * x + x), (3, 4), id="keepdim"),
         pytest.param(
-            lambda: Fn(lambda x: x.mean((1, 2)) + torch.amax(x, -1).sum(1)), (3, 4), id="reductions"
+            lambda: Fn(lambda x: x.mean((1, 2)) + torch.sum(x, -1).mean(1)), (3, 4), id="reductions"
         ),  # fmt: skip
     ],
 )
@@ -102,9 +102,9 @@ def test_in_place_forms_and_shape_bookkeeping_match_torch(build, shape):
 def test_the_module_is_left_as_it_was():
     """The front-end runs the module itself once (to compare with its trace): in eval mode,
     on copies of the example, and every layer's mode is restored."""
-    net = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3), nn.ReLU(inplace=True)).double()
+    net = nn.Sequential(nn.ReLU(inplace=True), nn.Linear(3, 3), nn.BatchNorm1d(3)).double()
     x = torch.randn(4, 3, dtype=F64)
-    before, stats = x.clone(), net[1].running_mean.clone()
+    before, stats = x.clone(), net[2].running_mean.clone()
     rootclad.compile(net, x, "mse", engine="pullback")
-    assert torch.equal(x, before) and torch.equal(net[1].running_mean, stats)
+    assert torch.equal(x, before) and torch.equal(net[2].running_mean, stats)
     assert net.training and all(m.training for m in net.modules())

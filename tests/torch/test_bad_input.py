@@ -699,6 +699,42 @@ class _DiscardedInPlace(nn.Module):
         return h.sigmoid()
 
 
+class _AliasThroughALayer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.id, self.act = nn.Linear(4, 4), nn.Identity(), nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        h = self.fc(x)
+        return self.act(self.id(h)) + h  # Identity returns h itself: the ReLU overwrites h
+
+
+class _ClampUnused(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.out = nn.Linear(4, 4), nn.Linear(4, 1)
+
+    def forward(self, x):
+        h = self.fc(x)
+        h.clamp_(-5, 5)  # the example never reaches 5: only the overwrite rule can see it
+        return self.out(h)
+
+
+class _HalfTheBatch(nn.Module):
+    def forward(self, x):  # at batch 4, 4 // 2 == 5 // 2: only the taint can see it
+        return x * (x.size(0) // 2)
+
+
+class _BranchOnTraining(nn.Module):
+    def forward(self, x):
+        return x.tanh() if self.training else x.sigmoid()  # fx keeps the branch it traced
+
+
+class _AmaxOverAxes(nn.Module):
+    def forward(self, x):  # torch shares the gradient among ties; a max pool would not
+        return torch.amax(x, -1, keepdim=True) * x
+
+
 class _BatchSizeAsNumber(nn.Module):
     def forward(self, x):
         return x / x.size(0)
@@ -716,7 +752,12 @@ class _PermuteKeyword(nn.Module):
         (_InplaceReLU(), (4,), ["'relu'", "overwrites 'tanh' in place", "'add'"]),
         (_OverwrittenAlias(), (4,), ["trace of _OverwrittenAlias", "y += x"]),
         (_BatchSizeAsNumber(), (4,), ["'size'", "batch size"]),
-        (_DiscardedInPlace(), (4,), ["trace of _DiscardedInPlace", "out of place"]),
+        (_DiscardedInPlace(), (4,), ["'mul_'", "overwrites 'tanh' in place", "'sigmoid'"]),
+        (_AliasThroughALayer(), (4,), ["'act'", "overwrites 'fc' in place", "'add'"]),
+        (_ClampUnused(), (4,), ["'clamp_'", "'out'", "use what the operation returns"]),
+        (_HalfTheBatch(), (4,), ["'floordiv'", "batch size"]),
+        (_BranchOnTraining(), (4,), ["self.training"]),
+        (_AmaxOverAxes(), (4,), ["'amax'", "not supported"]),
         (_PermuteKeyword(), (4, 3), ["'permute'", "not understood", "positionally"]),
     ],
 )
