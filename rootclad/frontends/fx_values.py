@@ -4,15 +4,16 @@ Two questions the torch front-end asks of a traced module before lowering it:
 
 - **Numbers.** fx records the shape bookkeeping of a ``forward`` as nodes: ``x.shape``,
   ``x.size(1)``, ``c // 2``, ``h * w``, ``torch._assert(c % g == 0, ...)``. rootclad's shapes
-  are static, so these are numbers known at compile time: the example input is run through
-  the trace twice, at its batch size and at one more, and a number that comes out the same
-  both times is a constant (``static``). One that differs depends on the batch size
-  (``x.size(0)``) and stays a node: only reshape's batch slot may use it.
-- **In-place operations.** ``ReLU(inplace=True)``, ``F.relu(x, inplace=True)``,
-  ``x.relu_()``, ``out += identity`` overwrite their input. rootclad computes a new value
-  instead, which is the same thing as long as nothing reads the overwritten tensor (or a view
-  of it) afterwards; :func:`check_inplace` refuses a graph where something does, naming both
-  nodes, since the compiled model would read the value from before the overwrite.
+  are static, so these are numbers known at compile time (``static``). One computed from the
+  batch axis (``tainted``: ``x.size(0)``, ``x.shape[0]``, ``x.numel()`` and arithmetic on
+  them), or that changes when the example runs again with one sample more, stays a node:
+  only reshape's batch slot may use it.
+- **In-place operations.** ``ReLU(inplace=True)``, ``F.relu(x, inplace=True)`` and
+  ``x.relu_()`` overwrite their input. rootclad computes a new value instead, which is the
+  same thing as long as nothing made before the overwrite in the same storage is read after
+  it; :func:`check_inplace` refuses a graph where something is, naming both nodes. fx records
+  ``out += identity`` as an out-of-place add, which :func:`check_trace` guards instead: the
+  trace must compute what the module computes.
 """
 
 from __future__ import annotations
@@ -34,8 +35,6 @@ STATIC_FUNCTIONS = {
     operator.ne, operator.lt, operator.le, operator.gt, operator.ge, operator.and_,
     operator.or_, operator.not_, operator.truth, operator.contains,
 }  # fmt: skip
-IN_PLACE_OPERATORS = {operator.iadd: "add", operator.isub: "sub", operator.imul: "mul",
-                      operator.itruediv: "div"}  # fmt: skip
 
 
 def target_name(node: torch.fx.Node) -> str:
@@ -125,7 +124,8 @@ def substitute(value):
 
 def in_place_input(node: torch.fx.Node, module=None):
     """The tensor ``node`` overwrites, or None: a layer with ``inplace=True``, a function
-    given ``inplace=True``, a method ending in ``_`` (``relu_``), ``+=`` and its kin."""
+    given ``inplace=True``, a method ending in ``_`` (``relu_``). (fx never records ``+=`` on a
+    tensor as such: a Proxy has no ``__iadd__``, so Python falls back to ``+``.)"""
     tensors = _tensor_args(node)
     if not tensors:
         return None
@@ -134,8 +134,6 @@ def in_place_input(node: torch.fx.Node, module=None):
     if node.op == "call_method":
         t = node.target
         return tensors[0] if t.endswith("_") and not t.startswith("_") else None
-    if node.target in IN_PLACE_OPERATORS:
-        return node.args[0] if is_tensor(node.args[0]) else None
     i = inplace_position(node.target)
     if node.kwargs.get("inplace") is True or (i is not None and len(node.args) > i
                                                and node.args[i] is True):  # fmt: skip

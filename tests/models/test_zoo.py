@@ -49,7 +49,8 @@ def test_zoo_model_forward_and_gradients_match_torch(name, engine, request):
 def test_zoo_model_training_tracks_torch_optim(name):
     """torch's own initialisation and a small learning rate: these deep BatchNorm networks
     are chaotic under Adam at 1e-3 (regnet_y_400mf in torch against itself, its weights
-    changed by 1e-15, parts by 0.2 in the loss after 20 steps; at 1e-5 by 4e-12).
+    changed by 1e-15, parts by 0.2 in the loss after 20 steps; at 1e-5 by 4e-12:
+    benchmarks/models/check_adam_chaos.py).
     Parameters are compared against how far the parameters moved: some get a gradient that
     is zero in exact arithmetic (a BatchNorm bias feeding another BatchNorm), and Adam turns
     its rounding noise into moves of 1e-11 that are not errors."""
