@@ -46,7 +46,7 @@ for s in "${STEPS[@]}"; do
       if python3 -c "import xdist" 2> /dev/null; then
         xdist=(-n "$(python3 -c 'import os; print(min(8, os.cpu_count() or 1))')")
       fi
-      step tests python3 -m pytest -q -p no:cacheprovider "${xdist[@]}" tests/cuda
+      step tests python3 -m pytest -q -p no:cacheprovider -p no:benchmark "${xdist[@]}" tests/cuda
       ;;
     bench)
       quick=()

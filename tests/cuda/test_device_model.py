@@ -4,6 +4,8 @@ is one, against torch (the GPU tests skip, saying why, without one)."""
 
 from __future__ import annotations
 
+import contextlib
+import copy
 from pathlib import Path
 
 import pytest
@@ -491,18 +493,75 @@ def test_nvcc_builds_a_shared_library(tmp_path, monkeypatch):
     assert built and path.is_file()
 
 
+def _train_within_torchs_float32_rounding(net, shape, model, steps, lr=1e-3, factor=4.0):
+    """Float32 training against torch's float64 run of the same model from the same weights:
+    after the first steps Adam amplifies rounding (it divides gradients by their own size), so
+    no two float32 runs agree to a fixed tolerance for long. Each loss of ``model`` (trained at
+    ``lr``) stays within ``factor`` times the farthest that torch's float32 run has strayed from
+    float64 so far (plus float32 rounding), and so do the final parameters."""
+    nets = {"f32": net, "f64": copy.deepcopy(net).double()}
+    opts = {k: torch.optim.Adam(n.parameters(), lr=1e-3) for k, n in nets.items()}
+    opt = rootclad.optim.Adam(model, lr=lr)
+    strayed = 0.0
+    for step in range(1, steps + 1):
+        ref = {}
+        x32, y32 = _batch(step, 4, shape, F32)  # float32's draws, for both
+        for k, n in nets.items():
+            x, y = (t.to(next(n.parameters()).dtype) for t in (x32, y32))
+            opts[k].zero_grad()
+            loss = F.binary_cross_entropy_with_logits(n(x).squeeze(1), y)
+            loss.backward()
+            opts[k].step()
+            ref[k] = loss.item()
+        ours = model.train_step(x32.to(model.device), y32.to(model.device), opt).item()
+        strayed = max(strayed, abs(ref["f32"] - ref["f64"]))
+        bound = factor * strayed + 1e-6 * abs(ref["f64"])
+        assert abs(ours - ref["f64"]) <= bound, (
+            f"step {step}: loss {ours} vs float64 {ref['f64']} (torch float32 {ref['f32']}, "
+            f"bound {bound:.3g})"
+        )
+    state = model.state_dict()
+    for (name, p32), p64 in zip(nets["f32"].named_parameters(), nets["f64"].parameters(),
+                                strict=True):  # fmt: skip
+        theirs = (p32.detach().double() - p64.detach()).norm().item()
+        mine = (state[name].cpu().double() - p64.detach()).norm().item()
+        assert mine <= factor * theirs + 1e-6 * p64.norm().item(), (name, mine, theirs)
+
+
+def test_float32_training_follows_torchs_rounding():
+    """100 float32 Adam steps of the GW MLP on the CPU (the device program's loops) stay within
+    torch's own float32 rounding of its float64 run; with Adam's constants rounded in float
+    (1 - 0.999f) the loss was 2e-3 away by then, torch's 1e-7. The same check fails a model
+    trained at a learning rate 1% off."""
+    torch.manual_seed(0)
+    net = gw_mlp(2048)
+    for lr, ok in ((1e-3, True), (1.01e-3, False)):
+        model = compile_device(net, torch.zeros(2, 2048), "cpu")
+        with contextlib.nullcontext() if ok else pytest.raises(AssertionError):
+            _train_within_torchs_float32_rounding(copy.deepcopy(net), (2048,), model, 100, lr)
+
+
 @pytest.mark.skipif(not GPU, reason=NO_GPU)
-@pytest.mark.parametrize("dtype, tol", [(F64, {"rtol": 1e-10, "atol": 1e-12}),
-                                        (F32, {"rtol": 1e-4, "atol": 1e-5})])  # fmt: skip
+@pytest.mark.parametrize("dtype", [F64, F32])
 @pytest.mark.parametrize("model", MODELS)
-def test_gpu_model_trains_like_torch_for_200_steps(model, dtype, tol):
-    """rootclad.compile on a CUDA example: 200 Adam steps against torch.optim on the CPU."""
+def test_gpu_model_trains_like_torch_for_200_steps(model, dtype):
+    """rootclad.compile on a CUDA example: 200 Adam steps against torch.optim on the CPU, in
+    float64 to 1e-10; in float32 within torch's own float32 rounding of its float64 run (the
+    CNN for 100 steps)."""
     make, shape, _ = MODELS[model]
     torch.manual_seed(0)
     net = make(2048).to(dtype)
     dm = rootclad.compile(net, example_input=torch.zeros(1, *shape(2048), dtype=dtype).cuda())
     assert isinstance(dm, DeviceModel) and dm.device.type == "cuda"
-    _train_like_torch(net, shape(2048), "cuda", dtype, 200, tol, model=dm)
+    if dtype == F64:
+        _train_like_torch(net, shape(2048), "cuda", dtype, 200, {"rtol": 1e-10, "atol": 1e-12},
+                          model=dm)  # fmt: skip
+    else:  # the CNN's float32 training turns chaotic near step 100 in torch itself: torch's
+        # float32 run parts from its float64 one from 1e-8 (step 75) to 2e-4 (step 150), and
+        # two float32 runs summing in different orders part as fast (on an H200 ours left
+        # 4x torch's distance at step 145): past that, no run is a reference for another
+        steps = 200 if model == "gw-mlp" else 100
+        _train_within_torchs_float32_rounding(net, shape(2048), dm, steps)
 
 
 @pytest.mark.skipif(not GPU, reason=NO_GPU)
@@ -560,8 +619,11 @@ def test_the_gpu_benchmark_script_runs_on_the_cpu(tmp_path):
 
 
 def _bn_net():
+    """A convolution without bias before BatchNorm, as real models have it: a bias there has a
+    gradient that is zero in exact arithmetic, and Adam turns its rounding noise (which differs
+    between two runs on a GPU, its atomics' order) into full-size steps."""
     nn = torch.nn
-    return nn.Sequential(nn.Conv1d(2, 4, 3), nn.BatchNorm1d(4), nn.ReLU(), nn.Flatten(),
+    return nn.Sequential(nn.Conv1d(2, 4, 3, bias=False), nn.BatchNorm1d(4), nn.ReLU(), nn.Flatten(),
                          nn.Linear(4 * 6, 1)).double()  # fmt: skip
 
 
