@@ -214,6 +214,7 @@ def _pool1d_calls(node, graph, site):
     args += [INT(a["kernel_size"]), INT(a["stride"]), INT(a["padding"])]
     if node.op == "avgpool1d":
         args.append(INT(a["count_include_pad"]))
+    args.append(INT(a["ceil_mode"]))
     return [Call(node.op, tuple(args))]
 
 
@@ -224,6 +225,7 @@ def _pool2d_calls(node, graph, site):
     args += [INT(v) for key in ("kernel_size", "stride", "padding") for v in a[key]]
     if node.op == "avgpool2d":
         args.append(INT(a["count_include_pad"]))
+    args.append(INT(a["ceil_mode"]))
     return [Call(node.op, tuple(args))]
 
 
@@ -234,6 +236,7 @@ def _global_pool_calls(node, graph, site):
     args = [OUT, IN(0), INT(f"B * {C}"), INT(L), INT(L), INT(L), INT(0)]
     if kernel == "avgpool1d":
         args.append(INT(1))
+    args.append(INT(0))  # no ceil_mode
     return [Call(kernel, tuple(args))]
 
 

@@ -182,12 +182,13 @@ def _pool_device(node, d, shape: str):
 def _pool1d_device(node, graph, d):
     L, a = node.in_shape[1], node.attrs
     return _pool_device(node, d, f"pool2d_shape(1, {L}, 1, {a['kernel_size']}, 1, "
-                                 f"{a['stride']}, 0, {a['padding']})")  # fmt: skip
+                                 f"{a['stride']}, 0, {a['padding']}, {a['ceil_mode']})")  # fmt: skip
 
 
 def _pool2d_device(node, graph, d):
     _, H, Wd = node.in_shape
-    geo = (H, Wd, *(v for k in ("kernel_size", "stride", "padding") for v in node.attrs[k]))
+    geo = (H, Wd, *(v for k in ("kernel_size", "stride", "padding") for v in node.attrs[k]),
+           node.attrs["ceil_mode"])  # fmt: skip
     return _pool_device(node, d, f"pool2d_shape({', '.join(map(str, geo))})")
 
 

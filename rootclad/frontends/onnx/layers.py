@@ -349,21 +349,34 @@ class LayerOps:
     def pool(self, node, a, kind: str):
         x = self.tensor(node)
         dims, k, s, p = self.spatial(node, a, x, kind)
-        if a.get("ceil_mode", 0):
-            raise self.fail(node, "ceil_mode=1 is not supported")
         if any(pi > ki // 2 for pi, ki in zip(p, k, strict=True)):
             raise self.fail(node, f"pads {p} larger than half the kernel {k} are not supported")
         if len(node.output) > 1 and node.output[1]:
             raise self.fail(node, "the Indices output is not supported")
         if any(d != 1 for d in a.get("dilations", [1] * dims)):
             raise self.fail(node, f"dilations={a['dilations']} are not supported (only 1)")
+        if a.get("ceil_mode", 0) and self._window_in_right_padding(x, k, s, p):
+            # onnx's shape inference keeps a last window that starts in the right padding, and
+            # the file may declare that; onnxruntime drops it, as torch does, and so does
+            # rootclad: the declared shape is not held against the output
+            self.declared.pop(node.output[0], None)
         if kind == "MaxPool":
             cls = nn.MaxPool1d if dims == 1 else nn.MaxPool2d
-            mod = cls(k, stride=s, padding=p)
+            mod = cls(k, stride=s, padding=p, ceil_mode=bool(a.get("ceil_mode", 0)))
         else:
             cls = nn.AvgPool1d if dims == 1 else nn.AvgPool2d
-            mod = cls(k, stride=s, padding=p, count_include_pad=bool(a.get("count_include_pad", 0)))
+            mod = cls(k, stride=s, padding=p, ceil_mode=bool(a.get("ceil_mode", 0)),
+                      count_include_pad=bool(a.get("count_include_pad", 0)))  # fmt: skip
         self.module_step(node, mod, None, x)
+
+    def _window_in_right_padding(self, x, k, s, p) -> bool:
+        """Whether a ceil_mode pooling's last window along some axis would start in the right
+        padding (torch and onnxruntime drop it)."""
+        for n, ki, si, pi in zip(self.shapes[x][1:], k, s, p, strict=True):
+            o = (n + 2 * pi - ki + si - 1) // si + 1
+            if (o - 1) * si >= n + pi:
+                return True
+        return False
 
     def op_MaxPool(self, node, a):
         self.pool(node, a, "MaxPool")

@@ -8,15 +8,15 @@ from rootclad.ir.registry import OpSpec, register
 
 
 def _pool_from_module(mod, where, n: int):
-    """MaxPool / AvgPool in n = 1 or 2 dimensions (no ceil_mode, dilation or indices)."""
-    if mod.ceil_mode:
-        raise IRError(f"{where}: ceil_mode=True is not supported")
+    """MaxPool / AvgPool in n = 1 or 2 dimensions, ceil_mode both ways (no dilation or
+    indices)."""
     k = ints(mod.kernel_size, n, "kernel_size", where)
     stride = mod.stride if mod.stride is not None else mod.kernel_size
     attrs = {
         "kernel_size": k,
         "stride": ints(stride, n, "stride", where),
         "padding": ints(mod.padding, n, "padding", where),
+        "ceil_mode": int(bool(mod.ceil_mode)),
     }
     if type(mod).__name__.startswith("MaxPool"):
         if ints(mod.dilation, n, "dilation", where) != ints(1, n, "", where):
@@ -30,13 +30,20 @@ def _pool_from_module(mod, where, n: int):
     return attrs
 
 
+def pool_out(n: int, k: int, s: int, p: int, ceil_mode: int) -> int:
+    """Windows over n positions, as torch counts them (and pool_geometry.h): with ceil_mode the
+    last may run past the end but starts inside the input or its left padding."""
+    o = (n + 2 * p - k + (s - 1 if ceil_mode else 0)) // s + 1
+    return o - 1 if ceil_mode and (o - 1) * s >= n + p else o
+
+
 def _pool1d_infer(node, shapes, graph):
     (shape,) = shapes
     a = node.attrs
     expect(len(shape) == 2, node, f"expected input (C, L), got per-sample shape {shape}")
     k, s, p = a["kernel_size"], a["stride"], a["padding"]
     expect(p <= k // 2, node, f"padding {p} must be at most half the kernel size {k}")
-    lo = (shape[1] + 2 * p - k) // s + 1
+    lo = pool_out(shape[1], k, s, p, a["ceil_mode"])
     expect(lo >= 1, node, f"input length {shape[1]} is shorter than the kernel {k}")
     return (shape[0], lo)
 
@@ -49,7 +56,7 @@ def _pool2d_infer(node, shapes, graph):
     for i in range(2):
         k, s, p = a["kernel_size"][i], a["stride"][i], a["padding"][i]
         expect(p <= k // 2, node, f"padding {p} must be at most half the kernel size {k}")
-        out.append((shape[1 + i] + 2 * p - k) // s + 1)
+        out.append(pool_out(shape[1 + i], k, s, p, a["ceil_mode"]))
     expect(min(out) >= 1, node, f"input {shape[1:]} is smaller than the kernel")
     return (shape[0], *out)
 
@@ -65,7 +72,7 @@ for _name, _module, _n, _infer in (
         OpSpec(
             _name,
             "pool",
-            f"{_module} (no ceil_mode)",
+            f"{_module} (ceil_mode both ways)",
             _infer,
             saves=("in", "out") if _name.startswith("max") else (),
             # maxpool2d would swap too; the 1-D case (the GW CNN's) is the one measured

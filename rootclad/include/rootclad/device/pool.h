@@ -2,19 +2,31 @@
 // (device_kernels.h says how they are written).
 #pragma once
 
+#include "../ops/pool_geometry.h"
 #include "core.h"
 
 namespace rootclad {
 namespace dev {
 
 // -- pooling over windows of inp(R, H, W) -> out(R, OH, OW) (1-D: H = KH = 1); padding at most
-// half the window, so every window holds an input element ---------------------------------------
+// half the window, and a ceil_mode window starts inside the input or its left padding, so every
+// window holds an input element (pool_geometry.h) -------------------------------------------------
 struct Pool {
   int H, W, KH, KW, SH, SW, PH, PW, OH, OW;
 };
 
-inline Pool pool2d_shape(int H, int W, int KH, int KW, int SH, int SW, int PH, int PW) {
-  return Pool{H, W, KH, KW, SH, SW, PH, PW, (H + 2 * PH - KH) / SH + 1, (W + 2 * PW - KW) / SW + 1};
+inline Pool pool2d_shape(int H, int W, int KH, int KW, int SH, int SW, int PH, int PW,
+                         int ceil_mode = 0) {
+  return Pool{H,
+              W,
+              KH,
+              KW,
+              SH,
+              SW,
+              PH,
+              PW,
+              pool_out(H, KH, SH, PH, ceil_mode),
+              pool_out(W, KW, SW, PW, ceil_mode)};
 }
 
 // the windows [lo, hi] along one axis that hold input position `at`
@@ -86,15 +98,11 @@ void maxpool2d_backward(On on, T* d_inp, DY d_out, const T* inp, long R, Pool p)
   pool2d_backward(on, d_inp, d_out, R, p, MaxPoolShare<T>{inp, p});
 }
 
-// AvgPool: with count_include_pad (torch's default) a window divides by KH*KW, otherwise by
-// its elements inside the input.
+// AvgPool: with count_include_pad (torch's default) a window divides by KH*KW (less what a
+// ceil_mode window runs past the padding), otherwise by its elements inside the input.
 inline ROOTCLAD_HD int avgpool_divisor(const Pool& p, int oh, int ow, int count_include_pad) {
-  if (count_include_pad)
-    return p.KH * p.KW;
-  const int h0 = oh * p.SH - p.PH, w0 = ow * p.SW - p.PW;
-  const int nh = (h0 + p.KH < p.H ? h0 + p.KH : p.H) - (h0 > 0 ? h0 : 0);
-  const int nw = (w0 + p.KW < p.W ? w0 + p.KW : p.W) - (w0 > 0 ? w0 : 0);
-  return nh * nw;
+  return pool_span(oh * p.SH - p.PH, p.KH, p.H, p.PH, count_include_pad) *
+         pool_span(ow * p.SW - p.PW, p.KW, p.W, p.PW, count_include_pad);
 }
 
 template <class On, class T, class Act = NoAct>

@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "core.h"
+#include "pool_geometry.h"
 
 #ifndef ROOTCLAD_NO_PULLBACKS
 #include "conv1d_s1.h"
@@ -306,19 +307,18 @@ void conv2d_backward(T* d_inp, T* d_weight, T* d_bias, T* d_cols, const T* d_out
 
 // ---------------------------------------------------------------------------------------
 // 2-D pooling over inp(R, H, W) -> out(R, OH, OW), R = B*C; windows KH x KW, strides SH, SW,
-// zero padding PH, PW (never more than half a window). MaxPool takes the first maximum in
-// row-major window order (as torch does) and its backward finds it again; AvgPool divides by
-// the window size, or with count_include_pad = 0 by its elements inside the input.
-inline int pool2d_out(int n, int K, int S, int P) {
-  return (n + 2 * P - K) / S + 1;
-}
+// zero padding PH, PW (never more than half a window), OH and OW by pool_out (pool_geometry.h,
+// with ceil_mode). MaxPool takes the first maximum in row-major window order (as torch does)
+// and its backward finds it again; AvgPool divides by the product of the windows' pool_span
+// along both axes (the window size, or with count_include_pad = 0 its elements inside the
+// input).
 
 template <typename T>
 void maxpool2d_forward(T* out, const T* inp, int R, int H, int W, int KH, int KW, int SH, int SW,
-                       int PH, int PW) {
+                       int PH, int PW, int ceil_mode) {
   ROOTCLAD_REPLAY_SKIP;
-  const int OH = pool2d_out(H, KH, SH, PH);
-  const int OW = pool2d_out(W, KW, SW, PW);
+  const int OH = pool_out(H, KH, SH, PH, ceil_mode);
+  const int OW = pool_out(W, KW, SW, PW, ceil_mode);
   for (int r = 0; r < R; ++r)
     for (int oh = 0; oh < OH; ++oh)
       for (int ow = 0; ow < OW; ++ow) {
@@ -339,9 +339,9 @@ void maxpool2d_forward(T* out, const T* inp, int R, int H, int W, int KH, int KW
 }
 template <typename T>
 void maxpool2d_backward(T* d_inp, const T* d_out, const T* out, const T* inp, int R, int H, int W,
-                        int KH, int KW, int SH, int SW, int PH, int PW) {
-  const int OH = pool2d_out(H, KH, SH, PH);
-  const int OW = pool2d_out(W, KW, SW, PW);
+                        int KH, int KW, int SH, int SW, int PH, int PW, int ceil_mode) {
+  const int OH = pool_out(H, KH, SH, PH, ceil_mode);
+  const int OW = pool_out(W, KW, SW, PW, ceil_mode);
   for (int r = 0; r < R; ++r)
     for (int oh = 0; oh < OH; ++oh)
       for (int ow = 0; ow < OW; ++ow) {
@@ -367,44 +367,36 @@ void maxpool2d_backward(T* d_inp, const T* d_out, const T* out, const T* inp, in
 
 template <typename T>
 void avgpool2d_forward(T* out, const T* inp, int R, int H, int W, int KH, int KW, int SH, int SW,
-                       int PH, int PW, int count_include_pad) {
+                       int PH, int PW, int count_include_pad, int ceil_mode) {
   ROOTCLAD_REPLAY_SKIP;
-  const int OH = pool2d_out(H, KH, SH, PH);
-  const int OW = pool2d_out(W, KW, SW, PW);
+  const int OH = pool_out(H, KH, SH, PH, ceil_mode);
+  const int OW = pool_out(W, KW, SW, PW, ceil_mode);
   for (int r = 0; r < R; ++r)
     for (int oh = 0; oh < OH; ++oh)
       for (int ow = 0; ow < OW; ++ow) {
         T s = 0;
-        int n = 0;
         for (int kh = 0; kh < KH; ++kh)
           for (int kw = 0; kw < KW; ++kw) {
             const int ih = oh * SH - PH + kh;
             const int iw = ow * SW - PW + kw;
-            if (ih >= 0 && ih < H && iw >= 0 && iw < W) {
+            if (ih >= 0 && ih < H && iw >= 0 && iw < W)
               s += inp[((long)r * H + ih) * W + iw];
-              ++n;
-            }
           }
-        const int div = count_include_pad ? KH * KW : n;
+        const int div = pool_span(oh * SH - PH, KH, H, PH, count_include_pad) *
+                        pool_span(ow * SW - PW, KW, W, PW, count_include_pad);
         out[((long)r * OH + oh) * OW + ow] = div > 0 ? s / div : T(0);
       }
 }
 template <typename T>
 void avgpool2d_backward(T* d_inp, const T* d_out, int R, int H, int W, int KH, int KW, int SH,
-                        int SW, int PH, int PW, int count_include_pad) {
-  const int OH = pool2d_out(H, KH, SH, PH);
-  const int OW = pool2d_out(W, KW, SW, PW);
+                        int SW, int PH, int PW, int count_include_pad, int ceil_mode) {
+  const int OH = pool_out(H, KH, SH, PH, ceil_mode);
+  const int OW = pool_out(W, KW, SW, PW, ceil_mode);
   for (int r = 0; r < R; ++r)
     for (int oh = 0; oh < OH; ++oh)
       for (int ow = 0; ow < OW; ++ow) {
-        int n = 0;
-        for (int kh = 0; kh < KH; ++kh)
-          for (int kw = 0; kw < KW; ++kw) {
-            const int ih = oh * SH - PH + kh;
-            const int iw = ow * SW - PW + kw;
-            n += ih >= 0 && ih < H && iw >= 0 && iw < W;
-          }
-        const int div = count_include_pad ? KH * KW : n;
+        const int div = pool_span(oh * SH - PH, KH, H, PH, count_include_pad) *
+                        pool_span(ow * SW - PW, KW, W, PW, count_include_pad);
         if (div == 0)
           continue;
         const T g = d_out[((long)r * OH + oh) * OW + ow] / div;
@@ -439,16 +431,16 @@ void conv2d_forward_pullback(T* out, T* cols, const T* inp, const T* weight, con
 
 template <typename T>
 void maxpool2d_forward_pullback(T* out, const T* inp, int R, int H, int W, int KH, int KW, int SH,
-                                int SW, int PH, int PW, T* d_out, T* d_inp, int*, int*, int*, int*,
-                                int*, int*, int*, int*, int*) {
-  ::rootclad::maxpool2d_backward(d_inp, d_out, out, inp, R, H, W, KH, KW, SH, SW, PH, PW);
+                                int SW, int PH, int PW, int ceil, T* d_out, T* d_inp, int*, int*,
+                                int*, int*, int*, int*, int*, int*, int*, int*) {
+  ::rootclad::maxpool2d_backward(d_inp, d_out, out, inp, R, H, W, KH, KW, SH, SW, PH, PW, ceil);
 }
 
 template <typename T>
 void avgpool2d_forward_pullback(T* out, const T* inp, int R, int H, int W, int KH, int KW, int SH,
-                                int SW, int PH, int PW, int cip, T* d_out, T* d_inp, int*, int*,
-                                int*, int*, int*, int*, int*, int*, int*, int*) {
-  ::rootclad::avgpool2d_backward(d_inp, d_out, R, H, W, KH, KW, SH, SW, PH, PW, cip);
+                                int SW, int PH, int PW, int cip, int ceil, T* d_out, T* d_inp, int*,
+                                int*, int*, int*, int*, int*, int*, int*, int*, int*, int*) {
+  ::rootclad::avgpool2d_backward(d_inp, d_out, R, H, W, KH, KW, SH, SW, PH, PW, cip, ceil);
 }
 
 } // namespace rootclad

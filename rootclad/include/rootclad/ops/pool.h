@@ -3,12 +3,14 @@
 #pragma once
 
 #include "core.h"
+#include "pool_geometry.h"
 
 namespace rootclad {
 
 // ---------------------------------------------------------------------------------------
-// Pooling over the last axis of inp(R, L) -> out(R, LO), LO = (L + 2P - K)/S + 1.
-// R = B*C rows. MaxPool takes the first maximum (as torch does); the backward finds it again.
+// Pooling over the last axis of inp(R, L) -> out(R, LO), LO = pool_out(L, K, S, P, ceil_mode)
+// (pool_geometry.h). R = B*C rows. MaxPool takes the first maximum (as torch does); the backward
+// finds it again.
 #ifndef ROOTCLAD_NO_PULLBACKS
 // Non-overlapping windows of a compile-time size K: the window loop unrolled, the compiler
 // vectorises over windows, which it cannot do for the runtime-K loop below.
@@ -31,11 +33,13 @@ void maxpool1d_forward_windows(T* out, const T* inp, long R, int L, int LO) {
 #endif
 
 template <typename T>
-void maxpool1d_forward(T* out, const T* inp, int R, int L, int K, int S, int P) {
+void maxpool1d_forward(T* out, const T* inp, int R, int L, int K, int S, int P, int ceil_mode) {
   ROOTCLAD_REPLAY_SKIP;
-  int LO = (L + 2 * P - K) / S + 1;
+  int LO = pool_out(L, K, S, P, ceil_mode);
+  // non-overlapping windows all inside the input (a ceil_mode window may run past its end)
+  const bool tiled = S == K && P == 0 && (long)LO * K <= L;
 #ifndef ROOTCLAD_NO_PULLBACKS
-  if (S == K && P == 0 && (K == 2 || K == 3 || K == 4 || K == 8)) {
+  if (tiled && (K == 2 || K == 3 || K == 4 || K == 8)) {
     if (K == 2)
       return maxpool1d_forward_windows<T, 2>(out, inp, R, L, LO);
     if (K == 3)
@@ -45,7 +49,7 @@ void maxpool1d_forward(T* out, const T* inp, int R, int L, int K, int S, int P) 
     return maxpool1d_forward_windows<T, 8>(out, inp, R, L, LO);
   }
 #endif
-  if (S == K && P == 0) { // non-overlapping windows inside the input: vectorised over windows
+  if (tiled) { // non-overlapping windows inside the input: vectorised over windows
     for (long r = 0; r < R; ++r) {
       const T* x = inp + r * L;
       T* y = out + r * LO;
@@ -102,9 +106,9 @@ void maxpool1d_backward_windows(T* d_inp, const T* d_out, const T* out, const T*
 
 template <typename T>
 void maxpool1d_backward(T* d_inp, const T* d_out, const T* out, const T* inp, int R, int L, int K,
-                        int S, int P) {
-  int LO = (L + 2 * P - K) / S + 1;
-  if (S == K && P == 0) {
+                        int S, int P, int ceil_mode) {
+  int LO = pool_out(L, K, S, P, ceil_mode);
+  if (S == K && P == 0 && (long)LO * K <= L) {
     switch (K) {
     case 2:
       return maxpool1d_backward_windows<T, 2>(d_inp, d_out, out, inp, R, L, LO, K);
@@ -138,41 +142,36 @@ void maxpool1d_backward(T* d_inp, const T* d_out, const T* out, const T* inp, in
     }
 }
 
-// AvgPool: with count_include_pad (torch's default) every window divides by K, otherwise by
-// the number of its elements inside the input.
+// AvgPool: a window divides by pool_span (pool_geometry.h): with count_include_pad (torch's
+// default) by K, less what a ceil_mode window runs past the padding, otherwise by the number
+// of its elements inside the input.
 template <typename T>
 void avgpool1d_forward(T* out, const T* inp, int R, int L, int K, int S, int P,
-                       int count_include_pad) {
+                       int count_include_pad, int ceil_mode) {
   ROOTCLAD_REPLAY_SKIP;
-  int LO = (L + 2 * P - K) / S + 1;
+  int LO = pool_out(L, K, S, P, ceil_mode);
   for (int r = 0; r < R; ++r)
     for (int o = 0; o < LO; ++o) {
       int start = o * S - P;
       T s = 0;
-      int n = 0;
       for (int k = 0; k < K; ++k) {
         int i = start + k;
-        if (i >= 0 && i < L) {
+        if (i >= 0 && i < L)
           s += inp[(long)r * L + i];
-          ++n;
-        }
       }
-      int div = count_include_pad ? K : n;
+      int div = pool_span(start, K, L, P, count_include_pad);
       out[(long)r * LO + o] = div > 0 ? s / div : T(0);
     }
 }
 
 template <typename T>
 void avgpool1d_backward(T* d_inp, const T* d_out, int R, int L, int K, int S, int P,
-                        int count_include_pad) {
-  int LO = (L + 2 * P - K) / S + 1;
+                        int count_include_pad, int ceil_mode) {
+  int LO = pool_out(L, K, S, P, ceil_mode);
   for (int r = 0; r < R; ++r)
     for (int o = 0; o < LO; ++o) {
       int start = o * S - P;
-      int n = 0;
-      for (int k = 0; k < K; ++k)
-        n += (start + k >= 0 && start + k < L);
-      int div = count_include_pad ? K : n;
+      int div = pool_span(start, K, L, P, count_include_pad);
       if (div == 0)
         continue;
       T g = d_out[(long)r * LO + o] / div;
@@ -193,16 +192,17 @@ namespace custom_derivatives {
 namespace rootclad {
 
 template <typename T>
-void maxpool1d_forward_pullback(T* out, const T* inp, int R, int L, int K, int S, int P, T* d_out,
-                                T* d_inp, int* d_R, int* d_L, int* d_K, int* d_S, int* d_P) {
-  ::rootclad::maxpool1d_backward(d_inp, d_out, out, inp, R, L, K, S, P);
+void maxpool1d_forward_pullback(T* out, const T* inp, int R, int L, int K, int S, int P, int ceil,
+                                T* d_out, T* d_inp, int* d_R, int* d_L, int* d_K, int* d_S,
+                                int* d_P, int* d_ceil) {
+  ::rootclad::maxpool1d_backward(d_inp, d_out, out, inp, R, L, K, S, P, ceil);
 }
 
 template <typename T>
 void avgpool1d_forward_pullback(T* out, const T* inp, int R, int L, int K, int S, int P, int cip,
-                                T* d_out, T* d_inp, int* d_R, int* d_L, int* d_K, int* d_S,
-                                int* d_P, int* d_cip) {
-  ::rootclad::avgpool1d_backward(d_inp, d_out, R, L, K, S, P, cip);
+                                int ceil, T* d_out, T* d_inp, int* d_R, int* d_L, int* d_K,
+                                int* d_S, int* d_P, int* d_cip, int* d_ceil) {
+  ::rootclad::avgpool1d_backward(d_inp, d_out, R, L, K, S, P, cip, ceil);
 }
 
 } // namespace rootclad
