@@ -305,6 +305,19 @@ def _cat_calls(node, graph, site):
     ]
 
 
+def slice_geometry(node):
+    """Rows per sample, then N, M, I, start, step of slice_forward (ops/shape.h)."""
+    shape, a = node.in_shape, node.attrs
+    axis = a["axis"]
+    rows, inner = _n(shape[:axis]), _n(shape[axis + 1 :])
+    return rows, (shape[axis], node.out_shape[axis], inner, a["start"], a["step"])
+
+
+def _slice_calls(node, graph, site):
+    rows, geo = slice_geometry(node)
+    return [Call("slice", (OUT, IN(0), INT(f"B * {rows}"), *map(INT, geo)))]
+
+
 # -- normalisation --------------------------------------------------------------------------
 def _softmax_calls(node, graph, site):
     shape, axis = node.in_shape, node.attrs["axis"]
@@ -349,6 +362,7 @@ CPU_OPS: dict[str, CpuOp] = {
     "div": CpuOp(_binary_calls),
     "permute": CpuOp(_permute_calls),
     "cat": CpuOp(_cat_calls),
+    "slice": CpuOp(_slice_calls),
     "softmax": CpuOp(_softmax_calls),
     "log_softmax": CpuOp(_softmax_calls),
     "layer_norm": CpuOp(

@@ -20,6 +20,7 @@ from rootclad.codegen.cpu_ops import (
     layer_norm_rows,
     parametric_geometry,
     permute_geometry,
+    slice_geometry,
 )
 from rootclad.codegen.cxx import functor_value
 from rootclad.ir.graph import IRError, Node
@@ -265,6 +266,14 @@ def _cat_device(node, graph, d):
     return fwd, bwd
 
 
+def _slice_device(node, graph, d):
+    rows, geo = slice_geometry(node)
+    shape = f"(long)B * {rows}, Slice{{{', '.join(map(str, geo))}}}"
+    fwd = [f"slice_forward(on, {d.out}, {d.ins[0]}, {shape});"]
+    bwd = [f"slice_backward(on, {d.d_ins[0]}, {d.d_out}, {shape});"]
+    return fwd, bwd if d.d_ins[0] != "nullptr" else []
+
+
 def _softmax_device(node, graph, d):
     shape, axis = node.in_shape, node.attrs["axis"]
     lines = f"(long)B * {_n(shape[:axis])}, {shape[axis]}, {_n(shape[axis + 1 :])}"
@@ -325,6 +334,7 @@ DEVICE_OPS: dict[str, DeviceOp] = {
     "div": DeviceOp(_binary_device, fuses_activation=True),
     "permute": DeviceOp(_permute_device),
     "cat": DeviceOp(_cat_device),
+    "slice": DeviceOp(_slice_device),
     "softmax": DeviceOp(_softmax_device),
     "log_softmax": DeviceOp(_softmax_device),
     "layer_norm": DeviceOp(_layer_norm_device),

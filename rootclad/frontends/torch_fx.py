@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
-from rootclad.frontends import fx_values
+from rootclad.frontends import fx_slicing, fx_values
 from rootclad.ir.graph import Graph, IRError, Node, Param
 from rootclad.ir.ops import OPS, supported_modules
 from rootclad.ir.optimize import drop_identities, pool_before_activation
@@ -48,7 +48,8 @@ _ARITH = {
 }  # fmt: skip
 _STRUCTURE = (
     "arithmetic between tensors (+ - * / with broadcasting, and with numbers), torch.cat, "
-    "reshape/view/flatten, permute/transpose, contiguous"
+    "reshape/view/flatten, squeeze/unsqueeze, permute/transpose, contiguous, x[:, a:b] and chunk/split/unbind "
+    "along per-sample axes"
 )
 
 
@@ -273,6 +274,7 @@ class _FxLowering:
         fx_values.check_trace(module, traced, eager)
         fx_values.check_inplace(self.traced)
         self.nodes: list[Node] = []
+        self.splits: dict[str, dict] = {}  # chunk / split / unbind nodes: their pieces
         self.batch = int(xs[0].shape[0])
 
     # -- helpers ----------------------------------------------------------------------------
@@ -327,6 +329,8 @@ class _FxLowering:
                 )
             elif fx_node.op == "call_module":
                 self.call_module(fx_node)
+            elif fx_slicing.is_split(fx_node):  # lowered by each getitem of a piece
+                self.splits[fx_node.name] = fx_slicing.split_pieces(self, fx_node)
             elif self.is_tensor(fx_node):
                 try:
                     self.call_function(fx_node)
@@ -370,6 +374,8 @@ class _FxLowering:
 
     def call_function(self, fx_node) -> None:
         t = fx_node.target
+        if fx_slicing.is_getitem(fx_node):
+            return fx_slicing.lower_getitem(self, fx_node, self.splits)
         args, kw = fx_values.substitute(list(fx_node.args)), fx_values.substitute(fx_node.kwargs)
         where = f"fx node {fx_node.name!r} ({_fx_name(t)})"
         if fx_values.in_place_input(fx_node) is not None:  # a new value all the same
@@ -398,6 +404,8 @@ class _FxLowering:
             )
         if name in ("reshape", "view", "flatten"):
             return self.reshape(fx_node, args, where)
+        if name in ("squeeze", "unsqueeze") and args and self.is_tensor(args[0]):
+            return self.squeeze(fx_node, name, args, kw, where)
         if name in ("permute", "transpose"):
             return self.permute(fx_node, name, args, kw, where)
         if name == "contiguous":
@@ -507,6 +515,20 @@ class _FxLowering:
                 "so that the model takes any batch size"
             )
         self.add(fx_node.name, "reshape", [x], {"shape": out[1:]})
+
+    def squeeze(self, fx_node, name, args, kw, where) -> None:
+        """squeeze(dim) / unsqueeze(dim) of per-sample axes, as a reshape."""
+        x = args[0]
+        dims = args[1] if len(args) > 1 else kw.get("dim")
+        if dims is None:
+            raise IRError(f"{where}: squeeze() without dim would drop the batch axis at batch "
+                          "size 1; give the per-sample axes (dim=...)")  # fmt: skip
+        rank = len(self.shape(x)) + (name == "unsqueeze")
+        for d in dims if isinstance(dims, (tuple, list)) else (dims,):
+            if not isinstance(d, int) or d in (0, -rank):
+                raise IRError(f"{where}: dim={d!r} is the batch axis or not a number; "
+                              "rootclad keeps the batch axis first")  # fmt: skip
+        self.add(fx_node.name, "reshape", [x], {"shape": tuple(self.shape(fx_node)[1:])})
 
     def permute(self, fx_node, name, args, kw, where) -> None:
         x = args[0]

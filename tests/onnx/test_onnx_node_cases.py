@@ -27,7 +27,8 @@ OPS = {
     "Softplus", "Gelu", "Softmax", "LogSoftmax", "Conv", "MaxPool", "AveragePool",
     "GlobalAveragePool", "GlobalMaxPool", "BatchNormalization", "LayerNormalization", "Flatten",
     "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Concat", "Dropout", "Identity",
-    "HardSigmoid", "HardSwish", "Clip", "Mish", "Selu", "PRelu", "Neg",
+    "HardSigmoid", "HardSwish", "Clip", "Mish", "Selu", "PRelu", "Neg", "Slice", "Split",
+    "Constant", "Shape", "Gather", "Cast",
 }  # fmt: skip
 
 

@@ -215,6 +215,10 @@ class Builder(ShapeOps, LayerOps):
             handler(node, attributes(node))
             for _, out in self.steps[done:]:
                 self.check_declared(node, out)
+        if len(self.outputs) == 1 and self.outputs[0] in self.consts:
+            raise IRError(f"{self.where}: the graph computes nothing from its input: its output "
+                          f"{self.outputs[0]!r} is a constant (shapes and constants "
+                          "alone)")  # fmt: skip
         if len(self.outputs) != 1 or self.outputs[0] not in self.shapes:
             raise IRError(f"{self.where}: the graph must have one tensor output, it has "
                           f"{self.outputs}")  # fmt: skip

@@ -21,6 +21,8 @@ ATTRIBUTES = {
     "Constant": {"value"},
     "Shape": {"start", "end"},
     "Gather": {"axis"},
+    "Slice": set(),
+    "Split": {"axis", "num_outputs"},
     "Cast": {"to", "saturate"},  # saturate: float8 targets only, which are refused
 }
 
@@ -49,6 +51,16 @@ class ShapeOps:
         self.fold(node, np.array(shape[start:end], dtype=object))
 
     def op_Gather(self, node, a):
+        if node.input[0] not in self.consts:  # one constant index of a per-sample axis
+            x, idx = self.tensor(node), self.const(node, 1, "indices")
+            shape, rank = list(self.shapes[x]), len(self.shapes[x]) + 1
+            axis = a.get("axis", 0) % rank
+            if axis == 0 or np.ndim(idx) != 0:
+                raise self.fail(node, "Gather of a tensor takes one index of a per-sample axis")
+            i = int(idx) % shape[axis - 1]
+            index = (slice(None),) * axis + (i,)
+            out = shape[: axis - 1] + shape[axis:]
+            return self.emit(node.output, lambda env, root, x=x, i=index: env[x][i], out)
         data, idx = self.const(node, 0, "data"), self.const(node, 1, "indices")
         if a.get("axis", 0) != 0 or np.ndim(data) != 1:
             raise self.fail(node, "Gather is supported on shape vectors only")
@@ -114,11 +126,59 @@ class ShapeOps:
         self.fold(node, v)
 
     def op_Slice(self, node, a):
+        if node.input[0] not in self.consts:
+            return self.slice_step(node)
         data = self.const(node, 0, "data")
         starts, ends = self.const(node, 1, "starts"), self.const(node, 2, "ends")
         if np.ndim(data) != 1 or len(node.input) > 3:
             raise self.fail(node, "Slice is supported on shape vectors only")
         self.fold(node, np.asarray(data, dtype=object)[int(starts[0]) : int(ends[0])])
+
+    def slice_step(self, node) -> None:
+        """Slice of a tensor by constant starts, ends, axes and steps along per-sample axes."""
+        x = self.tensor(node)
+        shape, rank = self.shapes[x], len(self.shapes[x]) + 1
+        starts = [int(v) for v in np.ravel(self.const(node, 1, "starts"))]
+        ends = [int(v) for v in np.ravel(self.const(node, 2, "ends"))]
+        axes, steps = self.const(node, 3, "axes"), self.const(node, 4, "steps")
+        axes = range(len(starts)) if axes is None else [int(v) % rank for v in np.ravel(axes)]
+        steps = [1] * len(starts) if steps is None else [int(v) for v in np.ravel(steps)]
+        index = [slice(None)] * rank
+        for ax, start, end, step in zip(axes, starts, ends, steps, strict=True):
+            if ax == 0:
+                if (start, step) != (0, 1) or end < 2**31 - 1:
+                    raise self.fail(node, "slicing the batch axis is not supported")
+                continue
+            if step < 1:
+                raise self.fail(node, f"step {step} on axis {ax}: only positive steps")
+            index[ax] = slice(start, end, step)
+        out = [len(range(*index[i + 1].indices(n))) for i, n in enumerate(shape)]
+        if 0 in out:
+            raise self.fail(node, f"the slice of per-sample shape {shape} is empty")
+        self.emit(node.output, lambda env, root, x=x, i=tuple(index): env[x][i], out)
+
+    def op_Split(self, node, a):
+        x = self.tensor(node)
+        shape, rank = list(self.shapes[x]), len(self.shapes[x]) + 1
+        axis = a.get("axis", 0) % rank
+        if axis == 0:
+            raise self.fail(node, "splitting along the batch axis is not supported")
+        n = shape[axis - 1]
+        sizes = self.const(node, 1, "split")
+        if sizes is None:  # equal parts, the last smaller where they do not divide n
+            k = a.get("num_outputs", len(node.output))
+            size = -(-n // k)
+            sizes = [min(size, n - i * size) for i in range(k)]
+        sizes = [int(v) for v in np.ravel(sizes)]
+        if sum(sizes) != n or len(sizes) != len(node.output) or min(sizes) < 1:
+            raise self.fail(node, f"parts {sizes} do not split axis {axis} of {n} into "
+                            f"{len(node.output)} outputs")  # fmt: skip
+        start = 0
+        for out, size in zip(node.output, sizes, strict=True):
+            index = (slice(None),) * axis + (slice(start, start + size),)
+            part = shape[: axis - 1] + [size] + shape[axis:]
+            self.emit([out], lambda env, root, x=x, i=index: env[x][i], part)
+            start += size
 
     def reshape_step(self, node, shape) -> None:
         x = self.tensor(node)

@@ -23,7 +23,8 @@ SUPPORTED = (
     "Clip, Mish, Selu, PRelu (one slope or one per channel), Softmax, LogSoftmax, Conv (1-d, "
     "2-d), MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, BatchNormalization "
     "(inference), LayerNormalization, Flatten, Reshape, Transpose, Squeeze, Unsqueeze, Concat, "
-    "Dropout, Identity, Constant, and the Shape/Gather/Slice/Concat/Cast arithmetic on shapes "
+    "Slice and Split (along per-sample axes), Dropout, Identity, Constant, and the "
+    "Shape/Gather/Slice/Concat/Cast arithmetic on shapes "
     "that torch's exporter writes"
 )
 # the attributes each handler reads (opset 13 and later): any other is refused by name, so an

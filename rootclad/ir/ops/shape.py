@@ -1,4 +1,5 @@
-"""Shape ops: views of their input (reshape, flatten, identity) and copies (permute, cat)."""
+"""Shape ops: views of their input (reshape, flatten, identity) and copies (permute, cat,
+slice)."""
 
 from __future__ import annotations
 
@@ -115,6 +116,30 @@ register(
         "torch.cat of tensors along a per-sample axis",
         _cat_infer,
         arity=None,
+        saves=(),
+    )
+)
+
+
+def _slice_infer(node, shapes, graph):
+    (shape,) = shapes
+    a = node.attrs
+    axis, start, stop, step = a["axis"], a["start"], a["stop"], a["step"]
+    expect(0 <= axis < len(shape), node, f"axis {axis} is not a per-sample axis of {shape}")
+    expect(
+        step >= 1 and 0 <= start < stop <= shape[axis],
+        node,
+        f"slice {start}:{stop}:{step} does not fit axis {axis} of per-sample shape {shape}",
+    )
+    return tuple(len(range(start, stop, step)) if i == axis else d for i, d in enumerate(shape))
+
+
+register(
+    OpSpec(
+        "slice",
+        "shape",
+        "x[:, a:b:s] and Tensor.chunk / split / unbind along a per-sample axis (a copy)",
+        _slice_infer,
         saves=(),
     )
 )

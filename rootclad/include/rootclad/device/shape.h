@@ -1,5 +1,5 @@
-// rootclad/device/shape.h — permute and cat as device kernels (device_kernels.h says how they are
-// written).
+// rootclad/device/shape.h — permute, cat and slice as device kernels (device_kernels.h says how
+// they are written).
 #pragma once
 
 #include "core.h"
@@ -48,6 +48,25 @@ void cat_part_backward(On on, T* d_inp, const T* d_out, long R, int n_in, int n_
   each_index(
       on, R * n_in,
       ROOTCLAD_BODY(long i) { d_inp[i] += d_out[i / n_in * n_out + off + i % n_in]; });
+}
+
+// -- slice: inp(R, N, I) -> out(R, M, I), out[r, m, i] = inp[r, start + m*step, i] ------------
+struct Slice {
+  int N, M, I, start, step;
+};
+
+inline ROOTCLAD_HD long slice_source(const Slice& g, long i) {
+  const long r = i / ((long)g.M * g.I), m = i / g.I % g.M;
+  return (r * g.N + g.start + m * g.step) * g.I + i % g.I;
+}
+
+template <class On, class T> void slice_forward(On on, T* out, const T* inp, long R, Slice g) {
+  each_index(on, R * g.M * g.I, ROOTCLAD_BODY(long i) { out[i] = inp[slice_source(g, i)]; });
+}
+
+// distinct outputs read distinct inputs (step >= 1): the scatter writes each place once
+template <class On, class T> void slice_backward(On on, T* d_inp, const T* d_out, long R, Slice g) {
+  each_index(on, R * g.M * g.I, ROOTCLAD_BODY(long i) { d_inp[slice_source(g, i)] += d_out[i]; });
 }
 
 } // namespace dev

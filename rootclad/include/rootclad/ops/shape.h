@@ -1,4 +1,4 @@
-// rootclad/ops/shape.h — permute and cat.
+// rootclad/ops/shape.h — permute, cat and slice.
 #pragma once
 
 #include "core.h"
@@ -56,6 +56,29 @@ void cat_part_backward(T* d_inp, const T* d_out, int R, int n_in, int n_out, int
       d_inp[(long)r * n_in + j] += d_out[(long)r * n_out + off + j];
 }
 
+// ---------------------------------------------------------------------------------------
+// A slice along one axis: inp(R, N, I) -> out(R, M, I), out[r, m, i] = inp[r, start + m*step, i]
+// (R = B * the axes before the sliced one, I the values after it): x[:, a:b:s], chunk, split.
+inline long slice_source(int r, int m, int i, int N, int I, int start, int step) {
+  return ((long)r * N + start + (long)m * step) * I + i;
+}
+
+template <typename T>
+void slice_forward(T* out, const T* inp, int R, int N, int M, int I, int start, int step) {
+  ROOTCLAD_REPLAY_SKIP;
+  for (int r = 0; r < R; ++r)
+    for (int m = 0; m < M; ++m)
+      for (int i = 0; i < I; ++i)
+        out[((long)r * M + m) * I + i] = inp[slice_source(r, m, i, N, I, start, step)];
+}
+template <typename T>
+void slice_backward(T* d_inp, const T* d_out, int R, int N, int M, int I, int start, int step) {
+  for (int r = 0; r < R; ++r)
+    for (int m = 0; m < M; ++m)
+      for (int i = 0; i < I; ++i)
+        d_inp[slice_source(r, m, i, N, I, start, step)] += d_out[((long)r * M + m) * I + i];
+}
+
 } // namespace rootclad
 
 // Clad-convention pullbacks (core.h says how they are written).
@@ -75,6 +98,12 @@ template <typename T>
 void cat_part_forward_pullback(T* out, const T* inp, int R, int n_in, int n_out, int off, T* d_out,
                                T* d_inp, int* d_R, int* d_n_in, int* d_n_out, int* d_off) {
   ::rootclad::cat_part_backward(d_inp, d_out, R, n_in, n_out, off);
+}
+
+template <typename T>
+void slice_forward_pullback(T* out, const T* inp, int R, int N, int M, int I, int start, int step,
+                            T* d_out, T* d_inp, int*, int*, int*, int*, int*, int*) {
+  ::rootclad::slice_backward(d_inp, d_out, R, N, M, I, start, step);
 }
 
 } // namespace rootclad
