@@ -248,6 +248,16 @@ def _dropout_calls(node, graph, site):
     return [Call("dropout", (OUT, IN(0), INT(f"B * {n}"), p, seed, LONG(f"(long)b0 * {n}")))]
 
 
+def _stochastic_depth_calls(node, graph, site):
+    """One mask entry per sample (its index in the whole batch: b0 + r), as dropout's."""
+    n = _n(node.in_shape)
+    p = REAL(f"(training ? T({float(node.attrs['p'])!r}) : T(0))")
+    seed = U64(f"::rootclad::dropout_hash(seed, {site.index})")
+    args = (OUT, IN(0), INT("B"), INT(n), p, seed, LONG("(long)b0"),
+            INT(node.attrs["whole_batch"]))  # fmt: skip
+    return [Call("sample_dropout", args)]
+
+
 # -- binary ---------------------------------------------------------------------------------
 BINARY_KINDS = {"add": 0, "sub": 1, "mul": 2, "div": 3}
 
@@ -356,6 +366,7 @@ CPU_OPS: dict[str, CpuOp] = {
     "global_avgpool": CpuOp(_global_pool_calls),
     "global_maxpool": CpuOp(_global_pool_calls),
     "dropout": CpuOp(_dropout_calls),
+    "stochastic_depth": CpuOp(_stochastic_depth_calls),
     "add": CpuOp(_binary_calls),
     "sub": CpuOp(_binary_calls),
     "mul": CpuOp(_binary_calls),

@@ -214,6 +214,19 @@ def _conv2d_device(node, graph, d):
     return _conv_device(d, shape, C, KH * KW, a["groups"])
 
 
+def _stochastic_depth_device(node, graph, d):
+    """The CPU's mask: the same node seed, each sample's index in the batch."""
+    per = _n(node.in_shape)
+    a = node.attrs
+    mask = (f"(long)B * {per}, {per}, training ? T({float(a['p'])!r}) : T(0), "
+            f"::rootclad::dropout_hash(seed, {d.index}), {a['whole_batch']}")  # fmt: skip
+    fwd = [f"sample_dropout_forward(on, {d.out}, {d.ins[0]}, {mask});"]
+    bwd = []
+    if d.d_ins[0] != "nullptr":
+        bwd.append(f"sample_dropout_backward(on, {d.d_ins[0]}, {d.d_out}, {mask});")
+    return fwd, bwd
+
+
 def _dropout_device(node, graph, d):
     """The CPU's mask (dropout_mask.h): the same node seed, each element's index in the batch."""
     n = f"(long)B * {_n(node.in_shape)}"
@@ -328,6 +341,7 @@ DEVICE_OPS: dict[str, DeviceOp] = {
     "global_avgpool": DeviceOp(_global_pool_device),
     "global_maxpool": DeviceOp(_global_pool_device),
     "dropout": DeviceOp(_dropout_device),
+    "stochastic_depth": DeviceOp(_stochastic_depth_device),
     "add": DeviceOp(_binary_device, fuses_activation=True),
     "sub": DeviceOp(_binary_device, fuses_activation=True),
     "mul": DeviceOp(_binary_device, fuses_activation=True),

@@ -37,7 +37,17 @@ def _resolve(path: str):
     return obj
 
 
-_FUNCTION_OPS = {_resolve(f): name for name, spec in OPS.items() for f in spec.functions}
+_FUNCTION_OPS = {_resolve(f): name for name, spec in OPS.items() for f in spec.functions
+                 if f.startswith(("torch.", "Tensor."))}  # fmt: skip
+# functions of other packages (torchvision's stochastic_depth), by their dotted name: matched
+# without importing the package
+_NAMED_OPS = {f: name for name, spec in OPS.items() for f in spec.functions
+              if not f.startswith(("torch.", "Tensor."))}  # fmt: skip
+
+
+def _dotted(target) -> str:
+    return f"{getattr(target, '__module__', '')}.{getattr(target, '__name__', '')}"
+
 
 _ARITH = {
     "add": "add", "iadd": "add", "__add__": "add", "__radd__": "add",
@@ -184,6 +194,19 @@ def _fx_name(target) -> str:
     return f"{module}.{qual}"
 
 
+def _functions_in_eval_mode(traced) -> None:
+    """stochastic_depth's training flag is the module's mode that fx saw when tracing, a
+    constant; the compiled op follows the compiled model's mode instead (as nn.Dropout), and
+    the trace runs the example in eval mode, where the flag is False."""
+    for n in traced.graph.nodes:
+        if n.op == "call_function" and _NAMED_OPS.get(_dotted(n.target)) == "stochastic_depth":
+            if len(n.args) > 3:
+                n.args = (*n.args[:3], False, *n.args[4:])
+            else:
+                n.kwargs = {**n.kwargs, "training": False}
+    traced.recompile()
+
+
 class _ShapeProp(torch.fx.Interpreter):
     """Runs the trace on the example input, noting each tensor's metadata in
     ``node.meta["tensor_meta"]`` (as torch's ShapeProp) and each other value in
@@ -239,6 +262,7 @@ class _FxLowering:
                 "modules torch.fx can trace (no data-dependent control flow) made of: "
                 f"{supported_layers()}"
             ) from exc
+        _functions_in_eval_mode(self.traced)
         placeholders = [n for n in self.traced.graph.nodes if n.op == "placeholder"]
         if len(placeholders) != len(xs):
             names = [p.name for p in placeholders]
@@ -385,8 +409,9 @@ class _FxLowering:
             elif (i := fx_values.inplace_position(t)) is not None and len(args) > i:
                 args = args[:i] + args[i + 1 :]  # F.relu(x, True): no flag left
         name = t if isinstance(t, str) else getattr(t, "__name__", "")
-        if _hashable(t) and t in _FUNCTION_OPS and args and self.is_tensor(args[0]):
-            op = _FUNCTION_OPS[t]
+        op = _FUNCTION_OPS.get(t) if _hashable(t) else None
+        op = op or (_NAMED_OPS.get(_dotted(t)) if not isinstance(t, str) else None)
+        if op is not None and args and self.is_tensor(args[0]):
             attrs = OPS[op].from_call(args[1:], kw, where)
             if "dim" in attrs:
                 attrs["axis"] = self.axis(attrs.pop("dim"), args[0], where)

@@ -14,7 +14,7 @@ import copy
 import pytest
 import torch
 from fixtures.core import assert_close_rel, check_against_torch, perturbed, torch_loss
-from fixtures.zoo import RTOL, SLOW, ZOO, vision
+from fixtures.zoo import RTOL, SLOW, TRAIN_RTOL, ZOO, vision
 from torch import nn
 
 import rootclad
@@ -28,7 +28,7 @@ def _build(name, perturb=True):
     torch.manual_seed(0)
     net = ZOO[name](tv, timm).double()
     for m in net.modules():  # torch's dropout masks are not rootclad's: compare without
-        if isinstance(m, nn.Dropout):
+        if isinstance(m, nn.Dropout) or type(m).__name__ == "StochasticDepth":
             m.p = 0.0
     return perturbed(net) if perturb else net
 
@@ -73,6 +73,7 @@ def test_zoo_model_training_tracks_torch_optim(name):
         ref_losses.append(value.item())
     rtol = RTOL.get(name, 1e-9) * 1e3
     assert_close_rel(torch.tensor(losses), torch.tensor(ref_losses), rtol, f"{name} losses")
+    rtol = TRAIN_RTOL.get(name, rtol)
     start = {k: v.detach() for k, v in net.named_parameters()}
     moved = max(float((q.detach() - start[k]).abs().max()) for k, q in ref.named_parameters())
     assert moved > 1e-4, f"{name}: the parameters did not move"

@@ -224,3 +224,31 @@ register(
         from_module=lambda mod, where: {"p": float(mod.p)},
     )
 )
+
+
+def _stochastic_depth_call(args, kw, where):
+    """torchvision.ops.stochastic_depth(input, p, mode, training): its training flag is the
+    value fx saw when tracing (the module's self.training); the compiled model follows its own
+    mode instead, as nn.Dropout does."""
+    p, mode = arg(args, kw, 0, "p", None), arg(args, kw, 1, "mode", None)
+    if not isinstance(p, (int, float)) or not 0 <= p <= 1:
+        raise IRError(f"{where}: p={p!r} must be a probability")
+    if mode not in ("row", "batch"):
+        raise IRError(f"{where}: mode={mode!r} must be 'row' or 'batch'")
+    return {"p": float(p), "whole_batch": int(mode == "batch")}
+
+
+register(
+    OpSpec(
+        "stochastic_depth",
+        "elementwise",
+        "torchvision's stochastic_depth (StochasticDepth): in training each sample's whole "
+        "value kept with probability 1 - p and scaled by 1 / (1 - p) ('row'), or the batch's "
+        "('batch'); the identity in eval mode",
+        same_shape,
+        saves=(),  # the mask is drawn again from the seed
+        random=True,
+        functions=("torchvision.ops.stochastic_depth.stochastic_depth",),
+        from_call=_stochastic_depth_call,
+    )
+)

@@ -74,5 +74,25 @@ void dropout_backward(On on, T* d_inp, const T* d_out, long n, T p, std::uint64_
   each_index(on, n, ROOTCLAD_BODY(long i) { d_inp[i] += d_out[i] * dropout_scale(seed, i, p); });
 }
 
+// -- Stochastic depth: the CPU's mask for the sample's index in the batch (each sample `per`
+// values), or index 0 for all (whole_batch) ---------------------------------------------------
+template <class On, class T>
+void sample_dropout_forward(On on, T* out, const T* inp, long n, long per, T p, std::uint64_t seed,
+                            int whole_batch) {
+  each_index(
+      on, n, ROOTCLAD_BODY(long i) {
+        out[i] = inp[i] * dropout_scale(seed, whole_batch ? 0 : i / per, p);
+      });
+}
+
+template <class On, class T>
+void sample_dropout_backward(On on, T* d_inp, const T* d_out, long n, long per, T p,
+                             std::uint64_t seed, int whole_batch) {
+  each_index(
+      on, n, ROOTCLAD_BODY(long i) {
+        d_inp[i] += d_out[i] * dropout_scale(seed, whole_batch ? 0 : i / per, p);
+      });
+}
+
 } // namespace dev
 } // namespace rootclad

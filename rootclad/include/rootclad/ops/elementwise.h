@@ -72,6 +72,28 @@ void dropout_backward(T* d_inp, const T* d_out, int N, T p, std::uint64_t seed, 
     d_inp[i] += d_out[i] * dropout_scale(seed, i0 + i, p);
 }
 
+// Stochastic depth (training): sample r's whole value (n values) kept with probability 1 - p
+// and scaled by 1 / (1 - p), or dropped; the mask is dropout_mask.h's for the sample's index
+// in the batch (r0 + r), or for index 0 for every sample (whole_batch: torchvision's 'batch').
+template <typename T>
+void sample_dropout_forward(T* out, const T* inp, int R, int n, T p, std::uint64_t seed, long r0,
+                            int whole_batch) {
+  ROOTCLAD_REPLAY_SKIP;
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < n; ++j)
+      out[(long)r * n + j] =
+          inp[(long)r * n + j] * dropout_scale(seed, whole_batch ? 0 : r0 + r, p);
+}
+template <typename T>
+void sample_dropout_backward(T* d_inp, const T* d_out, int R, int n, T p, std::uint64_t seed,
+                             long r0, int whole_batch) {
+  for (int r = 0; r < R; ++r) {
+    const T s = dropout_scale(seed, whole_batch ? 0 : r0 + r, p);
+    for (int j = 0; j < n; ++j)
+      d_inp[(long)r * n + j] += d_out[(long)r * n + j] * s;
+  }
+}
+
 } // namespace rootclad
 
 // Clad-convention pullbacks (core.h says how they are written).
@@ -98,6 +120,13 @@ void dropout_forward_pullback(T* out, const T* inp, int N, T p, ::std::uint64_t 
                               T* d_out, T* d_inp, int* d_N, T* d_p, ::std::uint64_t* d_seed,
                               long* d_i0) {
   ::rootclad::dropout_backward(d_inp, d_out, N, p, seed, i0);
+}
+
+template <typename T>
+void sample_dropout_forward_pullback(T* out, const T* inp, int R, int n, T p, ::std::uint64_t seed,
+                                     long r0, int whole_batch, T* d_out, T* d_inp, int*, int*, T*,
+                                     ::std::uint64_t*, long*, int*) {
+  ::rootclad::sample_dropout_backward(d_inp, d_out, R, n, p, seed, r0, whole_batch);
 }
 
 } // namespace rootclad
