@@ -240,6 +240,20 @@ def _global_pool_calls(node, graph, site):
     return [Call(kernel, tuple(args))]
 
 
+def adaptive_geometry(node):
+    """(rows per sample, H, W, OH, OW) of an adaptive pooling (1-D: H = OH = 1)."""
+    C, *spatial = node.in_shape
+    _, *out = node.out_shape
+    if len(spatial) == 1:
+        spatial, out = [1, *spatial], [1, *out]
+    return C, (*spatial, *out)
+
+
+def _adaptive_calls(node, graph, site):
+    C, geo = adaptive_geometry(node)
+    return [Call(node.op, (OUT, IN(0), INT(f"B * {C}"), *map(INT, geo)))]
+
+
 # -- elementwise with a mask ----------------------------------------------------------------
 def _dropout_calls(node, graph, site):
     n = _n(node.in_shape)
@@ -363,6 +377,8 @@ CPU_OPS: dict[str, CpuOp] = {
     "avgpool1d": CpuOp(_pool1d_calls),
     "maxpool2d": CpuOp(_pool2d_calls),
     "avgpool2d": CpuOp(_pool2d_calls),
+    "adaptive_avgpool": CpuOp(_adaptive_calls),
+    "adaptive_maxpool": CpuOp(_adaptive_calls),
     "global_avgpool": CpuOp(_global_pool_calls),
     "global_maxpool": CpuOp(_global_pool_calls),
     "dropout": CpuOp(_dropout_calls),

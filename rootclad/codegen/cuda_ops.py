@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from rootclad.codegen.cpu_ops import (
     BINARY_KINDS,
+    adaptive_geometry,
     broadcast_padded,
     cat_parts,
     conv1d_geometry,
@@ -193,6 +194,18 @@ def _pool2d_device(node, graph, d):
     return _pool_device(node, d, f"pool2d_shape({', '.join(map(str, geo))})")
 
 
+def _adaptive_device(node, graph, d):
+    C, geo = adaptive_geometry(node)
+    shape = f"(long)B * {C}, Adaptive{{{', '.join(map(str, geo))}}}"
+    fwd = [f"{node.op}_forward(on, {d.out}, {d.ins[0]}, {shape});"]
+    bwd = []
+    if d.d_ins[0] != "nullptr":
+        is_max = int(node.op == "adaptive_maxpool")
+        bwd.append(f"adaptive_pool_backward(on, {d.d_ins[0]}, {d.d_out}, {d.ins[0]}, {shape}, "
+                   f"{is_max});")  # fmt: skip
+    return fwd, bwd
+
+
 def _global_pool_device(node, graph, d):
     C, L = node.in_shape[0], _n(node.in_shape[1:])
     rows = f"(long)B * {C}, {L}"
@@ -338,6 +351,8 @@ DEVICE_OPS: dict[str, DeviceOp] = {
     "avgpool1d": DeviceOp(_pool1d_device, fuses_activation=True),
     "maxpool2d": DeviceOp(_pool2d_device, fuses_activation=True),
     "avgpool2d": DeviceOp(_pool2d_device, fuses_activation=True),
+    "adaptive_avgpool": DeviceOp(_adaptive_device),
+    "adaptive_maxpool": DeviceOp(_adaptive_device),
     "global_avgpool": DeviceOp(_global_pool_device),
     "global_maxpool": DeviceOp(_global_pool_device),
     "dropout": DeviceOp(_dropout_device),

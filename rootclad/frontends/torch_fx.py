@@ -21,7 +21,7 @@ from torch.fx.passes.shape_prop import _extract_tensor_metadata
 from rootclad.frontends import fx_slicing, fx_values
 from rootclad.ir.graph import Graph, IRError, Node, Param
 from rootclad.ir.ops import OPS, supported_modules
-from rootclad.ir.optimize import drop_identities, pool_before_activation
+from rootclad.ir.optimize import drop_identities, global_pools, pool_before_activation
 
 _MODULE_OPS = {m: name for name, spec in OPS.items() for m in spec.modules}
 
@@ -128,7 +128,7 @@ def graph_from_module(module: nn.Module, example_input, dtype: str) -> Graph:
                 f"{node.describe()}: rootclad infers the per-sample shape {node.out_shape}, "
                 f"torch gives {want}; this form of the operation is not supported"
             )
-    return pool_before_activation(drop_identities(graph))
+    return pool_before_activation(global_pools(drop_identities(graph)))
 
 
 def parameter_aliases(module: nn.Module) -> dict[str, str]:

@@ -78,3 +78,16 @@ def pool_before_activation(graph: Graph) -> Graph:
         else:
             i += 1
     return _with_nodes(graph, nodes)
+
+
+def global_pools(graph: Graph) -> Graph:
+    """Adaptive pooling to size 1 along every axis as the global op: the same windows (all of
+    a channel), one kernel per channel instead of the windows' index arithmetic."""
+    nodes = []
+    for node in graph.nodes:
+        if node.op in ("adaptive_avgpool", "adaptive_maxpool") and all(
+            d == 1 for d in node.out_shape[1:]
+        ):
+            node = dataclasses.replace(node, op=node.op.replace("adaptive_", "global_"), attrs={})
+        nodes.append(node)
+    return _with_nodes(graph, nodes)

@@ -83,23 +83,36 @@ for _name, _module, _n, _infer in (
     )
 
 
-def _global_pool_from_module(mod, where):
-    size = mod.output_size
-    if any(v != 1 for v in (size if isinstance(size, (tuple, list)) else (size,))):
-        raise IRError(f"{where}: output_size={size!r}; only global pooling (output_size=1)")
+def _adaptive_size(size, where) -> tuple:
+    sizes = tuple(size) if isinstance(size, (tuple, list)) else (size,)
+    if any(v is not None and (not isinstance(v, int) or v < 1) for v in sizes):
+        raise IRError(f"{where}: output_size={size!r} must be positive numbers (or None)")
+    return sizes
+
+
+def _adaptive_from_module(mod, where):
     if getattr(mod, "return_indices", False):
         raise IRError(f"{where}: return_indices is not supported")
-    return {}
+    return {"output_size": _adaptive_size(mod.output_size, where)}
 
 
-def _global_pool_call(args, kw, where):
-    """F.adaptive_avg_pool1d/2d(x, output_size), F.adaptive_max_pool1d/2d: size 1 only."""
-    size = arg(args, kw, 0, "output_size", None)
-    if any(v != 1 for v in (size if isinstance(size, (tuple, list)) else (size,))):
-        raise IRError(f"{where}: output_size={size!r}; only global pooling (output_size=1)")
+def _adaptive_call(args, kw, where):
+    """F.adaptive_avg_pool1d/2d(x, output_size), F.adaptive_max_pool1d/2d."""
     if arg(args, kw, 1, "return_indices", False):
         raise IRError(f"{where}: return_indices is not supported")
-    return {}
+    return {"output_size": _adaptive_size(arg(args, kw, 0, "output_size", None), where)}
+
+
+def _adaptive_infer(node, shapes, graph):
+    (shape,) = shapes
+    size = node.attrs["output_size"]  # one number: every spatial axis
+    size = size * (len(shape) - 1) if len(size) == 1 else size
+    expect(
+        len(shape) == len(size) + 1,
+        node,
+        f"expected input (C, L) or (C, H, W) for output size {size}, got per-sample shape {shape}",
+    )
+    return (shape[0], *(d if s is None else s for s, d in zip(size, shape[1:], strict=True)))
 
 
 def _global_pool_infer(node, shapes, graph):
@@ -112,22 +125,30 @@ def _global_pool_infer(node, shapes, graph):
     return (shape[0],) + (1,) * (len(shape) - 1)
 
 
-for _name, _modules, _functions in (
-    ("global_avgpool", ("AdaptiveAvgPool1d", "AdaptiveAvgPool2d"),
-     (F + "adaptive_avg_pool1d", F + "adaptive_avg_pool2d")),
-    ("global_maxpool", ("AdaptiveMaxPool1d", "AdaptiveMaxPool2d"),
-     (F + "adaptive_max_pool1d", F + "adaptive_max_pool2d")),
-):  # fmt: skip
+# adaptive pooling to any size; to size 1 the graph pass ir/optimize.py global_pools makes it
+# the global op (one window per channel), which mean/sum over axes also lower to
+for _name in ("avg", "max"):
+    _kind = "Avg" if _name == "avg" else "Max"
     register(
         OpSpec(
-            _name,
+            f"adaptive_{_name}pool",
             "pool",
-            f"{' / '.join(_modules)} to size 1: pooling over all positions",
+            f"Adaptive{_kind}Pool1d / 2d to any size (torch's windows: floor(o n / O) to "
+            "ceil((o + 1) n / O))",
+            _adaptive_infer,
+            saves=("in",) if _name == "max" else (),
+            modules=(f"Adaptive{_kind}Pool1d", f"Adaptive{_kind}Pool2d"),
+            from_module=_adaptive_from_module,
+            functions=(F + f"adaptive_{_name}_pool1d", F + f"adaptive_{_name}_pool2d"),
+            from_call=_adaptive_call,
+        )
+    )
+    register(
+        OpSpec(
+            f"global_{_name}pool",
+            "pool",
+            f"{_kind.lower()} over all positions of each channel",
             _global_pool_infer,
-            saves=("in", "out") if _name == "global_maxpool" else (),
-            modules=_modules,
-            from_module=_global_pool_from_module,
-            functions=_functions,
-            from_call=_global_pool_call,
+            saves=("in", "out") if _name == "max" else (),
         )
     )

@@ -139,6 +139,86 @@ void avgpool2d_backward(On on, T* d_inp, DY d_out, long R, Pool p, int count_inc
   pool2d_backward(on, d_inp, d_out, R, p, AvgPoolShare{p, count_include_pad});
 }
 
+// -- adaptive pooling of inp(R, H, W) -> out(R, OH, OW) (1-D: H = OH = 1), windows by
+// adaptive_start/adaptive_end (ops/pool_geometry.h) ---------------------------------------------
+struct Adaptive {
+  int H, W, OH, OW;
+};
+
+template <class T>
+ROOTCLAD_HD inline long adaptive_argmax(const T* x, const Adaptive& a, int oh, int ow) {
+  long at = -1; // the first maximum, or the last NaN, as torch
+  for (int h = adaptive_start(oh, a.H, a.OH); h < adaptive_end(oh, a.H, a.OH); ++h)
+    for (int w = adaptive_start(ow, a.W, a.OW); w < adaptive_end(ow, a.W, a.OW); ++w) {
+      const long i = (long)h * a.W + w;
+      if (at < 0 || x[i] > x[at] || x[i] != x[i])
+        at = i;
+    }
+  return at;
+}
+
+template <class On, class T>
+void adaptive_maxpool_forward(On on, T* out, const T* inp, long R, Adaptive a) {
+  each_index(
+      on, R * a.OH * a.OW, ROOTCLAD_BODY(long i) {
+        const int ow = (int)(i % a.OW), oh = (int)(i / a.OW % a.OH);
+        const T* x = inp + i / ((long)a.OW * a.OH) * a.H * a.W;
+        out[i] = x[adaptive_argmax(x, a, oh, ow)];
+      });
+}
+
+template <class On, class T>
+void adaptive_avgpool_forward(On on, T* out, const T* inp, long R, Adaptive a) {
+  each_index(
+      on, R * a.OH * a.OW, ROOTCLAD_BODY(long i) {
+        const int ow = (int)(i % a.OW), oh = (int)(i / a.OW % a.OH);
+        const T* x = inp + i / ((long)a.OW * a.OH) * a.H * a.W;
+        const int h0 = adaptive_start(oh, a.H, a.OH), h1 = adaptive_end(oh, a.H, a.OH);
+        const int w0 = adaptive_start(ow, a.W, a.OW), w1 = adaptive_end(ow, a.W, a.OW);
+        T s = 0;
+        for (int h = h0; h < h1; ++h)
+          for (int w = w0; w < w1; ++w)
+            s += x[(long)h * a.W + w];
+        out[i] = s / T((h1 - h0) * (w1 - w0));
+      });
+}
+
+// the windows along one axis that hold position at: [lo, hi]; windows are at most
+// ceil(n / O) + 1 wide and at least 1 apart, so they start within that reach of at
+inline ROOTCLAD_HD void adaptive_windows(int at, int n, int O, int& lo, int& hi) {
+  lo = (int)((long)at * O / n) - 1;
+  lo = lo < 0 ? 0 : lo;
+  while (lo < O && adaptive_end(lo, n, O) <= at)
+    ++lo;
+  hi = lo;
+  while (hi + 1 < O && adaptive_start(hi + 1, n, O) <= at)
+    ++hi;
+}
+
+// the backward gathered: each input position adds the share of every window that holds it
+template <class On, class T>
+void adaptive_pool_backward(On on, T* d_inp, const T* d_out, const T* inp, long R, Adaptive a,
+                            int is_max) {
+  each_index(
+      on, R * a.H * a.W, ROOTCLAD_BODY(long i) {
+        const long r = i / ((long)a.H * a.W), at = i % ((long)a.H * a.W);
+        int h0, h1, w0, w1;
+        adaptive_windows((int)(at / a.W), a.H, a.OH, h0, h1);
+        adaptive_windows((int)(at % a.W), a.W, a.OW, w0, w1);
+        T s = 0;
+        for (int oh = h0; oh <= h1; ++oh)
+          for (int ow = w0; ow <= w1; ++ow) {
+            const T dy = d_out[(r * a.OH + oh) * a.OW + ow];
+            if (is_max)
+              s += adaptive_argmax(inp + r * a.H * a.W, a, oh, ow) == at ? dy : T(0);
+            else
+              s += dy / T((adaptive_end(oh, a.H, a.OH) - adaptive_start(oh, a.H, a.OH)) *
+                          (adaptive_end(ow, a.W, a.OW) - adaptive_start(ow, a.W, a.OW)));
+          }
+        d_inp[i] += s;
+      });
+}
+
 // -- global max pooling: out(R) = the maximum of each row of inp(R, L); its first maximum
 // takes the gradient (as MaxPool's windows) ----------------------------------------------------
 template <class T> ROOTCLAD_HD inline int row_argmax(const T* x, int L) {

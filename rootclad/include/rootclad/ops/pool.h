@@ -183,6 +183,82 @@ void avgpool1d_backward(T* d_inp, const T* d_out, int R, int L, int K, int S, in
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// Adaptive pooling of inp(R, H, W) -> out(R, OH, OW) (1-D: H = OH = 1), windows by
+// adaptive_start/adaptive_end (pool_geometry.h). The average divides by the window's size; the
+// maximum is the window's first (row-major), or its first NaN, and takes the gradient.
+template <typename T>
+void adaptive_avgpool_forward(T* out, const T* inp, int R, int H, int W, int OH, int OW) {
+  ROOTCLAD_REPLAY_SKIP;
+  for (int r = 0; r < R; ++r)
+    for (int oh = 0; oh < OH; ++oh)
+      for (int ow = 0; ow < OW; ++ow) {
+        const int h0 = adaptive_start(oh, H, OH);
+        const int h1 = adaptive_end(oh, H, OH);
+        const int w0 = adaptive_start(ow, W, OW);
+        const int w1 = adaptive_end(ow, W, OW);
+        T s = 0;
+        for (int h = h0; h < h1; ++h)
+          for (int w = w0; w < w1; ++w)
+            s += inp[((long)r * H + h) * W + w];
+        out[((long)r * OH + oh) * OW + ow] = s / T((h1 - h0) * (w1 - w0));
+      }
+}
+template <typename T>
+void adaptive_avgpool_backward(T* d_inp, const T* d_out, int R, int H, int W, int OH, int OW) {
+  for (int r = 0; r < R; ++r)
+    for (int oh = 0; oh < OH; ++oh)
+      for (int ow = 0; ow < OW; ++ow) {
+        const int h0 = adaptive_start(oh, H, OH);
+        const int h1 = adaptive_end(oh, H, OH);
+        const int w0 = adaptive_start(ow, W, OW);
+        const int w1 = adaptive_end(ow, W, OW);
+        const T g = d_out[((long)r * OH + oh) * OW + ow] / T((h1 - h0) * (w1 - w0));
+        for (int h = h0; h < h1; ++h)
+          for (int w = w0; w < w1; ++w)
+            d_inp[((long)r * H + h) * W + w] += g;
+      }
+}
+
+// the index (within the row) of window (oh, ow)'s maximum as torch picks it: its first maximum,
+// or its last NaN (`v > max || isnan(v)` lets each later NaN take over)
+template <typename T>
+long adaptive_argmax(const T* x, int H, int W, int OH, int OW, int oh, int ow) {
+  long at = -1;
+  for (int h = adaptive_start(oh, H, OH); h < adaptive_end(oh, H, OH); ++h)
+    for (int w = adaptive_start(ow, W, OW); w < adaptive_end(ow, W, OW); ++w) {
+      const long i = (long)h * W + w;
+      if (at < 0 || x[i] > x[at] || x[i] != x[i])
+        at = i;
+    }
+  return at;
+}
+
+// plain loops that Clad can differentiate itself (pullbacks=False), as maxpool2d_forward's
+template <typename T>
+void adaptive_maxpool_forward(T* out, const T* inp, int R, int H, int W, int OH, int OW) {
+  ROOTCLAD_REPLAY_SKIP;
+  for (int r = 0; r < R; ++r)
+    for (int oh = 0; oh < OH; ++oh)
+      for (int ow = 0; ow < OW; ++ow) {
+        T m = -INFINITY;
+        for (int h = adaptive_start(oh, H, OH); h < adaptive_end(oh, H, OH); ++h)
+          for (int w = adaptive_start(ow, W, OW); w < adaptive_end(ow, W, OW); ++w)
+            if (inp[((long)r * H + h) * W + w] > m || std::isnan(inp[((long)r * H + h) * W + w]))
+              m = inp[((long)r * H + h) * W + w];
+        out[((long)r * OH + oh) * OW + ow] = m;
+      }
+}
+template <typename T>
+void adaptive_maxpool_backward(T* d_inp, const T* d_out, const T* inp, int R, int H, int W, int OH,
+                               int OW) {
+  for (int r = 0; r < R; ++r)
+    for (int oh = 0; oh < OH; ++oh)
+      for (int ow = 0; ow < OW; ++ow)
+        d_inp[(long)r * H * W + adaptive_argmax(inp + (long)r * H * W, H, W, OH, OW, oh, ow)] +=
+            d_out[((long)r * OH + oh) * OW + ow];
+}
+
 } // namespace rootclad
 
 // Clad-convention pullbacks (core.h says how they are written).
@@ -203,6 +279,18 @@ void avgpool1d_forward_pullback(T* out, const T* inp, int R, int L, int K, int S
                                 int ceil, T* d_out, T* d_inp, int* d_R, int* d_L, int* d_K,
                                 int* d_S, int* d_P, int* d_cip, int* d_ceil) {
   ::rootclad::avgpool1d_backward(d_inp, d_out, R, L, K, S, P, cip, ceil);
+}
+
+template <typename T>
+void adaptive_avgpool_forward_pullback(T* out, const T* inp, int R, int H, int W, int OH, int OW,
+                                       T* d_out, T* d_inp, int*, int*, int*, int*, int*) {
+  ::rootclad::adaptive_avgpool_backward(d_inp, d_out, R, H, W, OH, OW);
+}
+
+template <typename T>
+void adaptive_maxpool_forward_pullback(T* out, const T* inp, int R, int H, int W, int OH, int OW,
+                                       T* d_out, T* d_inp, int*, int*, int*, int*, int*) {
+  ::rootclad::adaptive_maxpool_backward(d_inp, d_out, inp, R, H, W, OH, OW);
 }
 
 } // namespace rootclad

@@ -26,4 +26,14 @@ ROOTCLAD_HD inline int pool_span(int start, int K, int n, int P, int count_inclu
   return (end < n ? end : n) - (start > 0 ? start : 0);
 }
 
+// Adaptive pooling of n positions to O windows: window o covers [adaptive_start, adaptive_end)
+// (torch's: floor(o n / O) to ceil((o + 1) n / O); windows overlap, or repeat a position when
+// O > n).
+ROOTCLAD_HD inline int adaptive_start(int o, int n, int O) {
+  return (int)((long)o * n / O);
+}
+ROOTCLAD_HD inline int adaptive_end(int o, int n, int O) {
+  return (int)(((long)(o + 1) * n + O - 1) / O);
+}
+
 } // namespace rootclad
