@@ -342,6 +342,10 @@ def _slice_calls(node, graph, site):
     return [Call("slice", (OUT, IN(0), INT(f"B * {rows}"), *map(INT, geo)))]
 
 
+def _parameter_calls(node, graph, site):
+    return [Call("parameter", (OUT, W("weight"), INT("B"), INT(_n(node.out_shape))))]
+
+
 # -- normalisation --------------------------------------------------------------------------
 def _softmax_calls(node, graph, site):
     shape, axis = node.in_shape, node.attrs["axis"]
@@ -390,6 +394,7 @@ CPU_OPS: dict[str, CpuOp] = {
     "permute": CpuOp(_permute_calls),
     "cat": CpuOp(_cat_calls),
     "slice": CpuOp(_slice_calls),
+    "parameter": CpuOp(_parameter_calls),
     "softmax": CpuOp(_softmax_calls),
     "log_softmax": CpuOp(_softmax_calls),
     "layer_norm": CpuOp(

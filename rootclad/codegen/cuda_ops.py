@@ -300,6 +300,15 @@ def _slice_device(node, graph, d):
     return fwd, bwd if d.d_ins[0] != "nullptr" else []
 
 
+def _parameter_device(node, graph, d):
+    n = _n(node.out_shape)
+    fwd = [f"parameter_forward(on, {d.out}, {d.p('weight')}, (long)B, {n}L);"]
+    bwd = []
+    if "weight" in d.d_params:  # not frozen
+        bwd.append(f"parameter_backward(on, {d.dp('weight')}, {d.d_out}, (long)B, {n}L);")
+    return fwd, bwd
+
+
 def _softmax_device(node, graph, d):
     shape, axis = node.in_shape, node.attrs["axis"]
     lines = f"(long)B * {_n(shape[:axis])}, {shape[axis]}, {_n(shape[axis + 1 :])}"
@@ -364,6 +373,7 @@ DEVICE_OPS: dict[str, DeviceOp] = {
     "permute": DeviceOp(_permute_device),
     "cat": DeviceOp(_cat_device),
     "slice": DeviceOp(_slice_device),
+    "parameter": DeviceOp(_parameter_device),
     "softmax": DeviceOp(_softmax_device),
     "log_softmax": DeviceOp(_softmax_device),
     "layer_norm": DeviceOp(_layer_norm_device),

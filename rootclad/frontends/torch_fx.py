@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
-from rootclad.frontends import fx_slicing, fx_values
+from rootclad.frontends import fx_params, fx_slicing, fx_values
 from rootclad.ir.graph import Graph, IRError, Node, Param
 from rootclad.ir.ops import OPS, supported_modules
 from rootclad.ir.optimize import drop_identities, global_pools, pool_before_activation
@@ -299,6 +299,8 @@ class _FxLowering:
         fx_values.check_inplace(self.traced)
         self.nodes: list[Node] = []
         self.splits: dict[str, dict] = {}  # chunk / split / unbind nodes: their pieces
+        self.attr_params: dict[str, str] = {}  # get_attr node -> the parameter it reads
+        self.param_shapes: dict[str, tuple] = {}  # ... read as a value: its per-sample shape
         self.batch = int(xs[0].shape[0])
 
     # -- helpers ----------------------------------------------------------------------------
@@ -347,10 +349,7 @@ class _FxLowering:
             elif fx_node.op == "output":
                 output = fx_node.args[0]
             elif fx_node.op == "get_attr":
-                raise IRError(
-                    f"fx node {fx_node.name!r} reads attribute {fx_node.target!r} directly; "
-                    "only parameters of supported layers can be compiled"
-                )
+                fx_params.lower_get_attr(self, fx_node)
             elif fx_node.op == "call_module":
                 self.call_module(fx_node)
             elif fx_slicing.is_split(fx_node):  # lowered by each getitem of a piece
@@ -376,7 +375,7 @@ class _FxLowering:
         self.expected = {
             n.name: tuple(n.meta["tensor_meta"].shape[1:])
             for n in self.traced.graph.nodes
-            if hasattr(n.meta.get("tensor_meta"), "shape")
+            if hasattr(n.meta.get("tensor_meta"), "shape") and n.name not in self.param_shapes
         }
         return Graph(inputs, shapes, self.nodes, output.name, self.params, self.dtype)
 
@@ -429,6 +428,10 @@ class _FxLowering:
             )
         if name in ("reshape", "view", "flatten"):
             return self.reshape(fx_node, args, where)
+        if name == "expand" and args and self.is_tensor(args[0]):
+            return fx_params.lower_expand(self, fx_node, args, where)
+        if t is torch.nn.functional.layer_norm:
+            return fx_params.lower_layer_norm(self, fx_node, args, kw, where)
         if name in ("squeeze", "unsqueeze") and args and self.is_tensor(args[0]):
             return self.squeeze(fx_node, name, args, kw, where)
         if name in ("permute", "transpose"):
@@ -484,12 +487,15 @@ class _FxLowering:
         a, b = args[0], args[1] if len(args) > 1 else kw.get("other")
         if self.is_tensor(a) and self.is_tensor(b):
             for x in (a, b):
+                if x.name in self.param_shapes:  # a parameter: the same for every sample
+                    continue
                 if len(self.shape(x)) == 0 or self.shape(x)[0] != self.batch:
                     raise IRError(
                         f"{where}: operand {x.name!r} has shape {self.shape(x)}, without the "
                         "batch axis; both operands must carry it"
                     )
-            if len(self.shape(a)) != len(self.shape(b)):
+            a, b = fx_params.align(self, fx_node, a, b)
+            if len(fx_params.sample_shape(self, a)) != len(fx_params.sample_shape(self, b)):
                 # torch aligns whole shapes from the right: a lower-rank operand's batch axis
                 # would meet a per-sample axis, which rootclad keeps apart
                 raise IRError(

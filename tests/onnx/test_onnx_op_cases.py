@@ -23,7 +23,10 @@ from fixtures.onnx import export, run_ort  # noqa: E402
 
 OPSET = 18  # Mish is an ONNX op from opset 18 on
 # case -> the words rootclad's refusal of torch's file for it says
-NOT_IMPORTED = {"identity": "the graph computes nothing: its output 'y' is its input"}
+NOT_IMPORTED = {"identity": "the graph computes nothing: its output 'y' is its input",
+                # a parameter read directly is an initializer meeting Mul/Add in the file:
+                # the ONNX import does not yet make it the parameter op
+                "parameter-read-directly": "is a constant tensor of shape"}  # fmt: skip
 # case -> why torch's exporter writes no file for it
 NOT_EXPORTED = {"batchnorm1d-untracked": "torch's exporter cannot write a BatchNorm without "
                                          "running statistics in eval mode"}  # fmt: skip

@@ -143,3 +143,28 @@ register(
         saves=(),
     )
 )
+
+
+def _parameter_infer(node, shapes, graph):
+    w = graph.param(node.params["weight"])
+    shape = tuple(node.attrs["shape"])
+    expect(
+        math.prod(shape) == math.prod(w.shape),
+        node,
+        f"parameter of shape {w.shape} read as per-sample shape {shape}",
+    )
+    return shape
+
+
+register(
+    OpSpec(
+        "parameter",
+        "shape",
+        "a parameter read directly (layer scale, class token, position embedding): the same "
+        "value for every sample",
+        _parameter_infer,
+        arity=0,
+        params=("weight",),
+        saves=(),
+    )
+)

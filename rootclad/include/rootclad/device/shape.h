@@ -69,5 +69,21 @@ template <class On, class T> void slice_backward(On on, T* d_inp, const T* d_out
   each_index(on, R * g.M * g.I, ROOTCLAD_BODY(long i) { d_inp[slice_source(g, i)] += d_out[i]; });
 }
 
+// -- a parameter read directly: out(B, n) = w(n) per sample; its gradient sums over the batch
+template <class On, class T> void parameter_forward(On on, T* out, const T* w, long B, long n) {
+  each_index(on, B * n, ROOTCLAD_BODY(long i) { out[i] = w[i % n]; });
+}
+
+template <class On, class T>
+void parameter_backward(On on, T* d_w, const T* d_out, long B, long n) {
+  each_index(
+      on, n, ROOTCLAD_BODY(long j) {
+        T s = 0;
+        for (long b = 0; b < B; ++b)
+          s += d_out[b * n + j];
+        d_w[j] += s;
+      });
+}
+
 } // namespace dev
 } // namespace rootclad

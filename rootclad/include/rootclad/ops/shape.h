@@ -1,4 +1,4 @@
-// rootclad/ops/shape.h — permute, cat and slice.
+// rootclad/ops/shape.h — permute, cat, slice, and a parameter read directly.
 #pragma once
 
 #include "core.h"
@@ -79,6 +79,23 @@ void slice_backward(T* d_inp, const T* d_out, int R, int N, int M, int I, int st
         d_inp[slice_source(r, m, i, N, I, start, step)] += d_out[((long)r * M + m) * I + i];
 }
 
+// ---------------------------------------------------------------------------------------
+// A parameter the model reads directly (a layer scale, a class token, a position embedding):
+// out(B, n) = w(n) for every sample; its gradient sums over the batch.
+template <typename T> void parameter_forward(T* out, const T* w, int B, int n) {
+  ROOTCLAD_REPLAY_SKIP;
+  for (int b = 0; b < B; ++b)
+    for (int j = 0; j < n; ++j)
+      out[(long)b * n + j] = w[j];
+}
+template <typename T> void parameter_backward(T* d_w, const T* d_out, int B, int n) {
+  if (!d_w) // frozen
+    return;
+  for (int b = 0; b < B; ++b)
+    for (int j = 0; j < n; ++j)
+      d_w[j] += d_out[(long)b * n + j];
+}
+
 } // namespace rootclad
 
 // Clad-convention pullbacks (core.h says how they are written).
@@ -104,6 +121,11 @@ template <typename T>
 void slice_forward_pullback(T* out, const T* inp, int R, int N, int M, int I, int start, int step,
                             T* d_out, T* d_inp, int*, int*, int*, int*, int*, int*) {
   ::rootclad::slice_backward(d_inp, d_out, R, N, M, I, start, step);
+}
+
+template <typename T>
+void parameter_forward_pullback(T* out, const T* w, int B, int n, T* d_out, T* d_w, int*, int*) {
+  ::rootclad::parameter_backward(d_w, d_out, B, n);
 }
 
 } // namespace rootclad

@@ -1,0 +1,115 @@
+"""Parameters a traced model reads directly (fx ``get_attr``): a layer scale of shape (C, 1, 1),
+a class token or position embedding of shape (1, N, D), a LayerNorm's weight passed to
+``F.layer_norm``.
+
+A parameter read as a value becomes the IR's ``parameter`` op: the same value for every
+sample, whose gradient sums over the batch. torch broadcasts it against the batch from the
+right; its per-sample shape is its own, without a leading axis of 1 (which meets the batch
+axis, or prepends nothing). Where it meets an activation of more axes, it is reshaped with
+leading 1s, as torch's broadcasting does. ``p.expand(B, -1, ...)`` of such a value to the batch
+is the value itself. A parameter passed to ``F.layer_norm`` is the layer's weight or bias.
+
+Buffers and tensor constants read directly are refused.
+"""
+
+from __future__ import annotations
+
+import types
+
+import torch
+from torch.nn import functional as F
+
+from rootclad.frontends import fx_values
+from rootclad.ir.graph import IRError, Node
+
+
+def _is_layer_norm(node) -> bool:
+    return node.op == "call_function" and node.target is F.layer_norm
+
+
+def lower_get_attr(low, fx_node) -> None:
+    """A parameter as a value (a ``parameter`` node), unless every reader is F.layer_norm's
+    weight or bias, which names the parameter itself."""
+    params = dict(low.traced.named_parameters(remove_duplicate=False))
+    if fx_node.target not in params:
+        raise IRError(
+            f"fx node {fx_node.name!r} reads attribute {fx_node.target!r} directly; rootclad "
+            "compiles parameters read directly (nn.Parameter), not buffers or tensor constants"
+        )
+    low.attr_params[fx_node.name] = fx_node.target
+    if all(_is_layer_norm(u) and u.args[0] is not fx_node for u in fx_node.users):
+        return
+    shape = tuple(params[fx_node.target].shape)
+    per_sample = shape[1:] if len(shape) >= 2 and shape[0] == 1 else shape
+    per_sample = per_sample or (1,)
+    low.param_shapes[fx_node.name] = per_sample
+    low.nodes.append(Node(fx_node.name, "parameter", [], fx_node.name,
+                          {"shape": per_sample}, {"weight": fx_node.target}))  # fmt: skip
+
+
+def sample_shape(low, x) -> tuple[int, ...]:
+    """The per-sample shape of a tensor value in the IR."""
+    if isinstance(x, types.SimpleNamespace):  # a parameter reshaped by align
+        return x.sample
+    if x.name in low.param_shapes:
+        return low.param_shapes[x.name]
+    return tuple(low.shape(x)[1:])
+
+
+def align(low, fx_node, a, b):
+    """Operands of an elementwise op with a parameter value among them: the one of fewer axes
+    reshaped with leading 1s when it is a parameter (torch's broadcasting); otherwise as
+    they are."""
+    ra, rb = len(sample_shape(low, a)), len(sample_shape(low, b))
+    if ra == rb:
+        return a, b
+    low_one = a if ra < rb else b
+    if low_one.name not in low.param_shapes:
+        return a, b
+    shape = (1,) * abs(ra - rb) + sample_shape(low, low_one)
+    name = f"{fx_node.name}__{low_one.name}"
+    low.nodes.append(Node(name, "reshape", [low_one.name], name, {"shape": shape}))
+    value = types.SimpleNamespace(name=name, sample=shape)
+    return (value, b) if low_one is a else (a, value)
+
+
+def lower_expand(low, fx_node, args, where) -> None:
+    """``p.expand(B, -1, ...)`` of a parameter value (or of any value, to its own shape)."""
+    x, sizes = args[0], args[1:]
+    if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
+        sizes = list(sizes[0])
+    shape = low.shape(x)
+    own = list(shape) if x.name not in low.param_shapes else [None, *low.param_shapes[x.name]]
+    ok = len(sizes) == len(own) and all(
+        s == -1 or s == d for s, d in zip(sizes[1:], own[1:], strict=True)
+    )
+    batch = sizes[0] if sizes else None
+    if x.name in low.param_shapes:
+        ok = ok and (batch == -1 or (isinstance(batch, torch.fx.Node)
+                                     and fx_values.batch_dependent(batch)))  # fmt: skip
+    else:
+        ok = ok and (batch == -1 or isinstance(batch, torch.fx.Node))
+    if not ok:
+        raise IRError(f"{where}: expand to {tuple(sizes)} of shape {tuple(shape)}: only a "
+                      "parameter's expand to the batch (p.expand(x.size(0), -1, ...)) is "
+                      "supported")  # fmt: skip
+    low.nodes.append(Node(fx_node.name, "identity", [x.name], fx_node.name))
+
+
+def lower_layer_norm(low, fx_node, args, kw, where) -> None:
+    """F.layer_norm(x, normalized_shape, weight, bias, eps) with weight and bias parameters
+    read directly (torchvision's LayerNorm2d)."""
+    x = args[0]
+    shape = args[1] if len(args) > 1 else kw["normalized_shape"]
+    eps = args[4] if len(args) > 4 else kw.get("eps", 1e-5)
+    params = {}
+    for i, role in ((2, "weight"), (3, "bias")):
+        value = args[i] if len(args) > i else kw.get(role)
+        if value is None:
+            continue
+        if not isinstance(value, torch.fx.Node) or value.name not in low.attr_params:
+            raise IRError(f"{where}: its {role} must be a parameter of the model")
+        params[role] = low.attr_params[value.name]
+    attrs = {"normalized_shape": tuple(shape) if isinstance(shape, (tuple, list)) else (shape,),
+             "eps": float(eps)}  # fmt: skip
+    low.nodes.append(Node(fx_node.name, "layer_norm", [x.name], fx_node.name, attrs, params))
