@@ -46,6 +46,13 @@ template <class T> void instantiate() {
   k::permute_backward(on, p, p, 1, perm);
   k::cat_part_forward(on, p, p, 1, 2, 3, 1);
   k::cat_part_backward(on, p, p, 1, 2, 3, 1);
+  const k::Slice slice{4, 2, 3, 1, 2};
+  k::slice_forward(on, p, p, 1, slice);
+  k::slice_backward(on, p, p, 1, slice);
+  k::parameter_forward(on, p, p, 1, 1);
+  k::parameter_backward(on, p, p, 1, 1);
+  k::sample_dropout_forward(on, p, p, 1, 1, T(0.5), 1ull, 0);
+  k::sample_dropout_backward(on, p, p, 1, 1, T(0.5), 1ull, 0);
   k::softmax_forward(on, p, p, 1, 2, 1, 0);
   k::softmax_backward(on, p, p, p, 1, 2, 1, 1);
   k::layer_norm_forward(on, p, p, p, p, p, 1, 2, T(1e-5));
@@ -67,6 +74,10 @@ template <class T> void instantiate() {
   k::maxpool2d_backward(on, p, p, p, 1, pool);
   k::avgpool2d_forward(on, p, p, 1, pool, 1);
   k::avgpool2d_backward(on, p, p, 1, pool, 1);
+  const k::Adaptive adaptive{2, 3, 3, 2};
+  k::adaptive_maxpool_forward(on, p, p, 1, adaptive);
+  k::adaptive_avgpool_forward(on, p, p, 1, adaptive);
+  k::adaptive_pool_backward(on, p, p, p, 1, adaptive, 1);
   k::batch_norm_stats(on, p, p, p, p, p, 1, 1, 1, T(1e-5), T(0.1), 1);
   k::batch_norm_apply(on, p, p, p, p, p, 1, 1, 1);
   k::batch_norm_backward_reduce(on, p, p, p, p, p, 1, 1, 1);

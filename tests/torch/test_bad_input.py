@@ -64,18 +64,17 @@ def test_unsupported_layer_names_path_type_and_supported_layers(monkeypatch, tmp
     "layer, words",
     [
         (nn.Conv2d(2, 4, 3, padding=1, padding_mode="circular"), ["padding_mode", "circular"]),
-        (nn.MaxPool2d(2, ceil_mode=True), ["ceil_mode"]),
         (nn.Conv1d(2, 4, 3, padding=1, padding_mode="reflect"), ["padding_mode", "reflect"]),
         (nn.Conv1d(2, 4, 3, padding="same"), ["padding='same'"]),
-        (nn.MaxPool1d(2, ceil_mode=True), ["ceil_mode"]),
-        (nn.AvgPool1d(2, ceil_mode=True), ["ceil_mode"]),
+        (nn.AvgPool2d(2, divisor_override=3), ["divisor_override"]),
+        (nn.AdaptiveMaxPool1d(2, return_indices=True), ["return_indices"]),
         (nn.MaxPool1d(2, dilation=2), ["dilation"]),
         (nn.MaxPool1d(2, return_indices=True), ["return_indices"]),
         (nn.Flatten(start_dim=2), ["Flatten(start_dim=1"]),
         (nn.GRU(8, 4), ["GRU"]),
         (nn.Softmin(dim=1), ["Softmin"]),
         (nn.BatchNorm1d(2, momentum=None), ["momentum=None"]),
-        (nn.AdaptiveAvgPool1d(2), ["output_size=2", "global pooling"]),
+        (nn.AdaptiveAvgPool1d(0), ["output_size=0", "positive"]),
     ],
 )
 def test_unsupported_layer_options_are_refused_with_the_module_path(layer, words):
