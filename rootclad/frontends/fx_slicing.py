@@ -48,9 +48,19 @@ def split_pieces(low, fx_node) -> dict:
             raise IRError(f"{where}: its pieces go to fx node {user.name!r} together; rootclad "
                           "takes them one by one (a, b = x.chunk(2, 1))")  # fmt: skip
     args, kw = fx_values.substitute(list(fx_node.args)), fx_values.substitute(fx_node.kwargs)
-    x = args[0]
+    x = args[0] if args else kw.get("input", kw.get("tensor", kw.get("self")))
     if not low.is_tensor(x):
         raise IRError(f"{where}: splits something other than a tensor")
+    args = [x, *args[1:]] if args else [x]
+    sizes = (
+        args[1]
+        if len(args) > 1 and name != "unbind"
+        else kw.get("chunks", kw.get("split_size_or_sections", kw.get("split_size")))
+    )
+    if any(isinstance(v, torch.fx.Node)
+           for v in (sizes if isinstance(sizes, (tuple, list)) else (sizes,))):  # fmt: skip
+        raise IRError(f"{where}: its sizes depend on the batch size; rootclad splits by numbers "
+                      "fixed when the model is compiled")  # fmt: skip
     pos = 1 if name == "unbind" else 2
     dim = args[pos] if len(args) > pos else kw.get("dim", 0)
     axis = low.axis(dim, x, where)

@@ -21,11 +21,15 @@ def _first_piece(x):
     [
         (lambda x: x[0], ["getitem", "batch axis", "x[:, ...]"]),
         (lambda x: x[1:], ["getitem", "batch axis"]),
-        (lambda x: x[:, torch.tensor([0, 2])], ["_tensor_constant0"]),  # a tensor index
+        # a tensor as index: a tensor constant, refused as such
+        (lambda x: x[:, torch.tensor([0, 2])], ["_tensor_constant0"]),
         (lambda x: x[:, : x.size(0)], ["getitem", "batch size"]),
         (lambda x: x[:, 3:3], ["slice 3:3:1", "does not fit"]),
         (lambda x: x.chunk(2)[0], ["chunk", "batch axis"]),
         (_first_piece, ["chunk", "together", "one by one"]),
+        (lambda x: x.split(x.size(0), 1)[0], ["split", "depend on the batch size"]),
+        (lambda x: x.chunk(x.size(0), 1)[0], ["chunk", "depend on the batch size"]),
+        (lambda x: torch.chunk(input=x, chunks=5, dim=0)[0], ["chunk", "batch axis"]),
         (lambda x: x.squeeze(), ["squeeze", "without dim"]),
         (lambda x: x.unsqueeze(0), ["unsqueeze", "batch axis"]),
     ],

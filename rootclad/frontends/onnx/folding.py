@@ -57,7 +57,10 @@ class ShapeOps:
             axis = a.get("axis", 0) % rank
             if axis == 0 or np.ndim(idx) != 0:
                 raise self.fail(node, "Gather of a tensor takes one index of a per-sample axis")
-            i = int(idx) % shape[axis - 1]
+            n = shape[axis - 1]
+            if not -n <= int(idx) < n:
+                raise self.fail(node, f"index {int(idx)} is out of range for an axis of {n}")
+            i = int(idx) % n
             index = (slice(None),) * axis + (i,)
             out = shape[: axis - 1] + shape[axis:]
             return self.emit(node.output, lambda env, root, x=x, i=index: env[x][i], out)
@@ -141,8 +144,13 @@ class ShapeOps:
         starts = [int(v) for v in np.ravel(self.const(node, 1, "starts"))]
         ends = [int(v) for v in np.ravel(self.const(node, 2, "ends"))]
         axes, steps = self.const(node, 3, "axes"), self.const(node, 4, "steps")
-        axes = range(len(starts)) if axes is None else [int(v) % rank for v in np.ravel(axes)]
+        axes = list(range(len(starts))) if axes is None else [int(v) for v in np.ravel(axes)]
         steps = [1] * len(starts) if steps is None else [int(v) for v in np.ravel(steps)]
+        if not len(starts) == len(ends) == len(axes) == len(steps):
+            raise self.fail(node, "starts, ends, axes and steps differ in length")
+        if any(not -rank <= ax < rank for ax in axes):
+            raise self.fail(node, f"axes {axes} out of range for a tensor of {rank} axes")
+        axes = [ax % rank for ax in axes]
         index = [slice(None)] * rank
         for ax, start, end, step in zip(axes, starts, ends, steps, strict=True):
             if ax == 0:
@@ -165,7 +173,10 @@ class ShapeOps:
             raise self.fail(node, "splitting along the batch axis is not supported")
         n = shape[axis - 1]
         sizes = self.const(node, 1, "split")
-        if sizes is None:  # equal parts, the last smaller where they do not divide n
+        if sizes is None and "num_outputs" not in a and n % len(node.output):
+            raise self.fail(node, f"an axis of {n} does not split evenly into "
+                            f"{len(node.output)} outputs")  # fmt: skip
+        if sizes is None:  # equal parts (num_outputs: the last smaller where they do not divide)
             k = a.get("num_outputs", len(node.output))
             size = -(-n // k)
             sizes = [min(size, n - i * size) for i in range(k)]

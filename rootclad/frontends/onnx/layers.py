@@ -302,9 +302,10 @@ class LayerOps:
             pads = [0] * 2 * dims
             for i in range(dims):
                 n = self.shapes[x][1 + i]
-                total = max(
-                    0, (-(-n // strides[i]) - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - n
-                )
+                total = (-(-n // strides[i]) - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - n
+                if total < 0:  # onnxruntime pads negatively (drops positions): not torch's
+                    raise self.fail(node, f"auto_pad={auto} with strides {strides} larger than "
+                                    f"the kernel {kernel} is not supported")  # fmt: skip
                 lo = total // 2 if auto == "SAME_UPPER" else total - total // 2
                 pads[i], pads[dims + i] = lo, total - lo
         elif auto not in ("NOTSET", "VALID"):
