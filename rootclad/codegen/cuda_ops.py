@@ -304,7 +304,7 @@ def _parameter_device(node, graph, d):
     n = _n(node.out_shape)
     fwd = [f"parameter_forward(on, {d.out}, {d.p('weight')}, (long)B, {n}L);"]
     bwd = []
-    if "weight" in d.d_params:  # not frozen
+    if "weight" in d.d_params:  # parameter gradients wanted (not an input-gradient program)
         bwd.append(f"parameter_backward(on, {d.dp('weight')}, {d.d_out}, (long)B, {n}L);")
     return fwd, bwd
 

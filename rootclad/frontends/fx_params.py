@@ -47,6 +47,32 @@ def lower_get_attr(low, fx_node) -> None:
                           {"shape": per_sample}, {"weight": fx_node.target}))  # fmt: skip
 
 
+def check_batch_axes(low) -> None:
+    """Every tensor the trace computes depends on the model's input, and so carries the batch
+    axis; a parameter read directly is the one exception (the same value for every sample). A
+    value computed from parameters alone (``self.fc(self.p)``, ``torch.tanh(self.p)``, a model
+    returning ``self.p``) would get a batch axis torch's has not."""
+    from_input = set()
+    for n in low.traced.graph.nodes:
+        if n.op == "placeholder" or any(a in from_input for a in n.all_input_nodes):
+            from_input.add(n)
+    for n in low.traced.graph.nodes:
+        meta = n.meta.get("tensor_meta")
+        if n.op == "output":
+            bad = [a for a in n.all_input_nodes if a not in from_input]
+        else:
+            bad = (
+                [n] if hasattr(meta, "shape") and n.op != "get_attr" and n not in from_input else []
+            )
+        if bad:
+            raise IRError(
+                f"fx node {bad[0].name!r} ({fx_values.target_name(bad[0])}) is computed from "
+                "parameters alone, without the batch axis; rootclad reads a parameter "
+                "directly only where it meets the input (x * p, x + p, torch.cat with "
+                "p.expand(x.size(0), ...))"
+            )
+
+
 def sample_shape(low, x) -> tuple[int, ...]:
     """The per-sample shape of a tensor value in the IR."""
     if isinstance(x, types.SimpleNamespace):  # a parameter reshaped by align

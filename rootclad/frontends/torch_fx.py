@@ -342,6 +342,7 @@ class _FxLowering:
 
     # -- the walk ---------------------------------------------------------------------------
     def graph(self) -> Graph:
+        fx_params.check_batch_axes(self)
         inputs, output = [], None
         for fx_node in self.traced.graph.nodes:
             if fx_node.op == "placeholder":

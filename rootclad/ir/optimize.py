@@ -81,13 +81,13 @@ def pool_before_activation(graph: Graph) -> Graph:
 
 
 def global_pools(graph: Graph) -> Graph:
-    """Adaptive pooling to size 1 along every axis as the global op: the same windows (all of
-    a channel), one kernel per channel instead of the windows' index arithmetic."""
+    """Adaptive average pooling to size 1 along every axis as the global op: the same windows
+    (all of a channel), one kernel per channel instead of the windows' index arithmetic. (Not
+    the max: the global max pool's backward gives a NaN window's gradient to its first NaN,
+    torch and adaptive_maxpool to its last.)"""
     nodes = []
     for node in graph.nodes:
-        if node.op in ("adaptive_avgpool", "adaptive_maxpool") and all(
-            d == 1 for d in node.out_shape[1:]
-        ):
+        if node.op == "adaptive_avgpool" and all(d == 1 for d in node.out_shape[1:]):
             node = dataclasses.replace(node, op=node.op.replace("adaptive_", "global_"), attrs={})
         nodes.append(node)
     return _with_nodes(graph, nodes)

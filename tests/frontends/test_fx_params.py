@@ -27,21 +27,25 @@ class _ExpandsActivation(nn.Module):
         return x[:, :1].expand(-1, 6) * x
 
 
-class _NormByActivation(nn.Module):
-    def __init__(self):
+class _ReturnsParameter(nn.Module):
+    def __init__(self, make):
         super().__init__()
-        self.p = nn.Parameter(torch.ones(6))
+        self.p = nn.Parameter(torch.ones(1, 6))
+        self.fc = nn.Linear(6, 6)
+        self.make = make
 
     def forward(self, x):
-        return F.layer_norm(x, (6,), torch.tanh(self.p), None)  # a value, not the parameter
+        return self.make(self, x)
 
 
 @pytest.mark.parametrize(
     "module, words",
     [
+        (_ReturnsParameter(lambda m, x: m.p), ["'p'", "parameters alone"]),
+        (_ReturnsParameter(lambda m, x: m.fc(m.p) * x), ["'fc'", "parameters alone"]),
+        (_ReturnsParameter(lambda m, x: torch.tanh(m.p) * x), ["'tanh'", "parameters alone"]),
         (_ReadsBuffer(), ["'offset'", "not buffers"]),
         (_ExpandsActivation(), ["expand", "only a parameter's expand"]),
-        (_NormByActivation(), ["layer_norm", "weight must be a parameter"]),
     ],
 )
 def test_what_reads_attributes_rootclad_cannot_compile_is_refused(module, words):
@@ -50,3 +54,31 @@ def test_what_reads_attributes_rootclad_cannot_compile_is_refused(module, words)
                          engine="pullback")  # fmt: skip
     for word in words:
         assert word in str(err.value), str(err.value)
+
+
+class _SharedScalarFrozen(nn.Module):
+    """A scalar parameter, a parameter a Linear also holds (its bias), a frozen one."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+        self.gain = nn.Parameter(torch.tensor(1.5))
+        self.shift = nn.Parameter(torch.linspace(-1, 1, 6), requires_grad=False)
+
+    def forward(self, x):
+        return (self.fc(x) + self.fc.bias) * self.gain - self.shift
+
+
+def test_scalar_shared_and_frozen_parameters_read_directly_match_torch():
+    net = _SharedScalarFrozen().double()
+    x = torch.randn(5, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    y = torch.randn(5, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    cm = rootclad.compile(net, example_input=x, loss="mse", engine="pullback")
+    loss, grads = cm.loss_and_grad(x, y)
+    ref = F.mse_loss(net(x), y)
+    ref.backward()
+    torch.testing.assert_close(loss, ref.detach(), rtol=1e-13, atol=0)
+    assert set(grads) == {"fc.weight", "fc.bias", "gain"}
+    for name, p in net.named_parameters():
+        if p.requires_grad:
+            torch.testing.assert_close(grads[name], p.grad, rtol=1e-12, atol=1e-14, msg=name)

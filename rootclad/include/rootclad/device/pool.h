@@ -222,9 +222,9 @@ void adaptive_pool_backward(On on, T* d_inp, const T* d_out, const T* inp, long 
 // -- global max pooling: out(R) = the maximum of each row of inp(R, L); its first maximum
 // takes the gradient (as MaxPool's windows) ----------------------------------------------------
 template <class T> ROOTCLAD_HD inline int row_argmax(const T* x, int L) {
-  int best = 0;
+  int best = 0; // the first maximum, or the last NaN, as torch
   for (int l = 1; l < L; ++l)
-    best = x[l] > x[best] ? l : best;
+    best = (x[l] > x[best] || x[l] != x[l]) ? l : best;
   return best;
 }
 

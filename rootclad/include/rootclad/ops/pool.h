@@ -186,7 +186,7 @@ void avgpool1d_backward(T* d_inp, const T* d_out, int R, int L, int K, int S, in
 // ---------------------------------------------------------------------------------------
 // Adaptive pooling of inp(R, H, W) -> out(R, OH, OW) (1-D: H = OH = 1), windows by
 // adaptive_start/adaptive_end (pool_geometry.h). The average divides by the window's size; the
-// maximum is the window's first (row-major), or its first NaN, and takes the gradient.
+// maximum is the window's first (row-major), or its last NaN (as torch), and takes the gradient.
 template <typename T>
 void adaptive_avgpool_forward(T* out, const T* inp, int R, int H, int W, int OH, int OW) {
   ROOTCLAD_REPLAY_SKIP;
@@ -241,7 +241,8 @@ void adaptive_maxpool_forward(T* out, const T* inp, int R, int H, int W, int OH,
   for (int r = 0; r < R; ++r)
     for (int oh = 0; oh < OH; ++oh)
       for (int ow = 0; ow < OW; ++ow) {
-        T m = -INFINITY;
+        // from the window's first element: a window of -inf keeps its gradient under Clad
+        T m = inp[((long)r * H + adaptive_start(oh, H, OH)) * W + adaptive_start(ow, W, OW)];
         for (int h = adaptive_start(oh, H, OH); h < adaptive_end(oh, H, OH); ++h)
           for (int w = adaptive_start(ow, W, OW); w < adaptive_end(ow, W, OW); ++w)
             if (inp[((long)r * H + h) * W + w] > m || std::isnan(inp[((long)r * H + h) * W + w]))
