@@ -241,8 +241,9 @@ void adaptive_maxpool_forward(T* out, const T* inp, int R, int H, int W, int OH,
   for (int r = 0; r < R; ++r)
     for (int oh = 0; oh < OH; ++oh)
       for (int ow = 0; ow < OW; ++ow) {
-        // from the window's first element: a window of -inf keeps its gradient under Clad
-        T m = inp[((long)r * H + adaptive_start(oh, H, OH)) * W + adaptive_start(ow, W, OW)];
+        // (a window of -inf only gets no gradient when Clad differentiates these loops, as in
+        // maxpool2d_forward; starting from the window's first element aborted Clad's sweep)
+        T m = -INFINITY;
         for (int h = adaptive_start(oh, H, OH); h < adaptive_end(oh, H, OH); ++h)
           for (int w = adaptive_start(ow, W, OW); w < adaptive_end(ow, W, OW); ++w)
             if (inp[((long)r * H + h) * W + w] > m || std::isnan(inp[((long)r * H + h) * W + w]))
