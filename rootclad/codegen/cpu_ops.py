@@ -384,7 +384,6 @@ CPU_OPS: dict[str, CpuOp] = {
     "adaptive_avgpool": CpuOp(_adaptive_calls),
     "adaptive_maxpool": CpuOp(_adaptive_calls),
     "global_avgpool": CpuOp(_global_pool_calls),
-    "global_maxpool": CpuOp(_global_pool_calls),
     "dropout": CpuOp(_dropout_calls),
     "stochastic_depth": CpuOp(_stochastic_depth_calls),
     "add": CpuOp(_binary_calls),

@@ -363,7 +363,6 @@ DEVICE_OPS: dict[str, DeviceOp] = {
     "adaptive_avgpool": DeviceOp(_adaptive_device),
     "adaptive_maxpool": DeviceOp(_adaptive_device),
     "global_avgpool": DeviceOp(_global_pool_device),
-    "global_maxpool": DeviceOp(_global_pool_device),
     "dropout": DeviceOp(_dropout_device),
     "stochastic_depth": DeviceOp(_stochastic_depth_device),
     "add": DeviceOp(_binary_device, fuses_activation=True),

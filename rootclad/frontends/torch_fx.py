@@ -467,7 +467,7 @@ class _FxLowering:
             src = f"{out}__permuted"
         self.nodes.append(Node(f"{out}__rows", "reshape", [src], f"{out}__rows",
                                {"shape": (outer, inner)}))  # fmt: skip
-        # (not amax: torch shares its gradient among tied maxima, global_maxpool gives it all
+        # (not amax: torch shares its gradient among tied maxima, a max pooling gives it all
         # to the first, as max pooling does)
         self.nodes.append(
             Node(f"{out}__pooled", "global_avgpool", [f"{out}__rows"], f"{out}__pooled")

@@ -125,8 +125,9 @@ def _global_pool_infer(node, shapes, graph):
     return (shape[0],) + (1,) * (len(shape) - 1)
 
 
-# adaptive pooling to any size; to size 1 the graph pass ir/optimize.py global_pools makes it
-# the global op (one window per channel), which mean/sum over axes also lower to
+# adaptive pooling to any size; average pooling to size 1 the graph pass ir/optimize.py
+# global_pools makes the global op (one window per channel), which mean/sum over axes also
+# lower to (a global max op would give a NaN window's gradient to another element than torch)
 for _name in ("avg", "max"):
     _kind = "Avg" if _name == "avg" else "Max"
     register(
@@ -143,12 +144,12 @@ for _name in ("avg", "max"):
             from_call=_adaptive_call,
         )
     )
-    register(
-        OpSpec(
-            f"global_{_name}pool",
-            "pool",
-            f"{_kind.lower()} over all positions of each channel",
-            _global_pool_infer,
-            saves=("in", "out") if _name == "max" else (),
-        )
+register(
+    OpSpec(
+        "global_avgpool",
+        "pool",
+        "average over all positions of each channel",
+        _global_pool_infer,
+        saves=(),
     )
+)
