@@ -212,8 +212,7 @@ def _global_pool_device(node, graph, d):
     fwd = [f"{node.op}_forward(on, {d.out}, {d.ins[0]}, {rows});"]
     bwd = []
     if d.d_ins[0] != "nullptr":
-        reads = f", {d.ins[0]}" if node.op == "global_maxpool" else ""  # where the maximum is
-        bwd.append(f"{node.op}_backward(on, {d.d_ins[0]}, {d.d_out}{reads}, {rows});")
+        bwd.append(f"{node.op}_backward(on, {d.d_ins[0]}, {d.d_out}, {rows});")
     return fwd, bwd
 
 
