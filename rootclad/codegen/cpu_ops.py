@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from rootclad.codegen.cxx import functor_value
 from rootclad.ir.graph import Graph, IRError, Node
 from rootclad.ir.ops.binary import MAX_BROADCAST_DIMS, broadcast_geometry
+from rootclad.ir.ops.dense import matmul_geometry
 from rootclad.ir.registry import OPS
 
 # Conv1d runs directly (no im2col scratch) for stride 1 or at most this many taps C*K;
@@ -150,6 +151,17 @@ def _linear_update(rendered, d_out: str, states: dict) -> str:
 
 
 # -- convolutions ---------------------------------------------------------------------------
+def matmul_args(node):
+    """G, M, K, N, then each operand's values per sample and group stride (ops/dense.h)."""
+    a, b = node.in_shapes
+    G, M, K, N, sa, sb = matmul_geometry(a, b)
+    return G, M, K, N, _n(a), sa, _n(b), sb
+
+
+def _matmul_calls(node, graph, site):
+    return [Call("matmul", (OUT, IN(0), IN(1), INT("B"), *map(INT, matmul_args(node))))]
+
+
 def conv1d_geometry(node, graph):
     C, L = node.in_shape
     OC, LO = node.out_shape
@@ -375,6 +387,7 @@ def _batch_norm_calls(node, graph, site):
 
 CPU_OPS: dict[str, CpuOp] = {
     "linear": CpuOp(_linear_calls, whole_chunk=True, fused_update=_linear_update),
+    "matmul": CpuOp(_matmul_calls),
     "conv1d": CpuOp(_conv1d_calls, _conv1d_scratch, scratch_saves=("cols",)),
     "conv2d": CpuOp(_conv2d_calls, _conv2d_scratch, scratch_saves=("cols",)),
     "maxpool1d": CpuOp(_pool1d_calls),

@@ -19,6 +19,7 @@ from rootclad.codegen.cpu_ops import (
     cat_parts,
     conv1d_geometry,
     layer_norm_rows,
+    matmul_args,
     parametric_geometry,
     permute_geometry,
     slice_geometry,
@@ -156,6 +157,17 @@ def _conv_device(d, geometry: str, C: int, taps: int, groups: int):
 def _linear_device(node, graph, d):
     C, OC = node.in_shape[-1], node.out_shape[-1]
     return _weighted_device(d, "linear", f"B * {_n(node.in_shape) // C}, {C}, {OC}")
+
+
+def _matmul_device(node, graph, d):
+    g = f"Matmul{{{', '.join(map(str, matmul_args(node)))}}}"
+    fwd = [f"matmul_forward(on, {d.out}, {d.ins[0]}, {d.ins[1]}, (long)B, {g});"]
+    bwd = []
+    if d.d_ins[0] != "nullptr":
+        bwd.append(f"matmul_backward_a(on, {d.d_ins[0]}, {d.d_out}, {d.ins[1]}, (long)B, {g});")
+    if d.d_ins[1] != "nullptr":
+        bwd.append(f"matmul_backward_b(on, {d.d_ins[1]}, {d.d_out}, {d.ins[0]}, (long)B, {g});")
+    return fwd, bwd
 
 
 def _conv1d_device(node, graph, d):
@@ -353,6 +365,7 @@ def _batch_norm_device(node, graph, d):
 
 DEVICE_OPS: dict[str, DeviceOp] = {
     "linear": DeviceOp(_linear_device, fuses_activation=True),
+    "matmul": DeviceOp(_matmul_device),
     "conv1d": DeviceOp(_conv1d_device, fuses_activation=True),
     "conv2d": DeviceOp(_conv2d_device, fuses_activation=True),
     "maxpool1d": DeviceOp(_pool1d_device, fuses_activation=True),

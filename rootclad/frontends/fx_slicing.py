@@ -49,6 +49,8 @@ def split_pieces(low, fx_node) -> dict:
                           "takes them one by one (a, b = x.chunk(2, 1))")  # fmt: skip
     args, kw = fx_values.substitute(list(fx_node.args)), fx_values.substitute(fx_node.kwargs)
     x = args[0] if args else kw.get("input", kw.get("tensor", kw.get("self")))
+    if isinstance(x, torch.fx.Node) and x.name in low.moved:  # checked by takes_moved_pieces
+        return {"moved": x.name}
     if not low.is_tensor(x):
         raise IRError(f"{where}: splits something other than a tensor")
     args = [x, *args[1:]] if args else [x]
@@ -75,11 +77,23 @@ def lower_getitem(low, fx_node, splits: dict) -> None:
     src, index = fx_node.args[0], fx_values.substitute(fx_node.args[1])
     where = f"fx node {fx_node.name!r} (operator.getitem)"
     out_shape = tuple(low.shape(fx_node)[1:])
+    if isinstance(src, torch.fx.Node) and src.name in low.tuples:  # a layer's tuple output
+        value = low.tuples[src.name][index] if isinstance(index, int) else None
+        if value is None:
+            raise IRError(f"{where}: output {index!r} of {src.name!r} is not supported (of "
+                          "nn.MultiheadAttention, the attention's output [0] is; its weights "
+                          "are not)")  # fmt: skip
+        low.nodes.append(Node(fx_node.name, "identity", [value], fx_node.name))
+        return None
+    if isinstance(src, torch.fx.Node) and src.name in low.moved:  # qkv[0] of a moved permute
+        return _moved_piece(low, fx_node.name, low.moved[src.name], index, out_shape)
     if isinstance(src, torch.fx.Node) and src.name in splits:
         split = splits[src.name]
         if not isinstance(index, int):
             raise IRError(f"{where}: pieces of {src.name!r} taken by {index!r}; take them one by "
                           "one (a, b = x.chunk(2, 1))")  # fmt: skip
+        if "moved" in split:
+            return _moved_piece(low, fx_node.name, low.moved[split["moved"]], index, out_shape)
         start, size = split["pieces"][index]
         slices = [(split["axis"], start, start + size, 1)]
         return _emit(low, fx_node.name, split["x"], slices, out_shape, split["drop"])
@@ -122,6 +136,41 @@ def lower_getitem(low, fx_node, splits: dict) -> None:
                 slices.append((axis, start, stop, step))
         axis += 1
     _emit(low, fx_node.name, src, slices, out_shape, reshaped)
+
+
+def takes_moved_pieces(fx_node, perm) -> bool:
+    """A permute that moves the batch axis to second place, whose every user takes pieces
+    along the new first axis (timm's ``qkv.permute(2, 0, 3, 1, 4).unbind(0)``, or ``qkv[0]``):
+    each piece is the source's slice along that axis, permuted with the batch axis first."""
+    if len(perm) < 2 or perm[1] != 0:
+        return False
+    for user in fx_node.users:
+        if is_getitem(user):
+            if not isinstance(user.args[1], int):
+                return False
+        elif not (_name(user.target) == "unbind" and user.op in ("call_method", "call_function")
+                  and (user.args[1:2] or (user.kwargs.get("dim", 0),))[0] == 0
+                  and all(is_getitem(u) for u in user.users)):  # fmt: skip
+            return False
+    return True
+
+
+def _moved_piece(low, out: str, moved, index: int, out_shape) -> None:
+    """Piece ``index`` along the first axis of ``src.permute(perm)`` (perm[1] = 0): the
+    source's slice along axis perm[0], then the rest of the permutation."""
+    src, perm = moved
+    taken = perm[0]  # an axis of the source, batch axis counted
+    n = low.shape(src)[taken]
+    i = index + n if index < 0 else index
+    if not 0 <= i < n:
+        raise IRError(f"fx node {out!r}: piece {index} of an axis of {n}")
+    rest = [p - (p > taken) for p in perm[1:]]  # over the source without that axis
+    _emit(low, f"{out}__piece", src, [(taken - 1, i, i + 1, 1)], (), False)
+    shape = tuple(d for a, d in enumerate(low.shape(src)[1:]) if a != taken - 1)
+    low.nodes.append(Node(f"{out}__dropped", "reshape", [f"{out}__piece"], f"{out}__dropped",
+                          {"shape": shape}))  # fmt: skip
+    low.nodes.append(Node(out, "permute", [f"{out}__dropped"], out,
+                          {"perm": tuple(p - 1 for p in rest[1:])}))  # fmt: skip
 
 
 def _emit(low, out: str, src, slices, out_shape, reshape: bool) -> None:

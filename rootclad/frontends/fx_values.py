@@ -210,3 +210,44 @@ def check_trace(module, traced_out, eager_out) -> None:
                 "out of place; write it out of place (y = y + x); or forward branches on "
                 "self.training, and fx kept the branch of the mode it traced in"
             )
+
+
+def symbolic_trace(module, n: int):
+    """torch.fx's trace of ``module`` called with ``n`` inputs: forward's later arguments
+    that have defaults (timm's ``attn_mask=None``) are fixed at them."""
+    traced = torch.fx.symbolic_trace(module, concrete_args=_defaults(module, n))
+    _drop_fixed_arguments(traced, n)
+    return traced
+
+
+def _defaults(module, n: int) -> dict | None:
+    """forward's arguments after the examples' that have defaults (timm's attn_mask=None):
+    fixed at their defaults while tracing."""
+    try:
+        sig = inspect.signature(module.forward)
+    except (TypeError, ValueError):
+        return None
+    rest = [p for p in sig.parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][n:]  # fmt: skip
+    fixed = {p.name: p.default for p in rest if p.default is not p.empty}
+    return fixed or None
+
+
+def _drop_fixed_arguments(traced, n: int) -> None:
+    """The placeholders fx keeps for arguments fixed at their defaults, and the guards that
+    check them, go: the compiled model takes the examples' inputs only."""
+    graph = traced.graph
+    for ph in [p for p in graph.nodes if p.op == "placeholder"][n:]:
+        guards = set()
+        stack = list(ph.users)
+        while stack:  # the checks fx adds (eq, _assert, _assert_is_none) and nothing else
+            user = stack.pop()
+            guards.add(user)
+            stack.extend(u for u in user.users if u not in guards)
+        if any(g.op != "call_function" or "assert" not in getattr(g.target, "__name__", "")
+               and g.target is not operator.eq for g in guards):  # fmt: skip
+            return  # used by the model itself: the input count check names it
+        for g in sorted(guards, key=lambda g: -list(graph.nodes).index(g)):
+            graph.erase_node(g)
+        graph.erase_node(ph)
+    traced.recompile()

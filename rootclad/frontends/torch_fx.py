@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
-from rootclad.frontends import fx_params, fx_slicing, fx_values
+from rootclad.frontends import fx_attention, fx_params, fx_slicing, fx_values
 from rootclad.ir.graph import Graph, IRError, Node, Param
 from rootclad.ir.ops import OPS, supported_modules
 from rootclad.ir.optimize import drop_identities, global_pools, pool_before_activation
@@ -96,7 +96,13 @@ def graph_from_module(module: nn.Module, example_input, dtype: str) -> Graph:
         with torch.no_grad():
             module(*(x.to(ready[0].dtype if ready else x.dtype) for x in xs))
     params = [Param(name, tuple(p.shape)) for name, p in module.named_parameters()]
-    if _is_torch_layer(module):
+    if fx_attention.is_attention_module(module):  # a block of layers: traced as one call
+        lowering = _FxLowering(fx_attention.Root(module), xs, params, dtype)
+        graph = lowering.graph()
+        for node in graph.nodes:
+            node.params = {r: n.removeprefix("block.") for r, n in node.params.items()}
+        expected = lowering.expected
+    elif _is_torch_layer(module):
         # fx would trace into the layer's own forward (F.linear on get_attr weights): a bare
         # layer is the one-node graph itself
         if len(xs) != 1:
@@ -255,7 +261,7 @@ class _FxLowering:
     def __init__(self, module, xs, params, dtype):
         self.module, self.xs, self.params, self.dtype = module, xs, params, dtype
         try:
-            self.traced = torch.fx.symbolic_trace(module)
+            self.traced = fx_values.symbolic_trace(module, len(xs))
         except Exception as exc:  # fx raises many types; the user needs the reason and the model
             raise IRError(
                 f"cannot trace {type(module).__name__} with torch.fx: {exc}. rootclad compiles "
@@ -299,6 +305,8 @@ class _FxLowering:
         fx_values.check_inplace(self.traced)
         self.nodes: list[Node] = []
         self.splits: dict[str, dict] = {}  # chunk / split / unbind nodes: their pieces
+        self.moved: dict[str, tuple] = {}  # permutes that move the batch axis, then unbound
+        self.tuples: dict[str, list] = {}  # a layer's tuple output: its values' names (or None)
         self.attr_params: dict[str, str] = {}  # get_attr node -> the parameter it reads
         self.param_shapes: dict[str, tuple] = {}  # ... read as a value: its per-sample shape
         self.batch = int(xs[0].shape[0])
@@ -382,6 +390,8 @@ class _FxLowering:
 
     def call_module(self, fx_node) -> None:
         mod = self.traced.get_submodule(fx_node.target)
+        if fx_attention.is_attention_module(mod):
+            return fx_attention.lower_module(self, fx_node, mod, _module_node)
         tensors = [a for a in fx_node.args if isinstance(a, torch.fx.Node)]
         if len(tensors) != 1 or len(fx_node.args) != 1 or fx_node.kwargs:
             raise IRError(
@@ -427,6 +437,8 @@ class _FxLowering:
             return self.add(
                 fx_node.name, "cat", tensors, {"axis": self.axis(dim, tensors[0], where)}
             )
+        if fx_attention.handles(name):
+            return fx_attention.lower_call(self, fx_node, name, args, kw, where)
         if name in ("reshape", "view", "flatten"):
             return self.reshape(fx_node, args, where)
         if name == "expand" and args and self.is_tensor(args[0]):
@@ -568,6 +580,9 @@ class _FxLowering:
         if name == "permute":
             perm = args[1:] if len(args) > 2 or not isinstance(args[1], (tuple, list)) else args[1]
             perm = [p + rank if p < 0 else p for p in perm]
+            if perm and perm[0] != 0 and fx_slicing.takes_moved_pieces(fx_node, perm):
+                self.moved[fx_node.name] = (x, tuple(perm))  # lowered by each piece taken
+                return
             if not perm or perm[0] != 0:
                 raise IRError(f"{where}: permutation {tuple(perm)} moves the batch axis")
             sample = [p - 1 for p in perm[1:]]

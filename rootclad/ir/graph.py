@@ -136,6 +136,9 @@ class Graph:
         if not self.nodes:
             raise IRError("the model has no layers to compile")
         shapes = dict(zip(self.inputs, map(tuple, self.input_shapes), strict=True))
+        for name, shape in shapes.items():
+            if 0 in shape:
+                raise IRError(f"input {name!r} has per-sample shape {shape}: an empty axis")
         self.by_name = {p.name: p for p in self.params + self.buffers}
         for node in self.nodes:
             spec = OPS.get(node.op)
@@ -162,6 +165,8 @@ class Graph:
                     raise IRError(f"{node.describe()}: has no buffer {role!r}")
             node.in_shapes = [shapes[name] for name in node.inputs]
             node.out_shape = tuple(spec.infer(node, node.in_shapes, self))
+            expect(0 not in node.out_shape, node, f"its output has per-sample shape "
+                   f"{node.out_shape}: an empty axis")  # fmt: skip
             shapes[node.output] = node.out_shape
         if self.output not in shapes:
             raise IRError(f"the model's output {self.output!r} is not computed by any node")

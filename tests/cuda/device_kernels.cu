@@ -30,6 +30,10 @@ template <class T> void instantiate() {
   k::linear_forward(on, p, p, p, p, 1, 1, 1);
   k::linear_backward_input(on, p, p, p, 1, 1, 1);
   k::linear_backward_params(on, p, p, p, p, 1, 1, 1);
+  const k::Matmul mm{2, 3, 4, 5, 24, 12, 20, 0};
+  k::matmul_forward(on, p, p, p, 1, mm);
+  k::matmul_backward_a(on, p, p, p, 1, mm);
+  k::matmul_backward_b(on, p, p, p, 1, mm);
   k::as_matrix(on, k::act_grad(p, p, rootclad::Relu{}), 1);
   // every elementwise functor of the registry (test_nvcc.py passes the list)
   unary<T>(on, ROOTCLAD_TEST_FUNCTORS);

@@ -27,6 +27,13 @@ NOT_IMPORTED = {"identity": "the graph computes nothing: its output 'y' is its i
                 # a parameter read directly is an initializer meeting Mul/Add in the file:
                 # the ONNX import does not yet make it the parameter op
                 "parameter-read-directly": "is a constant tensor of shape"}  # fmt: skip
+# torch's MultiheadAttention computes in (sequence, batch) order inside, and timm's qkv moves
+# the heads ahead of the batch: the files transpose the batch axis away and back, which the
+# ONNX import does not follow yet (the torch front-end compiles these modules)
+NOT_IMPORTED.update(dict.fromkeys(
+    ["qkv-permute-unbind", "multihead-attention", "multihead-attention-cross-nobias",
+     "transformer-encoder-layer", "transformer-encoder-norm-first-gelu"],
+    "moves the batch axis"))  # fmt: skip
 # case -> why torch's exporter writes no file for it
 NOT_EXPORTED = {"batchnorm1d-untracked": "torch's exporter cannot write a BatchNorm without "
                                          "running statistics in eval mode"}  # fmt: skip

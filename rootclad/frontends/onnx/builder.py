@@ -183,10 +183,10 @@ class Builder(ShapeOps, LayerOps):
                     f"{self.where}: input {inp.name!r} has shape {dims}: rootclad needs the batch "
                     "axis first and at least one axis after it"
                 )
-            if any(d is None for d in dims[1:]):
+            if any(d is None or d < 1 for d in dims[1:]):
                 raise IRError(
                     f"{self.where}: input {inp.name!r} has shape {dims}: the first axis is the "
-                    "batch, the others must be fixed numbers"
+                    "batch, the others must be fixed positive numbers"
                 )
             self.shapes[inp.name] = tuple(dims[1:])
             dtypes.add(onnx.helper.tensor_dtype_to_np_dtype(t.elem_type))

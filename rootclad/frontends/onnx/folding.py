@@ -24,6 +24,7 @@ ATTRIBUTES = {
     "Slice": set(),
     "Split": {"axis", "num_outputs"},
     "Cast": {"to", "saturate"},  # saturate: float8 targets only, which are refused
+    "Sqrt": set(),
 }
 
 
@@ -133,9 +134,20 @@ class ShapeOps:
             return self.slice_step(node)
         data = self.const(node, 0, "data")
         starts, ends = self.const(node, 1, "starts"), self.const(node, 2, "ends")
-        if np.ndim(data) != 1 or len(node.input) > 3:
+        axes, steps = self.const(node, 3, "axes"), self.const(node, 4, "steps")
+        if (np.ndim(data) != 1 or (axes is not None and list(np.ravel(axes)) not in ([0], [-1]))
+                or (steps is not None and list(np.ravel(steps)) != [1])):  # fmt: skip
             raise self.fail(node, "Slice is supported on shape vectors only")
         self.fold(node, np.asarray(data, dtype=object)[int(starts[0]) : int(ends[0])])
+
+    def op_Sqrt(self, node, a):
+        if node.input[0] not in self.consts:
+            raise self.fail(node, "Sqrt of a tensor is not supported (of a constant it is "
+                            "folded: attention's scale)")  # fmt: skip
+        v = np.asarray(self.consts[node.input[0]].value)
+        if v.dtype == object and any(e is BATCH for e in v.ravel()):
+            raise self.fail(node, "Sqrt of a value that depends on the batch size")
+        self.fold(node, np.sqrt(v.astype(np.float64) if v.dtype == object else v))
 
     def slice_step(self, node) -> None:
         """Slice of a tensor by constant starts, ends, axes and steps along per-sample axes."""

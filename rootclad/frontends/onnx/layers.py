@@ -17,7 +17,8 @@ from rootclad.frontends.onnx.common import Renamed, text
 F64 = torch.float64
 
 SUPPORTED = (
-    "Gemm, MatMul (by a weight, with a following Add of a bias folded in), Add, Sub, Mul, Div "
+    "Gemm, MatMul (by a weight, with a following Add of a bias folded in; of two tensors), "
+    "ReduceSum and ReduceMean (over per-sample axes), Add, Sub, Mul, Div "
     "(two tensors with broadcasting, or a tensor and a number), Neg, Relu, LeakyRelu, Elu, "
     "Sigmoid, Tanh, Softplus, Gelu (and the Erf form exporters write), HardSwish, HardSigmoid, "
     "Clip, Mish, Selu, PRelu (one slope or one per channel), Softmax, LogSoftmax, Conv (1-d, "
@@ -38,6 +39,8 @@ ATTRIBUTES = {
     "Selu": {"alpha", "gamma"},
     "Softmax": {"axis"},
     "LogSoftmax": {"axis"},
+    "ReduceSum": {"axes", "keepdims", "noop_with_empty_axes"},
+    "ReduceMean": {"axes", "keepdims", "noop_with_empty_axes"},
     "Conv": {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"},
     # storage_order only orders the Indices output, which is refused
     "MaxPool": {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order",
@@ -173,6 +176,18 @@ class LayerOps:
 
     def op_MatMul(self, node, a):
         x = self.tensor(node)
+        if node.input[1] in self.shapes:  # of two tensors (attention): torch.matmul
+            sa, sb = self.shapes[x], self.shapes[node.input[1]]
+            try:
+                shape = torch.matmul(torch.zeros(2, *sa), torch.zeros(2, *sb)).shape[1:]
+            except RuntimeError as exc:
+                raise self.fail(node, f"operands of per-sample shapes {sa} and {sb}: "
+                                f"{exc}") from None  # fmt: skip
+            if len(sa) != len(sb) or len(sa) < 2:
+                raise self.fail(node, f"operands of per-sample shapes {sa} and {sb}: two "
+                                "tensors of the same rank, at least 2, are supported")  # fmt: skip
+            return self.emit(node.output, lambda env, root, p=x, q=node.input[1]: torch.matmul(
+                env[p], env[q]), shape)  # fmt: skip
         w = self.const(node, 1, "second operand")
         w = np.asarray(w, dtype=np.float64)
         if w.ndim != 2 or w.shape[0] != self.shapes[x][-1]:
@@ -196,6 +211,30 @@ class LayerOps:
             if bias is not None:
                 lin.bias.copy_(torch.from_numpy(bias))
         self.module_step(node, lin, None, x)
+
+    def reduce(self, node, a, fn):
+        """A sum or mean over constant per-sample axes (an input from opset 18 on, an
+        attribute before)."""
+        x = self.tensor(node)
+        rank = len(self.shapes[x]) + 1
+        axes = self.const(node, 1, "axes")
+        axes = a.get("axes") if axes is None else axes
+        if axes is None or np.size(axes) == 0:
+            raise self.fail(node, "a reduction over every axis mixes the samples of the batch")
+        axes = sorted({int(v) % rank for v in np.ravel(axes)})
+        if 0 in axes:
+            raise self.fail(node, "a reduction over the batch axis mixes its samples")
+        keep = bool(a.get("keepdims", 1))
+        shape = [1 if i + 1 in axes else n for i, n in enumerate(self.shapes[x])
+                 if keep or i + 1 not in axes]  # fmt: skip
+        self.emit(node.output, lambda env, root, x=x, d=tuple(axes), k=keep: fn(
+            env[x], d, keepdim=k), shape)  # fmt: skip
+
+    def op_ReduceSum(self, node, a):
+        self.reduce(node, a, torch.sum)
+
+    def op_ReduceMean(self, node, a):
+        self.reduce(node, a, torch.mean)
 
     def activation(self, node, module):
         self.module_step(node, module)

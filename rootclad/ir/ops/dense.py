@@ -1,4 +1,4 @@
-"""Dense: Linear on the last axis."""
+"""Dense: Linear on the last axis, and the batched product of two values (attention)."""
 
 from __future__ import annotations
 
@@ -28,5 +28,61 @@ register(
         saves=("in",),
         flops=lambda node, g: 2 * numel(node.in_shape) * node.out_shape[-1],
         modules=("Linear", "LazyLinear"),
+    )
+)
+
+
+def _lead(node, a: tuple, b: tuple) -> tuple:
+    """The output's leading axes: torch's broadcasting of the operands' leading axes (a
+    parameter's start after the batch axis), where each operand has them all or none but 1s."""
+    la, lb = a[:-2], b[:-2]
+    n = max(len(la), len(lb))
+    la, lb = (1,) * (n - len(la)) + la, (1,) * (n - len(lb)) + lb
+    out = tuple(max(p, q) for p, q in zip(la, lb, strict=True))
+    expect(
+        all(numel(s) == 1 or s == out for s in (la, lb)),
+        node,
+        f"shapes {a} and {b}: each operand's leading axes must be the product's {out}, or 1s "
+        "(one matrix shared by the products)",
+    )
+    return out
+
+
+def matmul_geometry(a: tuple, b: tuple) -> tuple[int, int, int, int, int, int]:
+    """(G, M, K, N, a's group stride, b's group stride) of a batched product (..., M, K) @
+    (..., K, N): G products per sample; an operand with one matrix per sample (stride 0) is
+    shared by its sample's G products."""
+    la, lb = a[:-2], b[:-2]
+    G = max(numel(la), numel(lb))
+    M, K, N = a[-2], a[-1], b[-1]
+    return G, M, K, N, (M * K if numel(la) > 1 else 0), (K * N if numel(lb) > 1 else 0)
+
+
+def _matmul_infer(node, shapes, graph):
+    a, b = (tuple(s) for s in shapes)
+    expect(
+        len(a) >= 2 and len(b) >= 2,
+        node,
+        f"a product of per-sample shapes {a} and {b}: both need at least two axes (a vector "
+        "operand is not supported; a product with a weight is a Linear)",
+    )
+    expect(a[-1] == b[-2], node, f"shapes {a} and {b} do not multiply ({a[-1]} != {b[-2]})")
+    return (*_lead(node, a, b), a[-2], b[-1])
+
+
+def _matmul_flops(node, graph):
+    G, M, K, N, _, _ = matmul_geometry(*node.in_shapes)
+    return 2 * G * M * K * N
+
+
+register(
+    OpSpec(
+        "matmul",
+        "dense",
+        "a product of two values, batched over their leading axes (attention's Q K^T and A V)",
+        _matmul_infer,
+        arity=2,
+        saves=("in",),
+        flops=_matmul_flops,
     )
 )

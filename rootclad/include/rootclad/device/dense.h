@@ -1,4 +1,5 @@
-// rootclad/device/dense.h — Linear as device kernels (device_kernels.h says how they are written).
+// rootclad/device/dense.h — Linear and the product of two values as device kernels
+// (device_kernels.h says how they are written).
 #pragma once
 
 #include "core.h"
@@ -89,6 +90,66 @@ void linear_backward(On on, T* d_inp, T* d_weight, T* d_bias, DY d_out, const T*
     bias_backward(on, d_bias, dy, R, OC, 1);
   if (d_inp)
     gemm(on, false, false, R, C, OC, T(1), dy, OC, weight, C, T(1), d_inp, C);
+}
+
+// -- a product of two values: per sample s and group g < G, out[s, g](M, N) =
+// a[s, g](M, K) @ b[s, g](K, N); a sample's a holds na values and group g starts at g * sa
+// (sa = 0: one matrix shared by the G products); b likewise (ops/dense.h). As loops, one
+// output value each (attention's products are small per group).
+struct Matmul {
+  int G, M, K, N;
+  long na, sa, nb, sb;
+};
+
+template <class On, class T>
+void matmul_forward(On on, T* out, const T* a, const T* b, long B, Matmul g) {
+  each_index(
+      on, B * g.G * g.M * g.N, ROOTCLAD_BODY(long i) {
+        const long mn = (long)g.M * g.N, s = i / (g.G * mn), grp = i / mn % g.G;
+        const long r = i / g.N % g.M, c = i % g.N;
+        const T* pa = a + s * g.na + grp * g.sa + r * g.K;
+        const T* pb = b + s * g.nb + grp * g.sb + c;
+        T acc = 0;
+        for (int k = 0; k < g.K; ++k)
+          acc += pa[k] * pb[(long)k * g.N];
+        out[i] = acc;
+      });
+}
+
+// d_a += d_out @ b^T, per value of a (a shared a sums over its sample's groups)
+template <class On, class T>
+void matmul_backward_a(On on, T* d_a, const T* d_out, const T* b, long B, Matmul g) {
+  each_index(
+      on, B * g.na, ROOTCLAD_BODY(long i) {
+        const long s = i / g.na, e = i % g.na;
+        const long g0 = g.sa ? e / g.sa : 0, g1 = g.sa ? g0 + 1 : g.G, rest = g.sa ? e % g.sa : e;
+        const long r = rest / g.K, k = rest % g.K;
+        T acc = 0;
+        for (long grp = g0; grp < g1; ++grp) {
+          const T* dy = d_out + ((s * g.G + grp) * g.M + r) * g.N;
+          const T* pb = b + s * g.nb + grp * g.sb + k * g.N;
+          for (int c = 0; c < g.N; ++c)
+            acc += dy[c] * pb[c];
+        }
+        d_a[i] += acc;
+      });
+}
+
+// d_b += a^T @ d_out, per value of b
+template <class On, class T>
+void matmul_backward_b(On on, T* d_b, const T* d_out, const T* a, long B, Matmul g) {
+  each_index(
+      on, B * g.nb, ROOTCLAD_BODY(long i) {
+        const long s = i / g.nb, e = i % g.nb;
+        const long g0 = g.sb ? e / g.sb : 0, g1 = g.sb ? g0 + 1 : g.G, rest = g.sb ? e % g.sb : e;
+        const long k = rest / g.N, c = rest % g.N;
+        T acc = 0;
+        for (long grp = g0; grp < g1; ++grp)
+          for (int r = 0; r < g.M; ++r)
+            acc += a[s * g.na + grp * g.sa + (long)r * g.K + k] *
+                   d_out[((s * g.G + grp) * g.M + r) * g.N + c];
+        d_b[i] += acc;
+      });
 }
 
 } // namespace dev

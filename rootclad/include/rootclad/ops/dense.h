@@ -1,4 +1,4 @@
-// rootclad/ops/dense.h — Linear, on the last axis.
+// rootclad/ops/dense.h — Linear, on the last axis; the batched product of two values.
 #pragma once
 
 #include "core.h"
@@ -33,7 +33,71 @@ void linear_backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, const T* 
         d_bias[o] += d_out[r * OC + o];
 }
 
+// ---------------------------------------------------------------------------------------
+// A product of two values (attention's Q K^T and A V): per sample s and group g < G,
+// out[s, g](M, N) = a[s, g](M, K) @ b[s, g](K, N). A sample's a holds na values and group g
+// starts at g * sa (sa = 0: one matrix shared by the G products); b likewise (nb, sb).
+inline long matmul_at(int s, int g, long n, long st) {
+  return (long)s * n + (long)g * st;
+}
+
+template <typename T>
+void matmul_forward(T* out, const T* a, const T* b, int B, int G, int M, int K, int N, int na,
+                    int sa, int nb, int sb) {
+  ROOTCLAD_REPLAY_SKIP;
+  for (int s = 0; s < B; ++s)
+    for (int g = 0; g < G; ++g) {
+#ifdef ROOTCLAD_NO_PULLBACKS // loops Clad differentiates itself (no pointer arithmetic)
+      for (int i = 0; i < M; ++i)
+        for (int j = 0; j < N; ++j) {
+          T acc = 0;
+          for (int k = 0; k < K; ++k)
+            acc += a[matmul_at(s, g, na, sa) + i * K + k] * b[matmul_at(s, g, nb, sb) + k * N + j];
+          out[((long)s * G + g) * M * N + i * N + j] = acc;
+        }
+#else
+      gemm(false, false, M, N, K, T(1), a + matmul_at(s, g, na, sa), K, b + matmul_at(s, g, nb, sb),
+           N, T(0), out + ((long)s * G + g) * M * N, N);
+#endif
+    }
+}
+
+// d_a[s, g] += d_out[s, g] @ b[s, g]^T;  d_b[s, g] += a[s, g]^T @ d_out[s, g] (null: skipped);
+// a shared operand (stride 0) sums over its sample's groups.
+template <typename T>
+void matmul_backward(T* d_a, T* d_b, const T* d_out, const T* a, const T* b, int B, int G, int M,
+                     int K, int N, int na, int sa, int nb, int sb) {
+  for (int s = 0; s < B; ++s)
+    for (int g = 0; g < G; ++g) {
+      const T* dy = d_out + ((long)s * G + g) * M * N;
+      if (d_a)
+        gemm(false, true, M, K, N, T(1), dy, N, b + matmul_at(s, g, nb, sb), N, T(1),
+             d_a + matmul_at(s, g, na, sa), K);
+      if (d_b)
+        gemm(true, false, K, N, M, T(1), a + matmul_at(s, g, na, sa), K, dy, N, T(1),
+             d_b + matmul_at(s, g, nb, sb), N);
+    }
+}
+
 } // namespace rootclad
+
+// Clad-convention pullbacks (core.h says how they are written).
+#ifndef ROOTCLAD_NO_PULLBACKS // Clad differentiates the kernels themselves
+namespace clad {
+namespace custom_derivatives {
+namespace rootclad {
+
+template <typename T>
+void matmul_forward_pullback(T* out, const T* a, const T* b, int B, int G, int M, int K, int N,
+                             int na, int sa, int nb, int sb, T* d_out, T* d_a, T* d_b, int*, int*,
+                             int*, int*, int*, int*, int*, int*, int*) {
+  ::rootclad::matmul_backward(d_a, d_b, d_out, a, b, B, G, M, K, N, na, sa, nb, sb);
+}
+
+} // namespace rootclad
+} // namespace custom_derivatives
+} // namespace clad
+#endif
 
 // Linear's Clad pullback is in linear_update.h, beside the fused backward and update that
 // train_step's sweep has it call at small batches.

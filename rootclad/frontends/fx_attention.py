@@ -1,0 +1,254 @@
+"""Attention in a traced model, lowered to the IR's ``matmul`` (a product of two values,
+batched over their leading axes) with the ops the rest of a model uses:
+
+- ``a @ b``, ``torch.matmul``, ``torch.bmm`` (and their Tensor methods) of two values, or of a
+  value and a parameter read directly: one ``matmul`` (a vector operand is made a matrix and
+  back, as torch does);
+- ``F.scaled_dot_product_attention(q, k, v)``: softmax(q k^T * scale) v, as ``permute``,
+  ``matmul``, ``affine``, ``softmax``, ``matmul``;
+- ``nn.MultiheadAttention(q, k, v)`` (``batch_first=True``): the packed input projection as a
+  ``linear`` over ``in_proj_weight`` and a ``slice`` per query, key and value; the heads as
+  ``reshape`` and ``permute``; the attention as above, with its dropout; the output projection;
+- ``nn.TransformerEncoderLayer`` (``norm_first`` both ways, ReLU, GELU or a module as its
+  activation) and ``nn.TransformerEncoder``: their blocks, layer by layer.
+
+Masks (``attn_mask``, ``key_padding_mask``, ``is_causal``) are refused, naming the call: a
+mask is data the model would have to take as an input.
+"""
+
+from __future__ import annotations
+
+import math
+
+from torch import nn
+from torch.nn import functional as F
+
+from rootclad.frontends import fx_params
+from rootclad.ir.graph import IRError, Node
+from rootclad.ir.registry import OPS
+
+MATMULS = ("matmul", "bmm", "__matmul__")
+
+
+def is_attention_module(mod) -> bool:
+    return isinstance(mod, (nn.MultiheadAttention, nn.TransformerEncoderLayer,
+                            nn.TransformerEncoder))  # fmt: skip
+
+
+class Root(nn.Module):
+    """An attention block compiled on its own: traced as one call of it ("block")."""
+
+    def __init__(self, block):
+        super().__init__()
+        self.block = block
+
+    def forward(self, x):
+        if isinstance(self.block, nn.MultiheadAttention):  # self-attention
+            return self.block(x, x, x, need_weights=False)[0]
+        return self.block(x)
+
+
+def handles(name: str) -> bool:
+    return name in MATMULS or name == "__rmatmul__" or name == "scaled_dot_product_attention"
+
+
+class _Emit:
+    """Appends the nodes of one decomposed call, each named after the call's output."""
+
+    def __init__(self, low, out: str):
+        self.low, self.out, self.count = low, out, 0
+
+    def __call__(self, op, inputs, attrs=None, params=None, name=None) -> str:
+        if name is None:
+            self.count += 1
+            name = f"{self.out}__{op}{self.count}"
+        self.low.nodes.append(Node(name, op, list(inputs), name, dict(attrs or {}),
+                                   {r: p for r, p in (params or {}).items() if p}))  # fmt: skip
+        return name
+
+    def module(self, module_node, path, mod, x, name=None) -> str:
+        """A torch.nn layer (Linear, LayerNorm, Dropout, an activation) of the block."""
+        self.count += 1
+        node = module_node(path, mod, name or f"{self.out}__{self.count}")
+        node.inputs = [x]
+        self.low.nodes.append(node)
+        return node.output
+
+
+def _refuse_masks(bound: dict, where: str) -> None:
+    for what in ("attn_mask", "key_padding_mask", "src_mask", "src_key_padding_mask", "mask"):
+        if bound.get(what) is not None:
+            raise IRError(f"{where}: {what} is not supported; rootclad compiles attention "
+                          "without masks (every position attends to every other)")  # fmt: skip
+    if bound.get("is_causal"):
+        raise IRError(f"{where}: is_causal=True is not supported; rootclad compiles attention "
+                      "without masks")  # fmt: skip
+
+
+# -- products -------------------------------------------------------------------------------
+def lower_call(low, fx_node, name, args, kw, where) -> None:
+    if name == "scaled_dot_product_attention":
+        return _lower_sdpa(low, fx_node, args, kw, where)
+    a, b = (args[1], args[0]) if name == "__rmatmul__" else (args[0], args[1])
+    if not (low.is_tensor(a) or a.name in low.param_shapes) or not (
+        low.is_tensor(b) or b.name in low.param_shapes
+    ):
+        raise IRError(f"{where}: a product of something other than two tensors")
+    emit = _Emit(low, fx_node.name)
+    sa, sb = fx_params.sample_shape(low, a), fx_params.sample_shape(low, b)
+    a, b = a.name, b.name
+    if len(sa) == 1:  # a vector: a row, dropped again after the product
+        a = emit("reshape", [a], {"shape": (1, *sa)})
+    if len(sb) == 1:
+        b = emit("reshape", [b], {"shape": (*sb, 1)})
+    if len(sa) > 1 and len(sb) > 1:
+        emit("matmul", [a, b], name=fx_node.name)
+        return
+    out = emit("matmul", [a, b])
+    emit("reshape", [out], {"shape": tuple(low.shape(fx_node)[1:])}, name=fx_node.name)
+
+
+def _attention(emit, q: str, k: str, v: str, scale: float, dropout: float, qk_rank: int) -> str:
+    """softmax(q k^T scale) v over the last two axes of (..., L, d) values; returns the name of
+    its (..., L, dv) output."""
+    perm = (*range(qk_rank - 2), qk_rank - 1, qk_rank - 2)
+    kt = emit("permute", [k], {"perm": perm})
+    scores = emit("matmul", [q, kt])
+    scaled = emit("affine", [scores], {"scale": float(scale), "shift": 0.0})
+    weights = emit("softmax", [scaled], {"axis": qk_rank - 1})
+    if dropout > 0:
+        weights = emit("dropout", [weights], {"p": float(dropout)})
+    return emit("matmul", [weights, v])
+
+
+def _lower_sdpa(low, fx_node, args, kw, where) -> None:
+    names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
+    bound = dict(zip(names, args, strict=False)) | kw
+    _refuse_masks(bound, where)
+    # (dropout_p > 0 drops even in eval mode: the trace check refuses its random output)
+    if bound.get("enable_gqa"):
+        raise IRError(f"{where}: enable_gqa=True is not supported")
+    q, k, v = (bound.get(n) for n in names[:3])
+    if not all(low.is_tensor(t) for t in (q, k, v)):
+        raise IRError(f"{where}: query, key and value must be tensors")
+    rank = len(low.shape(q)) - 1
+    if rank < 2:
+        raise IRError(f"{where}: per-sample query of shape {low.shape(q)[1:]}; (..., L, E) needed")
+    d = low.shape(q)[-1]
+    scale = bound.get("scale") or 1.0 / math.sqrt(d)
+    emit = _Emit(low, fx_node.name)
+    out = _attention(emit, q.name, k.name, v.name, scale, 0.0, rank)
+    emit("identity", [out], name=fx_node.name)
+
+
+# -- modules --------------------------------------------------------------------------------
+def _bind(fx_node, names) -> dict:
+    return dict(zip(names, fx_node.args, strict=False)) | dict(fx_node.kwargs)
+
+
+def lower_module(low, fx_node, mod, module_node) -> None:
+    """nn.MultiheadAttention (its output tuple: getitem 0 is the attention's output),
+    nn.TransformerEncoderLayer, nn.TransformerEncoder."""
+    path = fx_node.target
+    kind = type(mod)
+    where = f"module {path!r} ({kind.__module__}.{kind.__name__})"
+    emit = _Emit(low, fx_node.name)
+    if isinstance(mod, nn.MultiheadAttention):
+        names = ("query", "key", "value", "key_padding_mask", "need_weights", "attn_mask",
+                 "average_attn_weights", "is_causal")  # fmt: skip
+        bound = _bind(fx_node, names)
+        _refuse_masks(bound, where)
+        qkv = [bound.get(n) for n in names[:3]]
+        if not all(low.is_tensor(t) for t in qkv):
+            raise IRError(f"{where}: query, key and value must be tensors")
+        out = _mha(emit, path, mod, *((t.name, low.shape(t)[1:]) for t in qkv), where)
+        low.tuples[fx_node.name] = [out, None]
+        return
+    if isinstance(mod, nn.TransformerEncoderLayer):
+        bound = _bind(fx_node, ("src", "src_mask", "src_key_padding_mask", "is_causal"))
+        _refuse_masks(bound, where)
+        src = bound["src"]
+        out = _encoder_layer(emit, path, mod, src.name, low.shape(src)[1:], where, module_node)
+    else:
+        bound = _bind(fx_node, ("src", "mask", "src_key_padding_mask", "is_causal"))
+        _refuse_masks(bound, where)
+        x, shape = bound["src"].name, low.shape(bound["src"])[1:]
+        for i, layer in enumerate(mod.layers):
+            x = _encoder_layer(emit, f"{path}.layers.{i}", layer, x, shape,
+                               f"{where}, layer {i}", module_node)  # fmt: skip
+        out = x if mod.norm is None else emit.module(module_node, f"{path}.norm", mod.norm, x)
+    emit("identity", [out], name=fx_node.name)
+
+
+def _mha(emit, path, mod, q, k, v, where) -> str:
+    """nn.MultiheadAttention on (name, per-sample shape) query, key and value; returns the
+    name of its output."""
+    if not mod.batch_first:
+        raise IRError(f"{where}: batch_first=False puts the batch on axis 1; rootclad's batch "
+                      "axis is the first: build the layer with batch_first=True")  # fmt: skip
+    if not mod._qkv_same_embed_dim:
+        raise IRError(f"{where}: kdim/vdim other than embed_dim are not supported")
+    if mod.bias_k is not None or mod.add_zero_attn:
+        raise IRError(f"{where}: add_bias_kv and add_zero_attn are not supported")
+    E, H = mod.embed_dim, mod.num_heads
+    d = E // H
+    for what, (_, shape) in (("query", q), ("key", k), ("value", v)):
+        if len(shape) != 2:
+            raise IRError(f"{where}: the {what} has per-sample shape {tuple(shape)}; "
+                          "(sequence, embed_dim) needed")  # fmt: skip
+    params = {"weight": f"{path}.in_proj_weight",
+              "bias": f"{path}.in_proj_bias" if mod.in_proj_bias is not None else ""}  # fmt: skip
+    projected: dict[str, str] = {}  # one projection per distinct input
+
+    def project(t, part: int) -> str:
+        name, (length, _) = t
+        if name not in projected:
+            projected[name] = emit("linear", [name], params=params)
+        piece = emit("slice", [projected[name]],
+                     {"axis": 1, "start": part * E, "stop": (part + 1) * E, "step": 1})  # fmt: skip
+        heads = emit("reshape", [piece], {"shape": (length, H, d)})
+        return emit("permute", [heads], {"perm": (1, 0, 2)})  # (H, length, d)
+
+    L = q[1][0]
+    qh, kh, vh = project(q, 0), project(k, 1), project(v, 2)
+    ctx = _attention(emit, qh, kh, vh, 1.0 / math.sqrt(d), float(mod.dropout), 3)
+    ctx = emit("permute", [ctx], {"perm": (1, 0, 2)})  # (L, H, d)
+    ctx = emit("reshape", [ctx], {"shape": (L, E)})
+    out_bias = f"{path}.out_proj.bias" if mod.out_proj.bias is not None else ""
+    return emit("linear", [ctx], params={"weight": f"{path}.out_proj.weight", "bias": out_bias})
+
+
+def _activation(emit, module_node, path, act, x, where) -> str:
+    if act is F.relu:
+        return emit("relu", [x])
+    if act is F.gelu:
+        return emit("gelu", [x], OPS["gelu"].from_call((), {}, where))
+    if isinstance(act, nn.Module):
+        return emit.module(module_node, f"{path}.activation", act, x)
+    raise IRError(f"{where}: activation {act!r} is not supported; give F.relu, F.gelu or a "
+                  "torch.nn activation module")  # fmt: skip
+
+
+def _encoder_layer(emit, path, mod, x: str, shape, where, module_node) -> str:
+    """One TransformerEncoderLayer on value ``x`` of per-sample ``shape``; returns its
+    output's name."""
+
+    def sub(name, value):
+        return emit.module(module_node, f"{path}.{name}", getattr(mod, name), value)
+
+    def attention(h):
+        a = _mha(emit, f"{path}.self_attn", mod.self_attn, *([(h, shape)] * 3),
+                 f"{where}, self_attn")  # fmt: skip
+        return sub("dropout1", a)
+
+    def feed_forward(h):
+        h = sub("linear1", h)
+        h = _activation(emit, module_node, path, mod.activation, h, where)
+        h = sub("dropout", h)
+        return sub("dropout2", sub("linear2", h))
+
+    if mod.norm_first:
+        x = emit("add", [x, attention(sub("norm1", x))])
+        return emit("add", [x, feed_forward(sub("norm2", x))])
+    x = sub("norm1", emit("add", [x, attention(x)]))
+    return sub("norm2", emit("add", [x, feed_forward(x)]))

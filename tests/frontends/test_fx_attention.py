@@ -1,0 +1,156 @@
+"""Attention in the torch front-end (rootclad/frontends/fx_attention.py): what compiles beyond
+the op cases (tests/fixtures/op_cases.py: products, scaled dot-product attention,
+MultiheadAttention, the encoder layers), and what is refused, naming the call."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from fixtures.core import check_against_torch
+from torch import nn
+from torch.nn import functional as F
+
+import rootclad
+from rootclad.ir.graph import Graph, IRError, Node
+
+F64 = torch.float64
+
+
+class Fn(nn.Module):
+    def __init__(self, fn, *layers):
+        super().__init__()
+        self.fn, self.layers = fn, nn.ModuleList(layers)
+        self.double()
+
+    def forward(self, x):
+        return self.fn(x, *self.layers)
+
+
+def _x(*shape, B=3):
+    return torch.randn(B, *shape, dtype=F64, generator=torch.Generator().manual_seed(0))
+
+
+def _mha(**kw):
+    return nn.MultiheadAttention(8, 2, batch_first=kw.pop("batch_first", True), **kw)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        pytest.param(lambda: _mha().double(), id="MultiheadAttention"),
+        pytest.param(
+            lambda: nn.TransformerEncoderLayer(8, 2, 16, 0.0, batch_first=True).double(),
+            id="TransformerEncoderLayer",
+        ),  # fmt: skip
+        pytest.param(
+            lambda: nn.TransformerEncoderLayer(
+                8, 2, 16, 0.0, activation=nn.SiLU(), batch_first=True, norm_first=True
+            ).double(),
+            id="TransformerEncoderLayer-module-activation",
+        ),  # fmt: skip
+    ],
+)
+def test_an_attention_block_compiles_on_its_own(build):
+    """A bare block is the model (MultiheadAttention: self-attention of its one input)."""
+    torch.manual_seed(0)
+    net = build().eval()
+    cm = check_against_torch(Fn(lambda x, m: m(x, x, x, need_weights=False)[0], net)
+                             if isinstance(net, nn.MultiheadAttention) else net,
+                             _x(5, 8), F64, engine="pullback")  # fmt: skip
+    alone = rootclad.compile(net, _x(5, 8), engine="pullback")
+    x = _x(5, 8, B=2)
+    want = net(x, x, x)[0] if isinstance(net, nn.MultiheadAttention) else net(x)
+    torch.testing.assert_close(alone(x), want, rtol=1e-12, atol=1e-12)
+    assert [n for n, _ in alone.named_parameters()] == [n for n, _ in net.named_parameters()]
+    assert cm.engine == "pullback"
+
+
+class Fn2(nn.Module):
+    """Attention given a mask: a second input of the model (k), or a parameter (p)."""
+
+    def __init__(self, fn, layer):
+        super().__init__()
+        self.fn, self.layer = fn, layer.double()
+        self.p = nn.Parameter(torch.zeros(5, 5, dtype=F64))
+
+    def forward(self, x, mask):
+        return self.fn(x, mask, self.p, self.layer)
+
+
+@pytest.mark.parametrize(
+    "fn, layer, words",
+    [
+        (lambda x, k, p, m: m(x, x, x, attn_mask=p)[0], _mha(), "attn_mask"),
+        (lambda x, k, p, m: m(x, x, x, key_padding_mask=k[:, 0])[0], _mha(), "key_padding_mask"),
+        (
+            lambda x, k, p, m: m(x, src_mask=p),
+            nn.TransformerEncoderLayer(8, 2, 16, batch_first=True),
+            "src_mask",
+        ),  # fmt: skip
+        (
+            lambda x, k, p, m: m(x, src_key_padding_mask=k[:, 0]),
+            nn.TransformerEncoderLayer(8, 2, 16, batch_first=True),
+            "src_key_padding_mask",
+        ),  # fmt: skip
+        (
+            lambda x, k, p, m: F.scaled_dot_product_attention(x, x, x, attn_mask=k),
+            _mha(),
+            "attn_mask",
+        ),  # fmt: skip
+    ],
+)
+def test_attention_masks_are_refused_naming_them(fn, layer, words):
+    net = Fn2(fn, layer).eval()
+    with pytest.raises(IRError, match=words):
+        rootclad.compile(net, (_x(5, 8), _x(5, 5)), engine="pullback")
+
+
+@pytest.mark.parametrize(
+    "fn, layer, words",
+    [
+        (lambda x, m: m(x, x, x)[1], _mha(), "weights are not"),
+        (lambda x, m: m(x, x, x)[0], _mha(batch_first=False), "batch_first=False"),
+        (lambda x, m: m(x, x[..., :4], x[..., :4])[0], _mha(kdim=4, vdim=4), "kdim"),
+        (lambda x, m: m(x, x, x)[0], _mha(add_bias_kv=True), "add_bias_kv"),
+        (lambda x, m: F.scaled_dot_product_attention(x, x, x, is_causal=True), None, "is_causal"),
+        # a permute moving the batch axis whose result is used whole
+        (lambda x, m: x.reshape(3, 5, 2, 4).permute(2, 0, 1, 3).flatten(2), None, "batch axis"),
+    ],
+)
+def test_attention_forms_not_supported_are_refused_naming_them(fn, layer, words):
+    net = Fn(fn, layer if layer is not None else nn.Identity()).eval()
+    with pytest.raises(IRError, match=words):
+        rootclad.compile(net, _x(5, 8), engine="pullback")
+
+
+def test_a_product_whose_leading_axes_differ_is_refused_naming_the_node():
+    g = Graph(["a", "b"], [(2, 3, 4), (3, 4, 5)], [Node("mm", "matmul", ["a", "b"])], "mm",
+              [], "float64")  # fmt: skip
+    with pytest.raises(IRError, match=r"mm \(matmul\).*leading axes"):
+        g.validate()
+    g = Graph(["a", "b"], [(2, 3, 4), (1, 5, 6)], [Node("mm", "matmul", ["a", "b"])], "mm",
+              [], "float64")  # fmt: skip
+    with pytest.raises(IRError, match=r"mm \(matmul\).*do not multiply"):
+        g.validate()
+
+
+class _Defaults(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2).double()
+
+    def forward(self, x, mask=None, scale=2.0, is_causal=False):
+        if mask is not None or is_causal:
+            x = x * 0
+        return self.fc(x) * scale
+
+
+def test_forward_arguments_with_defaults_are_fixed_at_them():
+    """timm's forward(x, attn_mask=None): the compiled model takes the input alone."""
+    net = _Defaults()
+    check_against_torch(net, _x(4), F64, engine="pullback")
+
+
+def test_an_input_with_an_empty_axis_is_refused():
+    with pytest.raises(IRError, match="empty axis"):
+        rootclad.compile(nn.Linear(4, 2).double(), torch.zeros(2, 0, 4, dtype=F64))
