@@ -30,13 +30,9 @@ from rootclad.ir.registry import OPS
 MATMULS = ("matmul", "bmm", "__matmul__")
 
 
-def is_attention_module(mod) -> bool:
-    return isinstance(mod, (nn.MultiheadAttention, nn.TransformerEncoderLayer,
-                            nn.TransformerEncoder))  # fmt: skip
-
-
 class Root(nn.Module):
-    """An attention block compiled on its own: traced as one call of it ("block")."""
+    """A layer that lowers to several ops (an attention block, a GroupNorm) compiled on its
+    own: traced as one call of it ("block")."""
 
     def __init__(self, block):
         super().__init__()
@@ -252,3 +248,8 @@ def _encoder_layer(emit, path, mod, x: str, shape, where, module_node) -> str:
         return emit("add", [x, feed_forward(sub("norm2", x))])
     x = sub("norm1", emit("add", [x, attention(x)]))
     return sub("norm2", emit("add", [x, feed_forward(x)]))
+
+
+LAYERS = dict.fromkeys(
+    (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerEncoder), lower_module
+)

@@ -11,14 +11,20 @@ module path or fx node, and what is supported.
 
 from __future__ import annotations
 
-import math
 import operator
 
 import torch
 from torch import nn
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
-from rootclad.frontends import fx_attention, fx_params, fx_slicing, fx_values
+from rootclad.frontends import (
+    fx_attention,
+    fx_layout,
+    fx_norms,
+    fx_params,
+    fx_slicing,
+    fx_values,
+)
 from rootclad.ir.graph import Graph, IRError, Node, Param
 from rootclad.ir.ops import OPS, supported_modules
 from rootclad.ir.optimize import drop_identities, global_pools, pool_before_activation
@@ -63,10 +69,19 @@ _STRUCTURE = (
 )
 
 
+# layers that lower to several ops: their class -> the lowering
+_COMPOSITE = {**fx_attention.LAYERS, **fx_norms.LAYERS}
+
+
+def _composite(mod):
+    return next((f for c, f in _COMPOSITE.items() if isinstance(mod, c)), None)
+
+
 def supported_layers() -> str:
     functions = sorted({f.split(".")[-1] for spec in OPS.values() for f in spec.functions})
     return (
-        f"{supported_modules()}, and Sequential containers of them; functions: "
+        f"{supported_modules()}, {', '.join(c.__name__ for c in _COMPOSITE)}, and Sequential "
+        "containers of them; functions: "
         f"{', '.join(functions)}; {_STRUCTURE}"
     )
 
@@ -96,7 +111,7 @@ def graph_from_module(module: nn.Module, example_input, dtype: str) -> Graph:
         with torch.no_grad():
             module(*(x.to(ready[0].dtype if ready else x.dtype) for x in xs))
     params = [Param(name, tuple(p.shape)) for name, p in module.named_parameters()]
-    if fx_attention.is_attention_module(module):  # a block of layers: traced as one call
+    if _composite(module):  # a layer of several ops: traced as one call
         lowering = _FxLowering(fx_attention.Root(module), xs, params, dtype)
         graph = lowering.graph()
         for node in graph.nodes:
@@ -390,8 +405,8 @@ class _FxLowering:
 
     def call_module(self, fx_node) -> None:
         mod = self.traced.get_submodule(fx_node.target)
-        if fx_attention.is_attention_module(mod):
-            return fx_attention.lower_module(self, fx_node, mod, _module_node)
+        if lower := _composite(mod):
+            return lower(self, fx_node, mod, _module_node)
         tensors = [a for a in fx_node.args if isinstance(a, torch.fx.Node)]
         if len(tensors) != 1 or len(fx_node.args) != 1 or fx_node.kwargs:
             raise IRError(
@@ -440,57 +455,20 @@ class _FxLowering:
         if fx_attention.handles(name):
             return fx_attention.lower_call(self, fx_node, name, args, kw, where)
         if name in ("reshape", "view", "flatten"):
-            return self.reshape(fx_node, args, where)
+            return fx_layout.reshape(self, fx_node, args, where)
         if name == "expand" and args and self.is_tensor(args[0]):
             return fx_params.lower_expand(self, fx_node, args, where)
         if t is torch.nn.functional.layer_norm:
             return fx_params.lower_layer_norm(self, fx_node, args, kw, where)
         if name in ("squeeze", "unsqueeze") and args and self.is_tensor(args[0]):
-            return self.squeeze(fx_node, name, args, kw, where)
+            return fx_layout.squeeze(self, fx_node, name, args, kw, where)
         if name in ("permute", "transpose"):
-            return self.permute(fx_node, name, args, kw, where)
+            return fx_layout.permute(self, fx_node, name, args, kw, where)
         if name == "contiguous":
             return self.add(fx_node.name, "identity", [args[0]])
         if name in ("mean", "sum") and args and self.is_tensor(args[0]):  # not amax: ties
-            return self.reduce(fx_node, name, args, kw, where)
+            return fx_layout.reduce(self, fx_node, name, args, kw, where)
         raise self.unsupported(fx_node)
-
-    def reduce(self, fx_node, name, args, kw, where) -> None:
-        """mean / sum over given per-sample axes, as the global average pooling of a (rest,
-        reduced) reshape: the axes to reduce are permuted last where they are not."""
-        x = args[0]
-        dims = args[1] if len(args) > 1 else kw.get("dim")
-        keepdim = args[2] if len(args) > 2 else kw.get("keepdim", False)
-        if dims is None or dims == () or dims == []:
-            raise IRError(f"{where}: a {name} over every axis mixes the samples of the batch; "
-                          "give the per-sample axes (dim=...)")  # fmt: skip
-        if kw.get("dtype") is not None or not isinstance(keepdim, bool):
-            raise IRError(f"{where}: dtype= and a keepdim that is not a bool are not supported")
-        shape = self.shape(x)[1:]
-        axes = sorted({self.axis(d, x, where) for d in (dims if isinstance(dims, (tuple, list))
-                                                          else (dims,))})  # fmt: skip
-        rest = [a for a in range(len(shape)) if a not in axes]
-        inner, outer = math.prod(shape[a] for a in axes), math.prod(shape[a] for a in rest)
-        out = fx_node.name
-        src = x.name
-        if rest + axes != list(range(len(shape))):
-            self.nodes.append(Node(f"{out}__permuted", "permute", [src], f"{out}__permuted",
-                                   {"perm": tuple(rest + axes)}))  # fmt: skip
-            src = f"{out}__permuted"
-        self.nodes.append(Node(f"{out}__rows", "reshape", [src], f"{out}__rows",
-                               {"shape": (outer, inner)}))  # fmt: skip
-        # (not amax: torch shares its gradient among tied maxima, a max pooling gives it all
-        # to the first, as max pooling does)
-        self.nodes.append(
-            Node(f"{out}__pooled", "global_avgpool", [f"{out}__rows"], f"{out}__pooled")
-        )
-        src = f"{out}__pooled"
-        if name == "sum":
-            self.nodes.append(Node(f"{out}__sum", "affine", [src], f"{out}__sum",
-                                   {"scale": float(inner), "shift": 0.0}))  # fmt: skip
-            src = f"{out}__sum"
-        self.nodes.append(Node(out, "reshape", [src], out,
-                               {"shape": tuple(self.shape(fx_node)[1:])}))  # fmt: skip
 
     def arithmetic(self, fx_node, op, args, kw, where) -> None:
         if kw.get("alpha", 1) != 1 or kw.get("rounding_mode") is not None:
@@ -540,55 +518,3 @@ class _FxLowering:
         else:
             raise IRError(f"{where}: a number divided by a tensor is not supported")
         self.add(fx_node.name, "affine", [x], {"scale": scale, "shift": shift})
-
-    def reshape(self, fx_node, args, where) -> None:
-        x = args[0]
-        out = self.shape(fx_node)
-        if not out or out[0] != self.batch:
-            raise IRError(
-                f"{where}: gives shape {out} from {self.shape(x)}: the batch axis must stay first "
-                "and whole (use x.size(0) or -1 for it)"
-            )
-        spec = args[1:]
-        if len(spec) == 1 and isinstance(spec[0], (tuple, list)):
-            spec = list(spec[0])
-        name = fx_node.target if isinstance(fx_node.target, str) else fx_node.target.__name__
-        if name in ("reshape", "view") and spec and isinstance(spec[0], int) and spec[0] != -1:
-            raise IRError(
-                f"{where}: the batch axis is the fixed number {spec[0]}; write x.size(0) or -1 "
-                "so that the model takes any batch size"
-            )
-        self.add(fx_node.name, "reshape", [x], {"shape": out[1:]})
-
-    def squeeze(self, fx_node, name, args, kw, where) -> None:
-        """squeeze(dim) / unsqueeze(dim) of per-sample axes, as a reshape."""
-        x = args[0]
-        dims = args[1] if len(args) > 1 else kw.get("dim")
-        if dims is None:
-            raise IRError(f"{where}: squeeze() without dim would drop the batch axis at batch "
-                          "size 1; give the per-sample axes (dim=...)")  # fmt: skip
-        rank = len(self.shape(x)) + (name == "unsqueeze")
-        for d in dims if isinstance(dims, (tuple, list)) else (dims,):
-            if not isinstance(d, int) or d in (0, -rank):
-                raise IRError(f"{where}: dim={d!r} is the batch axis or not a number; "
-                              "rootclad keeps the batch axis first")  # fmt: skip
-        self.add(fx_node.name, "reshape", [x], {"shape": tuple(self.shape(fx_node)[1:])})
-
-    def permute(self, fx_node, name, args, kw, where) -> None:
-        x = args[0]
-        rank = len(self.shape(x))
-        if name == "permute":
-            perm = args[1:] if len(args) > 2 or not isinstance(args[1], (tuple, list)) else args[1]
-            perm = [p + rank if p < 0 else p for p in perm]
-            if perm and perm[0] != 0 and fx_slicing.takes_moved_pieces(fx_node, perm):
-                self.moved[fx_node.name] = (x, tuple(perm))  # lowered by each piece taken
-                return
-            if not perm or perm[0] != 0:
-                raise IRError(f"{where}: permutation {tuple(perm)} moves the batch axis")
-            sample = [p - 1 for p in perm[1:]]
-        else:
-            d0 = self.axis(args[1] if len(args) > 1 else kw["dim0"], x, where)
-            d1 = self.axis(args[2] if len(args) > 2 else kw["dim1"], x, where)
-            sample = list(range(rank - 1))
-            sample[d0], sample[d1] = sample[d1], sample[d0]
-        self.add(fx_node.name, "permute", [x], {"perm": tuple(sample)})

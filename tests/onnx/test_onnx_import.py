@@ -192,6 +192,49 @@ def test_fine_tuning_an_imported_model_tracks_torch():
         assert torch.allclose(dict(cm.named_parameters())[n], p, rtol=1e-9, atol=1e-12), n
 
 
+class _ScaledGroupNorm(nn.Module):
+    """A layer scale of shape (C, 1) and a GroupNorm: the file holds both as initializers that
+    meet Mul / Add (torch's exporter writes GroupNorm as InstanceNormalization on the input
+    reshaped to groups, then the channels' weight and bias)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(2, 4, 3)
+        self.norm = nn.GroupNorm(2, 4)
+        self.gamma = nn.Parameter(torch.linspace(0.5, 1.5, 4).reshape(4, 1))
+
+    def forward(self, x):
+        return (self.norm(self.conv(x)) * self.gamma).flatten(1)
+
+
+def test_initializers_meeting_mul_and_add_train_as_the_parameters_they_are():
+    """Their gradients against torch autograd of the module the file came from."""
+    torch.manual_seed(0)
+    net = _ScaledGroupNorm().eval()
+    with torch.no_grad():
+        for p in net.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    x = torch.randn(3, 2, 9)
+    cm = rootclad.onnx.load(export(net, x), engine="pullback", dtype=torch.float64, loss="mse")
+    # torch's exporter keeps gamma's name; GroupNorm's weights become copies of shape (C, 1)
+    # named onnx::Mul_*: matched by value
+    assert "gamma" in dict(cm.named_parameters())
+    xd = x.double().requires_grad_(True)
+    out_ref = net.double()(xd)
+    d_out = torch.randn_like(out_ref)
+    want = torch.autograd.grad(out_ref, list(net.parameters()), d_out)
+    out = cm(xd)
+    trained = [p for p in cm.parameters() if p.requires_grad]  # (the file's Constant nodes:
+    got = torch.autograd.grad(out, trained, d_out)  # the groups' unit scale and zero shift)
+    torch.testing.assert_close(out, out_ref, rtol=1e-6, atol=1e-6)
+    mine = list(zip(trained, got, strict=True))
+    for (name, p), g in zip(net.named_parameters(), want, strict=True):
+        match = [d for q, d in mine if q.numel() == p.numel()
+                 and torch.allclose(q.detach().reshape(p.shape).double(), p.detach(), atol=1e-6)]  # fmt: skip
+        assert len(match) == 1, name
+        torch.testing.assert_close(match[0].reshape(g.shape), g, rtol=1e-5, atol=1e-6, msg=name)
+
+
 # -- single ops built by hand ---------------------------------------------------------------
 def _model(nodes, inputs, output, initializers=(), opset=17):
     graph = helper.make_graph(nodes, "g", inputs, [output], initializer=list(initializers))
@@ -341,7 +384,7 @@ def test_bad_files_are_refused_naming_the_file(tmp_path):
     ({"opset": 99}, "opset 99 is newer"),
     ({"initializers": False}, "'W'"),
     ({"x_dims": (5,)}, r"'fc' \(Gemm, opset 17\): B gives 3 inputs, A has 5"),
-    ({"x_dims": ("L",)}, "the others must be fixed numbers"),
+    ({"x_dims": ("L",)}, "the others must be fixed positive numbers"),
     ({"x_type": TensorProto.INT64}, "takes float32 or float64"),
 ])  # fmt: skip
 def test_bad_graphs_are_refused(kw, words):

@@ -117,6 +117,26 @@ class Builder(ShapeOps, LayerOps):
         parent.add_module(last, module)
         return path
 
+    def place_parameter(self, node, name: str, param: nn.Parameter) -> str:
+        """Register ``param`` (read directly) at the path initializer ``name`` spells, else as
+        the weight of a holder at the node's name; one already registered (an initializer read
+        twice) keeps its place. Returns its dotted name."""
+        for dotted, p in self.root.named_parameters():
+            if p is param:
+                return dotted
+        if re.fullmatch(r"\w+(\.\w+)*", name) and self.free_path(name):
+            *heads, last = name.split(".")
+            parent = self.root
+            for part in heads:
+                if part not in parent._modules:
+                    parent.add_module(part, nn.Module())
+                parent = parent._modules[part]
+            parent.register_parameter(last, param)
+            return name
+        holder = nn.Module()
+        holder.weight = param
+        return f"{self.place(node, holder, None)}.weight"
+
     def share(self, node, module: nn.Module, roles: dict) -> None:
         """Give ``module`` (built from copies) the parameters of the initializers it reads
         (``roles``: parameter -> (initializer, its layout in the layer)): one initializer is one

@@ -4,6 +4,7 @@ holding its initializers, a Conv a ``Conv1d``/``Conv2d``, ...)."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -19,11 +20,12 @@ F64 = torch.float64
 SUPPORTED = (
     "Gemm, MatMul (by a weight, with a following Add of a bias folded in; of two tensors), "
     "ReduceSum and ReduceMean (over per-sample axes), Add, Sub, Mul, Div "
-    "(two tensors with broadcasting, or a tensor and a number), Neg, Relu, LeakyRelu, Elu, "
+    "(two tensors with broadcasting, a tensor and a number, or a tensor and a constant tensor, "
+    "which becomes a parameter), Neg, Relu, LeakyRelu, Elu, "
     "Sigmoid, Tanh, Softplus, Gelu (and the Erf form exporters write), HardSwish, HardSigmoid, "
     "Clip, Mish, Selu, PRelu (one slope or one per channel), Softmax, LogSoftmax, Conv (1-d, "
     "2-d), MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, BatchNormalization "
-    "(inference), LayerNormalization, Flatten, Reshape, Transpose, Squeeze, Unsqueeze, Concat, "
+    "(inference), LayerNormalization, InstanceNormalization, Flatten, Reshape, Transpose, Squeeze, Unsqueeze, Concat, "
     "Slice and Split (along per-sample axes), Dropout, Identity, Constant, and the "
     "Shape/Gather/Slice/Concat/Cast arithmetic on shapes "
     "that torch's exporter writes"
@@ -49,6 +51,7 @@ ATTRIBUTES = {
                     "pads", "strides"},
     "BatchNormalization": {"epsilon", "momentum", "training_mode"},
     "LayerNormalization": {"axis", "epsilon", "stash_type"},
+    "InstanceNormalization": {"epsilon"},
 }  # fmt: skip
 
 
@@ -72,14 +75,14 @@ class LayerOps:
         tensor_first = a_name in self.shapes
         c_name = b_name if tensor_first else a_name
         c = np.asarray(self.consts[c_name].value)
-        if c.size != 1:
-            raise self.fail(node, f"operand {c_name!r} is a constant tensor of shape {c.shape}; "
-                            "only numbers (and a MatMul's bias) are supported")  # fmt: skip
         x = a_name if tensor_first else b_name
-        if c.ndim > len(self.shapes[x]) + 1:
-            raise self.fail(node, f"constant {c_name!r} of shape {c.shape} has more axes than "
-                            f"{x!r} (B, {', '.join(map(str, self.shapes[x]))}): broadcasting "
-                            "puts axes before the batch axis, which must stay first")  # fmt: skip
+        if c.ndim > len(self.shapes[x]) + 1 or (c.ndim == len(self.shapes[x]) + 1
+                                                 and c.size > 1 and c.shape[0] != 1):  # fmt: skip
+            raise self.fail(node, f"constant {c_name!r} of shape {c.shape} meets {x!r} (B, "
+                            f"{', '.join(map(str, self.shapes[x]))}): broadcasting puts its "
+                            "axes on the batch axis, which must stay the samples'")  # fmt: skip
+        if c.size != 1:
+            return self.tensor_operand(node, fn, x, c_name, c, tensor_first)
         if not tensor_first and not number_on_left:
             raise self.fail(node, f"a number ({c_name!r}) on the left of {node.op_type} is not "
                             "supported")  # fmt: skip
@@ -87,6 +90,22 @@ class LayerOps:
         f = (lambda env, root, x=x, c=c: fn(env[x], c)) if tensor_first else (
             lambda env, root, x=x, c=c: fn(c, env[x]))  # fmt: skip
         self.emit(node.output, f, self.shapes[x])
+
+    def tensor_operand(self, node, fn, x, c_name, c, tensor_first) -> None:
+        """A tensor constant meeting a tensor (a per-channel scale, a position embedding): a
+        parameter of the model read directly, named as the initializer where it is a path
+        (``gamma``, ``blocks.0.ls``), frozen when it is not an initializer."""
+        holder = nn.Module()
+        holder.weight = nn.Parameter(torch.from_numpy(np.array(c, dtype=np.float64)))
+        self.share(node, holder, {"weight": (c_name, f"as read, shape {c.shape}")})
+        name = self.place_parameter(node, c_name, holder.weight)
+        shape = torch.broadcast_shapes((2, *self.shapes[x]), c.shape)[1:]
+
+        def f(env, root, x=x, p=name):
+            w = functools.reduce(getattr, p.split("."), root)  # (fx traces getattr)
+            return fn(env[x], w) if tensor_first else fn(w, env[x])
+
+        self.emit(node.output, f, shape)
 
     def op_Add(self, node, a):
         self.binary(node, lambda p, q: p + q)
@@ -462,6 +481,23 @@ class LayerOps:
                 t.copy_(torch.from_numpy(v))
         self.share(node, bn, {"weight": (node.input[1], "scale"), "bias": (node.input[2], "B")})
         self.module_step(node, bn, node.input[1], x)
+
+    def op_InstanceNormalization(self, node, a):
+        """Per sample and channel over the rest (torch's exporter writes GroupNorm as this, on
+        the input reshaped to (groups, values), then the channels' scale and shift)."""
+        x = self.tensor(node)
+        rank = len(self.shapes[x])
+        if rank not in (2, 3):
+            raise self.fail(node, f"per-sample shape {self.shapes[x]}: (C, L) or (C, H, W)")
+        scale, bias = (np.asarray(self.const(node, i, w), dtype=np.float64)
+                       for i, w in ((1, "scale"), (2, "B")))  # fmt: skip
+        cls = nn.InstanceNorm2d if rank == 3 else nn.InstanceNorm1d
+        norm = cls(self.shapes[x][0], eps=a.get("epsilon", 1e-5), affine=True, dtype=F64)
+        with torch.no_grad():
+            norm.weight.copy_(torch.from_numpy(scale))
+            norm.bias.copy_(torch.from_numpy(bias))
+        self.share(node, norm, {"weight": (node.input[1], "scale"), "bias": (node.input[2], "B")})
+        self.module_step(node, norm, node.input[1], x)
 
     def op_LayerNormalization(self, node, a):
         x = self.tensor(node)
