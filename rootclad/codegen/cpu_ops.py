@@ -18,6 +18,7 @@ from rootclad.codegen.cxx import functor_value
 from rootclad.ir.graph import Graph, IRError, Node
 from rootclad.ir.ops.binary import MAX_BROADCAST_DIMS, broadcast_geometry
 from rootclad.ir.ops.dense import matmul_geometry
+from rootclad.ir.ops.pool import upsample_scales
 from rootclad.ir.registry import OPS
 
 # Conv1d runs directly (no im2col scratch) for stride 1 or at most this many taps C*K;
@@ -266,6 +267,21 @@ def _adaptive_calls(node, graph, site):
     return [Call(node.op, (OUT, IN(0), INT(f"B * {C}"), *map(INT, geo)))]
 
 
+def upsample_geometry(node, graph):
+    """(rows per sample, (H, W, OH, OW, mode), (scale along H, along W)) of an upsampling
+    (1-D: H = OH = 1); mode as upsample_i0's (ops/pool_geometry.h)."""
+    C, geo = adaptive_geometry(node)
+    a = node.attrs
+    mode = 0 if a["mode"] == "nearest" else 2 if a["align_corners"] else 1
+    scales = upsample_scales(node, graph.dtype)
+    return C, (*geo, mode), ((1.0, *scales) if len(scales) == 1 else scales)
+
+
+def _upsample_calls(node, graph, site):
+    C, geo, scales = upsample_geometry(node, graph)
+    return [Call("upsample", (OUT, IN(0), INT(f"B * {C}"), *map(INT, geo), *map(REAL, scales)))]
+
+
 # -- elementwise with a mask ----------------------------------------------------------------
 def _dropout_calls(node, graph, site):
     n = _n(node.in_shape)
@@ -397,6 +413,7 @@ CPU_OPS: dict[str, CpuOp] = {
     "adaptive_avgpool": CpuOp(_adaptive_calls),
     "adaptive_maxpool": CpuOp(_adaptive_calls),
     "global_avgpool": CpuOp(_global_pool_calls),
+    "upsample": CpuOp(_upsample_calls),
     "dropout": CpuOp(_dropout_calls),
     "stochastic_depth": CpuOp(_stochastic_depth_calls),
     "add": CpuOp(_binary_calls),

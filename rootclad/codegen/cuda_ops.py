@@ -23,6 +23,7 @@ from rootclad.codegen.cpu_ops import (
     parametric_geometry,
     permute_geometry,
     slice_geometry,
+    upsample_geometry,
 )
 from rootclad.codegen.cxx import functor_value
 from rootclad.ir.graph import IRError, Node
@@ -218,6 +219,14 @@ def _adaptive_device(node, graph, d):
     return fwd, bwd
 
 
+def _upsample_device(node, graph, d):
+    C, geo, (sh, sw) = upsample_geometry(node, graph)
+    shape = f"(long)B * {C}, Upsample<T>{{{', '.join(map(str, geo))}, T({sh!r}), T({sw!r})}}"
+    fwd = [f"upsample_forward(on, {d.out}, {d.ins[0]}, {shape});"]
+    bwd = [f"upsample_backward(on, {d.d_ins[0]}, {d.d_out}, {shape});"]
+    return fwd, bwd if d.d_ins[0] != "nullptr" else []
+
+
 def _global_pool_device(node, graph, d):
     C, L = node.in_shape[0], _n(node.in_shape[1:])
     rows = f"(long)B * {C}, {L}"
@@ -366,6 +375,7 @@ def _batch_norm_device(node, graph, d):
 DEVICE_OPS: dict[str, DeviceOp] = {
     "linear": DeviceOp(_linear_device, fuses_activation=True),
     "matmul": DeviceOp(_matmul_device),
+    "upsample": DeviceOp(_upsample_device),
     "conv1d": DeviceOp(_conv1d_device, fuses_activation=True),
     "conv2d": DeviceOp(_conv2d_device, fuses_activation=True),
     "maxpool1d": DeviceOp(_pool1d_device, fuses_activation=True),

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import math
 
+import torch
 from torch import nn
 from torch.nn import functional as F
 
-from rootclad.frontends import fx_params
 from rootclad.ir.graph import IRError, Node
 from rootclad.ir.registry import OPS
 
@@ -32,15 +32,17 @@ MATMULS = ("matmul", "bmm", "__matmul__")
 
 class Root(nn.Module):
     """A layer that lowers to several ops (an attention block, a GroupNorm) compiled on its
-    own: traced as one call of it ("block")."""
+    own: traced as one call of it ("block"); MultiheadAttention with one input attends to
+    itself, or takes query, key and value."""
 
     def __init__(self, block):
         super().__init__()
         self.block = block
 
-    def forward(self, x):
-        if isinstance(self.block, nn.MultiheadAttention):  # self-attention
-            return self.block(x, x, x, need_weights=False)[0]
+    def forward(self, x, key=None, value=None):
+        if isinstance(self.block, nn.MultiheadAttention):
+            key = x if key is None else key
+            return self.block(x, key, key if value is None else value, need_weights=False)[0]
         return self.block(x)
 
 
@@ -64,11 +66,24 @@ class _Emit:
 
     def module(self, module_node, path, mod, x, name=None) -> str:
         """A torch.nn layer (Linear, LayerNorm, Dropout, an activation) of the block."""
+        _own_forward(mod, f"module {path!r}")
         self.count += 1
         node = module_node(path, mod, name or f"{self.out}__{self.count}")
         node.inputs = [x]
         self.low.nodes.append(node)
         return node.output
+
+
+def _own_forward(mod, where: str) -> None:
+    """A layer inside a block is lowered as torch's: a subclass with a forward of its own
+    (which the block's call never traces) is refused."""
+    torch_class = next((c for c in type(mod).__mro__ if c.__module__.startswith("torch.nn")),
+                       None)  # fmt: skip
+    if torch_class is None or type(mod).forward is not torch_class.forward:
+        kind = type(mod)
+        raise IRError(f"{where} ({kind.__module__}.{kind.__name__}) has a forward of its own "
+                      "inside a torch block, which rootclad lowers as torch's layers; build the "
+                      "block from your layers in a module of yours")  # fmt: skip
 
 
 def _refuse_masks(bound: dict, where: str) -> None:
@@ -86,13 +101,20 @@ def lower_call(low, fx_node, name, args, kw, where) -> None:
     if name == "scaled_dot_product_attention":
         return _lower_sdpa(low, fx_node, args, kw, where)
     a, b = (args[1], args[0]) if name == "__rmatmul__" else (args[0], args[1])
-    if not (low.is_tensor(a) or a.name in low.param_shapes) or not (
-        low.is_tensor(b) or b.name in low.param_shapes
-    ):
-        raise IRError(f"{where}: a product of something other than two tensors")
     emit = _Emit(low, fx_node.name)
-    sa, sb = fx_params.sample_shape(low, a), fx_params.sample_shape(low, b)
-    a, b = a.name, b.name
+    (a, sa, pa), (b, sb, pb) = _operand(low, emit, a, where), _operand(low, emit, b, where)
+    # torch lines whole shapes up from the right: a value's batch axis must meet nothing but
+    # the batch axis. Two values: the same rank (bmm). A parameter (no batch axis): no more
+    # axes than the value has per sample; a vector value only on the left of a matrix.
+    if not pa and not pb and len(sa) != len(sb):
+        raise IRError(f"{where}: values of per-sample shapes {sa} and {sb} have different "
+                      "ranks; torch would line up one's batch axis with the other's axes")  # fmt: skip
+    for sv, sp, left in ((sa, sb, True), (sb, sa, False)):
+        if pb if left else pa:  # a value (shape sv) and a parameter (sp)
+            if (not left or len(sp) != 2) if len(sv) == 1 else len(sp) > len(sv):
+                raise IRError(f"{where}: a value of per-sample shape {sv} times a parameter of "
+                              f"shape {sp}: torch would multiply along the batch axis")  # fmt: skip
+    out = (*_lead_of(sa, sb), *sa[-2:-1], *(sb[-1:] if len(sb) > 1 else ()))  # torch's
     if len(sa) == 1:  # a vector: a row, dropped again after the product
         a = emit("reshape", [a], {"shape": (1, *sa)})
     if len(sb) == 1:
@@ -100,8 +122,26 @@ def lower_call(low, fx_node, name, args, kw, where) -> None:
     if len(sa) > 1 and len(sb) > 1:
         emit("matmul", [a, b], name=fx_node.name)
         return
-    out = emit("matmul", [a, b])
-    emit("reshape", [out], {"shape": tuple(low.shape(fx_node)[1:])}, name=fx_node.name)
+    emit("reshape", [emit("matmul", [a, b])], {"shape": out}, name=fx_node.name)
+
+
+def _lead_of(sa, sb) -> tuple:
+    la, lb = sa[:-2], sb[:-2]
+    return la if len(la) >= len(lb) else lb
+
+
+def _operand(low, emit, x, where):
+    """(value name, its shape as the product reads it, whether a parameter): a parameter in
+    its own shape (a leading 1 kept: (1, N) is a matrix)."""
+    if not isinstance(x, torch.fx.Node) or not (low.is_tensor(x) or x.name in low.param_shapes):
+        raise IRError(f"{where}: a product of something other than two tensors")
+    if x.name not in low.param_shapes:
+        return x.name, tuple(low.shape(x)[1:]), False
+    own = tuple(low.traced.get_parameter(low.attr_params[x.name]).shape)
+    name = x.name
+    if own != tuple(low.param_shapes[x.name]):
+        name = emit("reshape", [x.name], {"shape": own})
+    return name, own, True
 
 
 def _attention(emit, q: str, k: str, v: str, scale: float, dropout: float, qk_rank: int) -> str:
@@ -128,10 +168,13 @@ def _lower_sdpa(low, fx_node, args, kw, where) -> None:
     if not all(low.is_tensor(t) for t in (q, k, v)):
         raise IRError(f"{where}: query, key and value must be tensors")
     rank = len(low.shape(q)) - 1
-    if rank < 2:
-        raise IRError(f"{where}: per-sample query of shape {low.shape(q)[1:]}; (..., L, E) needed")
+    if rank < 2 or any(len(low.shape(t)) - 1 != rank for t in (k, v)):
+        raise IRError(f"{where}: query, key and value of per-sample shapes "
+                      f"{[tuple(low.shape(t)[1:]) for t in (q, k, v)]}; three values of the same "
+                      "rank, (..., L, E), are supported")  # fmt: skip
     d = low.shape(q)[-1]
-    scale = bound.get("scale") or 1.0 / math.sqrt(d)
+    scale = bound.get("scale")
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
     emit = _Emit(low, fx_node.name)
     out = _attention(emit, q.name, k.name, v.name, scale, 0.0, rank)
     emit("identity", [out], name=fx_node.name)
@@ -170,6 +213,7 @@ def lower_module(low, fx_node, mod, module_node) -> None:
         _refuse_masks(bound, where)
         x, shape = bound["src"].name, low.shape(bound["src"])[1:]
         for i, layer in enumerate(mod.layers):
+            _own_forward(layer, f"{where}, layer {i}")
             x = _encoder_layer(emit, f"{path}.layers.{i}", layer, x, shape,
                                f"{where}, layer {i}", module_node)  # fmt: skip
         out = x if mod.norm is None else emit.module(module_node, f"{path}.norm", mod.norm, x)
@@ -233,6 +277,7 @@ def _encoder_layer(emit, path, mod, x: str, shape, where, module_node) -> str:
         return emit.module(module_node, f"{path}.{name}", getattr(mod, name), value)
 
     def attention(h):
+        _own_forward(mod.self_attn, f"{where}, self_attn")
         a = _mha(emit, f"{path}.self_attn", mod.self_attn, *([(h, shape)] * 3),
                  f"{where}, self_attn")  # fmt: skip
         return sub("dropout1", a)

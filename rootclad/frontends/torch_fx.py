@@ -112,8 +112,14 @@ def graph_from_module(module: nn.Module, example_input, dtype: str) -> Graph:
             module(*(x.to(ready[0].dtype if ready else x.dtype) for x in xs))
     params = [Param(name, tuple(p.shape)) for name, p in module.named_parameters()]
     if _composite(module):  # a layer of several ops: traced as one call
-        lowering = _FxLowering(fx_attention.Root(module), xs, params, dtype)
-        graph = lowering.graph()
+        try:
+            lowering = _FxLowering(fx_attention.Root(module), xs, params, dtype)
+            graph = lowering.graph()
+        except IRError as exc:  # named as the user's layer, not the wrapper's
+            msg = (
+                str(exc).replace("'block.", "'").replace("'block'", f"'' ({type(module).__name__})")
+            )
+            raise IRError(msg.replace("Root.forward", f"{type(module).__name__}.forward")) from exc
         for node in graph.nodes:
             node.params = {r: n.removeprefix("block.") for r, n in node.params.items()}
         expected = lowering.expected

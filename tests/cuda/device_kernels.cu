@@ -34,6 +34,9 @@ template <class T> void instantiate() {
   k::matmul_forward(on, p, p, p, 1, mm);
   k::matmul_backward_a(on, p, p, p, 1, mm);
   k::matmul_backward_b(on, p, p, p, 1, mm);
+  const k::Upsample<T> up{2, 3, 5, 7, 1, T(0.4), T(0.43)};
+  k::upsample_forward(on, p, p, 1, up);
+  k::upsample_backward(on, p, p, 1, up);
   k::as_matrix(on, k::act_grad(p, p, rootclad::Relu{}), 1);
   // every elementwise functor of the registry (test_nvcc.py passes the list)
   unary<T>(on, ROOTCLAD_TEST_FUNCTORS);

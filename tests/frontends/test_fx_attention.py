@@ -154,3 +154,112 @@ def test_forward_arguments_with_defaults_are_fixed_at_them():
 def test_an_input_with_an_empty_axis_is_refused():
     with pytest.raises(IRError, match="empty axis"):
         rootclad.compile(nn.Linear(4, 2).double(), torch.zeros(2, 0, 4, dtype=F64))
+
+
+class _Two(nn.Module):
+    """A product of two inputs, or of an input and a parameter p."""
+
+    def __init__(self, fn, p=None):
+        super().__init__()
+        self.fn = fn
+        if p is not None:
+            self.p = nn.Parameter(p)
+        self.double()
+
+    def forward(self, x, y):
+        return self.fn(self, x, y)
+
+
+def _t(*shape):
+    return torch.randn(*shape, dtype=F64, generator=torch.Generator().manual_seed(len(shape)))
+
+
+@pytest.mark.parametrize(
+    "fn, xs, p",
+    [
+        pytest.param(lambda s, x, y: x @ s.p + y, ((2, 5), (2, 3)), (5, 3), id="vector-by-matrix"),
+        pytest.param(lambda s, x, y: x @ s.p + y, ((2, 4, 5), (2, 4)), (5,), id="matrix-by-vector"),
+        pytest.param(
+            lambda s, x, y: s.p @ x + y, ((2, 5, 3), (2, 3)), (5,), id="vector-on-the-left"
+        ),
+        pytest.param(
+            lambda s, x, y: x @ s.p + y, ((2, 4, 1), (2, 4, 3)), (1, 3), id="outer-by-1xN"
+        ),
+        pytest.param(
+            lambda s, x, y: x @ s.p + y,
+            ((2, 2, 4, 5), (2, 2, 4, 3)),
+            (2, 5, 3),
+            id="per-head-parameter",
+        ),  # fmt: skip
+        pytest.param(
+            lambda s, x, y: F.scaled_dot_product_attention(x, y, y, scale=0.0),
+            ((2, 4, 5), (2, 3, 5)),
+            None,
+            id="sdpa-scale-0",
+        ),  # fmt: skip
+    ],
+)
+def test_products_with_parameters_and_vectors_match_torch(fn, xs, p):
+    net = _Two(fn, None if p is None else _t(*p))
+    x, y = (_t(*s).requires_grad_(True) for s in xs)
+    cm = rootclad.compile(net, (x.detach(), y.detach()), engine="pullback")
+    out, ref = cm(x, y), net(x, y)
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    d = torch.randn_like(ref)
+    got = torch.autograd.grad(out, [x, y, *cm.parameters()], d)
+    want = torch.autograd.grad(ref, [x, y, *net.parameters()], d)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "fn, xs, p, words",
+    [
+        # torch lines whole shapes up from the right: the batch axis would meet a head axis
+        (lambda s, x, y: x @ y, ((2, 4, 5), (2, 2, 5, 3)), None, "different ranks"),
+        (lambda s, x, y: x @ y, ((2, 2, 4, 5), (2, 5, 3)), None, "different ranks"),
+        (lambda s, x, y: x @ y, ((1, 5), (1, 2, 5, 3)), None, "different ranks"),
+        # a vector value is a matrix whose rows are the samples
+        (lambda s, x, y: s.p @ x + y, ((4, 4), (4, 4)), (4,), "along the batch axis"),
+        (
+            lambda s, x, y: (x @ s.p).flatten(1) + y,
+            ((2, 5), (2, 6)),
+            (2, 5, 3),
+            "along the batch axis",
+        ),  # fmt: skip
+        (
+            lambda s, x, y: F.scaled_dot_product_attention(x, y, y),
+            ((2, 2, 4, 5), (2, 3, 5)),
+            None,
+            "the same rank",
+        ),  # fmt: skip
+    ],
+)
+def test_products_torch_would_take_across_the_batch_are_refused(fn, xs, p, words):
+    """Each of these agrees with torch's shapes at some batch size and mixes samples."""
+    net = _Two(fn, None if p is None else _t(*p))
+    with pytest.raises(IRError, match=words):
+        rootclad.compile(net, tuple(_t(*s) for s in xs), engine="pullback")
+
+
+def test_a_layer_with_a_forward_of_its_own_inside_an_encoder_is_refused():
+    class Doubled(nn.TransformerEncoderLayer):
+        def forward(self, src, *args, **kwargs):
+            return super().forward(src, *args, **kwargs) * 2.0
+
+    enc = nn.TransformerEncoder(Doubled(8, 2, 16, 0.0, batch_first=True), 1,
+                                enable_nested_tensor=False)  # fmt: skip
+    net = Fn(lambda x, m: m(x), enc).eval()
+    with pytest.raises(IRError, match="forward of its own"):
+        rootclad.compile(net, _x(5, 8), engine="pullback")
+
+
+def test_bare_multihead_attention_takes_query_key_and_value():
+    torch.manual_seed(0)
+    mha = _mha().double().eval()
+    q, kv = _x(5, 8), _x(3, 8)
+    cm = rootclad.compile(mha, (q, kv, 2 * kv), engine="pullback")
+    torch.testing.assert_close(cm(q, kv, 2 * kv), mha(q, kv, 2 * kv)[0], rtol=1e-12, atol=1e-12)
+    with pytest.raises(IRError) as err:  # named as the user's layer, not rootclad's wrapper
+        rootclad.compile(_mha(batch_first=False).double(), q, engine="pullback")
+    assert "batch_first=False" in str(err.value) and "block" not in str(err.value)

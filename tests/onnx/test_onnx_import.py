@@ -401,3 +401,39 @@ def test_prelu_without_a_channel_axis_is_refused_by_name():
     model = _model(nodes, [_vi("x", 1)], _vi("y"), [slope, axes])
     with pytest.raises(IRError, match=r"'act' \(PRelu.*needs an input with a channel axis"):
         rootclad.onnx.load(model, engine="pullback")
+
+
+def test_group_norm_of_one_value_per_channel_imports():
+    """torch's exporter writes GroupNorm(4, 4) on (B, 4) as InstanceNormalization over one value
+    per channel, which onnx computes (the output is the shift)."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 4), nn.GroupNorm(4, 4)).eval()
+    x = torch.randn(5, 3)
+    model = export(net, x)
+    cm = rootclad.onnx.load(model, engine="pullback", loss="mse")
+    np.testing.assert_allclose(cm(x).detach().numpy(), run_ort(model, x.numpy()), atol=1e-6)
+
+
+def _reduce(axes, **attrs):
+    inits = [] if axes is None else [numpy_helper.from_array(np.array(axes, np.int64), "axes")]
+    node = helper.make_node("ReduceSum", ["x", "axes"] if axes is not None else ["x"], ["y"],
+                            **attrs)  # fmt: skip
+    return _model([node], [_vi("x", 2, 3)], _vi("y", 2, 3) if not axes else _vi("y", 3), inits,
+                  opset=18)  # fmt: skip
+
+
+def test_reduce_sum_axes_as_onnx_defines_them():
+    x = np.random.default_rng(0).standard_normal((4, 2, 3)).astype(np.float32)
+    model = _reduce([-2], keepdims=0)
+    cm = rootclad.onnx.load(model, engine="pullback", loss="mse")
+    np.testing.assert_allclose(cm(torch.from_numpy(x)).detach().numpy(), run_ort(model, x),
+                               rtol=1e-6)  # fmt: skip
+    model = _reduce([], noop_with_empty_axes=1)  # no axes: the identity (then a Relu)
+    model.graph.node[0].output[0] = "r"
+    model.graph.node.append(helper.make_node("Relu", ["r"], ["y"]))
+    cm = rootclad.onnx.load(model, engine="pullback", loss="mse")
+    np.testing.assert_allclose(cm(torch.from_numpy(x)).detach().numpy(), run_ort(model, x))
+    with pytest.raises(IRError, match=r"ReduceSum.*axes \[4\] out of range"):
+        rootclad.onnx.load(_reduce([4], keepdims=0), engine="pullback", loss="mse")
+    with pytest.raises(IRError, match="mixes the samples"):
+        rootclad.onnx.load(_reduce(None, keepdims=0), engine="pullback", loss="mse")

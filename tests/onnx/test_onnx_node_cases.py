@@ -28,7 +28,7 @@ OPS = {
     "GlobalAveragePool", "GlobalMaxPool", "BatchNormalization", "LayerNormalization", "Flatten",
     "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Concat", "Dropout", "Identity",
     "HardSigmoid", "HardSwish", "Clip", "Mish", "Selu", "PRelu", "Neg", "Slice", "Split",
-    "Constant", "Shape", "Gather", "Cast", "ReduceSum", "ReduceMean", "Sqrt", "InstanceNormalization",
+    "Constant", "Shape", "Gather", "Cast", "ReduceSum", "ReduceMean", "Sqrt", "InstanceNormalization", "Resize",
 }  # fmt: skip
 
 

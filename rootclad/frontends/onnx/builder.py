@@ -181,7 +181,7 @@ class Builder(ShapeOps, LayerOps):
                 probe = module.to(torch.float64).eval()(
                     torch.zeros(2, *self.shapes[x], dtype=torch.float64)
                 )
-        except RuntimeError as exc:
+        except (RuntimeError, ValueError) as exc:
             raise self.fail(node, f"its attributes do not fit its input: {exc}") from None
         path = self.place(node, module, weight)
         self.emit(

@@ -10,6 +10,7 @@ import math
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from rootclad.frontends.onnx.common import Renamed, text
 
@@ -25,7 +26,8 @@ SUPPORTED = (
     "Sigmoid, Tanh, Softplus, Gelu (and the Erf form exporters write), HardSwish, HardSigmoid, "
     "Clip, Mish, Selu, PRelu (one slope or one per channel), Softmax, LogSoftmax, Conv (1-d, "
     "2-d), MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, BatchNormalization "
-    "(inference), LayerNormalization, InstanceNormalization, Flatten, Reshape, Transpose, Squeeze, Unsqueeze, Concat, "
+    "(inference), LayerNormalization, InstanceNormalization, Resize (nearest and linear as "
+    "torch writes them), Flatten, Reshape, Transpose, Squeeze, Unsqueeze, Concat, "
     "Slice and Split (along per-sample axes), Dropout, Identity, Constant, and the "
     "Shape/Gather/Slice/Concat/Cast arithmetic on shapes "
     "that torch's exporter writes"
@@ -52,6 +54,9 @@ ATTRIBUTES = {
     "BatchNormalization": {"epsilon", "momentum", "training_mode"},
     "LayerNormalization": {"axis", "epsilon", "stash_type"},
     "InstanceNormalization": {"epsilon"},
+    "Resize": {"mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a",
+               "exclude_outside", "antialias", "keep_aspect_ratio_policy",
+               "extrapolation_value"},
 }  # fmt: skip
 
 
@@ -238,8 +243,14 @@ class LayerOps:
         rank = len(self.shapes[x]) + 1
         axes = self.const(node, 1, "axes")
         axes = a.get("axes") if axes is None else axes
+        if (axes is None or np.size(axes) == 0) and a.get("noop_with_empty_axes", 0):
+            return self.op_Identity(node, {})
         if axes is None or np.size(axes) == 0:
             raise self.fail(node, "a reduction over every axis mixes the samples of the batch")
+        if any(not -rank <= int(v) < rank for v in np.ravel(axes)):
+            raise self.fail(
+                node, f"axes {[int(v) for v in np.ravel(axes)]} out of range for {rank} axes"
+            )
         axes = sorted({int(v) % rank for v in np.ravel(axes)})
         if 0 in axes:
             raise self.fail(node, "a reduction over the batch axis mixes its samples")
@@ -486,18 +497,77 @@ class LayerOps:
         """Per sample and channel over the rest (torch's exporter writes GroupNorm as this, on
         the input reshaped to (groups, values), then the channels' scale and shift)."""
         x = self.tensor(node)
-        rank = len(self.shapes[x])
-        if rank not in (2, 3):
-            raise self.fail(node, f"per-sample shape {self.shapes[x]}: (C, L) or (C, H, W)")
+        if len(self.shapes[x]) < 2:
+            raise self.fail(node, f"per-sample shape {self.shapes[x]}: (C, ...) with an axis "
+                            "after the channels")  # fmt: skip
         scale, bias = (np.asarray(self.const(node, i, w), dtype=np.float64)
                        for i, w in ((1, "scale"), (2, "B")))  # fmt: skip
-        cls = nn.InstanceNorm2d if rank == 3 else nn.InstanceNorm1d
-        norm = cls(self.shapes[x][0], eps=a.get("epsilon", 1e-5), affine=True, dtype=F64)
+        # a GroupNorm of one channel per group: the same, and (unlike InstanceNorm) torch takes
+        # one value per channel, which onnx allows
+        C = self.shapes[x][0]
+        norm = nn.GroupNorm(C, C, eps=a.get("epsilon", 1e-5), affine=True, dtype=F64)
         with torch.no_grad():
             norm.weight.copy_(torch.from_numpy(scale))
             norm.bias.copy_(torch.from_numpy(bias))
         self.share(node, norm, {"weight": (node.input[1], "scale"), "bias": (node.input[2], "B")})
         self.module_step(node, norm, node.input[1], x)
+
+    def op_Resize(self, node, a):
+        """Resize as torch's Upsample / F.interpolate writes it: nearest (asymmetric, floor) or
+        linear (half-pixel or aligned corners) over the spatial axes, by constant scales or
+        sizes."""
+        x = self.tensor(node)
+        shape = self.shapes[x]
+        text_of = {k: v.decode() if isinstance(v, bytes) else v for k, v in a.items()}
+        mode = text_of.get("mode", "nearest")
+        coords = text_of.get("coordinate_transformation_mode", "half_pixel")
+        if a.get("antialias", 0) or a.get("exclude_outside", 0):
+            raise self.fail(node, "antialias and exclude_outside are not supported")
+        if text_of.get("keep_aspect_ratio_policy", "stretch") != "stretch":
+            raise self.fail(node, "keep_aspect_ratio_policy other than stretch is not supported")
+        if len(shape) not in (2, 3):
+            raise self.fail(node, f"per-sample shape {shape}: (C, L) or (C, H, W)")
+        scales = self.const(node, 2, "scales")
+        sizes = self.const(node, 3, "sizes")
+        if scales is not None and np.size(scales) == 0:
+            scales = None
+        if (scales is None) == (sizes is None):
+            raise self.fail(node, "give constant scales or sizes (one of them)")
+        if scales is not None:
+            scales = [float(v) for v in np.ravel(scales)]
+            if len(scales) != len(shape) + 1 or scales[:2] != [1.0, 1.0]:
+                raise self.fail(node, f"scales {scales}: the batch and channel axes must stay")
+            kw = {"scale_factor": tuple(scales[2:])}
+            out = [int(math.floor(n * f)) for n, f in zip(shape[1:], scales[2:], strict=True)]
+        else:
+            sizes = list(np.ravel(sizes))
+            if len(sizes) != len(shape) + 1 or int(sizes[1]) != shape[0]:
+                raise self.fail(node, f"sizes {sizes}: the batch and channel axes must stay")
+            out = [int(v) for v in sizes[2:]]
+            kw = {"size": tuple(out)}
+        if mode == "nearest":
+            if (
+                coords != "asymmetric"
+                or text_of.get("nearest_mode", "round_prefer_floor") != "floor"
+            ):
+                raise self.fail(node, f"nearest with coordinate_transformation_mode={coords!r}: "
+                                "asymmetric with nearest_mode floor (torch's) is supported")  # fmt: skip
+            kw["mode"] = "nearest"
+        elif mode == "linear":
+            if coords not in ("half_pixel", "pytorch_half_pixel", "align_corners") or (
+                    coords == "pytorch_half_pixel" and 1 in out):  # fmt: skip
+                raise self.fail(node, f"linear with coordinate_transformation_mode={coords!r}: "
+                                "half_pixel or align_corners are supported")  # fmt: skip
+            kw["mode"] = "linear" if len(shape) == 2 else "bilinear"
+            kw["align_corners"] = coords == "align_corners"
+            if kw["align_corners"] and scales is not None and any(
+                    n * f != int(n * f) for n, f in zip(shape[1:], scales[2:], strict=True)):  # fmt: skip
+                raise self.fail(node, "align_corners by scales that give fractional sizes: onnx "
+                                "aligns to the unrounded size, torch to the rounded one")  # fmt: skip
+        else:
+            raise self.fail(node, f"mode={mode!r}: nearest and linear are supported")
+        self.emit(node.output, lambda env, root, x=x, kw=kw: F.interpolate(env[x], **kw),
+                  (shape[0], *out))  # fmt: skip
 
     def op_LayerNormalization(self, node, a):
         x = self.tensor(node)

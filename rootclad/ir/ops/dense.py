@@ -63,8 +63,8 @@ def _matmul_infer(node, shapes, graph):
     expect(
         len(a) >= 2 and len(b) >= 2,
         node,
-        f"a product of per-sample shapes {a} and {b}: both need at least two axes (a vector "
-        "operand is not supported; a product with a weight is a Linear)",
+        f"a product of per-sample shapes {a} and {b}: both need at least two axes (the "
+        "front-end makes a vector a one-row or one-column matrix)",
     )
     expect(a[-1] == b[-2], node, f"shapes {a} and {b} do not multiply ({a[-1]} != {b[-2]})")
     return (*_lead(node, a, b), a[-2], b[-1])

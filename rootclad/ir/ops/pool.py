@@ -153,3 +153,89 @@ register(
         saves=(),
     )
 )
+
+
+# -- upsampling -----------------------------------------------------------------------------
+def _upsample_attrs(size, scale, mode, align, recompute, where):
+    if mode not in ("nearest", "linear", "bilinear"):
+        raise IRError(f"{where}: mode={mode!r} is not supported; nearest, linear and bilinear are")
+    if size is not None and scale is not None:
+        raise IRError(f"{where}: give size or scale_factor, not both")
+    return {
+        "mode": "nearest" if mode == "nearest" else "linear",
+        "size": None if size is None else tuple(size) if isinstance(size, (tuple, list)) else (size,),
+        "scale_factor": None if scale is None else tuple(float(s) for s in scale)
+        if isinstance(scale, (tuple, list)) else (float(scale),),
+        "align_corners": bool(align),
+        "recompute": bool(recompute),
+    }  # fmt: skip
+
+
+def _upsample_call(args, kw, where):
+    """F.interpolate(x, size, scale_factor, mode, align_corners, recompute_scale_factor)."""
+    if kw.get("antialias"):
+        raise IRError(f"{where}: antialias=True is not supported")
+    return _upsample_attrs(arg(args, kw, 0, "size", None), arg(args, kw, 1, "scale_factor", None),
+                           arg(args, kw, 2, "mode", "nearest"),
+                           arg(args, kw, 3, "align_corners", None),
+                           arg(args, kw, 4, "recompute_scale_factor", None), where)  # fmt: skip
+
+
+def _upsample_infer(node, shapes, graph):
+    (shape,) = shapes
+    a = node.attrs
+    expect(len(shape) in (2, 3), node, f"expected input (C, L) or (C, H, W), got {shape}")
+    n = len(shape) - 1
+    if a["size"] is not None:
+        size = a["size"] * n if len(a["size"]) == 1 else a["size"]
+    else:
+        scale = a["scale_factor"] * n if len(a["scale_factor"]) == 1 else a["scale_factor"]
+        expect(len(scale) == n, node, f"scale_factor {scale} for {n} spatial axes")
+        size = tuple(int(d * s) for d, s in zip(shape[1:], scale, strict=True))  # torch: floor
+    expect(len(size) == n, node, f"size {size} for {n} spatial axes")
+    return (shape[0], *size)
+
+
+def upsample_scales(node, dtype: str) -> tuple[float, ...]:
+    """torch's scale along each spatial axis (upsample_i0 in ops/pool_geometry.h), as the kernel
+    type holds it: nearest in float; linear in the model's type (float for float32)."""
+    import numpy as np
+
+    a = node.attrs
+    real = np.float32 if a["mode"] == "nearest" or dtype == "float32" else np.float64
+    n = len(node.in_shape) - 1
+    factors = a["scale_factor"] * n if a["scale_factor"] and len(a["scale_factor"]) == 1 else (
+        a["scale_factor"])  # fmt: skip
+    out = []
+    for i, (d, o) in enumerate(zip(node.in_shape[1:], node.out_shape[1:], strict=True)):
+        if a["mode"] == "linear" and a["align_corners"]:
+            s = real(d - 1) / real(o - 1) if o > 1 else real(0)
+        elif factors and not a["recompute"]:
+            s = real(1.0 / factors[i])
+        else:
+            s = real(d) / real(o)
+        out.append(float(s))
+    return tuple(out)
+
+
+register(
+    OpSpec(
+        "upsample",
+        "pool",
+        "Upsample / F.interpolate of 1-D or 2-D maps: nearest, or (bi)linear with or without "
+        "align_corners (torch's source positions)",
+        _upsample_infer,
+        saves=(),
+        modules=("Upsample",),
+        from_module=lambda mod, where: _upsample_attrs(
+            mod.size,
+            mod.scale_factor,
+            mod.mode,
+            mod.align_corners,
+            getattr(mod, "recompute_scale_factor", None),
+            where,
+        ),  # fmt: skip
+        functions=(F + "interpolate", F + "upsample"),
+        from_call=_upsample_call,
+    )
+)

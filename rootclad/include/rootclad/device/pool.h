@@ -257,5 +257,85 @@ void global_avgpool_backward(On on, T* d_inp, const T* d_out, long R, int L) {
   each_index(on, R * L, ROOTCLAD_BODY(long i) { d_inp[i] += d_out[i / L] / T(L); });
 }
 
+// -- upsampling inp(R, H, W) -> out(R, OH, OW) (1-D: H = OH = 1), nearest or linear along each
+// axis as torch's (upsample_i0 / upsample_lambda, ops/pool_geometry.h) -------------------------
+template <class T> struct Upsample {
+  int H, W, OH, OW, mode;
+  T sh, sw;
+};
+
+// position i's weight in output o along one axis (both ends of a linear pair may be i)
+template <class T> ROOTCLAD_HD inline T upsample_weight(int o, int i, int n, int O, int mode, T s) {
+  const int i0 = upsample_i0(o, n, O, mode, s), i1 = upsample_i1(i0, n, O, mode);
+  const T l = upsample_lambda(o, n, O, mode, s);
+  return (i0 == i ? T(1) - l : T(0)) + (i1 == i ? l : T(0));
+}
+
+// the outputs along one axis that read position i: [lo, hi), found by bisection (i0 and i1
+// never decrease with o)
+template <class T>
+ROOTCLAD_HD inline void upsample_readers(int i, int n, int O, int mode, T s, int& lo, int& hi) {
+  int a = 0, b = O;
+  while (a < b) { // the first o with i1(o) >= i
+    const int m = (a + b) / 2;
+    if (upsample_i1(upsample_i0(m, n, O, mode, s), n, O, mode) >= i)
+      b = m;
+    else
+      a = m + 1;
+  }
+  lo = a;
+  b = O;
+  while (a < b) { // the first o with i0(o) > i
+    const int m = (a + b) / 2;
+    if (upsample_i0(m, n, O, mode, s) <= i)
+      a = m + 1;
+    else
+      b = m;
+  }
+  hi = a;
+}
+
+template <class On, class T>
+void upsample_forward(On on, T* out, const T* inp, long R, Upsample<T> u) {
+  each_index(
+      on, R * u.OH * u.OW, ROOTCLAD_BODY(long i) {
+        const int ow = (int)(i % u.OW), oh = (int)(i / u.OW % u.OH);
+        const T* x = inp + i / ((long)u.OW * u.OH) * u.H * u.W;
+        const int h0 = upsample_i0(oh, u.H, u.OH, u.mode, u.sh);
+        const int w0 = upsample_i0(ow, u.W, u.OW, u.mode, u.sw);
+        if (u.mode == 0) {
+          out[i] = x[(long)h0 * u.W + w0];
+          return;
+        }
+        const int h1 = upsample_i1(h0, u.H, u.OH, u.mode), w1 = upsample_i1(w0, u.W, u.OW, u.mode);
+        const T lh = upsample_lambda(oh, u.H, u.OH, u.mode, u.sh);
+        const T lw = upsample_lambda(ow, u.W, u.OW, u.mode, u.sw);
+        out[i] =
+            (T(1) - lh) * ((T(1) - lw) * x[(long)h0 * u.W + w0] + lw * x[(long)h0 * u.W + w1]) +
+            lh * ((T(1) - lw) * x[(long)h1 * u.W + w0] + lw * x[(long)h1 * u.W + w1]);
+      });
+}
+
+// the backward gathered: each input position adds the weighted gradients of its readers
+template <class On, class T>
+void upsample_backward(On on, T* d_inp, const T* d_out, long R, Upsample<T> u) {
+  each_index(
+      on, R * u.H * u.W, ROOTCLAD_BODY(long i) {
+        const long r = i / ((long)u.H * u.W);
+        const int ih = (int)(i / u.W % u.H), iw = (int)(i % u.W);
+        int h0, h1, w0, w1;
+        upsample_readers(ih, u.H, u.OH, u.mode, u.sh, h0, h1);
+        upsample_readers(iw, u.W, u.OW, u.mode, u.sw, w0, w1);
+        T s = 0;
+        for (int oh = h0; oh < h1; ++oh) {
+          const T wh = upsample_weight(oh, ih, u.H, u.OH, u.mode, u.sh);
+          for (int ow = w0; ow < w1; ++ow)
+            s += wh * upsample_weight(ow, iw, u.W, u.OW, u.mode, u.sw) *
+                 d_out[(r * u.OH + oh) * u.OW + ow];
+        }
+        d_inp[i] += s;
+      });
+}
+
 } // namespace dev
 } // namespace rootclad

@@ -261,6 +261,56 @@ void adaptive_maxpool_backward(T* d_inp, const T* d_out, const T* inp, int R, in
             d_out[((long)r * OH + oh) * OW + ow];
 }
 
+// ---------------------------------------------------------------------------------------
+// Upsampling inp(R, H, W) -> out(R, OH, OW) (1-D: H = OH = 1), nearest or linear along each
+// axis (upsample_i0 / upsample_lambda, pool_geometry.h; mode and scales as torch's); the
+// backward sends each output's gradient back to the positions it read, with their weights.
+template <typename T>
+void upsample_forward(T* out, const T* inp, int R, int H, int W, int OH, int OW, int mode, T sh,
+                      T sw) {
+  ROOTCLAD_REPLAY_SKIP;
+  for (int r = 0; r < R; ++r)
+    for (int oh = 0; oh < OH; ++oh)
+      for (int ow = 0; ow < OW; ++ow) {
+        const int h0 = upsample_i0(oh, H, OH, mode, sh);
+        const int h1 = upsample_i1(h0, H, OH, mode);
+        const int w0 = upsample_i0(ow, W, OW, mode, sw);
+        const int w1 = upsample_i1(w0, W, OW, mode);
+        const long o = ((long)r * OH + oh) * OW + ow;
+        if (mode == 0) { // a copy: no weights (a NaN beside the copied value stays out)
+          out[o] = inp[((long)r * H + h0) * W + w0];
+          continue;
+        }
+        const T lh = upsample_lambda(oh, H, OH, mode, sh);
+        const T lw = upsample_lambda(ow, W, OW, mode, sw);
+        const T* x = inp + (long)r * H * W;
+        out[o] = (T(1) - lh) * ((T(1) - lw) * x[(long)h0 * W + w0] + lw * x[(long)h0 * W + w1]) +
+                 lh * ((T(1) - lw) * x[(long)h1 * W + w0] + lw * x[(long)h1 * W + w1]);
+      }
+}
+template <typename T>
+void upsample_backward(T* d_inp, const T* d_out, int R, int H, int W, int OH, int OW, int mode,
+                       T sh, T sw) {
+  for (int r = 0; r < R; ++r)
+    for (int oh = 0; oh < OH; ++oh)
+      for (int ow = 0; ow < OW; ++ow) {
+        const int h0 = upsample_i0(oh, H, OH, mode, sh);
+        const int h1 = upsample_i1(h0, H, OH, mode);
+        const int w0 = upsample_i0(ow, W, OW, mode, sw);
+        const int w1 = upsample_i1(w0, W, OW, mode);
+        const T lh = upsample_lambda(oh, H, OH, mode, sh);
+        const T lw = upsample_lambda(ow, W, OW, mode, sw);
+        const T g = d_out[((long)r * OH + oh) * OW + ow];
+        T* dx = d_inp + (long)r * H * W;
+        dx[(long)h0 * W + w0] += (T(1) - lh) * (T(1) - lw) * g;
+        if (mode == 0)
+          continue;
+        dx[(long)h0 * W + w1] += (T(1) - lh) * lw * g;
+        dx[(long)h1 * W + w0] += lh * (T(1) - lw) * g;
+        dx[(long)h1 * W + w1] += lh * lw * g;
+      }
+}
+
 } // namespace rootclad
 
 // Clad-convention pullbacks (core.h says how they are written).
@@ -293,6 +343,13 @@ template <typename T>
 void adaptive_maxpool_forward_pullback(T* out, const T* inp, int R, int H, int W, int OH, int OW,
                                        T* d_out, T* d_inp, int*, int*, int*, int*, int*) {
   ::rootclad::adaptive_maxpool_backward(d_inp, d_out, inp, R, H, W, OH, OW);
+}
+
+template <typename T>
+void upsample_forward_pullback(T* out, const T* inp, int R, int H, int W, int OH, int OW, int mode,
+                               T sh, T sw, T* d_out, T* d_inp, int*, int*, int*, int*, int*, int*,
+                               T*, T*) {
+  ::rootclad::upsample_backward(d_inp, d_out, R, H, W, OH, OW, mode, sh, sw);
 }
 
 } // namespace rootclad
