@@ -272,7 +272,8 @@ def upsample_geometry(node, graph):
     (1-D: H = OH = 1); mode as upsample_i0's (ops/pool_geometry.h)."""
     C, geo = adaptive_geometry(node)
     a = node.attrs
-    mode = 0 if a["mode"] == "nearest" else 2 if a["align_corners"] else 1
+    one_d = len(node.in_shape) == 2  # torch's 1-d nearest forward: no shortcuts, scale in T
+    mode = (3 if one_d else 0) if a["mode"] == "nearest" else 2 if a["align_corners"] else 1
     scales = upsample_scales(node, graph.dtype)
     return C, (*geo, mode), ((1.0, *scales) if len(scales) == 1 else scales)
 

@@ -102,16 +102,20 @@ def lower_call(low, fx_node, name, args, kw, where) -> None:
         return _lower_sdpa(low, fx_node, args, kw, where)
     a, b = (args[1], args[0]) if name == "__rmatmul__" else (args[0], args[1])
     emit = _Emit(low, fx_node.name)
-    (a, sa, pa), (b, sb, pb) = _operand(low, emit, a, where), _operand(low, emit, b, where)
+    values = [t for t in (a, b) if low.is_tensor(t) and t.name not in low.param_shapes]
+    rank = max((len(low.shape(t)) for t in values), default=0)  # a value's, batch axis counted
+    (a, sa, pa), (b, sb, pb) = (_operand(low, emit, a, rank, where),
+                                _operand(low, emit, b, rank, where))  # fmt: skip
     # torch lines whole shapes up from the right: a value's batch axis must meet nothing but
     # the batch axis. Two values: the same rank (bmm). A parameter (no batch axis): no more
     # axes than the value has per sample; a vector value only on the left of a matrix.
-    if not pa and not pb and len(sa) != len(sb):
-        raise IRError(f"{where}: values of per-sample shapes {sa} and {sb} have different "
-                      "ranks; torch would line up one's batch axis with the other's axes")  # fmt: skip
+    if not pa and not pb and (len(sa) != len(sb) or len(sa) < 2):
+        raise IRError(f"{where}: values of per-sample shapes {sa} and {sb}: torch would line "
+                      "up one's batch axis with the other's axes (two values need the same "
+                      "rank, at least 2)")  # fmt: skip
     for sv, sp, left in ((sa, sb, True), (sb, sa, False)):
         if pb if left else pa:  # a value (shape sv) and a parameter (sp)
-            if (not left or len(sp) != 2) if len(sv) == 1 else len(sp) > len(sv):
+            if (not left or len(sp) > 2) if len(sv) == 1 else len(sp) > len(sv):
                 raise IRError(f"{where}: a value of per-sample shape {sv} times a parameter of "
                               f"shape {sp}: torch would multiply along the batch axis")  # fmt: skip
     out = (*_lead_of(sa, sb), *sa[-2:-1], *(sb[-1:] if len(sb) > 1 else ()))  # torch's
@@ -130,14 +134,17 @@ def _lead_of(sa, sb) -> tuple:
     return la if len(la) >= len(lb) else lb
 
 
-def _operand(low, emit, x, where):
+def _operand(low, emit, x, rank: int, where):
     """(value name, its shape as the product reads it, whether a parameter): a parameter in
-    its own shape (a leading 1 kept: (1, N) is a matrix)."""
+    its own shape ((1, N) is a matrix), but for a leading 1 that meets the batch axis of a
+    value of full rank ``rank``."""
     if not isinstance(x, torch.fx.Node) or not (low.is_tensor(x) or x.name in low.param_shapes):
         raise IRError(f"{where}: a product of something other than two tensors")
     if x.name not in low.param_shapes:
         return x.name, tuple(low.shape(x)[1:]), False
     own = tuple(low.traced.get_parameter(low.attr_params[x.name]).shape)
+    if len(own) == rank and own[0] == 1:
+        own = own[1:]
     name = x.name
     if own != tuple(low.param_shapes[x.name]):
         name = emit("reshape", [x.name], {"shape": own})

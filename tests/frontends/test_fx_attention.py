@@ -192,6 +192,21 @@ def _t(*shape):
             id="per-head-parameter",
         ),  # fmt: skip
         pytest.param(
+            lambda s, x, y: x @ s.p + y,
+            ((2, 2, 4), (2, 2, 5)),
+            (1, 4, 5),
+            id="leading-1-meets-the-batch",
+        ),  # fmt: skip
+        pytest.param(
+            lambda s, x, y: s.p @ x + y,
+            ((2, 2, 4), (2, 3, 4)),
+            (1, 3, 2),
+            id="leading-1-on-the-left",
+        ),  # fmt: skip
+        pytest.param(
+            lambda s, x, y: (x @ s.p)[:, None] * y, ((2, 4), (2, 3)), (4,), id="dot-per-sample"
+        ),  # fmt: skip
+        pytest.param(
             lambda s, x, y: F.scaled_dot_product_attention(x, y, y, scale=0.0),
             ((2, 4, 5), (2, 3, 5)),
             None,
@@ -216,9 +231,10 @@ def test_products_with_parameters_and_vectors_match_torch(fn, xs, p):
     "fn, xs, p, words",
     [
         # torch lines whole shapes up from the right: the batch axis would meet a head axis
-        (lambda s, x, y: x @ y, ((2, 4, 5), (2, 2, 5, 3)), None, "different ranks"),
-        (lambda s, x, y: x @ y, ((2, 2, 4, 5), (2, 5, 3)), None, "different ranks"),
-        (lambda s, x, y: x @ y, ((1, 5), (1, 2, 5, 3)), None, "different ranks"),
+        (lambda s, x, y: x @ y, ((2, 4, 5), (2, 2, 5, 3)), None, "the same rank"),
+        (lambda s, x, y: x @ y, ((2, 2, 4, 5), (2, 5, 3)), None, "the same rank"),
+        (lambda s, x, y: x @ y, ((1, 5), (1, 2, 5, 3)), None, "the same rank"),
+        (lambda s, x, y: x @ y + x, ((4, 4), (4, 4)), None, "the same rank, at least"),
         # a vector value is a matrix whose rows are the samples
         (lambda s, x, y: s.p @ x + y, ((4, 4), (4, 4)), (4,), "along the batch axis"),
         (

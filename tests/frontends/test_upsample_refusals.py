@@ -1,5 +1,6 @@
-"""Upsampling forms rootclad does not compile are refused naming the layer or call (the forms it
-compiles are op cases: tests/fixtures/op_cases.py, against torch on every backend)."""
+"""Upsampling beyond the op cases (tests/fixtures/op_cases.py, against torch on every backend):
+torch's 1-d nearest forward at scales near 1 and 2, and the forms refused naming the layer or
+call."""
 
 from __future__ import annotations
 
@@ -37,3 +38,22 @@ class Fn(nn.Module):
 def test_upsampling_forms_not_supported_are_refused(net, shape, words):
     with pytest.raises(IRError, match=words):
         rootclad.compile(net, torch.randn(2, *shape), engine="pullback")
+
+
+@pytest.mark.parametrize("scale, n", [(1.01, 10), (2.05, 5), (1.3, 3)])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_nearest_1d_by_scales_near_1_and_2_indexes_as_torchs_forward(scale, n, dtype):
+    """torch's 1-d forward floors o * (1 / scale) even where its backward and its 2-d kernel
+    take n -> n and n -> 2n as a copy and a doubling; rootclad follows the forward, and its
+    gradient is that forward's (checked by torch autograd of the same gather)."""
+    net = nn.Upsample(scale_factor=scale)
+    x = torch.randn(3, 2, n, dtype=dtype, requires_grad=True)
+    cm = rootclad.compile(net, x.detach(), engine="pullback")
+    out, ref = cm(x), net(x)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    idx = torch.arange(ref.shape[-1], dtype=dtype) * torch.tensor(1.0 / scale, dtype=dtype)
+    gathered = x[..., idx.floor().long().clamp(max=n - 1)]
+    d = torch.randn_like(ref)
+    (got,) = torch.autograd.grad(out, x, d)
+    (want,) = torch.autograd.grad(gathered, x, d)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)

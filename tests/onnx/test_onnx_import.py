@@ -437,3 +437,28 @@ def test_reduce_sum_axes_as_onnx_defines_them():
         rootclad.onnx.load(_reduce([4], keepdims=0), engine="pullback", loss="mse")
     with pytest.raises(IRError, match="mixes the samples"):
         rootclad.onnx.load(_reduce(None, keepdims=0), engine="pullback", loss="mse")
+
+
+def _resize(scales=None, sizes=None):
+    inits = []
+    if scales is not None:
+        inits.append(numpy_helper.from_array(np.array(scales, np.float32), "scales"))
+    if sizes is not None:
+        inits.append(numpy_helper.from_array(np.array(sizes, np.int64), "sizes"))
+    node = helper.make_node("Resize", ["x", "", "scales" if scales else "", *(["sizes"] if sizes else [])],
+                            ["y"], mode="nearest", coordinate_transformation_mode="asymmetric",
+                            nearest_mode="floor")  # fmt: skip
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 2, "L"])  # undeclared L
+    return _model([node], [_vi("x", 2, 10)], out, inits, opset=18)
+
+
+def test_resize_sizes_onnx_and_torch_would_count_differently_are_refused():
+    # 10 * float32(0.7) is 7 in float32 (onnxruntime) and 6.99... in double (torch)
+    with pytest.raises(IRError, match="give sizes instead"):
+        rootclad.onnx.load(_resize(scales=[1, 1, 0.7]), engine="pullback", loss="mse")
+    with pytest.raises(IRError, match="the batch and channel axes must stay"):  # batch 1 of 3
+        rootclad.onnx.load(_resize(sizes=[1, 2, 8]), engine="pullback", loss="mse")
+    x = np.random.default_rng(0).standard_normal((3, 2, 10)).astype(np.float32)
+    model = _resize(scales=[1, 1, 0.5])
+    cm = rootclad.onnx.load(model, engine="pullback", loss="mse")
+    np.testing.assert_allclose(cm(torch.from_numpy(x)).detach().numpy(), run_ort(model, x))

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from rootclad.frontends.onnx.common import Renamed, text
+from rootclad.frontends.onnx.common import BATCH, Renamed, text
 
 # layers are built in float64 from the file's values and rounded once, to the graph's dtype, by
 # the builder: a float64 file keeps its weights to the last bit
@@ -539,9 +539,14 @@ class LayerOps:
                 raise self.fail(node, f"scales {scales}: the batch and channel axes must stay")
             kw = {"scale_factor": tuple(scales[2:])}
             out = [int(math.floor(n * f)) for n, f in zip(shape[1:], scales[2:], strict=True)]
+            onnx_out = [int(np.floor(np.float32(n) * np.float32(f)))
+                        for n, f in zip(shape[1:], scales[2:], strict=True)]  # fmt: skip
+            if onnx_out != out:
+                raise self.fail(node, f"scales {scales[2:]} give sizes {onnx_out} in onnx's float "
+                                f"arithmetic and {out} in torch's; give sizes instead")  # fmt: skip
         else:
             sizes = list(np.ravel(sizes))
-            if len(sizes) != len(shape) + 1 or int(sizes[1]) != shape[0]:
+            if len(sizes) != len(shape) + 1 or sizes[0] is not BATCH or int(sizes[1]) != shape[0]:
                 raise self.fail(node, f"sizes {sizes}: the batch and channel axes must stay")
             out = [int(v) for v in sizes[2:]]
             kw = {"size": tuple(out)}
@@ -560,10 +565,6 @@ class LayerOps:
                                 "half_pixel or align_corners are supported")  # fmt: skip
             kw["mode"] = "linear" if len(shape) == 2 else "bilinear"
             kw["align_corners"] = coords == "align_corners"
-            if kw["align_corners"] and scales is not None and any(
-                    n * f != int(n * f) for n, f in zip(shape[1:], scales[2:], strict=True)):  # fmt: skip
-                raise self.fail(node, "align_corners by scales that give fractional sizes: onnx "
-                                "aligns to the unrounded size, torch to the rounded one")  # fmt: skip
         else:
             raise self.fail(node, f"mode={mode!r}: nearest and linear are supported")
         self.emit(node.output, lambda env, root, x=x, kw=kw: F.interpolate(env[x], **kw),

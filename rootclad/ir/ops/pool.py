@@ -198,12 +198,14 @@ def _upsample_infer(node, shapes, graph):
 
 def upsample_scales(node, dtype: str) -> tuple[float, ...]:
     """torch's scale along each spatial axis (upsample_i0 in ops/pool_geometry.h), as the kernel
-    type holds it: nearest in float; linear in the model's type (float for float32)."""
+    type holds it: 2-d nearest in float; 1-d nearest and linear in the model's type (float for
+    float32)."""
     import numpy as np
 
     a = node.attrs
-    real = np.float32 if a["mode"] == "nearest" or dtype == "float32" else np.float64
     n = len(node.in_shape) - 1
+    nearest_2d = a["mode"] == "nearest" and n == 2
+    real = np.float32 if nearest_2d or dtype == "float32" else np.float64
     factors = a["scale_factor"] * n if a["scale_factor"] and len(a["scale_factor"]) == 1 else (
         a["scale_factor"])  # fmt: skip
     out = []

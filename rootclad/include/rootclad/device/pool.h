@@ -303,7 +303,7 @@ void upsample_forward(On on, T* out, const T* inp, long R, Upsample<T> u) {
         const T* x = inp + i / ((long)u.OW * u.OH) * u.H * u.W;
         const int h0 = upsample_i0(oh, u.H, u.OH, u.mode, u.sh);
         const int w0 = upsample_i0(ow, u.W, u.OW, u.mode, u.sw);
-        if (u.mode == 0) {
+        if (u.mode == 0 || u.mode == 3) {
           out[i] = x[(long)h0 * u.W + w0];
           return;
         }

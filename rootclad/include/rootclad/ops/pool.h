@@ -277,7 +277,7 @@ void upsample_forward(T* out, const T* inp, int R, int H, int W, int OH, int OW,
         const int w0 = upsample_i0(ow, W, OW, mode, sw);
         const int w1 = upsample_i1(w0, W, OW, mode);
         const long o = ((long)r * OH + oh) * OW + ow;
-        if (mode == 0) { // a copy: no weights (a NaN beside the copied value stays out)
+        if (mode == 0 || mode == 3) { // a copy: no weights (a NaN beside it stays out)
           out[o] = inp[((long)r * H + h0) * W + w0];
           continue;
         }
@@ -303,7 +303,7 @@ void upsample_backward(T* d_inp, const T* d_out, int R, int H, int W, int OH, in
         const T g = d_out[((long)r * OH + oh) * OW + ow];
         T* dx = d_inp + (long)r * H * W;
         dx[(long)h0 * W + w0] += (T(1) - lh) * (T(1) - lw) * g;
-        if (mode == 0)
+        if (mode == 0 || mode == 3)
           continue;
         dx[(long)h0 * W + w1] += (T(1) - lh) * lw * g;
         dx[(long)h1 * W + w0] += lh * (T(1) - lw) * g;

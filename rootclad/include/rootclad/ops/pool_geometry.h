@@ -46,16 +46,21 @@ namespace rootclad {
 // positions i0 and i1 (i0 + 1, or i0 at the end), weighted 1 - l and l. mode 0: nearest (l = 0;
 // i0 = floor(o * scale) in float, scale = float(n) / O or 1 / scale_factor); 1: linear with
 // half-pixel centres (source (o + 0.5) scale - 0.5, at least 0); 2: linear with aligned corners
-// (source o scale, scale = (n - 1) / (O - 1)). `scale` is torch's, in the kernels' type T (torch
-// computes in float for float tensors). O = n reads position o alone.
+// (source o scale, scale = (n - 1) / (O - 1)); 3: nearest as torch's 1-d forward indexes it
+// (floor(o * scale) in T, no shortcuts). `scale` is torch's, in the kernels' type T (torch
+// computes in float for float tensors). O = n reads position o alone (but for mode 3).
 template <typename T> ROOTCLAD_HD inline T upsample_source(int o, int mode, T scale) {
   const T src = mode == 2 ? scale * T(o) : scale * (T(o) + T(0.5)) - T(0.5);
   return src < T(0) ? T(0) : src;
 }
 template <typename T> ROOTCLAD_HD inline int upsample_i0(int o, int n, int O, int mode, T scale) {
+  int i;
+  if (mode == 3) {
+    i = (int)(T(o) * scale); // >= 0: truncation is floor
+    return i < n - 1 ? i : n - 1;
+  }
   if (O == n)
     return o;
-  int i;
   if (mode == 0) {
     if (O == 2 * n)
       return o >> 1;
@@ -66,13 +71,13 @@ template <typename T> ROOTCLAD_HD inline int upsample_i0(int o, int n, int O, in
   return i < n - 1 ? i : n - 1;
 }
 template <typename T> ROOTCLAD_HD inline T upsample_lambda(int o, int n, int O, int mode, T scale) {
-  if (mode == 0 || O == n)
+  if (mode == 0 || mode == 3 || O == n)
     return T(0);
   const T l = upsample_source(o, mode, scale) - T(upsample_i0(o, n, O, mode, scale));
   return l < T(0) ? T(0) : (l > T(1) ? T(1) : l);
 }
 ROOTCLAD_HD inline int upsample_i1(int i0, int n, int O, int mode) {
-  return mode != 0 && O != n && i0 < n - 1 ? i0 + 1 : i0;
+  return (mode == 1 || mode == 2) && O != n && i0 < n - 1 ? i0 + 1 : i0;
 }
 
 } // namespace rootclad
