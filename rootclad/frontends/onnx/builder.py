@@ -108,14 +108,19 @@ class Builder(ShapeOps, LayerOps):
             path, k = base, 1
             while not _free(self.root, path):
                 path, k = f"{base}_{k}", k + 1
+        parent, last = self.parent_of(path)
+        parent.add_module(last, module)
+        return path
+
+    def parent_of(self, path: str) -> tuple[nn.Module, str]:
+        """The module that holds ``path``'s last part (containers made on the way), and it."""
         parent = self.root
         *heads, last = path.split(".")
         for part in heads:
             if part not in parent._modules:
                 parent.add_module(part, nn.Module())
             parent = parent._modules[part]
-        parent.add_module(last, module)
-        return path
+        return parent, last
 
     def place_parameter(self, node, name: str, param: nn.Parameter) -> str:
         """Register ``param`` (read directly) at the path initializer ``name`` spells, else as
@@ -125,12 +130,7 @@ class Builder(ShapeOps, LayerOps):
             if p is param:
                 return dotted
         if re.fullmatch(r"\w+(\.\w+)*", name) and self.free_path(name):
-            *heads, last = name.split(".")
-            parent = self.root
-            for part in heads:
-                if part not in parent._modules:
-                    parent.add_module(part, nn.Module())
-                parent = parent._modules[part]
+            parent, last = self.parent_of(name)
             parent.register_parameter(last, param)
             return name
         holder = nn.Module()
