@@ -618,6 +618,25 @@ def test_the_gpu_benchmark_script_runs_on_the_cpu(tmp_path):
     assert "| gw-cnn | 4 |" in table.split("| direct convolutions |")[1]
 
 
+def test_the_gpu_attention_benchmark_runs_on_the_cpu(tmp_path):
+    """benchmarks/cuda/bench_attention.py, with --device cpu, writes its JSON and table (to a
+    scratch place, not the kept ones); the GPU run itself needs a GPU machine."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "cuda" / "bench_attention.py"
+    out = tmp_path / "attention.json"
+    res = subprocess.run([sys.executable, str(script), "--device", "cpu", "--out", str(out)],
+                         capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    entry = json.loads(out.read_text())["models"]["small"]["2"]
+    assert set(entry["median_ms"]) == {"rootclad", "torch eager"}
+    assert all(v > 0 for v in entry["median_ms"].values())
+    assert "| small (32 x 64, 4) | 2 |" in (tmp_path / "attention.md").read_text()
+
+
 def _bn_net():
     """A convolution without bias before BatchNorm, as real models have it: a bias there has a
     gradient that is zero in exact arithmetic, and Adam turns its rounding noise (which differs

@@ -30,6 +30,18 @@ cublasStatus_t cublasDgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
                               cublasOperation_t transb, int m, int n, int k, const double* alpha,
                               const double* A, int lda, const double* B, int ldb,
                               const double* beta, double* C, int ldc);
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
+                                         cublasOperation_t transb, int m, int n, int k,
+                                         const float* alpha, const float* A, int lda,
+                                         long long int strideA, const float* B, int ldb,
+                                         long long int strideB, const float* beta, float* C,
+                                         int ldc, long long int strideC, int batchCount);
+cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
+                                         cublasOperation_t transb, int m, int n, int k,
+                                         const double* alpha, const double* A, int lda,
+                                         long long int strideA, const double* B, int ldb,
+                                         long long int strideB, const double* beta, double* C,
+                                         int ldc, long long int strideC, int batchCount);
 }
 #endif
 #endif
@@ -49,6 +61,26 @@ void colmajor_gemm(Host on, int ta, int tb, int m, int n, int k, T alpha, const 
       s += (ta ? A[l + (long)i * lda] : A[i + (long)l * lda]) *
            (tb ? B[j + (long)l * ldb] : B[l + (long)j * ldb]);
     T& c = C[i + (long)j * ldc];
+    c = alpha * s + (beta == T(0) ? T(0) : beta * c);
+  });
+}
+
+// count products as colmajor_gemm's, product t reading A + t sA and B + t sB and writing
+// C + t sC (cuBLAS's gemmStridedBatched)
+template <class T>
+void colmajor_gemm_batched(Host on, int ta, int tb, int m, int n, int k, T alpha, const T* A,
+                           int lda, long sA, const T* B, int ldb, long sB, T beta, T* C, int ldc,
+                           long sC, int count) {
+  const long mn = (long)m * n;
+  each_index(on, count * mn, [=](long e) {
+    const long t = e / mn;
+    const int i = (int)(e % mn % m), j = (int)(e % mn / m);
+    const T *a = A + t * sA, *b = B + t * sB;
+    T s = 0;
+    for (int l = 0; l < k; ++l)
+      s += (ta ? a[l + (long)i * lda] : a[i + (long)l * lda]) *
+           (tb ? b[j + (long)l * ldb] : b[l + (long)j * ldb]);
+    T& c = C[t * sC + i + (long)j * ldc];
     c = alpha * s + (beta == T(0) ? T(0) : beta * c);
   });
 }
@@ -98,6 +130,37 @@ void colmajor_gemm(Cuda on, int ta, int tb, int m, int n, int k, T alpha, const 
   if (status)
     blas_status() = status;
 }
+
+inline cublasStatus_t blas_gemm_batched(cublasHandle_t h, cublasOperation_t ta,
+                                        cublasOperation_t tb, int m, int n, int k,
+                                        const float* alpha, const float* A, int lda, long sA,
+                                        const float* B, int ldb, long sB, const float* beta,
+                                        float* C, int ldc, long sC, int count) {
+  return cublasSgemmStridedBatched(h, ta, tb, m, n, k, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc,
+                                   sC, count);
+}
+inline cublasStatus_t blas_gemm_batched(cublasHandle_t h, cublasOperation_t ta,
+                                        cublasOperation_t tb, int m, int n, int k,
+                                        const double* alpha, const double* A, int lda, long sA,
+                                        const double* B, int ldb, long sB, const double* beta,
+                                        double* C, int ldc, long sC, int count) {
+  return cublasDgemmStridedBatched(h, ta, tb, m, n, k, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc,
+                                   sC, count);
+}
+
+template <class T>
+void colmajor_gemm_batched(Cuda on, int ta, int tb, int m, int n, int k, T alpha, const T* A,
+                           int lda, long sA, const T* B, int ldb, long sB, T beta, T* C, int ldc,
+                           long sC, int count) {
+  cublasHandle_t h = blas_handle(on.stream);
+  if (!h)
+    return;
+  const int status =
+      (int)blas_gemm_batched(h, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, m,
+                             n, k, &alpha, A, lda, sA, B, ldb, sB, &beta, C, ldc, sC, count);
+  if (status)
+    blas_status() = status;
+}
 #endif
 
 // Row-major C(M, N) = alpha op(A) op(B) + beta C (op(A): M x K), as blas.h's gemm on the CPU.
@@ -105,6 +168,15 @@ template <class On, class T>
 void gemm(On on, bool ta, bool tb, int M, int N, int K, T alpha, const T* A, int lda, const T* B,
           int ldb, T beta, T* C, int ldc) {
   colmajor_gemm(on, tb, ta, N, M, K, alpha, B, ldb, A, lda, beta, C, ldc);
+}
+
+// count row-major products as gemm's, product t at A + t sA, B + t sB and C + t sC
+template <class On, class T>
+void gemm_batched(On on, bool ta, bool tb, int M, int N, int K, T alpha, const T* A, int lda,
+                  long sA, const T* B, int ldb, long sB, T beta, T* C, int ldc, long sC,
+                  int count) {
+  colmajor_gemm_batched(on, tb, ta, N, M, K, alpha, B, ldb, sB, A, lda, sA, beta, C, ldc, sC,
+                        count);
 }
 
 } // namespace dev

@@ -94,15 +94,27 @@ void linear_backward(On on, T* d_inp, T* d_weight, T* d_bias, DY d_out, const T*
 
 // -- a product of two values: per sample s and group g < G, out[s, g](M, N) =
 // a[s, g](M, K) @ b[s, g](K, N); a sample's a holds na values and group g starts at g * sa
-// (sa = 0: one matrix shared by the G products); b likewise (ops/dense.h). As loops, one
-// output value each (attention's products are small per group).
+// (sa = 0: one matrix shared by the G products); b likewise (ops/dense.h). Where neither
+// operand is shared by several products, the B G products are one strided batched gemm
+// (cuBLAS's gemmStridedBatched on the GPU); otherwise loops, one output value each.
 struct Matmul {
   int G, M, K, N;
   long na, sa, nb, sb;
 };
 
+// The distance between the operand's matrices of products t and t + 1 (t = s G + g), for an
+// operand of n values per sample and group stride st; -1 where it is shared by its sample's G
+// products (no one distance).
+inline long matmul_stride(int G, long n, long st) {
+  return G == 1 ? n : (st != 0 && n == G * st ? st : -1);
+}
+
 template <class On, class T>
 void matmul_forward(On on, T* out, const T* a, const T* b, long B, Matmul g) {
+  const long ta = matmul_stride(g.G, g.na, g.sa), tb = matmul_stride(g.G, g.nb, g.sb);
+  if (ta > 0 && tb > 0)
+    return gemm_batched(on, false, false, g.M, g.N, g.K, T(1), a, g.K, ta, b, g.N, tb, T(0), out,
+                        g.N, (long)g.M * g.N, (int)(B * g.G));
   each_index(
       on, B * g.G * g.M * g.N, ROOTCLAD_BODY(long i) {
         const long mn = (long)g.M * g.N, s = i / (g.G * mn), grp = i / mn % g.G;
@@ -119,6 +131,10 @@ void matmul_forward(On on, T* out, const T* a, const T* b, long B, Matmul g) {
 // d_a += d_out @ b^T, per value of a (a shared a sums over its sample's groups)
 template <class On, class T>
 void matmul_backward_a(On on, T* d_a, const T* d_out, const T* b, long B, Matmul g) {
+  const long ta = matmul_stride(g.G, g.na, g.sa), tb = matmul_stride(g.G, g.nb, g.sb);
+  if (ta > 0 && tb > 0)
+    return gemm_batched(on, false, true, g.M, g.K, g.N, T(1), d_out, g.N, (long)g.M * g.N, b, g.N,
+                        tb, T(1), d_a, g.K, ta, (int)(B * g.G));
   each_index(
       on, B * g.na, ROOTCLAD_BODY(long i) {
         const long s = i / g.na, e = i % g.na;
@@ -138,6 +154,10 @@ void matmul_backward_a(On on, T* d_a, const T* d_out, const T* b, long B, Matmul
 // d_b += a^T @ d_out, per value of b
 template <class On, class T>
 void matmul_backward_b(On on, T* d_b, const T* d_out, const T* a, long B, Matmul g) {
+  const long ta = matmul_stride(g.G, g.na, g.sa), tb = matmul_stride(g.G, g.nb, g.sb);
+  if (ta > 0 && tb > 0)
+    return gemm_batched(on, true, false, g.K, g.N, g.M, T(1), a, g.K, ta, d_out, g.N,
+                        (long)g.M * g.N, T(1), d_b, g.N, tb, (int)(B * g.G));
   each_index(
       on, B * g.nb, ROOTCLAD_BODY(long i) {
         const long s = i / g.nb, e = i % g.nb;

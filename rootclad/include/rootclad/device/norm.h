@@ -67,23 +67,27 @@ void layer_norm_forward(On on, T* out, T* stats, const T* inp, const T* weight, 
       });
 }
 
-// d_weight[i] += sum over rows of d_out x_hat, d_bias[i] += sum of d_out (null: skipped)
+// d_weight[i] += sum over rows of d_out x_hat, d_bias[i] += sum of d_out (null: skipped); the
+// rows split into chunks (batch_chunks: a transformer's 2^15 rows for 256 values were 256
+// threads of 2^15 steps, 60% of its step on an H200)
 template <class On, class T>
 void layer_norm_backward_params(On on, T* d_weight, T* d_bias, const T* d_out, const T* inp,
                                 const T* stats, long R, int M) {
   if (!d_weight && !d_bias)
     return;
+  const long chunks = batch_chunks(M, R);
   each_index(
-      on, (long)M, ROOTCLAD_BODY(long i) {
+      on, M * chunks, ROOTCLAD_BODY(long j) {
+        const long i = j % M, chunk = j / M;
         T sw = 0, sb = 0;
-        for (long r = 0; r < R; ++r) {
+        for (long r = R * chunk / chunks; r < R * (chunk + 1) / chunks; ++r) {
           sw += d_out[r * M + i] * (inp[r * M + i] - stats[2 * r]) * stats[2 * r + 1];
           sb += d_out[r * M + i];
         }
         if (d_weight)
-          d_weight[i] += sw;
+          add_to(d_weight + i, sw);
         if (d_bias)
-          d_bias[i] += sb;
+          add_to(d_bias + i, sb);
       });
 }
 
