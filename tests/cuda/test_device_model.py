@@ -633,6 +633,8 @@ def test_the_gpu_attention_benchmark_runs_on_the_cpu(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     entry = json.loads(out.read_text())["models"]["small"]["2"]
     assert set(entry["median_ms"]) == {"rootclad", "torch eager"}
+    first = entry["first_loss"]  # checked by the script too: it stops where they differ
+    assert abs(first["rootclad"] - first["torch eager"]) <= 1e-4 * max(1, abs(first["torch eager"]))
     assert all(v > 0 for v in entry["median_ms"].values())
     assert "| small (32 x 64, 4) | 2 |" in (tmp_path / "attention.md").read_text()
 

@@ -311,3 +311,17 @@ def test_batchnorm_statistics_over_uneven_chunks_match_torch(device):
     dm = _bce_gradients_match_torch(net, x, y, device)
     for name in ("1.running_mean", "1.running_var"):
         assert_close_rel(_cpu(dm.state_dict()[name]), net.state_dict()[name], 1e-12, name)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_layer_norm_weight_sums_over_uneven_chunks_match_torch(device):
+    """LayerNorm of width 300 over 2 x 250 rows: its weight and bias gradients sum the 500 rows
+    in 218 chunks of 2 or 3 rows (batch_chunks: 2^16 indices), meeting through add_to; every
+    gradient against torch."""
+    torch.manual_seed(0)
+    net = perturbed(torch.nn.Sequential(torch.nn.LayerNorm(300), torch.nn.Flatten(),
+                                        torch.nn.Linear(250 * 300, 1))).double()  # fmt: skip
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 250, 300, generator=gen, dtype=F64)
+    y = torch.randint(0, 2, (2,), generator=gen).to(F64)
+    _bce_gradients_match_torch(net, x, y, device)

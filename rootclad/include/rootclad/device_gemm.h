@@ -4,9 +4,10 @@
 // column-major call BLAS defines (C^T = op(B)^T op(A)^T: the operands swap). That call goes to
 // cublasSgemm/cublasDgemm on the GPU, and on the host to colmajor_gemm's loops, which follow
 // BLAS's definition of gemm; so the host tests check the very arguments cuBLAS gets.
+// gemm_batched() likewise: many products at fixed strides, one cublas{S,D}gemmStridedBatched.
 //
 // cuBLAS's own header is used where the compiler finds it (the CUDA toolkit's, or the
-// nvidia-cublas wheel's include directory); otherwise the four entry points used here are
+// nvidia-cublas wheel's include directory); otherwise the six entry points used here are
 // declared below, as cublas_api.h declares them (the library is linked by path at build time).
 #pragma once
 

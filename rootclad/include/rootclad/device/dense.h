@@ -112,7 +112,7 @@ inline long matmul_stride(int G, long n, long st) {
 template <class On, class T>
 void matmul_forward(On on, T* out, const T* a, const T* b, long B, Matmul g) {
   const long ta = matmul_stride(g.G, g.na, g.sa), tb = matmul_stride(g.G, g.nb, g.sb);
-  if (ta > 0 && tb > 0)
+  if (ta > 0 && tb > 0 && B * g.G <= 2147483647L) // cuBLAS counts products in an int
     return gemm_batched(on, false, false, g.M, g.N, g.K, T(1), a, g.K, ta, b, g.N, tb, T(0), out,
                         g.N, (long)g.M * g.N, (int)(B * g.G));
   each_index(
@@ -132,7 +132,7 @@ void matmul_forward(On on, T* out, const T* a, const T* b, long B, Matmul g) {
 template <class On, class T>
 void matmul_backward_a(On on, T* d_a, const T* d_out, const T* b, long B, Matmul g) {
   const long ta = matmul_stride(g.G, g.na, g.sa), tb = matmul_stride(g.G, g.nb, g.sb);
-  if (ta > 0 && tb > 0)
+  if (ta > 0 && tb > 0 && B * g.G <= 2147483647L) // cuBLAS counts products in an int
     return gemm_batched(on, false, true, g.M, g.K, g.N, T(1), d_out, g.N, (long)g.M * g.N, b, g.N,
                         tb, T(1), d_a, g.K, ta, (int)(B * g.G));
   each_index(
@@ -155,7 +155,7 @@ void matmul_backward_a(On on, T* d_a, const T* d_out, const T* b, long B, Matmul
 template <class On, class T>
 void matmul_backward_b(On on, T* d_b, const T* d_out, const T* a, long B, Matmul g) {
   const long ta = matmul_stride(g.G, g.na, g.sa), tb = matmul_stride(g.G, g.nb, g.sb);
-  if (ta > 0 && tb > 0)
+  if (ta > 0 && tb > 0 && B * g.G <= 2147483647L) // cuBLAS counts products in an int
     return gemm_batched(on, true, false, g.K, g.N, g.M, T(1), a, g.K, ta, d_out, g.N,
                         (long)g.M * g.N, T(1), d_b, g.N, tb, (int)(B * g.G));
   each_index(

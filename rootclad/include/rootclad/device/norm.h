@@ -69,7 +69,7 @@ void layer_norm_forward(On on, T* out, T* stats, const T* inp, const T* weight, 
 
 // d_weight[i] += sum over rows of d_out x_hat, d_bias[i] += sum of d_out (null: skipped); the
 // rows split into chunks (batch_chunks: a transformer's 2^15 rows for 256 values were 256
-// threads of 2^15 steps, 60% of its step on an H200)
+// threads of 2^15 steps, 39 of its 67 ms on an H200)
 template <class On, class T>
 void layer_norm_backward_params(On on, T* d_weight, T* d_bias, const T* d_out, const T* inp,
                                 const T* stats, long R, int M) {
