@@ -100,10 +100,11 @@ def _choose_engine(engine: str, pullbacks: bool):
 
 
 def _examples(example_input, dtype=None) -> tuple[tuple, torch.dtype, torch.device]:
-    """(the example inputs, the dtype (the first example's by default), its device)."""
+    """(the example inputs, the dtype (by default the first example's that is not a mask,
+    torch.bool), its device)."""
     examples = tuple(example_input) if isinstance(example_input, (tuple, list)) else (
         example_input,)  # fmt: skip
-    first = examples[0]
+    first = next((t for t in examples if getattr(t, "dtype", None) != torch.bool), examples[0])
     dtype = dtype or getattr(first, "dtype", None)
     if dtype not in _DTYPE_NAMES:
         raise TypeError(f"dtype {dtype} is not supported; use torch.float32 or torch.float64")
@@ -116,7 +117,8 @@ def _module_graph(model: torch.nn.Module, examples: tuple, dtype, several: bool)
         import copy
 
         model = copy.deepcopy(model).cpu()
-    example = tuple(t.detach().cpu().to(dtype) for t in examples)
+    example = tuple(t.detach().cpu().to(t.dtype if t.dtype == torch.bool else dtype)
+                    for t in examples)  # fmt: skip
     return model, graph_from_module(model, example if several else example[0], _DTYPE_NAMES[dtype])
 
 

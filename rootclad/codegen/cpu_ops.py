@@ -305,6 +305,14 @@ def _stochastic_depth_calls(node, graph, site):
 BINARY_KINDS = {"add": 0, "sub": 1, "mul": 2, "div": 3}
 
 
+def binary_kind(node) -> int:
+    """The kernels' kind (ops/binary.h): BINARY_KINDS, or a mask's 4 (fill where nonzero) and
+    5 (keep where nonzero)."""
+    if node.op == "masked_fill":
+        return 5 if node.attrs["keep"] else 4
+    return BINARY_KINDS[node.op]
+
+
 def broadcast_padded(node):
     """broadcast_geometry of the node, padded to MAX_BROADCAST_DIMS axes (size 1, stride 0)."""
     a, b = node.in_shapes
@@ -316,7 +324,7 @@ def broadcast_padded(node):
 def _binary_calls(node, graph, site):
     a, b = node.in_shapes
     dims, sa, sb = broadcast_padded(node)
-    args = (OUT, IN(0), IN(1), INT(BINARY_KINDS[node.op]), INT("B"))
+    args = (OUT, IN(0), IN(1), INT(binary_kind(node)), INT("B"))
     args += tuple(INT(d) for d in dims) + tuple(INT(s) for s in sa) + (INT(_n(a)),)
     args += tuple(INT(s) for s in sb) + (INT(_n(b)),)
     return [Call("binary", args)]
@@ -421,6 +429,7 @@ CPU_OPS: dict[str, CpuOp] = {
     "sub": CpuOp(_binary_calls),
     "mul": CpuOp(_binary_calls),
     "div": CpuOp(_binary_calls),
+    "masked_fill": CpuOp(_binary_calls),
     "permute": CpuOp(_permute_calls),
     "cat": CpuOp(_cat_calls),
     "slice": CpuOp(_slice_calls),

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rootclad.codegen.cpu_ops import (
-    BINARY_KINDS,
     adaptive_geometry,
+    binary_kind,
     broadcast_padded,
     cat_parts,
     conv1d_geometry,
@@ -284,7 +284,7 @@ def _binary_device(node, graph, d):
     dims, sa, sb = broadcast_padded(node)
     g = (f"Broadcast{{{{{', '.join(map(str, dims))}}}, {{{', '.join(map(str, sa))}}}, "
          f"{{{', '.join(map(str, sb))}}}, {_n(a)}, {_n(b)}}}")  # fmt: skip
-    kind = BINARY_KINDS[node.op]
+    kind = binary_kind(node)
     fwd = [f"binary_forward(on, {d.out}, {d.ins[0]}, {d.ins[1]}, (long)B, {g}, {kind}"
            f"{d.fwd_act()});"]  # fmt: skip
     bwd = [f"binary_backward(on, {dx}, {d.dy()}, {d.ins[0]}, {d.ins[1]}, (long)B, {g}, {kind}, "
@@ -391,6 +391,7 @@ DEVICE_OPS: dict[str, DeviceOp] = {
     "sub": DeviceOp(_binary_device, fuses_activation=True),
     "mul": DeviceOp(_binary_device, fuses_activation=True),
     "div": DeviceOp(_binary_device, fuses_activation=True),
+    "masked_fill": DeviceOp(_binary_device),
     "permute": DeviceOp(_permute_device),
     "cat": DeviceOp(_cat_device),
     "slice": DeviceOp(_slice_device),

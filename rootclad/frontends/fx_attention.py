@@ -12,8 +12,14 @@ batched over their leading axes) with the ops the rest of a model uses:
 - ``nn.TransformerEncoderLayer`` (``norm_first`` both ways, ReLU, GELU or a module as its
   activation) and ``nn.TransformerEncoder``: their blocks, layer by layer.
 
-Masks (``attn_mask``, ``key_padding_mask``, ``is_causal``) are refused, naming the call: a
-mask is data the model would have to take as an input.
+Masks are data: a model takes them as inputs of ``torch.bool`` (0s and 1s in the IR), or as
+float inputs where torch adds them to the scores. ``key_padding_mask`` (``src_key_padding_mask``
+of the encoders; True: a key no query attends to) and a boolean ``attn_mask`` of
+``F.scaled_dot_product_attention`` (True: attends) become the IR's ``masked_fill`` of the
+scores with -inf, float ones an ``add``; so do ``x.masked_fill(mask, float("-inf"))``, ``~mask``
+and ``mask.float()`` of a mask. Masks without the batch axis (a causal mask built in
+``forward``, ``is_causal=True``) and ``attn_mask`` of nn.MultiheadAttention are refused, naming
+the call.
 """
 
 from __future__ import annotations
@@ -46,8 +52,18 @@ class Root(nn.Module):
         return self.block(x)
 
 
+MASK_CALLS = ("masked_fill", "invert", "__invert__", "logical_not", "float", "double", "to")
+
+
 def handles(name: str) -> bool:
-    return name in MATMULS or name == "__rmatmul__" or name == "scaled_dot_product_attention"
+    return (name in MATMULS or name == "__rmatmul__" or name == "scaled_dot_product_attention"
+            or name in MASK_CALLS)  # fmt: skip
+
+
+def is_mask(x) -> bool:
+    """A torch.bool value (a mask the model takes as an input, or computed from one)."""
+    meta = x.meta.get("tensor_meta") if isinstance(x, torch.fx.Node) else None
+    return getattr(meta, "dtype", None) == torch.bool
 
 
 class _Emit:
@@ -86,18 +102,57 @@ def _own_forward(mod, where: str) -> None:
                       "block from your layers in a module of yours")  # fmt: skip
 
 
-def _refuse_masks(bound: dict, where: str) -> None:
+def _refuse_masks(bound: dict, where: str, allowed=()) -> None:
     for what in ("attn_mask", "key_padding_mask", "src_mask", "src_key_padding_mask", "mask"):
-        if bound.get(what) is not None:
+        if bound.get(what) is not None and what not in allowed:
             raise IRError(f"{where}: {what} is not supported; rootclad compiles attention "
-                          "without masks (every position attends to every other)")  # fmt: skip
+                          f"with {' or '.join(allowed) or 'no masks'} (an input of the model)")  # fmt: skip
     if bound.get("is_causal"):
-        raise IRError(f"{where}: is_causal=True is not supported; rootclad compiles attention "
-                      "without masks")  # fmt: skip
+        raise IRError(f"{where}: is_causal=True is not supported: a causal mask is a constant, "
+                      "and rootclad takes masks as inputs of the model")  # fmt: skip
+
+
+def _mask_operand(low, mask, rank: int, what: str, where) -> tuple[str, bool]:
+    """(the value, whether boolean) of a mask that meets scores of per-sample rank ``rank``:
+    an input of the model (or computed from one), with the batch axis."""
+    if not low.is_tensor(mask) or len(low.shape(mask)) == 0 or low.shape(mask)[0] != low.batch:
+        raise IRError(f"{where}: {what} is not a value with the batch axis; rootclad takes masks "
+                      "as inputs of the model (a constant mask, such as a causal one, is not "
+                      "supported)")  # fmt: skip
+    shape = tuple(low.shape(mask)[1:])
+    if len(shape) != rank:
+        raise IRError(f"{where}: {what} of per-sample shape {shape} meets scores of {rank} "
+                      "per-sample axes; torch would line its batch axis up with another axis: "
+                      "give it as many axes as the scores (1s where it broadcasts)")  # fmt: skip
+    return mask.name, is_mask(mask)
+
+
+def _lower_mask_call(low, fx_node, name, args, kw, where) -> None:
+    x = args[0] if args else kw.get("input")
+    if name != "masked_fill":
+        if not (low.is_tensor(x) and is_mask(x)):
+            raise low.unsupported(fx_node)
+        if name in ("float", "double", "to"):  # 0s and 1s in the model's type already
+            to = [a for a in (*args[1:], *kw.values()) if isinstance(a, torch.dtype)]
+            if name == "to" and (len(to) != 1 or not to[0].is_floating_point):
+                raise IRError(f"{where}: a mask converted other than to a floating type")
+            return low.add(fx_node.name, "identity", [x])
+        return low.add(fx_node.name, "affine", [x], {"scale": -1.0, "shift": 1.0})
+    mask = args[1] if len(args) > 1 else kw.get("mask")
+    value = args[2] if len(args) > 2 else kw.get("value")
+    if not isinstance(value, float) or value != -math.inf:
+        raise IRError(f"{where}: masked_fill with {value!r}; rootclad fills masks with "
+                      "float('-inf'), as attention does")  # fmt: skip
+    if not (low.is_tensor(x) and low.shape(x)[0] == low.batch and is_mask(mask)):
+        raise IRError(f"{where}: masked_fill of a value by a torch.bool mask is supported")
+    _mask_operand(low, mask, len(low.shape(x)) - 1, "the mask", where)
+    low.add(fx_node.name, "masked_fill", [x, mask], {"keep": False})
 
 
 # -- products -------------------------------------------------------------------------------
 def lower_call(low, fx_node, name, args, kw, where) -> None:
+    if name in MASK_CALLS:
+        return _lower_mask_call(low, fx_node, name, args, kw, where)
     if name == "scaled_dot_product_attention":
         return _lower_sdpa(low, fx_node, args, kw, where)
     a, b = (args[1], args[0]) if name == "__rmatmul__" else (args[0], args[1])
@@ -151,13 +206,19 @@ def _operand(low, emit, x, rank: int, where):
     return name, own, True
 
 
-def _attention(emit, q: str, k: str, v: str, scale: float, dropout: float, qk_rank: int) -> str:
-    """softmax(q k^T scale) v over the last two axes of (..., L, d) values; returns the name of
-    its (..., L, dv) output."""
+def _attention(emit, q: str, k: str, v: str, scale: float, dropout: float, qk_rank: int,
+               mask=None) -> str:  # fmt: skip
+    """softmax(q k^T scale [+ mask]) v over the last two axes of (..., L, d) values; returns
+    the name of its (..., L, dv) output. ``mask``: (value, how): "add" (a float mask), "keep"
+    (True attends) or "fill" (True: -inf)."""
     perm = (*range(qk_rank - 2), qk_rank - 1, qk_rank - 2)
     kt = emit("permute", [k], {"perm": perm})
     scores = emit("matmul", [q, kt])
     scaled = emit("affine", [scores], {"scale": float(scale), "shift": 0.0})
+    if mask is not None:
+        value, how = mask
+        scaled = (emit("add", [scaled, value]) if how == "add" else
+                  emit("masked_fill", [scaled, value], {"keep": how == "keep"}))  # fmt: skip
     weights = emit("softmax", [scaled], {"axis": qk_rank - 1})
     if dropout > 0:
         weights = emit("dropout", [weights], {"p": float(dropout)})
@@ -167,7 +228,7 @@ def _attention(emit, q: str, k: str, v: str, scale: float, dropout: float, qk_ra
 def _lower_sdpa(low, fx_node, args, kw, where) -> None:
     names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
     bound = dict(zip(names, args, strict=False)) | kw
-    _refuse_masks(bound, where)
+    _refuse_masks(bound, where, ("attn_mask",))
     # (dropout_p > 0 drops even in eval mode: the trace check refuses its random output)
     if bound.get("enable_gqa"):
         raise IRError(f"{where}: enable_gqa=True is not supported")
@@ -183,7 +244,11 @@ def _lower_sdpa(low, fx_node, args, kw, where) -> None:
     scale = bound.get("scale")
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     emit = _Emit(low, fx_node.name)
-    out = _attention(emit, q.name, k.name, v.name, scale, 0.0, rank)
+    mask = None
+    if bound.get("attn_mask") is not None:
+        value, boolean = _mask_operand(low, bound["attn_mask"], rank, "attn_mask", where)
+        mask = (value, "keep" if boolean else "add")
+    out = _attention(emit, q.name, k.name, v.name, scale, 0.0, rank, mask)
     emit("identity", [out], name=fx_node.name)
 
 
@@ -203,33 +268,44 @@ def lower_module(low, fx_node, mod, module_node) -> None:
         names = ("query", "key", "value", "key_padding_mask", "need_weights", "attn_mask",
                  "average_attn_weights", "is_causal")  # fmt: skip
         bound = _bind(fx_node, names)
-        _refuse_masks(bound, where)
+        _refuse_masks(bound, where, ("key_padding_mask",))
         qkv = [bound.get(n) for n in names[:3]]
         if not all(low.is_tensor(t) for t in qkv):
             raise IRError(f"{where}: query, key and value must be tensors")
-        out = _mha(emit, path, mod, *((t.name, low.shape(t)[1:]) for t in qkv), where)
+        out = _mha(emit, path, mod, *((t.name, low.shape(t)[1:]) for t in qkv), where,
+                   _padding(low, bound.get("key_padding_mask"), where))  # fmt: skip
         low.tuples[fx_node.name] = [out, None]
         return
     if isinstance(mod, nn.TransformerEncoderLayer):
         bound = _bind(fx_node, ("src", "src_mask", "src_key_padding_mask", "is_causal"))
-        _refuse_masks(bound, where)
+        _refuse_masks(bound, where, ("src_key_padding_mask",))
         src = bound["src"]
-        out = _encoder_layer(emit, path, mod, src.name, low.shape(src)[1:], where, module_node)
+        padding = _padding(low, bound.get("src_key_padding_mask"), where)
+        out = _encoder_layer(emit, path, mod, src.name, low.shape(src)[1:], where, module_node,
+                             padding)  # fmt: skip
     else:
         bound = _bind(fx_node, ("src", "mask", "src_key_padding_mask", "is_causal"))
-        _refuse_masks(bound, where)
+        _refuse_masks(bound, where, ("src_key_padding_mask",))
         x, shape = bound["src"].name, low.shape(bound["src"])[1:]
+        padding = _padding(low, bound.get("src_key_padding_mask"), where)
         for i, layer in enumerate(mod.layers):
             _own_forward(layer, f"{where}, layer {i}")
             x = _encoder_layer(emit, f"{path}.layers.{i}", layer, x, shape,
-                               f"{where}, layer {i}", module_node)  # fmt: skip
+                               f"{where}, layer {i}", module_node, padding)  # fmt: skip
         out = x if mod.norm is None else emit.module(module_node, f"{path}.norm", mod.norm, x)
     emit("identity", [out], name=fx_node.name)
 
 
-def _mha(emit, path, mod, q, k, v, where) -> str:
-    """nn.MultiheadAttention on (name, per-sample shape) query, key and value; returns the
-    name of its output."""
+def _padding(low, mask, where):
+    """A key padding mask (B, S): (value, boolean, per-sample shape), or None."""
+    if mask is None:
+        return None
+    return (*_mask_operand(low, mask, 1, "the key padding mask", where), low.shape(mask)[1:])
+
+
+def _mha(emit, path, mod, q, k, v, where, padding=None) -> str:
+    """nn.MultiheadAttention on (name, per-sample shape) query, key and value, with a key
+    padding mask (_padding's) or None; returns the name of its output."""
     if not mod.batch_first:
         raise IRError(f"{where}: batch_first=False puts the batch on axis 1; rootclad's batch "
                       "axis is the first: build the layer with batch_first=True")  # fmt: skip
@@ -258,7 +334,15 @@ def _mha(emit, path, mod, q, k, v, where) -> str:
 
     L = q[1][0]
     qh, kh, vh = project(q, 0), project(k, 1), project(v, 2)
-    ctx = _attention(emit, qh, kh, vh, 1.0 / math.sqrt(d), float(mod.dropout), 3)
+    mask = None
+    if padding is not None:
+        value, boolean, shape = padding
+        if tuple(shape) != (k[1][0],):
+            raise IRError(f"{where}: the key padding mask has per-sample shape {tuple(shape)}; "
+                          f"({k[1][0]},), one per key, is needed")  # fmt: skip
+        value = emit("reshape", [value], {"shape": (1, 1, k[1][0])})  # over heads and queries
+        mask = (value, "fill" if boolean else "add")
+    ctx = _attention(emit, qh, kh, vh, 1.0 / math.sqrt(d), float(mod.dropout), 3, mask)
     ctx = emit("permute", [ctx], {"perm": (1, 0, 2)})  # (L, H, d)
     ctx = emit("reshape", [ctx], {"shape": (L, E)})
     out_bias = f"{path}.out_proj.bias" if mod.out_proj.bias is not None else ""
@@ -276,9 +360,9 @@ def _activation(emit, module_node, path, act, x, where) -> str:
                   "torch.nn activation module")  # fmt: skip
 
 
-def _encoder_layer(emit, path, mod, x: str, shape, where, module_node) -> str:
-    """One TransformerEncoderLayer on value ``x`` of per-sample ``shape``; returns its
-    output's name."""
+def _encoder_layer(emit, path, mod, x: str, shape, where, module_node, padding=None) -> str:
+    """One TransformerEncoderLayer on value ``x`` of per-sample ``shape`` with a key padding
+    mask (or None); returns its output's name."""
 
     def sub(name, value):
         return emit.module(module_node, f"{path}.{name}", getattr(mod, name), value)
@@ -286,7 +370,7 @@ def _encoder_layer(emit, path, mod, x: str, shape, where, module_node) -> str:
     def attention(h):
         _own_forward(mod.self_attn, f"{where}, self_attn")
         a = _mha(emit, f"{path}.self_attn", mod.self_attn, *([(h, shape)] * 3),
-                 f"{where}, self_attn")  # fmt: skip
+                 f"{where}, self_attn", padding)  # fmt: skip
         return sub("dropout1", a)
 
     def feed_forward(h):

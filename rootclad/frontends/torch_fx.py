@@ -109,7 +109,7 @@ def graph_from_module(module: nn.Module, example_input, dtype: str) -> Graph:
     if any(isinstance(m, nn.modules.lazy.LazyModuleMixin) for m in module.modules()):
         ready = [p for p in module.parameters() if not isinstance(p, nn.UninitializedParameter)]
         with torch.no_grad():
-            module(*(x.to(ready[0].dtype if ready else x.dtype) for x in xs))
+            module(*(x.to(ready[0].dtype) if ready and x.dtype != torch.bool else x for x in xs))
     params = [Param(name, tuple(p.shape)) for name, p in module.named_parameters()]
     if _composite(module):  # a layer of several ops: traced as one call
         try:
@@ -407,7 +407,9 @@ class _FxLowering:
             for n in self.traced.graph.nodes
             if hasattr(n.meta.get("tensor_meta"), "shape") and n.name not in self.param_shapes
         }
-        return Graph(inputs, shapes, self.nodes, output.name, self.params, self.dtype)
+        masks = tuple(x.dtype == torch.bool for x in self.xs)
+        return Graph(inputs, shapes, self.nodes, output.name, self.params, self.dtype,
+                     masks=masks if any(masks) else ())  # fmt: skip
 
     def call_module(self, fx_node) -> None:
         mod = self.traced.get_submodule(fx_node.target)

@@ -71,6 +71,8 @@ class Graph:
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # set by validate()
     # state that is not trained (BatchNorm's running statistics), named as torch's buffers
     buffers: list[Param] = field(default_factory=list)
+    # the inputs that are masks: torch.bool in the model, 0s and 1s here (none: no masks)
+    masks: tuple[bool, ...] = ()
     # params and buffers by name, set by validate(): param() runs once per node
     by_name: dict[str, Param] = field(default_factory=dict, repr=False, compare=False)
 

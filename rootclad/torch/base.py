@@ -240,14 +240,20 @@ class ModelBase:
         return call_seed(self._seed, next(self._calls))
 
     def _inputs(self, x) -> tuple:
-        """The model inputs as a tuple: a tensor, or a tuple/list of one tensor per input."""
+        """The model inputs as a tuple: a tensor, or a tuple/list of one tensor per input; a
+        mask (an input the model took as torch.bool) as 0s and 1s of the model's dtype."""
         xs = tuple(x) if isinstance(x, (tuple, list)) else (x,)
         if len(xs) != len(self.input_shapes):
             raise TypeError(
                 f"this model takes {len(self.input_shapes)} inputs, got {len(xs)} "
                 f"(per-sample shapes {self.input_shapes})"
             )
-        return xs
+        masks = self.graph.masks or (False,) * len(xs)
+        for which, t, mask in zip(self._input_names, xs, masks, strict=True):
+            if mask and isinstance(t, torch.Tensor) and t.dtype != torch.bool:
+                raise TypeError(f"{which} is a mask: the model was compiled with a torch.bool "
+                                f"tensor there, got {t.dtype}")  # fmt: skip
+        return tuple(t.to(self.dtype) if mask else t for t, mask in zip(xs, masks, strict=True))
 
     def _device_error(self, which: str, t: torch.Tensor) -> Exception | None:
         """The error for an input on another device than this model's, or None."""

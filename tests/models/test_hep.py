@@ -4,14 +4,18 @@ papers describe them, with small dimensions; each compiles and computes what tor
 - DeepSets (Zaheer et al. 2017; Komiske, Metodiev and Thaler's energy flow networks): a
   per-particle MLP, a sum over the particles masked by a second input (padding), the masked
   mean, then an MLP on the pooled features.
+- A Particle-Transformer-style encoder (Qu, Li and Qian 2022, without its pairwise
+  features): particles embedded, transformer encoder layers whose attention skips the padded
+  particles (``src_key_padding_mask=~mask``, the mask a torch.bool input), the masked mean,
+  a classifier.
 - A 1-D ResNet for gravitational-wave strain, in the shape of ml4gw's ResNet1D: torchvision's
   ResNet with 1-d convolutions and GroupNorm (stem of 7 taps and stride 2, max-pooling,
   basic blocks with 1x1 projections where the stride or width changes, global average).
 
 Each: the output, the gradients of every input and parameter against torch autograd
 (float64, against the largest of all gradients, 1e-9; float32 to 1e-4), on the pullback and
-clad engines, and 20 Adam steps against torch.optim. The attention-based and recurrent ones
-(Particle Transformer, DeepJet) need masks and LSTMs: docs/models.md lists them as refused.
+clad engines, and 20 Adam steps against torch.optim. ParticleNet (topk, gathers) and DeepJet
+(an LSTM) are refused: docs/models.md lists what they need.
 """
 
 from __future__ import annotations
@@ -38,6 +42,21 @@ class DeepSets(nn.Module):
     def forward(self, particles, mask):  # (B, N, F), (B, N): 1 for a particle, 0 for padding
         h = self.phi(particles) * mask.unsqueeze(-1)
         return self.rho(h.sum(1) / mask.sum(1, keepdim=True))
+
+
+class ParticleTransformer(nn.Module):
+    def __init__(self, features=4, width=16, heads=4, classes=3):
+        super().__init__()
+        self.embed = nn.Sequential(nn.Linear(features, width), nn.GELU())
+        layer = nn.TransformerEncoderLayer(width, heads, 2 * width, dropout=0.0,
+                                           activation="gelu", batch_first=True, norm_first=True)  # fmt: skip
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, particles, mask):  # (B, N, F), (B, N) torch.bool: True for a particle
+        h = self.encoder(self.embed(particles), src_key_padding_mask=~mask)
+        m = mask.unsqueeze(-1).float()
+        return self.head((h * m).sum(1) / m.sum(1))
 
 
 class Block1d(nn.Module):
@@ -90,19 +109,31 @@ def _deepsets_inputs(B, gen):
     return (x, mask), torch.randint(0, 3, (B,), generator=gen), "cross_entropy"
 
 
+def _part_inputs(B, gen):
+    (x, mask), y, loss = _deepsets_inputs(B, gen)
+    return (x, mask.bool()), y, loss
+
+
 def _resnet_inputs(B, gen):
     x = torch.randn(B, 2, 128, dtype=F64, generator=gen)
     return (x,), torch.randint(0, 2, (B,), generator=gen).to(F64), "bce_with_logits"
 
 
-MODELS = {"deepsets": (DeepSets, _deepsets_inputs), "resnet1d": (ResNet1D, _resnet_inputs)}
+MODELS = {
+    "deepsets": (DeepSets, _deepsets_inputs),
+    "particle-transformer": (ParticleTransformer, _part_inputs),
+    "resnet1d": (ResNet1D, _resnet_inputs),
+}
 
 
 def _vjp(fn, params, xs, d_out):
-    xs = [x.detach().clone().requires_grad_(True) for x in xs]
+    """The output and the gradients of the float inputs (a torch.bool mask has none) and of
+    ``params``."""
+    xs = [x.detach().clone().requires_grad_(x.is_floating_point()) for x in xs]
+    wrt = [x for x in xs if x.requires_grad]
     out = fn(*xs)
-    grads = torch.autograd.grad(out, [*xs, *params], d_out.to(out.dtype))
-    return out.detach(), grads[: len(xs)], grads[len(xs) :]
+    grads = torch.autograd.grad(out, [*wrt, *params], d_out.to(out.dtype))
+    return out.detach(), grads[: len(wrt)], grads[len(wrt) :]
 
 
 @pytest.mark.parametrize("dtype", [F64, torch.float32])
@@ -115,11 +146,11 @@ def test_hep_model_forward_and_gradients_match_torch(name, engine, dtype, reques
     torch.manual_seed(0)
     net = perturbed(build().double()).eval()
     xs, _, loss = inputs(3, torch.Generator().manual_seed(1))
-    xs = tuple(x.to(dtype) for x in xs)
+    xs = tuple(x.to(dtype) if x.is_floating_point() else x for x in xs)
     cm = rootclad.compile(copy.deepcopy(net).to(dtype), example_input=xs if len(xs) > 1 else xs[0],
                           loss=loss, engine=engine)  # fmt: skip
     ref = copy.deepcopy(net).to(dtype).double()  # the parameters rounded as rootclad's
-    xs64 = [x.double() for x in xs]
+    xs64 = [x.double() if x.is_floating_point() else x for x in xs]
     out_ref = ref(*xs64)
     d_out = torch.randn(out_ref.shape, dtype=F64, generator=torch.Generator().manual_seed(4))
     out_ref, dx_ref, dp_ref = _vjp(ref, list(ref.parameters()), xs64, d_out)

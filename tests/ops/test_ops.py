@@ -21,7 +21,15 @@ from fixtures.core import (
     assert_grads_close,
     check_against_torch,
 )
-from fixtures.op_cases import CASES, Fn, dtype_params, sample_input, seq
+from fixtures.op_cases import (
+    CASES,
+    MASK_CASES,
+    Fn,
+    dtype_params,
+    mask_input,
+    sample_input,
+    seq,
+)
 from torch import nn
 from torch.nn import functional as F
 
@@ -66,6 +74,9 @@ def test_every_registered_op_has_a_case_here():
     covered = set()
     for _, build, shape, _ in CASES:
         graph = graph_from_module(build(), sample_input(shape), "float64")
+        covered |= {node.op for node in graph.nodes}
+    for _, build, shapes, kind in MASK_CASES:  # models of two inputs: tests/torch/test_masks.py
+        graph = graph_from_module(build(), mask_input(shapes, kind), "float64")
         covered |= {node.op for node in graph.nodes}
     missing = sorted(set(OPS) - covered)
     assert not missing, f"ops without a case in CASES: {missing}"

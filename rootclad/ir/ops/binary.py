@@ -63,6 +63,33 @@ def _binary_infer(node, shapes, graph):
     return out
 
 
+def _mask_infer(node, shapes, graph):
+    expect(
+        isinstance(node.attrs.get("keep"), bool),
+        node,
+        "masked_fill needs attr 'keep': True fills where the mask is 0, False where it is not",
+    )
+    out = _binary_infer(node, shapes, graph)
+    expect(
+        out == tuple(shapes[0]),
+        node,
+        f"the mask of per-sample shape {tuple(shapes[1])} would broadcast the values "
+        f"{tuple(shapes[0])} to {out}; a mask broadcasts against the values, not they against it",
+    )
+    return out
+
+
+register(
+    OpSpec(
+        "masked_fill",
+        "binary",
+        "a with -inf where the mask b is nonzero (keep=False: masked_fill(b, -inf), a key "
+        "padding mask) or zero (keep=True: a boolean attn_mask); no gradient reaches b",
+        _mask_infer,
+        arity=2,
+    )
+)
+
 for _name, _sym in (("add", "+"), ("sub", "-"), ("mul", "*"), ("div", "/")):
     register(
         OpSpec(

@@ -20,18 +20,23 @@ template <class On, class T, class DY> void add_backward(On on, T* d_x, DY d_out
 
 // -- a (op) b with broadcasting: per sample, the output's element j = (j0, j1, j2) over dims
 // reads a at sum j_k sa[k] and b at sum j_k sb[k] (stride 0: a broadcast axis); ops.py's
-// broadcast_geometry merges the axes. kind: 0 add, 1 sub, 2 mul, 3 div (ops.BINARY_KINDS).
+// broadcast_geometry merges the axes. kind: 0 add, 1 sub, 2 mul, 3 div, 4 and 5 attention's
+// masks (ops/binary.h; cpu_ops.BINARY_KINDS).
 struct Broadcast {
   int dims[3], sa[3], sb[3];
   long na, nb; // per-sample sizes of a and b
 };
 
 template <class T> ROOTCLAD_HD inline T binary_value(int kind, T a, T b) {
+  if (kind >= 4)
+    return (b != T(0)) == (kind == 5) ? a : -T(INFINITY);
   return kind == 0 ? a + b : kind == 1 ? a - b : kind == 2 ? a * b : a / b;
 }
 
-// d (a op b) / d a (which = 0) or / d b (which = 1)
+// d (a op b) / d a (which = 0) or / d b (which = 1); a mask takes none
 template <class T> ROOTCLAD_HD inline T binary_partial(int kind, int which, T a, T b) {
+  if (kind >= 4)
+    return !which && (b != T(0)) == (kind == 5) ? T(1) : T(0);
   if (kind == 0)
     return T(1);
   if (kind == 1)

@@ -6,8 +6,10 @@
 namespace rootclad {
 
 // ---------------------------------------------------------------------------------------
-// Binary ops with broadcasting. kind: 0 a + b, 1 a - b, 2 a * b, 3 a / b. Per sample the
-// output is an (n0, n1, n2) loop nest; a's element of out[b, i, j, k] is
+// Binary ops with broadcasting. kind: 0 a + b, 1 a - b, 2 a * b, 3 a / b, and attention's
+// masks, b a mask of 0s and 1s that takes no gradient: 4 -inf where b is nonzero, else a
+// (masked_fill(b, -inf)); 5 a where b is nonzero, else -inf (a boolean attn_mask). Per sample
+// the output is an (n0, n1, n2) loop nest; a's element of out[b, i, j, k] is
 //   a[b*na + i*sa0 + j*sa1 + k*sa2]   (stride 0 on an axis a is broadcast along),
 // and b's likewise with sb*, nb. Operands of equal shapes run as one flat loop.
 template <typename T> inline T binary_apply(int kind, T x, T y) {
@@ -17,6 +19,10 @@ template <typename T> inline T binary_apply(int kind, T x, T y) {
     return x - y;
   if (kind == 2)
     return x * y;
+  if (kind == 4)
+    return y != T(0) ? -T(INFINITY) : x;
+  if (kind == 5)
+    return y != T(0) ? x : -T(INFINITY);
   return x / y;
 }
 
@@ -57,6 +63,9 @@ template <typename T> inline void binary_adjoint(int kind, T g, T x, T y, T& da,
   } else if (kind == 2) {
     da += g * y;
     db += g * x;
+  } else if (kind == 4 || kind == 5) { // the mask takes no gradient
+    if ((y != T(0)) == (kind == 5))
+      da += g;
   } else {
     da += g / y;
     db -= g * x / (y * y);

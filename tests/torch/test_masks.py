@@ -1,0 +1,188 @@
+"""Attention's masks, taken as inputs of the model (fixtures/op_cases.py MASK_CASES): a
+torch.bool mask (0s and 1s inside), or a float one torch adds to the scores. Each case against
+torch autograd: the output, the values' gradient, a float mask's gradient and every
+parameter's, on the pullback and clad engines and the device kernels (host loops); rows that
+a mask empties give NaN where torch's do; what stays unsupported is refused naming the call."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from fixtures.core import assert_close_rel, assert_grads_close
+from fixtures.op_cases import MASK_CASES, MaskedFill, PaddedAttention, mask_input
+from torch import nn
+from torch.nn import functional as F
+
+import rootclad
+from rootclad.compiler import compile_device
+from rootclad.ir.graph import IRError
+
+F64 = torch.float64
+CASES = [pytest.param(build, shapes, kind, id=name) for name, build, shapes, kind in MASK_CASES]
+
+
+def _vjp(fn, params, xs, d_out):
+    """fn's output and the gradients of the float inputs and of ``params`` for ``d_out``."""
+    xs = [x.detach().clone().requires_grad_(x.is_floating_point()) for x in xs]
+    out = fn(*xs)
+    wrt = [x for x in xs if x.requires_grad] + list(params)
+    grads = torch.autograd.grad(out, wrt, d_out.to(out.dtype), allow_unused=True)
+    n = sum(x.requires_grad for x in xs)
+    return out.detach(), grads[:n], grads[n:]
+
+
+def _check(cm, net, xs, dtype, rtol):
+    ref = copy.deepcopy(net).to(dtype).double()
+    xs64 = [x.double() if x.is_floating_point() else x for x in xs]
+    out_ref = ref(*xs64)
+    d_out = torch.randn(out_ref.shape, dtype=F64, generator=torch.Generator().manual_seed(4))
+    out_ref, dx_ref, dp_ref = _vjp(ref, list(ref.parameters()), xs64, d_out)
+    out, dx, dp = _vjp(cm, list(cm.parameters()), xs, d_out)
+    assert out.dtype == dtype
+    assert_close_rel(out, out_ref, rtol, "forward")
+    for i, (a, e) in enumerate(zip(dx, dx_ref, strict=True)):
+        assert_close_rel(a, e, rtol, f"d_input {i}")
+    names = [n for n, _ in ref.named_parameters()]
+    if names:
+        actual, expected = (dict(zip(names, g, strict=True)) for g in (dp, dp_ref))
+        assert_grads_close(actual, expected, rtol, "parameters", against_all=True)
+
+
+@pytest.mark.parametrize("build, shapes, kind", CASES)
+def test_mask_case_matches_torch(build, shapes, kind):
+    torch.manual_seed(0)
+    net = build()
+    xs = mask_input(shapes, kind)
+    cm = rootclad.compile(copy.deepcopy(net), example_input=xs, loss="mse", engine="pullback")
+    _check(cm, net, xs, F64, 1e-9)
+    if kind != "add":  # the same model at another batch size, float32 values
+        xs = mask_input(shapes, kind, B=5, seed=2)
+        xs32 = (xs[0].float(), xs[1])
+        cm = rootclad.compile(copy.deepcopy(net).float(), example_input=xs32, loss="mse")
+        _check(cm, net, xs32, torch.float32, 1e-4)
+
+
+@pytest.mark.clad
+@pytest.mark.parametrize("pullbacks", [True, False])
+@pytest.mark.parametrize("build, shapes, kind", CASES)
+def test_mask_case_on_the_clad_engine_matches_torch(clad, build, shapes, kind, pullbacks):
+    torch.manual_seed(0)
+    net = build()
+    xs = mask_input(shapes, kind)
+    cm = rootclad.compile(copy.deepcopy(net), example_input=xs, loss="mse", engine="clad",
+                          pullbacks=pullbacks)  # fmt: skip
+    assert cm.engine == "clad"
+    _check(cm, net, xs, F64, 1e-9)
+
+
+@pytest.mark.parametrize("build, shapes, kind", CASES)
+def test_mask_case_on_the_device_kernels_matches_torch(build, shapes, kind):
+    """The device program's kernels, run as host loops (tests/cuda runs them on a GPU)."""
+    torch.manual_seed(0)
+    net = build()
+    xs = mask_input(shapes, kind)
+    dm = compile_device(copy.deepcopy(net), xs, device="cpu", loss="mse")
+    assert_close_rel(dm.predict(*xs), net(*xs), 1e-10, "forward")
+    y = torch.randn(net(*xs).shape, dtype=F64, generator=torch.Generator().manual_seed(5))
+    loss, grads = dm.loss_and_grad(xs, y)
+    loss_ref = F.mse_loss(net(*xs), y)
+    assert_close_rel(loss, loss_ref.detach(), 1e-10, "loss")
+    if list(net.parameters()):
+        names = [n for n, _ in net.named_parameters()]
+        grads_ref = torch.autograd.grad(loss_ref, list(net.parameters()))
+        assert_grads_close(grads, dict(zip(names, grads_ref, strict=True)), 1e-9, "mse",
+                           against_all=True)  # fmt: skip
+    d_x = dm.input_grad(*xs, d_out=y)[0]
+    x = xs[0].detach().clone().requires_grad_(True)
+    (d_ref,) = torch.autograd.grad(net(x, xs[1]), [x], y)
+    assert_close_rel(d_x, d_ref, 1e-10, "d_input")
+
+
+def test_rows_a_mask_empties_are_nan_where_torchs_are():
+    """A row all -inf: softmax's 0/0, NaN in torch's math and in rootclad's; the other rows
+    stay finite."""
+    net = MaskedFill()
+    x, mask = mask_input(((4, 6), (4, 6)), "fill")
+    mask[1, 2] = True  # one row of the second sample all masked
+    cm = rootclad.compile(net, example_input=(x, mask), loss="mse", engine="pullback")
+    out, ref = cm(x, mask), net(x, mask)
+    assert torch.equal(torch.isnan(out), torch.isnan(ref)) and torch.isnan(ref).any()
+    keep = ~torch.isnan(ref)
+    assert_close_rel(out[keep], ref[keep], 1e-12, "the other rows")
+
+
+def test_a_mask_is_given_as_torch_bool():
+    x, mask = mask_input(((4, 6), (4, 6)), "fill")
+    cm = rootclad.compile(MaskedFill(), example_input=(x, mask), loss="mse", engine="pullback")
+    with pytest.raises(TypeError, match=r"input 1 is a mask: .*torch.bool.*got torch.float64"):
+        cm(x, mask.double())
+    assert_close_rel(cm.predict(x, mask), MaskedFill()(x, mask), 1e-12)
+
+
+class _Causal(nn.Module):
+    def forward(self, x):
+        return F.scaled_dot_product_attention(x, x, x, is_causal=True)
+
+
+class _ConstantMask(nn.Module):
+    def forward(self, x):
+        mask = torch.ones(4, 4, dtype=torch.bool).tril()
+        return x.masked_fill(mask, float("-inf"))
+
+
+class _MhaAttnMask(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.MultiheadAttention(4, 2, batch_first=True)
+
+    def forward(self, x, mask):
+        return self.a(x, x, x, attn_mask=mask, need_weights=False)[0]
+
+
+class _FillValue(nn.Module):
+    def forward(self, x, mask):
+        return x.masked_fill(mask, -1e9)
+
+
+class _LowRankMask(nn.Module):
+    def forward(self, x, mask):  # (B, L, S) scores, a (B, S) mask: torch meets B with L
+        return F.scaled_dot_product_attention(x, x, x, attn_mask=mask)
+
+
+@pytest.mark.parametrize(
+    "net, inputs, words",
+    [
+        (_Causal(), lambda x, m: (x,), ["is_causal=True", "masks as inputs"]),
+        (_ConstantMask(), lambda x, m: (x,), ["_tensor_constant0", "tensor constants"]),
+        (_MhaAttnMask(), lambda x, m: (x, m[0, :4, :4]), ["attn_mask is not supported"]),
+        (
+            _FillValue(),
+            lambda x, m: (x, m[..., :4]),
+            ["masked_fill with -1000000000.0", "float('-inf')"],
+        ),
+        (_LowRankMask(), lambda x, m: (x, m[:, 0, :4]), ["attn_mask of per-sample shape (4,)"]),
+    ],
+)
+def test_unsupported_masks_are_refused_naming_the_call(net, inputs, words):
+    x = torch.randn(4, 4, 4, dtype=F64)  # a batch of 4: torch meets it with 4 queries
+    m = torch.rand(4, 4, 6) > 0.5
+    with pytest.raises(IRError) as err:
+        rootclad.compile(net.double(), example_input=inputs(x, m), engine="pullback")
+    for word in words:
+        assert word in str(err.value), str(err.value)
+
+
+def test_the_padding_mask_reaches_every_layer_of_an_encoder():
+    """A padded key changes nothing of the others' outputs in any layer: the same model on the
+    unpadded tokens alone agrees (torch's reference, and rootclad's against it)."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+    net = PaddedAttention(nn.TransformerEncoder(layer, 3, enable_nested_tensor=False)).double()
+    x = torch.randn(2, 5, 8, dtype=F64)
+    pad = torch.zeros(2, 5, dtype=torch.bool)
+    pad[:, 3:] = True
+    cm = rootclad.compile(net.eval(), example_input=(x, pad), loss="mse", engine="pullback")
+    short = net(x[:, :3], pad[:, :3])
+    assert_close_rel(cm(x, pad)[:, :3], short, 1e-12, "the unpadded tokens")
