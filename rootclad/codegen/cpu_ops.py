@@ -436,6 +436,7 @@ CPU_OPS: dict[str, CpuOp] = {
     "parameter": CpuOp(_parameter_calls),
     "softmax": CpuOp(_softmax_calls),
     "log_softmax": CpuOp(_softmax_calls),
+    "safe_softmax": CpuOp(_softmax_calls),
     "layer_norm": CpuOp(
         _layer_norm_calls,
         lambda node, g: {"stats": 2 * layer_norm_rows(node)},  # mean, 1/std per row

@@ -332,7 +332,7 @@ def _parameter_device(node, graph, d):
 def _softmax_device(node, graph, d):
     shape, axis = node.in_shape, node.attrs["axis"]
     lines = f"(long)B * {_n(shape[:axis])}, {shape[axis]}, {_n(shape[axis + 1 :])}"
-    log_form = int(node.op == "log_softmax")
+    log_form = {"softmax": 0, "log_softmax": 1, "safe_softmax": 2}[node.op]
     fwd = [f"softmax_forward(on, {d.out}, {d.ins[0]}, {lines}, {log_form});"]
     bwd = [f"softmax_backward(on, {d.d_ins[0]}, {d.d_out}, {d.out}, {lines}, {log_form});"]
     return fwd, bwd if d.d_ins[0] != "nullptr" else []
@@ -398,6 +398,7 @@ DEVICE_OPS: dict[str, DeviceOp] = {
     "parameter": DeviceOp(_parameter_device),
     "softmax": DeviceOp(_softmax_device),
     "log_softmax": DeviceOp(_softmax_device),
+    "safe_softmax": DeviceOp(_softmax_device),
     "layer_norm": DeviceOp(_layer_norm_device),
     "batch_norm": DeviceOp(_batch_norm_device),
 }

@@ -134,8 +134,9 @@ def _lower_mask_call(low, fx_node, name, args, kw, where) -> None:
             raise low.unsupported(fx_node)
         if name in ("float", "double", "to"):  # 0s and 1s in the model's type already
             to = [a for a in (*args[1:], *kw.values()) if isinstance(a, torch.dtype)]
-            if name == "to" and (len(to) != 1 or not to[0].is_floating_point):
-                raise IRError(f"{where}: a mask converted other than to a floating type")
+            if any(not (d.is_floating_point or d == torch.bool) for d in to):
+                raise IRError(f"{where}: a mask converted to {to[0]}; rootclad converts masks to "
+                              "floating types (or moves them: mask.to(x.device))")  # fmt: skip
             return low.add(fx_node.name, "identity", [x])
         return low.add(fx_node.name, "affine", [x], {"scale": -1.0, "shift": 1.0})
     mask = args[1] if len(args) > 1 else kw.get("mask")
@@ -207,10 +208,12 @@ def _operand(low, emit, x, rank: int, where):
 
 
 def _attention(emit, q: str, k: str, v: str, scale: float, dropout: float, qk_rank: int,
-               mask=None) -> str:  # fmt: skip
+               mask=None, safe=True) -> str:  # fmt: skip
     """softmax(q k^T scale [+ mask]) v over the last two axes of (..., L, d) values; returns
     the name of its (..., L, dv) output. ``mask``: (value, how): "add" (a float mask), "keep"
-    (True attends) or "fill" (True: -inf)."""
+    (True attends) or "fill" (True: -inf). ``safe``: torch's scaled_dot_product_attention
+    (a query whose keys are all masked gets 0s); MultiheadAttention asked for its weights
+    runs a plain softmax (NaN there)."""
     perm = (*range(qk_rank - 2), qk_rank - 1, qk_rank - 2)
     kt = emit("permute", [k], {"perm": perm})
     scores = emit("matmul", [q, kt])
@@ -219,7 +222,7 @@ def _attention(emit, q: str, k: str, v: str, scale: float, dropout: float, qk_ra
         value, how = mask
         scaled = (emit("add", [scaled, value]) if how == "add" else
                   emit("masked_fill", [scaled, value], {"keep": how == "keep"}))  # fmt: skip
-    weights = emit("softmax", [scaled], {"axis": qk_rank - 1})
+    weights = emit("safe_softmax" if safe else "softmax", [scaled], {"axis": qk_rank - 1})
     if dropout > 0:
         weights = emit("dropout", [weights], {"p": float(dropout)})
     return emit("matmul", [weights, v])
@@ -273,7 +276,8 @@ def lower_module(low, fx_node, mod, module_node) -> None:
         if not all(low.is_tensor(t) for t in qkv):
             raise IRError(f"{where}: query, key and value must be tensors")
         out = _mha(emit, path, mod, *((t.name, low.shape(t)[1:]) for t in qkv), where,
-                   _padding(low, bound.get("key_padding_mask"), where))  # fmt: skip
+                   _padding(low, bound.get("key_padding_mask"), where),
+                   safe=bound.get("need_weights", True) is False)  # fmt: skip
         low.tuples[fx_node.name] = [out, None]
         return
     if isinstance(mod, nn.TransformerEncoderLayer):
@@ -303,7 +307,7 @@ def _padding(low, mask, where):
     return (*_mask_operand(low, mask, 1, "the key padding mask", where), low.shape(mask)[1:])
 
 
-def _mha(emit, path, mod, q, k, v, where, padding=None) -> str:
+def _mha(emit, path, mod, q, k, v, where, padding=None, safe=True) -> str:
     """nn.MultiheadAttention on (name, per-sample shape) query, key and value, with a key
     padding mask (_padding's) or None; returns the name of its output."""
     if not mod.batch_first:
@@ -342,7 +346,7 @@ def _mha(emit, path, mod, q, k, v, where, padding=None) -> str:
                           f"({k[1][0]},), one per key, is needed")  # fmt: skip
         value = emit("reshape", [value], {"shape": (1, 1, k[1][0])})  # over heads and queries
         mask = (value, "fill" if boolean else "add")
-    ctx = _attention(emit, qh, kh, vh, 1.0 / math.sqrt(d), float(mod.dropout), 3, mask)
+    ctx = _attention(emit, qh, kh, vh, 1.0 / math.sqrt(d), float(mod.dropout), 3, mask, safe)
     ctx = emit("permute", [ctx], {"perm": (1, 0, 2)})  # (L, H, d)
     ctx = emit("reshape", [ctx], {"shape": (L, E)})
     out_bias = f"{path}.out_proj.bias" if mod.out_proj.bias is not None else ""

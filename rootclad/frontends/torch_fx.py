@@ -485,6 +485,9 @@ class _FxLowering:
             return self.add(fx_node.name, "affine", args[:1], {"scale": -1.0, "shift": 0.0})
         a, b = args[0], args[1] if len(args) > 1 else kw.get("other")
         if self.is_tensor(a) and self.is_tensor(b):
+            if op == "add" and fx_attention.is_mask(a) and fx_attention.is_mask(b):
+                raise IRError(f"{where}: + of two torch.bool masks is torch's logical or, which "
+                              "rootclad does not compile (a * b, their and, is supported)")  # fmt: skip
             for x in (a, b):
                 if x.name in self.param_shapes:  # a parameter: the same for every sample
                     continue

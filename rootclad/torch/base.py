@@ -255,6 +255,11 @@ class ModelBase:
                                 f"tensor there, got {t.dtype}")  # fmt: skip
         return tuple(t.to(self.dtype) if mask else t for t, mask in zip(xs, masks, strict=True))
 
+    def _without_masks(self, grads) -> tuple:
+        """Input gradients with None for the masks (torch.bool inputs have none)."""
+        masks = self.graph.masks or (False,) * len(grads)
+        return tuple(None if m else g for g, m in zip(grads, masks, strict=True))
+
     def _device_error(self, which: str, t: torch.Tensor) -> Exception | None:
         """The error for an input on another device than this model's, or None."""
         if t.device == self.device or (

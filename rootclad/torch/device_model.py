@@ -194,7 +194,8 @@ class DeviceModel(ModelBase):
         """The output, differentiable by torch autograd with respect to the inputs (several
         in order, ``model(x, theta)``, or as one tuple); the parameters' gradients come from
         :meth:`loss_and_grad` and :meth:`train_step`."""
-        xs = self._inputs(x[0] if len(x) == 1 else x)
+        xs = tuple(x[0] if len(x) == 1 and isinstance(x[0], (tuple, list)) else x)
+        self._inputs(xs)  # their number, and masks given as torch.bool (converted later)
         return CompiledFunction.apply(self, len(xs), False, *xs)
 
     def autograd_forward(self, xs: tuple) -> tuple[torch.Tensor, tuple]:
@@ -228,7 +229,7 @@ class DeviceModel(ModelBase):
         """d(sum of output x d_out) / d input (``d_out`` defaults to ones: each sample's
         saliency for a one-output model); no parameter gradient is formed. One tensor per
         model input (a tuple when there are several)."""
-        grads = self._input_grad(x, d_out, self._next_seed())
+        grads = self._without_masks(self._input_grad(x, d_out, self._next_seed()))
         return grads[0] if len(grads) == 1 else grads
 
     def _input_grad(self, xs, d_out, seed: int, again=False) -> tuple[torch.Tensor, ...]:

@@ -320,7 +320,7 @@ class CompiledModel(ModelBase):
         self._lib.vjp(self._arena.data_ptr(), act_ptr, local.d_params.data_ptr(),
                       d_act.data_ptr(), d_out.data_ptr(), B, int(self.training), seed,
                       _INPUTS_ALONE)  # fmt: skip
-        grads = tuple(self._input_grads(d_act, B))
+        grads = self._without_masks(self._input_grads(d_act, B))
         return grads[0] if len(grads) == 1 else grads
 
     def export(self, stem, optimizer=None):

@@ -100,17 +100,93 @@ def test_mask_case_on_the_device_kernels_matches_torch(build, shapes, kind):
     assert_close_rel(d_x, d_ref, 1e-10, "d_input")
 
 
-def test_rows_a_mask_empties_are_nan_where_torchs_are():
-    """A row all -inf: softmax's 0/0, NaN in torch's math and in rootclad's; the other rows
-    stay finite."""
+class _Emptied(nn.Module):
+    """Attention in which the second sample's third query (or every query) has no key."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+        self.mha = nn.MultiheadAttention(4, 2, batch_first=True)
+        layer = nn.TransformerEncoderLayer(4, 2, 8, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+
+    def forward(self, x, mask):  # mask (B, 4, 4), True: a query-key pair that attends
+        pad = ~mask[:, 0]  # the first query's keys: (B, 4), True masks a key
+        if self.how == "sdpa":
+            return F.scaled_dot_product_attention(x, x, x, attn_mask=mask)
+        if self.how == "explicit":
+            scores = (x @ x.transpose(1, 2)).masked_fill(~mask, float("-inf"))
+            return torch.softmax(scores, -1)
+        if self.how == "mha-weights":
+            return self.mha(x, x, x, key_padding_mask=pad)[0]
+        if self.how == "mha":
+            return self.mha(x, x, x, key_padding_mask=pad, need_weights=False)[0]
+        return self.encoder(x, src_key_padding_mask=pad)
+
+
+@pytest.mark.parametrize("how", ["sdpa", "explicit", "mha-weights", "mha", "encoder"])
+def test_queries_a_mask_leaves_no_key_match_torch(how):
+    """torch's scaled_dot_product_attention (and MultiheadAttention with need_weights=False,
+    and the encoders, which run through it) gives 0s to a query whose keys are all masked
+    (its safe softmax, from torch 2.5); a softmax of masked_fill written out, and
+    MultiheadAttention asked for its weights, give NaN. rootclad follows each: the NaN
+    pattern equal, the rest close, on the CPU and the device kernels (host loops)."""
+    torch.manual_seed(0)
+    net = _Emptied(how).double().eval()
+    x = torch.randn(3, 4, 4, dtype=F64)
+    mask = torch.rand(3, 4, 4) > 0.4
+    mask[..., 0] = True
+    mask[1, 2] = False  # the second sample's third query: no key
+    mask[2, 0] = False  # the third sample's first query, whose keys give the padding: none
+    ref = net(x, mask)
+    assert torch.isnan(ref).any() == (how in ("explicit", "mha-weights"))
+    cm = rootclad.compile(copy.deepcopy(net), example_input=(x, mask), loss="mse")
+    dm = compile_device(copy.deepcopy(net), (x, mask), device="cpu", loss="mse")
+    for out in (cm(x, mask), dm(x, mask)):
+        assert torch.equal(torch.isnan(out), torch.isnan(ref))
+        keep = ~torch.isnan(ref)
+        assert_close_rel(out[keep], ref[keep], 1e-12, how)
+    if how in ("sdpa", "mha", "encoder"):  # finite: the gradients too, against torch's
+        xs = x.clone().requires_grad_(True)
+        d_out = torch.randn(ref.shape, dtype=F64)
+        (want,) = torch.autograd.grad(net(xs, mask), [xs], d_out)
+        for model in (cm, dm):
+            got = model.input_grad(x, mask, d_out=d_out)
+            assert got[1] is None  # a torch.bool mask has no gradient
+            assert_close_rel(got[0], want, 1e-10, f"{how} d_input")
+
+
+def test_a_row_of_masked_fill_all_masked_gives_torchs_gradient_on_the_device_kernels():
+    """A NaN row (softmax of all -inf) sends NaN back to the masked positions, where
+    masked_fill stops it: 0 there in torch, and on the CPU and the device kernels."""
     net = MaskedFill()
     x, mask = mask_input(((4, 6), (4, 6)), "fill")
-    mask[1, 2] = True  # one row of the second sample all masked
+    mask[1, 2] = True
+    d_out = torch.randn(3, 4, 6, dtype=F64)
+    xs = x.clone().requires_grad_(True)
+    (want,) = torch.autograd.grad(net(xs, mask), [xs], d_out)
     cm = rootclad.compile(net, example_input=(x, mask), loss="mse", engine="pullback")
-    out, ref = cm(x, mask), net(x, mask)
-    assert torch.equal(torch.isnan(out), torch.isnan(ref)) and torch.isnan(ref).any()
-    keep = ~torch.isnan(ref)
-    assert_close_rel(out[keep], ref[keep], 1e-12, "the other rows")
+    dm = compile_device(net, (x, mask), device="cpu", loss="mse")
+    for model in (cm, dm):
+        got = model.input_grad(x, mask, d_out=d_out)[0]
+        assert torch.equal(torch.isnan(got), torch.isnan(want)), type(model).__name__
+        keep = ~torch.isnan(want)
+        assert_close_rel(got[keep], want[keep], 1e-12, type(model).__name__)
+
+
+def test_masks_under_autograd_on_the_device_kernels():
+    """DeviceModel(x, mask) under torch autograd (the mask converted once, where it is used)."""
+    net = MaskedFill()
+    x, mask = mask_input(((4, 6), (4, 6)), "fill")
+    dm = compile_device(net, (x, mask), device="cpu", loss="mse")
+    xs = x.clone().requires_grad_(True)
+    out = dm(xs, mask)
+    assert_close_rel(out, net(x, mask), 1e-12, "forward")
+    d_out = torch.randn(out.shape, dtype=F64)
+    (got,) = torch.autograd.grad(out, [xs], d_out)
+    x2 = x.clone().requires_grad_(True)
+    (want,) = torch.autograd.grad(net(x2, mask), [x2], d_out)
+    assert_close_rel(got, want, 1e-12, "d_input")
 
 
 def test_a_mask_is_given_as_torch_bool():
@@ -146,6 +222,11 @@ class _FillValue(nn.Module):
         return x.masked_fill(mask, -1e9)
 
 
+class _OrMasks(nn.Module):
+    def forward(self, x, mask):  # torch's bool + bool: or
+        return x * (mask + mask).float()
+
+
 class _LowRankMask(nn.Module):
     def forward(self, x, mask):  # (B, L, S) scores, a (B, S) mask: torch meets B with L
         return F.scaled_dot_product_attention(x, x, x, attn_mask=mask)
@@ -163,6 +244,7 @@ class _LowRankMask(nn.Module):
             ["masked_fill with -1000000000.0", "float('-inf')"],
         ),
         (_LowRankMask(), lambda x, m: (x, m[:, 0, :4]), ["attn_mask of per-sample shape (4,)"]),
+        (_OrMasks(), lambda x, m: (x, m[..., :4]), ["logical or"]),
     ],
 )
 def test_unsupported_masks_are_refused_naming_the_call(net, inputs, words):

@@ -36,6 +36,18 @@ for _name, _module in (("softmax", "Softmax"), ("log_softmax", "LogSoftmax")):
     )
 
 
+register(
+    OpSpec(
+        "safe_softmax",
+        "norm",
+        "softmax whose lines of all -inf give 0s (torch's scaled_dot_product_attention since "
+        "2.5: a query every key of which is masked)",
+        _softmax_infer,
+        saves=("out",),
+    )
+)
+
+
 def _layer_norm_infer(node, shapes, graph):
     (shape,) = shapes
     ns = tuple(node.attrs["normalized_shape"])

@@ -84,8 +84,9 @@ void binary_backward(On on, T* d_x, DY d_out, const T* a, const T* b, long B, Br
               const long j = ((long)j0 * g.dims[1] + j1) * g.dims[2] + j2;
               const long ia = (long)j0 * g.sa[0] + (long)j1 * g.sa[1] + (long)j2 * g.sa[2];
               const long ib = (long)j0 * g.sb[0] + (long)j1 * g.sb[1] + (long)j2 * g.sb[2];
-              sum += d_out[s * n + j] *
-                     binary_partial(kind, which, a[s * g.na + ia], b[s * g.nb + ib]);
+              const T p = binary_partial(kind, which, a[s * g.na + ia], b[s * g.nb + ib]);
+              if (kind < 4 || p != T(0)) // a mask's 0 stops what it masks, a NaN too
+                sum += d_out[s * n + j] * p;
             }
         d_x[i] += sum;
       });

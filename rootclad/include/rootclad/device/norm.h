@@ -8,6 +8,7 @@ namespace rootclad {
 namespace dev {
 
 // -- softmax and log-softmax along the middle axis of inp(R, N, S): one line (r, s) per index --
+// log_form: 0 softmax, 1 log-softmax, 2 safe softmax (a line of all -inf gives 0s: ops/norm.h)
 template <class On, class T>
 void softmax_forward(On on, T* out, const T* inp, long R, int N, int S, int log_form) {
   each_index(
@@ -16,18 +17,23 @@ void softmax_forward(On on, T* out, const T* inp, long R, int N, int S, int log_
         T m = inp[base];
         for (int k = 1; k < N; ++k)
           m = inp[base + (long)k * S] > m ? inp[base + (long)k * S] : m;
+        if (log_form == 2 && m == -T(INFINITY)) {
+          for (int k = 0; k < N; ++k)
+            out[base + (long)k * S] = T(0);
+          return;
+        }
         T sum = 0;
         for (int k = 0; k < N; ++k)
           sum += exp(inp[base + (long)k * S] - m);
         const T lse = m + log(sum);
         for (int k = 0; k < N; ++k) {
           const T z = inp[base + (long)k * S] - lse;
-          out[base + (long)k * S] = log_form ? z : exp(z);
+          out[base + (long)k * S] = log_form == 1 ? z : exp(z);
         }
       });
 }
 
-// softmax: d_x += y (d_y - sum d_y y); log-softmax: d_x += d_y - exp(y) sum d_y
+// softmax (and safe): d_x += y (d_y - sum d_y y); log-softmax: d_x += d_y - exp(y) sum d_y
 template <class On, class T>
 void softmax_backward(On on, T* d_inp, const T* d_out, const T* out, long R, int N, int S,
                       int log_form) {
@@ -36,11 +42,11 @@ void softmax_backward(On on, T* d_inp, const T* d_out, const T* out, long R, int
         const long base = line / S * N * S + line % S;
         T sum = 0;
         for (int k = 0; k < N; ++k)
-          sum += log_form ? d_out[base + (long)k * S]
-                          : d_out[base + (long)k * S] * out[base + (long)k * S];
+          sum += log_form == 1 ? d_out[base + (long)k * S]
+                               : d_out[base + (long)k * S] * out[base + (long)k * S];
         for (int k = 0; k < N; ++k) {
           const long at = base + (long)k * S;
-          d_inp[at] += log_form ? d_out[at] - exp(out[at]) * sum : out[at] * (d_out[at] - sum);
+          d_inp[at] += log_form == 1 ? d_out[at] - exp(out[at]) * sum : out[at] * (d_out[at] - sum);
         }
       });
 }

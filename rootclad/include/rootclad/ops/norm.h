@@ -25,6 +25,31 @@ template <typename T> void softmax_forward(T* out, const T* inp, int R, int N, i
         out[base + (long)n * S] /= sum;
     }
 }
+// torch's safe softmax (scaled_dot_product_attention's, from torch 2.5): a line of all -inf
+// (every key masked) gives 0s where softmax gives 0/0; its backward is softmax's (y = 0 there)
+template <typename T> void safe_softmax_forward(T* out, const T* inp, int R, int N, int S) {
+  ROOTCLAD_REPLAY_SKIP;
+  for (int r = 0; r < R; ++r)
+    for (int s = 0; s < S; ++s) {
+      const long base = (long)r * N * S + s;
+      T m = inp[base];
+      for (int n = 1; n < N; ++n)
+        m = inp[base + (long)n * S] > m ? inp[base + (long)n * S] : m;
+      if (m == -T(INFINITY)) {
+        for (int n = 0; n < N; ++n)
+          out[base + (long)n * S] = T(0);
+        continue;
+      }
+      T sum = 0;
+      for (int n = 0; n < N; ++n) {
+        out[base + (long)n * S] = std::exp(inp[base + (long)n * S] - m);
+        sum += out[base + (long)n * S];
+      }
+      for (int n = 0; n < N; ++n)
+        out[base + (long)n * S] /= sum;
+    }
+}
+
 // y = softmax(x)  =>  d_x += y * (d_y - sum_n d_y * y)
 template <typename T>
 void softmax_backward(T* d_inp, const T* d_out, const T* out, int R, int N, int S) {
@@ -268,6 +293,12 @@ namespace rootclad {
 template <typename T>
 void softmax_forward_pullback(T* out, const T* inp, int R, int N, int S, T* d_out, T* d_inp,
                               int* d_R, int* d_N, int* d_S) {
+  ::rootclad::softmax_backward(d_inp, d_out, out, R, N, S);
+}
+
+template <typename T>
+void safe_softmax_forward_pullback(T* out, const T* inp, int R, int N, int S, T* d_out, T* d_inp,
+                                   int* d_R, int* d_N, int* d_S) {
   ::rootclad::softmax_backward(d_inp, d_out, out, R, N, S);
 }
 
