@@ -31,7 +31,7 @@ from fixtures.core import (  # noqa: E402
     torch_vjp,
 )
 from fixtures.graph_models import MODELS as GRAPH_MODELS  # noqa: E402
-from fixtures.op_cases import CASES, dtype_params  # noqa: E402
+from fixtures.op_cases import CASES, MASK_CASES, dtype_params, mask_input  # noqa: E402
 from fixtures.op_cases import sample_input as _input  # noqa: E402
 
 import rootclad
@@ -325,3 +325,29 @@ def test_layer_norm_weight_sums_over_uneven_chunks_match_torch(device):
     x = torch.randn(2, 250, 300, generator=gen, dtype=F64)
     y = torch.randint(0, 2, (2,), generator=gen).to(F64)
     _bce_gradients_match_torch(net, x, y, device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name, build, shapes, kind", MASK_CASES, ids=[c[0] for c in MASK_CASES])
+def test_mask_cases_match_torch_on_the_device(name, build, shapes, kind, device):
+    """Attention's masks (fixtures/op_cases.py MASK_CASES; tests/torch/test_masks.py runs them
+    on the CPU engines): forward, the values' gradient and the parameters' against torch."""
+    torch.manual_seed(0)
+    net = build()
+    x, mask = mask_input(shapes, kind)
+    dm = compile_device(copy.deepcopy(net), (x, mask), device=device, loss="mse")
+    xd, md = x.to(device), mask.to(device)
+    assert_close_rel(_cpu(dm.predict(xd, md)), net(x, mask), 1e-10, f"{name} forward")
+    d_out = torch.randn(net(x, mask).shape, dtype=F64, generator=torch.Generator().manual_seed(5))
+    xs = x.clone().requires_grad_(True)
+    (want,) = torch.autograd.grad(net(xs, mask), [xs], d_out)
+    got = dm.input_grad(xd, md, d_out=d_out.to(device))
+    assert_close_rel(_cpu(got[0]), want, 1e-10, f"{name} d_input")
+    if list(net.parameters()):
+        loss, grads = _cpu(dm.loss_and_grad((xd, md), d_out.to(device)))
+        ref_loss = torch.nn.functional.mse_loss(net(x, mask), d_out)
+        ref_grads = torch.autograd.grad(ref_loss, list(net.parameters()))
+        assert_close_rel(loss, ref_loss.detach(), 1e-10, f"{name} loss")
+        names = [n for n, _ in net.named_parameters()]
+        assert_grads_close(grads, dict(zip(names, ref_grads, strict=True)), 1e-9, name,
+                           against_all=True)  # fmt: skip
