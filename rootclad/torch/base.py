@@ -248,7 +248,9 @@ class ModelBase:
                 f"this model takes {len(self.input_shapes)} inputs, got {len(xs)} "
                 f"(per-sample shapes {self.input_shapes})"
             )
-        masks = self.graph.masks or (False,) * len(xs)
+        masks = self.graph.masks
+        if not masks:  # (every call: a model without masks does nothing more)
+            return xs
         for which, t, mask in zip(self._input_names, xs, masks, strict=True):
             if mask and isinstance(t, torch.Tensor) and t.dtype != torch.bool:
                 raise TypeError(f"{which} is a mask: the model was compiled with a torch.bool "
