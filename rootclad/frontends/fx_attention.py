@@ -66,7 +66,7 @@ def is_mask(x) -> bool:
     return getattr(meta, "dtype", None) == torch.bool
 
 
-class _Emit:
+class Emit:
     """Appends the nodes of one decomposed call, each named after the call's output."""
 
     def __init__(self, low, out: str):
@@ -82,7 +82,7 @@ class _Emit:
 
     def module(self, module_node, path, mod, x, name=None) -> str:
         """A torch.nn layer (Linear, LayerNorm, Dropout, an activation) of the block."""
-        _own_forward(mod, f"module {path!r}")
+        own_forward(mod, f"module {path!r}")
         self.count += 1
         node = module_node(path, mod, name or f"{self.out}__{self.count}")
         node.inputs = [x]
@@ -90,7 +90,7 @@ class _Emit:
         return node.output
 
 
-def _own_forward(mod, where: str) -> None:
+def own_forward(mod, where: str) -> None:
     """A layer inside a block is lowered as torch's: a subclass with a forward of its own
     (which the block's call never traces) is refused."""
     torch_class = next((c for c in type(mod).__mro__ if c.__module__.startswith("torch.nn")),
@@ -157,7 +157,7 @@ def lower_call(low, fx_node, name, args, kw, where) -> None:
     if name == "scaled_dot_product_attention":
         return _lower_sdpa(low, fx_node, args, kw, where)
     a, b = (args[1], args[0]) if name == "__rmatmul__" else (args[0], args[1])
-    emit = _Emit(low, fx_node.name)
+    emit = Emit(low, fx_node.name)
     values = [t for t in (a, b) if low.is_tensor(t) and t.name not in low.param_shapes]
     rank = max((len(low.shape(t)) for t in values), default=0)  # a value's, batch axis counted
     (a, sa, pa), (b, sb, pb) = (_operand(low, emit, a, rank, where),
@@ -246,7 +246,7 @@ def _lower_sdpa(low, fx_node, args, kw, where) -> None:
     d = low.shape(q)[-1]
     scale = bound.get("scale")
     scale = 1.0 / math.sqrt(d) if scale is None else scale
-    emit = _Emit(low, fx_node.name)
+    emit = Emit(low, fx_node.name)
     mask = None
     if bound.get("attn_mask") is not None:
         value, boolean = _mask_operand(low, bound["attn_mask"], rank, "attn_mask", where)
@@ -266,7 +266,7 @@ def lower_module(low, fx_node, mod, module_node) -> None:
     path = fx_node.target
     kind = type(mod)
     where = f"module {path!r} ({kind.__module__}.{kind.__name__})"
-    emit = _Emit(low, fx_node.name)
+    emit = Emit(low, fx_node.name)
     if isinstance(mod, nn.MultiheadAttention):
         names = ("query", "key", "value", "key_padding_mask", "need_weights", "attn_mask",
                  "average_attn_weights", "is_causal")  # fmt: skip
@@ -293,7 +293,7 @@ def lower_module(low, fx_node, mod, module_node) -> None:
         x, shape = bound["src"].name, low.shape(bound["src"])[1:]
         padding = _padding(low, bound.get("src_key_padding_mask"), where)
         for i, layer in enumerate(mod.layers):
-            _own_forward(layer, f"{where}, layer {i}")
+            own_forward(layer, f"{where}, layer {i}")
             x = _encoder_layer(emit, f"{path}.layers.{i}", layer, x, shape,
                                f"{where}, layer {i}", module_node, padding)  # fmt: skip
         out = x if mod.norm is None else emit.module(module_node, f"{path}.norm", mod.norm, x)
@@ -372,7 +372,7 @@ def _encoder_layer(emit, path, mod, x: str, shape, where, module_node, padding=N
         return emit.module(module_node, f"{path}.{name}", getattr(mod, name), value)
 
     def attention(h):
-        _own_forward(mod.self_attn, f"{where}, self_attn")
+        own_forward(mod.self_attn, f"{where}, self_attn")
         a = _mha(emit, f"{path}.self_attn", mod.self_attn, *([(h, shape)] * 3),
                  f"{where}, self_attn", padding)  # fmt: skip
         return sub("dropout1", a)

@@ -76,15 +76,20 @@ def lower_getitem(low, fx_node, splits: dict) -> None:
     """``getitem`` of a split's piece, or indexing of a tensor."""
     src, index = fx_node.args[0], fx_values.substitute(fx_node.args[1])
     where = f"fx node {fx_node.name!r} (operator.getitem)"
-    out_shape = tuple(low.shape(fx_node)[1:])
     if isinstance(src, torch.fx.Node) and src.name in low.tuples:  # a layer's tuple output
         value = low.tuples[src.name][index] if isinstance(index, int) else None
         if value is None:
             raise IRError(f"{where}: output {index!r} of {src.name!r} is not supported (of "
                           "nn.MultiheadAttention, the attention's output [0] is; its weights "
                           "are not)")  # fmt: skip
-        low.nodes.append(Node(fx_node.name, "identity", [value], fx_node.name))
+        if isinstance(value, list):  # (h_n, c_n) of an LSTM
+            low.tuples[fx_node.name] = value
+        elif not isinstance(value, str):  # batch axis second (fx_recurrent.Swapped)
+            low.swapped[fx_node.name] = value
+        else:
+            low.nodes.append(Node(fx_node.name, "identity", [value], fx_node.name))
         return None
+    out_shape = tuple(low.shape(fx_node)[1:])
     if isinstance(src, torch.fx.Node) and src.name in low.moved:  # qkv[0] of a moved permute
         return _moved_piece(low, fx_node.name, low.moved[src.name], index, out_shape)
     if isinstance(src, torch.fx.Node) and src.name in splits:

@@ -22,6 +22,7 @@ from rootclad.frontends import (
     fx_layout,
     fx_norms,
     fx_params,
+    fx_recurrent,
     fx_slicing,
     fx_values,
 )
@@ -70,7 +71,7 @@ _STRUCTURE = (
 
 
 # layers that lower to several ops: their class -> the lowering
-_COMPOSITE = {**fx_attention.LAYERS, **fx_norms.LAYERS}
+_COMPOSITE = {**fx_attention.LAYERS, **fx_norms.LAYERS, **fx_recurrent.LAYERS}
 
 
 def _composite(mod):
@@ -328,6 +329,8 @@ class _FxLowering:
         self.splits: dict[str, dict] = {}  # chunk / split / unbind nodes: their pieces
         self.moved: dict[str, tuple] = {}  # permutes that move the batch axis, then unbound
         self.tuples: dict[str, list] = {}  # a layer's tuple output: its values' names (or None)
+        self.swapped: dict[str, fx_recurrent.Swapped] = {}  # batch axis second: held per sample
+        self.zero_states: set[str] = set()  # torch.zeros given as a recurrent layer's state
         self.attr_params: dict[str, str] = {}  # get_attr node -> the parameter it reads
         self.param_shapes: dict[str, tuple] = {}  # ... read as a value: its per-sample shape
         self.batch = int(xs[0].shape[0])
@@ -376,12 +379,16 @@ class _FxLowering:
         for fx_node in self.traced.graph.nodes:
             if fx_node.op == "placeholder":
                 inputs.append(fx_node.name)
+            elif fx_recurrent.lower(self, fx_node):  # batch axis second, or a zero state
+                continue
             elif fx_node.op == "output":
                 output = fx_node.args[0]
             elif fx_node.op == "get_attr":
                 fx_params.lower_get_attr(self, fx_node)
             elif fx_node.op == "call_module":
                 self.call_module(fx_node)
+            elif fx_slicing.is_getitem(fx_node) and fx_node.args[0].name in self.tuples:
+                fx_slicing.lower_getitem(self, fx_node, self.splits)
             elif fx_slicing.is_split(fx_node):  # lowered by each getitem of a piece
                 self.splits[fx_node.name] = fx_slicing.split_pieces(self, fx_node)
             elif self.is_tensor(fx_node):
