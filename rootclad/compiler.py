@@ -100,12 +100,13 @@ def _choose_engine(engine: str, pullbacks: bool):
 
 
 def _examples(example_input, dtype=None) -> tuple[tuple, torch.dtype, torch.device]:
-    """(the example inputs, the dtype (by default the first example's that is not a mask,
-    torch.bool), its device)."""
+    """(the example inputs, the dtype (by default the first floating example's, not a mask's
+    or indices'; float32 for a model of indices only), its device)."""
     examples = tuple(example_input) if isinstance(example_input, (tuple, list)) else (
         example_input,)  # fmt: skip
-    first = next((t for t in examples if getattr(t, "dtype", None) != torch.bool), examples[0])
-    dtype = dtype or getattr(first, "dtype", None)
+    floats = [t for t in examples if getattr(t, "dtype", torch.float32).is_floating_point]
+    first = floats[0] if floats else examples[0]  # (masks and indices: the model's own type)
+    dtype = dtype or (first.dtype if floats else torch.float32)
     if dtype not in _DTYPE_NAMES:
         raise TypeError(f"dtype {dtype} is not supported; use torch.float32 or torch.float64")
     return examples, dtype, torch.device(getattr(first, "device", "cpu"))
@@ -117,7 +118,7 @@ def _module_graph(model: torch.nn.Module, examples: tuple, dtype, several: bool)
         import copy
 
         model = copy.deepcopy(model).cpu()
-    example = tuple(t.detach().cpu().to(t.dtype if t.dtype == torch.bool else dtype)
+    example = tuple(t.detach().cpu().to(dtype if t.dtype.is_floating_point else t.dtype)
                     for t in examples)  # fmt: skip
     return model, graph_from_module(model, example if several else example[0], _DTYPE_NAMES[dtype])
 

@@ -383,6 +383,12 @@ def _parameter_calls(node, graph, site):
     return [Call("parameter", (OUT, W("weight"), INT("B"), INT(_n(node.out_shape))))]
 
 
+def _embedding_calls(node, graph, site):
+    V, D = graph.param(node.params["weight"]).shape
+    geo = (LONG(f"(long)B * {_n(node.in_shape)}"), INT(V), INT(D), INT(node.attrs["padding_idx"]))
+    return [Call("embedding", (OUT, IN(0), W("weight"), *geo))]
+
+
 # -- normalisation --------------------------------------------------------------------------
 def _softmax_calls(node, graph, site):
     shape, axis = node.in_shape, node.attrs["axis"]
@@ -434,6 +440,7 @@ CPU_OPS: dict[str, CpuOp] = {
     "cat": CpuOp(_cat_calls),
     "slice": CpuOp(_slice_calls),
     "parameter": CpuOp(_parameter_calls),
+    "embedding": CpuOp(_embedding_calls),
     "softmax": CpuOp(_softmax_calls),
     "log_softmax": CpuOp(_softmax_calls),
     "safe_softmax": CpuOp(_softmax_calls),

@@ -329,6 +329,17 @@ def _parameter_device(node, graph, d):
     return fwd, bwd
 
 
+def _embedding_device(node, graph, d):
+    V, D = graph.param(node.params["weight"]).shape
+    n = f"(long)B * {_n(node.in_shape)}"
+    fwd = [f"embedding_forward(on, {d.out}, {d.ins[0]}, {d.p('weight')}, {n}, {V}, {D});"]
+    bwd = []
+    if "weight" in d.d_params:  # the indices get no gradient
+        bwd.append(f"embedding_backward(on, {d.dp('weight')}, {d.d_out}, {d.ins[0]}, {n}, {V}, "
+                   f"{D}, {node.attrs['padding_idx']});")  # fmt: skip
+    return fwd, bwd
+
+
 def _softmax_device(node, graph, d):
     shape, axis = node.in_shape, node.attrs["axis"]
     lines = f"(long)B * {_n(shape[:axis])}, {shape[axis]}, {_n(shape[axis + 1 :])}"
@@ -396,6 +407,7 @@ DEVICE_OPS: dict[str, DeviceOp] = {
     "cat": DeviceOp(_cat_device),
     "slice": DeviceOp(_slice_device),
     "parameter": DeviceOp(_parameter_device),
+    "embedding": DeviceOp(_embedding_device),
     "softmax": DeviceOp(_softmax_device),
     "log_softmax": DeviceOp(_softmax_device),
     "safe_softmax": DeviceOp(_softmax_device),

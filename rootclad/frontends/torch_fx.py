@@ -19,6 +19,7 @@ from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
 from rootclad.frontends import (
     fx_attention,
+    fx_indices,
     fx_layout,
     fx_norms,
     fx_params,
@@ -375,6 +376,7 @@ class _FxLowering:
     # -- the walk ---------------------------------------------------------------------------
     def graph(self) -> Graph:
         fx_params.check_batch_axes(self)
+        indices = fx_indices.bounds(self)
         inputs, output = [], None
         for fx_node in self.traced.graph.nodes:
             if fx_node.op == "placeholder":
@@ -416,7 +418,7 @@ class _FxLowering:
         }
         masks = tuple(x.dtype == torch.bool for x in self.xs)
         return Graph(inputs, shapes, self.nodes, output.name, self.params, self.dtype,
-                     masks=masks if any(masks) else ())  # fmt: skip
+                     masks=masks if any(masks) else (), indices=indices)  # fmt: skip
 
     def call_module(self, fx_node) -> None:
         mod = self.traced.get_submodule(fx_node.target)

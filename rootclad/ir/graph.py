@@ -73,6 +73,10 @@ class Graph:
     buffers: list[Param] = field(default_factory=list)
     # the inputs that are masks: torch.bool in the model, 0s and 1s here (none: no masks)
     masks: tuple[bool, ...] = ()
+    # the inputs that are indices (an integer type in the model, exact integers here): per
+    # input, () or per position of a sample (flat) the fewest rows of the Embeddings reading
+    # it (0: read by none)
+    indices: tuple[tuple[int, ...], ...] = ()
     # params and buffers by name, set by validate(): param() runs once per node
     by_name: dict[str, Param] = field(default_factory=dict, repr=False, compare=False)
 

@@ -13,7 +13,7 @@ def _with_nodes(graph: Graph, nodes: list[Node]) -> Graph:
     """The graph with these nodes, validated (shapes inferred again)."""
     out = Graph(
         graph.inputs, graph.input_shapes, nodes, graph.output, graph.params, graph.dtype,
-        buffers=graph.buffers, masks=graph.masks,
+        buffers=graph.buffers, masks=graph.masks, indices=graph.indices,
     )  # fmt: skip
     out.validate()
     return out

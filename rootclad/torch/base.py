@@ -67,6 +67,26 @@ def first_non_finite(t: torch.Tensor) -> tuple[int, float] | None:
     return i, float(t.reshape(-1)[i])
 
 
+def check_indices(which: str, t: torch.Tensor, rows: tuple[int, ...]) -> None:
+    """An input of Embedding indices: an integer type, each index in [0, the rows of the
+    Embeddings reading its position) (``rows``: per position of a sample, 0 for one no
+    Embedding reads)."""
+    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+        raise TypeError(f"{which} holds the indices of an Embedding: the model was compiled with "
+                        f"an integer tensor there, got {t.dtype}")  # fmt: skip
+    if t.numel() == 0 or t.dim() < 1 or t[0].numel() != len(rows):
+        return  # (the shape check names a wrong shape)
+    flat = t.reshape(t.shape[0], -1).cpu()
+    limit = torch.tensor(rows)
+    bad = ((flat < 0) | (flat >= limit)) & (limit > 0)
+    if bool(bad.any()):
+        b, i = (int(v) for v in bad.nonzero()[0])
+        at = torch.unravel_index(torch.tensor(i), t.shape[1:])
+        where = ", ".join(str(v) for v in (b, *(int(a) for a in at)))
+        raise ValueError(f"{which}[{where}] = {int(flat[b, i])}: the Embedding reading it has "
+                         f"{rows[i]} rows; indices must lie in [0, {rows[i]})")  # fmt: skip
+
+
 def refuse_non_finite(xs: tuple, y: torch.Tensor | None, B: int, opt, scan_state=False) -> None:
     """train_step's rule, rootclad::Model's too (model.h): one non-finite input or target
     (``y``: None for class indices, which are integers and checked) would turn every parameter
@@ -248,19 +268,26 @@ class ModelBase:
                 f"this model takes {len(self.input_shapes)} inputs, got {len(xs)} "
                 f"(per-sample shapes {self.input_shapes})"
             )
-        masks = self.graph.masks
-        if not masks:  # (every call: a model without masks does nothing more)
+        masks, indices = self.graph.masks, self.graph.indices
+        if not masks and not indices:  # (every call: a model of float inputs does no more)
             return xs
-        for which, t, mask in zip(self._input_names, xs, masks, strict=True):
+        masks = masks or (False,) * len(xs)
+        indices = indices or ((),) * len(xs)
+        for which, t, mask, rows in zip(self._input_names, xs, masks, indices, strict=True):
             if mask and isinstance(t, torch.Tensor) and t.dtype != torch.bool:
                 raise TypeError(f"{which} is a mask: the model was compiled with a torch.bool "
                                 f"tensor there, got {t.dtype}")  # fmt: skip
-        return tuple(t.to(self.dtype) if mask else t for t, mask in zip(xs, masks, strict=True))
+            if rows and isinstance(t, torch.Tensor):
+                check_indices(which, t, rows)
+        return tuple(t.to(self.dtype) if mask or rows else t
+                     for t, mask, rows in zip(xs, masks, indices, strict=True))  # fmt: skip
 
     def _without_masks(self, grads) -> tuple:
-        """Input gradients with None for the masks (torch.bool inputs have none)."""
+        """Input gradients with None for the masks and the indices (which have none)."""
         masks = self.graph.masks or (False,) * len(grads)
-        return tuple(None if m else g for g, m in zip(grads, masks, strict=True))
+        indices = self.graph.indices or (0,) * len(grads)
+        return tuple(None if m or i else g
+                     for g, m, i in zip(grads, masks, indices, strict=True))  # fmt: skip
 
     def _device_error(self, which: str, t: torch.Tensor) -> Exception | None:
         """The error for an input on another device than this model's, or None."""

@@ -31,7 +31,14 @@ from fixtures.core import (  # noqa: E402
     torch_vjp,
 )
 from fixtures.graph_models import MODELS as GRAPH_MODELS  # noqa: E402
-from fixtures.op_cases import CASES, MASK_CASES, dtype_params, mask_input  # noqa: E402
+from fixtures.op_cases import (  # noqa: E402
+    CASES,
+    MASK_CASES,
+    Tokens,
+    dtype_params,
+    index_input,
+    mask_input,
+)
 from fixtures.op_cases import sample_input as _input  # noqa: E402
 
 import rootclad
@@ -351,3 +358,49 @@ def test_mask_cases_match_torch_on_the_device(name, build, shapes, kind, device)
         names = [n for n, _ in net.named_parameters()]
         assert_grads_close(grads, dict(zip(names, ref_grads, strict=True)), 1e-9, name,
                            against_all=True)  # fmt: skip
+
+
+class _Recurrent(torch.nn.Module):
+    """A 2-layer bidirectional LSTM and a GRU after it, each read at its last state."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(3, 4, num_layers=2, bidirectional=True, batch_first=True)
+        self.gru = torch.nn.GRU(8, 5, batch_first=True)
+
+    def forward(self, x):
+        out, (h, _) = self.lstm(x)
+        return self.gru(out)[1][0] + h[-1].sum(1, keepdim=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("what", ["embedding", "recurrent"])
+def test_embedding_and_recurrent_layers_match_torch_on_the_device(what, device):
+    """nn.Embedding (integer inputs; tests/torch/test_embedding.py) and nn.LSTM / nn.GRU
+    unrolled (tests/torch/test_recurrent.py) in a device program: forward, the float input's
+    gradient and every parameter's against torch (no gradient at the padding row)."""
+    torch.manual_seed(0)
+    if what == "embedding":
+        net, xs = perturbed(Tokens().double()), index_input()
+    else:
+        net = perturbed(_Recurrent().double())
+        xs = (torch.randn(3, 4, 3, dtype=F64, generator=torch.Generator().manual_seed(1)),)
+    dm = compile_device(copy.deepcopy(net), xs if len(xs) > 1 else xs[0], device=device,
+                        loss="mse")  # fmt: skip
+    xd = tuple(t.to(device) for t in xs)
+    assert_close_rel(_cpu(dm.predict(*xd)), net(*xs), 1e-10, f"{what} forward")
+    d_out = torch.randn(net(*xs).shape, dtype=F64, generator=torch.Generator().manual_seed(5))
+    x = xs[-1].clone().requires_grad_(True)
+    (want,) = torch.autograd.grad(net(*xs[:-1], x), [x], d_out)
+    got = dm.input_grad(*xd, d_out=d_out.to(device))
+    got = got[-1] if isinstance(got, (tuple, list)) else got
+    assert_close_rel(_cpu(got), want, 1e-10, f"{what} d_input")
+    loss, grads = _cpu(dm.loss_and_grad(xd if len(xd) > 1 else xd[0], d_out.to(device)))
+    ref_loss = torch.nn.functional.mse_loss(net(*xs), d_out)
+    ref_grads = torch.autograd.grad(ref_loss, list(net.parameters()))
+    assert_close_rel(loss, ref_loss.detach(), 1e-10, f"{what} loss")
+    names = [n for n, _ in net.named_parameters()]
+    assert_grads_close(grads, dict(zip(names, ref_grads, strict=True)), 1e-9, what,
+                       against_all=True)  # fmt: skip
+    if what == "embedding":
+        assert float(grads["tok.weight"][0].abs().max()) == 0

@@ -16,7 +16,6 @@ from torch import nn
 from torch.nn import functional as F
 
 import rootclad
-from rootclad.compiler import compile_device
 from rootclad.ir.graph import IRError
 
 F64 = torch.float64
@@ -112,27 +111,6 @@ def test_recurrent_layer_on_the_clad_engine_matches_torch(clad, kind, pullbacks)
     cm = rootclad.compile(copy.deepcopy(net), x, loss="mse", engine="clad", pullbacks=pullbacks)
     assert cm.engine == "clad"
     _check(cm, net, x, F64, 1e-9)
-
-
-@pytest.mark.parametrize("kind", [nn.LSTM, nn.GRU])
-def test_recurrent_layer_on_the_device_kernels_matches_torch(kind):
-    """The device program's kernels, run as host loops (tests/cuda runs them on a GPU)."""
-    net = _net(kind, CONFIGS["initial-state"])
-    x = _x()
-    dm = compile_device(copy.deepcopy(net), x, device="cpu", loss="mse")
-    assert_close_rel(dm.predict(x), net(x), 1e-10, "forward")
-    y = torch.randn(net(x).shape, dtype=F64, generator=torch.Generator().manual_seed(5))
-    loss, grads = dm.loss_and_grad((x,), y)
-    loss_ref = F.mse_loss(net(x), y)
-    assert_close_rel(loss, loss_ref.detach(), 1e-10, "loss")
-    names = [n for n, _ in net.named_parameters()]
-    grads_ref = torch.autograd.grad(loss_ref, list(net.parameters()))
-    assert_grads_close(grads, dict(zip(names, grads_ref, strict=True)), 1e-9, "mse",
-                       against_all=True)  # fmt: skip
-    xr = x.clone().requires_grad_(True)
-    (d_ref,) = torch.autograd.grad(net(xr), [xr], y)
-    d_x = dm.input_grad(x, d_out=y)
-    assert_close_rel(d_x[0] if isinstance(d_x, (tuple, list)) else d_x, d_ref, 1e-10, "d_input")
 
 
 def test_backpropagation_reaches_the_first_step():

@@ -86,3 +86,36 @@ register(
         flops=_matmul_flops,
     )
 )
+
+
+def _embedding_infer(node, shapes, graph):
+    (shape,) = shapes
+    w = graph.param(node.params["weight"])
+    expect(len(w.shape) == 2, node, f"weight of shape {w.shape}; (num_embeddings, dim) needed")
+    return (*shape, w.shape[1])
+
+
+def _embedding_module(mod, where):
+    from rootclad.ir.graph import IRError
+
+    for what, off in (("max_norm", mod.max_norm is None), ("scale_grad_by_freq",
+                                                             not mod.scale_grad_by_freq)):  # fmt: skip
+        if not off:
+            raise IRError(f"{where}: {what} is not supported")
+    pad = mod.padding_idx
+    return {"padding_idx": -1 if pad is None else int(pad)}
+
+
+register(
+    OpSpec(
+        "embedding",
+        "dense",
+        "Embedding: a row of the weight per index (an integer input of the model, or slices "
+        "of one); no gradient to the indices, none to the padding_idx row",
+        _embedding_infer,
+        params=("weight",),
+        saves=("in",),
+        modules=("Embedding",),
+        from_module=_embedding_module,
+    )
+)

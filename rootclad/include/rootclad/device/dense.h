@@ -1,4 +1,4 @@
-// rootclad/device/dense.h — Linear and the product of two values as device kernels
+// rootclad/device/dense.h — Linear, the product of two values and Embedding as device kernels
 // (device_kernels.h says how they are written).
 #pragma once
 
@@ -169,6 +169,29 @@ void matmul_backward_b(On on, T* d_b, const T* d_out, const T* a, long B, Matmul
             acc += a[s * g.na + grp * g.sa + (long)r * g.K + k] *
                    d_out[((s * g.G + grp) * g.M + r) * g.N + c];
         d_b[i] += acc;
+      });
+}
+
+// -- Embedding: out(n, D) = w[idx[i]]; an index outside [0, V) or NaN gives a row of NaN ------
+template <class On, class T>
+void embedding_forward(On on, T* out, const T* idx, const T* w, long n, int V, int D) {
+  each_index(
+      on, n * D, ROOTCLAD_BODY(long k) {
+        const T v = idx[k / D];
+        out[k] = v >= T(0) && v < T(V) ? w[(long)v * D + k % D] : T(NAN);
+      });
+}
+
+// d_w[idx[i]] += d_out[i] but for the padding_idx row (pad; -1: none); rows that several
+// indices share meet through add_to
+template <class On, class T>
+void embedding_backward(On on, T* d_w, const T* d_out, const T* idx, long n, int V, int D,
+                        int pad) {
+  each_index(
+      on, n * D, ROOTCLAD_BODY(long k) {
+        const T v = idx[k / D];
+        if (v >= T(0) && v < T(V) && (long)v != pad)
+          add_to(d_w + (long)v * D + k % D, d_out[k]);
       });
 }
 

@@ -1,4 +1,4 @@
-// rootclad/ops/dense.h — Linear, on the last axis; the batched product of two values.
+// rootclad/ops/dense.h — Linear, on the last axis; the batched product of two values; Embedding.
 #pragma once
 
 #include "core.h"
@@ -79,7 +79,56 @@ void matmul_backward(T* d_a, T* d_b, const T* d_out, const T* a, const T* b, int
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// Embedding: out(n, D) = w[idx[i]] for n = B * (indices per sample) indices, held as values of
+// type T (exact integers: the model's input converted). An index outside [0, V), or NaN,
+// gives a row of NaN (the Python side refuses such inputs first, naming them; a C++ caller
+// sees NaN, never a read outside the weight).
+template <typename T> inline bool embedding_ok(T v, int V) {
+  return v >= T(0) && v < T(V);
+}
+
+template <typename T>
+void embedding_forward(T* out, const T* idx, const T* w, long n, int V, int D, int pad) {
+  ROOTCLAD_REPLAY_SKIP;
+  for (long i = 0; i < n; ++i) {
+    const bool ok = embedding_ok(idx[i], V);
+    const long row = ok ? (long)idx[i] : 0;
+    for (int j = 0; j < D; ++j)
+      out[i * D + j] = ok ? w[row * D + j] : T(NAN);
+  }
+}
+
+// d_w[idx[i]] += d_out[i] but for the padding_idx row (pad; -1: none), as torch; the indices
+// get no gradient.
+template <typename T>
+void embedding_backward(T* d_w, const T* d_out, const T* idx, long n, int V, int D, int pad) {
+  if (!d_w) // frozen
+    return;
+  for (long i = 0; i < n; ++i) {
+    if (!embedding_ok(idx[i], V) || (long)idx[i] == pad)
+      continue;
+    const long row = (long)idx[i];
+    for (int j = 0; j < D; ++j)
+      d_w[row * D + j] += d_out[i * D + j];
+  }
+}
+
 } // namespace rootclad
+
+// Embedding's pullback stays when Clad differentiates the kernels themselves (as the losses'
+// do): Clad's derivative of the loop would give the padding row a gradient.
+namespace clad {
+namespace custom_derivatives {
+namespace rootclad {
+template <typename T>
+void embedding_forward_pullback(T* out, const T* idx, const T* w, long n, int V, int D, int pad,
+                                T* d_out, T* d_idx, T* d_w, long*, int*, int*, int*) {
+  ::rootclad::embedding_backward(d_w, d_out, idx, n, V, D, pad);
+}
+} // namespace rootclad
+} // namespace custom_derivatives
+} // namespace clad
 
 // Clad-convention pullbacks (core.h says how they are written).
 #ifndef ROOTCLAD_NO_PULLBACKS // Clad differentiates the kernels themselves

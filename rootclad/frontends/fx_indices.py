@@ -1,0 +1,111 @@
+"""Integer inputs in a traced model: the indices of ``nn.Embedding``.
+
+A model input of an integer type (token ids, particle types) is held as exact integers of
+the model's type, like a mask's 0s and 1s; it has no gradient. Between the input and the
+Embeddings reading it, only slicing and reshaping (``x[:, 0]``, ``view``, ``squeeze``,
+``permute``, ...) may touch it: anything else computed from integers (arithmetic, a
+conversion to float, an Embedding of a value computed otherwise) is refused, naming the node.
+Each position of an integer input records the fewest rows of the Embeddings reading it (the
+positions followed through the slicing and reshaping by running them on the positions'
+numbers), against which the compiled model checks every call's indices; a position that no
+Embedding reads takes any value.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import torch
+from torch import nn
+
+from rootclad.frontends import fx_values
+from rootclad.ir.graph import IRError
+
+# what may come between an integer input and an Embedding
+PASSING = ("reshape", "view", "flatten", "squeeze", "unsqueeze", "permute", "transpose",
+           "contiguous")  # fmt: skip
+EXACT = {"float32": 1 << 24, "float64": 1 << 53}  # integers a type holds exactly
+
+
+def _dtype(fx_node):
+    return getattr(fx_node.meta.get("tensor_meta"), "dtype", None)
+
+
+def _integer(fx_node) -> bool:
+    d = _dtype(fx_node)
+    return d is not None and not d.is_floating_point and d != torch.bool
+
+
+def bounds(low) -> tuple[tuple[int, ...], ...]:
+    """Per model input: () for a float or mask input; for indices, per position of a sample
+    (flat), the fewest rows of the Embeddings reading it. Refuses what rootclad does not
+    compile of integer values."""
+    pos: dict[str, torch.Tensor] = {}  # an integer value -> the input positions it holds
+    origin: dict[str, str] = {}  # ... and the input they are of
+    rows: dict[str, torch.Tensor] = {}
+    for n in low.traced.graph.nodes:
+        mod = low.traced.get_submodule(n.target) if n.op == "call_module" else None
+        reads = [a for a in n.all_input_nodes if a.name in origin]
+        what = f"fx node {n.name!r} ({fx_values.target_name(n)})"
+        if isinstance(mod, nn.Embedding):
+            src = n.args[0] if n.args else None
+            if getattr(src, "name", None) not in origin:
+                raise IRError(f"module {n.target!r} (nn.Embedding) reads "
+                              f"{getattr(src, 'name', src)!r}, which is not an integer input of "
+                              "the model (or a slice or reshape of one); rootclad takes indices "
+                              "as inputs")  # fmt: skip
+            if mod.num_embeddings > EXACT[low.dtype]:
+                raise IRError(f"module {n.target!r}: {mod.num_embeddings} rows; {low.dtype} holds "
+                              f"indices up to {EXACT[low.dtype]} exactly: compile in float64")  # fmt: skip
+            held = rows[origin[src.name]]
+            at = pos[src.name][0].reshape(-1)  # the positions this Embedding reads
+            held[at] = torch.minimum(held[at], torch.tensor(mod.num_embeddings))
+            continue
+        if n.op == "placeholder" and _integer(n):
+            shape = tuple(n.meta["tensor_meta"].shape)
+            count = math.prod(shape[1:])
+            origin[n.name] = n.name
+            pos[n.name] = torch.arange(count).repeat(shape[0]).view(shape)
+            rows[n.name] = torch.full((count,), torch.iinfo(torch.int64).max)
+        elif _integer(n) and reads and _passes(n):
+            origin[n.name] = origin[reads[0].name]
+            pos[n.name] = _run(n, pos)
+        elif _integer(n) and not fx_values.is_static(n):
+            raise IRError(f"{what} computes integers; rootclad compiles integer values only as "
+                          "the indices of nn.Embedding: an input of the model, sliced or "
+                          "reshaped")  # fmt: skip
+        elif reads and n.op != "output" and not hasattr(n.meta.get("tensor_meta"), "shape"):
+            continue  # a shape query (ids.size(0), ids.device)
+        elif reads and n.op != "output":
+            raise IRError(f"{what} reads {reads[0].name!r}, integer indices; rootclad takes "
+                          "integer inputs as the indices of nn.Embedding only (through slicing "
+                          "and reshaping)")  # fmt: skip
+        elif reads:
+            raise IRError(f"the model returns {reads[0].name!r}, integer indices; it must "
+                          "return values computed from them")  # fmt: skip
+    out = []
+    for p in (n for n in low.traced.graph.nodes if n.op == "placeholder"):
+        if p.name not in rows:
+            out.append(())
+            continue
+        unread = rows[p.name] == torch.iinfo(torch.int64).max
+        if bool(unread.all()):
+            raise IRError(f"input {p.name!r} is of {_dtype(p)}, read by no nn.Embedding; give "
+                          "the model floating values (or bool masks)")  # fmt: skip
+        out.append(tuple(int(r) for r in rows[p.name].masked_fill(unread, 0)))
+    return tuple(out) if rows else ()
+
+
+def _run(n, pos):
+    """The positions an integer slicing or reshaping node holds: the node run on them."""
+    args = torch.fx.node.map_arg(
+        (n.args, n.kwargs), lambda a: pos[a.name] if a.name in pos else a.meta["rc_value"]
+    )
+    fn = getattr(torch.Tensor, n.target) if n.op == "call_method" else n.target
+    return fn(*args[0], **args[1])
+
+
+def _passes(n) -> bool:
+    name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
+    return (n.op == "call_function" and n.target is operator.getitem) or name in PASSING
