@@ -13,6 +13,7 @@ namespace rootclad {
 // out[i] = f(inp[i])
 template <typename T, class F> void unary_forward(T* out, const T* inp, int N, F f) {
   ROOTCLAD_REPLAY_SKIP;
+  ROOTCLAD_SIMD
   for (int i = 0; i < N; ++i)
     out[i] = f.f(inp[i]);
 }
