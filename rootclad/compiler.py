@@ -99,14 +99,16 @@ def _choose_engine(engine: str, pullbacks: bool):
     raise ValueError(f"engine must be 'auto', 'clad' or 'pullback', got {engine!r}")
 
 
-def _examples(example_input, dtype=None) -> tuple[tuple, torch.dtype, torch.device]:
+def _examples(example_input, dtype=None, model=None) -> tuple[tuple, torch.dtype, torch.device]:
     """(the example inputs, the dtype (by default the first floating example's, not a mask's
-    or indices'; float32 for a model of indices only), its device)."""
+    or indices'; for a model of indices only, its parameters', else float32), its device)."""
     examples = tuple(example_input) if isinstance(example_input, (tuple, list)) else (
         example_input,)  # fmt: skip
-    floats = [t for t in examples if getattr(t, "dtype", torch.float32).is_floating_point]
+    floats = [t for t in examples if isinstance(t, torch.Tensor) and t.is_floating_point()]
     first = floats[0] if floats else examples[0]  # (masks and indices: the model's own type)
-    dtype = dtype or (first.dtype if floats else torch.float32)
+    own = next((p.dtype for p in model.parameters() if p.is_floating_point()),
+               torch.float32) if model is not None else torch.float32  # fmt: skip
+    dtype = dtype or (first.dtype if floats else own)
     if dtype not in _DTYPE_NAMES:
         raise TypeError(f"dtype {dtype} is not supported; use torch.float32 or torch.float64")
     return examples, dtype, torch.device(getattr(first, "device", "cpu"))
@@ -159,7 +161,7 @@ def compile(
     ``device`` defaults to the example input's: a CUDA example (or ``device="cuda"``) gives a
     :class:`rootclad.torch.DeviceModel`, whose kernels nvcc builds for the GPU.
     """
-    examples, dtype, example_device = _examples(example_input, dtype)
+    examples, dtype, example_device = _examples(example_input, dtype, model)
     device = torch.device(device if device is not None else example_device)
     if device.type == "cuda":
         _device_engine(engine, pullbacks)
@@ -288,7 +290,7 @@ def compile_device(model: torch.nn.Module, example_input, device="cuda",
     reference the GPU build is checked against). ``example_input``: a tensor, or a tuple of
     one per input of ``model.forward``."""
     several = isinstance(example_input, (tuple, list))
-    examples, dtype, _ = _examples(example_input, dtype)
+    examples, dtype, _ = _examples(example_input, dtype, model)
     device = check_device(device)
     module, graph = _module_graph(model, examples, dtype, several)
     dm = device_program(graph, loss, device, seed=seed, aliases=parameter_aliases(module),

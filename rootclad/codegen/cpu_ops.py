@@ -204,6 +204,34 @@ def _conv2d_calls(node, graph, site):
     return [Call("conv2d", args + tuple(map(INT, geometry)))]
 
 
+def conv_transpose_geometry(node, graph) -> tuple[int, ...]:
+    """(C, H, W, OC, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW, G) of a ConvTranspose1d/2d, the
+    1-d one as H = OH = KH = 1 (conv2d.h: conv_transpose2d)."""
+    a = node.attrs
+    k = graph.param(node.params["weight"]).shape[2:]
+    one = len(k) == 1
+    C, *hw = node.in_shape
+    OC, *ohw = node.out_shape
+
+    def pad(v, fill):  # the 1-d layer's values after a first axis of 1
+        return (fill, *v) if one else tuple(v)
+
+    return (C, *pad(hw, 1), OC, *pad(ohw, 1), *pad(k, 1), *pad(a["stride"], 1),
+            *pad(a["padding"], 0), *pad(a["dilation"], 1), a["groups"])  # fmt: skip
+
+
+def _conv_transpose_calls(node, graph, site):
+    args = (OUT, SCRATCH("cols"), IN(0, True), W("weight"), W("bias"), INT("B"))
+    return [Call("conv_transpose2d", args + tuple(map(INT, conv_transpose_geometry(node, graph))))]
+
+
+def _conv_transpose_scratch(node, graph):
+    """The columns weight^T @ input (forward) and im2col of the output's adjoint (backward,
+    in their adjoint): OC x KH x KW x H x W per sample."""
+    C, H, Wd, OC, _, _, KH, KW, *_ = conv_transpose_geometry(node, graph)
+    return {"cols": OC * KH * KW * H * Wd}
+
+
 def _conv2d_scratch(node, graph):
     """im2col's columns, which the direct path (conv2d.h: conv2d_s1::applies) does without."""
     C, _, Wd = node.in_shape
@@ -421,6 +449,8 @@ CPU_OPS: dict[str, CpuOp] = {
     "matmul": CpuOp(_matmul_calls),
     "conv1d": CpuOp(_conv1d_calls, _conv1d_scratch, scratch_saves=("cols",)),
     "conv2d": CpuOp(_conv2d_calls, _conv2d_scratch, scratch_saves=("cols",)),
+    "conv_transpose1d": CpuOp(_conv_transpose_calls, _conv_transpose_scratch),
+    "conv_transpose2d": CpuOp(_conv_transpose_calls, _conv_transpose_scratch),
     "maxpool1d": CpuOp(_pool1d_calls),
     "avgpool1d": CpuOp(_pool1d_calls),
     "maxpool2d": CpuOp(_pool2d_calls),

@@ -18,6 +18,7 @@ from rootclad.codegen.cpu_ops import (
     broadcast_padded,
     cat_parts,
     conv1d_geometry,
+    conv_transpose_geometry,
     layer_norm_rows,
     matmul_args,
     parametric_geometry,
@@ -237,6 +238,20 @@ def _global_pool_device(node, graph, d):
     return fwd, bwd
 
 
+def _conv_transpose_device(node, graph, d):
+    C, H, Wd, OC, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW, G = conv_transpose_geometry(node, graph)
+    conv = (OC, OH, OW, C, KH, KW, SH, SW, PH, PW, DH, DW, G)  # the convolution it inverts
+    g = f"conv2d_shape({', '.join(map(str, conv))})"
+    fwd = [f"conv_transpose2d_forward(on, {d.out}, {d.ins[0]}, {d.p('weight')}, {d.p('bias')}, "
+           f"B, {g});"]  # fmt: skip
+    bwd = [f"conv_transpose2d_backward_params(on, {d.dp('weight')}, {d.dp('bias')}, {d.d_out}, "
+           f"{d.ins[0]}, B, {g});"]  # fmt: skip
+    if d.d_ins[0] != "nullptr":
+        bwd.append(f"conv_transpose2d_backward_input(on, {d.d_ins[0]}, {d.d_out}, "
+                   f"{d.p('weight')}, B, {g});")  # fmt: skip
+    return fwd, bwd
+
+
 def _conv2d_device(node, graph, d):
     C, H, Wd = node.in_shape
     KH, KW = graph.param(node.params["weight"]).shape[2:]
@@ -389,6 +404,8 @@ DEVICE_OPS: dict[str, DeviceOp] = {
     "upsample": DeviceOp(_upsample_device),
     "conv1d": DeviceOp(_conv1d_device, fuses_activation=True),
     "conv2d": DeviceOp(_conv2d_device, fuses_activation=True),
+    "conv_transpose1d": DeviceOp(_conv_transpose_device),
+    "conv_transpose2d": DeviceOp(_conv_transpose_device),
     "maxpool1d": DeviceOp(_pool1d_device, fuses_activation=True),
     "avgpool1d": DeviceOp(_pool1d_device, fuses_activation=True),
     "maxpool2d": DeviceOp(_pool2d_device, fuses_activation=True),

@@ -37,9 +37,10 @@ MATMULS = ("matmul", "bmm", "__matmul__")
 
 
 class Root(nn.Module):
-    """A layer that lowers to several ops (an attention block, a GroupNorm) compiled on its
-    own: traced as one call of it ("block"); MultiheadAttention with one input attends to
-    itself, or takes query, key and value."""
+    """A layer that lowers to several ops (an attention block, a GroupNorm, a recurrent layer)
+    or reads indices (an Embedding), compiled on its own: traced as one call of it ("block");
+    MultiheadAttention with one input attends to itself, or takes query, key and value; a
+    recurrent layer gives its output sequence."""
 
     def __init__(self, block):
         super().__init__()
@@ -49,6 +50,8 @@ class Root(nn.Module):
         if isinstance(self.block, nn.MultiheadAttention):
             key = x if key is None else key
             return self.block(x, key, key if value is None else value, need_weights=False)[0]
+        if isinstance(self.block, (nn.LSTM, nn.GRU)):
+            return self.block(x)[0]
         return self.block(x)
 
 

@@ -58,6 +58,9 @@ def bounds(low) -> tuple[tuple[int, ...], ...]:
             if mod.num_embeddings > EXACT[low.dtype]:
                 raise IRError(f"module {n.target!r}: {mod.num_embeddings} rows; {low.dtype} holds "
                               f"indices up to {EXACT[low.dtype]} exactly: compile in float64")  # fmt: skip
+            if mod.num_embeddings >= 1 << 31:
+                raise IRError(f"module {n.target!r}: {mod.num_embeddings} rows; the kernels "
+                              "index at most 2^31 - 1")  # fmt: skip
             held = rows[origin[src.name]]
             at = pos[src.name][0].reshape(-1)  # the positions this Embedding reads
             held[at] = torch.minimum(held[at], torch.tensor(mod.num_embeddings))
@@ -107,5 +110,7 @@ def _run(n, pos):
 
 
 def _passes(n) -> bool:
+    if n.op not in ("call_function", "call_method"):  # a module named "flatten" is no method
+        return False
     name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
-    return (n.op == "call_function" and n.target is operator.getitem) or name in PASSING
+    return n.target is operator.getitem or name in PASSING

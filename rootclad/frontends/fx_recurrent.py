@@ -63,6 +63,11 @@ class Swapped:
         return self.rows[i]
 
 
+def sw_rank(sw: Swapped) -> int:
+    """torch's rank of a Swapped tensor (its axis, the batch, the per-sample ones)."""
+    return 2 + len(sw.sample)
+
+
 def _name(target) -> str:
     return target if isinstance(target, str) else getattr(target, "__name__", "")
 
@@ -86,7 +91,10 @@ def _swaps(fx_node) -> bool:
         if not all(isinstance(p, int) for p in perm):
             return False
         perm = [p % rank for p in perm]
-    return perm == [1, 0, *range(2, rank)] and not fx_slicing.takes_moved_pieces(fx_node, perm)
+    if perm != [1, 0, *range(2, rank)]:
+        return False
+    # a permute whose pieces are only taken (timm's qkv) is fx_slicing's; a transpose is ours
+    return name == "transpose" or not fx_slicing.takes_moved_pieces(fx_node, perm)
 
 
 ZEROS = (torch.zeros, torch.zeros_like)
@@ -103,17 +111,18 @@ def _zero_state(low, fx_node) -> bool:
     else:
         return False
 
-    def for_states(user) -> bool:
-        if user.op == "call_module":
-            return isinstance(low.traced.get_submodule(user.target), (nn.LSTM, nn.GRU))
+    def for_states(user, src) -> bool:
+        if user.op == "call_module":  # as the state (hx), not the input
+            return (isinstance(low.traced.get_submodule(user.target), (nn.LSTM, nn.GRU))
+                    and (user.args[:1] or [None])[0] is not src)  # fmt: skip
         if user.target in ZEROS or _name(user.target) in ("new_zeros", "to", "type_as",
                                                           "contiguous"):  # fmt: skip
-            return all(for_states(u) for u in user.users)
+            return all(for_states(u, user) for u in user.users)
         return False
 
     if not made:
         return False
-    if not all(for_states(u) for u in fx_node.users):
+    if not all(for_states(u, fx_node) for u in fx_node.users):
         if fx_node.target in ZEROS or name == "new_zeros":
             raise IRError(f"fx node {fx_node.name!r} ({name}): rootclad compiles zeros only as "
                           "the initial state of a recurrent layer (no state: a model computes "
@@ -156,7 +165,8 @@ def lower(low, fx_node) -> bool:
                 raise IRError(f"{where}: index {args[1]} of an axis of {sw.n}")
             emit("reshape", [sw.row(emit, i)], {"shape": sw.sample}, name=fx_node.name)
             return True
-        if sw is not None and name == "squeeze" and sw.n == 1 and tuple(args[1:]) in ((0,), ()):
+        dims = tuple(args[1:]) or tuple(fx_node.kwargs.values())
+        if sw is not None and name == "squeeze" and sw.n == 1 and dims in ((0,), (-sw_rank(sw),)):
             emit("reshape", [sw.row(emit, 0)], {"shape": sw.sample}, name=fx_node.name)
             return True
         raise IRError(
@@ -189,6 +199,11 @@ def lower(low, fx_node) -> bool:
 def _sequence(low, x, batch_first: bool, where) -> Swapped:
     """The layer's input as (T, features) per sample."""
     if batch_first:
+        held = getattr(x, "name", None)
+        if held in low.swapped or held in low.zero_states:
+            raise IRError(f"{where}: batch_first=True takes (batch, sequence, features); its input "
+                          f"{held!r} has the batch axis second (or is zeros): transpose(0, 1) it "
+                          "back, or build the layer with batch_first=False")  # fmt: skip
         if not low.is_tensor(x) or len(low.shape(x)) != 3:
             raise IRError(f"{where}: its input must be (batch, sequence, features); got "
                           f"{tuple(low.shape(x)) if low.is_tensor(x) else x!r}")  # fmt: skip

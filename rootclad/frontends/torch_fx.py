@@ -113,7 +113,8 @@ def graph_from_module(module: nn.Module, example_input, dtype: str) -> Graph:
         with torch.no_grad():
             module(*(x.to(ready[0].dtype) if ready and x.dtype != torch.bool else x for x in xs))
     params = [Param(name, tuple(p.shape)) for name, p in module.named_parameters()]
-    if _composite(module):  # a layer of several ops: traced as one call
+    if _composite(module) or isinstance(module, nn.Embedding):  # traced as one call
+        # (a layer of several ops; an Embedding, whose input fx_indices must see)
         try:
             lowering = _FxLowering(fx_attention.Root(module), xs, params, dtype)
             graph = lowering.graph()

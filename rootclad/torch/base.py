@@ -67,21 +67,32 @@ def first_non_finite(t: torch.Tensor) -> tuple[int, float] | None:
     return i, float(t.reshape(-1)[i])
 
 
-def check_indices(which: str, t: torch.Tensor, rows: tuple[int, ...]) -> None:
+def check_indices(which: str, t: torch.Tensor, rows: tuple[int, ...], limits: dict) -> None:
     """An input of Embedding indices: an integer type, each index in [0, the rows of the
     Embeddings reading its position) (``rows``: per position of a sample, 0 for one no
-    Embedding reads)."""
+    Embedding reads; ``limits``: the model's cache of them as arrays, by device). On the CPU
+    numpy scans it on one thread and a bad index is named; on a GPU the check is queued
+    (torch._assert_async), so that a loop never waits for it."""
     if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
         raise TypeError(f"{which} holds the indices of an Embedding: the model was compiled with "
                         f"an integer tensor there, got {t.dtype}")  # fmt: skip
     if t.numel() == 0 or t.dim() < 1 or t[0].numel() != len(rows):
         return  # (the shape check names a wrong shape)
-    flat = t.reshape(t.shape[0], -1).cpu()
-    limit = torch.tensor(rows)
+    key = (rows, t.device)
+    if key not in limits:
+        limit = np.asarray(rows, dtype=np.int64)
+        limits[key] = limit if t.is_cpu else torch.as_tensor(limit, device=t.device)
+    limit = limits[key]
+    if not t.is_cpu:
+        flat = t.reshape(t.shape[0], -1)
+        ok = ((flat >= 0) & ((flat < limit) | (limit == 0))).all()
+        torch._assert_async(ok, f"{which}: an index outside the rows of the Embedding reading it")
+        return
+    flat = t.detach().reshape(t.shape[0], -1).numpy()
     bad = ((flat < 0) | (flat >= limit)) & (limit > 0)
-    if bool(bad.any()):
-        b, i = (int(v) for v in bad.nonzero()[0])
-        at = torch.unravel_index(torch.tensor(i), t.shape[1:])
+    if bad.any():
+        b, i = (int(v) for v in np.argwhere(bad)[0])
+        at = np.unravel_index(i, tuple(t.shape[1:]))
         where = ", ".join(str(v) for v in (b, *(int(a) for a in at)))
         raise ValueError(f"{which}[{where}] = {int(flat[b, i])}: the Embedding reading it has "
                          f"{rows[i]} rows; indices must lie in [0, {rows[i]})")  # fmt: skip
@@ -150,6 +161,7 @@ class ModelBase:
         self._buffer_views: OrderedDict[str, torch.Tensor] = OrderedDict()
         self._input_names = (["input"] if len(self.input_shapes) == 1 else
                              [f"input {i}" for i in range(len(self.input_shapes))])  # fmt: skip
+        self._index_limits: dict = {}  # Embedding indices' row counts, by device (check_indices)
 
     # -- parameters ---------------------------------------------------------------------
     def _view_parameters(self, params, grads, buffers) -> None:
@@ -278,7 +290,7 @@ class ModelBase:
                 raise TypeError(f"{which} is a mask: the model was compiled with a torch.bool "
                                 f"tensor there, got {t.dtype}")  # fmt: skip
             if rows and isinstance(t, torch.Tensor):
-                check_indices(which, t, rows)
+                check_indices(which, t, rows, self._index_limits)
         return tuple(t.to(self.dtype) if mask or rows else t
                      for t, mask, rows in zip(xs, masks, indices, strict=True))  # fmt: skip
 

@@ -29,6 +29,7 @@ OPS = {
     "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Concat", "Dropout", "Identity",
     "HardSigmoid", "HardSwish", "Clip", "Mish", "Selu", "PRelu", "Neg", "Slice", "Split",
     "Constant", "Shape", "Gather", "Cast", "ReduceSum", "ReduceMean", "Sqrt", "InstanceNormalization", "Resize",
+    "ConvTranspose",
 }  # fmt: skip
 
 

@@ -80,7 +80,7 @@ def test_every_registered_op_has_a_case_here():
     for _, build, shapes, kind in MASK_CASES:  # models of two inputs: tests/torch/test_masks.py
         graph = graph_from_module(build(), mask_input(shapes, kind), "float64")
         covered |= {node.op for node in graph.nodes}
-    covered |= {n.op for n in graph_from_module(Tokens(), index_input(), "float64").nodes}
+    covered |= {n.op for n in graph_from_module(Tokens().double(), index_input(), "float64").nodes}
     missing = sorted(set(OPS) - covered)
     assert not missing, f"ops without a case in CASES: {missing}"
 

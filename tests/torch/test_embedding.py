@@ -139,3 +139,36 @@ def test_embedding_options_without_a_kernel_are_refused():
     net = nn.Sequential(nn.Embedding(5, 3, max_norm=1.0), nn.Flatten())
     with pytest.raises(IRError, match="max_norm"):
         rootclad.compile(net, torch.randint(0, 5, (2, 4)), engine="pullback")
+
+
+def test_a_bare_embedding_takes_indices_as_torch():
+    torch.manual_seed(0)
+    net = nn.Embedding(10, 3, padding_idx=2).double()
+    ids = torch.randint(0, 10, (4, 5), generator=torch.Generator().manual_seed(1))
+    cm = rootclad.compile(copy.deepcopy(net), ids, loss="mse", engine="pullback")
+    assert cm.dtype == F64  # a model of indices only: its parameters' type
+    assert_close_rel(cm(ids), net(ids), 0, "forward")
+    d_out = torch.randn(4, 5, 3, dtype=F64, generator=torch.Generator().manual_seed(2))
+    (dw,) = torch.autograd.grad(cm(ids), list(cm.parameters()), d_out)
+    (dw_ref,) = torch.autograd.grad(net(ids), list(net.parameters()), d_out)
+    assert_close_rel(dw, dw_ref, 1e-12, "d_weight")
+    assert cm.input_grad(ids) is None or cm.input_grad(ids)[0] is None
+    with pytest.raises(ValueError, match=r"input\[0, 0\] = 10"):
+        cm(torch.full((4, 5), 10))
+    with pytest.raises(TypeError, match="integer tensor"):
+        cm(ids.double())
+
+
+class _Flattened(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.flatten = nn.Flatten()  # a module named as a method
+        self.emb = nn.Embedding(5, 3)
+
+    def forward(self, ids):
+        return self.emb(self.flatten(ids)).sum(1)
+
+
+def test_a_module_named_as_a_method_on_indices_is_refused_naming_it():
+    with pytest.raises(IRError, match="'flatten'.*computes integers"):
+        rootclad.compile(_Flattened().double(), torch.randint(0, 5, (2, 2, 2)), engine="pullback")

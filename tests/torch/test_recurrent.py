@@ -240,3 +240,61 @@ def test_zeros_as_the_initial_state_is_no_state(kind):
 def test_zeros_used_otherwise_are_refused():
     with pytest.raises(IRError, match="zeros only as the initial state of a recurrent layer"):
         rootclad.compile(_Zeros(nn.GRU, use=True).double(), _x(), loss="mse", engine="pullback")
+
+
+class _Squeezed(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.rnn = nn.GRU(3, 5, batch_first=True)
+        self.fc = nn.Linear(5, 1)
+        self.dim = dim
+
+    def forward(self, x):
+        return self.fc(self.rnn(x)[1].squeeze(dim=self.dim))
+
+
+def test_squeeze_of_h_n_follows_its_dim_at_batch_size_1():
+    """h_n (1, B, H).squeeze(dim=0) is (B, H); squeeze(dim=1) drops the batch axis at B = 1
+    only, and is refused (an example of one sample must not decide)."""
+    torch.manual_seed(0)
+    net = _Squeezed(0).double()
+    cm = rootclad.compile(copy.deepcopy(net), _x(B=1), loss="mse", engine="pullback")
+    assert_close_rel(cm(_x(B=3)), net(_x(B=3)), 1e-12, "squeeze(dim=0)")
+    with pytest.raises(IRError, match="batch axis is the second"):
+        rootclad.compile(_Squeezed(1).double(), _x(B=1), loss="mse", engine="pullback")
+
+
+class _TimeFirst(nn.Module):
+    def __init__(self, how):
+        super().__init__()
+        self.rnn = nn.LSTM(3, 5, batch_first=True)
+        self.how = how
+
+    def forward(self, x):
+        if self.how == "last-step":  # x.transpose(0, 1)[-1]: the last step of every sample
+            return self.rnn(x)[0].transpose(0, 1)[-1]
+        if self.how == "time-first-to-batch-first":
+            return self.rnn(x.transpose(0, 1))[0][:, -1]
+        return self.rnn(x.new_zeros(x.shape))[0][:, -1]  # zeros as the input
+
+
+def test_a_time_first_view_taken_by_index_matches_torch():
+    torch.manual_seed(0)
+    net = _TimeFirst("last-step").double()
+    cm = rootclad.compile(copy.deepcopy(net), _x(), loss="mse", engine="pullback")
+    assert_close_rel(cm(_x(seed=3)), net(_x(seed=3)), 1e-12, "transpose(0, 1)[-1]")
+
+
+@pytest.mark.parametrize("how, words", [("time-first-to-batch-first", "batch axis second"),
+                                        ("zeros-input", "zeros only as the initial state")])  # fmt: skip
+def test_a_time_first_or_zero_input_to_a_batch_first_layer_is_refused(how, words):
+    with pytest.raises(IRError, match=words):
+        rootclad.compile(_TimeFirst(how).double(), _x(), loss="mse", engine="pullback")
+
+
+@pytest.mark.parametrize("kind", [nn.LSTM, nn.GRU])
+def test_a_bare_recurrent_layer_gives_its_output_sequence(kind):
+    torch.manual_seed(0)
+    net = kind(3, 5, num_layers=2, batch_first=True).double()
+    cm = rootclad.compile(copy.deepcopy(net), _x(), loss="mse", engine="pullback")
+    assert_close_rel(cm(_x(seed=2)), net(_x(seed=2))[0], 1e-12, "output sequence")

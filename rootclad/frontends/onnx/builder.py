@@ -17,6 +17,7 @@ from torch import nn
 
 from rootclad.frontends.onnx import folding, layers
 from rootclad.frontends.onnx.common import Const, attributes
+from rootclad.frontends.onnx.conv_layers import ConvOps
 from rootclad.frontends.onnx.folding import ShapeOps
 from rootclad.frontends.onnx.layers import SUPPORTED, LayerOps
 from rootclad.ir.graph import IRError
@@ -25,7 +26,7 @@ MIN_OPSET = 13
 ATTRIBUTES = {**folding.ATTRIBUTES, **layers.ATTRIBUTES}
 
 
-class Builder(ShapeOps, LayerOps):
+class Builder(ShapeOps, LayerOps, ConvOps):
     """An ONNX graph rebuilt as a torch module (see :func:`rootclad.frontends.onnx.to_module`)."""
 
     def __init__(self, model, where: str):

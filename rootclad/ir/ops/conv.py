@@ -96,3 +96,53 @@ register(
         from_module=lambda mod, where: _conv_from_module(mod, where, 2),
     )
 )
+
+
+def _conv_transpose_from_module(mod, where, n: int):
+    """ConvTranspose1d (n = 1) and ConvTranspose2d (n = 2): zero padding; each geometry an
+    n-tuple (of one for n = 1)."""
+    if mod.padding_mode != "zeros":
+        raise IRError(f"{where}: padding_mode={mod.padding_mode!r} (only 'zeros')")
+    geometry = {k: ints(getattr(mod, k), n, k, where)
+                for k in ("stride", "padding", "output_padding", "dilation")}  # fmt: skip
+    return {k: v if n > 1 else (v,) for k, v in geometry.items()} | {"groups": int(mod.groups)}
+
+
+def conv_transpose_out(n, k, s, p, d, op):
+    return (n - 1) * s - 2 * p + d * (k - 1) + op + 1
+
+
+def _conv_transpose_infer(node, shapes, graph):
+    (shape,) = shapes
+    a = node.attrs
+    n = len(a["stride"])
+    w = graph.param(node.params["weight"])  # (in channels, out channels / groups, *kernel)
+    axes = "(C, L)" if n == 1 else "(C, H, W)"
+    expect(len(shape) == n + 1, node, f"expected input {axes}, got per-sample shape {shape}")
+    expect(shape[0] == w.shape[0], node,
+           f"expected {w.shape[0]} input channels, got {shape[0]} (shape {shape})")  # fmt: skip
+    out = [conv_transpose_out(shape[1 + i], w.shape[2 + i], a["stride"][i], a["padding"][i],
+                              a["dilation"][i], a["output_padding"][i]) for i in range(n)]  # fmt: skip
+    expect(min(out) >= 1, node, f"input {shape[1:]} gives an empty output {tuple(out)}")
+    return (w.shape[1] * a["groups"], *out)
+
+
+def _conv_transpose_flops(node, graph) -> int:
+    return 2 * numel(node.in_shape) * numel(graph.param(node.params["weight"]).shape[1:])
+
+
+for _n, _name in ((1, "ConvTranspose1d"), (2, "ConvTranspose2d")):
+    register(
+        OpSpec(
+            f"conv_transpose{_n}d",
+            "conv",
+            f"{_name} (zero padding, any stride/padding/output_padding/dilation/groups): the "
+            "input gradient of a convolution",
+            _conv_transpose_infer,
+            params=("weight", "bias"),
+            saves=("in",),
+            flops=_conv_transpose_flops,
+            modules=(_name,),
+            from_module=lambda mod, where, n=_n: _conv_transpose_from_module(mod, where, n),
+        )
+    )

@@ -1,4 +1,5 @@
-// rootclad/device/conv.h — Conv2d (and Conv1d as H = 1), direct and as products as device kernels
+// rootclad/device/conv.h — Conv2d (and Conv1d as H = 1), direct and as products, and ConvTranspose
+// as device kernels
 // (device_kernels.h says how they are written).
 #pragma once
 
@@ -281,6 +282,47 @@ void conv2d_backward(On on, T* d_inp, T* d_weight, T* d_bias, DY d_out, const T*
   conv2d_backward_params(on, d_weight, d_bias, d_out, inp, B, g);
   if (d_inp)
     conv2d_backward_input(on, d_inp, d_out, weight, B, g);
+}
+
+// -- ConvTranspose2d (ConvTranspose1d: H = KH = 1): the input gradient of the convolution g
+// from (g.C, g.H, g.W) to (g.OC, g.OH, g.OW): inp(B, g.OC, g.OH, g.OW) -> out(B, g.C, g.H, g.W),
+// weight(g.OC, g.C/G, KH, KW) as torch's; its backward is g's forward ----------------------------
+template <class On, class T>
+void conv_transpose2d_forward(On on, T* out, const T* inp, const T* weight, const T* bias, int B,
+                              Conv g) {
+  const long HW = (long)g.H * g.W;
+  each_index(
+      on, (long)B * g.C * HW, ROOTCLAD_BODY(long i) { out[i] = bias ? bias[i / HW % g.C] : T(0); });
+  conv2d_backward_input(on, out, inp, weight, B, g);
+}
+
+// d_inp(B, g.OC, g.OH, g.OW) += conv_g(d_out)
+template <class On, class T>
+void conv_transpose2d_backward_input(On on, T* d_inp, const T* d_out, const T* weight, int B,
+                                     Conv g) {
+  const int CG = g.C / g.G, OCG = g.OC / g.G;
+  each_index(
+      on, (long)B * g.OC * g.OH * g.OW, ROOTCLAD_BODY(long i) {
+        const int ow = (int)(i % g.OW), oh = (int)(i / g.OW % g.OH);
+        const int o = (int)(i / ((long)g.OW * g.OH) % g.OC);
+        const long b = i / ((long)g.OW * g.OH * g.OC);
+        T s = 0;
+        for (int c = 0; c < CG; ++c)
+          s += strided_dot(weight + ((long)o * CG + c) * g.KH * g.KW, g.KH, g.KW,
+                           d_out + (b * g.C + (o / OCG) * CG + c) * g.H * g.W, g.H, g.W,
+                           oh * g.SH - g.PH, g.DH, ow * g.SW - g.PW, g.DW);
+        d_inp[i] += s;
+      });
+}
+
+// d_weight += g's weight gradient with the roles of input and output adjoint exchanged;
+// d_bias[c] += sum of d_out[b, c, ...] (null: skipped)
+template <class On, class T>
+void conv_transpose2d_backward_params(On on, T* d_weight, T* d_bias, const T* d_out, const T* inp,
+                                      int B, Conv g) {
+  conv2d_backward_params(on, d_weight, (T*)nullptr, inp, d_out, B, g);
+  if (d_bias)
+    bias_backward(on, d_bias, d_out, B, g.C, g.H * g.W);
 }
 
 } // namespace dev

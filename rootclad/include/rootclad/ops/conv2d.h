@@ -34,36 +34,6 @@ struct Conv2dShape {
   int taps() const { return Cg() * KH * KW; } // rows of one group's cols
 };
 
-#ifdef ROOTCLAD_NO_PULLBACKS
-template <typename T>
-void conv2d_forward(T* out, T* cols, const T* inp, const T* weight, const T* bias, int B, int C,
-                    int H, int W, int OC, int KH, int KW, int SH, int SW, int PH, int PW, int DH,
-                    int DW, int G) {
-  ROOTCLAD_REPLAY_SKIP;
-  const int OH = (H + 2 * PH - DH * (KH - 1) - 1) / SH + 1;
-  const int OW = (W + 2 * PW - DW * (KW - 1) - 1) / SW + 1;
-  const int Cg = C / G;
-  const int OCg = OC / G;
-  for (int b = 0; b < B; ++b)
-    for (int o = 0; o < OC; ++o)
-      for (int oh = 0; oh < OH; ++oh)
-        for (int ow = 0; ow < OW; ++ow) {
-          // one declarator per statement: Clad mis-differentiated "const int a = .., b = ..;"
-          T s = bias ? bias[o] : T(0);
-          int g = o / OCg;
-          for (int c = 0; c < Cg; ++c)
-            for (int kh = 0; kh < KH; ++kh)
-              for (int kw = 0; kw < KW; ++kw) {
-                int ih = oh * SH - PH + kh * DH;
-                int iw = ow * SW - PW + kw * DW;
-                if (ih >= 0 && ih < H && iw >= 0 && iw < W)
-                  s += weight[((o * Cg + c) * KH + kh) * KW + kw] *
-                       inp[(((long)b * C + g * Cg + c) * H + ih) * W + iw];
-              }
-          out[(((long)b * OC + o) * OH + oh) * OW + ow] = s;
-        }
-}
-#else
 // cols of sample b, group g (see the top of this file)
 template <typename T> void conv2d_im2col(T* cols, const T* inp, const Conv2dShape& s, int g) {
   const int OH = s.OH(), OW = s.OW(), Cg = s.Cg();
@@ -104,6 +74,36 @@ template <typename T> void conv2d_col2im(T* d_inp, const T* d_cols, const Conv2d
       }
 }
 
+#ifdef ROOTCLAD_NO_PULLBACKS
+template <typename T>
+void conv2d_forward(T* out, T* cols, const T* inp, const T* weight, const T* bias, int B, int C,
+                    int H, int W, int OC, int KH, int KW, int SH, int SW, int PH, int PW, int DH,
+                    int DW, int G) {
+  ROOTCLAD_REPLAY_SKIP;
+  const int OH = (H + 2 * PH - DH * (KH - 1) - 1) / SH + 1;
+  const int OW = (W + 2 * PW - DW * (KW - 1) - 1) / SW + 1;
+  const int Cg = C / G;
+  const int OCg = OC / G;
+  for (int b = 0; b < B; ++b)
+    for (int o = 0; o < OC; ++o)
+      for (int oh = 0; oh < OH; ++oh)
+        for (int ow = 0; ow < OW; ++ow) {
+          // one declarator per statement: Clad mis-differentiated "const int a = .., b = ..;"
+          T s = bias ? bias[o] : T(0);
+          int g = o / OCg;
+          for (int c = 0; c < Cg; ++c)
+            for (int kh = 0; kh < KH; ++kh)
+              for (int kw = 0; kw < KW; ++kw) {
+                int ih = oh * SH - PH + kh * DH;
+                int iw = ow * SW - PW + kw * DW;
+                if (ih >= 0 && ih < H && iw >= 0 && iw < W)
+                  s += weight[((o * Cg + c) * KH + kh) * KW + kw] *
+                       inp[(((long)b * C + g * Cg + c) * H + ih) * W + iw];
+              }
+          out[(((long)b * OC + o) * OH + oh) * OW + ow] = s;
+        }
+}
+#else
 // -- stride 1, one group: direct convolution over the flattened, zero-padded image ------------
 // With the image padded to Hp x Wp and each channel laid out as one row, output (oh, ow) sits
 // at p = oh*Wp + ow and tap (kh, kw) reads p + kh*DH*Wp + kw*DW: a 1-D convolution whose taps
@@ -306,6 +306,64 @@ void conv2d_backward(T* d_inp, T* d_weight, T* d_bias, T* d_cols, const T* d_out
 #endif
 
 // ---------------------------------------------------------------------------------------
+// ConvTranspose2d over inp(B, C, H, W) -> out(B, OC, OH, OW) with weight(C, OC/G, KH, KW): the
+// input gradient of the convolution s from (OC, OH, OW) to (C, H, W) with the same weight
+// (OH = (H-1) SH - 2 PH + DH (KH-1) + output_padding + 1; the output padding only lengthens the
+// output, which s maps back to H). Per sample and group: cols = weight_g^T @ inp_g, scattered
+// by s's col2im (+ bias). Its backward is s's forward: cols' = im2col_s(d_out) (in d_cols),
+// d_inp_g += weight_g @ cols', d_weight_g += inp_g @ cols'^T. ConvTranspose1d runs here as
+// H = KH = 1. Its pullback stays when Clad differentiates the kernels themselves.
+template <typename T>
+void conv_transpose2d_forward(T* out, T* cols, const T* inp, const T* weight, const T* bias, int B,
+                              int C, int H, int W, int OC, int OH, int OW, int KH, int KW, int SH,
+                              int SW, int PH, int PW, int DH, int DW, int G) {
+  ROOTCLAD_REPLAY_SKIP;
+  const Conv2dShape s{B, OC, OH, OW, C, KH, KW, SH, SW, PH, PW, DH, DW, G};
+  const long HW = (long)H * W, OHW = (long)OH * OW;
+  const int taps = s.taps(), Cg = C / G;
+  for (int b = 0; b < B; ++b) {
+    T* y = out + (long)b * OC * OHW;
+    for (int o = 0; o < OC; ++o)
+      for (long i = 0; i < OHW; ++i)
+        y[o * OHW + i] = bias ? bias[o] : T(0);
+    for (int g = 0; g < G; ++g) {
+      T* c = cols + ((long)b * G + g) * taps * HW;
+      gemm(true, false, taps, (int)HW, Cg, T(1), weight + (long)g * Cg * taps, taps,
+           inp + ((long)b * C + (long)g * Cg) * HW, (int)HW, T(0), c, (int)HW);
+      conv2d_col2im(y, c, s, g);
+    }
+  }
+}
+
+template <typename T>
+void conv_transpose2d_backward(T* d_inp, T* d_weight, T* d_bias, T* d_cols, const T* d_out,
+                               const T* inp, const T* weight, int B, int C, int H, int W, int OC,
+                               int OH, int OW, int KH, int KW, int SH, int SW, int PH, int PW,
+                               int DH, int DW, int G) {
+  const Conv2dShape s{B, OC, OH, OW, C, KH, KW, SH, SW, PH, PW, DH, DW, G};
+  const long HW = (long)H * W, OHW = (long)OH * OW;
+  const int taps = s.taps(), Cg = C / G;
+  for (int b = 0; b < B; ++b) {
+    const T* dy = d_out + (long)b * OC * OHW;
+    if (d_bias)
+      for (int o = 0; o < OC; ++o)
+        for (long i = 0; i < OHW; ++i)
+          d_bias[o] += dy[o * OHW + i];
+    for (int g = 0; g < G; ++g) {
+      T* c = d_cols + ((long)b * G + g) * taps * HW;
+      conv2d_im2col(c, dy, s, g);
+      const long x0 = ((long)b * C + (long)g * Cg) * HW;
+      if (d_weight)
+        gemm(false, true, Cg, taps, (int)HW, T(1), inp + x0, (int)HW, c, (int)HW, T(1),
+             d_weight + (long)g * Cg * taps, taps);
+      if (d_inp)
+        gemm(false, false, Cg, (int)HW, taps, T(1), weight + (long)g * Cg * taps, taps, c, (int)HW,
+             T(1), d_inp + x0, (int)HW);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
 // 2-D pooling over inp(R, H, W) -> out(R, OH, OW), R = B*C; windows KH x KW, strides SH, SW,
 // zero padding PH, PW (never more than half a window), OH and OW by pool_out (pool_geometry.h,
 // with ceil_mode). MaxPool takes the first maximum in row-major window order (as torch does)
@@ -447,3 +505,23 @@ void avgpool2d_forward_pullback(T* out, const T* inp, int R, int H, int W, int K
 } // namespace custom_derivatives
 } // namespace clad
 #endif
+
+// ConvTranspose2d's pullback stays when Clad differentiates the kernels themselves (its
+// forward is products, not loops Clad can take apart).
+namespace clad {
+namespace custom_derivatives {
+namespace rootclad {
+template <typename T>
+void conv_transpose2d_forward_pullback(T* out, T* cols, const T* inp, const T* weight,
+                                       const T* bias, int B, int C, int H, int W, int OC, int OH,
+                                       int OW, int KH, int KW, int SH, int SW, int PH, int PW,
+                                       int DH, int DW, int G, T* d_out, T* d_cols, T* d_inp,
+                                       T* d_weight, T* d_bias, int*, int*, int*, int*, int*, int*,
+                                       int*, int*, int*, int*, int*, int*, int*, int*, int*, int*) {
+  ::rootclad::conv_transpose2d_backward(::rootclad::wanted(d_inp), d_weight,
+                                        bias ? d_bias : (T*)nullptr, d_cols, d_out, inp, weight, B,
+                                        C, H, W, OC, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW, G);
+}
+} // namespace rootclad
+} // namespace custom_derivatives
+} // namespace clad
