@@ -24,7 +24,8 @@ def _execute(name: str) -> str:
 
 def test_notebooks_are_numbered_and_outputs_are_not_committed():
     books = sorted(p.name for p in TUTORIALS.glob("*.ipynb"))
-    assert books == ["01_compile_and_train.ipynb", "02_root.ipynb", "03_gw_workflow.ipynb"]
+    assert books == ["01_compile_and_train.ipynb", "02_root.ipynb", "03_gw_workflow.ipynb",
+                     "04_hep_architectures.ipynb"]  # fmt: skip
     nbformat = pytest.importorskip("nbformat", reason="the notebooks need the test extra")
     for name in books:
         book = nbformat.read(TUTORIALS / name, as_version=4)
@@ -35,6 +36,17 @@ def test_compile_and_train_notebook():
     out = _execute("01_compile_and_train.ipynb")
     diff = re.search(r"largest gradient difference (\S+)", out)
     assert diff and float(diff.group(1)) < 1e-4, out
+    acc = re.search(r"training accuracy (\S+)", out)
+    assert acc and float(acc.group(1)) > 0.9, out
+
+
+def test_hep_architectures_notebook():
+    """Embedding indices, a padding mask, attention and an LSTM in one tagger: torch's
+    gradients, a bad particle type named, and a tagger that learns the toy jets."""
+    out = _execute("04_hep_architectures.ipynb")
+    diff = re.search(r"largest gradient difference (\S+)", out)
+    assert diff and float(diff.group(1)) < 1e-4, out
+    assert re.search(r"input 1\[2, 5\] = 5: the Embedding reading it has 5 rows", out), out
     acc = re.search(r"training accuracy (\S+)", out)
     assert acc and float(acc.group(1)) > 0.9, out
 
