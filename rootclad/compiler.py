@@ -311,7 +311,10 @@ def retarget(model, device: torch.device):
 # -- model files ----------------------------------------------------------------------------
 def _compile_module(module, shapes, graph_dtype, loss, engine, pullbacks, dtype, seed):
     dtype = dtype or graph_dtype
-    examples = tuple(torch.zeros(2, *s, dtype=dtype) for s in shapes)
+    kinds = getattr(module, "input_dtypes", None) or [None] * len(shapes)  # indices: integers
+    examples = tuple(
+        torch.zeros(2, *s, dtype=k or dtype) for s, k in zip(shapes, kinds, strict=True)
+    )
     example = examples[0] if len(examples) == 1 else examples
     return compile(module.to(dtype), example, loss, engine=engine, pullbacks=pullbacks,
                    dtype=dtype, seed=seed)  # fmt: skip

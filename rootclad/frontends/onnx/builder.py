@@ -195,7 +195,8 @@ class Builder(ShapeOps, LayerOps, ConvOps):
     def build(self) -> tuple[nn.Module, list[tuple[int, ...]], torch.dtype]:
         import onnx
 
-        dtypes = set()
+        dtypes, integers = set(), {np.dtype("int32"), np.dtype("int64")}
+        self.root.input_dtypes = []  # an integer input's torch type (indices), None: floats
         for inp in self.inputs:
             t = inp.type.tensor_type
             dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
@@ -210,11 +211,17 @@ class Builder(ShapeOps, LayerOps, ConvOps):
                     "batch, the others must be fixed positive numbers"
                 )
             self.shapes[inp.name] = tuple(dims[1:])
-            dtypes.add(onnx.helper.tensor_dtype_to_np_dtype(t.elem_type))
-        if not dtypes <= {np.dtype("float32"), np.dtype("float64")}:
+            kind = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
+            self.root.input_dtypes.append(torch.int64 if kind in integers else None)
+            dtypes.add(kind)
+        if not dtypes <= {np.dtype("float32"), np.dtype("float64"), *integers}:
             raise IRError(f"{self.where}: inputs of type {sorted(map(str, dtypes))}; rootclad "
-                          "takes float32 or float64")  # fmt: skip
-        self.dtype = torch.float64 if np.dtype("float64") in dtypes else torch.float32
+                          "takes float32 or float64, and int32 or int64 indices (of Gather on "
+                          "a weight: an embedding)")  # fmt: skip
+        floats = dtypes - integers or {  # a graph of indices only: its weights' type
+            np.asarray(c.value).dtype for n, c in self.consts.items() if n in self.initializers
+            and np.asarray(c.value).dtype in (np.float32, np.float64)} or {np.dtype("float32")}  # fmt: skip
+        self.dtype = torch.float64 if np.dtype("float64") in floats else torch.float32
         for node in self.nodes:  # before any node is folded into a pattern
             unknown = sorted(a.name for a in node.attribute if a.name not in ATTRIBUTES.get(
                 node.op_type, ()))  # fmt: skip

@@ -52,6 +52,8 @@ class ShapeOps:
         self.fold(node, np.array(shape[start:end], dtype=object))
 
     def op_Gather(self, node, a):
+        if node.input[0] in self.initializers and node.input[1] in self.shapes:
+            return self.embedding(node, a)  # rows of a weight by indices the model computes
         if node.input[0] not in self.consts:  # one constant index of a per-sample axis
             x, idx = self.tensor(node), self.const(node, 1, "indices")
             shape, rank = list(self.shapes[x]), len(self.shapes[x]) + 1

@@ -25,7 +25,7 @@ SUPPORTED = (
     "which becomes a parameter), Neg, Relu, LeakyRelu, Elu, "
     "Sigmoid, Tanh, Softplus, Gelu (and the Erf form exporters write), HardSwish, HardSigmoid, "
     "Clip, Mish, Selu, PRelu (one slope or one per channel), Softmax, LogSoftmax, Conv and "
-    "ConvTranspose (1-d, 2-d), MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, BatchNormalization "
+    "ConvTranspose (1-d, 2-d), Gather of a weight by integer inputs (an embedding), MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, BatchNormalization "
     "(inference), LayerNormalization, InstanceNormalization, Resize (nearest and linear as "
     "torch writes them), Flatten, Reshape, Transpose, Squeeze, Unsqueeze, Concat, "
     "Slice and Split (along per-sample axes), Dropout, Identity, Constant, and the "
@@ -343,6 +343,21 @@ class LayerOps:
             prelu.weight.copy_(torch.from_numpy(slope.reshape(-1).copy()))
         self.share(node, prelu, {"weight": (node.input[1], f"slope of shape {slope.shape}")})
         self.module_step(node, prelu, node.input[1], x)
+
+    def embedding(self, node, a):
+        """Gather(weight, indices, axis=0): torch's export of nn.Embedding."""
+        w = np.asarray(self.const(node, 0, "weight"), dtype=np.float64)
+        ids = self.tensor(node, 1)
+        if a.get("axis", 0) != 0 or w.ndim != 2:
+            raise self.fail(node, f"Gather of a weight of shape {w.shape} along axis "
+                            f"{a.get('axis', 0)}: an embedding (rows of a 2-d weight) only")  # fmt: skip
+        emb = nn.Embedding(*w.shape, dtype=F64)
+        with torch.no_grad():
+            emb.weight.copy_(torch.from_numpy(w))
+        self.share(node, emb, {"weight": (node.input[0], "embedding rows")})
+        path = self.place(node, emb, node.input[0])
+        self.emit(node.output, lambda env, root, p=path, x=ids: root.get_submodule(p)(env[x]),
+                  (*self.shapes[ids], w.shape[1]))  # fmt: skip
 
     def softmax(self, node, a, cls):
         x = self.tensor(node)

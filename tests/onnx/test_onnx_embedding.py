@@ -1,0 +1,82 @@
+"""nn.Embedding through ONNX (issue 27): torch's exporter writes it as Gather(weight, indices),
+the indices an integer input of the graph. Imported as an Embedding: the forward against
+onnxruntime, the float input's and every parameter's gradient against torch autograd, the
+indices checked at every call; a Gather of a weight along another axis is refused naming the
+node."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from fixtures.core import assert_close_rel, assert_grads_close, perturbed
+from fixtures.op_cases import Tokens, index_input
+
+import rootclad
+from rootclad.ir.graph import IRError
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+from fixtures.onnx import export, run_ort  # noqa: E402
+
+
+def test_embedding_from_torchs_export_matches_onnxruntime_and_torch():
+    torch.manual_seed(0)
+    net = perturbed(Tokens()).eval()
+    ids, x = index_input()
+    x = x.float()
+    model = export(net, (ids, x))
+    assert "Gather" in {n.op_type for n in model.graph.node}
+    cm = rootclad.onnx.load(model, loss="mse", engine="pullback")
+    assert_close_rel(cm(ids, x), torch.from_numpy(run_ort(model, ids.numpy(), x.numpy())), 1e-5,
+                     "forward against onnxruntime")  # fmt: skip
+    xc, xr = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    d_out = torch.randn(4, 2, generator=torch.Generator().manual_seed(3))
+    dx, *dp = torch.autograd.grad(cm(ids, xc), [xc, *cm.parameters()], d_out)
+    names = [n for n, _ in cm.named_parameters()]
+    assert names[:2] == ["tok.weight", "kind.weight"]  # where the initializers say
+    plain = copy.deepcopy(net)
+    plain.tok.padding_idx = None  # ONNX has no padding_idx: the file's row 0 trains
+    ref = dict(plain.named_parameters())
+    dx_ref, *dp_ref = torch.autograd.grad(plain(ids, xr), [xr, *(ref[n] for n in names[:2]),
+                                                         ref["head.weight"], ref["head.bias"]],
+                                          d_out)  # fmt: skip
+    assert_close_rel(dx, dx_ref, 1e-4, "d_x")
+    assert_grads_close(dict(zip(names, dp, strict=True)), dict(zip(names, dp_ref, strict=True)),
+                       1e-4, "parameters", against_all=True)  # fmt: skip
+    assert float(dp[0][0].abs().max()) > 0  # the padding row, read by the ids, learns
+    bad = ids.clone()
+    bad[3, 0] = 3
+    with pytest.raises(ValueError, match=r"input 0\[3, 0\] = 3: .* 3 rows"):
+        cm(bad, x)
+
+
+def _gather_file(axis: int, rows: int = 3) -> onnx.ModelProto:
+    """Gather(w (rows, 7), ids (B, 4), axis) then ReduceSum over the ids' axis, by hand."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(
+        np.arange(rows * 7, dtype=np.float32).reshape(rows, 7), "emb.weight"
+    )
+    nodes = [helper.make_node("Gather", ["emb.weight", "ids"], ["g"], axis=axis),
+             helper.make_node("ReduceSum", ["g", "axes"], ["y"], keepdims=0)]  # fmt: skip
+    axes = numpy_helper.from_array(np.array([1], dtype=np.int64), "axes")
+    graph = helper.make_graph(
+        nodes, "gather", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["B", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 7])], [w, axes])  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_hand_written_gather_of_a_weight_is_an_embedding():
+    cm = rootclad.onnx.load(_gather_file(0), loss="mse", engine="pullback")
+    ids = torch.tensor([[0, 2, 2, 1], [1, 1, 0, 0]])
+    assert_close_rel(cm(ids), torch.from_numpy(run_ort(_gather_file(0), ids.numpy())), 1e-6,
+                     "forward")  # fmt: skip
+
+
+def test_a_gather_of_a_weight_along_another_axis_is_refused_naming_the_node():
+    with pytest.raises(IRError, match=r"Gather, opset 17\): Gather of a weight of shape \(3, 7\) "
+                                      "along axis 1"):  # fmt: skip
+        rootclad.onnx.load(_gather_file(1, rows=3), loss="mse", engine="pullback")
