@@ -10,6 +10,8 @@ papers describe them, with small dimensions; each compiles and computes what tor
   a classifier.
 - A DeepJet-style tagger (Bols et al. 2020): 1x1 convolutions per particle and per secondary
   vertex, an LSTM over each list, the global features, a dense classifier.
+- A 1-D U-Net for strain denoising: Conv1d stages with GroupNorm, ConvTranspose1d upsampling,
+  skip connections by torch.cat.
 - A 1-D ResNet for gravitational-wave strain, in the shape of ml4gw's ResNet1D: torchvision's
   ResNet with 1-d convolutions and GroupNorm (stem of 7 taps and stride 2, max-pooling,
   basic blocks with 1x1 projections where the stride or width changes, global average).
@@ -124,6 +126,41 @@ class DeepJet(nn.Module):
         return self.head(torch.cat([glob, h_c[-1], h_v[-1]], dim=1))
 
 
+class UNet1D(nn.Module):
+    """A 1-D U-Net for strain denoising (Ronneberger et al. 2015 in one dimension, as GW
+    denoisers use it): two downsampling stages of Conv1d + GroupNorm + ReLU, upsampling by
+    ConvTranspose1d, skip connections by torch.cat, a 1x1 convolution to the cleaned series."""
+
+    def __init__(self, channels=1, width=8):
+        super().__init__()
+
+        def block(cin, cout):
+            return nn.Sequential(nn.Conv1d(cin, cout, 3, padding=1), nn.GroupNorm(2, cout),
+                                 nn.ReLU(inplace=True))  # fmt: skip
+
+        self.down1, self.down2 = block(channels, width), block(width, 2 * width)
+        self.pool = nn.MaxPool1d(2)
+        self.bottom = block(2 * width, 4 * width)
+        self.up2 = nn.ConvTranspose1d(4 * width, 2 * width, 2, stride=2)
+        self.dec2 = block(4 * width, 2 * width)
+        self.up1 = nn.ConvTranspose1d(2 * width, width, 2, stride=2)
+        self.dec1 = block(2 * width, width)
+        self.out = nn.Conv1d(width, channels, 1)
+
+    def forward(self, x):  # (B, channels, L), L divisible by 4
+        d1 = self.down1(x)
+        d2 = self.down2(self.pool(d1))
+        b = self.bottom(self.pool(d2))
+        u2 = self.dec2(torch.cat([self.up2(b), d2], dim=1))
+        u1 = self.dec1(torch.cat([self.up1(u2), d1], dim=1))
+        return self.out(u1)
+
+
+def _unet_inputs(B, gen):
+    x = torch.randn(B, 1, 64, dtype=F64, generator=gen)
+    return (x,), torch.randn(B, 1, 64, dtype=F64, generator=gen), "mse"
+
+
 def _deepsets_inputs(B, gen):
     x = torch.randn(B, 6, 4, dtype=F64, generator=gen)
     mask = (torch.rand(B, 6, generator=gen) > 0.4).to(F64)
@@ -153,6 +190,7 @@ MODELS = {
     "particle-transformer": (ParticleTransformer, _part_inputs),
     "resnet1d": (ResNet1D, _resnet_inputs),
     "deepjet": (DeepJet, _deepjet_inputs),
+    "unet1d": (UNet1D, _unet_inputs),
 }
 
 
