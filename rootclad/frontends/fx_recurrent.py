@@ -179,7 +179,8 @@ def lower(low, fx_node) -> bool:
         shape = tuple(low.shape(args[0])[1:])
         low.swapped[fx_node.name] = Swapped(shape[0], shape[1:], whole=args[0].name)
         return True
-    if name == "unsqueeze" and len(args) == 2 and args[1] == 0 and low.is_tensor(args[0]):
+    dim = args[1] if len(args) > 1 else fx_node.kwargs.get("dim")
+    if name == "unsqueeze" and dim == 0 and args and low.is_tensor(args[0]):
         shape = tuple(low.shape(args[0])[1:])
         row = emit("reshape", [args[0].name], {"shape": (1, *shape)})
         low.swapped[fx_node.name] = Swapped(1, shape, rows=[row])

@@ -58,6 +58,8 @@ template <class T> void instantiate() {
   k::slice_backward(on, p, p, 1, slice);
   k::parameter_forward(on, p, p, 1, 1);
   k::parameter_backward(on, p, p, 1, 1);
+  k::embedding_forward(on, p, p, p, 1L, 2, 3);
+  k::embedding_backward(on, p, p, p, 1L, 2, 3, -1);
   k::sample_dropout_forward(on, p, p, 1, 1, T(0.5), 1ull, 0);
   k::sample_dropout_backward(on, p, p, 1, 1, T(0.5), 1ull, 0);
   k::softmax_forward(on, p, p, 1, 2, 1, 0);
@@ -76,6 +78,9 @@ template <class T> void instantiate() {
   const k::Conv one_group = k::conv2d_shape(2, 3, 3, 2, 2, 2, 1, 1, 0, 0, 1, 1, 1);
   k::conv2d_gemm_forward(on, p, p, p, p, 1, one_group, k::NoAct{}, p);
   k::conv2d_gemm_backward(on, p, p, p, p, p, p, 1, one_group, p);
+  k::conv_transpose2d_forward(on, p, p, p, p, 1, conv);
+  k::conv_transpose2d_backward_input(on, p, p, p, 1, conv);
+  k::conv_transpose2d_backward_params(on, p, p, p, p, 1, conv);
   const k::Pool pool = k::pool2d_shape(2, 2, 2, 2, 1, 1, 0, 0);
   k::maxpool2d_forward(on, p, p, 1, pool);
   k::maxpool2d_backward(on, p, p, p, 1, pool);

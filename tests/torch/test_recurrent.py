@@ -298,3 +298,24 @@ def test_a_bare_recurrent_layer_gives_its_output_sequence(kind):
     net = kind(3, 5, num_layers=2, batch_first=True).double()
     cm = rootclad.compile(copy.deepcopy(net), _x(), loss="mse", engine="pullback")
     assert_close_rel(cm(_x(seed=2)), net(_x(seed=2))[0], 1e-12, "output sequence")
+
+
+class _StateFromInput(nn.Module):
+    """One layer's initial state computed from the input: z.unsqueeze(dim=0)."""
+
+    def __init__(self):
+        super().__init__()
+        self.init = nn.Linear(3, 5)
+        self.rnn = nn.GRU(3, 5, batch_first=True)
+
+    def forward(self, x):
+        h0 = torch.tanh(self.init(x[:, 0])).unsqueeze(dim=0)
+        return self.rnn(x, h0)[0][:, -1]
+
+
+def test_an_initial_state_by_unsqueeze_with_a_keyword_matches_torch():
+    torch.manual_seed(0)
+    net = perturbed(_StateFromInput().double())
+    x = _x()
+    cm = rootclad.compile(copy.deepcopy(net), x, loss="mse", engine="pullback")
+    _check(cm, net, x, F64, 1e-9)

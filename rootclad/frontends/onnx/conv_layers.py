@@ -67,6 +67,10 @@ class ConvOps:
         if tuple(conv.weight.shape) != w.shape:
             raise self.fail(node, f"weight {w.shape} does not fit {self.shapes[x][0]} input "
                             f"channels in {group} groups")  # fmt: skip
+        self.conv_step(node, conv, w, b, x)
+
+    def conv_step(self, node, conv, w, b, x) -> None:
+        """A Conv or ConvTranspose layer holding the file's weight and bias (or none)."""
         with torch.no_grad():
             conv.weight.copy_(torch.from_numpy(w))
             if b is not None:
@@ -98,15 +102,7 @@ class ConvOps:
                    output_padding=list(a.get("output_padding", [0] * dims)),
                    dilation=list(a.get("dilations", [1] * dims)), groups=group,
                    bias=b is not None, dtype=F64)  # fmt: skip
-        with torch.no_grad():
-            conv.weight.copy_(torch.from_numpy(w))
-            if b is not None:
-                conv.bias.copy_(torch.from_numpy(np.asarray(b, dtype=np.float64)))
-        roles = {"weight": (node.input[1], "W")}
-        if b is not None:
-            roles["bias"] = (node.input[2], "B")
-        self.share(node, conv, roles)
-        self.module_step(node, conv, node.input[1], x)
+        self.conv_step(node, conv, w, b, x)
 
     def pool(self, node, a, kind: str):
         x = self.tensor(node)

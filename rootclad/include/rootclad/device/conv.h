@@ -293,7 +293,8 @@ void conv_transpose2d_forward(On on, T* out, const T* inp, const T* weight, cons
   const long HW = (long)g.H * g.W;
   each_index(
       on, (long)B * g.C * HW, ROOTCLAD_BODY(long i) { out[i] = bias ? bias[i / HW % g.C] : T(0); });
-  conv2d_backward_input(on, out, inp, weight, B, g);
+  // (the adjoint as T*: the very kernel of Conv2d's backward, not another instance of it)
+  conv2d_backward_input(on, out, const_cast<T*>(inp), weight, B, g);
 }
 
 // d_inp(B, g.OC, g.OH, g.OW) += conv_g(d_out)
@@ -320,9 +321,9 @@ void conv_transpose2d_backward_input(On on, T* d_inp, const T* d_out, const T* w
 template <class On, class T>
 void conv_transpose2d_backward_params(On on, T* d_weight, T* d_bias, const T* d_out, const T* inp,
                                       int B, Conv g) {
-  conv2d_backward_params(on, d_weight, (T*)nullptr, inp, d_out, B, g);
+  conv2d_backward_params(on, d_weight, (T*)nullptr, const_cast<T*>(inp), d_out, B, g);
   if (d_bias)
-    bias_backward(on, d_bias, d_out, B, g.C, g.H * g.W);
+    bias_backward(on, d_bias, const_cast<T*>(d_out), B, g.C, g.H * g.W);
 }
 
 } // namespace dev
