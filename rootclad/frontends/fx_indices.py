@@ -72,7 +72,13 @@ def bounds(low) -> tuple[tuple[int, ...], ...]:
             pos[n.name] = torch.arange(count).repeat(shape[0]).view(shape)
             rows[n.name] = torch.full((count,), torch.iinfo(torch.int64).max)
         elif _integer(n) and reads and _passes(n):
-            origin[n.name] = origin[reads[0].name]
+            tensors = [a for a in n.all_input_nodes if a is not n.args[0]
+                       and hasattr(a.meta.get("tensor_meta"), "shape")]  # fmt: skip
+            if tensors or n.args[0].name not in origin:
+                raise IRError(f"{what} takes indices by the tensor "
+                              f"{(tensors or [n.args[0]])[0].name!r}; rootclad slices indices by "
+                              "numbers fixed when compiling")  # fmt: skip
+            origin[n.name] = origin[n.args[0].name]
             pos[n.name] = _run(n, pos)
         elif _integer(n) and not fx_values.is_static(n):
             raise IRError(f"{what} computes integers; rootclad compiles integer values only as "

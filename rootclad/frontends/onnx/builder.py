@@ -23,6 +23,10 @@ from rootclad.frontends.onnx.layers import SUPPORTED, LayerOps
 from rootclad.ir.graph import IRError
 
 MIN_OPSET = 13
+# what may read an integer input (indices): a Gather of a weight by them (an embedding), and
+# the slicing, reshaping and integer casts between the input and it
+INDEX_OPS = ("Gather", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Slice", "Split",
+             "Transpose", "Identity", "Shape", "Cast")  # fmt: skip
 ATTRIBUTES = {**folding.ATTRIBUTES, **layers.ATTRIBUTES}
 
 
@@ -196,6 +200,7 @@ class Builder(ShapeOps, LayerOps, ConvOps):
         import onnx
 
         dtypes, integers = set(), {np.dtype("int32"), np.dtype("int64")}
+        self.int_tensors: set[str] = set()  # the integer inputs and their slices
         self.root.input_dtypes = []  # an integer input's torch type (indices), None: floats
         for inp in self.inputs:
             t = inp.type.tensor_type
@@ -213,6 +218,8 @@ class Builder(ShapeOps, LayerOps, ConvOps):
             self.shapes[inp.name] = tuple(dims[1:])
             kind = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
             self.root.input_dtypes.append(torch.int64 if kind in integers else None)
+            if kind in integers:
+                self.int_tensors.add(inp.name)
             dtypes.add(kind)
         if not dtypes <= {np.dtype("float32"), np.dtype("float64"), *integers}:
             raise IRError(f"{self.where}: inputs of type {sorted(map(str, dtypes))}; rootclad "
@@ -239,6 +246,7 @@ class Builder(ShapeOps, LayerOps, ConvOps):
             handler = getattr(self, f"op_{node.op_type}", None)
             if handler is None:
                 raise self.fail(node, "op not supported")
+            self.check_indices(node)
             done = len(self.steps)
             handler(node, attributes(node))
             for _, out in self.steps[done:]:
@@ -255,6 +263,20 @@ class Builder(ShapeOps, LayerOps, ConvOps):
             raise IRError(f"{self.where}: the graph computes nothing: its output "
                           f"{self.outputs[0]!r} is its input")  # fmt: skip
         return self.root.to(self.dtype).eval(), [self.shapes[n] for n in names], self.dtype
+
+    def check_indices(self, node) -> None:
+        """An integer input reaches only a Gather of a weight, through slicing, reshaping and
+        integer casts; what these make of it is integer too."""
+        ints = [i for i in node.input if i in self.int_tensors]
+        if not ints:
+            return
+        to = attributes(node).get("to")
+        if node.op_type not in INDEX_OPS or (node.op_type == "Cast" and to not in (6, 7)):
+            raise self.fail(node, f"reads {ints[0]!r}, integer indices; rootclad takes an integer "
+                            "input as the indices of a Gather of a weight (an embedding), "
+                            "through slicing and reshaping")  # fmt: skip
+        if node.input[0] in self.int_tensors and node.op_type != "Shape":
+            self.int_tensors.update(node.output)
 
     def check_declared(self, node, name: str) -> None:
         """The shape ``node`` gives ``name`` is the one the file declares, where it does (its
