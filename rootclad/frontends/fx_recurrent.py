@@ -23,7 +23,7 @@ other use is refused, naming the node.
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -31,8 +31,6 @@ from torch import nn
 from rootclad.frontends import fx_slicing
 from rootclad.frontends.fx_attention import Emit, own_forward
 from rootclad.ir.graph import IRError
-
-LAYERS_DOC = "LSTM, GRU"
 
 
 @dataclass
@@ -45,7 +43,6 @@ class Swapped:
     sample: tuple
     whole: str | None = None
     rows: list | None = None
-    made: dict = field(default_factory=dict)
 
     def value(self, emit) -> str:
         if self.whole is None:

@@ -27,7 +27,7 @@ def cpu_library(source: str, name: str, cxx: str, engine_flags: list[str], pullb
     and its flags for the clad engine): -O3 for this machine, BLAS for the products, the C API
     exported alone. ``pullbacks=False``: Clad differentiates the kernels, which then skip BLAS
     and SIMD hints (ROOTCLAD_NO_PULLBACKS). (-O3 is most of a long graph's build: the 798-op
-    LSTM tagger compiles in 26 s, 8 s at -O2, but its step then runs 3.5x slower, its
+    LSTM tagger compiles in 26 s, 9 s at -O2, but its step then runs 3.5x slower, its
     activations no longer vectorised: benchmarks/models/bench_zoo_speed.py, 2026-11-27.)"""
     flags = [*OPT_FLAGS, f"-I{get_include()}", *engine_flags]
     link = [f"-Wl,--version-script={EXPORTS_MAP}"]
