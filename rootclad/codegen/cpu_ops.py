@@ -19,6 +19,7 @@ from rootclad.ir.graph import Graph, IRError, Node
 from rootclad.ir.ops.binary import MAX_BROADCAST_DIMS, broadcast_geometry
 from rootclad.ir.ops.dense import matmul_geometry
 from rootclad.ir.ops.pool import upsample_scales
+from rootclad.ir.ops.shape import gather_geometry
 from rootclad.ir.registry import OPS
 
 # Conv1d runs directly (no im2col scratch) for stride 1 or at most this many taps C*K;
@@ -342,8 +343,9 @@ def binary_kind(node) -> int:
 
 
 def broadcast_padded(node):
-    """broadcast_geometry of the node, padded to MAX_BROADCAST_DIMS axes (size 1, stride 0)."""
-    a, b = node.in_shapes
+    """broadcast_geometry of the node, padded to MAX_BROADCAST_DIMS axes (size 1, stride 0);
+    of expand, its input's strides twice."""
+    a, b = node.in_shapes if len(node.in_shapes) == 2 else node.in_shapes * 2
     dims, sa, sb = broadcast_geometry(node.out_shape, a, b)
     pad = MAX_BROADCAST_DIMS - len(dims)
     return [1] * pad + dims, [0] * pad + sa, [0] * pad + sb
@@ -405,6 +407,24 @@ def slice_geometry(node):
 def _slice_calls(node, graph, site):
     rows, geo = slice_geometry(node)
     return [Call("slice", (OUT, IN(0), INT(f"B * {rows}"), *map(INT, geo)))]
+
+
+def _expand_calls(node, graph, site):
+    dims, st, _ = broadcast_padded(node)
+    args = (OUT, IN(0), INT("B"), INT(_n(node.in_shape)), *map(INT, dims), *map(INT, st))
+    return [Call("expand", args)]
+
+
+def _topk_calls(node, graph, site):
+    shape, a = node.in_shape, node.attrs
+    R, Q = _n(shape[: a["axis"]]), _n(shape[a["axis"] + 1 :])
+    geo = (INT(f"B * {R}"), INT(shape[a["axis"]]), INT(a["k"]), INT(Q), INT(int(a["largest"])))
+    return [Call("topk", (OUT, IN(0), *geo))]
+
+
+def _gather_calls(node, graph, site):
+    P, N, M, Q = gather_geometry(node)
+    return [Call("gather", (OUT, IN(0), IN(1), INT(f"B * {P}"), INT(N), INT(M), INT(Q)))]
 
 
 def _parameter_calls(node, graph, site):
@@ -469,6 +489,9 @@ CPU_OPS: dict[str, CpuOp] = {
     "permute": CpuOp(_permute_calls),
     "cat": CpuOp(_cat_calls),
     "slice": CpuOp(_slice_calls),
+    "expand": CpuOp(_expand_calls),
+    "topk": CpuOp(_topk_calls),
+    "gather": CpuOp(_gather_calls),
     "parameter": CpuOp(_parameter_calls),
     "embedding": CpuOp(_embedding_calls),
     "softmax": CpuOp(_softmax_calls),

@@ -28,6 +28,7 @@ from rootclad.codegen.cpu_ops import (
 )
 from rootclad.codegen.cxx import functor_value
 from rootclad.ir.graph import IRError, Node
+from rootclad.ir.ops.shape import gather_geometry
 from rootclad.ir.registry import OPS
 
 BN_CHUNKS = 64  # must match BN_CHUNKS in include/rootclad/device/norm.h
@@ -335,6 +336,29 @@ def _slice_device(node, graph, d):
     return fwd, bwd if d.d_ins[0] != "nullptr" else []
 
 
+def _expand_device(node, graph, d):
+    dims, st, _ = broadcast_padded(node)
+    g = f"Expand{{{{{', '.join(map(str, dims))}}}, {{{', '.join(map(str, st))}}}, {_n(node.in_shape)}}}"
+    fwd = [f"expand_forward(on, {d.out}, {d.ins[0]}, (long)B, {g});"]
+    bwd = [f"expand_backward(on, {d.d_ins[0]}, {d.d_out}, (long)B, {g});"]
+    return fwd, bwd if d.d_ins[0] != "nullptr" else []
+
+
+def _topk_device(node, graph, d):
+    shape, a = node.in_shape, node.attrs
+    R, Q = _n(shape[: a["axis"]]), _n(shape[a["axis"] + 1 :])
+    geo = f"(long)B * {R}, {shape[a['axis']]}, {a['k']}, {Q}, {int(a['largest'])}"
+    return [f"topk_forward(on, {d.out}, {d.ins[0]}, {geo});"], []  # no gradient
+
+
+def _gather_device(node, graph, d):
+    P, N, M, Q = gather_geometry(node)
+    geo = f"(long)B * {P}, {N}, {M}, {Q}"
+    fwd = [f"gather_forward(on, {d.out}, {d.ins[0]}, {d.ins[1]}, {geo});"]
+    bwd = [f"gather_backward(on, {d.d_ins[0]}, {d.d_out}, {d.ins[1]}, {geo});"]
+    return fwd, bwd if d.d_ins[0] != "nullptr" else []  # none to the indices
+
+
 def _parameter_device(node, graph, d):
     n = _n(node.out_shape)
     fwd = [f"parameter_forward(on, {d.out}, {d.p('weight')}, (long)B, {n}L);"]
@@ -423,6 +447,9 @@ DEVICE_OPS: dict[str, DeviceOp] = {
     "permute": DeviceOp(_permute_device),
     "cat": DeviceOp(_cat_device),
     "slice": DeviceOp(_slice_device),
+    "expand": DeviceOp(_expand_device),
+    "topk": DeviceOp(_topk_device),
+    "gather": DeviceOp(_gather_device),
     "parameter": DeviceOp(_parameter_device),
     "embedding": DeviceOp(_embedding_device),
     "softmax": DeviceOp(_softmax_device),

@@ -1,7 +1,8 @@
 """Integer inputs in a traced model: the indices of ``nn.Embedding``.
 
 A model input of an integer type (token ids, particle types) is held as exact integers of
-the model's type, like a mask's 0s and 1s; it has no gradient. Between the input and the
+the model's type, like a mask's 0s and 1s; it has no gradient (topk's indices, the other
+integers a model may hold, are fx_neighbours.py's). Between the input and the
 Embeddings reading it, only slicing and reshaping (``x[:, 0]``, ``view``, ``squeeze``,
 ``permute``, ...) may touch it: anything else computed from integers (arithmetic, a
 conversion to float, an Embedding of a value computed otherwise) is refused, naming the node.
@@ -44,7 +45,13 @@ def bounds(low) -> tuple[tuple[int, ...], ...]:
     pos: dict[str, torch.Tensor] = {}  # an integer value -> the input positions it holds
     origin: dict[str, str] = {}  # ... and the input they are of
     rows: dict[str, torch.Tensor] = {}
+    computed: set[str] = set()  # topk's indices and what is made of them (fx_neighbours.py)
     for n in low.traced.graph.nodes:
+        if fx_values.target_name(n).endswith("topk") or (
+            _integer(n) and any(a.name in computed for a in n.all_input_nodes)
+        ):
+            computed.add(n.name)
+            continue
         mod = low.traced.get_submodule(n.target) if n.op == "call_module" else None
         reads = [a for a in n.all_input_nodes if a.name in origin]
         what = f"fx node {n.name!r} ({fx_values.target_name(n)})"

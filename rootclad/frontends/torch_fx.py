@@ -21,6 +21,7 @@ from rootclad.frontends import (
     fx_attention,
     fx_indices,
     fx_layout,
+    fx_neighbours,
     fx_norms,
     fx_params,
     fx_recurrent,
@@ -65,9 +66,9 @@ _ARITH = {
     "__rtruediv__": "rdiv", "__rdiv__": "rdiv",
 }  # fmt: skip
 _STRUCTURE = (
-    "arithmetic between tensors (+ - * / with broadcasting, and with numbers), torch.cat, "
+    "arithmetic between tensors (+ - * / with broadcasting, and with numbers), x ** 2, torch.cat, "
     "reshape/view/flatten, squeeze/unsqueeze, permute/transpose, contiguous, x[:, a:b] and chunk/split/unbind "
-    "along per-sample axes"
+    "along per-sample axes, expand/repeat of size-1 axes, topk and torch.gather by its indices"
 )
 
 
@@ -335,6 +336,8 @@ class _FxLowering:
         self.zero_states: set[str] = set()  # torch.zeros given as a recurrent layer's state
         self.attr_params: dict[str, str] = {}  # get_attr node -> the parameter it reads
         self.param_shapes: dict[str, tuple] = {}  # ... read as a value: its per-sample shape
+        self.topks: set[str] = set()  # topk nodes (a tuple of values and indices)
+        self.index_values: set[str] = set()  # topk's indices, and layouts of them
         self.batch = int(xs[0].shape[0])
 
     # -- helpers ----------------------------------------------------------------------------
@@ -383,6 +386,8 @@ class _FxLowering:
             if fx_node.op == "placeholder":
                 inputs.append(fx_node.name)
             elif fx_recurrent.lower(self, fx_node):  # batch axis second, or a zero state
+                continue
+            elif fx_neighbours.lower(self, fx_node):  # topk, gather by its indices
                 continue
             elif fx_node.op == "output":
                 output = fx_node.args[0]
@@ -462,6 +467,11 @@ class _FxLowering:
         if name in _ARITH or t in (torch.add, torch.sub, torch.mul, torch.div, torch.neg,
                                    operator.neg) or name == "neg":  # fmt: skip
             return self.arithmetic(fx_node, _ARITH.get(name, name), args, kw, where)
+        if name in ("pow", "__pow__", "square") and args and self.is_tensor(args[0]):
+            power = 2 if name == "square" else (args[1] if len(args) > 1 else kw.get("exponent"))
+            if power != 2:
+                raise IRError(f"{where}: a power {power!r}; rootclad computes x ** 2 only")
+            return self.add(fx_node.name, "mul", [args[0], args[0]])
         if t in (torch.cat, torch.concat) or name == "cat":
             tensors = args[0] if args else kw.get("tensors")
             dim = args[1] if len(args) > 1 else kw.get("dim", 0)
@@ -474,8 +484,10 @@ class _FxLowering:
             return fx_attention.lower_call(self, fx_node, name, args, kw, where)
         if name in ("reshape", "view", "flatten"):
             return fx_layout.reshape(self, fx_node, args, where)
-        if name == "expand" and args and self.is_tensor(args[0]):
+        if name == "expand" and args and args[0].name in self.param_shapes:
             return fx_params.lower_expand(self, fx_node, args, where)
+        if name in ("expand", "expand_as", "repeat") and args and self.is_tensor(args[0]):
+            return fx_neighbours.lower_expand(self, fx_node, name, args, where)
         if t is torch.nn.functional.layer_norm:
             return fx_params.lower_layer_norm(self, fx_node, args, kw, where)
         if name in ("squeeze", "unsqueeze") and args and self.is_tensor(args[0]):

@@ -60,6 +60,12 @@ template <class T> void instantiate() {
   k::parameter_backward(on, p, p, 1, 1);
   k::embedding_forward(on, p, p, p, 1L, 2, 3);
   k::embedding_backward(on, p, p, p, 1L, 2, 3, -1);
+  const k::Expand expand{{1, 2, 3}, {0, 3, 1}, 6};
+  k::expand_forward(on, p, p, 1, expand);
+  k::expand_backward(on, p, p, 1, expand);
+  k::topk_forward(on, p, p, 1, 4, 2, 1, 1);
+  k::gather_forward(on, p, p, p, 1, 4, 2, 1);
+  k::gather_backward(on, p, p, p, 1, 4, 2, 1);
   k::sample_dropout_forward(on, p, p, 1, 1, T(0.5), 1ull, 0);
   k::sample_dropout_backward(on, p, p, 1, 1, T(0.5), 1ull, 0);
   k::softmax_forward(on, p, p, 1, 2, 1, 0);

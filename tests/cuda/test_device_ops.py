@@ -34,6 +34,7 @@ from fixtures.graph_models import MODELS as GRAPH_MODELS  # noqa: E402
 from fixtures.op_cases import (  # noqa: E402
     CASES,
     MASK_CASES,
+    Neighbours,
     Tokens,
     dtype_params,
     index_input,
@@ -374,14 +375,18 @@ class _Recurrent(torch.nn.Module):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("what", ["embedding", "recurrent"])
+@pytest.mark.parametrize("what", ["embedding", "recurrent", "neighbours"])
 def test_embedding_and_recurrent_layers_match_torch_on_the_device(what, device):
-    """nn.Embedding (integer inputs; tests/torch/test_embedding.py) and nn.LSTM / nn.GRU
-    unrolled (tests/torch/test_recurrent.py) in a device program: forward, the float input's
-    gradient and every parameter's against torch (no gradient at the padding row)."""
+    """nn.Embedding (integer inputs; tests/torch/test_embedding.py), nn.LSTM / nn.GRU
+    unrolled (tests/torch/test_recurrent.py) and an EdgeConv (topk, gather, expand and repeat;
+    tests/torch/test_neighbours.py) in a device program: forward, the float input's gradient
+    and every parameter's against torch (no gradient at the padding row)."""
     torch.manual_seed(0)
     if what == "embedding":
         net, xs = perturbed(Tokens().double()), index_input()
+    elif what == "neighbours":
+        net = perturbed(Neighbours().double())
+        xs = (torch.randn(3, 3, 8, dtype=F64, generator=torch.Generator().manual_seed(1)),)
     else:
         net = perturbed(_Recurrent().double())
         xs = (torch.randn(3, 4, 3, dtype=F64, generator=torch.Generator().manual_seed(1)),)

@@ -10,6 +10,13 @@ papers describe them, with small dimensions; each compiles and computes what tor
   a classifier.
 - A DeepJet-style tagger (Bols et al. 2020): 1x1 convolutions per particle and per secondary
   vertex, an LSTM over each list, the global features, a dense classifier.
+- ParticleNet (Qu and Gouskos 2020), as weaver writes it: EdgeConv blocks over each jet's
+  particles, the k nearest neighbours by ``topk`` of pairwise distances (in the (eta, phi)
+  plane, then in the previous block's features; padded particles moved 1e9 away), the
+  neighbours' features by ``torch.gather``, an edge MLP of 1x1 Conv2d + BatchNorm + ReLU on
+  (x_i, x_j - x_i), the mean over the neighbours, a shortcut; the masked mean over the
+  particles, a classifier. topk's indices carry no gradient (the coordinates get none), the
+  gathers do.
 - A 1-D U-Net for strain denoising: Conv1d stages with GroupNorm, ConvTranspose1d upsampling,
   skip connections by torch.cat.
 - A 1-D ResNet for gravitational-wave strain, in the shape of ml4gw's ResNet1D: torchvision's
@@ -18,8 +25,7 @@ papers describe them, with small dimensions; each compiles and computes what tor
 
 Each: the output, the gradients of every input and parameter against torch autograd
 (float64, against the largest of all gradients, 1e-9; float32 to 1e-4), on the pullback and
-clad engines, and 20 Adam steps against torch.optim. ParticleNet (topk, gathers) is refused:
-docs/models.md lists what it needs.
+clad engines, and 20 Adam steps against torch.optim.
 """
 
 from __future__ import annotations
@@ -61,6 +67,53 @@ class ParticleTransformer(nn.Module):
         h = self.encoder(self.embed(particles), src_key_padding_mask=~mask)
         m = mask.unsqueeze(-1).float()
         return self.head((h * m).sum(1) / m.sum(1))
+
+
+def knn(pts, k):  # (B, P, N) -> (B, N, k): each point's k nearest others (weaver's knn)
+    inner = -2 * torch.matmul(pts.transpose(2, 1), pts)
+    xx = torch.sum(pts**2, dim=1, keepdim=True)
+    pairwise = -xx - inner - xx.transpose(2, 1)
+    return pairwise.topk(k=k + 1, dim=-1)[1][:, :, 1:]
+
+
+class EdgeConv(nn.Module):
+    def __init__(self, k, cin, widths):
+        super().__init__()
+        self.k = k
+        layers, c = [], 2 * cin
+        for w in widths:
+            layers += [nn.Conv2d(c, w, 1, bias=False), nn.BatchNorm2d(w), nn.ReLU()]
+            c = w
+        self.edge_mlp = nn.Sequential(*layers)
+        self.shortcut = nn.Sequential(nn.Conv1d(cin, c, 1, bias=False), nn.BatchNorm1d(c))
+        self.relu = nn.ReLU()
+
+    def forward(self, pts, fts):  # (B, P, N), (B, C, N)
+        B, C, N = fts.shape
+        idx = knn(pts, self.k)
+        nb = torch.gather(fts, 2, idx.reshape(B, 1, N * self.k).expand(-1, C, -1))
+        nb = nb.view(B, C, N, self.k)
+        ctr = fts.unsqueeze(-1).expand(-1, -1, -1, self.k)
+        x = self.edge_mlp(torch.cat([ctr, nb - ctr], dim=1)).mean(dim=-1)
+        return self.relu(x + self.shortcut(fts))
+
+
+class ParticleNet(nn.Module):
+    def __init__(self, features=4, k=3, classes=3):
+        super().__init__()
+        self.bn_fts = nn.BatchNorm1d(features)
+        self.blocks = nn.ModuleList([EdgeConv(k, features, (8, 8)), EdgeConv(k, 8, (16, 16))])
+        self.head = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, classes))
+
+    def forward(self, points, features, mask):  # (B, 2, N), (B, F, N), (B, 1, N) torch.bool
+        mask = mask.float()
+        shift = (1 - mask) * 1e9  # padded particles far from every other (weaver's coord_shift)
+        fts = self.bn_fts(features) * mask
+        pts = points
+        for block in self.blocks:
+            fts = block(pts + shift, fts) * mask
+            pts = fts
+        return self.head(fts.sum(dim=-1) / mask.sum(dim=-1))
 
 
 class Block1d(nn.Module):
@@ -174,6 +227,15 @@ def _part_inputs(B, gen):
     return (x, mask.bool()), y, loss
 
 
+def _particlenet_inputs(B, gen):
+    N = 10
+    mask = torch.ones(B, 1, N, dtype=torch.bool)
+    for b in range(B):  # 6 to 10 particles, the rest padding
+        mask[b, 0, 6 + b % 5 :] = False
+    xs = [torch.randn(B, c, N, dtype=F64, generator=gen) * mask for c in (2, 4)]
+    return (*xs, mask), torch.randint(0, 3, (B,), generator=gen), "cross_entropy"
+
+
 def _resnet_inputs(B, gen):
     x = torch.randn(B, 2, 128, dtype=F64, generator=gen)
     return (x,), torch.randint(0, 2, (B,), generator=gen).to(F64), "bce_with_logits"
@@ -188,6 +250,7 @@ def _deepjet_inputs(B, gen):
 MODELS = {
     "deepsets": (DeepSets, _deepsets_inputs),
     "particle-transformer": (ParticleTransformer, _part_inputs),
+    "particlenet": (ParticleNet, _particlenet_inputs),
     "resnet1d": (ResNet1D, _resnet_inputs),
     "deepjet": (DeepJet, _deepjet_inputs),
     "unet1d": (UNet1D, _unet_inputs),
@@ -200,7 +263,9 @@ def _vjp(fn, params, xs, d_out):
     xs = [x.detach().clone().requires_grad_(x.is_floating_point()) for x in xs]
     wrt = [x for x in xs if x.requires_grad]
     out = fn(*xs)
-    grads = torch.autograd.grad(out, [*wrt, *params], d_out.to(out.dtype))
+    # allow_unused: ParticleNet's coordinates reach the output through topk's indices alone
+    # (None: no gradient)
+    grads = torch.autograd.grad(out, [*wrt, *params], d_out.to(out.dtype), allow_unused=True)
     return out.detach(), grads[: len(wrt)], grads[len(wrt) :]
 
 
@@ -227,6 +292,9 @@ def test_hep_model_forward_and_gradients_match_torch(name, engine, dtype, reques
     assert out.dtype == dtype
     assert_close_rel(out, out_ref, rtol, f"{name} forward")
     for i, (a, e) in enumerate(zip(dx, dx_ref, strict=True)):  # a float mask's too
+        if e is None:  # no path but through topk's indices: exactly none here either
+            assert a is None or float(a.abs().max()) == 0, f"{name} d_input {i} is not zero"
+            continue
         assert_close_rel(a, e, rtol, f"{name} d_input {i}")
     names = [n for n, _ in ref.named_parameters()]
     assert_grads_close(dict(zip(names, dp, strict=True)), dict(zip(names, dp_ref, strict=True)),

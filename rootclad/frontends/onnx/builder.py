@@ -15,10 +15,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from rootclad.frontends.onnx import folding, layers
+from rootclad.frontends.onnx import folding, index_layers, layers
 from rootclad.frontends.onnx.common import Const, attributes
 from rootclad.frontends.onnx.conv_layers import ConvOps
 from rootclad.frontends.onnx.folding import ShapeOps
+from rootclad.frontends.onnx.index_layers import IndexOps
 from rootclad.frontends.onnx.layers import SUPPORTED, LayerOps
 from rootclad.ir.graph import IRError
 
@@ -27,10 +28,10 @@ MIN_OPSET = 13
 # the slicing, reshaping and integer casts between the input and it
 INDEX_OPS = ("Gather", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Slice", "Split",
              "Transpose", "Identity", "Shape", "Cast")  # fmt: skip
-ATTRIBUTES = {**folding.ATTRIBUTES, **layers.ATTRIBUTES}
+ATTRIBUTES = {**folding.ATTRIBUTES, **layers.ATTRIBUTES, **index_layers.ATTRIBUTES}
 
 
-class Builder(ShapeOps, LayerOps, ConvOps):
+class Builder(ShapeOps, LayerOps, ConvOps, IndexOps):
     """An ONNX graph rebuilt as a torch module (see :func:`rootclad.frontends.onnx.to_module`)."""
 
     def __init__(self, model, where: str):
@@ -201,6 +202,7 @@ class Builder(ShapeOps, LayerOps, ConvOps):
 
         dtypes, integers = set(), {np.dtype("int32"), np.dtype("int64")}
         self.int_tensors: set[str] = set()  # the integer inputs and their slices
+        self.topk_indices: set[str] = set()  # a TopK's indices and their layouts
         self.root.input_dtypes = []  # an integer input's torch type (indices), None: floats
         for inp in self.inputs:
             t = inp.type.tensor_type
@@ -247,6 +249,7 @@ class Builder(ShapeOps, LayerOps, ConvOps):
             if handler is None:
                 raise self.fail(node, "op not supported")
             self.check_indices(node)
+            self.check_topk_indices(node)
             done = len(self.steps)
             handler(node, attributes(node))
             for _, out in self.steps[done:]:

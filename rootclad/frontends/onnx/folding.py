@@ -213,6 +213,10 @@ class ShapeOps:
         self.emit(node.output, lambda env, root, x=x, s=shape: env[x].reshape(-1, *s), shape)
 
     def op_Reshape(self, node, a):
+        if node.input[0] in self.consts:  # shape arithmetic (expand's sizes)
+            shape = [int(d) for d in np.ravel(self.const(node, 1, "shape"))]
+            v = np.asarray(self.consts[node.input[0]].value)
+            return self.fold(node, v.reshape(shape))
         x = self.tensor(node)
         spec = list(np.asarray(self.const(node, 1, "shape"), dtype=object).ravel())
         if a.get("allowzero", 0):

@@ -22,19 +22,21 @@ SUPPORTED = (
     "Gemm, MatMul (by a weight, with a following Add of a bias folded in; of two tensors), "
     "ReduceSum and ReduceMean (over per-sample axes), Add, Sub, Mul, Div "
     "(two tensors with broadcasting, a tensor and a number, or a tensor and a constant tensor, "
-    "which becomes a parameter), Neg, Relu, LeakyRelu, Elu, "
+    "which becomes a parameter), Pow (by 2), Neg, Relu, LeakyRelu, Elu, "
     "Sigmoid, Tanh, Softplus, Gelu (and the Erf form exporters write), HardSwish, HardSigmoid, "
     "Clip, Mish, Selu, PRelu (one slope or one per channel), Softmax, LogSoftmax, Conv and "
     "ConvTranspose (1-d, 2-d), Gather of a weight by integer inputs (an embedding), MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, BatchNormalization "
     "(inference), LayerNormalization, InstanceNormalization, Resize (nearest and linear as "
     "torch writes them), Flatten, Reshape, Transpose, Squeeze, Unsqueeze, Concat, "
-    "Slice and Split (along per-sample axes), Dropout, Identity, Constant, and the "
-    "Shape/Gather/Slice/Concat/Cast arithmetic on shapes "
+    "Slice and Split (along per-sample axes), Expand and Tile (of size-1 axes), TopK, "
+    "GatherElements (by TopK's indices), Dropout, Identity, Constant, and the "
+    "Shape/Gather/Slice/Concat/Cast/ConstantOfShape/Equal/Where arithmetic on shapes "
     "that torch's exporter writes"
 )
 # the attributes each handler reads (opset 13 and later): any other is refused by name, so an
 # attribute a newer opset adds (AveragePool's dilations, opset 19) cannot be ignored
 ATTRIBUTES = {
+    "Pow": set(),
     "Gemm": {"alpha", "beta", "transA", "transB"},
     "LeakyRelu": {"alpha"},
     "Elu": {"alpha"},
@@ -122,6 +124,12 @@ class LayerOps:
 
     def op_Mul(self, node, a):
         self.binary(node, lambda p, q: p * q)
+
+    def op_Pow(self, node, a):
+        x = self.tensor(node)
+        if self.number(node.input[1]) != 2.0:
+            raise self.fail(node, "an exponent other than the constant 2")
+        self.emit(node.output, lambda env, root, x=x: env[x] * env[x], self.shapes[x])
 
     def op_Neg(self, node, a):
         x = self.tensor(node)

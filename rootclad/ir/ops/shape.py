@@ -1,11 +1,12 @@
-"""Shape ops: views of their input (reshape, flatten, identity) and copies (permute, cat,
-slice)."""
+"""Shape ops: views of their input (reshape, flatten, identity), copies (permute, cat, slice,
+expand), and indexing by computed indices (topk's indices, gather by them)."""
 
 from __future__ import annotations
 
 import math
 
 from rootclad.ir.graph import IRError, expect
+from rootclad.ir.ops.binary import MAX_BROADCAST_DIMS, broadcast_geometry
 from rootclad.ir.ops.common import numel, same_shape
 from rootclad.ir.registry import OpSpec, register
 
@@ -165,6 +166,91 @@ register(
         _parameter_infer,
         arity=0,
         params=("weight",),
+        saves=(),
+    )
+)
+
+
+def _expand_infer(node, shapes, graph):
+    (shape,) = shapes
+    out = tuple(node.attrs["shape"])
+    expect(
+        len(out) == len(shape) and all(d == o or d == 1 for d, o in zip(shape, out, strict=True)),
+        node,
+        f"cannot expand per-sample shape {shape} to {out}: only axes of size 1 grow",
+    )
+    dims, _, _ = broadcast_geometry(out, shape, out)
+    expect(len(dims) <= MAX_BROADCAST_DIMS, node, f"expanding {shape} to {out} needs "
+           f"{len(dims)} loop axes; at most {MAX_BROADCAST_DIMS} are supported")  # fmt: skip
+    return out
+
+
+register(
+    OpSpec(
+        "expand",
+        "shape",
+        "Tensor.expand / expand_as / repeat of size-1 axes of a value (a copy; its gradient "
+        "sums over the copies)",
+        _expand_infer,
+        saves=(),
+    )
+)
+
+
+def gather_geometry(node):
+    """(P, N, M, Q) of gather: x(P, N, Q) and index / out(P, M, Q) per sample, N and M the
+    gathered axis of x and of the index."""
+    x, idx, axis = node.in_shapes[0], node.in_shapes[1], node.attrs["axis"]
+    return numel(x[:axis]), x[axis], idx[axis], numel(x[axis + 1 :])
+
+
+def _gather_infer(node, shapes, graph):
+    x, idx = shapes
+    axis = node.attrs["axis"]
+    expect(0 <= axis < len(x), node, f"axis {axis} is not a per-sample axis of {x}")
+    expect(
+        len(idx) == len(x)
+        and all(
+            a == b for i, (a, b) in enumerate(zip(x, idx, strict=True)) if i != axis
+        ),  # fmt: skip
+        node,
+        f"index of per-sample shape {idx} for values {x}: the index must match the values on "
+        f"every axis but {axis} (expand it: idx.expand(...)); torch's smaller index is not "
+        "supported",
+    )
+    return tuple(idx)
+
+
+register(
+    OpSpec(
+        "gather",
+        "shape",
+        "torch.gather(x, dim, index) of a per-sample axis, by indices that topk computed; the "
+        "gradient reaches x (summed where positions are gathered twice), none the indices",
+        _gather_infer,
+        arity=2,
+        saves=("in",),
+    )
+)
+
+
+def _topk_infer(node, shapes, graph):
+    (shape,) = shapes
+    a = node.attrs
+    axis, k = a["axis"], a["k"]
+    expect(0 <= axis < len(shape), node, f"axis {axis} is not a per-sample axis of {shape}")
+    expect(1 <= k <= shape[axis], node, f"k={k} of an axis of {shape[axis]} values")
+    expect(isinstance(a.get("largest"), bool), node, "topk needs attr 'largest' (a bool)")
+    return tuple(k if i == axis else d for i, d in enumerate(shape))
+
+
+register(
+    OpSpec(
+        "topk",
+        "shape",
+        "the indices of Tensor.topk (sorted; NaN largest, ties to the lower index), held as "
+        "exact integers; they carry no gradient (topk's values are a gather by them)",
+        _topk_infer,
         saves=(),
     )
 )

@@ -1,7 +1,8 @@
-// rootclad/device/shape.h — permute, cat and slice as device kernels (device_kernels.h says how
-// they are written).
+// rootclad/device/shape.h — permute, cat, slice, expand, topk's indices and gather as device
+// kernels (device_kernels.h says how they are written).
 #pragma once
 
+#include "../ops/topk_select.h"
 #include "core.h"
 
 namespace rootclad {
@@ -82,6 +83,63 @@ void parameter_backward(On on, T* d_w, const T* d_out, long B, long n) {
         for (long b = 0; b < B; ++b)
           s += d_out[b * n + j];
         d_w[j] += s;
+      });
+}
+
+// -- expand: out(B, d0, d1, d2) reads inp at b*n + i0*s0 + i1*s1 + i2*s2 (stride 0 where an
+// axis grows from 1); the backward adds each copy's gradient into its source through add_to
+struct Expand {
+  int d[3], s[3];
+  long n; // input values per sample
+};
+
+inline ROOTCLAD_HD long expand_source(const Expand& g, long j) {
+  const long per = (long)g.d[0] * g.d[1] * g.d[2];
+  const long i2 = j % g.d[2], i1 = j / g.d[2] % g.d[1], i0 = j / ((long)g.d[1] * g.d[2]) % g.d[0];
+  return j / per * g.n + i0 * g.s[0] + i1 * g.s[1] + i2 * g.s[2];
+}
+
+template <class On, class T> void expand_forward(On on, T* out, const T* inp, long B, Expand g) {
+  each_index(
+      on, B * g.d[0] * g.d[1] * g.d[2],
+      ROOTCLAD_BODY(long j) { out[j] = inp[expand_source(g, j)]; });
+}
+
+template <class On, class T>
+void expand_backward(On on, T* d_inp, const T* d_out, long B, Expand g) {
+  each_index(
+      on, B * g.d[0] * g.d[1] * g.d[2],
+      ROOTCLAD_BODY(long j) { add_to(d_inp + expand_source(g, j), d_out[j]); });
+}
+
+// -- topk's indices: x(R, N, Q) -> out(R, K, Q), one thread per row (topk_select.h) ---------
+template <class On, class T>
+void topk_forward(On on, T* out, const T* x, long R, int N, int K, int Q, int largest) {
+  each_index(
+      on, R * Q, ROOTCLAD_BODY(long i) {
+        const long r = i / Q, q = i % Q;
+        topk_select(out + r * K * Q + q, x + r * N * Q + q, N, K, (long)Q, largest);
+      });
+}
+
+// -- gather: x(R, N, Q), index / out(R, M, Q): out[r, m, q] = x[r, idx[r, m, q], q]; NaN for
+// an index outside [0, N); the backward adds into the gathered places through add_to
+template <class On, class T>
+void gather_forward(On on, T* out, const T* x, const T* idx, long R, int N, int M, int Q) {
+  each_index(
+      on, R * M * Q, ROOTCLAD_BODY(long o) {
+        const T v = idx[o];
+        out[o] = v >= T(0) && v < T(N) ? x[(o / ((long)M * Q) * N + (long)v) * Q + o % Q] : T(NAN);
+      });
+}
+
+template <class On, class T>
+void gather_backward(On on, T* d_x, const T* d_out, const T* idx, long R, int N, int M, int Q) {
+  each_index(
+      on, R * M * Q, ROOTCLAD_BODY(long o) {
+        const T v = idx[o];
+        if (v >= T(0) && v < T(N))
+          add_to(d_x + (o / ((long)M * Q) * N + (long)v) * Q + o % Q, d_out[o]);
       });
 }
 

@@ -1,7 +1,9 @@
-// rootclad/ops/shape.h — permute, cat, slice, and a parameter read directly.
+// rootclad/ops/shape.h — permute, cat, slice, expand, a parameter read directly, and topk's
+// indices and the gather by them.
 #pragma once
 
 #include "core.h"
+#include "topk_select.h"
 
 namespace rootclad {
 
@@ -96,7 +98,99 @@ template <typename T> void parameter_backward(T* d_w, const T* d_out, int B, int
       d_w[j] += d_out[(long)b * n + j];
 }
 
+// ---------------------------------------------------------------------------------------
+// expand: out(B, d0, d1, d2) = inp[b*n + i0*s0 + i1*s1 + i2*s2] (n values a sample; stride 0
+// on an axis that grows from 1); the backward sums over the copies.
+inline long expand_source(int b, int i0, int i1, int i2, int n, int s0, int s1, int s2) {
+  return (long)b * n + (long)i0 * s0 + (long)i1 * s1 + (long)i2 * s2;
+}
+
+template <typename T>
+void expand_forward(T* out, const T* inp, int B, int n, int d0, int d1, int d2, int s0, int s1,
+                    int s2) {
+  ROOTCLAD_REPLAY_SKIP;
+  for (int b = 0; b < B; ++b)
+    for (int i0 = 0; i0 < d0; ++i0)
+      for (int i1 = 0; i1 < d1; ++i1)
+        for (int i2 = 0; i2 < d2; ++i2)
+          out[(((long)b * d0 + i0) * d1 + i1) * d2 + i2] =
+              inp[expand_source(b, i0, i1, i2, n, s0, s1, s2)];
+}
+template <typename T>
+void expand_backward(T* d_inp, const T* d_out, int B, int n, int d0, int d1, int d2, int s0, int s1,
+                     int s2) {
+  for (int b = 0; b < B; ++b)
+    for (int i0 = 0; i0 < d0; ++i0)
+      for (int i1 = 0; i1 < d1; ++i1)
+        for (int i2 = 0; i2 < d2; ++i2)
+          d_inp[expand_source(b, i0, i1, i2, n, s0, s1, s2)] +=
+              d_out[(((long)b * d0 + i0) * d1 + i1) * d2 + i2];
+}
+
+// ---------------------------------------------------------------------------------------
+// topk's indices: x(R, N, Q) -> out(R, K, Q), the indices along N of the K largest (or
+// smallest) of each row, sorted, as exact integers (topk_select.h). No gradient.
+template <typename T>
+void topk_forward(T* out, const T* x, int R, int N, int K, int Q, int largest) {
+  ROOTCLAD_REPLAY_SKIP;
+  for (int r = 0; r < R; ++r)
+    for (int q = 0; q < Q; ++q)
+      topk_select(out + (long)r * K * Q + q, x + (long)r * N * Q + q, N, K, (long)Q, largest);
+}
+
+// gather: x(R, N, Q), index / out(R, M, Q): out[r, m, q] = x[r, idx[r, m, q], q]; an index
+// outside [0, N) or NaN gives NaN, never a read outside x. The backward adds into the
+// gathered places (twice where gathered twice); the indices get no gradient.
+template <typename T> inline bool gather_ok(T v, int N) {
+  return v >= T(0) && v < T(N);
+}
+inline long gather_source(int r, long v, int q, int N, int Q) {
+  return ((long)r * N + v) * Q + q;
+}
+
+template <typename T>
+void gather_forward(T* out, const T* x, const T* idx, int R, int N, int M, int Q) {
+  ROOTCLAD_REPLAY_SKIP;
+  for (int r = 0; r < R; ++r)
+    for (int m = 0; m < M; ++m)
+      for (int q = 0; q < Q; ++q) {
+        const long o = ((long)r * M + m) * Q + q;
+        const bool ok = gather_ok(idx[o], N);
+        out[o] = ok ? x[gather_source(r, ok ? (long)idx[o] : 0, q, N, Q)] : T(NAN);
+      }
+}
+template <typename T>
+void gather_backward(T* d_x, const T* d_out, const T* idx, int R, int N, int M, int Q) {
+  for (int r = 0; r < R; ++r)
+    for (int m = 0; m < M; ++m)
+      for (int q = 0; q < Q; ++q) {
+        const long o = ((long)r * M + m) * Q + q;
+        if (gather_ok(idx[o], N))
+          d_x[gather_source(r, (long)idx[o], q, N, Q)] += d_out[o];
+      }
+}
+
 } // namespace rootclad
+
+// topk's and gather's pullbacks stay when Clad differentiates the kernels themselves: topk's
+// indices carry no gradient (Clad's derivative of the selection would be zero, at the cost of
+// a sort), and Clad's derivative of gather's loop failed at run time (its tape of the bound
+// checks ran empty).
+namespace clad {
+namespace custom_derivatives {
+namespace rootclad {
+template <typename T>
+void topk_forward_pullback(T* out, const T* x, int R, int N, int K, int Q, int largest, T* d_out,
+                           T* d_x, int*, int*, int*, int*, int*) {}
+
+template <typename T>
+void gather_forward_pullback(T* out, const T* x, const T* idx, int R, int N, int M, int Q, T* d_out,
+                             T* d_x, T* d_idx, int*, int*, int*, int*) {
+  ::rootclad::gather_backward(d_x, d_out, idx, R, N, M, Q);
+}
+} // namespace rootclad
+} // namespace custom_derivatives
+} // namespace clad
 
 // Clad-convention pullbacks (core.h says how they are written).
 #ifndef ROOTCLAD_NO_PULLBACKS // Clad differentiates the kernels themselves
@@ -121,6 +215,13 @@ template <typename T>
 void slice_forward_pullback(T* out, const T* inp, int R, int N, int M, int I, int start, int step,
                             T* d_out, T* d_inp, int*, int*, int*, int*, int*, int*) {
   ::rootclad::slice_backward(d_inp, d_out, R, N, M, I, start, step);
+}
+
+template <typename T>
+void expand_forward_pullback(T* out, const T* inp, int B, int n, int d0, int d1, int d2, int s0,
+                             int s1, int s2, T* d_out, T* d_inp, int*, int*, int*, int*, int*, int*,
+                             int*, int*) {
+  ::rootclad::expand_backward(d_inp, d_out, B, n, d0, d1, d2, s0, s1, s2);
 }
 
 template <typename T>

@@ -1,0 +1,141 @@
+"""Neighbours in a traced model: ``Tensor.topk``'s indices and ``torch.gather`` by them (the k
+nearest neighbours of a point cloud, as ParticleNet's EdgeConv finds them), and ``expand`` /
+``expand_as`` / ``repeat`` of a value's size-1 axes.
+
+topk becomes the IR's ``topk`` op, its indices held as exact integers of the model's type
+with no gradient; its values, where taken, are a ``gather`` by those indices, so their
+gradient reaches the selected places as torch's does. Between topk and the gather that reads
+them, the indices may only be sliced, reshaped, permuted and expanded: any other use (an
+arithmetic on them, ``x[idx]``, a float op) is refused naming the node, so no index the
+kernels did not compute is ever read.
+"""
+
+from __future__ import annotations
+
+import builtins
+import operator
+
+from rootclad.frontends import fx_slicing, fx_values
+from rootclad.ir.graph import IRError, Node
+
+# what may come between topk and the gather that reads its indices
+_LAYOUT = {"reshape", "view", "flatten", "expand", "expand_as", "repeat", "unsqueeze",
+           "squeeze", "contiguous", "permute", "transpose", "getitem"}  # fmt: skip
+
+
+def _name(target) -> str:
+    return target if isinstance(target, str) else getattr(target, "__name__", "")
+
+
+def lower(low, fx_node) -> bool:
+    """Lower ``fx_node`` where it is topk, a gather, or takes topk's values or indices;
+    False where it is none of this module's (the indices' layout ops are then lowered as any
+    value's, and remembered as indices)."""
+    if fx_node.op not in ("call_function", "call_method", "call_module", "output"):
+        return False
+    name = _name(fx_node.target)
+    where = f"fx node {fx_node.name!r} ({name})"
+    held = [a for a in fx_node.all_input_nodes if a.name in low.index_values]
+    if name == "topk" and fx_node.args and low.is_tensor(fx_node.args[0]):
+        return _topk(low, fx_node, where)
+    if fx_node.op == "call_function" and fx_node.target is builtins.getattr:
+        src, attr = fx_node.args
+        if src.name in low.topks and attr in ("values", "indices"):
+            fx_node.target, fx_node.args = (
+                operator.getitem,
+                (src, ("values", "indices").index(attr)),
+            )
+    if fx_slicing.is_getitem(fx_node) and fx_node.args[0].name in low.topks:
+        if fx_node.args[1] == 1:
+            low.index_values.add(fx_node.name)
+        return False  # the tuple's value, by fx_slicing
+    if name == "gather":
+        return _gather(low, fx_node, where)
+    if not held:
+        return False
+    if fx_slicing.is_getitem(fx_node) and fx_node.args[0] not in held:  # x[:, idx]
+        raise IRError(f"{where}: indexes by {held[0].name!r}, the indices of a topk; rootclad "
+                      "reads them only through torch.gather")  # fmt: skip
+    if fx_node.op in ("call_function", "call_method") and name in _LAYOUT:
+        if any(a.name not in low.index_values for a in fx_node.all_input_nodes
+               if low.is_tensor(a)):  # fmt: skip
+            raise IRError(f"{where}: mixes topk's indices {held[0].name!r} with other values")
+        low.index_values.add(fx_node.name)
+        return False
+    raise IRError(
+        f"{where}: takes {held[0].name!r}, the indices of a topk; rootclad reads them only "
+        "through torch.gather (after slicing, reshaping, permuting or expanding them)"
+    )
+
+
+def _topk(low, fx_node, where) -> bool:
+    args = fx_values.substitute(list(fx_node.args))
+    kw = fx_values.substitute(dict(fx_node.kwargs))
+    x = args[0]
+    k = args[1] if len(args) > 1 else kw.get("k")
+    dim = args[2] if len(args) > 2 else kw.get("dim", -1)
+    largest = args[3] if len(args) > 3 else kw.get("largest", True)
+    if not isinstance(k, int) or not isinstance(largest, bool):
+        raise IRError(f"{where}: k={k!r} and largest={largest!r} must be a number and a bool "
+                      "fixed when the model is compiled")  # fmt: skip
+    # sorted=False: torch leaves the order unspecified; rootclad's sorted order is one of them
+    idx = f"{fx_node.name}__indices"
+    low.add(idx, "topk", [x], {"k": k, "largest": largest, "axis": low.axis(dim, x, where)})
+    values = None
+    if any(_takes(u, 0, "values") for u in fx_node.users):
+        values = f"{fx_node.name}__values"
+        low.nodes.append(_gather_node(values, x.name, idx, low.axis(dim, x, where)))
+    low.tuples[fx_node.name] = [values, idx]
+    low.topks.add(fx_node.name)
+    return True
+
+
+def _takes(user, index: int, attr: str) -> bool:
+    if fx_slicing.is_getitem(user):
+        return user.args[1] == index
+    return user.target is builtins.getattr and user.args[1] == attr
+
+
+def _gather_node(name, x, idx, axis):
+    return Node(name, "gather", [x, idx], name, {"axis": axis})
+
+
+def _gather(low, fx_node, where) -> bool:
+    args = fx_values.substitute(list(fx_node.args))
+    kw = fx_values.substitute(dict(fx_node.kwargs))
+    x = args[0] if args else kw.get("input")
+    dim = args[1] if len(args) > 1 else kw.get("dim")
+    index = args[2] if len(args) > 2 else kw.get("index")
+    if kw.get("sparse_grad"):
+        raise IRError(f"{where}: sparse_grad=True is not supported")
+    if not low.is_tensor(x) or not low.is_tensor(index):
+        raise IRError(f"{where}: gathers something other than a tensor")
+    if index.name not in low.index_values:
+        raise IRError(f"{where}: its index {index.name!r} is not computed by a topk; rootclad "
+                      "gathers by topk's indices only")  # fmt: skip
+    if x.name in low.index_values:
+        raise IRError(f"{where}: gathers from {x.name!r}, topk's indices; gather the values")
+    low.nodes.append(_gather_node(fx_node.name, x.name, index.name, low.axis(dim, x, where)))
+    return True
+
+
+def lower_expand(low, fx_node, name, args, where) -> None:
+    """``x.expand(B, ...)`` / ``expand_as`` / ``repeat`` of a value's size-1 per-sample axes
+    (the batch axis kept whole), as the IR's ``expand`` (a copy)."""
+    x = args[0]
+    shape, out = low.shape(x), low.shape(fx_node)
+    if name == "repeat":
+        reps = list(args[1][0] if len(args) == 2 and isinstance(args[1], (tuple, list))
+                    else args[1:])  # fmt: skip
+        if (
+            len(reps) != len(shape)
+            or reps[0] != 1
+            or any(r != 1 and d != 1 for r, d in zip(reps, shape, strict=True))
+        ):
+            raise IRError(f"{where}: repeat{tuple(reps)} of shape {shape}: only axes of size 1 "
+                          "may be repeated, and the batch axis not")  # fmt: skip
+    elif len(out) != len(shape) or out[0] != shape[0]:
+        raise IRError(f"{where}: expand of shape {shape} to {out}: the batch axis must stay "
+                      "first and whole (x.expand(x.size(0), ...) or -1)")  # fmt: skip
+    low.add(fx_node.name, "identity" if out == shape else "expand", [x],
+            {} if out == shape else {"shape": out[1:]})  # fmt: skip

@@ -1,0 +1,118 @@
+"""The ONNX nodes of copies and neighbours: Expand and Tile of size-1 axes (with the
+ConstantOfShape / Equal / Where arithmetic torch's exporter writes for ``expand(-1, ...)``'s
+shape, folded), TopK, and GatherElements by TopK's indices (torch.gather), lowered as
+fx_neighbours.py lowers their torch forms. TopK's indices may reach a GatherElements only
+through reshaping, slicing, transposing, expanding and tiling; any other reader is refused
+naming the node."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rootclad.frontends.onnx.common import BATCH
+
+ATTRIBUTES = {
+    "Expand": set(),
+    "Tile": set(),
+    "TopK": {"axis", "largest", "sorted"},
+    "GatherElements": {"axis"},
+    "ConstantOfShape": {"value"},
+    "Equal": set(),
+    "Where": set(),
+}
+# what may come between a TopK and the GatherElements reading its indices
+INDEX_LAYOUT = ("Unsqueeze", "Squeeze", "Reshape", "Flatten", "Slice", "Transpose", "Identity",
+                "Expand", "Tile")  # fmt: skip
+
+
+class IndexOps:
+    """Handlers of the ONNX builder (builder.py) for copies, TopK and GatherElements."""
+
+    def op_ConstantOfShape(self, node, a):
+        import onnx
+
+        shape = [int(d) for d in np.ravel(self.const(node, 0, "shape"))]
+        value = onnx.numpy_helper.to_array(a["value"]) if "value" in a else np.zeros(1, np.float32)
+        self.fold(node, np.full(shape, value.ravel()[0], dtype=value.dtype))
+
+    def op_Equal(self, node, a):
+        p, q = self.const(node, 0, "A"), self.const(node, 1, "B")
+        self.fold(node, np.asarray(p == q))
+
+    def op_Where(self, node, a):
+        c, p, q = (self.const(node, i, w) for i, w in enumerate(("condition", "X", "Y")))
+        self.fold(node, np.where(c.astype(bool), p, q))
+
+    def expand_step(self, node, x, out) -> None:
+        self.emit(node.output, lambda env, root, x=x, s=tuple(out): env[x].expand(-1, *s), out)
+
+    def op_Expand(self, node, a):
+        x = self.tensor(node)
+        spec = list(np.asarray(self.const(node, 1, "shape"), dtype=object).ravel())
+        shape = list(self.shapes[x])
+        if len(spec) != len(shape) + 1 or spec[0] not in (BATCH, 1, -1):
+            raise self.fail(node, f"shape {spec} for an input of per-sample shape {shape}: "
+                            "the batch axis must stay first and whole")  # fmt: skip
+        out = []
+        for d, s in zip(shape, spec[1:], strict=True):
+            s = int(s)
+            if s not in (1, d) and d != 1:
+                raise self.fail(node, f"cannot expand per-sample shape {shape} to {spec[1:]}")
+            out.append(d if s == 1 else s)
+        self.expand_step(node, x, out)
+
+    def op_Tile(self, node, a):
+        x = self.tensor(node)
+        reps = [int(r) for r in np.ravel(self.const(node, 1, "repeats"))]
+        shape = list(self.shapes[x])
+        if (
+            len(reps) != len(shape) + 1
+            or reps[0] != 1
+            or any(r != 1 and d != 1 for r, d in zip(reps[1:], shape, strict=True))
+        ):
+            raise self.fail(node, f"repeats {reps} of per-sample shape {shape}: only axes of "
+                            "size 1 may be tiled, and the batch axis not")  # fmt: skip
+        self.expand_step(node, x, [d * r for d, r in zip(shape, reps[1:], strict=True)])
+
+    def op_TopK(self, node, a):
+        x = self.tensor(node)
+        k = int(np.ravel(self.const(node, 1, "K"))[0])
+        shape, rank = list(self.shapes[x]), len(self.shapes[x]) + 1
+        axis = a.get("axis", -1) % rank
+        if axis == 0 or not 1 <= k <= shape[axis - 1]:
+            raise self.fail(node, f"K={k} along axis {axis} of per-sample shape {shape}")
+        largest = bool(a.get("largest", 1))
+        pair = f"{node.output[0]}__topk"
+        self.steps.append((lambda env, root, x=x: env[x].topk(k, axis, largest), pair))
+        out = shape[: axis - 1] + [k] + shape[axis:]
+        self.shapes[pair] = tuple(out)
+        for i, name in enumerate(node.output):
+            if name:
+                self.emit([name], lambda env, root, i=i: env[pair][i], out)
+        if len(node.output) > 1 and node.output[1]:
+            self.topk_indices.add(node.output[1])
+
+    def op_GatherElements(self, node, a):
+        x, idx = self.tensor(node), self.tensor(node, 1)
+        if idx not in self.topk_indices:
+            raise self.fail(node, f"its indices {idx!r} are not computed by a TopK; rootclad "
+                            "gathers by TopK's indices only")  # fmt: skip
+        rank = len(self.shapes[x]) + 1
+        axis = a.get("axis", 0) % rank
+        if axis == 0:
+            raise self.fail(node, "gathering along the batch axis is not supported")
+        self.emit(node.output, lambda env, root, x=x, i=idx, d=axis: env[x].gather(d, env[i]),
+                  self.shapes[idx])  # fmt: skip
+
+    def check_topk_indices(self, node) -> None:
+        """TopK's indices reach only a GatherElements (as its indices), through layout."""
+        held = [i for i in node.input if i in self.topk_indices]
+        if not held or node.op_type == "Shape":
+            return
+        if node.op_type == "GatherElements" and node.input[0] not in self.topk_indices:
+            return
+        if node.op_type in INDEX_LAYOUT and node.input[0] in held:
+            self.topk_indices.update(node.output)
+            return
+        raise self.fail(node, f"reads {held[0]!r}, the indices of a TopK; rootclad reads them "
+                        "only as the indices of a GatherElements")  # fmt: skip
