@@ -299,6 +299,14 @@ class Builder(ShapeOps, LayerOps, ConvOps, IndexOps):
         readers = [n for n in self.nodes if name in n.input]
         return readers[0] if len(readers) == 1 else None
 
+    def const_ints(self, node, i: int, what: str) -> list[int]:
+        """Input ``i``, a constant of integers (not shape arithmetic holding the batch size)."""
+        values = list(np.ravel(np.asarray(self.const(node, i, what), dtype=object)))
+        if any(isinstance(v, str) or not float(v).is_integer() for v in values):
+            raise self.fail(node, f"its {what} {values} depend on the batch size or are not "
+                            "integers")  # fmt: skip
+        return [int(v) for v in values]
+
     def number(self, name: str) -> float | None:
         v = self.consts.get(name)
         return float(np.asarray(v.value).reshape(())) if v and np.size(v.value) == 1 else None

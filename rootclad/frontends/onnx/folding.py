@@ -214,7 +214,7 @@ class ShapeOps:
 
     def op_Reshape(self, node, a):
         if node.input[0] in self.consts:  # shape arithmetic (expand's sizes)
-            shape = [int(d) for d in np.ravel(self.const(node, 1, "shape"))]
+            shape = self.const_ints(node, 1, "shape")
             v = np.asarray(self.consts[node.input[0]].value)
             return self.fold(node, v.reshape(shape))
         x = self.tensor(node)

@@ -31,7 +31,7 @@ class IndexOps:
     def op_ConstantOfShape(self, node, a):
         import onnx
 
-        shape = [int(d) for d in np.ravel(self.const(node, 0, "shape"))]
+        shape = self.const_ints(node, 0, "shape")
         value = onnx.numpy_helper.to_array(a["value"]) if "value" in a else np.zeros(1, np.float32)
         self.fold(node, np.full(shape, value.ravel()[0], dtype=value.dtype))
 
@@ -50,7 +50,8 @@ class IndexOps:
         x = self.tensor(node)
         spec = list(np.asarray(self.const(node, 1, "shape"), dtype=object).ravel())
         shape = list(self.shapes[x])
-        if len(spec) != len(shape) + 1 or spec[0] not in (BATCH, 1, -1):
+        if (len(spec) != len(shape) + 1 or spec[0] not in (BATCH, 1, -1)
+                or BATCH in spec[1:]):  # fmt: skip
             raise self.fail(node, f"shape {spec} for an input of per-sample shape {shape}: "
                             "the batch axis must stay first and whole")  # fmt: skip
         out = []
@@ -63,7 +64,7 @@ class IndexOps:
 
     def op_Tile(self, node, a):
         x = self.tensor(node)
-        reps = [int(r) for r in np.ravel(self.const(node, 1, "repeats"))]
+        reps = self.const_ints(node, 1, "repeats")
         shape = list(self.shapes[x])
         if (
             len(reps) != len(shape) + 1
@@ -76,7 +77,7 @@ class IndexOps:
 
     def op_TopK(self, node, a):
         x = self.tensor(node)
-        k = int(np.ravel(self.const(node, 1, "K"))[0])
+        k = self.const_ints(node, 1, "K")[0]
         shape, rank = list(self.shapes[x]), len(self.shapes[x]) + 1
         axis = a.get("axis", -1) % rank
         if axis == 0 or not 1 <= k <= shape[axis - 1]:
