@@ -271,6 +271,31 @@ def _pool2d_calls(node, graph, site):
     return [Call(node.op, tuple(args))]
 
 
+def volume_geometry(node, graph) -> tuple[int, ...]:
+    """(D, H, W, OD, OH, OW, KD, KH, KW, SD, SH, SW, PD, PH, PW, DD, DH, DW) of a Conv3d or a
+    3-d pooling (ops/volume_geometry.h's Vol; pools have dilation 1)."""
+    a = node.attrs
+    if node.op == "conv3d":
+        k, dilation = graph.param(node.params["weight"]).shape[2:], a["dilation"]
+    else:
+        k, dilation = a["kernel_size"], (1, 1, 1)
+    return (*node.in_shape[1:], *node.out_shape[1:], *k, *a["stride"], *a["padding"], *dilation)
+
+
+def _conv3d_calls(node, graph, site):
+    C, OC = node.in_shape[0], node.out_shape[0]
+    args = (OUT, IN(0, True), W("weight"), W("bias"), INT("B"), INT(C), INT(OC))
+    args += (INT(node.attrs["groups"]), *map(INT, volume_geometry(node, graph)))
+    return [Call("conv3d", args)]
+
+
+def _pool3d_calls(node, graph, site):
+    args = [OUT, IN(0), INT(f"B * {node.in_shape[0]}")]
+    if node.op == "avgpool3d":
+        args.append(INT(node.attrs["count_include_pad"]))
+    return [Call(node.op, (*args, *map(INT, volume_geometry(node, graph))))]
+
+
 def _global_pool_calls(node, graph, site):
     """The 1-d pool with one window spanning each channel's H*W (or L) values."""
     C, L = node.in_shape[0], _n(node.in_shape[1:])
@@ -475,6 +500,9 @@ CPU_OPS: dict[str, CpuOp] = {
     "avgpool1d": CpuOp(_pool1d_calls),
     "maxpool2d": CpuOp(_pool2d_calls),
     "avgpool2d": CpuOp(_pool2d_calls),
+    "conv3d": CpuOp(_conv3d_calls),
+    "maxpool3d": CpuOp(_pool3d_calls),
+    "avgpool3d": CpuOp(_pool3d_calls),
     "adaptive_avgpool": CpuOp(_adaptive_calls),
     "adaptive_maxpool": CpuOp(_adaptive_calls),
     "global_avgpool": CpuOp(_global_pool_calls),

@@ -25,6 +25,7 @@ from rootclad.codegen.cpu_ops import (
     permute_geometry,
     slice_geometry,
     upsample_geometry,
+    volume_geometry,
 )
 from rootclad.codegen.cxx import functor_value
 from rootclad.ir.graph import IRError, Node
@@ -207,6 +208,32 @@ def _pool2d_device(node, graph, d):
     geo = (H, Wd, *(v for k in ("kernel_size", "stride", "padding") for v in node.attrs[k]),
            node.attrs["ceil_mode"])  # fmt: skip
     return _pool_device(node, d, f"pool2d_shape({', '.join(map(str, geo))})")
+
+
+def _volume(node, graph) -> str:
+    return f"::rootclad::Vol{{{', '.join(map(str, volume_geometry(node, graph)))}}}"
+
+
+def _conv3d_device(node, graph, d):
+    C, OC, G = node.in_shape[0], node.out_shape[0], node.attrs["groups"]
+    shape = f"(long)B, {C}, {OC}, {G}, {_volume(node, graph)}"
+    fwd = [f"conv3d_forward(on, {d.out}, {d.ins[0]}, {d.p('weight')}, {d.p('bias')}, {shape});"]
+    bwd = [f"conv3d_backward_params(on, {d.dp('weight')}, {d.dp('bias')}, {d.d_out}, {d.ins[0]}, "
+           f"{shape});"]  # fmt: skip
+    if d.d_ins[0] != "nullptr":
+        bwd.append(f"conv3d_backward_input(on, {d.d_ins[0]}, {d.d_out}, {d.p('weight')}, {shape});")
+    return fwd, bwd
+
+
+def _pool3d_device(node, graph, d):
+    rows = f"(long)B * {node.in_shape[0]}"
+    if node.op == "avgpool3d":
+        rows += f", {node.attrs['count_include_pad']}"
+    shape = f"{rows}, {_volume(node, graph)}"
+    fwd = [f"{node.op}_forward(on, {d.out}, {d.ins[0]}, {shape});"]
+    reads = f"{d.ins[0]}, " if node.op == "maxpool3d" else ""
+    bwd = [f"{node.op}_backward(on, {d.d_ins[0]}, {d.d_out}, {reads}{shape});"]
+    return fwd, bwd if d.d_ins[0] != "nullptr" else []
 
 
 def _adaptive_device(node, graph, d):
@@ -434,6 +461,9 @@ DEVICE_OPS: dict[str, DeviceOp] = {
     "avgpool1d": DeviceOp(_pool1d_device, fuses_activation=True),
     "maxpool2d": DeviceOp(_pool2d_device, fuses_activation=True),
     "avgpool2d": DeviceOp(_pool2d_device, fuses_activation=True),
+    "conv3d": DeviceOp(_conv3d_device),
+    "maxpool3d": DeviceOp(_pool3d_device),
+    "avgpool3d": DeviceOp(_pool3d_device),
     "adaptive_avgpool": DeviceOp(_adaptive_device),
     "adaptive_maxpool": DeviceOp(_adaptive_device),
     "global_avgpool": DeviceOp(_global_pool_device),

@@ -60,6 +60,14 @@ template <class T> void instantiate() {
   k::parameter_backward(on, p, p, 1, 1);
   k::embedding_forward(on, p, p, p, 1L, 2, 3);
   k::embedding_backward(on, p, p, p, 1L, 2, 3, -1);
+  const rootclad::Vol vol{2, 3, 3, 1, 2, 2, 2, 2, 2, 1, 1, 1, 0, 0, 0, 1, 1, 1};
+  k::conv3d_forward(on, p, p, p, p, 1, 2, 2, 1, vol);
+  k::conv3d_backward_input(on, p, p, p, 1, 2, 2, 1, vol);
+  k::conv3d_backward_params(on, p, p, p, p, 1, 2, 2, 1, vol);
+  k::maxpool3d_forward(on, p, p, 1, vol);
+  k::maxpool3d_backward(on, p, p, p, 1, vol);
+  k::avgpool3d_forward(on, p, p, 1, 1, vol);
+  k::avgpool3d_backward(on, p, p, 1, 1, vol);
   const k::Expand expand{{1, 2, 3}, {0, 3, 1}, 6};
   k::expand_forward(on, p, p, 1, expand);
   k::expand_backward(on, p, p, 1, expand);

@@ -17,6 +17,9 @@ papers describe them, with small dimensions; each compiles and computes what tor
   (x_i, x_j - x_i), the mean over the neighbours, a shortcut; the masked mean over the
   particles, a classifier. topk's indices carry no gradient (the coordinates get none), the
   gathers do.
+- A 3-d CNN over calorimeter showers (the energy deposits of a particle in layers x eta x
+  phi cells, as CaloGAN's and CaloChallenge's images): Conv3d + BatchNorm3d + ReLU stages,
+  MaxPool3d and AvgPool3d, the global average, a classifier.
 - A 1-D U-Net for strain denoising: Conv1d stages with GroupNorm, ConvTranspose1d upsampling,
   skip connections by torch.cat.
 - A 1-D ResNet for gravitational-wave strain, in the shape of ml4gw's ResNet1D: torchvision's
@@ -114,6 +117,21 @@ class ParticleNet(nn.Module):
             fts = block(pts + shift, fts) * mask
             pts = fts
         return self.head(fts.sum(dim=-1) / mask.sum(dim=-1))
+
+
+class Calo3D(nn.Module):
+    def __init__(self, classes=2):
+        super().__init__()
+
+        def stage(cin, cout):
+            return [nn.Conv3d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm3d(cout), nn.ReLU()]
+
+        self.features = nn.Sequential(*stage(1, 4), nn.MaxPool3d((1, 2, 2)), *stage(4, 8),
+                                      nn.AvgPool3d(2, ceil_mode=True), nn.AdaptiveAvgPool3d(1))  # fmt: skip
+        self.head = nn.Linear(8, classes)
+
+    def forward(self, shower):  # (B, 1, layers, eta, phi)
+        return self.head(torch.flatten(self.features(shower), 1))
 
 
 class Block1d(nn.Module):
@@ -236,6 +254,11 @@ def _particlenet_inputs(B, gen):
     return (*xs, mask), torch.randint(0, 3, (B,), generator=gen), "cross_entropy"
 
 
+def _calo_inputs(B, gen):
+    x = torch.rand(B, 1, 3, 8, 6, dtype=F64, generator=gen) ** 3  # sparse-ish positive deposits
+    return (x,), torch.randint(0, 2, (B,), generator=gen), "cross_entropy"
+
+
 def _resnet_inputs(B, gen):
     x = torch.randn(B, 2, 128, dtype=F64, generator=gen)
     return (x,), torch.randint(0, 2, (B,), generator=gen).to(F64), "bce_with_logits"
@@ -251,6 +274,7 @@ MODELS = {
     "deepsets": (DeepSets, _deepsets_inputs),
     "particle-transformer": (ParticleTransformer, _part_inputs),
     "particlenet": (ParticleNet, _particlenet_inputs),
+    "calo3d": (Calo3D, _calo_inputs),
     "resnet1d": (ResNet1D, _resnet_inputs),
     "deepjet": (DeepJet, _deepjet_inputs),
     "unet1d": (UNet1D, _unet_inputs),

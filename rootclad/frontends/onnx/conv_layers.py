@@ -1,6 +1,6 @@
 """The ONNX convolutions and poolings, each rebuilt as the torch layer that computes it (a Conv
-a ``Conv1d``/``Conv2d``, a ConvTranspose a ``ConvTranspose1d``/``2d``, a MaxPool a
-``MaxPool1d``/``2d``, ...); a mixin of the builder (builder.py), as layers.py's."""
+a ``Conv1d``/``Conv2d``/``Conv3d``, a ConvTranspose a ``ConvTranspose1d``/``2d``, a MaxPool a
+``MaxPool1d``/``2d``/``3d``, ...); a mixin of the builder (builder.py), as layers.py's."""
 
 from __future__ import annotations
 
@@ -16,12 +16,13 @@ F64 = torch.float64
 class ConvOps:
     """Handlers of the ONNX builder for convolutions and poolings."""
 
-    def spatial(self, node, a, x, what: str) -> tuple[int, list, list, list]:
-        """(dims, kernel, stride, symmetric pads) of a Conv or pool, refusing what torch's
-        layers cannot express."""
+    def spatial(self, node, a, x, what: str, most: int = 3) -> tuple[int, list, list, list]:
+        """(dims, kernel, stride, symmetric pads) of a Conv or pool of at most ``most``
+        dimensions, refusing what torch's layers cannot express."""
         dims = len(self.shapes[x]) - 1
-        if dims not in (1, 2):
-            raise self.fail(node, f"{what} on per-sample shape {self.shapes[x]}: 1-d and 2-d only")
+        if not 1 <= dims <= most:
+            raise self.fail(node, f"{what} on per-sample shape {self.shapes[x]}: "
+                            f"{', '.join(f'{d}-d' for d in range(1, most + 1))} only")  # fmt: skip
         auto = text(a.get("auto_pad", b"NOTSET"))
         pads = list(a.get("pads", [0] * 2 * dims))
         if auto in ("SAME_UPPER", "SAME_LOWER"):  # output = ceil(input / stride)
@@ -60,7 +61,7 @@ class ConvOps:
             raise self.fail(node, f"kernel_shape={kernel} differs from the weight's {w.shape[2:]}")
         group = a.get("group", 1)
         dil = list(a.get("dilations", [1] * dims))
-        cls = nn.Conv1d if dims == 1 else nn.Conv2d
+        cls = (nn.Conv1d, nn.Conv2d, nn.Conv3d)[dims - 1]
         b = self.const(node, 2, "bias")
         conv = cls(self.shapes[x][0], w.shape[0], w.shape[2:], stride=strides, padding=pads,
                    dilation=dil, groups=group, bias=b is not None, dtype=F64)  # fmt: skip
@@ -89,7 +90,7 @@ class ConvOps:
                             "as torch's exporter does)")  # fmt: skip
         if text(a.get("auto_pad", b"NOTSET")) != "NOTSET":
             raise self.fail(node, f"auto_pad={text(a['auto_pad'])!r} is not supported")
-        dims, kernel, strides, pads = self.spatial(node, a, x, "ConvTranspose")
+        dims, kernel, strides, pads = self.spatial(node, a, x, "ConvTranspose", most=2)
         if kernel and list(kernel) != list(w.shape[2:]):
             raise self.fail(node, f"kernel_shape={kernel} differs from the weight's {w.shape[2:]}")
         group = a.get("group", 1)
@@ -119,10 +120,10 @@ class ConvOps:
             # rootclad: the declared shape is not held against the output
             self.declared.pop(node.output[0], None)
         if kind == "MaxPool":
-            cls = nn.MaxPool1d if dims == 1 else nn.MaxPool2d
+            cls = (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d)[dims - 1]
             mod = cls(k, stride=s, padding=p, ceil_mode=bool(a.get("ceil_mode", 0)))
         else:
-            cls = nn.AvgPool1d if dims == 1 else nn.AvgPool2d
+            cls = (nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d)[dims - 1]
             mod = cls(k, stride=s, padding=p, ceil_mode=bool(a.get("ceil_mode", 0)),
                       count_include_pad=bool(a.get("count_include_pad", 0)))  # fmt: skip
         self.module_step(node, mod, None, x)
@@ -145,10 +146,12 @@ class ConvOps:
     def global_pool(self, node, kind):
         x = self.tensor(node)
         dims = len(self.shapes[x]) - 1
-        if dims not in (1, 2):
-            raise self.fail(node, f"per-sample shape {self.shapes[x]}: 1-d and 2-d only")
+        if dims not in (1, 2) and (kind, dims) != ("avg", 3):
+            raise self.fail(node, f"per-sample shape {self.shapes[x]}: 1-d and 2-d only (and "
+                            "3-d for the average)")  # fmt: skip
         cls = {("avg", 1): nn.AdaptiveAvgPool1d, ("avg", 2): nn.AdaptiveAvgPool2d,
-               ("max", 1): nn.AdaptiveMaxPool1d, ("max", 2): nn.AdaptiveMaxPool2d}[kind, dims]  # fmt: skip
+               ("max", 1): nn.AdaptiveMaxPool1d, ("max", 2): nn.AdaptiveMaxPool2d,
+               ("avg", 3): nn.AdaptiveAvgPool3d}[kind, dims]  # fmt: skip
         self.module_step(node, cls(1), None, x)
 
     def op_GlobalAveragePool(self, node, a):

@@ -24,8 +24,9 @@ SUPPORTED = (
     "(two tensors with broadcasting, a tensor and a number, or a tensor and a constant tensor, "
     "which becomes a parameter), Pow (by 2), Neg, Relu, LeakyRelu, Elu, "
     "Sigmoid, Tanh, Softplus, Gelu (and the Erf form exporters write), HardSwish, HardSigmoid, "
-    "Clip, Mish, Selu, PRelu (one slope or one per channel), Softmax, LogSoftmax, Conv and "
-    "ConvTranspose (1-d, 2-d), Gather of a weight by integer inputs (an embedding), MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, BatchNormalization "
+    "Clip, Mish, Selu, PRelu (one slope or one per channel), Softmax, LogSoftmax, Conv (1-d, "
+    "2-d, 3-d), ConvTranspose (1-d, 2-d), Gather of a weight by integer inputs (an embedding), "
+    "MaxPool and AveragePool (1-d, 2-d, 3-d), GlobalAveragePool, GlobalMaxPool, BatchNormalization "
     "(inference), LayerNormalization, InstanceNormalization, Resize (nearest and linear as "
     "torch writes them), Flatten, Reshape, Transpose, Squeeze, Unsqueeze, Concat, "
     "Slice and Split (along per-sample axes), Expand and Tile (of size-1 axes), TopK, "
@@ -386,11 +387,12 @@ class LayerOps:
         if a.get("training_mode", 0) or len([o for o in node.output if o]) > 1:
             raise self.fail(node, "training mode is not supported (an inference graph)")
         rank = len(self.shapes[x])
-        if rank not in (1, 2, 3):
-            raise self.fail(node, f"per-sample shape {self.shapes[x]}: (C,), (C, L) or (C, H, W)")
+        if rank not in (1, 2, 3, 4):
+            raise self.fail(node, f"per-sample shape {self.shapes[x]}: (C,), (C, L), (C, H, W) or "
+                            "(C, D, H, W)")  # fmt: skip
         scale, bias, mean, var = (np.asarray(self.const(node, i, w), dtype=np.float64)
                                   for i, w in ((1, "scale"), (2, "bias"), (3, "mean"), (4, "var")))  # fmt: skip
-        cls = nn.BatchNorm2d if rank == 3 else nn.BatchNorm1d
+        cls = {3: nn.BatchNorm2d, 4: nn.BatchNorm3d}.get(rank, nn.BatchNorm1d)
         bn = cls(self.shapes[x][0], eps=a.get("epsilon", 1e-5), momentum=1 - a.get("momentum", 0.9),
                  dtype=F64)  # fmt: skip
         with torch.no_grad():

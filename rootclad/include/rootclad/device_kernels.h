@@ -26,3 +26,4 @@
 #include "device/optim.h"
 #include "device/pool.h"
 #include "device/shape.h"
+#include "device/volume.h"

@@ -13,6 +13,7 @@
 #include "ops/norm.h"
 #include "ops/pool.h"
 #include "ops/shape.h"
+#include "ops/volume.h"
 
 // Linear's fused backward and optimizer update, and Linear's Clad pullback, which may call it
 #include "linear_update.h"

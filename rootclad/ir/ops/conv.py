@@ -1,4 +1,5 @@
-"""Convolutions: Conv1d and Conv2d, zero padding, any stride, dilation and groups."""
+"""Convolutions: Conv1d, Conv2d and Conv3d, zero padding, any stride, dilation and groups; and
+ConvTranspose1d/2d."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from rootclad.ir.registry import OpSpec, register
 
 
 def _conv_from_module(mod, where, n: int):
-    """Conv1d (n = 1) and Conv2d (n = 2): zero padding, numbers (or 'valid') only."""
+    """Conv1d, Conv2d and Conv3d (n = 1, 2, 3): zero padding, numbers (or 'valid') only."""
     if mod.padding_mode != "zeros":
         raise IRError(f"{where}: padding_mode={mod.padding_mode!r} (only 'zeros')")
     if isinstance(mod.padding, str):
@@ -94,6 +95,39 @@ register(
         flops=_conv_flops,
         modules=("Conv2d",),
         from_module=lambda mod, where: _conv_from_module(mod, where, 2),
+    )
+)
+
+
+def _conv3d_infer(node, shapes, graph):
+    (shape,) = shapes
+    a = node.attrs
+    w = graph.param(node.params["weight"])
+    expect(len(shape) == 4, node, f"expected input (C, D, H, W), got per-sample shape {shape}")
+    expect(
+        shape[0] == w.shape[1] * a["groups"],
+        node,
+        f"expected {w.shape[1] * a['groups']} input channels, got {shape[0]} (shape {shape})",
+    )
+    out = [
+        conv2d_out(shape[1 + i], w.shape[2 + i], a["stride"][i], a["padding"][i], a["dilation"][i])
+        for i in range(3)
+    ]
+    expect(min(out) >= 1, node, f"input {shape[1:]} is smaller than the kernel {w.shape[2:]}")
+    return (w.shape[0], *out)
+
+
+register(
+    OpSpec(
+        "conv3d",
+        "conv",
+        "Conv3d (zero padding, any stride/padding/dilation/groups; direct loops)",
+        _conv3d_infer,
+        params=("weight", "bias"),
+        saves=("in",),
+        flops=_conv_flops,
+        modules=("Conv3d",),
+        from_module=lambda mod, where: _conv_from_module(mod, where, 3),
     )
 )
 

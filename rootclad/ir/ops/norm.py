@@ -89,9 +89,9 @@ def _batch_norm_module(mod, where):
 def _batch_norm_infer(node, shapes, graph):
     (shape,) = shapes
     expect(
-        len(shape) in (1, 2, 3),
+        len(shape) in (1, 2, 3, 4),
         node,
-        f"expected input (C,), (C, L) or (C, H, W), got per-sample shape {shape}",
+        f"expected input (C,), (C, L), (C, H, W) or (C, D, H, W), got per-sample shape {shape}",
     )
     for role in ("weight", "bias"):
         if role in node.params:
@@ -105,14 +105,14 @@ register(
     OpSpec(
         "batch_norm",
         "norm",
-        "BatchNorm1d/2d: batch statistics in training mode (updating the running ones as "
+        "BatchNorm1d/2d/3d: batch statistics in training mode (updating the running ones as "
         "torch), running statistics in eval mode",
         _batch_norm_infer,
         params=("weight", "bias"),
         buffers=("running_mean", "running_var", "num_batches_tracked"),
         saves=("in",),
         mixes_batch=True,
-        modules=("BatchNorm1d", "BatchNorm2d"),
+        modules=("BatchNorm1d", "BatchNorm2d", "BatchNorm3d"),
         from_module=_batch_norm_module,
     )
 )

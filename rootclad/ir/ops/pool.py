@@ -1,4 +1,4 @@
-"""Pooling: max and average over windows (1-D and 2-D), and over all positions (global)."""
+"""Pooling: max and average over windows (1-D, 2-D and 3-D), and over all positions (global)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from rootclad.ir.registry import OpSpec, register
 
 
 def _pool_from_module(mod, where, n: int):
-    """MaxPool / AvgPool in n = 1 or 2 dimensions, ceil_mode both ways (no dilation or
+    """MaxPool / AvgPool in n = 1, 2 or 3 dimensions, ceil_mode both ways (no dilation or
     indices)."""
     k = ints(mod.kernel_size, n, "kernel_size", where)
     stride = mod.stride if mod.stride is not None else mod.kernel_size
@@ -48,12 +48,14 @@ def _pool1d_infer(node, shapes, graph):
     return (shape[0], lo)
 
 
-def _pool2d_infer(node, shapes, graph):
+def _pool_nd_infer(node, shapes, graph):
     (shape,) = shapes
     a = node.attrs
-    expect(len(shape) == 3, node, f"expected input (C, H, W), got per-sample shape {shape}")
+    n = len(a["kernel_size"])
+    axes = "(C, H, W)" if n == 2 else "(C, D, H, W)"
+    expect(len(shape) == n + 1, node, f"expected input {axes}, got per-sample shape {shape}")
     out = []
-    for i in range(2):
+    for i in range(n):
         k, s, p = a["kernel_size"][i], a["stride"][i], a["padding"][i]
         expect(p <= k // 2, node, f"padding {p} must be at most half the kernel size {k}")
         out.append(pool_out(shape[1 + i], k, s, p, a["ceil_mode"]))
@@ -65,8 +67,10 @@ def _pool2d_infer(node, shapes, graph):
 for _name, _module, _n, _infer in (
     ("maxpool1d", "MaxPool1d", 1, _pool1d_infer),
     ("avgpool1d", "AvgPool1d", 1, _pool1d_infer),
-    ("maxpool2d", "MaxPool2d", 2, _pool2d_infer),
-    ("avgpool2d", "AvgPool2d", 2, _pool2d_infer),
+    ("maxpool2d", "MaxPool2d", 2, _pool_nd_infer),
+    ("avgpool2d", "AvgPool2d", 2, _pool_nd_infer),
+    ("maxpool3d", "MaxPool3d", 3, _pool_nd_infer),
+    ("avgpool3d", "AvgPool3d", 3, _pool_nd_infer),
 ):
     register(
         OpSpec(
@@ -74,7 +78,13 @@ for _name, _module, _n, _infer in (
             "pool",
             f"{_module} (ceil_mode both ways)",
             _infer,
-            saves=("in", "out") if _name.startswith("max") else (),
+            saves=(
+                ("in", "out")
+                if _name in ("maxpool1d", "maxpool2d")
+                else ("in",)
+                if _name == "maxpool3d"
+                else ()
+            ),  # fmt: skip
             # maxpool2d would swap too; the 1-D case (the GW CNN's) is the one measured
             swaps_with_monotone=_name == "maxpool1d",
             modules=(_module,),
@@ -112,15 +122,17 @@ def _adaptive_infer(node, shapes, graph):
         node,
         f"expected input (C, L) or (C, H, W) for output size {size}, got per-sample shape {shape}",
     )
+    expect(len(shape) < 4 or (node.op == "adaptive_avgpool" and set(size) == {1}), node,
+           f"3-d adaptive pooling to {size}: only the average to size 1 (global) is supported")  # fmt: skip
     return (shape[0], *(d if s is None else s for s, d in zip(size, shape[1:], strict=True)))
 
 
 def _global_pool_infer(node, shapes, graph):
     (shape,) = shapes
     expect(
-        len(shape) in (2, 3),
+        len(shape) in (2, 3, 4),
         node,
-        f"expected input (C, L) or (C, H, W), got per-sample shape {shape}",
+        f"expected input (C, L), (C, H, W) or (C, D, H, W), got per-sample shape {shape}",
     )
     return (shape[0],) + (1,) * (len(shape) - 1)
 
@@ -138,7 +150,8 @@ for _name in ("avg", "max"):
             "ceil((o + 1) n / O))",
             _adaptive_infer,
             saves=("in",) if _name == "max" else (),
-            modules=(f"Adaptive{_kind}Pool1d", f"Adaptive{_kind}Pool2d"),
+            modules=(f"Adaptive{_kind}Pool1d", f"Adaptive{_kind}Pool2d")
+            + (("AdaptiveAvgPool3d",) if _name == "avg" else ()),
             from_module=_adaptive_from_module,
             functions=(F + f"adaptive_{_name}_pool1d", F + f"adaptive_{_name}_pool2d"),
             from_call=_adaptive_call,
