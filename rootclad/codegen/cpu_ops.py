@@ -376,6 +376,16 @@ def broadcast_padded(node):
     return [1] * pad + dims, [0] * pad + sa, [0] * pad + sb
 
 
+def causal_geometry(node) -> tuple[str, int, int, int]:
+    """(rows expression, L, S, offset) of causal_fill over scores (..., L, S)."""
+    *lead, L, S = node.in_shape
+    return f"B * {_n(lead)}", L, S, node.attrs["offset"]
+
+
+def _causal_calls(node, graph, site):
+    return [Call("causal_fill", (OUT, IN(0), *map(INT, causal_geometry(node))))]
+
+
 def _binary_calls(node, graph, site):
     a, b = node.in_shapes
     dims, sa, sb = broadcast_padded(node)
@@ -514,6 +524,7 @@ CPU_OPS: dict[str, CpuOp] = {
     "mul": CpuOp(_binary_calls),
     "div": CpuOp(_binary_calls),
     "masked_fill": CpuOp(_binary_calls),
+    "causal_fill": CpuOp(_causal_calls),
     "permute": CpuOp(_permute_calls),
     "cat": CpuOp(_cat_calls),
     "slice": CpuOp(_slice_calls),

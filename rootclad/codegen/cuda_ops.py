@@ -17,6 +17,7 @@ from rootclad.codegen.cpu_ops import (
     binary_kind,
     broadcast_padded,
     cat_parts,
+    causal_geometry,
     conv1d_geometry,
     conv_transpose_geometry,
     layer_norm_rows,
@@ -208,6 +209,14 @@ def _pool2d_device(node, graph, d):
     geo = (H, Wd, *(v for k in ("kernel_size", "stride", "padding") for v in node.attrs[k]),
            node.attrs["ceil_mode"])  # fmt: skip
     return _pool_device(node, d, f"pool2d_shape({', '.join(map(str, geo))})")
+
+
+def _causal_device(node, graph, d):
+    rows, L, S, off = causal_geometry(node)
+    shape = f"(long){rows}, {L}, {S}, {off}"
+    fwd = [f"causal_fill_forward(on, {d.out}, {d.ins[0]}, {shape});"]
+    bwd = [f"causal_fill_backward(on, {d.d_ins[0]}, {d.d_out}, {shape});"]
+    return fwd, bwd if d.d_ins[0] != "nullptr" else []
 
 
 def _volume(node, graph) -> str:
@@ -474,6 +483,7 @@ DEVICE_OPS: dict[str, DeviceOp] = {
     "mul": DeviceOp(_binary_device, fuses_activation=True),
     "div": DeviceOp(_binary_device, fuses_activation=True),
     "masked_fill": DeviceOp(_binary_device),
+    "causal_fill": DeviceOp(_causal_device),
     "permute": DeviceOp(_permute_device),
     "cat": DeviceOp(_cat_device),
     "slice": DeviceOp(_slice_device),

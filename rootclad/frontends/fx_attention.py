@@ -17,9 +17,11 @@ float inputs where torch adds them to the scores. ``key_padding_mask`` (``src_ke
 of the encoders; True: a key no query attends to) and a boolean ``attn_mask`` of
 ``F.scaled_dot_product_attention`` (True: attends) become the IR's ``masked_fill`` of the
 scores with -inf, float ones an ``add``; so do ``x.masked_fill(mask, float("-inf"))``, ``~mask``
-and ``mask.float()`` of a mask. Masks without the batch axis (a causal mask built in
-``forward``, ``is_causal=True``) and ``attn_mask`` of nn.MultiheadAttention are refused, naming
-the call.
+and ``mask.float()`` of a mask. A causal mask is not data: ``is_causal=True`` of
+``F.scaled_dot_product_attention``, or a constant mask built in ``forward`` or held as a buffer
+(``attn_mask``, the encoders' ``src_mask`` / ``mask``, ``masked_fill``'s mask) that masks
+exactly where key j > query i + some offset, becomes the IR's ``causal_fill``
+(fx_constants.py). Other masks without the batch axis are refused, naming the call.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from rootclad.frontends import fx_constants
 from rootclad.ir.graph import IRError, Node
 from rootclad.ir.registry import OPS
 
@@ -105,14 +108,32 @@ def own_forward(mod, where: str) -> None:
                       "block from your layers in a module of yours")  # fmt: skip
 
 
-def _refuse_masks(bound: dict, where: str, allowed=()) -> None:
+def _refuse_masks(bound: dict, where: str, allowed=(), constant=None) -> None:
+    """Refuse the masks a call passes but ``allowed`` (inputs of the model) and ``constant``
+    (a constant causal mask: fx_constants.py); is_causal=True only beside that constant (a
+    hint torch's modules take), or for scaled_dot_product_attention (constant="is_causal")."""
     for what in ("attn_mask", "key_padding_mask", "src_mask", "src_key_padding_mask", "mask"):
-        if bound.get(what) is not None and what not in allowed:
+        if bound.get(what) is not None and what not in allowed and what != constant:
             raise IRError(f"{where}: {what} is not supported; rootclad compiles attention "
-                          f"with {' or '.join(allowed) or 'no masks'} (an input of the model)")  # fmt: skip
-    if bound.get("is_causal"):
-        raise IRError(f"{where}: is_causal=True is not supported: a causal mask is a constant, "
-                      "and rootclad takes masks as inputs of the model")  # fmt: skip
+                          f"with {' or '.join(allowed) or 'no masks'} (an input of the model)"
+                          + (f" and {constant} as a constant causal mask" if constant else ""))  # fmt: skip
+    if bound.get("is_causal") and constant != "is_causal" and bound.get(constant) is None:
+        raise IRError(f"{where}: is_causal=True without a mask; pass the causal mask "
+                      f"({constant or 'attn_mask'}) too, as torch asks")  # fmt: skip
+
+
+def _constant_mask(low, bound, what, attends, scores, where):
+    """The offset of the constant causal mask ``bound[what]`` (fx_constants.causal_offset),
+    or None where the call passes no such constant."""
+    mask = bound.get(what)
+    if mask is None:
+        return None
+    if not (isinstance(mask, torch.fx.Node) and fx_constants.is_constant(mask)):
+        raise IRError(f"{where}: {what} is not supported unless a constant causal mask (an "
+                      "(L, S) tensor computed in forward without the inputs); give a padding "
+                      "mask as key_padding_mask")  # fmt: skip
+    boolean = mask.meta["rc_const"].dtype == torch.bool
+    return fx_constants.causal_offset(low, mask, attends and boolean, scores, where)
 
 
 def _mask_operand(low, mask, rank: int, what: str, where) -> tuple[str, bool]:
@@ -147,6 +168,10 @@ def _lower_mask_call(low, fx_node, name, args, kw, where) -> None:
     if not isinstance(value, float) or value != -math.inf:
         raise IRError(f"{where}: masked_fill with {value!r}; rootclad fills masks with "
                       "float('-inf'), as attention does")  # fmt: skip
+    if (low.is_tensor(x) and isinstance(mask, torch.fx.Node) and fx_constants.is_constant(mask)
+            and mask.meta["rc_const"].dtype == torch.bool):  # fmt: skip
+        off = fx_constants.causal_offset(low, mask, False, low.shape(x)[1:], where)
+        return low.add(fx_node.name, "causal_fill", [x], {"offset": off})
     if not (low.is_tensor(x) and low.shape(x)[0] == low.batch and is_mask(mask)):
         raise IRError(f"{where}: masked_fill of a value by a torch.bool mask is supported")
     _mask_operand(low, mask, len(low.shape(x)) - 1, "the mask", where)
@@ -211,16 +236,19 @@ def _operand(low, emit, x, rank: int, where):
 
 
 def _attention(emit, q: str, k: str, v: str, scale: float, dropout: float, qk_rank: int,
-               mask=None, safe=True) -> str:  # fmt: skip
+               mask=None, safe=True, causal=None) -> str:  # fmt: skip
     """softmax(q k^T scale [+ mask]) v over the last two axes of (..., L, d) values; returns
     the name of its (..., L, dv) output. ``mask``: (value, how): "add" (a float mask), "keep"
     (True attends) or "fill" (True: -inf). ``safe``: torch's scaled_dot_product_attention
     (a query whose keys are all masked gets 0s); MultiheadAttention asked for its weights
-    runs a plain softmax (NaN there)."""
+    runs a plain softmax (NaN there). ``causal``: the offset of a causal mask (-inf where key
+    j > query i + offset), or None."""
     perm = (*range(qk_rank - 2), qk_rank - 1, qk_rank - 2)
     kt = emit("permute", [k], {"perm": perm})
     scores = emit("matmul", [q, kt])
     scaled = emit("affine", [scores], {"scale": float(scale), "shift": 0.0})
+    if causal is not None:
+        scaled = emit("causal_fill", [scaled], {"offset": causal})
     if mask is not None:
         value, how = mask
         scaled = (emit("add", [scaled, value]) if how == "add" else
@@ -234,7 +262,10 @@ def _attention(emit, q: str, k: str, v: str, scale: float, dropout: float, qk_ra
 def _lower_sdpa(low, fx_node, args, kw, where) -> None:
     names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
     bound = dict(zip(names, args, strict=False)) | kw
-    _refuse_masks(bound, where, ("attn_mask",))
+    constant = bound.get("attn_mask")
+    constant = constant is not None and fx_constants.is_constant(constant)
+    _refuse_masks(bound, where, () if constant else ("attn_mask",),
+                  "attn_mask" if constant else "is_causal")  # fmt: skip
     # (dropout_p > 0 drops even in eval mode: the trace check refuses its random output)
     if bound.get("enable_gqa"):
         raise IRError(f"{where}: enable_gqa=True is not supported")
@@ -250,11 +281,14 @@ def _lower_sdpa(low, fx_node, args, kw, where) -> None:
     scale = bound.get("scale")
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     emit = Emit(low, fx_node.name)
-    mask = None
-    if bound.get("attn_mask") is not None:
+    mask, causal = None, 0 if bound.get("is_causal") else None
+    scores = (*low.shape(q)[1:-1], low.shape(k)[-2])
+    if constant:
+        causal = _constant_mask(low, bound, "attn_mask", True, scores, where)
+    elif bound.get("attn_mask") is not None:
         value, boolean = _mask_operand(low, bound["attn_mask"], rank, "attn_mask", where)
         mask = (value, "keep" if boolean else "add")
-    out = _attention(emit, q.name, k.name, v.name, scale, 0.0, rank, mask)
+    out = _attention(emit, q.name, k.name, v.name, scale, 0.0, rank, mask, causal=causal)
     emit("identity", [out], name=fx_node.name)
 
 
@@ -274,31 +308,36 @@ def lower_module(low, fx_node, mod, module_node) -> None:
         names = ("query", "key", "value", "key_padding_mask", "need_weights", "attn_mask",
                  "average_attn_weights", "is_causal")  # fmt: skip
         bound = _bind(fx_node, names)
-        _refuse_masks(bound, where, ("key_padding_mask",))
+        _refuse_masks(bound, where, ("key_padding_mask",), "attn_mask")
         qkv = [bound.get(n) for n in names[:3]]
         if not all(low.is_tensor(t) for t in qkv):
             raise IRError(f"{where}: query, key and value must be tensors")
+        scores = (low.shape(qkv[0])[1], low.shape(qkv[1])[1])
+        causal = _constant_mask(low, bound, "attn_mask", False, scores, where)
         out = _mha(emit, path, mod, *((t.name, low.shape(t)[1:]) for t in qkv), where,
                    _padding(low, bound.get("key_padding_mask"), where),
-                   safe=bound.get("need_weights", True) is False)  # fmt: skip
+                   safe=bound.get("need_weights", True) is False, causal=causal)  # fmt: skip
         low.tuples[fx_node.name] = [out, None]
         return
     if isinstance(mod, nn.TransformerEncoderLayer):
         bound = _bind(fx_node, ("src", "src_mask", "src_key_padding_mask", "is_causal"))
-        _refuse_masks(bound, where, ("src_key_padding_mask",))
+        _refuse_masks(bound, where, ("src_key_padding_mask",), "src_mask")
         src = bound["src"]
+        L = low.shape(src)[1]
+        causal = _constant_mask(low, bound, "src_mask", False, (L, L), where)
         padding = _padding(low, bound.get("src_key_padding_mask"), where)
         out = _encoder_layer(emit, path, mod, src.name, low.shape(src)[1:], where, module_node,
-                             padding)  # fmt: skip
+                             padding, causal)  # fmt: skip
     else:
         bound = _bind(fx_node, ("src", "mask", "src_key_padding_mask", "is_causal"))
-        _refuse_masks(bound, where, ("src_key_padding_mask",))
+        _refuse_masks(bound, where, ("src_key_padding_mask",), "mask")
         x, shape = bound["src"].name, low.shape(bound["src"])[1:]
+        causal = _constant_mask(low, bound, "mask", False, (shape[0], shape[0]), where)
         padding = _padding(low, bound.get("src_key_padding_mask"), where)
         for i, layer in enumerate(mod.layers):
             own_forward(layer, f"{where}, layer {i}")
             x = _encoder_layer(emit, f"{path}.layers.{i}", layer, x, shape,
-                               f"{where}, layer {i}", module_node, padding)  # fmt: skip
+                               f"{where}, layer {i}", module_node, padding, causal)  # fmt: skip
         out = x if mod.norm is None else emit.module(module_node, f"{path}.norm", mod.norm, x)
     emit("identity", [out], name=fx_node.name)
 
@@ -310,7 +349,7 @@ def _padding(low, mask, where):
     return (*_mask_operand(low, mask, 1, "the key padding mask", where), low.shape(mask)[1:])
 
 
-def _mha(emit, path, mod, q, k, v, where, padding=None, safe=True) -> str:
+def _mha(emit, path, mod, q, k, v, where, padding=None, safe=True, causal=None) -> str:
     """nn.MultiheadAttention on (name, per-sample shape) query, key and value, with a key
     padding mask (_padding's) or None; returns the name of its output."""
     if not mod.batch_first:
@@ -349,7 +388,8 @@ def _mha(emit, path, mod, q, k, v, where, padding=None, safe=True) -> str:
                           f"({k[1][0]},), one per key, is needed")  # fmt: skip
         value = emit("reshape", [value], {"shape": (1, 1, k[1][0])})  # over heads and queries
         mask = (value, "fill" if boolean else "add")
-    ctx = _attention(emit, qh, kh, vh, 1.0 / math.sqrt(d), float(mod.dropout), 3, mask, safe)
+    ctx = _attention(emit, qh, kh, vh, 1.0 / math.sqrt(d), float(mod.dropout), 3, mask, safe,
+                     causal)  # fmt: skip
     ctx = emit("permute", [ctx], {"perm": (1, 0, 2)})  # (L, H, d)
     ctx = emit("reshape", [ctx], {"shape": (L, E)})
     out_bias = f"{path}.out_proj.bias" if mod.out_proj.bias is not None else ""
@@ -367,7 +407,8 @@ def _activation(emit, module_node, path, act, x, where) -> str:
                   "torch.nn activation module")  # fmt: skip
 
 
-def _encoder_layer(emit, path, mod, x: str, shape, where, module_node, padding=None) -> str:
+def _encoder_layer(emit, path, mod, x: str, shape, where, module_node, padding=None,
+                   causal=None) -> str:  # fmt: skip
     """One TransformerEncoderLayer on value ``x`` of per-sample ``shape`` with a key padding
     mask (or None); returns its output's name."""
 
@@ -377,7 +418,7 @@ def _encoder_layer(emit, path, mod, x: str, shape, where, module_node, padding=N
     def attention(h):
         own_forward(mod.self_attn, f"{where}, self_attn")
         a = _mha(emit, f"{path}.self_attn", mod.self_attn, *([(h, shape)] * 3),
-                 f"{where}, self_attn", padding)  # fmt: skip
+                 f"{where}, self_attn", padding, causal=causal)  # fmt: skip
         return sub("dropout1", a)
 
     def feed_forward(h):

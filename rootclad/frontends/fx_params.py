@@ -19,7 +19,7 @@ import types
 import torch
 from torch.nn import functional as F
 
-from rootclad.frontends import fx_values
+from rootclad.frontends import fx_constants, fx_values
 from rootclad.ir.graph import IRError, Node
 
 
@@ -62,7 +62,12 @@ def check_batch_axes(low) -> None:
             bad = [a for a in n.all_input_nodes if a not in from_input]
         else:
             bad = (
-                [n] if hasattr(meta, "shape") and n.op != "get_attr" and n not in from_input else []
+                [n]
+                if hasattr(meta, "shape")
+                and n.op != "get_attr"
+                and n not in from_input
+                and not fx_constants.is_constant(n)  # a causal mask: fx_constants.py
+                else []
             )
         if bad:
             raise IRError(

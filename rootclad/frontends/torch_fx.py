@@ -19,6 +19,7 @@ from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
 from rootclad.frontends import (
     fx_attention,
+    fx_constants,
     fx_indices,
     fx_layout,
     fx_neighbours,
@@ -274,9 +275,13 @@ class _ShapeProp(torch.fx.Interpreter):
             if self.key == "rc_value":
                 n.meta["tensor_meta"] = _extract_tensor_metadata(result)
                 n.meta["rc_storage"] = result.untyped_storage().data_ptr()
+            else:
+                fx_constants.record_alt(n, result)
         elif isinstance(result, (int, float, bool, str, tuple, list, torch.Size, torch.dtype,
                                  torch.device, type(None))):  # fmt: skip
             n.meta[self.key] = result
+        if self.key == "rc_value":
+            fx_constants.record(self, n, result)
         return result
 
 
@@ -336,6 +341,7 @@ class _FxLowering:
         self.zero_states: set[str] = set()  # torch.zeros given as a recurrent layer's state
         self.attr_params: dict[str, str] = {}  # get_attr node -> the parameter it reads
         self.param_shapes: dict[str, tuple] = {}  # ... read as a value: its per-sample shape
+        self.constants: set[str] = set()  # tensors computed without inputs: causal masks
         self.topks: set[str] = set()  # topk nodes (a tuple of values and indices)
         self.index_values: set[str] = set()  # topk's indices, and layouts of them
         self.batch = int(xs[0].shape[0])
@@ -388,6 +394,8 @@ class _FxLowering:
             elif fx_recurrent.lower(self, fx_node):  # batch axis second, or a zero state
                 continue
             elif fx_neighbours.lower(self, fx_node):  # topk, gather by its indices
+                continue
+            elif fx_constants.lower(self, fx_node):  # lowered where a mask takes it
                 continue
             elif fx_node.op == "output":
                 output = fx_node.args[0]

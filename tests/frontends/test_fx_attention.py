@@ -108,7 +108,6 @@ def test_attention_masks_are_refused_naming_them(fn, layer, words):
         (lambda x, m: m(x, x, x)[0], _mha(batch_first=False), "batch_first=False"),
         (lambda x, m: m(x, x[..., :4], x[..., :4])[0], _mha(kdim=4, vdim=4), "kdim"),
         (lambda x, m: m(x, x, x)[0], _mha(add_bias_kv=True), "add_bias_kv"),
-        (lambda x, m: F.scaled_dot_product_attention(x, x, x, is_causal=True), None, "is_causal"),
         # a permute moving the batch axis whose result is used whole
         (lambda x, m: x.reshape(3, 5, 2, 4).permute(2, 0, 1, 3).flatten(2), None, "batch axis"),
     ],

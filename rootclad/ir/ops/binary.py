@@ -1,4 +1,5 @@
-"""Binary ops of two tensors with torch's broadcasting (the batch axis is shared)."""
+"""Binary ops of two tensors with torch's broadcasting (the batch axis is shared), and the
+masks attention takes (a mask value's, and a causal one's)."""
 
 from __future__ import annotations
 
@@ -87,6 +88,25 @@ register(
         "padding mask) or zero (keep=True: a boolean attn_mask); no gradient reaches b",
         _mask_infer,
         arity=2,
+    )
+)
+
+
+def _causal_infer(node, shapes, graph):
+    (shape,) = shapes
+    expect(len(shape) >= 2, node, f"scores of per-sample shape {shape}: (..., L, S) needed")
+    expect(isinstance(node.attrs.get("offset"), int), node, "causal_fill needs attr 'offset'")
+    return tuple(shape)
+
+
+register(
+    OpSpec(
+        "causal_fill",
+        "binary",
+        "a causal mask on scores (..., L, S): -inf where key j > query i + offset (torch's "
+        "is_causal=True, triu(ones(L, S), offset + 1) as a mask), no gradient there",
+        _causal_infer,
+        saves=(),
     )
 )
 

@@ -87,6 +87,32 @@ void binary_backward(T* d_a, T* d_b, const T* d_out, const T* a, const T* b, int
         }
 }
 
+// A causal mask on scores x(R, L, S): -inf where key j comes after query i by more than off
+// (j > i + off: torch's triu(ones(L, S), off + 1)), else x; the filled places get no gradient.
+inline bool causal_masked(int i, int j, int off) {
+  return j > i + off;
+}
+
+template <typename T> void causal_fill_forward(T* out, const T* x, int R, int L, int S, int off) {
+  ROOTCLAD_REPLAY_SKIP;
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < L; ++i)
+      for (int j = 0; j < S; ++j) {
+        const long k = ((long)r * L + i) * S + j;
+        out[k] = causal_masked(i, j, off) ? T(-INFINITY) : x[k];
+      }
+}
+template <typename T>
+void causal_fill_backward(T* d_x, const T* d_out, int R, int L, int S, int off) {
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < L; ++i)
+      for (int j = 0; j < S; ++j) {
+        const long k = ((long)r * L + i) * S + j;
+        if (!causal_masked(i, j, off))
+          d_x[k] += d_out[k];
+      }
+}
+
 } // namespace rootclad
 
 // Clad-convention pullbacks (core.h says how they are written).
@@ -94,6 +120,12 @@ void binary_backward(T* d_a, T* d_b, const T* d_out, const T* a, const T* b, int
 namespace clad {
 namespace custom_derivatives {
 namespace rootclad {
+
+template <typename T>
+void causal_fill_forward_pullback(T* out, const T* x, int R, int L, int S, int off, T* d_out,
+                                  T* d_x, int*, int*, int*, int*) {
+  ::rootclad::causal_fill_backward(d_x, d_out, R, L, S, off);
+}
 
 template <typename T>
 void binary_forward_pullback(T* out, const T* a, const T* b, int kind, int B, int n0, int n1,
