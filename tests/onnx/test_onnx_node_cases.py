@@ -29,7 +29,8 @@ OPS = {
     "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Concat", "Dropout", "Identity",
     "HardSigmoid", "HardSwish", "Clip", "Mish", "Selu", "PRelu", "Neg", "Slice", "Split",
     "Constant", "Shape", "Gather", "Cast", "ReduceSum", "ReduceMean", "Sqrt", "InstanceNormalization", "Resize",
-    "ConvTranspose",
+    "ConvTranspose", "Expand", "Tile", "TopK", "GatherElements", "Pow", "ConstantOfShape",
+    "Equal", "Where",
 }  # fmt: skip
 
 
