@@ -15,12 +15,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from rootclad.frontends.onnx import folding, index_layers, layers
+from rootclad.frontends.onnx import folding, index_layers, layers, recurrent_layers
 from rootclad.frontends.onnx.common import Const, attributes
 from rootclad.frontends.onnx.conv_layers import ConvOps
 from rootclad.frontends.onnx.folding import ShapeOps
 from rootclad.frontends.onnx.index_layers import IndexOps
 from rootclad.frontends.onnx.layers import SUPPORTED, LayerOps
+from rootclad.frontends.onnx.recurrent_layers import RecurrentOps
 from rootclad.ir.graph import IRError
 
 MIN_OPSET = 13
@@ -28,10 +29,11 @@ MIN_OPSET = 13
 # the slicing, reshaping and integer casts between the input and it
 INDEX_OPS = ("Gather", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Slice", "Split",
              "Transpose", "Identity", "Shape", "Cast")  # fmt: skip
-ATTRIBUTES = {**folding.ATTRIBUTES, **layers.ATTRIBUTES, **index_layers.ATTRIBUTES}
+ATTRIBUTES = {**folding.ATTRIBUTES, **layers.ATTRIBUTES, **index_layers.ATTRIBUTES,
+              **recurrent_layers.ATTRIBUTES}  # fmt: skip
 
 
-class Builder(ShapeOps, LayerOps, ConvOps, IndexOps):
+class Builder(ShapeOps, LayerOps, ConvOps, IndexOps, RecurrentOps):
     """An ONNX graph rebuilt as a torch module (see :func:`rootclad.frontends.onnx.to_module`)."""
 
     def __init__(self, model, where: str):
@@ -203,6 +205,8 @@ class Builder(ShapeOps, LayerOps, ConvOps, IndexOps):
         dtypes, integers = set(), {np.dtype("int32"), np.dtype("int64")}
         self.int_tensors: set[str] = set()  # the integer inputs and their slices
         self.topk_indices: set[str] = set()  # a TopK's indices and their layouts
+        # values whose batch axis is not the first, around LSTM / GRU (recurrent_layers.py)
+        self.layouts: dict[str, tuple] = {}
         self.root.input_dtypes = []  # an integer input's torch type (indices), None: floats
         for inp in self.inputs:
             t = inp.type.tensor_type
@@ -250,6 +254,8 @@ class Builder(ShapeOps, LayerOps, ConvOps, IndexOps):
                 raise self.fail(node, "op not supported")
             self.check_indices(node)
             self.check_topk_indices(node)
+            if self.follow_layout(node):
+                continue
             done = len(self.steps)
             handler(node, attributes(node))
             for _, out in self.steps[done:]:
