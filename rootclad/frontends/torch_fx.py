@@ -20,6 +20,7 @@ from torch.fx.passes.shape_prop import _extract_tensor_metadata
 from rootclad.frontends import (
     fx_attention,
     fx_constants,
+    fx_einsum,
     fx_indices,
     fx_layout,
     fx_neighbours,
@@ -67,7 +68,7 @@ _ARITH = {
     "__rtruediv__": "rdiv", "__rdiv__": "rdiv",
 }  # fmt: skip
 _STRUCTURE = (
-    "arithmetic between tensors (+ - * / with broadcasting, and with numbers), x ** 2, torch.cat, "
+    "arithmetic between tensors (+ - * / with broadcasting, and with numbers), x ** 2, torch.cat, torch.einsum, "
     "reshape/view/flatten, squeeze/unsqueeze, permute/transpose, contiguous, x[:, a:b] and chunk/split/unbind "
     "along per-sample axes, expand/repeat of size-1 axes, topk and torch.gather by its indices"
 )
@@ -488,6 +489,8 @@ class _FxLowering:
             return self.add(
                 fx_node.name, "cat", tensors, {"axis": self.axis(dim, tensors[0], where)}
             )
+        if name == "einsum":
+            return fx_einsum.lower(self, fx_node, args, kw, where)
         if fx_attention.handles(name):
             return fx_attention.lower_call(self, fx_node, name, args, kw, where)
         if name in ("reshape", "view", "flatten"):

@@ -20,6 +20,7 @@ F64 = torch.float64
 
 SUPPORTED = (
     "Gemm, MatMul (by a weight, with a following Add of a bias folded in; of two tensors), "
+    "Einsum (of one or two tensors, the batch axis the first letter of each), "
     "ReduceSum and ReduceMean (over per-sample axes), Add, Sub, Mul, Div "
     "(two tensors with broadcasting, a tensor and a number, or a tensor and a constant tensor, "
     "which becomes a parameter), Pow (by 2), Neg, Relu, LeakyRelu, Elu, "
@@ -40,6 +41,7 @@ SUPPORTED = (
 ATTRIBUTES = {
     "Pow": set(),
     "Gemm": {"alpha", "beta", "transA", "transB"},
+    "Einsum": {"equation"},
     "LeakyRelu": {"alpha"},
     "Elu": {"alpha"},
     "Gelu": {"approximate"},
@@ -209,6 +211,18 @@ class LayerOps:
             roles["bias"] = (node.input[2], f"{beta:g} * C of shape {c.shape}")
         self.share(node, lin, roles)
         self.module_step(node, lin, node.input[1] if alpha == 1 and a.get("transB", 0) else None, x)
+
+    def op_Einsum(self, node, a):
+        """torch.einsum of the operands, which the torch front-end lowers (fx_einsum.py)."""
+        xs = [self.tensor(node, i) for i in range(len(node.input))]
+        eq = text(a["equation"])
+        try:
+            with torch.no_grad():
+                probe = torch.einsum(eq, *(torch.zeros(2, *self.shapes[x]) for x in xs))
+        except RuntimeError as exc:
+            raise self.fail(node, f"equation {eq!r} does not fit its inputs: {exc}") from None
+        self.emit(node.output, lambda env, root, eq=eq, xs=tuple(xs): torch.einsum(
+            eq, *(env[x] for x in xs)), probe.shape[1:])  # fmt: skip
 
     def op_MatMul(self, node, a):
         x = self.tensor(node)
