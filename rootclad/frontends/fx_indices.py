@@ -93,6 +93,8 @@ def bounds(low) -> tuple[tuple[int, ...], ...]:
                           "reshaped")  # fmt: skip
         elif reads and n.op != "output" and not hasattr(n.meta.get("tensor_meta"), "shape"):
             continue  # a shape query (ids.size(0), ids.device)
+        elif reads and is_comparison(n):
+            continue  # a mask: ids == PAD (torch_fx.py lowers it)
         elif reads and n.op != "output":
             raise IRError(f"{what} reads {reads[0].name!r}, integer indices; rootclad takes "
                           "integer inputs as the indices of nn.Embedding only (through slicing "
@@ -120,6 +122,26 @@ def _run(n, pos):
     )
     fn = getattr(torch.Tensor, n.target) if n.op == "call_method" else n.target
     return fn(*args[0], **args[1])
+
+
+COMPARISONS = ("eq", "ne", "__eq__", "__ne__")
+
+
+def is_comparison(n) -> bool:
+    """``x == c`` / ``x != c`` of a tensor and a number (a mask)."""
+    name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
+    return (n.op in ("call_function", "call_method") and name in COMPARISONS
+            and len(n.args) == 2 and isinstance(n.args[1], (int, float))
+            and not isinstance(n.args[1], bool))  # fmt: skip
+
+
+def lower_comparison(low, fx_node, name, args, where) -> None:
+    """``x == c`` / ``x != c``: the IR's ``equal`` (a mask of 1s and 0s, no gradient)."""
+    if not is_comparison(fx_node) or not low.is_tensor(args[0]):
+        raise IRError(f"{where}: a comparison rootclad compiles is of a tensor and a number "
+                      "(ids == PAD, x != 0): a mask")  # fmt: skip
+    low.add(fx_node.name, "equal", [args[0]],
+            {"value": float(args[1]), "negate": name in ("ne", "__ne__")})  # fmt: skip
 
 
 def _passes(n) -> bool:

@@ -489,6 +489,8 @@ class _FxLowering:
             return self.add(
                 fx_node.name, "cat", tensors, {"axis": self.axis(dim, tensors[0], where)}
             )
+        if name in fx_indices.COMPARISONS:
+            return fx_indices.lower_comparison(self, fx_node, name, args, where)
         if name == "einsum":
             return fx_einsum.lower(self, fx_node, args, kw, where)
         if fx_attention.handles(name):

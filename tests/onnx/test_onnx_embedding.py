@@ -80,3 +80,28 @@ def test_a_gather_of_a_weight_along_another_axis_is_refused_naming_the_node():
     with pytest.raises(IRError, match=r"Gather, opset 17\): Gather of a weight of shape \(3, 7\) "
                                       "along axis 1"):  # fmt: skip
         rootclad.onnx.load(_gather_file(1, rows=3), loss="mse", engine="pullback")
+
+
+class _PaddedTokens(torch.nn.Module):
+    """Token ids with a padding id 0: the mean over the tokens that are not padding, the mask
+    ids != 0 computed in forward (Equal, Not and Cast in the file)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 4)
+        self.head = torch.nn.Linear(4, 2)
+
+    def forward(self, ids):
+        keep = (ids != 0).unsqueeze(-1).float()
+        return self.head((torch.tanh(self.emb(ids)) * keep).sum(1) / keep.sum(1))
+
+
+def test_a_mask_computed_from_token_ids_matches_onnxruntime():
+    torch.manual_seed(0)
+    net = _PaddedTokens().eval()
+    ids = torch.randint(1, 10, (4, 6), generator=torch.Generator().manual_seed(1))
+    ids[0, 3:] = ids[2, 5] = 0
+    model = export(net, ids)
+    assert {"Equal", "Not"} <= {n.op_type for n in model.graph.node}
+    cm = rootclad.onnx.load(model, loss="mse", engine="pullback")
+    assert_close_rel(cm(ids), torch.from_numpy(run_ort(model, ids.numpy())), 1e-5, "forward")

@@ -10,7 +10,7 @@ import copy
 
 import pytest
 import torch
-from fixtures.core import assert_close_rel, assert_grads_close
+from fixtures.core import assert_close_rel, assert_grads_close, perturbed
 from fixtures.op_cases import MASK_CASES, MaskedFill, PaddedAttention, mask_input
 from torch import nn
 from torch.nn import functional as F
@@ -262,3 +262,61 @@ def test_the_padding_mask_reaches_every_layer_of_an_encoder():
     cm = rootclad.compile(net.eval(), example_input=(x, pad), loss="mse", engine="pullback")
     short = net(x[:, :3], pad[:, :3])
     assert_close_rel(cm(x, pad)[:, :3], short, 1e-12, "the unpadded tokens")
+
+
+class _TokenMask(nn.Module):
+    """Token ids with a padding id: the key padding mask and the mean's weights are ids == 0
+    and ids != 0, computed in forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 8, padding_idx=0)
+        self.enc = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, ids):
+        h = self.enc(self.emb(ids), src_key_padding_mask=ids == 0)
+        keep = (ids != 0).unsqueeze(-1).float()
+        return self.head((h * keep).sum(1) / keep.sum(1))
+
+
+class _ZeroPadding(nn.Module):
+    """Padded particles found as those whose features are all zero (a loader's padding)."""
+
+    def __init__(self):
+        super().__init__()
+        self.phi = nn.Linear(3, 4)
+        self.attn = nn.MultiheadAttention(4, 2, batch_first=True)
+
+    def forward(self, x):
+        h = self.phi(x)
+        return self.attn(h, h, h, key_padding_mask=x.abs().sum(-1) == 0, need_weights=False)[0]
+
+
+def test_masks_computed_from_token_ids_match_torch():
+    torch.manual_seed(0)
+    ids = torch.randint(1, 10, (4, 6), generator=torch.Generator().manual_seed(1))
+    ids[0, 4:] = ids[2, 5] = 0
+    net = perturbed(_TokenMask().double()).eval()
+    cm = rootclad.compile(copy.deepcopy(net), ids, loss="mse", engine="pullback")
+    assert_close_rel(cm.predict(ids), net(ids), 1e-12, "forward")
+    d_out = torch.randn(4, 2, dtype=F64, generator=torch.Generator().manual_seed(2))
+    _, grads = cm.loss_and_grad(ids, d_out)
+    ref = torch.autograd.grad(F.mse_loss(net(ids), d_out), list(net.parameters()))
+    names = [n for n, _ in net.named_parameters()]
+    assert_grads_close(grads, dict(zip(names, ref, strict=True)), 1e-9, "parameters",
+                       against_all=True)  # fmt: skip
+
+
+def test_a_padding_mask_computed_from_zero_features_matches_torch():
+    torch.manual_seed(0)
+    x = torch.randn(3, 5, 3, dtype=F64, generator=torch.Generator().manual_seed(1))
+    x[0, 3:] = 0
+    net = perturbed(_ZeroPadding().double()).eval()
+    cm = rootclad.compile(copy.deepcopy(net), x, loss="mse", engine="pullback")
+    xr = x.clone().requires_grad_(True)
+    out = net(xr)
+    d_out = torch.randn(out.shape, dtype=F64, generator=torch.Generator().manual_seed(2))
+    (want,) = torch.autograd.grad(out, [xr], d_out)
+    assert_close_rel(cm.predict(x), out.detach(), 1e-12, "forward")
+    assert_close_rel(cm.input_grad(x, d_out=d_out), want, 1e-12, "d_x")

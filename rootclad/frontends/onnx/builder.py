@@ -28,7 +28,10 @@ MIN_OPSET = 13
 # what may read an integer input (indices): a Gather of a weight by them (an embedding), and
 # the slicing, reshaping and integer casts between the input and it
 INDEX_OPS = ("Gather", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Slice", "Split",
-             "Transpose", "Identity", "Shape", "Cast")  # fmt: skip
+             "Transpose", "Identity", "Shape", "Cast", "Equal")  # fmt: skip
+# what keeps a mask a mask (a later Cast makes it 1s and 0s of a float type)
+MASK_LAYOUT = ("Unsqueeze", "Squeeze", "Reshape", "Flatten", "Transpose", "Slice", "Split",
+               "Identity", "Expand", "Tile")  # fmt: skip
 ATTRIBUTES = {**folding.ATTRIBUTES, **layers.ATTRIBUTES, **index_layers.ATTRIBUTES,
               **recurrent_layers.ATTRIBUTES}  # fmt: skip
 
@@ -205,6 +208,7 @@ class Builder(ShapeOps, LayerOps, ConvOps, IndexOps, RecurrentOps):
         dtypes, integers = set(), {np.dtype("int32"), np.dtype("int64")}
         self.int_tensors: set[str] = set()  # the integer inputs and their slices
         self.topk_indices: set[str] = set()  # a TopK's indices and their layouts
+        self.masks: set[str] = set()  # boolean tensors (Equal of a tensor and a number, Not)
         # values whose batch axis is not the first, around LSTM / GRU (recurrent_layers.py)
         self.layouts: dict[str, tuple] = {}
         self.root.input_dtypes = []  # an integer input's torch type (indices), None: floats
@@ -258,6 +262,8 @@ class Builder(ShapeOps, LayerOps, ConvOps, IndexOps, RecurrentOps):
                 continue
             done = len(self.steps)
             handler(node, attributes(node))
+            if node.input and node.input[0] in self.masks and node.op_type in MASK_LAYOUT:
+                self.masks.update(node.output)  # a mask reshaped is a mask
             for _, out in self.steps[done:]:
                 self.check_declared(node, out)
         if len(self.outputs) == 1 and self.outputs[0] in self.consts:
@@ -284,7 +290,7 @@ class Builder(ShapeOps, LayerOps, ConvOps, IndexOps, RecurrentOps):
             raise self.fail(node, f"reads {ints[0]!r}, integer indices; rootclad takes an integer "
                             "input as the indices of a Gather of a weight (an embedding), "
                             "through slicing and reshaping")  # fmt: skip
-        if node.input[0] in self.int_tensors and node.op_type != "Shape":
+        if node.input[0] in self.int_tensors and node.op_type not in ("Shape", "Equal"):
             self.int_tensors.update(node.output)
 
     def check_declared(self, node, name: str) -> None:

@@ -125,7 +125,7 @@ class ShapeOps:
         import onnx
 
         if node.input[0] not in self.consts:
-            raise self.fail(node, "Cast of a tensor is not supported")
+            return self.cast_step(node, a)
         v = np.asarray(self.consts[node.input[0]].value)
         if v.dtype != object:  # shape arithmetic, where BATCH stands, is integer already
             v = v.astype(onnx.helper.tensor_dtype_to_np_dtype(a["to"]))

@@ -18,6 +18,7 @@ ATTRIBUTES = {
     "GatherElements": {"axis"},
     "ConstantOfShape": {"value"},
     "Equal": set(),
+    "Not": set(),
     "Where": set(),
 }
 # what may come between a TopK and the GatherElements reading its indices
@@ -36,8 +37,34 @@ class IndexOps:
         self.fold(node, np.full(shape, value.ravel()[0], dtype=value.dtype))
 
     def op_Equal(self, node, a):
+        if node.input[0] in self.shapes:  # a mask: x == c (ids == PAD)
+            x, c = self.tensor(node), self.number(node.input[1])
+            if c is None:
+                raise self.fail(node, "Equal of a tensor and anything but one number")
+            self.masks.add(node.output[0])
+            return self.emit(node.output, lambda env, root, x=x, c=c: env[x] == c, self.shapes[x])
         p, q = self.const(node, 0, "A"), self.const(node, 1, "B")
         self.fold(node, np.asarray(p == q))
+
+    def op_Not(self, node, a):
+        x = self.tensor(node)
+        if x not in self.masks:
+            raise self.fail(node, "Not of anything but a mask (Equal's output)")
+        self.masks.add(node.output[0])
+        self.emit(node.output, lambda env, root, x=x: ~env[x], self.shapes[x])
+
+    def cast_step(self, node, a):
+        """Cast of a tensor: a mask to a float type (1s and 0s), or a float type to another
+        (the model computes in one type)."""
+        import onnx
+
+        x = self.tensor(node)
+        to = onnx.helper.tensor_dtype_to_np_dtype(a["to"])
+        if to not in (np.float32, np.float64, np.float16):
+            raise self.fail(node, f"Cast of a tensor to {to}: to a float type only")
+        if x in self.masks:  # 1s and 0s (the torch front-end keeps them in the model's type)
+            return self.emit(node.output, lambda env, root, x=x: env[x].float(), self.shapes[x])
+        self.emit(node.output, lambda env, root, x=x: env[x], self.shapes[x])
 
     def op_Where(self, node, a):
         c, p, q = (self.const(node, i, w) for i, w in enumerate(("condition", "X", "Y")))

@@ -23,7 +23,8 @@ SUPPORTED = (
     "Einsum (of one or two tensors, the batch axis the first letter of each), "
     "ReduceSum and ReduceMean (over per-sample axes), Add, Sub, Mul, Div "
     "(two tensors with broadcasting, a tensor and a number, or a tensor and a constant tensor, "
-    "which becomes a parameter), Pow (by 2), Neg, Relu, LeakyRelu, Elu, "
+    "which becomes a parameter), Pow (by 2), Abs, Neg, Equal of a tensor and a number and Not "
+    "of it (a mask), Cast of tensors to float types, Relu, LeakyRelu, Elu, "
     "Sigmoid, Tanh, Softplus, Gelu (and the Erf form exporters write), HardSwish, HardSigmoid, "
     "Clip, Mish, Selu, PRelu (one slope or one per channel), Softmax, LogSoftmax, Conv (1-d, "
     "2-d, 3-d), ConvTranspose (1-d, 2-d), Gather of a weight by integer inputs (an embedding), "
@@ -40,6 +41,7 @@ SUPPORTED = (
 # attribute a newer opset adds (AveragePool's dilations, opset 19) cannot be ignored
 ATTRIBUTES = {
     "Pow": set(),
+    "Abs": set(),
     "Gemm": {"alpha", "beta", "transA", "transB"},
     "Einsum": {"equation"},
     "LeakyRelu": {"alpha"},
@@ -134,6 +136,10 @@ class LayerOps:
         if self.number(node.input[1]) != 2.0:
             raise self.fail(node, "an exponent other than the constant 2")
         self.emit(node.output, lambda env, root, x=x: env[x] * env[x], self.shapes[x])
+
+    def op_Abs(self, node, a):
+        x = self.tensor(node)
+        self.emit(node.output, lambda env, root, x=x: torch.abs(env[x]), self.shapes[x])
 
     def op_Neg(self, node, a):
         x = self.tensor(node)

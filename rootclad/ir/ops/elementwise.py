@@ -50,6 +50,14 @@ elementwise("sigmoid", "Sigmoid", "Sigmoid", ("Sigmoid",),
             ("torch.sigmoid", F + "sigmoid", "Tensor.sigmoid"), saves=("out",),
             monotone=_always)  # fmt: skip
 elementwise("silu", "SiLU (x * sigmoid(x))", "Silu", ("SiLU",), (F + "silu",))
+elementwise("abs", "torch.abs: |x|, the gradient sign(x) (0 at 0)", "Abs", (),
+            ("torch.abs", "Tensor.abs"))  # fmt: skip
+elementwise(
+    "equal",
+    "x == value (or !=, negate) as a mask of 1s and 0s: ids == PAD; no gradient",
+    "Equal",
+    functor_args=lambda a: (float(a["value"]), int(a["negate"])),
+)
 elementwise(
     "leaky_relu",
     "LeakyReLU",

@@ -123,6 +123,25 @@ template <class T> ROOTCLAD_HD inline T fast_tanh(T x) {
 }
 #endif
 
+// |x|; the gradient sign(x) g, 0 at 0 (torch's).
+struct Abs {
+  template <class T> ROOTCLAD_HD T f(T x) const { return x < T(0) ? -x : x; }
+  template <class T> ROOTCLAD_HD T grad(T g, T x, T) const {
+    return x > T(0) ? g : (x < T(0) ? -g : T(0));
+  }
+};
+
+// x == c (negate: x != c) as 1 or 0: a mask from token ids (ids == PAD) or from values; no
+// gradient, as torch's comparisons give none.
+struct Equal {
+  double c;
+  int negate;
+  template <class T> ROOTCLAD_HD T f(T x) const {
+    return (x == T(c)) != (negate != 0) ? T(1) : T(0);
+  }
+  template <class T> ROOTCLAD_HD T grad(T, T, T) const { return T(0); }
+};
+
 // ReLU, written "x <= 0 ? 0 : x": a NaN input stays NaN, as in torch (the other form made it 0,
 // so a NaN input gave a finite loss while the parameters turned NaN). The gradient passes where
 // the output is not <= 0 (0 at 0), as torch's.
