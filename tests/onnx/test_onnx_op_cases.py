@@ -34,10 +34,6 @@ NOT_IMPORTED.update(dict.fromkeys(
     ["qkv-permute-unbind", "multihead-attention", "multihead-attention-cross-nobias",
      "transformer-encoder-layer", "transformer-encoder-norm-first-gelu"],
     "moves the batch axis"))  # fmt: skip
-# torch writes is_causal's mask into the file as tensors computed from constants (Expand of a
-# constant, Trilu, Where), which the import does not fold into a causal mask (the torch
-# front-end compiles is_causal=True)
-NOT_IMPORTED["sdpa-causal"] = "must be a tensor computed from the model input"
 # case -> why torch's exporter writes no file for it
 NOT_EXPORTED = {"batchnorm1d-untracked": "torch's exporter cannot write a BatchNorm without "
                                          "running statistics in eval mode"}  # fmt: skip

@@ -209,3 +209,32 @@ REFUSED = [
 def test_constants_that_are_not_causal_masks_are_refused_naming_the_node(fn, words):
     with pytest.raises(IRError, match=words.replace("(", r"\(").replace(")", r"\)")):
         rootclad.compile(Fn(fn), _x("x"), loss="mse", engine="pullback")
+
+
+@pytest.mark.parametrize("fn", [_cross, _fill], ids=["sdpa-cross", "masked-fill-offset-1"])
+def test_causal_masks_through_onnx_match_onnxruntime(fn):
+    """torch's exporter writes the mask as constants (Expand, Trilu, Equal, Where) added to
+    the scores: folded, and compiled as causal_fill."""
+    pytest.importorskip("onnxruntime")
+    from fixtures.onnx import export, run_ort
+
+    x = _x("x").float()
+    model = export(Fn(fn), x, opset=18)
+    cm = rootclad.onnx.load(model, loss="mse", engine="pullback")
+    assert any(n.op == "causal_fill" for n in cm.graph.nodes)
+    assert_close_rel(cm.predict(x), torch.from_numpy(run_ort(model, x.numpy())), 1e-5, "forward")
+
+
+def _band_fill(x):  # a band of 3 around the diagonal filled: not causal
+    s = x @ x.transpose(1, 2)
+    band = torch.ones(6, 6, dtype=torch.bool).triu(-1) & torch.ones(6, 6, dtype=torch.bool).tril(1)
+    return torch.softmax(s.masked_fill(band, float("-inf")), -1) @ x
+
+
+def test_a_constant_mask_that_is_not_causal_is_refused_through_onnx():
+    pytest.importorskip("onnxruntime")
+    from fixtures.onnx import export
+
+    model = export(Fn(_band_fill), _x("x").float(), opset=18)
+    with pytest.raises(IRError, match="not causal"):
+        rootclad.onnx.load(model, loss="mse", engine="pullback")

@@ -8,6 +8,7 @@ naming the node."""
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from rootclad.frontends.onnx.common import BATCH
 
@@ -18,6 +19,7 @@ ATTRIBUTES = {
     "GatherElements": {"axis"},
     "ConstantOfShape": {"value"},
     "Equal": set(),
+    "Trilu": {"upper"},
     "Not": set(),
     "Where": set(),
 }
@@ -67,13 +69,33 @@ class IndexOps:
         self.emit(node.output, lambda env, root, x=x: env[x], self.shapes[x])
 
     def op_Where(self, node, a):
+        tensors = [i for i in (1, 2) if node.input[i] in self.shapes]
+        if len(tensors) == 1 and node.input[0] in self.consts:  # masked_fill by a constant
+            t = tensors[0]
+            x, fill = self.tensor(node, t), self.number(node.input[3 - t])
+            if fill != -np.inf:
+                raise self.fail(node, f"Where filling a tensor with {fill}: with -inf only (a "
+                                "constant attention mask)")  # fmt: skip
+            cond = np.asarray(self.const(node, 0, "condition")).astype(bool)
+            mask = torch.from_numpy(np.ascontiguousarray(cond if t == 2 else ~cond))
+            return self.emit(node.output, lambda env, root, x=x, m=mask: env[x].masked_fill(
+                m, float("-inf")), self.shapes[x])  # fmt: skip
         c, p, q = (self.const(node, i, w) for i, w in enumerate(("condition", "X", "Y")))
         self.fold(node, np.where(c.astype(bool), p, q))
+
+    def op_Trilu(self, node, a):
+        v = np.asarray(self.const(node, 0, "input"))
+        k = self.const_ints(node, 1, "k")[0] if len(node.input) > 1 and node.input[1] else 0
+        self.fold(node, np.triu(v, k) if a.get("upper", 1) else np.tril(v, k))
 
     def expand_step(self, node, x, out) -> None:
         self.emit(node.output, lambda env, root, x=x, s=tuple(out): env[x].expand(-1, *s), out)
 
     def op_Expand(self, node, a):
+        if node.input[0] in self.consts:  # a constant broadcast (is_causal's mask of ones)
+            v = np.asarray(self.consts[node.input[0]].value)
+            shape = self.const_ints(node, 1, "shape")
+            return self.fold(node, np.broadcast_to(v, np.broadcast_shapes(v.shape, shape)).copy())
         x = self.tensor(node)
         spec = list(np.asarray(self.const(node, 1, "shape"), dtype=object).ravel())
         shape = list(self.shapes[x])

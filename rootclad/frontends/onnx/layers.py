@@ -34,7 +34,8 @@ SUPPORTED = (
     "torch writes them), Flatten, Reshape, Transpose, Squeeze, Unsqueeze, Concat, "
     "Slice and Split (along per-sample axes), Expand and Tile (of size-1 axes), TopK, "
     "GatherElements (by TopK's indices), Dropout, Identity, Constant, and the "
-    "Shape/Gather/Slice/Concat/Cast/ConstantOfShape/Equal/Where arithmetic on shapes "
+    "Shape/Gather/Slice/Concat/Cast/ConstantOfShape/Equal/Where/Expand/Trilu arithmetic on "
+    "constants (an attention mask of 0 and -inf added to scores: a causal one) and shapes "
     "that torch's exporter writes"
 )
 # the attributes each handler reads (opset 13 and later): any other is refused by name, so an
@@ -96,6 +97,16 @@ class LayerOps:
             raise self.fail(node, f"constant {c_name!r} of shape {c.shape} meets {x!r} (B, "
                             f"{', '.join(map(str, self.shapes[x]))}): broadcasting puts its "
                             "axes on the batch axis, which must stay the samples'")  # fmt: skip
+        if (
+            c.size != 1
+            and node.op_type == "Add"
+            and c.ndim >= 2
+            and np.all((c == 0) | (c == -np.inf))
+        ):  # a constant mask of 0 and -inf on scores (is_causal's): masked_fill by it
+            mask = torch.from_numpy(np.ascontiguousarray(c == -np.inf))
+            shape = torch.broadcast_shapes((2, *self.shapes[x]), c.shape)[1:]
+            return self.emit(node.output, lambda env, root, x=x, m=mask: env[x].masked_fill(
+                m, float("-inf")), shape)  # fmt: skip
         if c.size != 1:
             return self.tensor_operand(node, fn, x, c_name, c, tensor_first)
         if not tensor_first and not number_on_left:
