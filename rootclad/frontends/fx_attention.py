@@ -33,6 +33,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from rootclad.frontends import fx_constants
+from rootclad.frontends.fx_slicing import Swapped
 from rootclad.ir.graph import IRError, Node
 from rootclad.ir.registry import OPS
 
@@ -309,29 +310,27 @@ def lower_module(low, fx_node, mod, module_node) -> None:
                  "average_attn_weights", "is_causal")  # fmt: skip
         bound = _bind(fx_node, names)
         _refuse_masks(bound, where, ("key_padding_mask",), "attn_mask")
-        qkv = [bound.get(n) for n in names[:3]]
-        if not all(low.is_tensor(t) for t in qkv):
-            raise IRError(f"{where}: query, key and value must be tensors")
-        scores = (low.shape(qkv[0])[1], low.shape(qkv[1])[1])
+        qkv = [_sequence(low, emit, bound.get(n), mod.batch_first, where) for n in names[:3]]
+        scores = (qkv[0][1][0], qkv[1][1][0])
         causal = _constant_mask(low, bound, "attn_mask", False, scores, where)
-        out = _mha(emit, path, mod, *((t.name, low.shape(t)[1:]) for t in qkv), where,
+        out = _mha(emit, path, mod, *qkv, where,
                    _padding(low, bound.get("key_padding_mask"), where),
                    safe=bound.get("need_weights", True) is False, causal=causal)  # fmt: skip
-        low.tuples[fx_node.name] = [out, None]
+        low.tuples[fx_node.name] = [_result(mod, out, qkv[0][1]), None]
         return
     if isinstance(mod, nn.TransformerEncoderLayer):
         bound = _bind(fx_node, ("src", "src_mask", "src_key_padding_mask", "is_causal"))
         _refuse_masks(bound, where, ("src_key_padding_mask",), "src_mask")
-        src = bound["src"]
-        L = low.shape(src)[1]
-        causal = _constant_mask(low, bound, "src_mask", False, (L, L), where)
+        src, shape = _sequence(low, emit, bound["src"], mod.self_attn.batch_first, where)
+        causal = _constant_mask(low, bound, "src_mask", False, (shape[0], shape[0]), where)
         padding = _padding(low, bound.get("src_key_padding_mask"), where)
-        out = _encoder_layer(emit, path, mod, src.name, low.shape(src)[1:], where, module_node,
-                             padding, causal)  # fmt: skip
+        out = _encoder_layer(emit, path, mod, src, shape, where, module_node, padding, causal)
+        first = mod.self_attn
     else:
         bound = _bind(fx_node, ("src", "mask", "src_key_padding_mask", "is_causal"))
         _refuse_masks(bound, where, ("src_key_padding_mask",), "mask")
-        x, shape = bound["src"].name, low.shape(bound["src"])[1:]
+        first = mod.layers[0].self_attn
+        x, shape = _sequence(low, emit, bound["src"], first.batch_first, where)
         causal = _constant_mask(low, bound, "mask", False, (shape[0], shape[0]), where)
         padding = _padding(low, bound.get("src_key_padding_mask"), where)
         for i, layer in enumerate(mod.layers):
@@ -339,7 +338,38 @@ def lower_module(low, fx_node, mod, module_node) -> None:
             x = _encoder_layer(emit, f"{path}.layers.{i}", layer, x, shape,
                                f"{where}, layer {i}", module_node, padding, causal)  # fmt: skip
         out = x if mod.norm is None else emit.module(module_node, f"{path}.norm", mod.norm, x)
-    emit("identity", [out], name=fx_node.name)
+    if first.batch_first:
+        emit("identity", [out], name=fx_node.name)
+    else:  # (sequence, batch, features), as its input
+        low.swapped[fx_node.name] = _result(first, out, shape)
+
+
+def _sequence(low, emit, x, batch_first: bool, where) -> tuple[str, tuple]:
+    """(value, per-sample (sequence, features) shape) of an attention layer's input: a
+    batch-first tensor, or with batch_first=False one whose batch axis is second (held per
+    sample: fx_slicing.Swapped, made by x.transpose(0, 1) or x.permute(1, 0, 2))."""
+    sw = low.swapped.get(getattr(x, "name", None))
+    if batch_first:
+        if sw is not None:
+            raise IRError(f"{where}: batch_first=True takes (batch, sequence, features); its "
+                          f"input {x.name!r} has the batch axis second: transpose(0, 1) it back, "
+                          "or build the layer with batch_first=False")  # fmt: skip
+        if not low.is_tensor(x):
+            raise IRError(f"{where}: query, key and value must be tensors")
+        return x.name, tuple(low.shape(x)[1:])
+    if sw is None:
+        raise IRError(f"{where}: batch_first=False takes (sequence, batch, features); rootclad "
+                      "keeps the batch axis first: pass x.transpose(0, 1) of a batch-first "
+                      "tensor, or build the layer with batch_first=True")  # fmt: skip
+    return sw.value(emit), (sw.n, *sw.sample)
+
+
+def _result(mod, out: str, shape):
+    """A layer's output as torch gives it: batch-first, or with batch_first=False
+    (sequence, batch, features), held per sample (fx_slicing.Swapped)."""
+    if mod.batch_first:
+        return out
+    return Swapped(shape[0], tuple(shape[1:]), whole=out)
 
 
 def _padding(low, mask, where):
@@ -352,9 +382,6 @@ def _padding(low, mask, where):
 def _mha(emit, path, mod, q, k, v, where, padding=None, safe=True, causal=None) -> str:
     """nn.MultiheadAttention on (name, per-sample shape) query, key and value, with a key
     padding mask (_padding's) or None; returns the name of its output."""
-    if not mod.batch_first:
-        raise IRError(f"{where}: batch_first=False puts the batch on axis 1; rootclad's batch "
-                      "axis is the first: build the layer with batch_first=True")  # fmt: skip
     if not mod._qkv_same_embed_dim:
         raise IRError(f"{where}: kdim/vdim other than embed_dim are not supported")
     if mod.bias_k is not None or mod.add_zero_attn:

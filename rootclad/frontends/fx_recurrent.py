@@ -23,41 +23,14 @@ other use is refused, naming the node.
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from rootclad.frontends import fx_slicing
 from rootclad.frontends.fx_attention import Emit, own_forward
+from rootclad.frontends.fx_slicing import Swapped
 from rootclad.ir.graph import IRError
-
-
-@dataclass
-class Swapped:
-    """A tensor whose batch axis is torch's axis 1: per sample, ``n`` rows of shape
-    ``sample``, as one value (n, *sample) or as one (1, *sample) value per row, whichever was
-    made; the other is made (once) when asked for."""
-
-    n: int
-    sample: tuple
-    whole: str | None = None
-    rows: list | None = None
-
-    def value(self, emit) -> str:
-        if self.whole is None:
-            self.whole = (self.rows[0] if self.n == 1 else
-                          emit("cat", self.rows, {"axis": 0}))  # fmt: skip
-        return self.whole
-
-    def row(self, emit, i: int) -> str:
-        """Row ``i`` as (1, *sample)."""
-        if self.rows is None:
-            self.rows = [None] * self.n
-        if self.rows[i] is None:
-            self.rows[i] = emit("slice", [self.whole],
-                                {"axis": 0, "start": i, "stop": i + 1, "step": 1})  # fmt: skip
-        return self.rows[i]
 
 
 def sw_rank(sw: Swapped) -> int:
@@ -69,29 +42,90 @@ def _name(target) -> str:
     return target if isinstance(target, str) else getattr(target, "__name__", "")
 
 
-def _swaps(fx_node) -> bool:
-    """transpose(0, 1) / permute(1, 0, ...): the batch axis and the next exchanged."""
+def _perm(fx_node):
+    """torch's full permutation of a transpose / permute node (None for any other)."""
     name = _name(fx_node.target)
     args = list(fx_node.args)
     meta = fx_node.meta.get("tensor_meta")
     rank = len(meta.shape) if hasattr(meta, "shape") else 0
     if rank < 2 or name not in ("transpose", "permute") or fx_node.kwargs:
-        return False
+        return None
     if name == "transpose":
         perm = list(range(rank))
         if len(args) != 3 or not all(isinstance(d, int) for d in args[1:]):
-            return False
+            return None
         a, b = (d % rank for d in args[1:])
         perm[a], perm[b] = perm[b], perm[a]
     else:
         perm = args[1:] if len(args) > 2 or not isinstance(args[1], (tuple, list)) else args[1]
         if not all(isinstance(p, int) for p in perm):
-            return False
+            return None
         perm = [p % rank for p in perm]
-    if perm != [1, 0, *range(2, rank)]:
-        return False
-    # a permute whose pieces are only taken (timm's qkv) is fx_slicing's; a transpose is ours
-    return name == "transpose" or not fx_slicing.takes_moved_pieces(fx_node, perm)
+    return perm if sorted(perm) == list(range(rank)) else None
+
+
+# layers acting on the last axis alone (or elementwise): the same on a tensor whose batch axis
+# is second as on its per-sample value
+ROW_WISE = (nn.Linear, nn.LayerNorm, nn.Dropout, nn.Identity, nn.ReLU, nn.GELU, nn.SiLU,
+            nn.Tanh, nn.Sigmoid, nn.LeakyReLU, nn.ELU)  # fmt: skip
+_ARITH = {"add": "add", "iadd": "add", "__add__": "add", "__radd__": "add", "sub": "sub",
+          "__sub__": "sub", "mul": "mul", "__mul__": "mul", "__rmul__": "mul",
+          "truediv": "div", "__truediv__": "div"}  # fmt: skip
+
+
+def _row_wise(low, fx_node, mod) -> bool:
+    """A layer of ROW_WISE on a tensor whose batch axis is second: on its per-sample value."""
+    sw = low.swapped[fx_node.args[0].name]
+    if isinstance(mod, nn.LayerNorm) and len(mod.normalized_shape) != 1:
+        raise IRError(f"module {fx_node.target!r}: a LayerNorm over several axes of a tensor "
+                      "whose batch axis is second would mix the batch; normalise the last one")  # fmt: skip
+    emit = Emit(low, fx_node.name)
+    out = emit.module(low.module_node, fx_node.target, mod, sw.value(emit))
+    shape = tuple(low.shape(fx_node))
+    low.swapped[fx_node.name] = Swapped(shape[0], shape[2:], whole=out)
+    return True
+
+
+def _arithmetic(low, fx_node, op, args, emit, where) -> bool:
+    """+ - * / of tensors whose batch axis is second (of the same shape), or of one and a
+    number: on their per-sample values."""
+    tensors = [a for a in args if isinstance(a, torch.fx.Node)]
+    held = [low.swapped.get(a.name) for a in tensors]
+    shape = tuple(low.shape(fx_node))
+    if None in held or any(tuple(low.shape(a)) != shape for a in tensors) or len(args) != 2:
+        raise IRError(f"{where}: arithmetic of a tensor whose batch axis is second with "
+                      "another of a different shape or layout; rootclad computes it between "
+                      "two such tensors of one shape, or with a number")  # fmt: skip
+    if len(tensors) == 2:
+        out = emit(op, [h.value(emit) for h in held])
+    else:
+        c = float(args[1] if isinstance(args[0], torch.fx.Node) else args[0])
+        if op == "div" and not isinstance(args[0], torch.fx.Node):
+            raise IRError(f"{where}: a number divided by a tensor is not supported")
+        scale, shift = {"add": (1.0, c), "sub": (1.0, -c) if isinstance(args[0], torch.fx.Node)
+                        else (-1.0, c), "mul": (c, 0.0), "div": (1.0 / c, 0.0)}[op]  # fmt: skip
+        out = emit("affine", [held[0].value(emit)], {"scale": scale, "shift": shift})
+    low.swapped[fx_node.name] = Swapped(shape[0], shape[2:], whole=out)
+    return True
+
+
+def _to_second(fx_node):
+    """A transpose / permute of a batch-first value that puts the batch axis second
+    (``x.transpose(0, 1)``, weaver's ``x.permute(2, 0, 1)``): its permutation, or None; a
+    permute whose pieces are only taken (timm's qkv) is fx_slicing's."""
+    perm = _perm(fx_node)
+    if perm is None or perm[1] != 0:
+        return None
+    if _name(fx_node.target) == "permute" and fx_slicing.takes_moved_pieces(fx_node, perm):
+        return None
+    return perm
+
+
+def _to_first(fx_node):
+    """A transpose / permute of a tensor whose batch axis is second that puts it first again
+    (``transpose(0, 1)``, ``permute(1, 2, 0)``): its permutation, or None."""
+    perm = _perm(fx_node)
+    return perm if perm is not None and perm[0] == 1 else None
 
 
 ZEROS = (torch.zeros, torch.zeros_like)
@@ -137,7 +171,12 @@ def lower(low, fx_node) -> bool:
         raise IRError(f"the model returns {held[0]!r}, whose batch axis is the second; "
                       "return its transpose(0, 1) (or h_n[-1])")  # fmt: skip
     if fx_node.op == "call_module":
-        if held and not isinstance(low.traced.get_submodule(fx_node.target), (nn.LSTM, nn.GRU)):
+        mod = low.traced.get_submodule(fx_node.target)
+        time_first = (nn.LSTM, nn.GRU, nn.MultiheadAttention, nn.TransformerEncoderLayer,
+                      nn.TransformerEncoder)  # fmt: skip
+        if held and isinstance(mod, ROW_WISE) and len(fx_node.args) == 1 and not fx_node.kwargs:
+            return _row_wise(low, fx_node, mod)
+        if held and not isinstance(mod, time_first):
             raise IRError(f"module {fx_node.target!r} takes {held[0]!r}, whose batch axis is "
                           "the second; rootclad keeps the batch axis first: transpose(0, 1) it")  # fmt: skip
         return False
@@ -153,8 +192,11 @@ def lower(low, fx_node) -> bool:
     if held:
         x = args[0] if args else None
         sw = low.swapped.get(getattr(x, "name", None))
-        if sw is not None and _swaps(fx_node):  # back to batch-first
-            emit("identity", [sw.value(emit)], name=fx_node.name)
+        perm = _to_first(fx_node) if sw is not None else None
+        if perm is not None:  # back to batch-first: torch's axis 0 is the value's first
+            q = [0 if t == 0 else t - 1 for t in perm[1:]]
+            op, attrs = ("identity", {}) if q == sorted(q) else ("permute", {"perm": tuple(q)})
+            emit(op, [sw.value(emit)], attrs, name=fx_node.name)
             return True
         if sw is not None and fx_node.target is operator.getitem and isinstance(args[1], int):
             i = args[1] + sw.n if args[1] < 0 else args[1]
@@ -162,6 +204,8 @@ def lower(low, fx_node) -> bool:
                 raise IRError(f"{where}: index {args[1]} of an axis of {sw.n}")
             emit("reshape", [sw.row(emit, i)], {"shape": sw.sample}, name=fx_node.name)
             return True
+        if name in _ARITH and not fx_node.kwargs:
+            return _arithmetic(low, fx_node, _ARITH[name], args, emit, where)
         dims = tuple(args[1:]) or tuple(fx_node.kwargs.values())
         if sw is not None and name == "squeeze" and sw.n == 1 and dims in ((0,), (-sw_rank(sw),)):
             emit("reshape", [sw.row(emit, 0)], {"shape": sw.sample}, name=fx_node.name)
@@ -172,9 +216,14 @@ def lower(low, fx_node) -> bool:
             "axis first and takes such a tensor by transpose(0, 1), [i] (h_n[-1]) or "
             "squeeze(0), or as a recurrent layer's input or initial state"
         )
-    if _swaps(fx_node) and low.is_tensor(args[0]) and low.shape(args[0])[0] == low.batch:
-        shape = tuple(low.shape(args[0])[1:])
-        low.swapped[fx_node.name] = Swapped(shape[0], shape[1:], whole=args[0].name)
+    perm = _to_second(fx_node)
+    if perm is not None and low.is_tensor(args[0]) and low.shape(args[0])[0] == low.batch:
+        q = [p - 1 for p in [perm[0], *perm[2:]]]  # the value's axes, in torch's new order
+        whole = args[0].name
+        if q != sorted(q):
+            whole = emit("permute", [whole], {"perm": tuple(q)})
+        shape = tuple(low.shape(fx_node))
+        low.swapped[fx_node.name] = Swapped(shape[0], shape[2:], whole=whole)
         return True
     dim = args[1] if len(args) > 1 else fx_node.kwargs.get("dim")
     if name == "unsqueeze" and dim == 0 and args and low.is_tensor(args[0]):

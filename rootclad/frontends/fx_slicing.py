@@ -8,17 +8,48 @@ along one per-sample axis) and ``reshape``.
   piece used; the call itself lowers to nothing, each ``getitem`` to the ``slice`` of its piece.
   The pieces' sizes are the ones torch's own run of the example gave.
 
-The batch axis is never indexed: it stays whole and first.
+The batch axis is never indexed: it stays whole and first. A tensor whose batch axis torch
+puts second (a sequence with batch_first=False, h_n / c_n) is held per sample as a
+:class:`Swapped` (fx_recurrent.py makes and takes them; fx_attention.py's layers too).
 """
 
 from __future__ import annotations
 
 import operator
+from dataclasses import dataclass
 
 import torch
 
 from rootclad.frontends import fx_values
 from rootclad.ir.graph import IRError, Node
+
+
+@dataclass
+class Swapped:
+    """A tensor whose batch axis is torch's axis 1: per sample, ``n`` rows of shape
+    ``sample``, as one value (n, *sample) or as one (1, *sample) value per row, whichever was
+    made; the other is made (once) when asked for."""
+
+    n: int
+    sample: tuple
+    whole: str | None = None
+    rows: list | None = None
+
+    def value(self, emit) -> str:
+        if self.whole is None:
+            self.whole = (self.rows[0] if self.n == 1 else
+                          emit("cat", self.rows, {"axis": 0}))  # fmt: skip
+        return self.whole
+
+    def row(self, emit, i: int) -> str:
+        """Row ``i`` as (1, *sample)."""
+        if self.rows is None:
+            self.rows = [None] * self.n
+        if self.rows[i] is None:
+            self.rows[i] = emit("slice", [self.whole],
+                                {"axis": 0, "start": i, "stop": i + 1, "step": 1})  # fmt: skip
+        return self.rows[i]
+
 
 SPLITS = ("chunk", "split", "unbind")
 
@@ -84,7 +115,7 @@ def lower_getitem(low, fx_node, splits: dict) -> None:
                           "are not)")  # fmt: skip
         if isinstance(value, list):  # (h_n, c_n) of an LSTM
             low.tuples[fx_node.name] = value
-        elif not isinstance(value, str):  # batch axis second (fx_recurrent.Swapped)
+        elif not isinstance(value, str):  # batch axis second (Swapped)
             low.swapped[fx_node.name] = value
         else:
             low.nodes.append(Node(fx_node.name, "identity", [value], fx_node.name))

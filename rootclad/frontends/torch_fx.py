@@ -338,10 +338,11 @@ class _FxLowering:
         self.splits: dict[str, dict] = {}  # chunk / split / unbind nodes: their pieces
         self.moved: dict[str, tuple] = {}  # permutes that move the batch axis, then unbound
         self.tuples: dict[str, list] = {}  # a layer's tuple output: its values' names (or None)
-        self.swapped: dict[str, fx_recurrent.Swapped] = {}  # batch axis second: held per sample
+        self.swapped: dict[str, fx_slicing.Swapped] = {}  # batch axis second: held per sample
         self.zero_states: set[str] = set()  # torch.zeros given as a recurrent layer's state
         self.attr_params: dict[str, str] = {}  # get_attr node -> the parameter it reads
         self.param_shapes: dict[str, tuple] = {}  # ... read as a value: its per-sample shape
+        self.module_node = _module_node  # a layer's IR node (for the hooks that lower layers)
         self.constants: set[str] = set()  # tensors computed without inputs: causal masks
         self.topks: set[str] = set()  # topk nodes (a tuple of values and indices)
         self.index_values: set[str] = set()  # topk's indices, and layouts of them

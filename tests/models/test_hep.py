@@ -8,6 +8,9 @@ papers describe them, with small dimensions; each compiles and computes what tor
   features): particles embedded, transformer encoder layers whose attention skips the padded
   particles (``src_key_padding_mask=~mask``, the mask a torch.bool input), the masked mean,
   a classifier.
+- The same encoder in weaver's layout: particles (N, C, P) embedded by a 1x1 Conv1d,
+  permuted to (P, N, C) for attention and encoder layers built with batch_first=False, a
+  residual around the attention, permuted back for the masked mean.
 - A DeepJet-style tagger (Bols et al. 2020): 1x1 convolutions per particle and per secondary
   vertex, an LSTM over each list, the global features, a dense classifier.
 - ParticleNet (Qu and Gouskos 2020), as weaver writes it: EdgeConv blocks over each jet's
@@ -132,6 +135,24 @@ class Calo3D(nn.Module):
 
     def forward(self, shower):  # (B, 1, layers, eta, phi)
         return self.head(torch.flatten(self.features(shower), 1))
+
+
+class ParticleTransformerSeqFirst(nn.Module):
+    def __init__(self, features=4, width=8, heads=2, classes=3):
+        super().__init__()
+        self.embed = nn.Conv1d(features, width, 1)
+        self.attn = nn.MultiheadAttention(width, heads)
+        layer = nn.TransformerEncoderLayer(width, heads, 2 * width, dropout=0.0, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, particles, mask):  # (N, C, P), (N, P) torch.bool: True for a particle
+        h = self.embed(particles).permute(2, 0, 1)  # (P, N, C)
+        h = h + self.attn(self.norm(h), h, h, key_padding_mask=~mask, need_weights=False)[0]
+        h = self.encoder(h, src_key_padding_mask=~mask).permute(1, 2, 0)  # (N, C, P)
+        m = mask.unsqueeze(1).float()
+        return self.head((h * m).sum(-1) / m.sum(-1))
 
 
 class Block1d(nn.Module):
@@ -259,6 +280,11 @@ def _calo_inputs(B, gen):
     return (x,), torch.randint(0, 2, (B,), generator=gen), "cross_entropy"
 
 
+def _part_seq_first_inputs(B, gen):
+    (x, mask), y, loss = _deepsets_inputs(B, gen)
+    return (x.transpose(1, 2).contiguous(), mask.bool()), y, loss
+
+
 def _resnet_inputs(B, gen):
     x = torch.randn(B, 2, 128, dtype=F64, generator=gen)
     return (x,), torch.randint(0, 2, (B,), generator=gen).to(F64), "bce_with_logits"
@@ -274,6 +300,7 @@ MODELS = {
     "deepsets": (DeepSets, _deepsets_inputs),
     "particle-transformer": (ParticleTransformer, _part_inputs),
     "particlenet": (ParticleNet, _particlenet_inputs),
+    "particle-transformer-seq-first": (ParticleTransformerSeqFirst, _part_seq_first_inputs),
     "calo3d": (Calo3D, _calo_inputs),
     "resnet1d": (ResNet1D, _resnet_inputs),
     "deepjet": (DeepJet, _deepjet_inputs),
