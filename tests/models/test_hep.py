@@ -44,6 +44,7 @@ from fixtures.core import assert_close_rel, assert_grads_close, perturbed, torch
 from torch import nn
 
 import rootclad
+from rootclad.ir.graph import IRError
 
 F64 = torch.float64
 
@@ -380,3 +381,45 @@ def test_hep_model_training_tracks_torch_optim(name):
     for (k, p), q in zip(cm.named_parameters(), ref.parameters(), strict=True):
         err = float((p.detach() - q.detach()).abs().max()) / moved
         assert err <= 1e-8, f"{name} {k}: off by {err:.3e} of the largest move"
+
+
+# exported by torch's (TorchScript) exporter, imported, and run beside onnxruntime: every
+# architecture above but the attention ones, refused naming the node: torch writes
+# nn.MultiheadAttention with the batch axis merged into the heads', and the encoder's padding
+# mask as a float tensor of a shape that holds the batch size (ConstantOfShape)
+NOT_IMPORTED = {
+    "particle-transformer": "depend on the batch size",
+    "particle-transformer-seq-first": "moves the batch axis",
+}
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_hep_model_through_onnx_matches_onnxruntime_and_torch(name):
+    pytest.importorskip("onnxruntime")
+    from fixtures.onnx import export, run_ort
+
+    build, inputs = MODELS[name]
+    torch.manual_seed(0)
+    net = perturbed(build()).eval()
+    xs, _, _ = inputs(3, torch.Generator().manual_seed(1))
+    xs = tuple(x.float() if x.is_floating_point() else x for x in xs)
+    model = export(copy.deepcopy(net), xs, opset=18)
+    if name in NOT_IMPORTED:
+        with pytest.raises(IRError, match=NOT_IMPORTED[name]):
+            rootclad.onnx.load(model, loss="mse", engine="pullback")
+        return
+    cm = rootclad.onnx.load(model, loss="mse", engine="pullback")
+    want = torch.from_numpy(run_ort(model, *(x.numpy() for x in xs)))
+    assert_close_rel(cm.predict(*xs), want, 1e-4, f"{name} forward against onnxruntime")
+    ref = copy.deepcopy(net).double()
+    xs64 = [x.double() if x.is_floating_point() else x for x in xs]
+    d_out = torch.randn(want.shape, dtype=F64, generator=torch.Generator().manual_seed(4))
+    _, dx_ref, _ = _vjp(ref, [], xs64, d_out)
+    dx = cm.input_grad(*xs, d_out=d_out.float())
+    dx = dx if isinstance(dx, (tuple, list)) else (dx,)
+    floats = [d for x, d in zip(xs, dx, strict=True) if x.is_floating_point()]
+    for i, (a, e) in enumerate(zip(floats, dx_ref, strict=True)):
+        if e is None:
+            assert float(a.abs().max()) == 0, f"{name} d_input {i} is not zero"
+            continue
+        assert_close_rel(a, e, 1e-4, f"{name} d_input {i}")

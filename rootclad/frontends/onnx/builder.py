@@ -227,15 +227,20 @@ class Builder(ShapeOps, LayerOps, ConvOps, IndexOps, RecurrentOps):
                 )
             self.shapes[inp.name] = tuple(dims[1:])
             kind = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
-            self.root.input_dtypes.append(torch.int64 if kind in integers else None)
+            boolean = kind == np.dtype("bool")  # a mask (padding, attention)
+            self.root.input_dtypes.append(
+                torch.int64 if kind in integers else torch.bool if boolean else None
+            )
             if kind in integers:
                 self.int_tensors.add(inp.name)
+            if boolean:
+                self.masks.add(inp.name)
             dtypes.add(kind)
-        if not dtypes <= {np.dtype("float32"), np.dtype("float64"), *integers}:
+        if not dtypes <= {np.dtype("float32"), np.dtype("float64"), np.dtype("bool"), *integers}:
             raise IRError(f"{self.where}: inputs of type {sorted(map(str, dtypes))}; rootclad "
-                          "takes float32 or float64, and int32 or int64 indices (of Gather on "
-                          "a weight: an embedding)")  # fmt: skip
-        floats = dtypes - integers or {  # a graph of indices only: its weights' type
+                          "takes float32 or float64, int32 or int64 indices (of Gather on a "
+                          "weight: an embedding) and bool masks")  # fmt: skip
+        floats = dtypes - integers - {np.dtype("bool")} or {  # a graph of indices only: its weights' type
             np.asarray(c.value).dtype for n, c in self.consts.items() if n in self.initializers
             and np.asarray(c.value).dtype in (np.float32, np.float64)} or {np.dtype("float32")}  # fmt: skip
         self.dtype = torch.float64 if np.dtype("float64") in floats else torch.float32

@@ -48,9 +48,14 @@ class RecurrentOps:
         if op == "Transpose" and not held and node.input[0] in self.shapes:
             perm = list(attributes(node).get("perm", []))
             readers = [n.op_type for n in self.nodes if node.output[0] in n.input]
-            if (perm == [1, 0, 2] and readers
+            if (len(perm) == 3 and perm[1] == 0 and readers
                     and all(r in _SEQUENCE_READERS for r in readers)):  # fmt: skip
-                self.layouts[node.output[0]] = ("time", node.input[0])
+                x = node.input[0]  # (B, a, b) to (seq, B, F): the batch-first (B, seq, F) is
+                if perm[0] == 2:  # x itself, or x with its two axes exchanged
+                    shape = tuple(self.shapes[x][::-1])
+                    self.emit([f"{x}__bf"], lambda env, root, x=x: env[x].transpose(1, 2), shape)
+                    x = f"{x}__bf"
+                self.layouts[node.output[0]] = ("time", x)
                 return True
             return False
         if op == "ConstantOfShape" and node.input[0] in self.consts:
