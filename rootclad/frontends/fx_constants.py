@@ -94,6 +94,9 @@ def causal_offset(low, mask, attends: bool, scores, where) -> int:
     if "rc_const_alt" in mask.meta and mask.meta["rc_const_alt"].shape != value.shape:
         raise IRError(f"{where}: the constant mask {mask.name!r} changes shape with the batch "
                       "size; a causal mask is (L, S)")  # fmt: skip
+    if len(scores) < 2:
+        raise IRError(f"{where}: the constant mask {mask.name!r} meets a value of per-sample "
+                      f"shape {tuple(scores)}; a causal mask is (L, S) on scores (..., L, S)")  # fmt: skip
     L, S = scores[-2:]
     while value.dim() > 2 and value.shape[0] == 1:
         value = value[0]

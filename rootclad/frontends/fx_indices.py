@@ -140,6 +140,8 @@ def lower_comparison(low, fx_node, name, args, where) -> None:
     if not is_comparison(fx_node) or not low.is_tensor(args[0]):
         raise IRError(f"{where}: a comparison rootclad compiles is of a tensor and a number "
                       "(ids == PAD, x != 0): a mask")  # fmt: skip
+    if args[1] != args[1]:
+        raise IRError(f"{where}: a comparison with NaN (never equal); compare with a number")
     low.add(fx_node.name, "equal", [args[0]],
             {"value": float(args[1]), "negate": name in ("ne", "__ne__")})  # fmt: skip
 

@@ -51,7 +51,7 @@ def lower(low, fx_node) -> bool:
         return False  # the tuple's value, by fx_slicing
     if name == "gather":
         return _gather(low, fx_node, where)
-    if not held:
+    if not held or fx_values.is_static(fx_node):  # idx.size(-1): a number
         return False
     if fx_slicing.is_getitem(fx_node) and fx_node.args[0] not in held:  # x[:, idx]
         raise IRError(f"{where}: indexes by {held[0].name!r}, the indices of a topk; rootclad "
@@ -125,7 +125,7 @@ def lower_expand(low, fx_node, name, args, where) -> None:
     x = args[0]
     shape, out = low.shape(x), low.shape(fx_node)
     if name == "repeat":
-        reps = list(args[1][0] if len(args) == 2 and isinstance(args[1], (tuple, list))
+        reps = list(args[1] if len(args) == 2 and isinstance(args[1], (tuple, list))
                     else args[1:])  # fmt: skip
         if (
             len(reps) != len(shape)

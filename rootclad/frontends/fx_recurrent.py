@@ -76,6 +76,9 @@ _ARITH = {"add": "add", "iadd": "add", "__add__": "add", "__radd__": "add", "sub
 def _row_wise(low, fx_node, mod) -> bool:
     """A layer of ROW_WISE on a tensor whose batch axis is second: on its per-sample value."""
     sw = low.swapped[fx_node.args[0].name]
+    if not sw.sample:  # (n, B): torch's last axis is the batch
+        raise IRError(f"module {fx_node.target!r} takes {fx_node.args[0].name!r}, whose last "
+                      "axis is the batch; rootclad keeps the batch axis first")  # fmt: skip
     if isinstance(mod, nn.LayerNorm) and len(mod.normalized_shape) != 1:
         raise IRError(f"module {fx_node.target!r}: a LayerNorm over several axes of a tensor "
                       "whose batch axis is second would mix the batch; normalise the last one")  # fmt: skip

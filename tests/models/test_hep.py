@@ -13,11 +13,12 @@ papers describe them, with small dimensions; each compiles and computes what tor
   residual around the attention, permuted back for the masked mean.
 - A DeepJet-style tagger (Bols et al. 2020): 1x1 convolutions per particle and per secondary
   vertex, an LSTM over each list, the global features, a dense classifier.
-- ParticleNet (Qu and Gouskos 2020), as weaver writes it: EdgeConv blocks over each jet's
-  particles, the k nearest neighbours by ``topk`` of pairwise distances (in the (eta, phi)
-  plane, then in the previous block's features; padded particles moved 1e9 away), the
-  neighbours' features by ``torch.gather``, an edge MLP of 1x1 Conv2d + BatchNorm + ReLU on
-  (x_i, x_j - x_i), the mean over the neighbours, a shortcut; the masked mean over the
+- ParticleNet (Qu and Gouskos 2020): weaver's knn as written, its get_graph_feature as a
+  torch.gather (weaver's idx + idx_base indexes the whole batch at once). EdgeConv blocks over
+  each jet's particles, the k nearest neighbours by ``topk`` of pairwise distances (in the
+  (eta, phi) plane, then in the previous block's features; padded particles moved 1e9 away),
+  the neighbours' features by ``torch.gather``, an edge MLP of 1x1 Conv2d + BatchNorm + ReLU
+  on (x_i, x_j - x_i), the mean over the neighbours, a shortcut; the masked mean over the
   particles, a classifier. topk's indices carry no gradient (the coordinates get none), the
   gathers do.
 - A 3-d CNN over calorimeter showers (the energy deposits of a particle in layers x eta x

@@ -73,3 +73,27 @@ def test_op_case_through_onnx_matches_onnxruntime_and_torch(request, build, shap
     dx = cm.input_grad(x.float(), d_out=d_out.float())
     assert_close_rel(dx, dx_ref, RTOL, "input gradient against torch autograd")
     assert np.isfinite(got.numpy()).all()
+
+
+class _ZeroPosition(torch.nn.Module):
+    """A position embedding initialised to zeros (before training) added to the input: a
+    parameter, not a mask, however its values look."""
+
+    def __init__(self, shape):
+        super().__init__()
+        self.pos = torch.nn.Parameter(torch.zeros(shape))
+        self.fc = torch.nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.fc(x + self.pos)
+
+
+@pytest.mark.parametrize("shape", [(1, 4, 8), (4, 8)])
+def test_a_zero_constant_added_to_a_value_stays_a_parameter(shape):
+    x = torch.randn(3, 4, 8)
+    model = export(_ZeroPosition(shape).eval(), x, opset=OPSET)
+    cm = rootclad.onnx.load(model, loss="mse", engine="pullback")
+    assert not any(n.op == "causal_fill" for n in cm.graph.nodes)
+    assert "pos" in dict(cm.named_parameters())
+    _, grads = cm.loss_and_grad(x, torch.randn(3, 4, 2))
+    assert float(grads["pos"].abs().max()) > 0

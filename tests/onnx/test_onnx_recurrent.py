@@ -174,3 +174,14 @@ def test_a_sequence_read_by_another_op_is_refused_naming_it():
     del model.graph.node[2].input[1:]
     with pytest.raises(IRError, match="batch axis is not the first"):
         rootclad.onnx.load(model, loss="mse", engine="pullback")
+
+
+def test_a_sequence_read_beside_another_value_is_refused_naming_it():
+    """Mul(constant, sequence): the time-first sequence as the second input of a node."""
+    model = _node_file("LSTM")
+    model.graph.initializer.append(helper.make_tensor("two", TensorProto.FLOAT, (1,), [2.0]))
+    model.graph.node[3].op_type = "Mul"
+    model.graph.node[3].input[:] = ["two", "s"]
+    del model.graph.node[3].attribute[:]
+    with pytest.raises(IRError, match="beside other values"):
+        rootclad.onnx.load(model, loss="mse", engine="pullback")

@@ -238,3 +238,19 @@ def test_a_constant_mask_that_is_not_causal_is_refused_through_onnx():
     model = export(Fn(_band_fill), _x("x").float(), opset=18)
     with pytest.raises(IRError, match="not causal"):
         rootclad.onnx.load(model, loss="mse", engine="pullback")
+
+
+@pytest.mark.clad
+def test_causal_attention_with_clad_differentiating_the_kernels(clad):
+    torch.manual_seed(0)
+    net = perturbed(MODELS["decoder"]().double()).eval()
+    x = _x("decoder")
+    cm = rootclad.compile(copy.deepcopy(net), x, loss="mse", engine="clad", pullbacks=False)
+    assert cm.engine == "clad"
+    _check(cm, net, x, 1e-9, "decoder")
+
+
+def test_a_constant_mask_on_a_value_of_one_axis_is_refused():
+    fn = lambda x: x.flatten(1).masked_fill(torch.zeros(48, dtype=torch.bool), float("-inf"))  # noqa: E731
+    with pytest.raises(IRError, match=r"a causal mask is \(L, S\)"):
+        rootclad.compile(Fn(fn), _x("x"), loss="mse", engine="pullback")

@@ -11,7 +11,7 @@ import copy
 import pytest
 import torch
 from fixtures.core import assert_close_rel, assert_grads_close, perturbed
-from fixtures.op_cases import MASK_CASES, MaskedFill, PaddedAttention, mask_input
+from fixtures.op_cases import MASK_CASES, Fn, MaskedFill, PaddedAttention, mask_input
 from torch import nn
 from torch.nn import functional as F
 
@@ -320,3 +320,9 @@ def test_a_padding_mask_computed_from_zero_features_matches_torch():
     (want,) = torch.autograd.grad(out, [xr], d_out)
     assert_close_rel(cm.predict(x), out.detach(), 1e-12, "forward")
     assert_close_rel(cm.input_grad(x, d_out=d_out), want, 1e-12, "d_x")
+
+
+def test_a_comparison_with_nan_is_refused_naming_the_node():
+    with pytest.raises(IRError, match="comparison with NaN"):
+        rootclad.compile(Fn(lambda x: x * (x == float("nan")).float()), torch.randn(2, 4),
+                         loss="mse", engine="pullback")  # fmt: skip

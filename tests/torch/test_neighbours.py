@@ -162,3 +162,16 @@ def test_what_rootclad_does_not_compile_is_refused_naming_the_node(fn, shape, wo
     with pytest.raises(IRError, match=words) as err:
         rootclad.compile(Fn(fn), torch.randn(2, *shape, dtype=F64), loss="mse", engine="pullback")
     assert "fx node" in str(err.value) or "the model returns" in str(err.value)
+
+
+def test_repeat_by_a_tuple_and_shape_queries_of_the_indices():
+    """x.repeat((1, 3, 1)) as x.repeat(1, 3, 1); idx.size(-1) of topk's indices is a number."""
+
+    def fn(x):
+        idx = x.topk(2, dim=-1).indices
+        k = idx.size(-1)
+        return torch.gather(x, 2, idx)[:, :, :1].repeat((1, 1, k)) + x[:, :, :1].repeat([1, 1, k])
+
+    x = _x(B=2)
+    cm = rootclad.compile(Fn(fn), x, loss="mse", engine="pullback")
+    assert_close_rel(cm.predict(x), Fn(fn)(x), 1e-15, "forward")

@@ -216,7 +216,15 @@ class ShapeOps:
         if node.input[0] in self.consts:  # shape arithmetic (expand's sizes)
             shape = self.const_ints(node, 1, "shape")
             v = np.asarray(self.consts[node.input[0]].value)
-            return self.fold(node, v.reshape(shape))
+            if a.get("allowzero", 0) and 0 in shape:
+                raise self.fail(node, "allowzero=1 with a 0 in the shape is not supported")
+            shape = [v.shape[i] if d == 0 else d for i, d in enumerate(shape)]  # ONNX's 0: kept
+            try:
+                return self.fold(node, v.reshape(shape))
+            except ValueError as exc:
+                raise self.fail(
+                    node, f"cannot reshape a constant of shape {v.shape} to {shape}"
+                ) from exc
         x = self.tensor(node)
         spec = list(np.asarray(self.const(node, 1, "shape"), dtype=object).ravel())
         if a.get("allowzero", 0):

@@ -98,11 +98,13 @@ class LayerOps:
                             f"{', '.join(map(str, self.shapes[x]))}): broadcasting puts its "
                             "axes on the batch axis, which must stay the samples'")  # fmt: skip
         if (
-            c.size != 1
-            and node.op_type == "Add"
+            node.op_type == "Add"
             and c.ndim >= 2
+            and len(self.shapes[x]) >= 2
+            and c.shape[-2:] == tuple(self.shapes[x][-2:])
+            and np.any(c == -np.inf)
             and np.all((c == 0) | (c == -np.inf))
-        ):  # a constant mask of 0 and -inf on scores (is_causal's): masked_fill by it
+        ):  # a constant mask of 0 and -inf on scores (L, S) (is_causal's): masked_fill by it
             mask = torch.from_numpy(np.ascontiguousarray(c == -np.inf))
             shape = torch.broadcast_shapes((2, *self.shapes[x]), c.shape)[1:]
             return self.emit(node.output, lambda env, root, x=x, m=mask: env[x].masked_fill(

@@ -68,7 +68,10 @@ class RecurrentOps:
             return False
         if not held or op in ("LSTM", "GRU"):
             return False
-        return self._layout_step(node, self.layouts[node.input[0]], op)
+        if node.input[0] not in self.layouts and op != "Concat":
+            raise self.fail(node, f"reads {held[0]!r}, whose batch axis is not the first (a "
+                            "recurrent layer's sequence or state), beside other values")  # fmt: skip
+        return self._layout_step(node, self.layouts[held[0]], op)
 
     def _layout_step(self, node, lay, op) -> bool:
         a = attributes(node)
@@ -93,7 +96,8 @@ class RecurrentOps:
         if kind == "yd" and op == "Reshape":
             spec = list(np.ravel(np.asarray(self.const(node, 1, "shape"), dtype=object)))
             seq, D, H = self.shapes[lay[1]][0], lay[2], lay[3]
-            if len(spec) == 3 and spec[2] in (-1, D * H) and spec[0] in (0, seq):
+            batch = spec[1:2] in ([0], [-1]) or (isinstance(spec[1], str) and spec[1] == BATCH)
+            if len(spec) == 3 and spec[2] in (-1, D * H) and spec[0] in (0, seq) and batch:
                 self.layouts[out] = ("time", lay[1])
                 return True
         if kind in ("rows", "zeros"):
@@ -135,7 +139,10 @@ class RecurrentOps:
                 and a.get("axis", 0) == 0
                 and np.ndim(self.const(node, 1, "indices")) == 0
             ):
-                row = int(self.const(node, 1, "indices")) % n
+                row = int(self.const(node, 1, "indices"))
+                if not -n <= row < n:
+                    raise self.fail(node, f"index {row} of {n} states")
+                row %= n
             elif op == "Squeeze" and self.axes(node, a) == [0] and n == 1:
                 row = 0
             if row is not None:

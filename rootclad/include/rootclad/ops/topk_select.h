@@ -1,5 +1,7 @@
-// rootclad/ops/topk_select.h — topk's selection along one strided row, as torch orders it;
-// shared by the CPU kernel (shape.h) and the device's (device/shape.h).
+// rootclad/ops/topk_select.h — topk's selection along one strided row: sorted, NaN the largest
+// (as torch), equal values the lower index first (as torch's stable sort; torch.topk itself
+// promises no order among them); shared by the CPU kernel (shape.h) and the device's
+// (device/shape.h).
 #pragma once
 
 #include "../hd.h"
