@@ -13,6 +13,7 @@ kernels did not compute is ever read.
 from __future__ import annotations
 
 import builtins
+import math
 import operator
 
 from rootclad.frontends import fx_slicing, fx_values
@@ -38,6 +39,8 @@ def lower(low, fx_node) -> bool:
     held = [a for a in fx_node.all_input_nodes if a.name in low.index_values]
     if name == "topk" and fx_node.args and low.is_tensor(fx_node.args[0]):
         return _topk(low, fx_node, where)
+    if name == "max" and _max_over_dim(fx_node) and low.is_tensor(fx_node.args[0]):
+        return _max(low, fx_node, where)
     if fx_node.op == "call_function" and fx_node.target is builtins.getattr:
         src, attr = fx_node.args
         if src.name in low.topks and attr in ("values", "indices"):
@@ -66,6 +69,42 @@ def lower(low, fx_node) -> bool:
         f"{where}: takes {held[0].name!r}, the indices of a topk; rootclad reads them only "
         "through torch.gather (after slicing, reshaping, permuting or expanding them)"
     )
+
+
+def _max_over_dim(fx_node) -> bool:
+    """x.max(dim) / torch.max(x, dim): (values, indices) of a maximum along an axis."""
+    return (len(fx_node.args) > 1 and isinstance(fx_node.args[1], int)) or "dim" in fx_node.kwargs
+
+
+def _max(low, fx_node, where) -> bool:
+    """The values of x.max(dim, keepdim): torch gives the gradient to the index it returns,
+    the first maximum; here a max pooling over the axis (permuted last, the rest as rows),
+    which does too (for a NaN, the last NaN where torch's max takes the first). Its indices
+    are refused where used."""
+    args, kw = fx_values.substitute(list(fx_node.args)), fx_values.substitute(dict(fx_node.kwargs))
+    x = args[0]
+    dim = args[1] if len(args) > 1 else kw["dim"]
+    keepdim = args[2] if len(args) > 2 else kw.get("keepdim", False)
+    shape = tuple(low.shape(x)[1:])
+    axis = low.axis(dim, x, where)
+    rest = [a for a in range(len(shape)) if a != axis]
+    name, src = fx_node.name, x.name
+    if rest + [axis] != list(range(len(shape))):
+        low.nodes.append(Node(f"{name}__permuted", "permute", [src], f"{name}__permuted",
+                              {"perm": tuple(rest + [axis])}))  # fmt: skip
+        src = f"{name}__permuted"
+    rows = math.prod(shape[a] for a in rest)
+    low.nodes.append(Node(f"{name}__rows", "reshape", [src], f"{name}__rows",
+                          {"shape": (rows, shape[axis])}))  # fmt: skip
+    low.nodes.append(Node(f"{name}__max", "adaptive_maxpool", [f"{name}__rows"], f"{name}__max",
+                          {"output_size": (1,)}))  # fmt: skip
+    out = tuple(1 if a == axis else d for a, d in enumerate(shape)) if keepdim else tuple(
+        shape[a] for a in rest)  # fmt: skip
+    values = f"{name}__values"
+    low.nodes.append(Node(values, "reshape", [f"{name}__max"], values, {"shape": out or (1,)}))
+    low.tuples[name] = [values, None]
+    low.topks.add(name)  # .values / .indices as [0] / [1]
+    return True
 
 
 def _topk(low, fx_node, where) -> bool:

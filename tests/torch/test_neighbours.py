@@ -78,6 +78,15 @@ def test_edge_convolution_matches_torch(engine, dtype, request):
     _check(cm, net, x, 1e-9 if dtype == F64 else 1e-4)
 
 
+def test_edge_convolution_with_max_aggregation_matches_torch():
+    """DGCNN's aggregation: the maximum over the neighbours (x.max(dim=-1)[0])."""
+    torch.manual_seed(0)
+    net = perturbed(Neighbours(aggregate="max").double())
+    x = _x()
+    cm = rootclad.compile(copy.deepcopy(net), x, loss="mse", engine="pullback")
+    _check(cm, net, x, 1e-9)
+
+
 @pytest.mark.clad
 def test_edge_convolution_with_clad_differentiating_the_kernels(clad):
     net, x = _net(), _x()

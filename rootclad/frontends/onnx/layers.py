@@ -21,7 +21,7 @@ F64 = torch.float64
 SUPPORTED = (
     "Gemm, MatMul (by a weight, with a following Add of a bias folded in; of two tensors), "
     "Einsum (of one or two tensors, the batch axis the first letter of each), "
-    "ReduceSum and ReduceMean (over per-sample axes), Add, Sub, Mul, Div "
+    "ReduceSum and ReduceMean (over per-sample axes), ReduceMax (over one), Add, Sub, Mul, Div "
     "(two tensors with broadcasting, a tensor and a number, or a tensor and a constant tensor, "
     "which becomes a parameter), Pow (by 2), Abs, Neg, Equal of a tensor and a number and Not "
     "of it (a mask), Cast of tensors to float types, Relu, LeakyRelu, Elu, "
@@ -53,6 +53,7 @@ ATTRIBUTES = {
     "Softmax": {"axis"},
     "LogSoftmax": {"axis"},
     "ReduceSum": {"axes", "keepdims", "noop_with_empty_axes"},
+    "ReduceMax": {"axes", "keepdims", "noop_with_empty_axes"},
     "ReduceMean": {"axes", "keepdims", "noop_with_empty_axes"},
     "Conv": {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"},
     "ConvTranspose": {"auto_pad", "dilations", "group", "kernel_shape", "output_padding",
@@ -281,7 +282,7 @@ class LayerOps:
                 lin.bias.copy_(torch.from_numpy(bias))
         self.module_step(node, lin, None, x)
 
-    def reduce(self, node, a, fn):
+    def reduce(self, node, a, fn, one_axis=False):
         """A sum or mean over constant per-sample axes (an input from opset 18 on, an
         attribute before)."""
         x = self.tensor(node)
@@ -299,6 +300,8 @@ class LayerOps:
         axes = sorted({int(v) % rank for v in np.ravel(axes)})
         if 0 in axes:
             raise self.fail(node, "a reduction over the batch axis mixes its samples")
+        if one_axis and len(axes) != 1:
+            raise self.fail(node, f"a maximum over the axes {axes}: over one only")
         keep = bool(a.get("keepdims", 1))
         shape = [1 if i + 1 in axes else n for i, n in enumerate(self.shapes[x])
                  if keep or i + 1 not in axes]  # fmt: skip
@@ -310,6 +313,13 @@ class LayerOps:
 
     def op_ReduceMean(self, node, a):
         self.reduce(node, a, torch.mean)
+
+    def op_ReduceMax(self, node, a):
+        """A maximum over one per-sample axis, as torch's x.max(dim) (the gradient to the
+        first maximum; the file says nothing of gradients)."""
+
+        self.reduce(node, a, lambda x, dims, keepdim: torch.max(x, dims[0], keepdim=keepdim)[0],
+                    one_axis=True)  # fmt: skip
 
     def activation(self, node, module):
         self.module_step(node, module)
