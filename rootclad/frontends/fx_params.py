@@ -19,7 +19,7 @@ import types
 import torch
 from torch.nn import functional as F
 
-from rootclad.frontends import fx_constants, fx_values
+from rootclad.frontends import fx_constants, fx_functional, fx_values
 from rootclad.ir.graph import IRError, Node
 
 
@@ -37,7 +37,8 @@ def lower_get_attr(low, fx_node) -> None:
             "compiles parameters read directly (nn.Parameter), not buffers or tensor constants"
         )
     low.attr_params[fx_node.name] = fx_node.target
-    if all(_is_layer_norm(u) and u.args[0] is not fx_node for u in fx_node.users):
+    if all((_is_layer_norm(u) and u.args[0] is not fx_node)
+           or fx_functional.names_parameter(u, fx_node) for u in fx_node.users):  # fmt: skip
         return
     shape = tuple(params[fx_node.target].shape)
     per_sample = shape[1:] if len(shape) >= 2 and shape[0] == 1 else shape

@@ -21,6 +21,7 @@ from rootclad.frontends import (
     fx_attention,
     fx_constants,
     fx_einsum,
+    fx_functional,
     fx_indices,
     fx_layout,
     fx_neighbours,
@@ -474,6 +475,8 @@ class _FxLowering:
             if "dim" in attrs:
                 attrs["axis"] = self.axis(attrs.pop("dim"), args[0], where)
             return self.add(fx_node.name, op, [args[0]], attrs)
+        if fx_functional.handles(t):
+            return fx_functional.lower(self, fx_node, args, kw, where)
         if name in _ARITH or t in (torch.add, torch.sub, torch.mul, torch.div, torch.neg,
                                    operator.neg) or name == "neg":  # fmt: skip
             return self.arithmetic(fx_node, _ARITH.get(name, name), args, kw, where)
