@@ -39,8 +39,8 @@ def lower(low, fx_node) -> bool:
     held = [a for a in fx_node.all_input_nodes if a.name in low.index_values]
     if name == "topk" and fx_node.args and low.is_tensor(fx_node.args[0]):
         return _topk(low, fx_node, where)
-    if name == "max" and _max_over_dim(fx_node) and low.is_tensor(fx_node.args[0]):
-        return _max(low, fx_node, where)
+    if name in ("max", "min") and _max_over_dim(fx_node) and low.is_tensor(fx_node.args[0]):
+        return _max(low, fx_node, where, name == "min")
     if fx_node.op == "call_function" and fx_node.target is builtins.getattr:
         src, attr = fx_node.args
         if src.name in low.topks and attr in ("values", "indices"):
@@ -76,11 +76,11 @@ def _max_over_dim(fx_node) -> bool:
     return (len(fx_node.args) > 1 and isinstance(fx_node.args[1], int)) or "dim" in fx_node.kwargs
 
 
-def _max(low, fx_node, where) -> bool:
+def _max(low, fx_node, where, minimum=False) -> bool:
     """The values of x.max(dim, keepdim): torch gives the gradient to the index it returns,
     the first maximum; here a max pooling over the axis (permuted last, the rest as rows),
-    which does too (for a NaN, the last NaN where torch's max takes the first). Its indices
-    are refused where used."""
+    which does too (for a NaN, the last NaN where torch's max takes the first). x.min(dim):
+    -max(-x), the first minimum. Its indices are refused where used."""
     args, kw = fx_values.substitute(list(fx_node.args)), fx_values.substitute(dict(fx_node.kwargs))
     x = args[0]
     dim = args[1] if len(args) > 1 else kw["dim"]
@@ -89,6 +89,10 @@ def _max(low, fx_node, where) -> bool:
     axis = low.axis(dim, x, where)
     rest = [a for a in range(len(shape)) if a != axis]
     name, src = fx_node.name, x.name
+    if minimum:
+        low.nodes.append(Node(f"{name}__neg", "affine", [src], f"{name}__neg",
+                              {"scale": -1.0, "shift": 0.0}))  # fmt: skip
+        src = f"{name}__neg"
     if rest + [axis] != list(range(len(shape))):
         low.nodes.append(Node(f"{name}__permuted", "permute", [src], f"{name}__permuted",
                               {"perm": tuple(rest + [axis])}))  # fmt: skip
@@ -102,6 +106,10 @@ def _max(low, fx_node, where) -> bool:
         shape[a] for a in rest)  # fmt: skip
     values = f"{name}__values"
     low.nodes.append(Node(values, "reshape", [f"{name}__max"], values, {"shape": out or (1,)}))
+    if minimum:
+        low.nodes.append(Node(f"{name}__min", "affine", [values], f"{name}__min",
+                              {"scale": -1.0, "shift": 0.0}))  # fmt: skip
+        values = f"{name}__min"
     low.tuples[name] = [values, None]
     low.topks.add(name)  # .values / .indices as [0] / [1]
     return True

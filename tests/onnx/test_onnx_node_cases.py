@@ -30,7 +30,7 @@ OPS = {
     "HardSigmoid", "HardSwish", "Clip", "Mish", "Selu", "PRelu", "Neg", "Slice", "Split",
     "Constant", "Shape", "Gather", "Cast", "ReduceSum", "ReduceMean", "Sqrt", "InstanceNormalization", "Resize",
     "ConvTranspose", "Expand", "Tile", "TopK", "GatherElements", "Pow", "ConstantOfShape",
-    "Equal", "Where", "LSTM", "GRU", "Einsum", "Trilu", "Not", "Abs", "ReduceMax",
+    "Equal", "Where", "LSTM", "GRU", "Einsum", "Trilu", "Not", "Abs", "ReduceMax", "ReduceMin",
 }  # fmt: skip
 
 

@@ -21,7 +21,7 @@ F64 = torch.float64
 SUPPORTED = (
     "Gemm, MatMul (by a weight, with a following Add of a bias folded in; of two tensors), "
     "Einsum (of one or two tensors, the batch axis the first letter of each), "
-    "ReduceSum and ReduceMean (over per-sample axes), ReduceMax (over one), Add, Sub, Mul, Div "
+    "ReduceSum and ReduceMean (over per-sample axes), ReduceMax and ReduceMin (over one), Add, Sub, Mul, Div "
     "(two tensors with broadcasting, a tensor and a number, or a tensor and a constant tensor, "
     "which becomes a parameter), Pow (by 2), Abs, Neg, Equal of a tensor and a number and Not "
     "of it (a mask), Cast of tensors to float types, Relu, LeakyRelu, Elu, "
@@ -54,6 +54,7 @@ ATTRIBUTES = {
     "LogSoftmax": {"axis"},
     "ReduceSum": {"axes", "keepdims", "noop_with_empty_axes"},
     "ReduceMax": {"axes", "keepdims", "noop_with_empty_axes"},
+    "ReduceMin": {"axes", "keepdims", "noop_with_empty_axes"},
     "ReduceMean": {"axes", "keepdims", "noop_with_empty_axes"},
     "Conv": {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"},
     "ConvTranspose": {"auto_pad", "dilations", "group", "kernel_shape", "output_padding",
@@ -301,7 +302,7 @@ class LayerOps:
         if 0 in axes:
             raise self.fail(node, "a reduction over the batch axis mixes its samples")
         if one_axis and len(axes) != 1:
-            raise self.fail(node, f"a maximum over the axes {axes}: over one only")
+            raise self.fail(node, f"a {node.op_type} over the axes {axes}: over one only")
         keep = bool(a.get("keepdims", 1))
         shape = [1 if i + 1 in axes else n for i, n in enumerate(self.shapes[x])
                  if keep or i + 1 not in axes]  # fmt: skip
@@ -319,6 +320,11 @@ class LayerOps:
         first maximum; the file says nothing of gradients)."""
 
         self.reduce(node, a, lambda x, dims, keepdim: torch.max(x, dims[0], keepdim=keepdim)[0],
+                    one_axis=True)  # fmt: skip
+
+    def op_ReduceMin(self, node, a):
+        """A minimum over one per-sample axis, as torch's x.min(dim)."""
+        self.reduce(node, a, lambda x, dims, keepdim: torch.min(x, dims[0], keepdim=keepdim)[0],
                     one_axis=True)  # fmt: skip
 
     def activation(self, node, module):
