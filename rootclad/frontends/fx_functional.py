@@ -1,7 +1,7 @@
 """The ``torch.nn.functional`` forms of layers in a traced model: ``F.linear``,
-``F.conv1d/2d/3d`` with the model's parameters as weight and bias (each named as the parameter
-itself, so that its gradient is that parameter's), ``F.max_pool1d/2d/3d``, ``F.avg_pool1d/2d/3d``
-and ``F.dropout``. Each is the IR node its module gives: the module is built from the call's
+``F.conv1d/2d/3d`` and ``F.group_norm`` with the model's parameters as weight and bias (each
+named as the parameter itself, so that its gradient is that parameter's),
+``F.max_pool1d/2d/3d``, ``F.avg_pool1d/2d/3d`` and ``F.dropout``. Each is the IR node its module gives: the module is built from the call's
 arguments and read by the registry's ``from_module``, so a functional form accepts and refuses
 what its module does, naming the node."""
 
@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from rootclad.frontends import fx_norms
 from rootclad.ir.graph import IRError, Node
 from rootclad.ir.registry import OPS
 
@@ -39,7 +40,8 @@ _POOLS = {
 
 def handles(target) -> bool:
     try:
-        return target in _WEIGHTED or target in _POOLS or target is F.dropout
+        return (target in _WEIGHTED or target in _POOLS
+                or target in (F.dropout, F.group_norm))  # fmt: skip
     except TypeError:  # an unhashable target
         return False
 
@@ -47,7 +49,8 @@ def handles(target) -> bool:
 def names_parameter(user, param_node) -> bool:
     """Whether ``user`` takes ``param_node`` as the weight or bias of a functional layer
     (which names the parameter itself: no value of it is needed)."""
-    return (user.op == "call_function" and handles(user.target) and user.target in _WEIGHTED
+    return (user.op == "call_function" and handles(user.target)
+            and (user.target in _WEIGHTED or user.target is F.group_norm)
             and bool(user.args) and user.args[0] is not param_node)  # fmt: skip
 
 
@@ -62,6 +65,18 @@ def lower(low, fx_node, args, kw, where) -> None:
         if not training or p == 0:  # fixed when fx traced it
             return low.add(fx_node.name, "identity", [x])
         return low.add(fx_node.name, "dropout", [x], {"p": float(p)})
+    if t is F.group_norm:
+        bound = dict(zip(("num_groups", "weight", "bias", "eps"), args[1:], strict=False)) | kw
+        names = []
+        for role in ("weight", "bias"):
+            value = bound.get(role)
+            if value is not None and (not isinstance(value, torch.fx.Node)
+                                      or value.name not in low.attr_params):  # fmt: skip
+                raise IRError(f"{where}: its {role} must be a parameter of the model")
+            names.append(None if value is None else low.attr_params[value.name])
+        channels = low.shape(x)[1]
+        return fx_norms.group_norm(low, fx_node.name, x, int(bound["num_groups"]), channels,
+                                   float(bound.get("eps", 1e-5)), *names, where)  # fmt: skip
     if t in _POOLS:
         cls, names = _POOLS[t]
         bound = dict(zip(names, args[1:], strict=False)) | kw

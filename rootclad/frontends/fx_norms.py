@@ -33,10 +33,17 @@ def lower(low, fx_node, mod, module_node) -> None:
             raise IRError(f"{where}: track_running_stats=True (running statistics in eval mode) "
                           "is not supported")  # fmt: skip
         groups = channels = shape[0]
-    if not shape or shape[0] != channels:
-        raise IRError(f"{where}: expects {channels} channels on the first per-sample axis, got "
-                      f"per-sample shape {shape}")  # fmt: skip
-    out = fx_node.name
+    weights = (f"{path}.weight", f"{path}.bias") if mod.affine else (None, None)
+    group_norm(low, fx_node.name, x, groups, channels, float(mod.eps), *weights, where)
+
+
+def group_norm(low, out, x, groups, channels, eps, weight, bias, where) -> None:
+    """x normalised over groups of its channels (the first per-sample axis), then scaled and
+    shifted per channel by the parameters named ``weight`` and ``bias`` (or neither)."""
+    shape = tuple(low.shape(x)[1:])
+    if not shape or shape[0] != channels or channels % groups:
+        raise IRError(f"{where}: expects {channels} channels in {groups} groups on the first "
+                      f"per-sample axis, got per-sample shape {shape}")  # fmt: skip
     n = math.prod(shape) // groups
 
     def add(suffix, op, inputs, attrs=None, params=None, name=None):
@@ -45,14 +52,16 @@ def lower(low, fx_node, mod, module_node) -> None:
         return name
 
     h = add("groups", "reshape", [x.name], {"shape": (groups, n)})
-    h = add("normed", "layer_norm", [h], {"normalized_shape": (n,), "eps": float(mod.eps)})
-    affine = mod.affine
-    h = add("back", "reshape", [h], {"shape": shape}, name=None if affine else out)
-    if affine:
-        ones = (channels,) + (1,) * (len(shape) - 1)
-        w = add("weight", "parameter", [], {"shape": ones}, {"weight": f"{path}.weight"})
-        b = add("bias", "parameter", [], {"shape": ones}, {"weight": f"{path}.bias"})
-        add("out", "add", [add("scaled", "mul", [h, w]), b], name=out)
+    h = add("normed", "layer_norm", [h], {"normalized_shape": (n,), "eps": eps})
+    last = out if weight is None and bias is None else None
+    h = add("back", "reshape", [h], {"shape": shape}, name=last)
+    ones = (channels,) + (1,) * (len(shape) - 1)
+    if weight is not None:
+        w = add("weight", "parameter", [], {"shape": ones}, {"weight": weight})
+        h = add("scaled", "mul", [h, w], name=out if bias is None else None)
+    if bias is not None:
+        b = add("bias", "parameter", [], {"shape": ones}, {"weight": bias})
+        add("out", "add", [h, b], name=out)
 
 
 LAYERS = {nn.GroupNorm: lower, nn.InstanceNorm1d: lower, nn.InstanceNorm2d: lower}
