@@ -46,6 +46,8 @@ template <class T> void instantiate() {
   const k::Broadcast bc{{1, 2, 3}, {0, 3, 1}, {6, 3, 1}, 3, 6};
   k::binary_forward(on, p, p, p, 1, bc, 2);
   k::binary_backward(on, p, p, p, p, 1, bc, 2, 0);
+  k::causal_fill_forward(on, p, p, 1, 2, 2, 0);
+  k::causal_fill_backward(on, p, p, 1, 2, 2, 0);
   k::dropout_forward(on, p, p, 1, T(0.5), 1ull);
   k::dropout_backward(on, p, p, 1, T(0.5), 1ull);
   const k::Permute perm{{1, 1, 3, 2}, {0, 0, 1, 3}, 6};
