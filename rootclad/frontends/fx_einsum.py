@@ -77,6 +77,29 @@ def lower(low, fx_node, args, kw, where) -> None:
     emit("identity", [_arrange(emit, prod, "".join(G + M + N), o, size)], name=fx_node.name)
 
 
+def problem(eq: str, ranks: list) -> str | None:
+    """Why ``eq`` over operands of ``ranks`` (batch axis counted) is not compiled, or None
+    (the ONNX import asks before building its module)."""
+    try:
+        ins, out = _parse(eq.replace(" ", ""), len(ranks), "")
+    except IRError as exc:
+        return str(exc).removeprefix(": ")
+    if len(ranks) > 2:
+        return f"einsum of {len(ranks)} operands; one or two are compiled"
+    if any(len(s) != r for s, r in zip(ins, ranks, strict=True)):
+        return f"subscripts {ins} for operands of {ranks} axes"
+    batch = ins[0][0]
+    if (
+        any(s[0] != batch for s in ins)
+        or out[:1] != batch
+        or any(batch in s[1:] for s in [*ins, out])
+    ):
+        return "the batch axis must be the first letter of every operand and of the output"
+    if len(out) < 2:
+        return "the output keeps the batch axis alone"
+    return None
+
+
 def _parse(eq: str, count: int, where):
     if "..." in eq:
         raise IRError(f"{where}: equation {eq!r}: '...' is not supported; name every axis")

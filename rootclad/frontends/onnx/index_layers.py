@@ -62,8 +62,10 @@ class IndexOps:
 
         x = self.tensor(node)
         to = onnx.helper.tensor_dtype_to_np_dtype(a["to"])
-        if to not in (np.float32, np.float64, np.float16):
-            raise self.fail(node, f"Cast of a tensor to {to}: to a float type only")
+        own = np.float64 if self.dtype == torch.float64 else np.float32
+        if to not in (np.float32, np.float64) or (to != own and x not in self.masks):
+            raise self.fail(node, f"Cast of a tensor to {to}; the model computes in {own.__name__} "
+                            "throughout (a mask may become 1s and 0s of it)")  # fmt: skip
         if x in self.masks:  # 1s and 0s (the torch front-end keeps them in the model's type)
             return self.emit(node.output, lambda env, root, x=x: env[x].float(), self.shapes[x])
         self.emit(node.output, lambda env, root, x=x: env[x], self.shapes[x])

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from rootclad.frontends import fx_einsum
 from rootclad.frontends.onnx.common import BATCH, Renamed, text
 
 # layers are built in float64 from the file's values and rounded once, to the graph's dtype, by
@@ -237,6 +238,9 @@ class LayerOps:
         """torch.einsum of the operands, which the torch front-end lowers (fx_einsum.py)."""
         xs = [self.tensor(node, i) for i in range(len(node.input))]
         eq = text(a["equation"])
+        why = fx_einsum.problem(eq, [len(self.shapes[x]) + 1 for x in xs])
+        if why:
+            raise self.fail(node, f"equation {eq!r}: {why}")
         try:
             with torch.no_grad():
                 probe = torch.einsum(eq, *(torch.zeros(2, *self.shapes[x]) for x in xs))
