@@ -386,7 +386,7 @@ def test_bad_files_are_refused_naming_the_file(tmp_path):
     ({"x_dims": (5,)}, r"'fc' \(Gemm, opset 17\): B gives 3 inputs, A has 5"),
     ({"x_dims": ("L",)}, "the others must be fixed positive numbers"),
     ({"x_type": TensorProto.INT64}, r"'fc' \(Gemm, opset 17\): reads 'x', integer indices"),
-    ({"x_type": TensorProto.INT8}, "takes float32 or float64, and int32 or int64"),
+    ({"x_type": TensorProto.INT8}, "takes float32 or float64, int32 or int64 indices"),
 ])  # fmt: skip
 def test_bad_graphs_are_refused(kw, words):
     with pytest.raises(IRError, match=words):
