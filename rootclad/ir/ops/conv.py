@@ -66,11 +66,14 @@ def conv2d_out(n, k, s, p, d):
     return (n + 2 * p - d * (k - 1) - 1) // s + 1
 
 
-def _conv2d_infer(node, shapes, graph):
+def _conv_nd_infer(node, shapes, graph):
+    """Conv2d and Conv3d: n spatial axes, as many as the stride has."""
     (shape,) = shapes
     a = node.attrs
+    n = len(a["stride"])
     w = graph.param(node.params["weight"])
-    expect(len(shape) == 3, node, f"expected input (C, H, W), got per-sample shape {shape}")
+    axes = "(C, H, W)" if n == 2 else "(C, D, H, W)"
+    expect(len(shape) == n + 1, node, f"expected input {axes}, got per-sample shape {shape}")
     expect(
         shape[0] == w.shape[1] * a["groups"],
         node,
@@ -78,7 +81,7 @@ def _conv2d_infer(node, shapes, graph):
     )
     out = [
         conv2d_out(shape[1 + i], w.shape[2 + i], a["stride"][i], a["padding"][i], a["dilation"][i])
-        for i in range(2)
+        for i in range(n)
     ]
     expect(min(out) >= 1, node, f"input {shape[1:]} is smaller than the kernel {w.shape[2:]}")
     return (w.shape[0], *out)
@@ -89,7 +92,7 @@ register(
         "conv2d",
         "conv",
         "Conv2d (zero padding, any stride/padding/dilation/groups)",
-        _conv2d_infer,
+        _conv_nd_infer,
         params=("weight", "bias"),
         saves=("in",),
         flops=_conv_flops,
@@ -99,30 +102,12 @@ register(
 )
 
 
-def _conv3d_infer(node, shapes, graph):
-    (shape,) = shapes
-    a = node.attrs
-    w = graph.param(node.params["weight"])
-    expect(len(shape) == 4, node, f"expected input (C, D, H, W), got per-sample shape {shape}")
-    expect(
-        shape[0] == w.shape[1] * a["groups"],
-        node,
-        f"expected {w.shape[1] * a['groups']} input channels, got {shape[0]} (shape {shape})",
-    )
-    out = [
-        conv2d_out(shape[1 + i], w.shape[2 + i], a["stride"][i], a["padding"][i], a["dilation"][i])
-        for i in range(3)
-    ]
-    expect(min(out) >= 1, node, f"input {shape[1:]} is smaller than the kernel {w.shape[2:]}")
-    return (w.shape[0], *out)
-
-
 register(
     OpSpec(
         "conv3d",
         "conv",
         "Conv3d (zero padding, any stride/padding/dilation/groups; direct loops)",
-        _conv3d_infer,
+        _conv_nd_infer,
         params=("weight", "bias"),
         saves=("in",),
         flops=_conv_flops,
