@@ -26,7 +26,7 @@ OPSET = 18  # Mish is an ONNX op from opset 18 on
 NOT_IMPORTED = {"identity": "the graph computes nothing: its output 'y' is its input",
                 # an initializer meeting Mul/Add becomes the parameter op, but the class
                 # token's expand to the batch is shape arithmetic on a constant in the file
-                "parameter-read-directly": "must be a tensor computed from the model input"}  # fmt: skip
+                "parameter-read-directly": "depend on the batch size"}  # fmt: skip
 # torch's MultiheadAttention computes in (sequence, batch) order inside, and timm's qkv moves
 # the heads ahead of the batch: the files transpose the batch axis away and back, which the
 # ONNX import does not follow yet (the torch front-end compiles these modules)
