@@ -22,6 +22,7 @@ from rootclad.codegen.standalone import write_header
 from rootclad.frontends.onnx import to_module
 from rootclad.frontends.programs import program_module
 from rootclad.frontends.torch_fx import graph_from_module, parameter_aliases
+from rootclad.ir.graph import IRError
 from rootclad.toolchain import (
     CompileError,
     ToolchainError,
@@ -125,6 +126,24 @@ def _module_graph(model: torch.nn.Module, examples: tuple, dtype, several: bool)
     return model, graph_from_module(model, example if several else example[0], _DTYPE_NAMES[dtype])
 
 
+def choose_loss_output(graph, loss_output) -> None:
+    """Point the loss at the output ``loss_output`` names: its place among the model's
+    outputs, or its dict key."""
+    if not graph.parts:
+        if loss_output not in (0, None):
+            raise ValueError(f"loss_output={loss_output!r}: the model returns one tensor")
+        return
+    keys = [key for key, _ in graph.parts]
+    if isinstance(loss_output, str) and graph.container == "dict" and loss_output in keys:
+        graph.loss_part = keys.index(loss_output)
+    elif isinstance(loss_output, int) and -len(keys) <= loss_output < len(keys):
+        graph.loss_part = loss_output % len(keys)
+    else:
+        raise ValueError(f"loss_output={loss_output!r} is none of the model's outputs "
+                         f"{keys if graph.container == 'dict' else list(range(len(keys)))}")  # fmt: skip
+    graph.validate()
+
+
 def _take_state(model, module: torch.nn.Module):
     """The compiled ``model`` with ``module``'s parameters, buffers, frozen flags and mode."""
     buffers = {n: b for n, b in module.named_buffers() if n in model._buffer_views}
@@ -144,6 +163,7 @@ def compile(
     dtype: torch.dtype | None = None,
     seed: int = 0,
     device: str | torch.device | None = None,
+    loss_output: int | str = 0,
 ):
     """Compile ``model`` into a :class:`rootclad.torch.CompiledModel`.
 
@@ -160,18 +180,23 @@ def compile(
     (``model.training``) are copied into the compiled model.
     ``device`` defaults to the example input's: a CUDA example (or ``device="cuda"``) gives a
     :class:`rootclad.torch.DeviceModel`, whose kernels nvcc builds for the GPU.
+    A model may return a tuple, list or dict of tensors: ``cm(x)`` returns the same, and the
+    loss reads the one ``loss_output`` names (its place, or its dict key; the first by
+    default).
     """
     examples, dtype, example_device = _examples(example_input, dtype, model)
     device = torch.device(device if device is not None else example_device)
     if device.type == "cuda":
         _device_engine(engine, pullbacks)
-        return compile_device(model, example_input, device, loss=loss, dtype=dtype, seed=seed)
+        return compile_device(model, example_input, device, loss=loss, dtype=dtype, seed=seed,
+                              loss_output=loss_output)  # fmt: skip
     if device.type != "cpu":
         raise ValueError(f"device {str(device)!r}: rootclad compiles for 'cpu' and 'cuda'")
     t0 = time.perf_counter()
     several = isinstance(example_input, (tuple, list))
     graph = graph_from_module(model, example_input if several else examples[0],
                               _DTYPE_NAMES[dtype])  # fmt: skip
+    choose_loss_output(graph, loss_output)
     cm = compile_graph(graph, loss, engine=engine, pullbacks=pullbacks, seed=seed, t0=t0,
                        aliases=parameter_aliases(model),
                        # buffers of layers forward() never calls: accepted by load_state_dict
@@ -269,6 +294,12 @@ def device_program(graph, loss: str = "bce_with_logits", device="cuda", *, seed:
 
     device = check_device(device)
     graph.validate()
+    if graph.parts:
+        raise IRError(
+            f"the model returns a {graph.container} of {len(graph.parts)} tensors; device "
+            "programs compile models that return one tensor (torch.cat them, or compile for "
+            "the CPU, where several outputs are supported)"
+        )
     name = "rcd_" + hashlib.sha256(graph.fingerprint().encode()).hexdigest()[:12]
     source = emit_device(graph, name, loss)
     if device.type == "cuda":
@@ -284,7 +315,8 @@ def device_program(graph, loss: str = "bce_with_logits", device="cuda", *, seed:
 
 
 def compile_device(model: torch.nn.Module, example_input, device="cuda",
-                   loss: str = "bce_with_logits", dtype=None, seed: int = 0) -> DeviceModel:  # fmt: skip
+                   loss: str = "bce_with_logits", dtype=None, seed: int = 0,
+                   loss_output: int | str = 0) -> DeviceModel:  # fmt: skip
     """The device model of ``model`` with its current parameters (``model`` stays as it is):
     on a GPU (``device="cuda"``), or its kernels as loops on the CPU (``device="cpu"``, the
     reference the GPU build is checked against). ``example_input``: a tensor, or a tuple of
@@ -293,6 +325,7 @@ def compile_device(model: torch.nn.Module, example_input, device="cuda",
     examples, dtype, _ = _examples(example_input, dtype, model)
     device = check_device(device)
     module, graph = _module_graph(model, examples, dtype, several)
+    choose_loss_output(graph, loss_output)
     dm = device_program(graph, loss, device, seed=seed, aliases=parameter_aliases(module),
                         ignored=[n for n, _ in module.named_buffers()])  # fmt: skip
     dm._ignored -= set(dm._buffer_views)
@@ -309,7 +342,8 @@ def retarget(model, device: torch.device):
 
 
 # -- model files ----------------------------------------------------------------------------
-def _compile_module(module, shapes, graph_dtype, loss, engine, pullbacks, dtype, seed):
+def _compile_module(module, shapes, graph_dtype, loss, engine, pullbacks, dtype, seed,
+                    loss_output=0):  # fmt: skip
     dtype = dtype or graph_dtype
     kinds = getattr(module, "input_dtypes", None) or [None] * len(shapes)  # indices: integers
     examples = tuple(
@@ -317,12 +351,12 @@ def _compile_module(module, shapes, graph_dtype, loss, engine, pullbacks, dtype,
     )
     example = examples[0] if len(examples) == 1 else examples
     return compile(module.to(dtype), example, loss, engine=engine, pullbacks=pullbacks,
-                   dtype=dtype, seed=seed)  # fmt: skip
+                   dtype=dtype, seed=seed, loss_output=loss_output)  # fmt: skip
 
 
 def load(path, loss: str = "bce_with_logits", *, example_input=None, engine: str = "auto",
          pullbacks: bool = True, dtype: torch.dtype | None = None, seed: int = 0,
-         trusted: bool = False):  # fmt: skip
+         trusted: bool = False, loss_output: int | str = 0):  # fmt: skip
     """Compile the model in ``path``: an ONNX file (``.onnx``), a ``torch.export`` program
     (``.pt2``, saved with ``torch.export.save``) or a TorchScript module (``.pt``, saved with
     ``torch.jit.save``; give ``example_input``, a batch of the input, since the file does not
@@ -330,17 +364,20 @@ def load(path, loss: str = "bce_with_logits", *, example_input=None, engine: str
     :func:`rootclad.compile` does. ``.pt2`` and ``.pt`` files need ``trusted=True``: torch's
     loaders for them run code the file holds, so never pass it for a file you were sent."""
     module, shapes, graph_dtype = program_module(path, example_input, trusted=trusted)
-    return _compile_module(module, shapes, graph_dtype, loss, engine, pullbacks, dtype, seed)
+    return _compile_module(module, shapes, graph_dtype, loss, engine, pullbacks, dtype, seed,
+                           loss_output)  # fmt: skip
 
 
 def load_onnx(model, loss: str = "bce_with_logits", *, engine: str = "auto",
-              pullbacks: bool = True, dtype: torch.dtype | None = None, seed: int = 0):  # fmt: skip
+              pullbacks: bool = True, dtype: torch.dtype | None = None, seed: int = 0,
+              loss_output: int | str = 0):  # fmt: skip
     """Compile an ONNX file (or ``ModelProto``) into a :class:`rootclad.torch.CompiledModel`:
     the same API as :func:`rootclad.compile` (``cm(x)``, ``input_grad``, ``loss_and_grad``,
     ``train_step``). The first input axis is the batch; the others must be fixed. dtype
     defaults to the graph's (float64 if an input is float64, else float32)."""
     module, shapes, graph_dtype = to_module(model)
-    return _compile_module(module, shapes, graph_dtype, loss, engine, pullbacks, dtype, seed)
+    return _compile_module(module, shapes, graph_dtype, loss, engine, pullbacks, dtype, seed,
+                           loss_output)  # fmt: skip
 
 
 # -- standalone headers ---------------------------------------------------------------------

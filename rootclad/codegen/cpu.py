@@ -359,11 +359,22 @@ class _Emitter(Sweeps, Layout):
         out = self.output_region
         OUT, D_OUT = self.at("act", out), self.at("d_act", out)
         cd = "clad::custom_derivatives::rootclad::"
+        col, shape = self.g.loss_columns
         if self.loss in CLASS_INDEX_LOSSES:
-            shape = self.g.output_shape
             what = "logits" if self.loss == "cross_entropy" else "log-probabilities"
             if len(shape) != 1:
-                raise IRError(f"{self.loss} needs {what} (B, classes); the model gives {shape}")
+                raise IRError(f"{self.loss} needs {what} (B, classes); the model gives "
+                              f"{shape}{self.loss_output_name()}")  # fmt: skip
+        if self.g.parts:  # one of several outputs: columns of the concatenated rows
+            K = math.prod(shape)
+            Y = "y + (long)b0" + ("" if self.loss in CLASS_INDEX_LOSSES else f" * {K}")
+            args = f"LOSS_KIND, {OUT}, {Y}, (const T*)nullptr"
+            tail = f"{col}, {K}, {out.size}"
+            return (
+                f"::rootclad::column_loss<T>({args}, (T*)nullptr, B, B, {tail})",
+                f"::rootclad::column_loss<T>({args}, {D_OUT}, Bf, B, {tail});",
+            )
+        if self.loss in CLASS_INDEX_LOSSES:
             NC = shape[0]
             Y = "y + (long)b0"
             return (
@@ -376,6 +387,11 @@ class _Emitter(Sweeps, Layout):
             f"::rootclad::{self.loss}_forward({OUT}, {Y}, {N})",
             f"{cd}{self.loss}_forward_pullback({OUT}, {Y}, {N}, scale, {D_OUT}, &di);",
         )
+
+    def loss_output_name(self) -> str:
+        if not self.g.parts:
+            return ""
+        return f" (output {self.g.parts[self.g.loss_part][0]!r}, which the loss reads)"
 
     def function(self, signature: str, body: list[str], prologue=()) -> list[str]:
         """A static function of the Model struct: its signature line (ending in "{"),

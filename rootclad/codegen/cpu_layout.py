@@ -4,6 +4,8 @@ include/rootclad/model_runtime.h reads."""
 
 from __future__ import annotations
 
+import math
+
 from rootclad.codegen.cpu_ops import cpu_op
 from rootclad.codegen.cxx import string_literal
 from rootclad.ir.graph import CLASS_INDEX_LOSSES
@@ -57,6 +59,8 @@ class Layout:
             per_sample = self.head_size * 2 * (4 if self.g.dtype == "float32" else 8)
             micro = max(1, MICRO_BATCH_BYTES // max(per_sample, 1))
         ins, outs = self.g.input_shape, self.g.output_shape
+        loss_col, loss_shape = self.g.loss_columns
+        loss_size = math.prod(loss_shape)
         return [
             f"using T = {CTYPE[self.g.dtype]};",
             f"static constexpr long N_PARAMS = {self.n_params};",
@@ -84,7 +88,9 @@ class Layout:
             f"static constexpr int LOSS_KIND = {LOSS_KIND[self.loss]}; // weighted_loss's",
             f"static constexpr long OUTPUT_OFFSET = {out.offset}, OUTPUT_SIZE = {out.size};",
             f"static constexpr long TARGET_SIZE = "
-            f"{1 if self.loss in CLASS_INDEX_LOSSES else out.size};",
+            f"{1 if self.loss in CLASS_INDEX_LOSSES else loss_size};",
+            "// the output's columns the loss reads (a model with several outputs)",
+            f"static constexpr long LOSS_COLUMN = {loss_col}, LOSS_SIZE = {loss_size};",
             f"static constexpr int N_INPUTS = {len(self.input_regions)};",
             f"static constexpr long INPUT_OFFSET = {inp.offset}, INPUT_SIZE = {inp.size};",
             f'static constexpr const char* ENGINE = "{engine}";',

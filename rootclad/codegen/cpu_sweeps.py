@@ -194,7 +194,8 @@ class Sweeps:
         )
 
     def train_functions(self, head, rest) -> list[str]:
-        fused = self.update_sweep(head, rest)
+        # a loss on one of several outputs runs as the weighted loss does: loss, then the VJP
+        fused = None if self.g.parts else self.update_sweep(head, rest)
         if fused is None:
             return ["static constexpr bool FUSED_TRAIN_STEP = false;",
                     "static constexpr long UPDATE_RUNS[] = {-1};",

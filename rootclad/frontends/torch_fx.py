@@ -26,6 +26,7 @@ from rootclad.frontends import (
     fx_layout,
     fx_neighbours,
     fx_norms,
+    fx_outputs,
     fx_params,
     fx_recurrent,
     fx_slicing,
@@ -421,11 +422,8 @@ class _FxLowering:
                     ) from exc
             elif not fx_values.is_static(fx_node):
                 raise self.unsupported(fx_node)
-        if not isinstance(output, torch.fx.Node):
-            raise IRError(
-                f"the model returns {type(output).__name__} {output!r}; rootclad compiles "
-                "models that return one tensor"
-            )
+        known = {*inputs, *(n.output for n in self.nodes)}
+        output, parts, container = fx_outputs.lower(self, output, known)
         shapes = [tuple(x.shape[1:]) for x in self.xs]
         # torch's per-sample shape of every value, which the IR's inference must reproduce
         self.expected = {
@@ -434,8 +432,9 @@ class _FxLowering:
             if hasattr(n.meta.get("tensor_meta"), "shape") and n.name not in self.param_shapes
         }
         masks = tuple(x.dtype == torch.bool for x in self.xs)
-        return Graph(inputs, shapes, self.nodes, output.name, self.params, self.dtype,
-                     masks=masks if any(masks) else (), indices=indices)  # fmt: skip
+        return Graph(inputs, shapes, self.nodes, output, self.params, self.dtype,
+                     masks=masks if any(masks) else (), indices=indices, parts=parts,
+                     container=container)  # fmt: skip
 
     def call_module(self, fx_node) -> None:
         mod = self.traced.get_submodule(fx_node.target)

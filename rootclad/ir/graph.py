@@ -77,6 +77,12 @@ class Graph:
     # input, () or per position of a sample (flat) the fewest rows of the Embeddings reading
     # it (0: read by none)
     indices: tuple[tuple[int, ...], ...] = ()
+    # a model returning several tensors: each one's key (its place in the tuple or list, or
+    # its dict key) and per-sample shape, in order; the output is their concatenation, flat
+    # per sample (none: one output). loss_part: the one the loss reads.
+    parts: tuple[tuple[int | str, tuple[int, ...]], ...] = ()
+    container: str = ""  # "tuple", "list" or "dict" (with parts)
+    loss_part: int = 0
     # params and buffers by name, set by validate(): param() runs once per node
     by_name: dict[str, Param] = field(default_factory=dict, repr=False, compare=False)
 
@@ -98,6 +104,15 @@ class Graph:
     def output_shape(self) -> tuple[int, ...]:
         return self.shapes[self.output]
 
+    @property
+    def loss_columns(self) -> tuple[int, tuple[int, ...]]:
+        """(first column, per-sample shape) of the output the loss reads, in the output's
+        flat row: the whole output for a model with one."""
+        if not self.parts:
+            return 0, self.output_shape
+        col = sum(math.prod(shape) for _, shape in self.parts[: self.loss_part])
+        return col, self.parts[self.loss_part][1]
+
     def ops(self) -> list:
         """The registry entry of each node, in order."""
         return [OPS[n.op] for n in self.nodes]
@@ -117,6 +132,7 @@ class Graph:
         desc = {
             "inputs": list(zip(self.inputs, self.input_shapes, strict=True)),
             "output": self.output,
+            **({"parts": self.parts, "loss_part": self.loss_part} if self.parts else {}),
             "dtype": self.dtype,
             "params": [(p.name, p.shape) for p in self.params],
             "buffers": [(p.name, p.shape) for p in self.buffers],
@@ -179,6 +195,11 @@ class Graph:
         if self.output in self.inputs:
             raise IRError(f"the model returns its input {self.output!r} unchanged")
         self.shapes = shapes
+        if self.parts:
+            total = sum(math.prod(shape) for _, shape in self.parts)
+            if shapes[self.output] != (total,) or not 0 <= self.loss_part < len(self.parts):
+                raise IRError(f"the model's outputs {self.parts} do not fill its output "
+                              f"{self.output!r} of shape {shapes[self.output]}")  # fmt: skip
 
 
 def expect(cond: bool, node: Node, msg: str) -> None:

@@ -11,10 +11,7 @@ from rootclad.ir.registry import OPS
 
 def _with_nodes(graph: Graph, nodes: list[Node]) -> Graph:
     """The graph with these nodes, validated (shapes inferred again)."""
-    out = Graph(
-        graph.inputs, graph.input_shapes, nodes, graph.output, graph.params, graph.dtype,
-        buffers=graph.buffers, masks=graph.masks, indices=graph.indices,
-    )  # fmt: skip
+    out = dataclasses.replace(graph, nodes=nodes, shapes={}, by_name={})
     out.validate()
     return out
 

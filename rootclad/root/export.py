@@ -37,6 +37,15 @@ def metadata(cm, library_md5: str) -> dict:
         "pullbacks": cm.pullbacks,
         "input_shape": list(cm.input_shape),
         "output_shape": list(cm.output_shape),
+        # a model with several outputs: its output row is theirs, concatenated in this order
+        **(
+            {
+                "outputs": [{"key": k, "shape": list(s)} for k, s in cm.output_parts],
+                "loss_output": cm.graph.loss_part,
+            }
+            if cm.output_parts
+            else {}
+        ),
         "parameters": [{"name": n, "shape": list(p.shape)} for n, p in cm.named_parameters()],
         "rootclad_version": __version__,
         "seed": cm._seed,

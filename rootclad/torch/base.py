@@ -146,7 +146,8 @@ class ModelBase:
         self.dtype = TORCH_DTYPE[graph.dtype]
         self.input_shapes = [tuple(s) for s in graph.input_shapes]
         self.input_shape = self.input_shapes[0]
-        self.output_shape = tuple(graph.output_shape)
+        self.output_shape = tuple(graph.output_shape)  # several outputs: concatenated
+        self.loss_shape = tuple(graph.loss_columns[1])  # the output the loss reads
         self.training = True
         self._seed = int(seed)
         self._calls = itertools.count(1)  # next() is atomic: no two threads share a seed
@@ -334,9 +335,56 @@ class ModelBase:
             raise ValueError(f"the inputs have different batch sizes {sorted(batches)}")
         return batches.pop()
 
+    # -- several outputs: the model's tuple, list or dict, concatenated per sample ---------
+    @property
+    def output_parts(self) -> tuple:
+        """(key, per-sample shape) of each output of a model that returns several (its
+        place in the tuple or list, or its dict key); () for a model that returns one."""
+        return self.graph.parts
+
+    def _split(self, out: torch.Tensor):
+        """The concatenated output (B, n) as the model returns it: a tuple, list or dict of
+        (B, *shape) tensors (differentiable, for torch autograd); one output as it is."""
+        if not self.graph.parts:
+            return out
+        pieces, col = [], 0
+        for key, shape in self.graph.parts:
+            n = math.prod(shape)
+            pieces.append((key, out[:, col : col + n].reshape(out.shape[0], *shape)))
+            col += n
+        if self.graph.container == "dict":
+            return dict(pieces)
+        values = [p for _, p in pieces]
+        return tuple(values) if self.graph.container == "tuple" else values
+
+    def _joined_d_out(self, d_out, B: int):
+        """input_grad's ``d_out`` as one (B, n) tensor: for a model with several outputs,
+        given as the model returns them (each (B, *shape)), or None: ones on the output the
+        loss reads, zeros on the others (its saliency)."""
+        parts = self.graph.parts
+        if not parts:
+            return d_out
+        if d_out is None:
+            d_out = [(torch.ones if i == self.graph.loss_part else torch.zeros)(
+                (B, *shape), dtype=self.dtype) for i, (_, shape) in enumerate(parts)]  # fmt: skip
+        elif isinstance(d_out, dict) and self.graph.container == "dict":
+            if set(d_out) != {k for k, _ in parts}:
+                raise ValueError(f"d_out has keys {sorted(d_out)}, expected "
+                                 f"{[k for k, _ in parts]}")  # fmt: skip
+            d_out = [d_out[k] for k, _ in parts]
+        elif not isinstance(d_out, (tuple, list)) or len(d_out) != len(parts):
+            raise ValueError(f"d_out must be given as the model returns its outputs: a "
+                             f"{self.graph.container} of {len(parts)} tensors")  # fmt: skip
+        for (key, shape), d in zip(parts, d_out, strict=True):
+            if not isinstance(d, torch.Tensor) or tuple(d.shape) != (B, *shape):
+                got = tuple(d.shape) if isinstance(d, torch.Tensor) else type(d).__name__
+                raise ValueError(f"d_out for output {key!r} has shape {got}, expected "
+                                 f"{(B, *shape)}")  # fmt: skip
+        return torch.cat([d.detach().to(self.dtype).reshape(B, -1) for d in d_out], dim=1)
+
     def _target_shapes(self, B: int) -> list[tuple]:
-        shapes = [(B, *self.output_shape)]
-        if math.prod(self.output_shape) == 1:
+        shapes = [(B, *self.loss_shape)]
+        if math.prod(self.loss_shape) == 1:
             shapes.append((B,))
         return shapes
 
@@ -354,11 +402,12 @@ class ModelBase:
                     f"{self.loss} targets must be {B} integer class indices, shape ({B},), got "
                     f"{y.dtype} of shape {tuple(y.shape)}"
                 )
-            self._check_classes(y, self.output_shape[0])
+            self._check_classes(y, self.loss_shape[0])
         elif tuple(y.shape) not in (shapes := self._target_shapes(B)):
             raise ValueError(
                 f"{self.loss} targets have shape {tuple(y.shape)}, expected "
-                f"{' or '.join(map(str, shapes))} (the model output's shape)"
+                f"{' or '.join(map(str, shapes))} (the shape of the model output the loss "
+                "reads)"
             )
         return y.reshape(-1).to(self.dtype).contiguous()
 

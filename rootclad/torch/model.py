@@ -170,10 +170,12 @@ class CompiledModel(ModelBase):
     # -- running ------------------------------------------------------------------------
     def __call__(self, *x: torch.Tensor) -> torch.Tensor:
         """The model output, differentiable w.r.t. the input(s) and the parameters via torch
-        autograd. A model with several inputs takes them in order: ``cm(x, theta)``."""
+        autograd. A model with several inputs takes them in order: ``cm(x, theta)``; one
+        that returns several tensors returns them as its module does (a tuple, list or dict)."""
         xs = x[0] if len(x) == 1 and isinstance(x[0], (tuple, list)) else x
         self._check_x(xs)
-        return CompiledFunction.apply(self, len(xs), True, *xs, *self._views.values())
+        return self._split(CompiledFunction.apply(self, len(xs), True, *xs,
+                                                  *self._views.values()))  # fmt: skip
 
     forward = __call__
 
@@ -292,15 +294,18 @@ class CompiledModel(ModelBase):
         act, _, act_ptr = self._views_for(B)
         self._load_input(act, x, B)
         self._lib.forward(self._arena.data_ptr(), act_ptr, B, int(self.training), self._next_seed())
-        return fresh_copy(self._output(act, B))
+        return self._split(fresh_copy(self._output(act, B)))
 
     def input_grad(self, *x: torch.Tensor, d_out: torch.Tensor | None = None):
         """d(sum of output x d_out) / d input, through the compiled backward, without autograd
         bookkeeping; ``d_out`` defaults to ones (for a one-output model: each sample's
         d output / d input, its saliency). Returns one tensor per model input (a tuple when
-        there are several); the parameters' gradient is left alone."""
+        there are several); the parameters' gradient is left alone. A model with several
+        outputs takes ``d_out`` as it returns them, and defaults to ones on the output the loss
+        reads (zeros on the others)."""
         x = x[0] if len(x) == 1 else x
         B = self._check_x(x)
+        d_out = self._joined_d_out(d_out, B)
         out_shape = (B, *self.output_shape)
         if d_out is None:
             d_out = torch.ones(out_shape, dtype=self.dtype)

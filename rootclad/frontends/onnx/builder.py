@@ -271,17 +271,18 @@ class Builder(ShapeOps, LayerOps, ConvOps, IndexOps, RecurrentOps):
                 self.masks.update(node.output)  # a mask reshaped is a mask
             for _, out in self.steps[done:]:
                 self.check_declared(node, out)
-        if len(self.outputs) == 1 and self.outputs[0] in self.consts:
-            raise IRError(f"{self.where}: the graph computes nothing from its input: its output "
-                          f"{self.outputs[0]!r} is a constant (shapes and constants "
-                          "alone)")  # fmt: skip
-        if len(self.outputs) != 1 or self.outputs[0] not in self.shapes:
-            raise IRError(f"{self.where}: the graph must have one tensor output, it has "
-                          f"{self.outputs}")  # fmt: skip
         names = [i.name for i in self.inputs]
-        if self.identity_of.get(self.outputs[0], self.outputs[0]) in names:
-            raise IRError(f"{self.where}: the graph computes nothing: its output "
-                          f"{self.outputs[0]!r} is its input")  # fmt: skip
+        for out in self.outputs:  # several: the module returns a dict by their names
+            if out in self.consts:
+                raise IRError(f"{self.where}: the graph computes nothing from its input: its "
+                              f"output {out!r} is a constant (shapes and constants "
+                              "alone)")  # fmt: skip
+            if out not in self.shapes:
+                raise IRError(f"{self.where}: the graph's output {out!r} is not a tensor "
+                              f"computed per sample; its outputs: {self.outputs}")  # fmt: skip
+            if self.identity_of.get(out, out) in names:
+                raise IRError(f"{self.where}: the graph computes nothing: its output "
+                              f"{out!r} is its input")  # fmt: skip
         return self.root.to(self.dtype).eval(), [self.shapes[n] for n in names], self.dtype
 
     def check_indices(self, node) -> None:
@@ -350,7 +351,9 @@ class _OnnxModule(nn.Module):
         env = dict(zip(self._inputs, xs, strict=True))
         for fn, out in self._steps:
             env[out] = fn(env, self)
-        return env[self._outputs[0]]
+        if len(self._outputs) == 1:
+            return env[self._outputs[0]]
+        return {name: env[name] for name in self._outputs}
 
 
 def _module_class(n: int) -> type:

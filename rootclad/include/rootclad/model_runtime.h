@@ -15,7 +15,9 @@
 //   PARAM_GRADIENT_SKIPPED                      the sweep leaves d_params alone for an input
 //                                               gradient (NO_PARAM_GRADIENT)
 //   LOSS_KIND, OUTPUT_OFFSET, OUTPUT_SIZE,      the loss (weighted_loss's number), the output's
-//   TARGET_SIZE                                 region and one sample's targets
+//   TARGET_SIZE, LOSS_COLUMN, LOSS_SIZE         region, one sample's targets, and the columns
+//                                               of the output the loss reads (a model with
+//                                               several outputs concatenates them)
 //   INPUT_OFFSET, INPUT_SIZE, N_INPUTS          the first input's region, the inputs
 //   ENGINE, DTYPE, LOSS                         what the C API reports
 //   PARAM_NAMES, PARAM_OFFSETS, PARAM_DIMS,     the parameter tensors (each table ends in a
@@ -104,8 +106,9 @@ template <class M> struct ModelRuntime {
   // forward_chunk(); writes its gradient w.r.t. the output to dz (Bf samples).
   static T weighted_loss_chunk(T* act, const T* y, const T* w, T* dz, int Bf, int b0, int B) {
     const T* out = act + (long)Bf * M::OUTPUT_OFFSET + (long)b0 * M::OUTPUT_SIZE;
-    return weighted_loss(M::LOSS_KIND, out, y + (long)b0 * M::TARGET_SIZE, w + b0,
-                         dz + (long)b0 * M::OUTPUT_SIZE, Bf, B, (int)M::OUTPUT_SIZE);
+    return column_loss(M::LOSS_KIND, out, y + (long)b0 * M::TARGET_SIZE, w ? w + b0 : nullptr,
+                       dz + (long)b0 * M::OUTPUT_SIZE, Bf, B, (int)M::LOSS_COLUMN,
+                       (int)M::LOSS_SIZE, (int)M::OUTPUT_SIZE);
   }
 
   static void run_chunk(void* ctx, int t, int n) {
@@ -125,8 +128,9 @@ template <class M> struct ModelRuntime {
     // adds into it regardless
     if (!(M::PARAM_GRADIENT_SKIPPED && (j.need_dx & NO_PARAM_GRADIENT)))
       zero(dp, N_SLOTS);
-    if (j.mode == LOSS_AND_GRAD && j.w) {
-      // weighted: the loss's gradient is formed here, the model's backward is the VJP
+    if (j.mode == LOSS_AND_GRAD && (j.w || M::LOSS_SIZE != M::OUTPUT_SIZE)) {
+      // weighted, or a loss on one of several outputs: the loss's gradient is formed here,
+      // the model's backward is the VJP
       M::forward_chunk(j.params, j.act, j.Bf, b0, B, j.training, j.seed);
       j.loss[t] = weighted_loss_chunk(j.act, j.y, j.w, j.dz, j.Bf, b0, B);
       vjp_chunk(j.params, j.act, dp, j.d_act, j.dz, j.Bf, b0, B, j.training, j.seed, j.need_dx);
@@ -173,7 +177,7 @@ template <class M> struct ModelRuntime {
     const int n = threads_for(j.Bf);
     // per calling thread, grown once: nothing is allocated in steady state
     static thread_local std::vector<T> scratch, dz;
-    if (j.w && dz.size() < (size_t)j.Bf * M::OUTPUT_SIZE)
+    if ((j.w || M::LOSS_SIZE != M::OUTPUT_SIZE) && dz.size() < (size_t)j.Bf * M::OUTPUT_SIZE)
       dz.resize((size_t)j.Bf * M::OUTPUT_SIZE);
     j.dz = dz.data();
     static thread_local std::vector<double> sync_values;

@@ -116,54 +116,68 @@ void huber_backward(T* d_inp, T d_loss, const T* inp, const T* target, int N) {
 // Per-sample weights (HEP event weights): the loss is the mean over all N = Bf * K elements of
 // w_b * l(z_bk, y_bk) (cross_entropy: over the Bf samples of w_b * l_b), so that
 // F.<loss>(z, y, reduction="none") weighted the same way and averaged gives the same number;
-// weights of 1 give the unweighted loss. For rows [0, B) of a batch of Bf samples with K
-// outputs each (z, y, w and d_z point at the chunk's first row), returns the chunk's share
-// and writes (not adds) d_z = dL/dz. kind: 0 bce_with_logits, 1 mse, 2 cross_entropy,
-// 3 nll, 4 huber.
+// weights of 1 give the unweighted loss. For rows [0, B) of a batch of Bf samples (z, y, w and
+// d_z point at the chunk's first row), the loss reads the K outputs at columns [col, col + K)
+// of rows of ld (a model with several outputs concatenates them per sample, and the loss
+// takes one; a model with one has col 0 and ld K). Returns the chunk's share and, unless d_z
+// is null, writes (not adds) whole rows of d_z = dL/dz, 0 outside the loss's columns. w null:
+// every weight 1. kind: 0 bce_with_logits, 1 mse, 2 cross_entropy, 3 nll, 4 huber.
 template <typename T>
-T weighted_loss(int kind, const T* z, const T* y, const T* w, T* d_z, int Bf, int B, int K) {
+T column_loss(int kind, const T* z, const T* y, const T* w, T* d_z, int Bf, int B, int col, int K,
+              int ld) {
   T s = 0;
-  if (kind == 3) {
-    for (int b = 0; b < B; ++b) {
-      const int t = (int)y[b];
-      s -= w[b] * z[(long)b * K + t];
-      for (int c = 0; c < K; ++c)
-        d_z[(long)b * K + c] = c == t ? -w[b] / Bf : T(0);
+  const bool by_row = kind == 2 || kind == 3; // class indices: one target per row
+  const T N = by_row ? T(Bf) : T(Bf) * T(K);
+  for (int b = 0; b < B; ++b) {
+    const T wb = w ? w[b] : T(1);
+    const T* zb = z + (long)b * ld + col;
+    T* db = nullptr;
+    if (d_z) {
+      for (int c = 0; c < ld; ++c)
+        d_z[(long)b * ld + c] = T(0);
+      db = d_z + (long)b * ld + col;
     }
-    return s / Bf;
-  }
-  if (kind == 2) {
-    for (int b = 0; b < B; ++b) {
-      const T* zb = z + (long)b * K;
+    if (kind == 3) {
+      const int t = (int)y[b];
+      s -= wb * zb[t];
+      if (db)
+        db[t] = -wb / N;
+    } else if (kind == 2) {
       T m;
       const T e = softmax_denominator(zb, K, m);
       const int t = (int)y[b];
-      s += w[b] * (m + std::log(e) - zb[t]);
-      for (int c = 0; c < K; ++c)
-        d_z[(long)b * K + c] = w[b] * (std::exp(zb[c] - m) / e - (c == t ? T(1) : T(0))) / Bf;
-    }
-    return s / Bf;
-  }
-  const T N = T(Bf) * T(K);
-  for (int b = 0; b < B; ++b)
-    for (int k = 0; k < K; ++k) {
-      const long i = (long)b * K + k;
-      const T zi = z[i], yi = y[i];
-      if (kind == 0) { // as bce_with_logits_forward / _backward
-        const T az = zi > 0 ? zi : -zi;
-        s += w[b] * ((zi > 0 ? zi : T(0)) - zi * yi + std::log1p(std::exp(-az)));
-        const T sig =
-            zi >= 0 ? T(1) / (T(1) + std::exp(-zi)) : std::exp(zi) / (T(1) + std::exp(zi));
-        d_z[i] = w[b] * (sig - yi) / N;
-      } else if (kind == 4) {
-        s += w[b] * huber_term(zi - yi);
-        d_z[i] = w[b] * huber_slope(zi - yi) / N;
-      } else {
-        s += w[b] * (zi - yi) * (zi - yi);
-        d_z[i] = w[b] * T(2) * (zi - yi) / N;
+      s += wb * (m + std::log(e) - zb[t]);
+      if (db)
+        for (int c = 0; c < K; ++c)
+          db[c] = wb * (std::exp(zb[c] - m) / e - (c == t ? T(1) : T(0))) / N;
+    } else {
+      for (int k = 0; k < K; ++k) {
+        const T zi = zb[k], yi = y[(long)b * K + k];
+        T g;
+        if (kind == 0) { // as bce_with_logits_forward / _backward
+          const T az = zi > 0 ? zi : -zi;
+          s += wb * ((zi > 0 ? zi : T(0)) - zi * yi + std::log1p(std::exp(-az)));
+          g = zi >= 0 ? T(1) / (T(1) + std::exp(-zi)) - yi
+                      : std::exp(zi) / (T(1) + std::exp(zi)) - yi;
+        } else if (kind == 4) {
+          s += wb * huber_term(zi - yi);
+          g = huber_slope(zi - yi);
+        } else {
+          s += wb * (zi - yi) * (zi - yi);
+          g = T(2) * (zi - yi);
+        }
+        if (db)
+          db[k] = wb * g / N;
       }
     }
+  }
   return s / N;
+}
+
+// A model with one output: every column of each row.
+template <typename T>
+T weighted_loss(int kind, const T* z, const T* y, const T* w, T* d_z, int Bf, int B, int K) {
+  return column_loss(kind, z, y, w, d_z, Bf, B, 0, K, K);
 }
 
 } // namespace rootclad
