@@ -296,6 +296,11 @@ def _pool3d_calls(node, graph, site):
     return [Call(node.op, (*args, *map(INT, volume_geometry(node, graph))))]
 
 
+def _amax_calls(node, graph, site):
+    C, L = node.in_shape[0], _n(node.in_shape[1:])
+    return [Call("amax", (OUT, IN(0), INT(f"B * {C}"), INT(L)))]
+
+
 def _global_pool_calls(node, graph, site):
     """The 1-d pool with one window spanning each channel's H*W (or L) values."""
     C, L = node.in_shape[0], _n(node.in_shape[1:])
@@ -516,6 +521,7 @@ CPU_OPS: dict[str, CpuOp] = {
     "adaptive_avgpool": CpuOp(_adaptive_calls),
     "adaptive_maxpool": CpuOp(_adaptive_calls),
     "global_avgpool": CpuOp(_global_pool_calls),
+    "amax": CpuOp(_amax_calls),
     "upsample": CpuOp(_upsample_calls),
     "dropout": CpuOp(_dropout_calls),
     "stochastic_depth": CpuOp(_stochastic_depth_calls),

@@ -275,6 +275,15 @@ def _global_pool_device(node, graph, d):
     return fwd, bwd
 
 
+def _amax_device(node, graph, d):
+    rows = f"(long)B * {node.in_shape[0]}, {_n(node.in_shape[1:])}"
+    fwd = [f"amax_forward(on, {d.out}, {d.ins[0]}, {rows});"]
+    bwd = []
+    if d.d_ins[0] != "nullptr":
+        bwd.append(f"amax_backward(on, {d.d_ins[0]}, {d.d_out}, {d.ins[0]}, {rows});")
+    return fwd, bwd
+
+
 def _conv_transpose_device(node, graph, d):
     C, H, Wd, OC, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW, G = conv_transpose_geometry(node, graph)
     conv = (OC, OH, OW, C, KH, KW, SH, SW, PH, PW, DH, DW, G)  # the convolution it inverts
@@ -476,6 +485,7 @@ DEVICE_OPS: dict[str, DeviceOp] = {
     "adaptive_avgpool": DeviceOp(_adaptive_device),
     "adaptive_maxpool": DeviceOp(_adaptive_device),
     "global_avgpool": DeviceOp(_global_pool_device),
+    "amax": DeviceOp(_amax_device),
     "dropout": DeviceOp(_dropout_device),
     "stochastic_depth": DeviceOp(_stochastic_depth_device),
     "add": DeviceOp(_binary_device, fuses_activation=True),

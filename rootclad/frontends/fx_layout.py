@@ -66,8 +66,9 @@ def permute(low, fx_node, name, args, kw, where) -> None:
 
 
 def reduce(low, fx_node, name, args, kw, where) -> None:
-    """mean / sum over given per-sample axes, as the global average pooling of a (rest,
-    reduced) reshape: the axes to reduce are permuted last where they are not."""
+    """mean / sum / amax / amin over given per-sample axes, as the global average pooling (or
+    the rows' amax) of a (rest, reduced) reshape: the axes to reduce are permuted last where
+    they are not. amin is -amax(-x)."""
     x = args[0]
     dims = args[1] if len(args) > 1 else kw.get("dim")
     keepdim = args[2] if len(args) > 2 else kw.get("keepdim", False)
@@ -83,16 +84,25 @@ def reduce(low, fx_node, name, args, kw, where) -> None:
     inner, outer = math.prod(shape[a] for a in axes), math.prod(shape[a] for a in rest)
     out = fx_node.name
     src = x.name
+    if name == "amin":
+        low.nodes.append(Node(f"{out}__negated", "affine", [src], f"{out}__negated",
+                               {"scale": -1.0, "shift": 0.0}))  # fmt: skip
+        src = f"{out}__negated"
     if rest + axes != list(range(len(shape))):
         low.nodes.append(Node(f"{out}__permuted", "permute", [src], f"{out}__permuted",
                                {"perm": tuple(rest + axes)}))  # fmt: skip
         src = f"{out}__permuted"
     low.nodes.append(Node(f"{out}__rows", "reshape", [src], f"{out}__rows",
                            {"shape": (outer, inner)}))  # fmt: skip
-    # (not amax: torch shares its gradient among tied maxima, a max pooling gives it all
-    # to the first, as max pooling does)
-    low.nodes.append(Node(f"{out}__pooled", "global_avgpool", [f"{out}__rows"], f"{out}__pooled"))
+    # amax: not a max pooling, which gives a row's gradient to its first maximum; torch shares
+    # it among tied maxima
+    pool = "global_avgpool" if name in ("mean", "sum") else "amax"
+    low.nodes.append(Node(f"{out}__pooled", pool, [f"{out}__rows"], f"{out}__pooled"))
     src = f"{out}__pooled"
+    if name == "amin":
+        low.nodes.append(Node(f"{out}__min", "affine", [src], f"{out}__min",
+                               {"scale": -1.0, "shift": 0.0}))  # fmt: skip
+        src = f"{out}__min"
     if name == "sum":
         low.nodes.append(Node(f"{out}__sum", "affine", [src], f"{out}__sum",
                                {"scale": float(inner), "shift": 0.0}))  # fmt: skip

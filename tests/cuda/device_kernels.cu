@@ -85,6 +85,8 @@ template <class T> void instantiate() {
   k::layer_norm_backward_input(on, p, p, p, p, p, 1, 2);
   k::global_maxpool_forward(on, p, p, 1, 1);
   k::global_maxpool_backward(on, p, p, p, 1, 1);
+  k::amax_forward(on, p, p, 1, 1);
+  k::amax_backward(on, p, p, p, 1, 1);
   k::global_avgpool_forward(on, p, p, 1, 1);
   k::global_avgpool_backward(on, p, p, 1, 1);
   const k::Conv conv = k::conv2d_shape(2, 3, 3, 2, 2, 2, 1, 1, 0, 0, 1, 1, 2);

@@ -25,6 +25,7 @@ from fixtures.op_cases import (
     CASES,
     MASK_CASES,
     Fn,
+    Tied,
     Tokens,
     dtype_params,
     index_input,
@@ -62,6 +63,9 @@ def test_op_on_the_clad_engine_matches_torch(clad, build, shape, dtype, rtol, pu
     differentiating the kernels' loops itself (skipped, saying why, without Clad)."""
     torch.manual_seed(0)
     net = build()
+    if not pullbacks and isinstance(net, Tied):
+        pytest.skip("amax over tied values needs pullbacks=True (Clad differentiating the loop "
+                    "gives a tie's gradient to one element, torch shares it)")  # fmt: skip
     if not pullbacks and any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in net.modules()):
         pytest.skip("BatchNorm needs pullbacks=True (Clad's own sweep would restore its running "
                     "statistics)")  # fmt: skip

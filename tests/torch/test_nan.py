@@ -11,7 +11,7 @@ import copy
 import pytest
 import torch
 from fixtures.core import assert_same_nan, mixed_batch, mixed_model, torch_loss
-from fixtures.op_cases import CASES
+from fixtures.op_cases import CASES, Fn
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -101,3 +101,25 @@ def test_maxpool2d_sends_a_nan_windows_gradient_where_torch_does():
     (want,) = torch.autograd.grad(ref, xr, torch.ones_like(ref))
     assert torch.equal(got, want), (got, want)
     assert want[0, 0, 1, 0] == 1 and want[0, 0, 0, 2] == 1  # the last NaN; the first 3
+
+
+@pytest.mark.parametrize("reduce", [torch.amax, torch.amin])
+def test_amax_shares_a_rows_gradient_among_its_nans_and_ties_as_torch_does(reduce):
+    """A row with NaNs gives NaN, and every element of it a NaN gradient (torch's (g / count)
+    * mask: no element equals NaN); a row whose extremum appears three times gives a third to
+    each; a row of distinct values all to one."""
+    nan = float("nan")
+    x = torch.tensor([[[nan, 1.0, nan, 2.0], [3.0, -1.0, 3.0, 3.0], [0.5, 4.0, -4.0, 0.0]]],
+                     dtype=F64)  # fmt: skip
+    x[0, 1] *= 1 if reduce is torch.amax else -1
+    net = Fn(lambda t: reduce(t, -1))
+    cm = rootclad.compile(copy.deepcopy(net), example_input=x, engine="pullback")
+    xs, xr = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    out, ref = cm(xs), net(xr)
+    assert_same_nan(out, ref, "forward")
+    d_out = torch.tensor([[6.0, 3.0, 2.0]], dtype=F64)
+    (got,) = torch.autograd.grad(out, xs, d_out)
+    (want,) = torch.autograd.grad(ref, xr, d_out)
+    assert_same_nan(got, want, "gradient")
+    assert torch.equal(got[0, 1:], want[0, 1:]), (got, want)
+    assert bool(want[0, 0].isnan().all()) and want[0, 1].tolist() == [1, 0, 1, 1]

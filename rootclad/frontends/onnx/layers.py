@@ -22,7 +22,7 @@ F64 = torch.float64
 SUPPORTED = (
     "Gemm, MatMul (by a weight, with a following Add of a bias folded in; of two tensors), "
     "Einsum (of one or two tensors, the batch axis the first letter of each), "
-    "ReduceSum and ReduceMean (over per-sample axes), ReduceMax and ReduceMin (over one), Add, Sub, Mul, Div "
+    "ReduceSum and ReduceMean (over per-sample axes), ReduceMax and ReduceMin, Add, Sub, Mul, Div "
     "(two tensors with broadcasting, a tensor and a number, or a tensor and a constant tensor, "
     "which becomes a parameter), Pow (by 2), Abs, Neg, Equal of a tensor and a number and Not "
     "of it (a mask), Cast of tensors to float types, Relu, LeakyRelu, Elu, "
@@ -287,7 +287,7 @@ class LayerOps:
                 lin.bias.copy_(torch.from_numpy(bias))
         self.module_step(node, lin, None, x)
 
-    def reduce(self, node, a, fn, one_axis=False):
+    def reduce(self, node, a, fn):
         """A sum or mean over constant per-sample axes (an input from opset 18 on, an
         attribute before)."""
         x = self.tensor(node)
@@ -305,8 +305,6 @@ class LayerOps:
         axes = sorted({int(v) % rank for v in np.ravel(axes)})
         if 0 in axes:
             raise self.fail(node, "a reduction over the batch axis mixes its samples")
-        if one_axis and len(axes) != 1:
-            raise self.fail(node, f"a {node.op_type} over the axes {axes}: over one only")
         keep = bool(a.get("keepdims", 1))
         shape = [1 if i + 1 in axes else n for i, n in enumerate(self.shapes[x])
                  if keep or i + 1 not in axes]  # fmt: skip
@@ -320,16 +318,16 @@ class LayerOps:
         self.reduce(node, a, torch.mean)
 
     def op_ReduceMax(self, node, a):
-        """A maximum over one per-sample axis, as torch's x.max(dim) (the gradient to the
-        first maximum; the file says nothing of gradients)."""
-
-        self.reduce(node, a, lambda x, dims, keepdim: torch.max(x, dims[0], keepdim=keepdim)[0],
-                    one_axis=True)  # fmt: skip
+        """A maximum over per-sample axes: over one as torch's x.max(dim) (the gradient to
+        the first maximum), over several as torch.amax (shared among tied maxima); the file
+        says nothing of gradients, and torch writes both as ReduceMax."""
+        self.reduce(node, a, lambda x, dims, keepdim: torch.max(x, dims[0], keepdim=keepdim)[0]
+                    if len(dims) == 1 else torch.amax(x, dims, keepdim))  # fmt: skip
 
     def op_ReduceMin(self, node, a):
-        """A minimum over one per-sample axis, as torch's x.min(dim)."""
-        self.reduce(node, a, lambda x, dims, keepdim: torch.min(x, dims[0], keepdim=keepdim)[0],
-                    one_axis=True)  # fmt: skip
+        """A minimum over per-sample axes, as x.min(dim) over one, torch.amin over several."""
+        self.reduce(node, a, lambda x, dims, keepdim: torch.min(x, dims[0], keepdim=keepdim)[0]
+                    if len(dims) == 1 else torch.amin(x, dims, keepdim))  # fmt: skip
 
     def activation(self, node, module):
         self.module_step(node, module)

@@ -168,6 +168,18 @@ register(
 )
 
 
+register(
+    OpSpec(
+        "amax",
+        "pool",
+        "torch.amax / amin over axes (rowed last): the maximum of each row, its gradient shared "
+        "evenly among the elements equal to it, as torch's",
+        _global_pool_infer,
+        saves=("in",),
+    )
+)
+
+
 # -- upsampling -----------------------------------------------------------------------------
 def _upsample_attrs(size, scale, mode, align, recompute, where):
     if mode not in ("nearest", "linear", "bilinear"):
