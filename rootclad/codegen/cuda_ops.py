@@ -30,6 +30,7 @@ from rootclad.codegen.cpu_ops import (
 )
 from rootclad.codegen.cxx import functor_value
 from rootclad.ir.graph import IRError, Node
+from rootclad.ir.ops.binary import WINDOW_ATTRS
 from rootclad.ir.ops.shape import gather_geometry
 from rootclad.ir.registry import OPS
 
@@ -217,6 +218,14 @@ def _causal_device(node, graph, d):
     fwd = [f"causal_fill_forward(on, {d.out}, {d.ins[0]}, {shape});"]
     bwd = [f"causal_fill_backward(on, {d.d_ins[0]}, {d.d_out}, {shape});"]
     return fwd, bwd if d.d_ins[0] != "nullptr" else []
+
+
+def _window_device(node, graph, d):
+    win = f"::rootclad::Win{{{', '.join(str(node.attrs[k]) for k in WINDOW_ATTRS)}}}"
+    fwd = [f"window_bias_forward(on, {d.out}, {d.ins[0]}, {d.p('weight')}, (long)B, {win});"]
+    d_x = d.d_ins[0] if d.d_ins[0] != "nullptr" else "(T*)nullptr"
+    bwd = [f"window_bias_backward(on, {d_x}, {d.dp('weight')}, {d.d_out}, (long)B, {win});"]
+    return fwd, bwd
 
 
 def _volume(node, graph) -> str:
@@ -494,6 +503,7 @@ DEVICE_OPS: dict[str, DeviceOp] = {
     "div": DeviceOp(_binary_device, fuses_activation=True),
     "masked_fill": DeviceOp(_binary_device),
     "causal_fill": DeviceOp(_causal_device),
+    "window_bias": DeviceOp(_window_device),
     "permute": DeviceOp(_permute_device),
     "cat": DeviceOp(_cat_device),
     "slice": DeviceOp(_slice_device),

@@ -19,7 +19,7 @@ import types
 import torch
 from torch.nn import functional as F
 
-from rootclad.frontends import fx_constants, fx_functional, fx_values
+from rootclad.frontends import fx_constants, fx_functional, fx_values, fx_windows
 from rootclad.ir.graph import IRError, Node
 
 
@@ -68,6 +68,7 @@ def check_batch_axes(low) -> None:
                 and n.op != "get_attr"
                 and n not in from_input
                 and not fx_constants.is_constant(n)  # a causal mask: fx_constants.py
+                and not fx_windows.is_bias(n)  # Swin's relative position bias
                 else []
             )
         if bad:

@@ -31,6 +31,7 @@ from rootclad.frontends import (
     fx_recurrent,
     fx_slicing,
     fx_values,
+    fx_windows,
 )
 from rootclad.ir.graph import Graph, IRError, Node, Param
 from rootclad.ir.ops import OPS, supported_modules
@@ -341,6 +342,7 @@ class _FxLowering:
         self.moved: dict[str, tuple] = {}  # permutes that move the batch axis, then unbound
         self.tuples: dict[str, list] = {}  # a layer's tuple output: its values' names (or None)
         self.swapped: dict[str, fx_slicing.Swapped] = {}  # batch axis second: held per sample
+        self.window_tables: dict[str, tuple] = {}  # Swin's relative position bias: its table
         self.zero_states: set[str] = set()  # torch.zeros given as a recurrent layer's state
         self.attr_params: dict[str, str] = {}  # get_attr node -> the parameter it reads
         self.param_shapes: dict[str, tuple] = {}  # ... read as a value: its per-sample shape
@@ -398,6 +400,8 @@ class _FxLowering:
             elif fx_recurrent.lower(self, fx_node):  # batch axis second, or a zero state
                 continue
             elif fx_neighbours.lower(self, fx_node):  # topk, gather by its indices
+                continue
+            elif fx_windows.lower(self, fx_node):  # torchvision's Swin Transformer
                 continue
             elif fx_constants.lower(self, fx_node):  # lowered where a mask takes it
                 continue

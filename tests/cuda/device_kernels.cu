@@ -48,6 +48,9 @@ template <class T> void instantiate() {
   k::binary_backward(on, p, p, p, p, 1, bc, 2, 0);
   k::causal_fill_forward(on, p, p, 1, 2, 2, 0);
   k::causal_fill_backward(on, p, p, 1, 2, 2, 0);
+  const rootclad::Win win{2, 2, 2, 2, 1, 1, 1};
+  k::window_bias_forward(on, p, p, p, 1, win);
+  k::window_bias_backward(on, p, p, p, 1, win);
   k::dropout_forward(on, p, p, 1, T(0.5), 1ull);
   k::dropout_backward(on, p, p, 1, T(0.5), 1ull);
   const k::Permute perm{{1, 1, 3, 2}, {0, 0, 1, 3}, 6};

@@ -34,6 +34,11 @@ NOT_IMPORTED.update(dict.fromkeys(
     ["qkv-permute-unbind", "multihead-attention", "multihead-attention-cross-nobias",
      "transformer-encoder-layer", "transformer-encoder-norm-first-gelu"],
     "moves the batch axis"))  # fmt: skip
+# torchvision's Swin attention: the file computes the window padding from the shapes (Mod)
+# and merges the batch with the windows (the torch front-end compiles the module)
+NOT_IMPORTED.update(dict.fromkeys(
+    ["swin-shifted-window-attention", "swin-window-attention-whole-map"],
+    r"\(Mod, opset 18\): op not supported"))  # fmt: skip
 # case -> why torch's exporter writes no file for it
 NOT_EXPORTED = {"batchnorm1d-untracked": "torch's exporter cannot write a BatchNorm without "
                                          "running statistics in eval mode"}  # fmt: skip

@@ -27,3 +27,4 @@
 #include "device/pool.h"
 #include "device/shape.h"
 #include "device/volume.h"
+#include "device/windows.h"

@@ -110,6 +110,40 @@ register(
     )
 )
 
+WINDOW_ATTRS = ("nh", "nw", "wh", "ww", "heads", "sh", "sw")
+
+
+def _window_infer(node, shapes, graph):
+    (shape,) = shapes
+    a = node.attrs
+    expect(all(isinstance(a.get(k), int) for k in WINDOW_ATTRS), node,
+           f"window_bias needs int attrs {WINDOW_ATTRS}")  # fmt: skip
+    N = a["wh"] * a["ww"]
+    want = (a["nh"] * a["nw"], a["heads"], N, N)
+    expect(tuple(shape) == want, node, f"scores of per-sample shape {shape}, expected {want} "
+           "(windows, heads, tokens, tokens)")  # fmt: skip
+    table = graph.param(node.params["weight"]).shape
+    rows = (2 * a["wh"] - 1) * (2 * a["ww"] - 1)
+    expect(tuple(table) == (rows, a["heads"]), node, f"a relative position bias table of "
+           f"shape {tuple(table)}, expected {(rows, a['heads'])}")  # fmt: skip
+    expect(0 <= a["sh"] < a["wh"] and 0 <= a["sw"] < a["ww"], node,
+           f"shifts {(a['sh'], a['sw'])} must be smaller than the window {(a['wh'], a['ww'])}")  # fmt: skip
+    return tuple(shape)
+
+
+register(
+    OpSpec(
+        "window_bias",
+        "binary",
+        "a Swin Transformer's window attention scores (windows, heads, N, N) plus the relative "
+        "position bias read from its table, and -100 between the regions of shifted windows "
+        "(torchvision's shifted_window_attention)",
+        _window_infer,
+        params=("weight",),
+        saves=(),
+    )
+)
+
 for _name, _sym in (("add", "+"), ("sub", "-"), ("mul", "*"), ("div", "/")):
     register(
         OpSpec(

@@ -1,0 +1,36 @@
+// rootclad/device/windows.h — the scores of a Swin Transformer's shifted-window attention on
+// the device (ops/window_geometry.h says what they are): one thread per score, per table
+// element for its gradient.
+#pragma once
+
+#include "../ops/window_geometry.h"
+#include "core.h"
+
+namespace rootclad {
+namespace dev {
+
+template <class On, class T>
+void window_bias_forward(On on, T* out, const T* x, const T* table, long B, Win w) {
+  const long n = w.per_sample();
+  each_index(
+      on, B * n, ROOTCLAD_BODY(long i) { out[i] = win_biased(w, x + i / n * n, table, i % n); });
+}
+
+// d_x (null: not wanted) += d_out; d_table (null: not wanted) += the sum over the batch
+template <class On, class T>
+void window_bias_backward(On on, T* d_x, T* d_table, const T* d_out, long B, Win w) {
+  const long n = w.per_sample();
+  if (d_x)
+    each_index(on, B * n, ROOTCLAD_BODY(long i) { d_x[i] += d_out[i]; });
+  if (d_table)
+    each_index(
+        on, (long)w.table_rows() * w.heads, ROOTCLAD_BODY(long e) {
+          T s = 0;
+          for (long b = 0; b < B; ++b)
+            s += win_table_grad(w, d_out + b * n, e);
+          d_table[e] += s;
+        });
+}
+
+} // namespace dev
+} // namespace rootclad
