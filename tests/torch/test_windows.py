@@ -77,3 +77,18 @@ def test_a_shifted_block_on_the_device_kernels():
     expected = dict(zip(names, torch.autograd.grad(ref, list(net.parameters())), strict=True))
     assert_close_rel(loss, ref, 1e-12, "loss")
     assert_grads_close(grads, expected, 1e-9, "parameters", against_all=True)
+
+
+@pytest.mark.slow
+def test_swin_t_itself_at_224_pixels():
+    """torchvision's swin_t as it is (28M parameters, windows of 7: 56 x 56 tokens, then 28,
+    14, and 7, where the window covers the map and is not shifted), float32, one sample:
+    output and input gradient against torch."""
+    tv, _ = vision()
+    torch.manual_seed(0)
+    net = tv.swin_t(num_classes=3).eval()
+    x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(1))
+    cm = rootclad.compile(net, x, loss="cross_entropy", engine="pullback")
+    out_ref, d_out, dx_ref, _ = torch_vjp(net, x)
+    assert_close_rel(cm.predict(x), out_ref, 1e-4, "forward")
+    assert_close_rel(cm.input_grad(x, d_out=d_out), dx_ref, 1e-4, "d_input")
