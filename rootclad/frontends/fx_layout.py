@@ -1,6 +1,7 @@
 """Layout in a traced model: reshape / view / flatten (the batch axis kept first), squeeze and
-unsqueeze of a per-sample axis, permute / transpose of the per-sample axes, and sums and means
-over given per-sample axes (a permute, a reshape to rows and the global average pooling)."""
+unsqueeze of a per-sample axis, permute / transpose of the per-sample axes, sums, means and
+extrema over given per-sample axes (a permute, a reshape to rows and the global average pooling
+or the rows' amax), and torch.roll (slices and a concatenation)."""
 
 from __future__ import annotations
 
@@ -109,3 +110,45 @@ def reduce(low, fx_node, name, args, kw, where) -> None:
         src = f"{out}__sum"
     low.nodes.append(Node(out, "reshape", [src], out,
                            {"shape": tuple(low.shape(fx_node)[1:])}))  # fmt: skip
+
+
+def roll(low, fx_node, args, kw, where) -> None:
+    """torch.roll along per-sample axes: per axis, the slice from the shift on, then the slice
+    before it (torch.cat). Without dims torch rolls the flattened tensor, batch included:
+    refused."""
+    x = args[0]
+    shifts = args[1] if len(args) > 1 else kw.get("shifts")
+    dims = args[2] if len(args) > 2 else kw.get("dims")
+    if dims is None or dims == () or dims == []:
+        raise IRError(f"{where}: a roll without dims rolls the samples of the batch into each "
+                      "other; give the per-sample axes (dims=...)")  # fmt: skip
+    shifts = list(shifts) if isinstance(shifts, (tuple, list)) else [shifts]
+    dims = list(dims) if isinstance(dims, (tuple, list)) else [dims]
+    if len(shifts) != len(dims) or not all(isinstance(s, int) for s in shifts):
+        raise IRError(f"{where}: shifts {shifts} and dims {dims} must be numbers, one per axis")
+    shape = tuple(low.shape(x)[1:])
+    moved: dict[int, int] = {}  # an axis named twice moves by both shifts
+    for s, d in zip(shifts, dims, strict=True):
+        axis = low.axis(d, x, where)
+        moved[axis] = moved.get(axis, 0) + s
+    if not any(s % shape[a] for a, s in moved.items()):
+        return low.add(fx_node.name, "identity", [x])
+    emit_roll(low, x.name, shape, moved, fx_node.name)
+
+
+def emit_roll(low, src: str, shape, shifts: dict[int, int], name: str) -> str:
+    """The nodes of torch.roll of value ``src`` (per-sample ``shape``) by ``shifts`` (per-sample
+    axis -> shift), the last one named ``name``: per axis that moves, the slice from the shift
+    on, then the slice before it, concatenated. At least one axis must move."""
+    moves = [(a, (-s) % shape[a]) for a, s in shifts.items() if s % shape[a]]
+    for i, (axis, k) in enumerate(moves):
+        out = name if i == len(moves) - 1 else f"{name}__roll{i}"
+        pieces = []
+        for part, (a, b) in enumerate(((k, shape[axis]), (0, k))):
+            piece = f"{out}__part{part}"
+            attrs = {"axis": axis, "start": a, "stop": b, "step": 1}
+            low.nodes.append(Node(piece, "slice", [src], piece, attrs))
+            pieces.append(piece)
+        low.nodes.append(Node(out, "cat", pieces, out, {"axis": axis}))
+        src = out
+    return src

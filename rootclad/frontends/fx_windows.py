@@ -24,6 +24,7 @@ import inspect
 import torch
 
 from rootclad.frontends.fx_attention import Emit
+from rootclad.frontends.fx_layout import emit_roll
 from rootclad.ir.graph import IRError
 
 MODULE = "torchvision.models.swin_transformer"
@@ -99,18 +100,6 @@ def _param(low, node, what, where):
     return node.target
 
 
-def _roll(emit, x, shape, shifts, name=None) -> str:
-    """torch.roll(x, shifts, dims=(0, 1)) of a per-sample (H, W, C): per axis that moves, the
-    slice from the shift on, then the slice before it; the last node named ``name``."""
-    moving = [i for i, s in enumerate(shifts) if s % shape[i]]
-    for axis in moving:
-        k, n = (-shifts[axis]) % shape[axis], shape[axis]
-        tail = emit("slice", [x], {"axis": axis, "start": k, "stop": n, "step": 1})
-        head = emit("slice", [x], {"axis": axis, "start": 0, "stop": k, "step": 1})
-        x = emit("cat", [tail, head], {"axis": axis}, name=name if axis == moving[-1] else None)
-    return x
-
-
 def _attention(low, fx_node, where) -> None:
     a = _arguments(fx_node)
     if a.get("logit_scale") is not None:
@@ -131,7 +120,9 @@ def _attention(low, fx_node, where) -> None:
     nh, nw, N, d = H // wh, W // ww, wh * ww, C // heads
     emit = Emit(low, fx_node.name)
     shifted = sh + sw > 0
-    v = _roll(emit, x.name, (H, W), (-sh, -sw)) if shifted else x.name
+    v = x.name
+    if shifted:
+        v = emit_roll(low, v, (H, W, C), {0: -sh, 1: -sw}, f"{fx_node.name}__shifted")
     v = emit("reshape", [v], {"shape": (nh, wh, nw, ww * C)})
     v = emit("permute", [v], {"perm": (0, 2, 1, 3)})
     v = emit("reshape", [v], {"shape": (nh * nw, N, C)})
@@ -161,7 +152,7 @@ def _attention(low, fx_node, where) -> None:
     out = emit("permute", [out], {"perm": (0, 2, 1, 3)})
     if shifted:
         out = emit("reshape", [out], {"shape": (H, W, C)})
-        _roll(emit, out, (H, W), (sh, sw), name=fx_node.name)
+        emit_roll(low, out, (H, W, C), {0: sh, 1: sw}, fx_node.name)
     else:
         emit("reshape", [out], {"shape": (H, W, C)}, name=fx_node.name)
 

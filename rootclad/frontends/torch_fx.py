@@ -516,6 +516,8 @@ class _FxLowering:
             return fx_layout.permute(self, fx_node, name, args, kw, where)
         if name == "contiguous":
             return self.add(fx_node.name, "identity", [args[0]])
+        if name == "roll" and args and self.is_tensor(args[0]):
+            return fx_layout.roll(self, fx_node, args, kw, where)
         if name in ("mean", "sum", "amax", "amin") and args and self.is_tensor(args[0]):
             return fx_layout.reduce(self, fx_node, name, args, kw, where)
         raise self.unsupported(fx_node)

@@ -39,6 +39,8 @@ NOT_IMPORTED.update(dict.fromkeys(
 NOT_IMPORTED.update(dict.fromkeys(
     ["swin-shifted-window-attention", "swin-window-attention-whole-map"],
     r"\(Mod, opset 18\): op not supported"))  # fmt: skip
+# torch's exporter writes a roll by a whole turn as an empty Slice and the whole tensor
+NOT_IMPORTED["roll-whole-turn"] = "is empty"
 # case -> why torch's exporter writes no file for it
 NOT_EXPORTED = {"batchnorm1d-untracked": "torch's exporter cannot write a BatchNorm without "
                                          "running statistics in eval mode"}  # fmt: skip

@@ -92,3 +92,12 @@ def test_swin_t_itself_at_224_pixels():
     out_ref, d_out, dx_ref, _ = torch_vjp(net, x)
     assert_close_rel(cm.predict(x), out_ref, 1e-4, "forward")
     assert_close_rel(cm.input_grad(x, d_out=d_out), dx_ref, 1e-4, "d_input")
+
+
+def test_a_roll_without_dims_is_refused():
+    class Roll(torch.nn.Module):
+        def forward(self, x):
+            return torch.roll(x, 1)
+
+    with pytest.raises(IRError, match=r"a roll without dims rolls the samples of the batch"):
+        rootclad.compile(Roll(), torch.randn(2, 4, dtype=F64), engine="pullback")
