@@ -22,7 +22,6 @@ from rootclad.codegen.standalone import write_header
 from rootclad.frontends.onnx import to_module
 from rootclad.frontends.programs import program_module
 from rootclad.frontends.torch_fx import graph_from_module, parameter_aliases
-from rootclad.ir.graph import IRError
 from rootclad.toolchain import (
     CompileError,
     ToolchainError,
@@ -294,12 +293,6 @@ def device_program(graph, loss: str = "bce_with_logits", device="cuda", *, seed:
 
     device = check_device(device)
     graph.validate()
-    if graph.parts:
-        raise IRError(
-            f"the model returns a {graph.container} of {len(graph.parts)} tensors; device "
-            "programs compile models that return one tensor (torch.cat them, or compile for "
-            "the CPU, where several outputs are supported)"
-        )
     name = "rcd_" + hashlib.sha256(graph.fingerprint().encode()).hexdigest()[:12]
     source = emit_device(graph, name, loss)
     if device.type == "cuda":

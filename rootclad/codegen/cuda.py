@@ -91,18 +91,20 @@ def _workspace_lines(workspaces: list[str]) -> list[str]:
 
 def _loss_lines(loss: str, graph: Graph) -> list[str]:
     """loss_and_grad's lines: the mean loss into *loss, its gradient into d_output; w: each
-    sample's weight, or null (all 1)."""
+    sample's weight, or null (all 1). A model with several outputs: the columns of the one the
+    loss reads (the others' adjoints stay zero)."""
+    col, shape = graph.loss_columns
+    tail = f", {graph.output_shape[0]}L, {col}L" if graph.parts else ""
     if loss in CLASS_INDEX_LOSSES:
-        shape = graph.output_shape
         if len(shape) != 1:
             raise IRError(f"{loss} needs (B, classes) outputs; the model gives (B, {shape})")
         C = shape[0]
         grad_args = "output, y" if loss == "cross_entropy" else "y"
-        return [f"  {loss}_forward(on, loss, output, y, w, B, {C});",
-                f"  {loss}_backward(on, d_output, {grad_args}, w, B, {C}, T(1));"]  # fmt: skip
-    n, functor = "(long)B * OUTPUT_SIZE", LOSSES[loss]
-    return [f"  loss_and_gradient(on, loss, d_output, output, y, w, OUTPUT_SIZE, {n}, T(1), "
-            f"{functor}{{}});"]  # fmt: skip
+        return [f"  {loss}_forward(on, loss, output, y, w, B, {C}{tail});",
+                f"  {loss}_backward(on, d_output, {grad_args}, w, B, {C}, T(1){tail});"]  # fmt: skip
+    K = math.prod(shape)
+    return [f"  loss_and_gradient(on, loss, d_output, output, y, w, {K}, (long)B * {K}, T(1), "
+            f"{LOSSES[loss]}{{}}{tail});"]  # fmt: skip
 
 
 @dataclass

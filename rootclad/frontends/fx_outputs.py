@@ -31,6 +31,9 @@ def lower(low, output, known: set[str]) -> tuple[str, tuple, str]:
             f"the model returns {_kind(output)} {output!r}; rootclad compiles models "
             "that return a tensor, or a tuple, list or dict (with string keys) of tensors"
         )
+    out = OUTPUTS
+    while out in known or any(n.output.startswith(out) for n in low.nodes):
+        out += "_"  # a module of the model named so
     parts, flat = [], []
     for key, value in items:
         what = f"output {key!r}"
@@ -44,11 +47,11 @@ def lower(low, output, known: set[str]) -> tuple[str, tuple, str]:
         parts.append((key, shape))
         name = value.name
         if len(shape) != 1:
-            name = f"{OUTPUTS}_{len(flat)}"
+            name = f"{out}_{len(flat)}"
             low.nodes.append(_node(name, "reshape", [value.name], {"shape": (math.prod(shape),)}))
         flat.append(name)
-    low.nodes.append(_node(OUTPUTS, "cat", flat, {"axis": 0}))
-    return OUTPUTS, tuple(parts), container
+    low.nodes.append(_node(out, "cat", flat, {"axis": 0}))
+    return out, tuple(parts), container
 
 
 def _kind(value) -> str:
@@ -72,7 +75,7 @@ def _check(low, value, what: str, known: set[str]) -> None:
         )
     if value.name not in known:
         raise IRError(
-            f"the model's {what} (fx node {value.name!r}) is not a value rootclad computes "
-            "per sample (an index, a mask or a constant); return values computed from the "
-            "inputs"
+            f"the model's {what} (fx node {value.name!r}) is not a tensor of floats rootclad "
+            "computes per sample (a shape, an index, a mask or a constant); return values "
+            "computed from the inputs"
         )

@@ -10,7 +10,10 @@ the trace) lowered per sample.
   concatenation per axis, the partition a reshape and a permute, then the qkv Linear, the
   heads' products, ``window_bias`` (the relative position bias and the shifted windows' mask
   of -100, ops/window_geometry.h), softmax, the product with the values, the projection, and
-  the same steps back. Dropout follows the compiled model's mode, as ``nn.Dropout`` does.
+  the same steps back. Dropout follows the compiled model's mode, as ``nn.Dropout`` does
+  (torchvision passes ``training=self.training``, which fx fixes when it traces: a model with
+  dropout above 0 is compiled in eval mode, then ``cm.train()``; in train mode torch's own
+  output is random and the trace check refuses it).
 - ``_patch_merging_pad(x)``: the 2x2 neighbours' channels side by side, as reshapes and
   permutes.
 
@@ -112,10 +115,12 @@ def _attention(low, fx_node, where) -> None:
     x = a["input"]
     H, W, C = tuple(low.shape(x))[1:]
     (wh, ww), heads = tuple(a["window_size"]), int(a["num_heads"])
-    if size != (wh, ww) or H % wh or W % ww or C % heads:
-        raise IRError(f"{where}: a feature map of {H}x{W} tokens in windows of {wh}x{ww} (bias "
-                      f"table for {size}), {C} channels in {heads} heads; rootclad compiles maps "
-                      "that are a multiple of the window (no padding)")  # fmt: skip
+    if size != (wh, ww) or C % heads:
+        raise IRError(f"{where}: windows of {wh}x{ww} with a bias table for {size}, or {C} "
+                      f"channels in {heads} heads")  # fmt: skip
+    if H % wh or W % ww:
+        raise IRError(f"{where}: a feature map of {H}x{W} tokens in windows of {wh}x{ww}; "
+                      "rootclad compiles maps that are a multiple of the window (no padding)")  # fmt: skip
     sh, sw = (0 if wh >= H else a["shift_size"][0]), (0 if ww >= W else a["shift_size"][1])
     nh, nw, N, d = H // wh, W // ww, wh * ww, C // heads
     emit = Emit(low, fx_node.name)

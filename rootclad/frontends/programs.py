@@ -61,7 +61,13 @@ def _to_onnx(program, examples: tuple, where: str):
         except Exception as exc:  # the exporter's own errors name the op it cannot write
             raise ValueError(f"{where}: torch's ONNX exporter cannot write this program: "
                              f"{exc}") from exc  # fmt: skip
-    return onnx.load_from_string(buf.getvalue())
+    model = onnx.load_from_string(buf.getvalue())
+    if len(model.graph.output) != 1:  # the exporter names only the first: keys would be lost
+        raise ValueError(f"{where}: the program returns {len(model.graph.output)} tensors; "
+                         "rootclad loads programs that return one (a module that returns "
+                         "several compiles with rootclad.compile, an ONNX file by its output "
+                         "names)")  # fmt: skip
+    return model
 
 
 def program_module(path, example_input=None, *, trusted: bool = False):

@@ -87,6 +87,13 @@ def export(cm, stem, optimizer=None) -> dict[str, Path]:
             f"this model takes {len(cm.input_shapes)} inputs; the ROOT artifact is for "
             "single-input models (rootclad::Model, macros and RDataFrame feed one input)"
         )
+    if cm.output_parts:
+        raise ValueError(
+            f"this model returns a {cm.graph.container} of {len(cm.output_parts)} tensors; the "
+            "ROOT artifact is for single-output models (rootclad::Model, its loss and targets, "
+            "macros and RDataFrame read one output): torch.cat them in the model, or use it "
+            "from Python"
+        )
     if cm._em.n_buffers:
         raise ValueError(
             "this model keeps running statistics (BatchNorm), which the ROOT artifact does not "

@@ -366,7 +366,8 @@ class ModelBase:
             return d_out
         if d_out is None:
             d_out = [(torch.ones if i == self.graph.loss_part else torch.zeros)(
-                (B, *shape), dtype=self.dtype) for i, (_, shape) in enumerate(parts)]  # fmt: skip
+                (B, *shape), dtype=self.dtype, device=self.device)
+                for i, (_, shape) in enumerate(parts)]  # fmt: skip
         elif isinstance(d_out, dict) and self.graph.container == "dict":
             if set(d_out) != {k for k, _ in parts}:
                 raise ValueError(f"d_out has keys {sorted(d_out)}, expected "

@@ -196,7 +196,7 @@ class DeviceModel(ModelBase):
         :meth:`loss_and_grad` and :meth:`train_step`."""
         xs = tuple(x[0] if len(x) == 1 and isinstance(x[0], (tuple, list)) else x)
         self._inputs(xs)  # their number, and masks given as torch.bool (converted later)
-        return CompiledFunction.apply(self, len(xs), False, *xs)
+        return self._split(CompiledFunction.apply(self, len(xs), False, *xs))
 
     def autograd_forward(self, xs: tuple) -> tuple[torch.Tensor, tuple]:
         """The output for torch autograd, and what :meth:`autograd_backward` needs: the inputs
@@ -211,8 +211,9 @@ class DeviceModel(ModelBase):
         return [g if n else None for g, n in zip(grads, need_x, strict=True)], []
 
     def predict(self, *x: torch.Tensor) -> torch.Tensor:
-        """The output (B, *output_shape), a fresh device tensor."""
-        return self._predict(x, self._next_seed())
+        """The output (B, *output_shape), a fresh device tensor (a model that returns several:
+        as its module does)."""
+        return self._split(self._predict(x, self._next_seed()))
 
     forward = predict
 
@@ -228,7 +229,10 @@ class DeviceModel(ModelBase):
     def input_grad(self, *x: torch.Tensor, d_out: torch.Tensor | None = None):
         """d(sum of output x d_out) / d input (``d_out`` defaults to ones: each sample's
         saliency for a one-output model); no parameter gradient is formed. One tensor per
-        model input (a tuple when there are several)."""
+        model input (a tuple when there are several). A model with several outputs takes
+        ``d_out`` as it returns them (default: ones on the output the loss reads)."""
+        xs = x[0] if len(x) == 1 and isinstance(x[0], (tuple, list)) else x
+        d_out = self._joined_d_out(d_out, int(xs[0].shape[0]))
         grads = self._without_masks(self._input_grad(x, d_out, self._next_seed()))
         return grads[0] if len(grads) == 1 else grads
 

@@ -44,14 +44,14 @@ def _all_cases() -> list:
 
 
 def _cases() -> dict:
-    """The cases made only of ops rootclad imports, with float inputs and one output."""
+    """The cases made only of ops rootclad imports, with float inputs (several outputs: a
+    model returning a dict by their names)."""
     out = {}
     for c in _all_cases():
         inputs, outputs = c.data_sets[0]
         first = inputs[0] if inputs else None
         if (
             {n.op_type for n in c.model.graph.node} <= OPS
-            and len(outputs) == 1
             and isinstance(first, np.ndarray)
             and first.dtype in (np.float32, np.float64)
             and first.ndim >= 2
@@ -116,15 +116,18 @@ def test_onnx_node_case(name):
         assert named or "computes nothing" in msg or "ONNX opset" in msg, msg
         RESULTS[name] = "refused"
         return
-    out = cm(*data).detach().numpy()
-    expected = np.asarray(outputs[0])
-    if name in FOLLOWS_ONNXRUNTIME:  # (the case's expected output is onnx's reference's)
-        from fixtures.onnx import run_ort
+    got = cm(*data)
+    got = list(got.values()) if isinstance(got, dict) else [got]
+    assert len(got) == len(outputs)
+    for out, expected in zip(got, outputs, strict=True):
+        out, expected = out.detach().numpy(), np.asarray(expected)
+        if name in FOLLOWS_ONNXRUNTIME:  # (the case's expected output is onnx's reference's)
+            from fixtures.onnx import run_ort
 
-        expected = run_ort(model, *(d.numpy() for d in data))
-    assert out.shape == expected.shape, (out.shape, expected.shape)
-    # onnx's backend tests compare with the case's rtol and atol (1e-3 and 1e-7 by default)
-    np.testing.assert_allclose(out, expected, rtol=case.rtol, atol=case.atol)
+            expected = run_ort(model, *(d.numpy() for d in data))
+        assert out.shape == expected.shape, (out.shape, expected.shape)
+        # onnx's backend tests compare with the case's rtol and atol (1e-3 and 1e-7 by default)
+        np.testing.assert_allclose(out, expected, rtol=case.rtol, atol=case.atol)
     RESULTS[name] = "passed"
 
 

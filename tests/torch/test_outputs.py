@@ -220,6 +220,39 @@ def test_outputs_that_are_not_tensors_are_refused_naming_them(make, match):
         rootclad.compile(_Returns(make), torch.randn(2, 4), engine="pullback")
 
 
+def test_hosts_that_read_one_output_refuse_several(tmp_path):
+    """rootclad::Model, the macros and RDataFrame read one output and its targets: export
+    refuses; a torch.export program returning several would lose their names: refused."""
+    x = _batch()
+    cm = rootclad.compile(Heads().double(), x[:2], engine="pullback")
+    with pytest.raises(ValueError, match="returns a tuple of 3 tensors; the ROOT artifact is for "
+                       "single-output models"):  # fmt: skip
+        cm.export(tmp_path / "heads")
+    assert not list(tmp_path.iterdir())
+    path = tmp_path / "heads.pt2"
+    torch.export.save(torch.export.export(Heads().double(), (x[:2],)), str(path))
+    with pytest.raises(ValueError, match="the program returns 3 tensors"):
+        rootclad.load(path, trusted=True)
+
+
+def test_a_module_named_like_the_concatenation_keeps_its_name():
+    class Named(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rc_outputs = nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.rc_outputs(x), torch.tanh(x)
+
+    x = torch.randn(3, 4, dtype=F64)
+    cm = rootclad.compile(Named().double(), x, engine="pullback")
+    torch.manual_seed(0)
+    net = Named().double()
+    cm.load_state_dict(net.state_dict())
+    for got, want in zip(cm(x), net(x), strict=True):
+        assert_close_rel(got, want, 1e-12, "output")
+
+
 def test_loss_output_must_name_an_output():
     x = _batch()
     with pytest.raises(
@@ -235,9 +268,33 @@ def test_loss_output_must_name_an_output():
                          engine="pullback")  # fmt: skip
 
 
-def test_device_programs_refuse_several_outputs_saying_what_to_do():
-    with pytest.raises(IRError, match="returns a tuple of 3 tensors; device programs"):
-        compile_device(Heads().double(), _batch()[:2], device="cpu")
+@pytest.mark.parametrize("loss, loss_output", [("cross_entropy", "logits"), ("mse", "reg"),
+                                               ("bce_with_logits", "score")])  # fmt: skip
+def test_the_device_kernels_take_several_outputs(loss, loss_output):
+    """The device program (its kernels as host loops here): the outputs as a dict, the input
+    gradient through all of them, and the loss (weighted) on the one it names."""
+    torch.manual_seed(0)
+    net = Heads("dict").double()
+    x = _batch()
+    dm = compile_device(net, x[:2], device="cpu", loss=loss, loss_output=loss_output)
+    out, ref = dm.predict(x), net(x)
+    assert list(out) == ["logits", "reg", "score"]
+    for key in out:
+        assert_close_rel(out[key], ref[key], 1e-12, key)
+    d_out = {k: torch.randn(v.shape, dtype=F64) for k, v in ref.items()}
+    xr = x.clone().requires_grad_()
+    (want,) = torch.autograd.grad(sum((net(xr)[k] * d_out[k]).sum() for k in d_out), xr)
+    assert_close_rel(dm.input_grad(x, d_out=d_out), want, 1e-10, "input gradient")
+    y = _targets(loss, tuple(ref[loss_output].shape))
+    w = torch.rand(6, dtype=F64, generator=torch.Generator().manual_seed(4)) + 0.5
+    value, grads = dm.loss_and_grad(x, y, weight=w)
+    per = _torch_loss(loss, net(x)[loss_output], y, reduction="none")
+    ref_loss = (per * w.view(-1, *[1] * (per.dim() - 1))).mean()
+    expected = torch.autograd.grad(ref_loss, list(net.parameters()), allow_unused=True)
+    expected = {n: torch.zeros_like(p) if g is None else g
+                for (n, p), g in zip(net.named_parameters(), expected, strict=True)}  # fmt: skip
+    assert_close_rel(value, ref_loss, 1e-12, "loss")
+    assert_grads_close(grads, expected, 1e-10, "parameters", against_all=True)
 
 
 def test_an_onnx_file_with_several_outputs_gives_them_by_name():

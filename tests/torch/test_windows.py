@@ -34,7 +34,7 @@ def _small(**kw):
 def test_a_map_that_needs_padding_is_refused_naming_the_node():
     """36 x 36 pixels: 9 x 9 tokens in windows of 4 would need torchvision's zero padding."""
     with pytest.raises(IRError, match=r"shifted_window_attention\): a feature map of 9x9 tokens "
-                       r"in windows of 4x4 .*no padding"):  # fmt: skip
+                       r"in windows of 4x4; .*no padding"):  # fmt: skip
         rootclad.compile(_small(), torch.randn(2, 3, 36, 36, dtype=F64), engine="pullback")
 
 
