@@ -20,7 +20,7 @@ import operator
 import torch
 from torch import nn
 
-from rootclad.frontends import fx_values, fx_windows
+from rootclad.frontends import fx_merged, fx_values, fx_windows
 from rootclad.ir.graph import IRError
 
 # what may come between an integer input and an Embedding
@@ -48,6 +48,9 @@ def bounds(low) -> tuple[tuple[int, ...], ...]:
     computed: set[str] = set()  # topk's indices and what is made of them (fx_neighbours.py)
     for n in low.traced.graph.nodes:
         if fx_windows.reads_for_windows(n):  # Swin's relative position index: checked there
+            continue
+        if fx_merged.is_batch_arange(low, n):  # offsets over the batch: fx_merged.py
+            computed.add(n.name)
             continue
         if fx_values.target_name(n).endswith("topk") or (
             _integer(n) and any(a.name in computed for a in n.all_input_nodes)

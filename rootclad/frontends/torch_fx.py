@@ -24,6 +24,7 @@ from rootclad.frontends import (
     fx_functional,
     fx_indices,
     fx_layout,
+    fx_merged,
     fx_neighbours,
     fx_norms,
     fx_outputs,
@@ -343,6 +344,8 @@ class _FxLowering:
         self.tuples: dict[str, list] = {}  # a layer's tuple output: its values' names (or None)
         self.swapped: dict[str, fx_slicing.Swapped] = {}  # batch axis second: held per sample
         self.window_tables: dict[str, tuple] = {}  # Swin's relative position bias: its table
+        self.offsets: dict[str, int] = {}  # arange over the batch (times rows): fx_merged.py
+        self.merged: dict[str, tuple] = {}  # ... and the values numbered across the batch
         self.zero_states: set[str] = set()  # torch.zeros given as a recurrent layer's state
         self.attr_params: dict[str, str] = {}  # get_attr node -> the parameter it reads
         self.param_shapes: dict[str, tuple] = {}  # ... read as a value: its per-sample shape
@@ -398,6 +401,8 @@ class _FxLowering:
             if fx_node.op == "placeholder":
                 inputs.append(fx_node.name)
             elif fx_recurrent.lower(self, fx_node):  # batch axis second, or a zero state
+                continue
+            elif fx_merged.lower(self, fx_node):  # weaver's idx + idx_base, rows[idx, :]
                 continue
             elif fx_neighbours.lower(self, fx_node):  # topk, gather by its indices
                 continue

@@ -14,7 +14,8 @@ papers describe them, with small dimensions; each compiles and computes what tor
 - A DeepJet-style tagger (Bols et al. 2020): 1x1 convolutions per particle and per secondary
   vertex, an LSTM over each list, the global features, a dense classifier.
 - ParticleNet (Qu and Gouskos 2020): weaver's knn as written, its get_graph_feature as a
-  torch.gather (weaver's idx + idx_base indexes the whole batch at once). EdgeConv blocks over
+  torch.gather, and once more with weaver's get_graph_feature_v1 as written (idx + idx_base
+  indexes the whole batch at once: each sample reads its own rows). EdgeConv blocks over
   each jet's particles, the k nearest neighbours by ``topk`` of pairwise distances (in the
   (eta, phi) plane, then in the previous block's features; padded particles moved 1e9 away),
   the neighbours' features by ``torch.gather``, an edge MLP of 1x1 Conv2d + BatchNorm + ReLU
@@ -84,10 +85,29 @@ def knn(pts, k):  # (B, P, N) -> (B, N, k): each point's k nearest others (weave
     return pairwise.topk(k=k + 1, dim=-1)[1][:, :, 1:]
 
 
+def get_graph_feature_v1(x, k, idx):  # weaver's, as written (ParticleNet.py)
+    batch_size, num_dims, num_points = x.size()
+
+    idx_base = torch.arange(0, batch_size, device=x.device).view(-1, 1, 1) * num_points
+    idx = idx + idx_base
+    idx = idx.view(-1)
+
+    fts = x.transpose(2, 1).reshape(
+        -1, num_dims
+    )  # -> (batch_size, num_points, num_dims) -> (batch_size*num_points, num_dims)
+    fts = fts[idx, :].view(
+        batch_size, num_points, k, num_dims
+    )  # neighbors: -> (batch_size*num_points*k, num_dims) -> ...
+    fts = fts.permute(0, 3, 1, 2).contiguous()  # (batch_size, num_dims, num_points, k)
+    x = x.view(batch_size, num_dims, num_points, 1).repeat(1, 1, 1, k)
+    fts = torch.cat((x, fts - x), dim=1)  # ->(batch_size, 2*num_dims, num_points, k)
+    return fts
+
+
 class EdgeConv(nn.Module):
-    def __init__(self, k, cin, widths):
+    def __init__(self, k, cin, widths, weaver=False):
         super().__init__()
-        self.k = k
+        self.k, self.weaver = k, weaver
         layers, c = [], 2 * cin
         for w in widths:
             layers += [nn.Conv2d(c, w, 1, bias=False), nn.BatchNorm2d(w), nn.ReLU()]
@@ -97,6 +117,9 @@ class EdgeConv(nn.Module):
         self.relu = nn.ReLU()
 
     def forward(self, pts, fts):  # (B, P, N), (B, C, N)
+        if self.weaver:  # the edges as weaver builds them, batch-wide indexing included
+            x = self.edge_mlp(get_graph_feature_v1(fts, self.k, knn(pts, self.k))).mean(dim=-1)
+            return self.relu(x + self.shortcut(fts))
         B, C, N = fts.shape
         idx = knn(pts, self.k)
         nb = torch.gather(fts, 2, idx.reshape(B, 1, N * self.k).expand(-1, C, -1))
@@ -107,10 +130,11 @@ class EdgeConv(nn.Module):
 
 
 class ParticleNet(nn.Module):
-    def __init__(self, features=4, k=3, classes=3):
+    def __init__(self, features=4, k=3, classes=3, weaver=False):
         super().__init__()
         self.bn_fts = nn.BatchNorm1d(features)
-        self.blocks = nn.ModuleList([EdgeConv(k, features, (8, 8)), EdgeConv(k, 8, (16, 16))])
+        self.blocks = nn.ModuleList([EdgeConv(k, features, (8, 8), weaver),
+                                     EdgeConv(k, 8, (16, 16), weaver)])  # fmt: skip
         self.head = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, classes))
 
     def forward(self, points, features, mask):  # (B, 2, N), (B, F, N), (B, 1, N) torch.bool
@@ -302,6 +326,7 @@ MODELS = {
     "deepsets": (DeepSets, _deepsets_inputs),
     "particle-transformer": (ParticleTransformer, _part_inputs),
     "particlenet": (ParticleNet, _particlenet_inputs),
+    "particlenet-weaver": (lambda: ParticleNet(weaver=True), _particlenet_inputs),
     "particle-transformer-seq-first": (ParticleTransformerSeqFirst, _part_seq_first_inputs),
     "calo3d": (Calo3D, _calo_inputs),
     "resnet1d": (ResNet1D, _resnet_inputs),
@@ -391,6 +416,8 @@ def test_hep_model_training_tracks_torch_optim(name):
 NOT_IMPORTED = {
     "particle-transformer": "depend on the batch size",
     "particle-transformer-seq-first": "moves the batch axis",
+    # weaver's batch offsets: a Range over the batch size, then indices across the batch
+    "particlenet-weaver": r"\(Range, opset 18\): op not supported",
 }
 
 

@@ -163,7 +163,21 @@ REFUSED = [
     ("expand-the-batch", lambda x: x[:1].expand(4, -1, -1), (1, 5), "batch axis"),
     ("repeat-a-full-axis", lambda x: x.repeat(1, 2, 1), (3, 5), "only axes of size 1"),
     ("cube", lambda x: x**3, (3, 5), "x \\*\\* 2 only"),
+    # weaver's batch-wide indexing (tests/models/test_hep.py compiles it as written)
+    ("rows-of-another-stride", lambda x: _weaver_rows(x, stride=-1), (3, 5), "offset by 4 a sample read rows of 5"),
+    ("indices-not-flattened", lambda x: _weaver_rows(x, flat=False), (3, 5), "follows them only flattened"),
+    ("merged-rows-elsewhere", lambda x: x.transpose(2, 1).reshape(-1, 3).sum(-1), (3, 5), "batch axis must stay first.*not into"),
+    ("offsets-elsewhere", lambda x: x + torch.arange(0, x.size(0)).view(-1, 1, 1), (3, 5), "offsets over the batch"),
 ]  # fmt: skip
+
+
+def _weaver_rows(x, stride=0, flat=True):
+    """weaver's neighbours' features, its offsets' stride changed by ``stride``."""
+    B, C, N = x.size()
+    idx = x.topk(2, dim=1).indices.transpose(1, 2)  # (B, N, 2): positions along C
+    idx = idx + torch.arange(0, B).view(-1, 1, 1) * (N + stride)
+    rows = x.transpose(2, 1).reshape(-1, C)
+    return rows[idx.reshape(-1) if flat else idx, :].reshape(B, N, 2, C)
 
 
 @pytest.mark.parametrize("fn, shape, words", [pytest.param(*c[1:], id=c[0]) for c in REFUSED])

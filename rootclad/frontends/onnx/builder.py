@@ -273,6 +273,11 @@ class Builder(ShapeOps, LayerOps, ConvOps, IndexOps, RecurrentOps):
                 self.check_declared(node, out)
         names = [i.name for i in self.inputs]
         for out in self.outputs:  # several: the module returns a dict by their names
+            if out in self.topk_indices or out in self.int_tensors or out in self.masks:
+                why = (f"the graph's output {out!r} holds integers or booleans (indices, a mask); "
+                       "rootclad computes float outputs")  # fmt: skip
+                node = next((n for n in self.nodes if out in n.output), None)
+                raise self.fail(node, why) if node else IRError(f"{self.where}: {why}")
             if out in self.consts:
                 raise IRError(f"{self.where}: the graph computes nothing from its input: its "
                               f"output {out!r} is a constant (shapes and constants "

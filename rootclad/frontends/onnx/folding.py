@@ -127,7 +127,7 @@ class ShapeOps:
         if node.input[0] not in self.consts:
             return self.cast_step(node, a)
         v = np.asarray(self.consts[node.input[0]].value)
-        if v.dtype != object:  # shape arithmetic, where BATCH stands, is integer already
+        if v.dtype.kind in "biuf":  # shape arithmetic, where BATCH stands, is integer already
             v = v.astype(onnx.helper.tensor_dtype_to_np_dtype(a["to"]))
         self.fold(node, v)
 
