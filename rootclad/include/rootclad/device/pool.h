@@ -241,14 +241,7 @@ void global_maxpool_backward(On on, T* d_inp, const T* d_out, const T* inp, long
 }
 
 // -- amax over each row of inp(R, L): out(R) the maximum (NaN where the row holds one); the
-// backward is torch's: the elements equal to it share the row's gradient (a NaN row: NaN) ----
-template <class T> ROOTCLAD_HD inline T amax_row(const T* x, int L) {
-  T m = x[0];
-  for (int l = 1; l < L; ++l)
-    m = (x[l] > m || x[l] != x[l]) ? x[l] : m; // a NaN, once met, stays
-  return m;
-}
-
+// backward shares a row's gradient as torch's (amax_row, pool_geometry.h) --------------------
 template <class On, class T> void amax_forward(On on, T* out, const T* inp, long R, int L) {
   each_index(on, R, ROOTCLAD_BODY(long r) { out[r] = amax_row(inp + r * L, L); });
 }
@@ -257,16 +250,7 @@ template <class On, class T> void amax_forward(On on, T* out, const T* inp, long
 template <class On, class T>
 void amax_backward(On on, T* d_inp, const T* d_out, const T* inp, long R, int L) {
   each_index(
-      on, R, ROOTCLAD_BODY(long r) {
-        const T* x = inp + r * L;
-        const T m = amax_row(x, L);
-        int n = 0;
-        for (int l = 0; l < L; ++l)
-          n += x[l] == m;
-        const T g = d_out[r] / T(n);
-        for (int l = 0; l < L; ++l)
-          d_inp[r * L + l] += (x[l] == m ? T(1) : T(0)) * g;
-      });
+      on, R, ROOTCLAD_BODY(long r) { amax_row_backward(d_inp + r * L, inp + r * L, L, d_out[r]); });
 }
 
 // -- global average pooling: out(R) = the mean of each row of inp(R, L) ---------------------

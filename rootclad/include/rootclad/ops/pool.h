@@ -312,32 +312,16 @@ void upsample_backward(T* d_inp, const T* d_out, int R, int H, int W, int OH, in
 }
 
 // ---------------------------------------------------------------------------------------
-// amax over each row of inp(R, L) (torch.amax, the reduced axes permuted last): out(R) the
-// maximum, NaN where the row holds one; the backward is torch's: each element equal to the
-// maximum gets the row's gradient over their count (a row with a NaN: none is equal, and every
-// element's gradient is 0 * (g / 0), NaN).
-template <typename T> inline T amax_row(const T* x, int L) {
-  T m = x[0];
-  for (int l = 1; l < L; ++l)
-    m = (x[l] > m || x[l] != x[l]) ? x[l] : m; // a NaN, once met, stays
-  return m;
-}
+// amax over each row of inp(R, L) (torch.amax, the reduced axes permuted last; amax_row in
+// pool_geometry.h): out(R) the maximum; the backward shares a row's gradient as torch's.
 template <typename T> void amax_forward(T* out, const T* inp, int R, int L) {
   ROOTCLAD_REPLAY_SKIP;
   for (int r = 0; r < R; ++r)
     out[r] = amax_row(inp + (long)r * L, L);
 }
 template <typename T> void amax_backward(T* d_inp, const T* d_out, const T* inp, int R, int L) {
-  for (int r = 0; r < R; ++r) {
-    const T* x = inp + (long)r * L;
-    const T m = amax_row(x, L);
-    int n = 0;
-    for (int l = 0; l < L; ++l)
-      n += x[l] == m;
-    const T g = d_out[r] / T(n);
-    for (int l = 0; l < L; ++l)
-      d_inp[(long)r * L + l] += (x[l] == m ? T(1) : T(0)) * g;
-  }
+  for (int r = 0; r < R; ++r)
+    amax_row_backward(d_inp + (long)r * L, inp + (long)r * L, L, d_out[r]);
 }
 
 } // namespace rootclad

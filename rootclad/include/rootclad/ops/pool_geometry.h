@@ -80,4 +80,23 @@ ROOTCLAD_HD inline int upsample_i1(int i0, int n, int O, int mode) {
   return (mode == 1 || mode == 2) && O != n && i0 < n - 1 ? i0 + 1 : i0;
 }
 
+// torch.amax over a row x[0, L): the maximum, NaN where the row holds one (a NaN, once met,
+// stays); its backward is torch's: each element equal to the maximum gets g over their count
+// (a NaN row: none is equal, and every element gets 0 * (g / 0), NaN).
+template <class T> ROOTCLAD_HD inline T amax_row(const T* x, int L) {
+  T m = x[0];
+  for (int l = 1; l < L; ++l)
+    m = (x[l] > m || x[l] != x[l]) ? x[l] : m;
+  return m;
+}
+template <class T> ROOTCLAD_HD inline void amax_row_backward(T* d_x, const T* x, int L, T g) {
+  const T m = amax_row(x, L);
+  int n = 0;
+  for (int l = 0; l < L; ++l)
+    n += x[l] == m;
+  const T s = g / T(n);
+  for (int l = 0; l < L; ++l)
+    d_x[l] += (x[l] == m ? T(1) : T(0)) * s;
+}
+
 } // namespace rootclad
