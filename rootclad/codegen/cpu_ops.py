@@ -160,6 +160,12 @@ def matmul_args(node):
     return G, M, K, N, _n(a), sa, _n(b), sb
 
 
+def _cdist_calls(node, graph, site):
+    (P, M), (R, _) = node.in_shapes
+    args = (OUT, IN(0, nullable=True), IN(1, nullable=True), INT("B"), INT(P), INT(R), INT(M))
+    return [Call("cdist", args)]
+
+
 def _matmul_calls(node, graph, site):
     return [Call("matmul", (OUT, IN(0), IN(1), INT("B"), *map(INT, matmul_args(node))))]
 
@@ -512,6 +518,7 @@ def _batch_norm_calls(node, graph, site):
 CPU_OPS: dict[str, CpuOp] = {
     "linear": CpuOp(_linear_calls, whole_chunk=True, fused_update=_linear_update),
     "matmul": CpuOp(_matmul_calls),
+    "cdist": CpuOp(_cdist_calls),
     "conv1d": CpuOp(_conv1d_calls, _conv1d_scratch, scratch_saves=("cols",)),
     "conv2d": CpuOp(_conv2d_calls, _conv2d_scratch, scratch_saves=("cols",)),
     "conv_transpose1d": CpuOp(_conv_transpose_calls, _conv_transpose_scratch),

@@ -176,6 +176,15 @@ def _matmul_device(node, graph, d):
     return fwd, bwd
 
 
+def _cdist_device(node, graph, d):
+    (P, M), (R, _) = node.in_shapes
+    at = f"{d.out}, {d.ins[0]}, {d.ins[1]}, (long)B, {P}, {R}, {M}"
+    fwd = [f"cdist_forward(on, {at});"]
+    bwd = [f"cdist_backward_{x}(on, {d.d_ins[i]}, {d.d_out}, {at});"
+           for i, x in enumerate("ab") if d.d_ins[i] != "nullptr"]  # fmt: skip
+    return fwd, bwd
+
+
 def _conv1d_device(node, graph, d):
     C, L, OC, _, K = conv1d_geometry(node, graph)
     a = node.attrs
@@ -479,6 +488,7 @@ def _batch_norm_device(node, graph, d):
 DEVICE_OPS: dict[str, DeviceOp] = {
     "linear": DeviceOp(_linear_device, fuses_activation=True),
     "matmul": DeviceOp(_matmul_device),
+    "cdist": DeviceOp(_cdist_device),
     "upsample": DeviceOp(_upsample_device),
     "conv1d": DeviceOp(_conv1d_device, fuses_activation=True),
     "conv2d": DeviceOp(_conv2d_device, fuses_activation=True),

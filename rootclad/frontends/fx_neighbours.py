@@ -54,6 +54,8 @@ def lower(low, fx_node) -> bool:
         return False  # the tuple's value, by fx_slicing
     if name == "gather":
         return _gather(low, fx_node, where)
+    if name == "cdist" and fx_node.op == "call_function":
+        return _cdist(low, fx_node, where)
     if not held or fx_values.is_static(fx_node):  # idx.size(-1): a number
         return False
     if fx_slicing.is_getitem(fx_node) and fx_node.args[0] not in held:  # x[:, idx]
@@ -163,6 +165,24 @@ def _gather(low, fx_node, where) -> bool:
     if x.name in low.index_values:
         raise IRError(f"{where}: gathers from {x.name!r}, topk's indices; gather the values")
     low.nodes.append(_gather_node(fx_node.name, x.name, index.name, low.axis(dim, x, where)))
+    return True
+
+
+def _cdist(low, fx_node, where) -> bool:
+    """torch.cdist(x1, x2) of points (B, P, M) and (B, R, M), p=2 (every compute_mode: torch's
+    products and rootclad's differences round otherwise, by far less than the distances)."""
+    args = fx_values.substitute(list(fx_node.args))
+    kw = fx_values.substitute(dict(fx_node.kwargs))
+    a, b = (args + [kw.get("x1"), kw.get("x2")])[:2] if len(args) >= 2 else (
+        kw.get("x1"), kw.get("x2"))  # fmt: skip
+    p = args[2] if len(args) > 2 else kw.get("p", 2.0)
+    if p != 2:
+        raise IRError(f"{where}: p={p!r}; rootclad computes Euclidean distances (p=2)")
+    for x in (a, b):
+        if not low.is_tensor(x) or len(low.shape(x)) != 3 or low.shape(x)[0] != low.batch:
+            raise IRError(f"{where}: cdist of {getattr(x, 'name', x)!r}; rootclad takes points "
+                          "(B, P, M) of the model's values, the batch axis first")  # fmt: skip
+    low.add(fx_node.name, "cdist", [a, b])
     return True
 
 

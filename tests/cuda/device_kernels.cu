@@ -88,6 +88,9 @@ template <class T> void instantiate() {
   k::layer_norm_backward_input(on, p, p, p, p, p, 1, 2);
   k::global_maxpool_forward(on, p, p, 1, 1);
   k::global_maxpool_backward(on, p, p, p, 1, 1);
+  k::cdist_forward(on, p, p, p, 1, 1, 1, 1);
+  k::cdist_backward_a(on, p, p, p, p, p, 1, 1, 1, 1);
+  k::cdist_backward_b(on, p, p, p, p, p, 1, 1, 1, 1);
   k::amax_forward(on, p, p, 1, 1);
   k::amax_backward(on, p, p, p, 1, 1);
   k::global_avgpool_forward(on, p, p, 1, 1);

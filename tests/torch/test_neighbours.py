@@ -10,7 +10,7 @@ import copy
 
 import pytest
 import torch
-from fixtures.core import assert_close_rel, assert_grads_close, perturbed
+from fixtures.core import assert_close_rel, assert_grads_close, check_against_torch, perturbed
 from fixtures.op_cases import Fn, Neighbours
 from torch import nn
 
@@ -198,3 +198,20 @@ def test_repeat_by_a_tuple_and_shape_queries_of_the_indices():
     x = _x(B=2)
     cm = rootclad.compile(Fn(fn), x, loss="mse", engine="pullback")
     assert_close_rel(cm.predict(x), Fn(fn)(x), 1e-15, "forward")
+
+
+def test_nearest_neighbours_by_cdist_match_torch():
+    """ParticleNet's neighbours by torch.cdist instead of the products: topk of the negated
+    distances (each point's own, 0, among them: no gradient there, as torch's), their values'
+    gradient through cdist, and a gather by the indices."""
+
+    def knn_features(x):  # (B, C, N)
+        pts = x.transpose(1, 2)
+        near = (-torch.cdist(pts, pts)).topk(3, dim=-1)
+        B, C, N = x.shape
+        idx = near.indices.reshape(B, 1, N * 3).expand(-1, C, -1)
+        return torch.cat([near.values.flatten(1), torch.gather(x, 2, idx).flatten(1)], 1)
+
+    net = Fn(knn_features)
+    x = torch.randn(3, 4, 6, dtype=F64, generator=torch.Generator().manual_seed(3))
+    check_against_torch(net, x, F64, loss="mse")

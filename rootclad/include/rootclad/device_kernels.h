@@ -20,6 +20,7 @@
 #include "device/conv.h"
 #include "device/core.h"
 #include "device/dense.h"
+#include "device/distance.h"
 #include "device/elementwise.h"
 #include "device/loss.h"
 #include "device/norm.h"

@@ -8,6 +8,7 @@
 #include "ops/conv2d.h"
 #include "ops/core.h"
 #include "ops/dense.h"
+#include "ops/distance.h"
 #include "ops/elementwise.h"
 #include "ops/loss.h"
 #include "ops/norm.h"

@@ -88,6 +88,27 @@ register(
 )
 
 
+def _cdist_infer(node, shapes, graph):
+    a, b = (tuple(s) for s in shapes)
+    expect(len(a) == 2 and len(b) == 2 and a[1] == b[1], node, f"cdist of per-sample shapes "
+           f"{a} and {b}: points (P, M) and (R, M) needed")  # fmt: skip
+    return (a[0], b[0])
+
+
+register(
+    OpSpec(
+        "cdist",
+        "dense",
+        "torch.cdist(a, b) (p=2): the Euclidean distances (P, R) between points (P, M) and "
+        "(R, M), from their differences; no gradient where a distance is 0, as torch's",
+        _cdist_infer,
+        arity=2,
+        saves=("in", "out"),
+        flops=lambda node, graph: 3 * node.out_shape[0] * node.out_shape[1] * node.in_shapes[0][1],
+    )
+)
+
+
 def _embedding_infer(node, shapes, graph):
     (shape,) = shapes
     w = graph.param(node.params["weight"])

@@ -1,0 +1,67 @@
+// rootclad/ops/distance.h — torch.cdist(a, b) (p = 2) on the CPU: per sample a(P, M) and
+// b(R, M) give out(P, R), each distance from the differences (torch's own way for up to 25
+// points; above, torch uses products, which round otherwise); the gradient g * (a - b) / d,
+// none where d is 0, as torch's.
+#pragma once
+
+#include <cmath>
+
+#include "core.h"
+
+namespace rootclad {
+
+template <typename T>
+void cdist_forward(T* out, const T* a, const T* b, int B, int P, int R, int M) {
+  ROOTCLAD_REPLAY_SKIP;
+  for (int s = 0; s < B; ++s)
+    for (int p = 0; p < P; ++p)
+      for (int r = 0; r < R; ++r) {
+        const T* x = a + ((long)s * P + p) * M;
+        const T* y = b + ((long)s * R + r) * M;
+        T acc = 0;
+        for (int m = 0; m < M; ++m)
+          acc += (x[m] - y[m]) * (x[m] - y[m]);
+        out[((long)s * P + p) * R + r] = std::sqrt(acc);
+      }
+}
+
+// d_a, d_b: null where not wanted
+template <typename T>
+void cdist_backward(T* d_a, T* d_b, const T* d_out, const T* out, const T* a, const T* b, int B,
+                    int P, int R, int M) {
+  for (int s = 0; s < B; ++s)
+    for (int p = 0; p < P; ++p)
+      for (int r = 0; r < R; ++r) {
+        const long o = ((long)s * P + p) * R + r;
+        if (out[o] == T(0))
+          continue;
+        const T g = d_out[o] / out[o];
+        const long ia = ((long)s * P + p) * M, ib = ((long)s * R + r) * M;
+        for (int m = 0; m < M; ++m) {
+          const T diff = a[ia + m] - b[ib + m];
+          if (d_a)
+            d_a[ia + m] += g * diff;
+          if (d_b)
+            d_b[ib + m] -= g * diff;
+        }
+      }
+}
+
+} // namespace rootclad
+
+// Clad-convention pullbacks (core.h says how they are written).
+#ifndef ROOTCLAD_NO_PULLBACKS // Clad differentiates the kernels themselves
+namespace clad {
+namespace custom_derivatives {
+namespace rootclad {
+
+template <typename T>
+void cdist_forward_pullback(T* out, const T* a, const T* b, int B, int P, int R, int M, T* d_out,
+                            T* d_a, T* d_b, int*, int*, int*, int*) {
+  ::rootclad::cdist_backward(d_a, d_b, d_out, out, a, b, B, P, R, M);
+}
+
+} // namespace rootclad
+} // namespace custom_derivatives
+} // namespace clad
+#endif
