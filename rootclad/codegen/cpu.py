@@ -276,17 +276,20 @@ class _Emitter(Sweeps, Layout):
         """An argument's C++ expression, and the adjoint its pullback takes in its place."""
         if arg.kind in _SCALAR_ADJOINT:
             return arg.ref, _SCALAR_ADJOINT[arg.kind]
+        shift = f" + {arg.offset}" if arg.offset else ""
         if arg.kind == "param":
             d = self.param(node, arg.ref, "d_params")
+            if d != "(T*)nullptr":
+                d += shift
             if self.engine == "pullback" and d != "(T*)nullptr":
                 d = f"(need_dp ? {d} : (T*)nullptr)"  # see NO_PARAM_GRADIENT
-            return self.param(node, arg.ref), d
+            return self.param(node, arg.ref) + shift, d
         if arg.kind == "buffer":  # not trained: no adjoint
             name = node.buffers.get(arg.ref)
             at = (
                 "(T*)nullptr"
                 if name is None
-                else f"params + {self.n_params + self.buffer_offsets[name][0]}"
+                else f"params + {self.n_params + self.buffer_offsets[name][0]}{shift}"
             )
             return at, "(T*)nullptr"
         if arg.kind == "out":

@@ -46,6 +46,7 @@ class Arg:
     kind: str
     ref: object = None
     nullable: bool = False
+    offset: int = 0  # param / buffer: values into the tensor (a block of it)
 
 
 OUT = Arg("out")
@@ -55,12 +56,12 @@ def IN(i: int = 0, nullable: bool = False) -> Arg:
     return Arg("in", i, nullable)
 
 
-def W(role: str) -> Arg:
-    return Arg("param", role)
+def W(role: str, offset: int = 0) -> Arg:
+    return Arg("param", role, offset=offset)
 
 
-def BUF(role: str) -> Arg:
-    return Arg("buffer", role)
+def BUF(role: str, offset: int = 0) -> Arg:
+    return Arg("buffer", role, offset=offset)
 
 
 def SCRATCH(key: str) -> Arg:
@@ -479,7 +480,9 @@ def _gather_calls(node, graph, site):
 
 
 def _parameter_calls(node, graph, site):
-    return [Call("parameter", (OUT, W("weight"), INT("B"), INT(_n(node.out_shape))))]
+    start = node.attrs.get("start", 0)  # a block of the tensor
+    src = W("weight", start) if "weight" in node.params else BUF("value", start)
+    return [Call("parameter", (OUT, src, INT("B"), INT(_n(node.out_shape))))]
 
 
 def _embedding_calls(node, graph, site):

@@ -423,11 +423,14 @@ def _gather_device(node, graph, d):
 
 
 def _parameter_device(node, graph, d):
-    n = _n(node.out_shape)
-    fwd = [f"parameter_forward(on, {d.out}, {d.p('weight')}, (long)B, {n}L);"]
+    n, start = _n(node.out_shape), node.attrs.get("start", 0)  # a block of the tensor
+    if "value" in node.buffers:  # a buffer: no gradient
+        return [f"parameter_forward(on, {d.out}, {d.b('value')} + {start}, (long)B, {n}L);"], []
+    fwd = [f"parameter_forward(on, {d.out}, {d.p('weight')} + {start}, (long)B, {n}L);"]
     bwd = []
     if "weight" in d.d_params:  # parameter gradients wanted (not an input-gradient program)
-        bwd.append(f"parameter_backward(on, {d.dp('weight')}, {d.d_out}, (long)B, {n}L);")
+        bwd.append(f"parameter_backward(on, {d.dp('weight')} + {start}, {d.d_out}, (long)B, "
+                   f"{n}L);")  # fmt: skip
     return fwd, bwd
 
 

@@ -60,7 +60,8 @@ def lower(low, fx_node) -> bool:
             f"fx node {fx_node.name!r} ({_name(fx_node.target)})")  # fmt: skip
     raise IRError(f"{what} reads {held[0].name!r}, a constant tensor (computed without the "
                   "model's inputs or parameters); rootclad compiles constants only as causal "
-                  "attention masks (attn_mask, src_mask, masked_fill's mask)")  # fmt: skip
+                  "attention masks (attn_mask, src_mask, masked_fill's mask), and buffers (or a "
+                  "contiguous block of one, pe[:, :L]) where they meet the input")  # fmt: skip
 
 
 def _name(target) -> str:

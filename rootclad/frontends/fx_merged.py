@@ -51,6 +51,8 @@ def lower(low, fx_node) -> bool:
     """Lower ``fx_node`` where it makes or reads one of the values above; False otherwise."""
     if fx_node.op not in ("call_function", "call_method", "call_module", "output"):
         return False
+    if fx_values.is_static(fx_node):  # fts.size(-1): a number
+        return False
     where = f"fx node {fx_node.name!r} ({_name(fx_node)})"
     if is_batch_arange(low, fx_node):
         low.offsets[fx_node.name] = 1
@@ -64,22 +66,26 @@ def lower(low, fx_node) -> bool:
         return _offsets(low, fx_node, x, where)
     kind = low.merged[x.name][0]
     if kind == "global" and _name(fx_node) in _VIEWS and len(low.shape(fx_node)) == 1:
-        _, idx, stride = low.merged[x.name]
+        _, idx, stride, axis = low.merged[x.name]
         count = math.prod(low.shape(x)[1:])
         name = f"{fx_node.name}__indices"
         low.nodes.append(Node(name, "reshape", [idx], name, {"shape": (count,)}))
-        low.merged[fx_node.name] = ("index", name, stride)
+        low.merged[fx_node.name] = ("index", name, stride, axis)
         return True
     if kind == "rows" and fx_slicing.is_getitem(fx_node) and fx_node.args[0] is x:
         return _take(low, fx_node, x, where)
-    if kind == "rows" and _name(fx_node) in ("view", "reshape"):
+    if kind == "rows" and _name(fx_node) in ("view", "reshape") and not _fixed_batch(fx_node):
         out = low.shape(fx_node)
         _, value, _ = low.merged[x.name]
         if out and out[0] == low.batch and math.prod(out) == math.prod(low.shape(x)):
             low.add(fx_node.name, "reshape", [_Value(value)], {"shape": tuple(out[1:])})
             return True
+    if kind == "rows" and fx_slicing.is_getitem(x):
+        raise IRError(f"{where}: takes {x.name!r}, rows taken across the batch (rows[idx, :]); "
+                      "rootclad follows them only into a view that gives the batch axis back, "
+                      "its size x.size(0) or -1 (.view(B, N, k, C))")  # fmt: skip
     if kind == "rows":
-        src = x.args[0] if x.op != "call_function" or _name(x) != "getitem" else x
+        src = x.args[0]
         raise IRError(f"fx node {x.name!r} ({_name(x)}) gives shape {tuple(low.shape(x))} from "
                       f"{tuple(low.shape(src))}: the batch axis must stay first and whole (use "
                       "x.size(0) or -1); rootclad follows such rows only into rows[idx, :] by "
@@ -87,6 +93,15 @@ def lower(low, fx_node) -> bool:
     raise IRError(f"{where}: takes {x.name!r}, topk's indices numbered across the batch "
                   "(weaver's idx + idx_base); rootclad follows them only flattened (view(-1)) "
                   "into rows[idx, :]")  # fmt: skip
+
+
+def _fixed_batch(fx_node) -> bool:
+    """view / reshape whose batch size is a number written in the model (not x.size(0), -1):
+    the model would mix samples at another batch size."""
+    spec = list(fx_node.args[1:])
+    if len(spec) == 1 and isinstance(spec[0], (tuple, list)):
+        spec = list(spec[0])
+    return bool(spec) and isinstance(spec[0], int) and spec[0] != -1
 
 
 class _Value:
@@ -100,8 +115,12 @@ def _offsets(low, fx_node, x, where) -> bool:
     """The batch offsets: reshaped to (B, 1, ...), times a number, or added to topk's
     indices."""
     stride = low.offsets[x.name]
-    out = low.shape(fx_node)
     name = _name(fx_node)
+    if fx_node.op == "output" or not low.is_tensor(fx_node):
+        raise IRError(f"{where}: takes {x.name!r}, offsets over the batch (torch.arange(0, B)); "
+                      "rootclad compiles them reshaped, times a number of rows, and added to "
+                      "topk's indices")  # fmt: skip
+    out = low.shape(fx_node)
     if name in _VIEWS and out and out[0] == low.batch and math.prod(out) == low.batch:
         low.offsets[fx_node.name] = stride
         return True
@@ -113,17 +132,36 @@ def _offsets(low, fx_node, x, where) -> bool:
             return True
     if name in ("add", "__add__") or fx_node.target is operator.add:
         idx = other[0] if len(other) == 1 else None
-        if getattr(idx, "name", None) in low.index_values and math.prod(out) != low.batch:
-            low.merged[fx_node.name] = ("global", idx.name, stride)
-            return True
+        if getattr(idx, "name", None) in low.index_values:
+            shape = tuple(low.shape(idx))
+            # (B, 1, ..., 1) against indices of as many axes: each sample its own offset
+            if tuple(low.shape(x)) == (low.batch,) + (1,) * (len(shape) - 1) and out == shape:
+                low.merged[fx_node.name] = ("global", idx.name, stride, _topk_axis(idx))
+                return True
     raise IRError(f"{where}: takes {x.name!r}, offsets over the batch (torch.arange(0, B)); "
                   "rootclad compiles them reshaped, times a number of rows, and added to "
                   "topk's indices")  # fmt: skip
 
 
+def _topk_axis(idx) -> int | None:
+    """The length of the axis the topk whose indices ``idx`` holds ran over (its indices lie
+    below it), following the layout ops back; None where not found."""
+    n = idx
+    while n is not None and not (fx_slicing.is_getitem(n) and _name(n.args[0]) == "topk"):
+        n = n.args[0] if n.args and isinstance(n.args[0], torch.fx.Node) else None
+    if n is None:
+        return None
+    topk = n.args[0]
+    x = topk.args[0]
+    dim = topk.args[2] if len(topk.args) > 2 else topk.kwargs.get("dim", -1)
+    return int(x.meta["tensor_meta"].shape[fx_values.substitute(dim)])
+
+
 def _merge_rows(low, fx_node) -> bool:
     """x.reshape(-1, C): a value (B, R, *rest) as the rows (B * R, *rest)."""
     if _name(fx_node) not in ("view", "reshape") or not low.is_tensor(fx_node.args[0]):
+        return False
+    if _fixed_batch(fx_node):  # x.reshape(20, C): refused by fx_layout
         return False
     x = fx_node.args[0]
     shape, out = low.shape(x), low.shape(fx_node)
@@ -146,11 +184,15 @@ def _take(low, fx_node, rows, where) -> bool:
         raise IRError(f"{where}: indexes rows numbered across the batch by {spec!r}; rootclad "
                       "takes rows[idx] and rows[idx, :] by topk's indices plus the batch "
                       "offsets")  # fmt: skip
-    kind, idx, stride = low.merged[index.name]
+    entry = low.merged[index.name]
     _, value, count = low.merged[rows.name]
-    if kind != "index":
+    if entry[0] != "index":
         raise IRError(f"{where}: indexes by {index.name!r}, topk's indices numbered across the "
                       "batch; rootclad follows them only flattened (view(-1)) into rows[idx, :]")  # fmt: skip
+    _, idx, stride, axis = entry
+    if axis is None or axis > count:
+        raise IRError(f"{where}: indices of a topk over {axis} values, offset by {count} a "
+                      "sample: a sample would read another's rows")  # fmt: skip
     if stride != count:
         raise IRError(f"{where}: indices offset by {stride} a sample read rows of {count} a "
                       "sample; each sample would read another's rows")  # fmt: skip

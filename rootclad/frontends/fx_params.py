@@ -19,12 +19,83 @@ import types
 import torch
 from torch.nn import functional as F
 
-from rootclad.frontends import fx_constants, fx_functional, fx_values, fx_windows
+from rootclad.frontends import fx_constants, fx_functional, fx_slicing, fx_values, fx_windows
 from rootclad.ir.graph import IRError, Node
 
 
 def _is_layer_norm(node) -> bool:
     return node.op == "call_function" and node.target is F.layer_norm
+
+
+def _meets_data(low, n) -> bool:
+    """Every reader of ``n`` also reads the input's values (x + pe), none as a mask."""
+    return bool(n.users) and all(
+        any(a.meta.get("rc_data") for a in u.all_input_nodes)
+        and n not in fx_constants.mask_arguments(low, u)
+        for u in n.users
+    )
+
+
+def _is_block(n) -> bool:
+    """A getitem of a parameter or buffer read directly (pe[:, :L])."""
+    return fx_slicing.is_getitem(n) and getattr(n.args[0], "op", None) == "get_attr"
+
+
+def lower_buffer(low, fx_node) -> bool:
+    """A float buffer read as data (a position encoding registered as a buffer: x + pe), and a
+    contiguous block of a parameter or such a buffer (pe[:, :x.size(1)]): the IR's
+    ``parameter`` op over the tensor or the block, the same for every sample (a buffer has no
+    gradient). A buffer read as a mask stays a constant (fx_constants.py); False where
+    ``fx_node`` is none of these."""
+    if fx_node.op == "get_attr" and _float_buffer(low, fx_node.target) is not None:
+        blocks = [u for u in fx_node.users if _is_block(u)]
+        if not all(_meets_data(low, u) for u in blocks) or not all(
+            u in blocks or _meets_data(low, fx_node) for u in fx_node.users
+        ):
+            return False
+        if len(blocks) < len(fx_node.users):
+            _emit(low, fx_node, fx_node.target, tuple(_float_buffer(low, fx_node.target).shape))
+        return True
+    if not _is_block(fx_node):
+        return False
+    src = fx_node.args[0]
+    tensor = _float_buffer(low, src.target)
+    if tensor is None:
+        tensor = dict(low.traced.named_parameters(remove_duplicate=False)).get(src.target)
+    elif not _meets_data(low, fx_node):
+        return False
+    if tensor is None:
+        return False
+    where = f"fx node {fx_node.name!r} (getitem of {src.target!r})"
+    spec = fx_values.substitute(fx_node.args[1])
+    parts = spec if isinstance(spec, tuple) else (spec,)
+    if any(isinstance(p, torch.fx.Node) or (isinstance(p, slice) and any(
+            isinstance(v, torch.fx.Node) for v in (p.start, p.stop, p.step))) for p in parts):  # fmt: skip
+        raise IRError(f"{where}: a slice that depends on the batch size or on values")
+    flat = torch.arange(tensor.numel()).view(tensor.shape)[spec].reshape(-1)
+    start = int(flat[0]) if flat.numel() else 0
+    if not flat.numel() or not torch.equal(flat, torch.arange(start, start + flat.numel())):
+        raise IRError(f"{where}: rootclad reads a contiguous block of a parameter or buffer "
+                      f"(pe[:, :L]), not {spec!r}")  # fmt: skip
+    _emit(low, fx_node, src.target, tuple(low.shape(fx_node)), start)
+    return True
+
+
+def _float_buffer(low, target):
+    b = dict(low.traced.named_buffers()).get(target)
+    return b if b is not None and b.is_floating_point() else None
+
+
+def _emit(low, fx_node, target, shape, start=None) -> None:
+    """A parameter node of ``target`` (a parameter, or a buffer), broadcast against the batch
+    as torch broadcasts it: a leading axis of 1 is the batch's."""
+    per_sample = (shape[1:] if len(shape) >= 2 and shape[0] == 1 else shape) or (1,)
+    low.param_shapes[fx_node.name] = per_sample
+    buffer = _float_buffer(low, target) is not None
+    attrs = {"shape": per_sample, **({} if start is None else {"start": start})}
+    low.nodes.append(Node(fx_node.name, "parameter", [], fx_node.name, attrs,
+                          {} if buffer else {"weight": target},
+                          {"value": target} if buffer else {}))  # fmt: skip
 
 
 def lower_get_attr(low, fx_node) -> None:
@@ -34,18 +105,15 @@ def lower_get_attr(low, fx_node) -> None:
     if fx_node.target not in params:
         raise IRError(
             f"fx node {fx_node.name!r} reads attribute {fx_node.target!r} directly; rootclad "
-            "compiles parameters read directly (nn.Parameter), not buffers or tensor constants"
+            "compiles parameters read directly (nn.Parameter), float buffers where they meet the "
+            "input (x + pe), and constant masks; not integer buffers or other tensor constants"
         )
     low.attr_params[fx_node.name] = fx_node.target
     if all((_is_layer_norm(u) and u.args[0] is not fx_node)
-           or fx_functional.names_parameter(u, fx_node) for u in fx_node.users):  # fmt: skip
+           or fx_functional.names_parameter(u, fx_node) or _is_block(u)
+           for u in fx_node.users):  # fmt: skip
         return
-    shape = tuple(params[fx_node.target].shape)
-    per_sample = shape[1:] if len(shape) >= 2 and shape[0] == 1 else shape
-    per_sample = per_sample or (1,)
-    low.param_shapes[fx_node.name] = per_sample
-    low.nodes.append(Node(fx_node.name, "parameter", [], fx_node.name,
-                          {"shape": per_sample}, {"weight": fx_node.target}))  # fmt: skip
+    _emit(low, fx_node, fx_node.target, tuple(params[fx_node.target].shape))
 
 
 def check_batch_axes(low) -> None:
@@ -69,6 +137,7 @@ def check_batch_axes(low) -> None:
                 and n not in from_input
                 and not fx_constants.is_constant(n)  # a causal mask: fx_constants.py
                 and not fx_windows.is_bias(n)  # Swin's relative position bias
+                and not _is_block(n)  # pe[:, :L] of a parameter: lower_buffer
                 else []
             )
         if bad:

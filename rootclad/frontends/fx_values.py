@@ -212,10 +212,18 @@ def check_trace(module, traced_out, eager_out) -> None:
             )
 
 
+class _Tracer(torch.fx.Tracer):
+    # a buffer read in forward is a value of the trace (get_attr), so that pe[:, :x.size(1)]
+    # traces (fx's default hands forward the tensor itself, which a size cannot slice)
+    proxy_buffer_attributes = True
+
+
 def symbolic_trace(module, n: int):
     """torch.fx's trace of ``module`` called with ``n`` inputs: forward's later arguments
     that have defaults (timm's ``attn_mask=None``) are fixed at them."""
-    traced = torch.fx.symbolic_trace(module, concrete_args=_defaults(module, n))
+    tracer = _Tracer()
+    graph = tracer.trace(module, concrete_args=_defaults(module, n))
+    traced = torch.fx.GraphModule(tracer.root, graph, type(module).__name__)
     _drop_fixed_arguments(traced, n)
     return traced
 

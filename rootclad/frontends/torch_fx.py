@@ -408,6 +408,8 @@ class _FxLowering:
                 continue
             elif fx_windows.lower(self, fx_node):  # torchvision's Swin Transformer
                 continue
+            elif fx_params.lower_buffer(self, fx_node):  # a buffer as data, a block of one
+                continue
             elif fx_constants.lower(self, fx_node):  # lowered where a mask takes it
                 continue
             elif fx_node.op == "output":

@@ -96,8 +96,9 @@ def export(cm, stem, optimizer=None) -> dict[str, Path]:
         )
     if cm._em.n_buffers:
         raise ValueError(
-            "this model keeps running statistics (BatchNorm), which the ROOT artifact does not "
-            "store yet; use it from Python"
+            "this model keeps buffers (BatchNorm's running statistics, a buffer read directly "
+            "such as a position encoding), which the ROOT artifact does not store yet; use it "
+            "from Python"
         )
     stem = Path(stem)
     if not stem.parent.is_dir():

@@ -168,16 +168,24 @@ REFUSED = [
     ("indices-not-flattened", lambda x: _weaver_rows(x, flat=False), (3, 5), "follows them only flattened"),
     ("merged-rows-elsewhere", lambda x: x.transpose(2, 1).reshape(-1, 3).sum(-1), (3, 5), "batch axis must stay first.*not into"),
     ("offsets-elsewhere", lambda x: x + torch.arange(0, x.size(0)).view(-1, 1, 1), (3, 5), "offsets over the batch"),
+    # offsets (B, 1) that torch lines up with the points' axis (B == N here), a view back to
+    # a batch size written as a number, a topk over more values than a sample's rows
+    ("offsets-of-another-rank", lambda x: _weaver_rows(x, base=lambda B: torch.arange(0, B).view(-1, 1)), (2, 2), "offsets over the batch"),
+    ("view-back-to-a-fixed-batch", lambda x: _weaver_rows(x, batch=2), (3, 5), "rows taken across the batch"),
+    ("indices-beyond-the-rows", lambda x: _weaver_rows(torch.cat([x, x - 10], 1), rows=x), (3, 5), "a topk over 6 values, offset by 5"),
 ]  # fmt: skip
 
 
-def _weaver_rows(x, stride=0, flat=True):
-    """weaver's neighbours' features, its offsets' stride changed by ``stride``."""
-    B, C, N = x.size()
-    idx = x.topk(2, dim=1).indices.transpose(1, 2)  # (B, N, 2): positions along C
-    idx = idx + torch.arange(0, B).view(-1, 1, 1) * (N + stride)
-    rows = x.transpose(2, 1).reshape(-1, C)
-    return rows[idx.reshape(-1) if flat else idx, :].reshape(B, N, 2, C)
+def _weaver_rows(x, stride=0, flat=True, base=None, batch=None, rows=None):
+    """weaver's neighbours' features (topk along the channels, positions below N here), its
+    offsets' stride changed by ``stride``, offsets ``base``, the view back to ``batch``, the
+    rows of ``rows``."""
+    rows = x if rows is None else rows
+    B, C, N = rows.size()
+    idx = x.topk(2, dim=1).indices.transpose(1, 2)  # (B, N, 2)
+    idx = idx + (base or (lambda B: torch.arange(0, B).view(-1, 1, 1)))(B) * (N + stride)
+    fts = rows.transpose(2, 1).reshape(-1, C)
+    return fts[idx.reshape(-1) if flat else idx, :].view(batch or B, N, 2, C)
 
 
 @pytest.mark.parametrize("fn, shape, words", [pytest.param(*c[1:], id=c[0]) for c in REFUSED])

@@ -147,10 +147,17 @@ register(
 
 
 def _parameter_infer(node, shapes, graph):
-    w = graph.param(node.params["weight"])
-    shape = tuple(node.attrs["shape"])
+    names = [*node.params.values(), *node.buffers.values()]
+    expect(len(names) == 1, node, "reads one parameter (weight) or buffer (value)")
+    w = graph.param(names[0])
+    shape, start = tuple(node.attrs["shape"]), node.attrs.get("start", 0)
     expect(
-        math.prod(shape) == math.prod(w.shape),
+        start + math.prod(shape) <= math.prod(w.shape) and start >= 0,
+        node,
+        f"values [{start}, {start + math.prod(shape)}) of a tensor of shape {w.shape}",
+    )
+    expect(
+        "start" in node.attrs or math.prod(shape) == math.prod(w.shape),
         node,
         f"parameter of shape {w.shape} read as per-sample shape {shape}",
     )
@@ -161,11 +168,12 @@ register(
     OpSpec(
         "parameter",
         "shape",
-        "a parameter read directly (layer scale, class token, position embedding): the same "
-        "value for every sample",
+        "a parameter or buffer read directly (layer scale, class token, position embedding), or "
+        "a contiguous block of it (pe[:, :L]): the same value for every sample",
         _parameter_infer,
         arity=0,
         params=("weight",),
+        buffers=("value",),
         saves=(),
     )
 )

@@ -1,0 +1,107 @@
+"""Buffers read directly (a sinusoidal position encoding registered with register_buffer,
+``x + self.pe[:, :x.size(1)]``) and contiguous blocks of parameters (``self.pos[:, :L]``):
+the same value for every sample, a buffer without gradient, a block's gradient into its rows
+of the tensor; against torch autograd, on the device kernels, and for 10 Adam steps."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from fixtures.core import assert_close_rel, check_against_torch
+from torch import nn
+
+import rootclad
+from rootclad.compiler import compile_device
+from rootclad.ir.graph import IRError
+
+F64 = torch.float64
+
+
+class Encoded(nn.Module):
+    def __init__(self, d=8, max_len=50, block=lambda t, n: t[:, :n]):
+        super().__init__()
+        pe = torch.zeros(max_len, d)
+        pos = torch.arange(max_len).unsqueeze(1)
+        div = torch.exp(torch.arange(0, d, 2) * (-math.log(10000.0) / d))
+        pe[:, 0::2], pe[:, 1::2] = torch.sin(pos * div), torch.cos(pos * div)
+        self.register_buffer("pe", pe.unsqueeze(0))
+        self.pos = nn.Parameter(torch.randn(1, max_len, d) * 0.1)
+        self.lin = nn.Linear(d, 3)
+        self.block = block
+
+    def forward(self, x):  # (B, L, d)
+        x = x + self.block(self.pe, x.size(1)) + self.block(self.pos, x.size(1))
+        return self.lin(torch.tanh(x))
+
+
+def _x(B=3, seed=1):
+    return torch.randn(B, 7, 8, dtype=F64, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("dtype", [F64, torch.float32])
+def test_a_position_encoding_buffer_and_a_parameter_block_match_torch(dtype):
+    torch.manual_seed(0)
+    cm = check_against_torch(Encoded().double(), _x(), dtype, loss="mse")
+    assert [n for n, _ in cm.named_buffers()] == ["pe"]
+    assert "pe" in cm.state_dict() and "pe" not in dict(cm.named_parameters())
+
+
+def test_on_the_device_kernels():
+    torch.manual_seed(0)
+    net = Encoded().double()
+    x = _x()
+    dm = compile_device(net, x, "cpu", loss="mse")
+    assert_close_rel(dm.predict(x), net(x), 1e-12, "forward")
+    y = torch.randn(3, 7, 3, dtype=F64)
+    _, grads = dm.loss_and_grad(x, y)
+    ref = nn.functional.mse_loss(net(x), y)
+    want = dict(zip([n for n, _ in net.named_parameters()],
+                    torch.autograd.grad(ref, list(net.parameters())), strict=True))  # fmt: skip
+    assert_close_rel(grads["pos"], want["pos"], 1e-10, "the block's gradient")
+    assert float(grads["pos"][:, 7:].abs().max()) == 0  # rows the block does not read
+
+
+def test_training_moves_the_block_and_leaves_the_buffer():
+    torch.manual_seed(0)
+    net = Encoded().double()
+    ref = copy.deepcopy(net)
+    cm = rootclad.compile(net, _x(), loss="mse", engine="pullback")
+    opt, opt_ref = rootclad.optim.Adam(cm, lr=1e-2), torch.optim.Adam(ref.parameters(), lr=1e-2)
+    for step in range(10):
+        x, y = _x(8, seed=step), torch.randn(8, 7, 3, dtype=F64)
+        loss = cm.train_step(x, y, opt)
+        opt_ref.zero_grad()
+        value = nn.functional.mse_loss(ref(x), y)
+        value.backward()
+        opt_ref.step()
+        assert abs(loss - value.item()) <= 1e-10 * value.item()
+    for (k, p), q in zip(cm.named_parameters(), ref.parameters(), strict=True):
+        assert_close_rel(p, q, 1e-9, k)
+    assert torch.equal(dict(cm.named_buffers())["pe"], ref.pe.squeeze(0).view_as(
+        dict(cm.named_buffers())["pe"]))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "block",
+    [lambda t, n: t[:, ::2][:, :n], lambda t, n: t[:, :n, :4].repeat(1, 1, 2)],
+    ids=["strided", "columns"],
+)
+def test_blocks_that_are_not_contiguous_are_refused(block):
+    """Of a buffer: a constant the model computes (refused by fx_constants.py); of a
+    parameter: a block that is not contiguous."""
+    with pytest.raises(IRError, match="a constant tensor .* buffers .* where they meet"):
+        rootclad.compile(Encoded(block=block).double(), _x(), engine="pullback")
+
+    class Strided(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pos = nn.Parameter(torch.randn(1, 50, 8))
+
+        def forward(self, x):
+            return x + self.pos[:, 1:50:7]
+
+    with pytest.raises(IRError, match=r"contiguous block of a parameter or buffer"):
+        rootclad.compile(Strided().double(), _x(), engine="pullback")
