@@ -173,8 +173,8 @@ def _cdist(low, fx_node, where) -> bool:
     products and rootclad's differences round otherwise, by far less than the distances)."""
     args = fx_values.substitute(list(fx_node.args))
     kw = fx_values.substitute(dict(fx_node.kwargs))
-    a, b = (args + [kw.get("x1"), kw.get("x2")])[:2] if len(args) >= 2 else (
-        kw.get("x1"), kw.get("x2"))  # fmt: skip
+    a = args[0] if args else kw.get("x1")
+    b = args[1] if len(args) > 1 else kw.get("x2")
     p = args[2] if len(args) > 2 else kw.get("p", 2.0)
     if p != 2:
         raise IRError(f"{where}: p={p!r}; rootclad computes Euclidean distances (p=2)")

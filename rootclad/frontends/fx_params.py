@@ -28,11 +28,13 @@ def _is_layer_norm(node) -> bool:
 
 
 def _meets_data(low, n) -> bool:
-    """Every reader of ``n`` also reads the input's values (x + pe), none as a mask."""
-    return bool(n.users) and all(
+    """Every reader of ``n`` (but its size queries) also reads the input's values (x + pe),
+    none as a mask."""
+    users = [u for u in n.users if not fx_values.is_static(u)]
+    return bool(users) and all(
         any(a.meta.get("rc_data") for a in u.all_input_nodes)
         and n not in fx_constants.mask_arguments(low, u)
-        for u in n.users
+        for u in users
     )
 
 
@@ -48,12 +50,15 @@ def lower_buffer(low, fx_node) -> bool:
     gradient). A buffer read as a mask stays a constant (fx_constants.py); False where
     ``fx_node`` is none of these."""
     if fx_node.op == "get_attr" and _float_buffer(low, fx_node.target) is not None:
-        blocks = [u for u in fx_node.users if _is_block(u)]
-        if not all(_meets_data(low, u) for u in blocks) or not all(
-            u in blocks or _meets_data(low, fx_node) for u in fx_node.users
+        users = [u for u in fx_node.users if not fx_values.is_static(u)]  # not pe.size(-1)
+        blocks = [u for u in users if _is_block(u)]
+        if (
+            not users
+            or not all(_meets_data(low, u) for u in blocks)
+            or not all(u in blocks or _meets_data(low, fx_node) for u in users)
         ):
             return False
-        if len(blocks) < len(fx_node.users):
+        if len(blocks) < len(users):
             _emit(low, fx_node, fx_node.target, tuple(_float_buffer(low, fx_node.target).shape))
         return True
     if not _is_block(fx_node):

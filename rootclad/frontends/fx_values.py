@@ -220,12 +220,35 @@ class _Tracer(torch.fx.Tracer):
 
 def symbolic_trace(module, n: int):
     """torch.fx's trace of ``module`` called with ``n`` inputs: forward's later arguments
-    that have defaults (timm's ``attn_mask=None``) are fixed at them."""
-    tracer = _Tracer()
-    graph = tracer.trace(module, concrete_args=_defaults(module, n))
-    traced = torch.fx.GraphModule(tracer.root, graph, type(module).__name__)
+    that have defaults (timm's ``attn_mask=None``) are fixed at them. Buffers are values of
+    the trace; a forward that uses one as a Python number (``if self.initialized:``) is traced
+    with fx's default, which hands it the tensor. The module's buffers are as they were
+    afterwards; a forward that assigns one (``self.steps += 1``) is refused."""
+    buffers = [(m, dict(m._buffers)) for m in module.modules()]
+    try:
+        tracer = _Tracer()
+        graph = tracer.trace(module, concrete_args=_defaults(module, n))
+        traced = torch.fx.GraphModule(tracer.root, graph, type(module).__name__)
+    except Exception:  # noqa: BLE001 - any failure of the proxying trace: fx's default
+        _restore(buffers)
+        traced = torch.fx.symbolic_trace(module, concrete_args=_defaults(module, n))
+    assigned = _restore(buffers)
+    if assigned:
+        raise IRError(f"{type(module).__name__}.forward assigns its buffer {assigned[0]!r}; "
+                      "rootclad compiles forwards that read their buffers")  # fmt: skip
     _drop_fixed_arguments(traced, n)
     return traced
+
+
+def _restore(buffers) -> list[str]:
+    """Put each module's buffers back as they were; the names of those forward replaced."""
+    replaced = []
+    for m, saved in buffers:
+        for name, value in saved.items():
+            if m._buffers.get(name) is not value:
+                replaced.append(name)
+                m._buffers[name] = value
+    return replaced
 
 
 def _defaults(module, n: int) -> dict | None:

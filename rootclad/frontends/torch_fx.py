@@ -82,6 +82,11 @@ _STRUCTURE = (
 _COMPOSITE = {**fx_attention.LAYERS, **fx_norms.LAYERS, **fx_recurrent.LAYERS}
 
 
+def _persistent(module, name: str) -> bool:
+    owner, _, leaf = name.rpartition(".")
+    return leaf not in module.get_submodule(owner)._non_persistent_buffers_set
+
+
 def _composite(mod):
     return next((f for c, f in _COMPOSITE.items() if isinstance(mod, c)), None)
 
@@ -156,7 +161,8 @@ def graph_from_module(module: nn.Module, example_input, dtype: str) -> Graph:
         node.params = {r: aliases.get(n, n) for r, n in node.params.items()}
         node.buffers = {r: aliases.get(n, n) for r, n in node.buffers.items()}
     used = {b for node in graph.nodes for b in node.buffers.values()}
-    graph.buffers = [Param(n, tuple(b.shape)) for n, b in module.named_buffers() if n in used]
+    graph.buffers = [Param(n, tuple(b.shape), _persistent(module, n))
+                     for n, b in module.named_buffers() if n in used]  # fmt: skip
     graph.validate()
     for node in graph.nodes:  # the IR's shapes are torch's: a lowering that differs is a bug
         want = expected.get(node.output)

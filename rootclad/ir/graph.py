@@ -30,6 +30,7 @@ DTYPES = ("float32", "float64")
 class Param:
     name: str  # as in the torch module's named_parameters()
     shape: tuple[int, ...]
+    persistent: bool = True  # a buffer registered with persistent=False: not in state_dict()
 
     @property
     def numel(self) -> int:

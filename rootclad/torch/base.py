@@ -206,8 +206,10 @@ class ModelBase:
     def state_dict(self) -> OrderedDict[str, torch.Tensor]:
         """The parameters, then the buffers (a batch count as an integer, as torch's)."""
         out = OrderedDict((k, v.detach()) for k, v in self._views.items())
+        transient = {b.name for b in self.graph.buffers if not b.persistent}  # as torch's
         for k, v in self._buffer_views.items():
-            out[k] = v.to(torch.long).clone() if k.endswith("num_batches_tracked") else v
+            if k not in transient:
+                out[k] = v.to(torch.long).clone() if k.endswith("num_batches_tracked") else v
         return out
 
     def load_state_dict(self, state_dict, strict: bool = True) -> None:
@@ -220,7 +222,8 @@ class ModelBase:
         for alias, name in self._aliases.items():
             if alias in state_dict:
                 found.setdefault(name, alias)
-        missing = [k for k in own if k not in found]
+        transient = {b.name for b in self.graph.buffers if not b.persistent}
+        missing = [k for k in own if k not in found and k not in transient]
         unexpected = [
             k
             for k in state_dict

@@ -19,7 +19,7 @@ class _ReadsBuffer(nn.Module):
         self.register_buffer("offset", torch.ones(6))
 
     def forward(self, x):
-        return x + self.offset
+        return x + 2 * self.offset  # a value computed from the buffer alone
 
 
 class _ReturnsParameter(nn.Module):
@@ -39,7 +39,7 @@ class _ReturnsParameter(nn.Module):
         (_ReturnsParameter(lambda m, x: m.p), ["'p'", "parameters alone"]),
         (_ReturnsParameter(lambda m, x: m.fc(m.p) * x), ["'fc'", "parameters alone"]),
         (_ReturnsParameter(lambda m, x: torch.tanh(m.p) * x), ["'tanh'", "parameters alone"]),
-        (_ReadsBuffer(), ["'offset'", "a constant tensor"]),
+        (_ReadsBuffer(), ["'mul'", "a constant tensor", "where they meet the input"]),
     ],
 )
 def test_what_reads_attributes_rootclad_cannot_compile_is_refused(module, words):

@@ -105,3 +105,40 @@ def test_blocks_that_are_not_contiguous_are_refused(block):
 
     with pytest.raises(IRError, match=r"contiguous block of a parameter or buffer"):
         rootclad.compile(Strided().double(), _x(), engine="pullback")
+
+
+def test_a_non_persistent_buffer_stays_out_of_the_state_dict_as_in_torch():
+    net = Encoded().double()
+    pe = net.pe
+    del net._buffers["pe"]
+    net.register_buffer("pe", pe, persistent=False)
+    cm = rootclad.compile(net, _x(), engine="pullback")
+    assert "pe" not in cm.state_dict() and "pe" in dict(cm.named_buffers())
+    net.load_state_dict(cm.state_dict())  # torch's module takes it back, and the other way
+    cm.load_state_dict(net.state_dict())
+    assert_close_rel(cm(_x()), net(_x()), 1e-12, "forward")
+
+
+class _Counts(nn.Module):
+    def __init__(self, assign):
+        super().__init__()
+        self.register_buffer("steps", torch.zeros(()))
+        self.register_buffer("initialized", torch.tensor(True))
+        self.lin = nn.Linear(8, 3)
+        self.assign = assign
+
+    def forward(self, x):
+        if self.assign:
+            self.steps += 1  # traced as a value: forward would store a trace's value in it
+        elif self.initialized:  # a buffer as a Python bool: traced by fx's default
+            x = x * 2
+        return self.lin(x)
+
+
+def test_buffers_used_as_python_values_trace_and_assigned_ones_are_refused():
+    net = _Counts(assign=False).double()
+    check_against_torch(net, _x(), F64, loss="mse")
+    net = _Counts(assign=True).double()
+    with pytest.raises(IRError, match="assigns its buffer 'steps'"):
+        rootclad.compile(net, _x(), engine="pullback")
+    assert isinstance(net.steps, torch.Tensor) and float(net.steps) == 0  # left as it was
