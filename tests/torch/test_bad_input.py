@@ -128,9 +128,9 @@ class _FixedBatch(nn.Module):
         return x.view(2, -1)
 
 
-class _Tuple(nn.Module):
+class _Tuple(nn.Module):  # a tuple of tensors compiles (tests/torch/test_outputs.py)
     def forward(self, x):
-        return x.relu(), x.tanh()
+        return x.relu(), (x.tanh(), x)
 
 
 @pytest.mark.parametrize(
@@ -141,7 +141,7 @@ class _Tuple(nn.Module):
         (_Branch(), ["cannot trace", "control flow"]),
         (_Divide(), ["'truediv'", "number divided by a tensor"]),
         (_FixedBatch(), ["'view'", "fixed number 2", "x.size(0)"]),
-        (_Tuple(), ["returns tuple"]),
+        (_Tuple(), ["output 1 is tuple", "nested tuples"]),
         (_TwoInputs(), ["takes 2 inputs ['x', 'z']", "example_input gives 1"]),
     ],
 )
@@ -729,11 +729,6 @@ class _BranchOnTraining(nn.Module):
         return x.tanh() if self.training else x.sigmoid()  # fx keeps the branch it traced
 
 
-class _AmaxOverAxes(nn.Module):
-    def forward(self, x):  # torch shares the gradient among ties; a max pool would not
-        return torch.amax(x, -1, keepdim=True) * x
-
-
 class _BatchSizeAsNumber(nn.Module):
     def forward(self, x):
         return x / x.size(0)
@@ -756,7 +751,6 @@ class _PermuteKeyword(nn.Module):
         (_ClampUnused(), (4,), ["'clamp_'", "'out'", "use what the operation returns"]),
         (_HalfTheBatch(), (4,), ["'floordiv'", "batch size"]),
         (_BranchOnTraining(), (4,), ["self.training"]),
-        (_AmaxOverAxes(), (4,), ["'amax'", "not supported"]),
         (_PermuteKeyword(), (4, 3), ["'permute'", "not understood", "positionally"]),
     ],
 )
