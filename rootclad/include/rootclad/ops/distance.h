@@ -21,7 +21,9 @@ void cdist_forward(T* out, const T* a, const T* b, int B, int P, int R, int M) {
         T acc = 0;
         for (int m = 0; m < M; ++m)
           acc += (x[m] - y[m]) * (x[m] - y[m]);
-        out[((long)s * P + p) * R + r] = std::sqrt(acc);
+        // 0 at 0, not sqrt(0): where Clad differentiates this loop (pullbacks=False), the
+        // gradient there is 0 (torch's), not 0 * inf; a NaN stays NaN
+        out[((long)s * P + p) * R + r] = acc == T(0) ? T(0) : std::sqrt(acc);
       }
 }
 
