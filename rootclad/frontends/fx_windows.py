@@ -95,7 +95,7 @@ def _arguments(fx_node) -> dict:
     return dict(bound.arguments)
 
 
-def _param(low, node, what, where):
+def _param(node, what, where):
     if node is None:
         return None
     if getattr(node, "op", None) != "get_attr":
@@ -131,7 +131,7 @@ def _attention(low, fx_node, where) -> None:
     v = emit("reshape", [v], {"shape": (nh, wh, nw, ww * C)})
     v = emit("permute", [v], {"perm": (0, 2, 1, 3)})
     v = emit("reshape", [v], {"shape": (nh * nw, N, C)})
-    qkv_w, qkv_b = (_param(low, a[k], k, where) for k in ("qkv_weight", "qkv_bias"))
+    qkv_w, qkv_b = (_param(a[k], k, where) for k in ("qkv_weight", "qkv_bias"))
     qkv = emit("linear", [v], params={"weight": qkv_w, "bias": qkv_b})
     parts = []
     for i in range(3):  # q, k, v: (windows, heads, N, d)
@@ -149,7 +149,7 @@ def _attention(low, fx_node, where) -> None:
     out = emit("matmul", [attn, parts[2]])
     out = emit("permute", [out], {"perm": (0, 2, 1, 3)})
     out = emit("reshape", [out], {"shape": (nh * nw, N, C)})
-    proj_w, proj_b = (_param(low, a[k], k, where) for k in ("proj_weight", "proj_bias"))
+    proj_w, proj_b = (_param(a[k], k, where) for k in ("proj_weight", "proj_bias"))
     out = emit("linear", [out], params={"weight": proj_w, "bias": proj_b})
     if a["dropout"]:
         out = emit("dropout", [out], {"p": float(a["dropout"])})
