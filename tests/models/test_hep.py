@@ -414,7 +414,6 @@ def test_hep_model_training_tracks_torch_optim(name):
 # nn.MultiheadAttention with the batch axis merged into the heads', and the encoder's padding
 # mask as a float tensor of a shape that holds the batch size (ConstantOfShape)
 NOT_IMPORTED = {
-    "particle-transformer": "depend on the batch size",
     "particle-transformer-seq-first": "moves the batch axis",
     # weaver's batch offsets: a Range over the batch size, then indices across the batch
     "particlenet-weaver": r"\(Range, opset 18\): op not supported",

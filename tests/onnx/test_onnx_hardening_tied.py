@@ -9,6 +9,7 @@ The references are torch models that compute what the file says, trained by torc
 
 from __future__ import annotations
 
+import copy
 import io
 import warnings
 
@@ -184,3 +185,45 @@ def test_the_gradient_check_fails_on_one_use_only():
     first.backward()
     with pytest.raises(AssertionError):
         _assert_grads(grads, net, "one use only")
+
+
+class _EqualCopies(nn.Module):
+    """Two layers that hold equal weights (a deep copy: nn.TransformerEncoder's layers at
+    initialisation): torch's TorchScript exporter writes the second's as Identity nodes of
+    the first's initializers."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 4)
+        self.fc2 = copy.deepcopy(self.fc1)
+        self.out = nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.out(torch.tanh(self.fc2(torch.tanh(self.fc1(x)))))
+
+
+def test_an_identity_of_an_initializer_is_a_parameter_of_its_own():
+    """torch names the Identity's output as the second parameter (``fc2.weight``): that is a
+    parameter of its own, starting at the first one's value, as in torch (it was imported
+    frozen: the layer never trained)."""
+    torch.manual_seed(0)
+    net = _EqualCopies()
+    model = _export(net, torch.randn(3, 4), dynamo=False)
+    assert any(n.op_type == "Identity" for n in model.graph.node)
+    cm = rootclad.onnx.load(model, "mse", engine="pullback", dtype=torch.float64)
+    assert all(p.requires_grad for p in cm.parameters())
+    ref = net.double()
+    x, y = _batch()
+    _, grads = cm.loss_and_grad(x, y)
+    nn.functional.mse_loss(ref(x), y).backward()
+    _assert_grads(grads, ref, "loss_and_grad")
+    opt = rootclad.optim.Adam(cm, lr=5e-2)
+    topt = torch.optim.Adam(ref.parameters(), lr=5e-2)
+    for _ in range(5):
+        cm.train_step(x, y, opt)
+        topt.zero_grad()
+        nn.functional.mse_loss(ref(x), y).backward()
+        topt.step()
+    for n, p in cm.named_parameters():
+        q = dict(ref.named_parameters())[n]
+        assert torch.allclose(p.detach(), q.detach(), rtol=1e-9, atol=1e-12), n

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rootclad.frontends.onnx import folding, index_layers, layers, recurrent_layers
+from rootclad.frontends.onnx import attention, folding, index_layers, layers, recurrent_layers
 from rootclad.frontends.onnx.common import Const, attributes
 from rootclad.frontends.onnx.conv_layers import ConvOps
 from rootclad.frontends.onnx.folding import ShapeOps
@@ -73,7 +73,7 @@ class Builder(ShapeOps, LayerOps, ConvOps, IndexOps, RecurrentOps):
             for v in [*g.value_info, *g.output]
             if (t := v.type.tensor_type).HasField("shape")
         }
-        self.nodes = list(g.node)
+        self.model, self.nodes = model, list(g.node)
         self.outputs = [o.name for o in g.output]
         self.steps: list = []  # (function of env, output names)
         names = [i.name for i in self.inputs]
@@ -84,6 +84,15 @@ class Builder(ShapeOps, LayerOps, ConvOps, IndexOps, RecurrentOps):
         for node in self.nodes:
             for name in node.input:
                 self.readers[name] = self.readers.get(name, 0) + 1
+        # Identity nodes of initializers: torch's TorchScript exporter writes one where two
+        # parameters hold equal values, named as the second (a deep copy's, a bias of zeros
+        # beside another): each is a parameter of its own, starting at the initializer's value
+        self.aliases: dict[str, str] = {}
+        for node in self.nodes:
+            if node.op_type == "Identity" and node.input and node.output:
+                src = self.aliases.get(node.input[0], node.input[0])
+                if src in self.initializers:
+                    self.aliases[node.output[0]] = src
         self.folded: set[int] = set()  # nodes folded into others (or constants), by id
         self.identity_of: dict[str, str] = {}  # Identity / Dropout outputs -> their source
         self.dtype = None
@@ -155,7 +164,7 @@ class Builder(ShapeOps, LayerOps, ConvOps, IndexOps, RecurrentOps):
         from a Constant node is not a weight of the file: its parameter is frozen."""
         for role, (name, layout) in roles.items():
             param = getattr(module, role)
-            if name not in self.initializers:
+            if name not in self.initializers and name not in self.aliases:
                 param.requires_grad_(False)
             elif name not in self.params:
                 self.params[name] = (layout, param)
@@ -253,11 +262,22 @@ class Builder(ShapeOps, LayerOps, ConvOps, IndexOps, RecurrentOps):
             if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
                 self.op_Constant(node, attributes(node))
                 self.folded.add(id(node))
+        # attention blocks as torch writes them: one layer each, computed at their last node
+        self.fused = {}
+        for block in attention.find(self, self.model):
+            last = block.nodes[-1]
+            self.fused[id(last)] = block
+            self.folded.update(id(n) for n in block.nodes if n is not last)
+        if self.fused:
+            self.fold_dead()
         for node in self.nodes:
-            if node.domain not in ("", "ai.onnx"):
-                raise self.fail(node, f"domain {node.domain!r} is not supported")
             if id(node) in self.folded:
                 continue
+            if id(node) in self.fused:
+                self.attention_step(node, self.fused[id(node)])
+                continue
+            if node.domain not in ("", "ai.onnx"):
+                raise self.fail(node, f"domain {node.domain!r} is not supported")
             handler = getattr(self, f"op_{node.op_type}", None)
             if handler is None:
                 raise self.fail(node, "op not supported")
@@ -289,6 +309,49 @@ class Builder(ShapeOps, LayerOps, ConvOps, IndexOps, RecurrentOps):
                 raise IRError(f"{self.where}: the graph computes nothing: its output "
                               f"{out!r} is its input")  # fmt: skip
         return self.root.to(self.dtype).eval(), [self.shapes[n] for n in names], self.dtype
+
+    def fold_dead(self) -> None:
+        """Fold the nodes no output depends on any more (what fused blocks read no longer)."""
+        fused = {id(n): b for n in self.nodes if (b := self.fused.get(id(n)))}
+        live, todo = set(), list(self.outputs)
+        producer = {o: n for n in self.nodes for o in n.output}
+        while todo:
+            node = producer.get(todo.pop())
+            if node is None or id(node) in live:
+                continue
+            live.add(id(node))
+            block = fused.get(id(node))
+            todo.extend([block.x, *([block.mask] if block.mask else [])] if block else node.input)
+        self.folded.update(id(n) for n in self.nodes if id(n) not in live)
+
+    def attention_step(self, node, block) -> None:
+        """An attention block (attention.py) as one nn.MultiheadAttention."""
+        mha = attention.layer(self, block, node)
+        out_w, out_bias, out_node = block.weights["out"]
+        weight = out_node.input[1]
+        # the layer's path: its output projection's (torch names that weight where it has a
+        # bias) or the scope torch's node names spell (/encoder/layers.0/self_attn/Transpose_7)
+        base = (
+            weight.removesuffix(".out_proj.weight") if weight.endswith(".out_proj.weight") else ""
+        )
+        scope = re.fullmatch(r"/((?:[\w.]+/)*[\w.]+)/\w+", node.name or "")
+        base = base or (scope.group(1).replace("/", ".") if scope else "")
+        path = self.place(node, mha, f"{base}.weight" if base else None)
+        proj = block.weights["in"][0]
+        layout = "in_proj_weight" + (" transposed" if proj.op_type == "MatMul" else "")
+        roles = {"in_proj_weight": (proj.input[1], layout)}
+        if block.weights["in_bias"]:
+            roles["in_proj_bias"] = (block.weights["in_bias"], "in_proj_bias")
+        self.share(node, mha, roles)
+        roles = {"weight": (weight, "out_proj" + (" transposed" if out_node.op_type == "MatMul"
+                                                  else ""))}  # fmt: skip
+        if out_bias is not None and out_bias[1] == 1.0:
+            roles["bias"] = (out_bias[0], "out_proj bias")
+        self.share(node, mha.out_proj, roles)
+        x, m = block.x, block.mask
+        self.emit([block.y], lambda env, root, p=path, x=x, m=m: root.get_submodule(p)(
+            env[x], env[x], env[x], key_padding_mask=env[m] if m else None,
+            need_weights=False)[0], self.shapes[x])  # fmt: skip
 
     def check_indices(self, node) -> None:
         """An integer input reaches only a Gather of a weight, through slicing, reshaping and

@@ -30,6 +30,8 @@ SUPPORTED = (
     "Clip, Mish, Selu, PRelu (one slope or one per channel), Softmax, LogSoftmax, Conv (1-d, "
     "2-d, 3-d), ConvTranspose (1-d, 2-d), Gather of a weight by integer inputs (an embedding), "
     "LSTM and GRU (one layer each, forward or bidirectional, as torch writes them), "
+    "self-attention as torch writes nn.MultiheadAttention (the block of nodes read as that layer, "
+    "checked by evaluation), "
     "MaxPool and AveragePool (1-d, 2-d, 3-d), GlobalAveragePool, GlobalMaxPool, BatchNormalization "
     "(inference), LayerNormalization, InstanceNormalization, Resize (nearest and linear as "
     "torch writes them), Flatten, Reshape, Transpose, Squeeze, Unsqueeze, Concat, "
