@@ -86,6 +86,44 @@ def lower_buffer(low, fx_node) -> bool:
     return True
 
 
+# calls that keep a value as it is (a buffer's or a parameter's, read directly): a position
+# encoding written pe[:, :L].detach(), .clone(), .to(x.device), .type_as(x), .to(x.dtype)
+KEEP = ("detach", "detach_", "clone", "contiguous", "requires_grad_", "to", "type_as", "float",
+        "double", "type")  # fmt: skip
+STOPS_GRADIENT = ("detach", "detach_", "requires_grad_")
+
+
+def drop_kept_values(low) -> None:
+    """Remove the calls of KEEP on a float buffer or parameter read directly (or a block of
+    one): the value they give is the value itself, in a floating type at least as wide (a
+    buffer of float32 cast to the model's float64: exact). A parameter's detach() is kept (it
+    stops the gradient), and so is a cast that would round."""
+    graph = low.traced.graph
+    for n in list(graph.nodes):
+        if n.op != "call_method" or n.target not in KEEP or not n.args:
+            continue
+        src = n.args[0]
+        root = src.args[0] if _is_block(src) else src
+        if getattr(root, "op", None) != "get_attr":
+            continue
+        buffer = _float_buffer(low, root.target) is not None
+        param = root.target in dict(low.traced.named_parameters(remove_duplicate=False))
+        if not (buffer or (param and n.target not in STOPS_GRADIENT)):
+            continue
+        a, b = src.meta.get("tensor_meta"), n.meta.get("tensor_meta")
+        if a is None or b is None or tuple(a.shape) != tuple(b.shape):
+            continue
+        if not (b.dtype == a.dtype or (a.dtype, b.dtype) in ((torch.float16, torch.float32),
+                (torch.float16, torch.float64), (torch.float32, torch.float64))):  # fmt: skip
+            continue
+        n.replace_all_uses_with(src)
+        args = [a for a in n.all_input_nodes if a is not src]
+        graph.erase_node(n)
+        for a in args:  # x.device, x.dtype: read for this call alone
+            if not a.users and a.op == "call_function" and a.target is getattr:
+                graph.erase_node(a)
+
+
 def _float_buffer(low, target):
     b = dict(low.traced.named_buffers()).get(target)
     return b if b is not None and b.is_floating_point() else None

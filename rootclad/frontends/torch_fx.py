@@ -344,6 +344,7 @@ class _FxLowering:
         )
         fx_values.check_trace(module, traced, eager)
         fx_values.check_inplace(self.traced)
+        fx_params.drop_kept_values(self)
         self.nodes: list[Node] = []
         self.splits: dict[str, dict] = {}  # chunk / split / unbind nodes: their pieces
         self.moved: dict[str, tuple] = {}  # permutes that move the batch axis, then unbound

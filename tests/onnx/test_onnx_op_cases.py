@@ -31,8 +31,11 @@ NOT_IMPORTED = {"identity": "the graph computes nothing: its output 'y' is its i
 # the heads ahead of the batch: the files transpose the batch axis away and back, which the
 # ONNX import does not follow yet (the torch front-end compiles these modules)
 # (self-attention as nn.MultiheadAttention and the encoder layers import: attention.py)
-NOT_IMPORTED.update(dict.fromkeys(
-    ["qkv-permute-unbind", "multihead-attention-cross-nobias"], "moves the batch axis"))
+NOT_IMPORTED.update(
+    dict.fromkeys(
+        ["qkv-permute-unbind", "multihead-attention-cross-nobias"], "moves the batch axis"
+    )
+)
 # torchvision's Swin attention: the file computes the window padding from the shapes (Mod)
 # and merges the batch with the windows (the torch front-end compiles the module)
 NOT_IMPORTED.update(dict.fromkeys(

@@ -142,3 +142,61 @@ def test_buffers_used_as_python_values_trace_and_assigned_ones_are_refused():
     with pytest.raises(IRError, match="assigns its buffer 'steps'"):
         rootclad.compile(net, _x(), engine="pullback")
     assert isinstance(net.steps, torch.Tensor) and float(net.steps) == 0  # left as it was
+
+
+IDIOMS = {  # how position-encoding code found in the wild reads its buffer and parameter
+    "detach": lambda t, n, x: t[:, :n].detach(),
+    "clone": lambda t, n, x: t[:, :n].clone(),
+    "to-device": lambda t, n, x: t[:, :n].to(x.device),
+    "type-as": lambda t, n, x: t[:, :n].type_as(x),
+    "to-dtype": lambda t, n, x: t[:, :n].to(x.dtype),
+    "requires-grad": lambda t, n, x: t[:, :n].requires_grad_(False),
+    "whole-contiguous": lambda t, n, x: t.contiguous()[:, :n],
+}
+
+
+class Idiom(Encoded):
+    def __init__(self, how, **kw):
+        super().__init__(**kw)
+        self.how = how
+
+    def forward(self, x):
+        pe = IDIOMS[self.how](self.pe, x.size(1), x)
+        pos = self.pos[:, : x.size(1)]
+        if self.how not in ("detach", "requires-grad"):  # these stop a parameter's gradient
+            pos = IDIOMS[self.how](self.pos, x.size(1), x)
+        return self.lin(torch.tanh(x + pe + pos))
+
+
+@pytest.mark.parametrize("how", IDIOMS)
+def test_calls_that_keep_a_buffer_or_block_as_it_is_compile(how):
+    """detach(), clone(), .to(x.device), .type_as(x), .to(x.dtype), .requires_grad_(False),
+    .contiguous() between the buffer (or the parameter's block) and the addition: the value
+    itself (fx_params.drop_kept_values)."""
+    torch.manual_seed(0)
+    check_against_torch(Idiom(how).double(), _x(), F64, loss="mse")
+
+
+def test_a_float32_buffer_cast_to_the_models_float64_compiles_and_rounding_casts_are_refused():
+    torch.manual_seed(0)
+    net = Idiom("to-dtype").double()
+    net.pe = net.pe.float()  # the cast to float64 is exact: the value itself
+    check_against_torch(net, _x(), F64, loss="mse")
+
+    class Rounded(Encoded):
+        def forward(self, x):  # float64 buffer rounded to float32 and back: not the value
+            return self.lin(x + self.pe[:, : x.size(1)].float().double())
+
+    with pytest.raises(IRError, match="a constant tensor"):
+        rootclad.compile(Rounded().double(), _x(), engine="pullback")
+
+
+def test_a_parameters_detach_is_not_dropped():
+    """detach() of a parameter stops its gradient: it stays, and is refused naming it."""
+
+    class Detached(Encoded):
+        def forward(self, x):
+            return self.lin(x + self.pos[:, : x.size(1)].detach())
+
+    with pytest.raises(IRError, match="detach"):
+        rootclad.compile(Detached().double(), _x(), engine="pullback")
