@@ -68,10 +68,29 @@ class SeqFirst(nn.Module):
         return self.attn(h, h, h, need_weights=False)[0].transpose(0, 1)
 
 
+class Cross(nn.Module):
+    """Class attention (the Particle Transformer's): a learned token attends to the
+    particles, nn.MultiheadAttention(q, kv, kv) with their padding mask."""
+
+    def __init__(self, masked=True):
+        super().__init__()
+        self.masked = masked
+        self.embed = nn.Linear(3, 8)
+        self.query = nn.Linear(3, 8)
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x, mask=None):
+        h = self.embed(x)
+        q = self.query(x[:, :2])  # two queries per sample, from the first two particles
+        pad = ~mask if self.masked else None
+        return self.head(self.attn(q, h, h, key_padding_mask=pad, need_weights=False)[0])
+
+
 def _inputs(name, B=3):
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(B, 5, 8 if name in ("encoder", "sequence-first") else 3, generator=gen)
-    if name in ("encoder", "unmasked", "sequence-first"):
+    if name in ("encoder", "unmasked", "sequence-first", "cross-unmasked"):
         return (x,)
     mask = torch.ones(B, 5, dtype=torch.bool)
     mask[0, 3:], mask[2, 1:] = False, False  # padding; each sample keeps one token at least
@@ -87,6 +106,8 @@ MODELS = {
     "default-call": lambda: SelfAttention(need_weights=True),
     "encoder": lambda: Encoder(),
     "sequence-first": lambda: SeqFirst(),  # batch_first=False between two transposes
+    "cross": lambda: Cross(),
+    "cross-unmasked": lambda: Cross(masked=False),
 }
 
 
@@ -100,6 +121,8 @@ def test_attention_file_matches_onnxruntime_and_torch(name):
     ).eval()
     xs = _inputs(name)
     model = export(copy.deepcopy(net), xs, opset=18)
+    module, _, _ = to_module(model)  # read as torch's layer, not node by node
+    assert any(isinstance(m, nn.MultiheadAttention) for m in module.modules())
     cm = rootclad.onnx.load(model, loss="mse", engine="pullback")
     want = torch.from_numpy(run_ort(model, *(x.numpy() for x in xs)))
     assert_close_rel(cm.predict(*xs), want, 1e-5, f"{name} forward against onnxruntime")
@@ -210,19 +233,21 @@ def test_a_learned_weight_inside_the_block_keeps_it_from_being_read_as_the_layer
     assert _blocks(model) == []
 
 
-class Cross(nn.Module):
+class KeyValue(nn.Module):
     def __init__(self):
         super().__init__()
         self.attn = nn.MultiheadAttention(4, 2, batch_first=True)
 
-    def forward(self, q, kv):
-        return self.attn(q, kv, kv, need_weights=False)[0]
+    def forward(self, q, k, v):
+        return self.attn(q, k, v, need_weights=False)[0]
 
 
-def test_cross_attention_is_refused_naming_a_node():
-    """Cross-attention is left to the node-by-node import, which refuses it naming the first
-    node it cannot take."""
-    model = export(Cross().eval(), (torch.randn(2, 3, 4), torch.randn(2, 5, 4)), opset=18)
+def test_keys_and_values_from_different_inputs_are_refused_naming_a_node():
+    """nn.MultiheadAttention(q, k, v) with three inputs: left to the node-by-node import,
+    which refuses it naming the first node it cannot take."""
+    xs = (torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 4))
+    model = export(KeyValue().eval(), xs, opset=18)
+    assert _blocks(model) == []
     with pytest.raises(IRError, match=r"node '[^']+' \(\w+, opset 18\)"):
         rootclad.onnx.load(model, loss="mse", engine="pullback")
 

@@ -40,14 +40,16 @@ F64 = torch.float64
 
 
 class Block:
-    """One attention block found: its input, boolean padding mask (or None), output, the
-    nodes it replaces, its weights, and the layer that computes it (after the check)."""
+    """One attention block found: its query's input and its key's and value's (the same
+    for self-attention), boolean padding mask (or None), output, the nodes it replaces, its
+    weights, and the layer that computes it (after the check)."""
 
-    def __init__(self, x, mask, mask_float, y, nodes, scores, weights):
-        self.x, self.mask, self.mask_float, self.y = x, mask, mask_float, y
+    def __init__(self, x, kv, mask, mask_float, y, nodes, scores, weights):
+        self.x, self.kv, self.mask, self.mask_float, self.y = x, kv, mask, mask_float, y
         self.nodes, self.scores, self.weights = nodes, scores, weights
         self.layer: nn.MultiheadAttention | None = None
-        self.shape: tuple = ()  # its input's per-sample shape, where it was checked
+        self.shape: tuple = ()  # its query's per-sample shape, where it was checked
+        self.kv_shape: tuple = ()  # its key's and value's
 
 
 def find(b, model) -> list[Block]:
@@ -75,9 +77,11 @@ def find(b, model) -> list[Block]:
     blocks, taken = [], set()
     for soft in softmaxes:
         for block in _match(b, soft, producer, readers):
-            if any(id(n) in taken for n in block.nodes) or len(shapes.get(block.x, ())) != 2:
+            if any(id(n) in taken for n in block.nodes) or not (
+                len(shapes.get(block.x, ())) == len(shapes.get(block.kv, ())) == 2
+            ):
                 continue
-            block.shape = shapes[block.x]
+            block.shape, block.kv_shape = shapes[block.x], shapes[block.kv]
             if _check(b, block) is None:
                 blocks.append(block)
                 taken.update(id(n) for n in block.nodes)
@@ -88,14 +92,15 @@ def find(b, model) -> list[Block]:
 def layer(b, block, node) -> nn.MultiheadAttention:
     """The block's layer (checked when found); refused, naming ``node`` (the block's last),
     where the import computes another shape for its input or mask than the check used."""
-    if b.shapes.get(block.x) != block.shape:
-        raise b.fail(node, f"an attention block (as torch writes nn.MultiheadAttention) reads "
-                     f"{block.x!r} of per-sample shape {b.shapes.get(block.x)}; it was checked "
-                     f"at {block.shape}")  # fmt: skip
+    for name, shape in ((block.x, block.shape), (block.kv, block.kv_shape)):
+        if b.shapes.get(name) != shape:
+            raise b.fail(node, f"an attention block (as torch writes nn.MultiheadAttention) "
+                         f"reads {name!r} of per-sample shape {b.shapes.get(name)}; it was "
+                         f"checked at {shape}")  # fmt: skip
     if block.mask is not None and (block.mask not in b.masks or b.shapes.get(block.mask)
-                                   != block.shape[:1]):  # fmt: skip
+                                   != block.kv_shape[:1]):  # fmt: skip
         raise b.fail(node, f"the attention block's padding mask {block.mask!r} is not a boolean "
-                     f"(B, {block.shape[0]}) mask computed from the inputs")  # fmt: skip
+                     f"(B, {block.kv_shape[0]}) mask computed from the inputs")  # fmt: skip
     return block.layer
 
 
@@ -125,6 +130,26 @@ def _static(b, value, producer, memo) -> bool:
     return memo[value]
 
 
+def _of_weights(b, value, producer, memo) -> bool:
+    """``value`` is computed from the file's weights, constants and shapes alone (a slice of
+    ``in_proj_weight``, as torch writes cross-attention's projections)."""
+    if _init(b, value) or value in b.consts:
+        return True
+    key = ("weights", value)
+    if key not in memo:
+        memo[key] = False
+        node = producer.get(value)
+        if node is not None and node.op_type != "Constant":
+            memo[key] = node.op_type == "Shape" or all(
+                _of_weights(b, i, producer, memo) for i in node.input if i
+            )
+    return memo[key]
+
+
+def _reads_weights(b, value, producer, memo) -> bool:
+    return _of_weights(b, value, producer, memo) and not _static(b, value, producer, memo)
+
+
 def _data_input(b, node, producer, memo) -> str | None:
     """The tensor a layout op, a scaling by a constant or a projection's bias passes on."""
     if node.op_type in LAYOUT:
@@ -132,8 +157,9 @@ def _data_input(b, node, producer, memo) -> str | None:
     if node.op_type == "Add" and len(node.input) == 2:  # a MatMul projection's bias
         for i, j in ((0, 1), (1, 0)):
             mm = producer.get(node.input[i])
-            if (_init(b, node.input[j]) and mm is not None and mm.op_type == "MatMul"
-                    and _init(b, mm.input[1])):  # fmt: skip
+            if (_reads_weights(b, node.input[j], producer, memo) and mm is not None
+                    and mm.op_type == "MatMul"
+                    and _reads_weights(b, mm.input[1], producer, memo)):  # fmt: skip
                 return node.input[i]
     if node.op_type in ("Mul", "Div", "Add", "Sub") and len(node.input) == 2:
         static = [_static(b, i, producer, memo) for i in node.input]
@@ -146,7 +172,8 @@ def _data_input(b, node, producer, memo) -> str | None:
 
 def _projection(b, value, producer, memo):
     """Follow ``value`` back to the MatMul/Gemm by a weight that makes it: (node, weight as
-    torch's (out, in), bias or None, the node's data input); None if it does not."""
+    torch's (out, in) or None where it is computed from weights, bias or None, the node's
+    data input); None if it does not."""
     seen = 0
     while seen < 64:
         node = producer.get(value)
@@ -164,6 +191,8 @@ def _projection(b, value, producer, memo):
                     return None
                 bias = (node.input[2], a.get("beta", 1.0))
             return node, w, bias, node.input[0]
+        if node.op_type == "MatMul" and _reads_weights(b, node.input[1], producer, memo):
+            return node, None, None, node.input[0]  # by a slice of a weight: read by shape
         nxt = _data_input(b, node, producer, memo)
         if nxt is None:
             return None
@@ -225,10 +254,24 @@ def _match(b, soft, producer, readers) -> list[Block]:
         return []
     pv = after[0]
     found = [_projection(b, v, producer, memo) for v in (*scores.input, pv.input[1])]
-    if any(f is None for f in found) or not found[0][0] is found[1][0] is found[2][0]:
-        return []  # torch's self-attention projects once, packed (3E outputs)
-    proj_in = found[0]
-    x = _source(b, proj_in[3], producer)
+    if any(f is None for f in found):
+        return []
+    q, k, v = (f[0] for f in found)
+    if q is k is v and found[0][1] is not None:  # self-attention: one packed projection
+        proj_in = found[0]
+        x = kv = _source(b, proj_in[3], producer)
+        name = proj_in[0].input[1]
+        as_is = q.op_type == "Gemm" and attributes(q).get("transB", 0)
+        in_weight = (name, proj_in[1], "in_proj_weight" + " transposed" * (not as_is))
+        in_bias = (_bias_after(b, q, readers) if q.op_type == "MatMul"
+                   else proj_in[2][0] if proj_in[2] else None)  # fmt: skip
+    elif k is v and q is not k and found[0][1] is None and found[1][1] is None:
+        # cross-attention: the query's and the key-value's projections by slices of one
+        # in_proj_weight, which the block reads (found by shape below)
+        x, kv = _source(b, found[0][3], producer), _source(b, found[1][3], producer)
+        in_weight = in_bias = None
+    else:
+        return []
     # forward from the product with the values to the output projection
     value, out_proj = pv.output[0], None
     for _ in range(16):
@@ -279,24 +322,33 @@ def _match(b, soft, producer, readers) -> list[Block]:
         mask_float, mask = value, where.input[0]
         while (node := producer.get(mask)) is not None and node.op_type in ("Cast", "Identity"):
             mask = node.input[0]
-    in_bias = (_bias_after(b, proj_in[0], readers) if proj_in[0].op_type == "MatMul"
-               else proj_in[2][0] if proj_in[2] else None)  # fmt: skip
-    weights = {"in": proj_in, "out": (proj[1], out_bias, out_proj), "in_bias": in_bias}
-    learned = {_init(b, n) for n in (proj_in[0].input[1], in_bias, out_proj.input[1],
-                                      out_bias[0] if out_bias else None) if n}  # fmt: skip
+    out_names = {_init(b, out_proj.input[1]), _init(b, out_bias[0]) if out_bias else None} - {None}
     blocks = []
     for y in ys:
-        nodes = _nodes(b, y, {x, *([mask_float] if mask_float else [])}, producer, readers)
+        nodes = _nodes(b, y, {x, kv, *([mask_float] if mask_float else [])}, producer, readers)
         if nodes is None:
             continue
         inside = {o for n in nodes for o in n.output}
         outside = {i for n in nodes for i in n.input if i and i not in inside}
-        weights_read = {_init(b, i) for i in outside if _init(b, i)}
-        if x in inside or weights_read != learned:
-            continue  # a weight of the file the layer would not hold (a learned scale)
-        if outside - {x, mask_float} - set(b.consts) - set(b.aliases):
+        if x in inside or kv in inside:
+            continue
+        if outside - {x, kv, mask_float} - set(b.consts) - set(b.aliases):
             continue  # another tensor read inside the block
-        blocks.append(Block(x, mask, mask_float, y, nodes, scores.output[0], weights))
+        reads = {_init(b, i): i for i in outside if _init(b, i)}
+        w_in, b_in = in_weight, in_bias
+        if w_in is None:  # cross-attention: in_proj_weight (3E, E) and its bias (3E,)
+            e = proj[1].shape[0]
+            shapes = {n: np.shape(_const(b, n)) for n in set(reads) - out_names}
+            w_in = next(((reads[n], _const(b, n).astype(np.float64), "in_proj_weight")
+                         for n, sh in shapes.items() if sh == (3 * e, e)), None)  # fmt: skip
+            b_in = next((reads[n] for n, sh in shapes.items() if sh == (3 * e,)), None)
+            if w_in is None:
+                continue
+        learned = out_names | {_init(b, n) for n in (w_in[0], b_in) if n}
+        if set(reads) != learned:
+            continue  # a weight of the file the layer would not hold (a learned scale)
+        weights = {"in": w_in, "in_bias": b_in, "out": (proj[1], out_bias, out_proj)}
+        blocks.append(Block(x, kv, mask, mask_float, y, nodes, scores.output[0], weights))
     return blocks
 
 
@@ -360,7 +412,9 @@ def _submodel(b, block):
     inits = [onnx.numpy_helper.from_array(np.asarray(_const(b, i)), i)
              for i in used if _init(b, i)]  # fmt: skip
     kind = TensorProto.DOUBLE if b.dtype == F64 else TensorProto.FLOAT
-    inputs = [helper.make_tensor_value_info(block.x, kind, None)]
+    inputs = [
+        helper.make_tensor_value_info(n, kind, None) for n in dict.fromkeys((block.x, block.kv))
+    ]
     if block.mask_float:
         inputs.append(helper.make_tensor_value_info(block.mask_float, kind, None))
     outputs = [helper.make_tensor_value_info(n, kind, None) for n in (block.y, block.scores)]
@@ -374,7 +428,7 @@ def _check(b, block) -> str | None:
     it does; sets block.layer."""
     from onnx.reference import ReferenceEvaluator
 
-    shape = block.shape
+    shape, length = block.shape, block.kv_shape[0]
     try:
         run = ReferenceEvaluator(_submodel(b, block))
     except Exception as exc:  # an op the evaluator lacks, a malformed block
@@ -383,10 +437,13 @@ def _check(b, block) -> str | None:
     npdt = np.float64 if b.dtype == F64 else np.float32
     for batch in (2, 5):
         x = gen.standard_normal((batch, *shape)).astype(npdt)
-        feeds = {block.x: x}
-        pad = np.zeros((batch, shape[0]), bool)
+        kv = (
+            x if block.kv == block.x else gen.standard_normal((batch, *block.kv_shape)).astype(npdt)
+        )
+        feeds = {block.x: x, block.kv: kv}
+        pad = np.zeros((batch, length), bool)
         if block.mask_float:
-            pad = gen.random((batch, shape[0])) < 0.3
+            pad = gen.random((batch, length)) < 0.3
             pad[:, 0] = False  # every query attends to one key at least
             feeds[block.mask_float] = np.where(pad, -np.inf, 0).astype(npdt)
         try:
@@ -394,13 +451,14 @@ def _check(b, block) -> str | None:
         except Exception as exc:
             return f"onnx's reference evaluator fails on them at batch size {batch} ({exc})"
         if block.layer is None:
-            heads = _heads(np.shape(scores), batch, shape[0])
+            heads = _heads(np.shape(scores), batch, shape[0], length)
             block.layer = _layer(b, block, heads) if heads else None
             if block.layer is None:
                 return (f"no heads' count and weights of nn.MultiheadAttention fit (scores of "
                         f"shape {np.shape(scores)} at batch size {batch})")  # fmt: skip
         with torch.no_grad():
-            want = block.layer(*(torch.from_numpy(x).to(F64),) * 3,
+            q, k = torch.from_numpy(x).to(F64), torch.from_numpy(kv).to(F64)
+            want = block.layer(q, k, k,
                                key_padding_mask=torch.from_numpy(pad) if block.mask_float else None,
                                need_weights=False)[0].numpy()  # fmt: skip
         if np.shape(y) != want.shape:
@@ -412,10 +470,18 @@ def _check(b, block) -> str | None:
     return None
 
 
-def _heads(scores_shape, batch: int, length: int) -> int | None:
+def _heads(scores_shape, batch: int, length: int, keys: int) -> int | None:
     """The heads' count from the scores' shape: (B*H, L, S) or (B, H, L, S)."""
-    if len(scores_shape) == 3 and scores_shape[0] % batch == 0 and scores_shape[1] == length:
+    if (
+        len(scores_shape) == 3
+        and scores_shape[0] % batch == 0
+        and scores_shape[1:]
+        == (
+            length,
+            keys,
+        )
+    ):
         return scores_shape[0] // batch
-    if len(scores_shape) == 4 and scores_shape[0] == batch and scores_shape[2] == length:
+    if len(scores_shape) == 4 and scores_shape[0] == batch and scores_shape[2:] == (length, keys):
         return scores_shape[1]
     return None

@@ -321,7 +321,8 @@ class Builder(ShapeOps, LayerOps, ConvOps, IndexOps, RecurrentOps):
                 continue
             live.add(id(node))
             block = fused.get(id(node))
-            todo.extend([block.x, *([block.mask] if block.mask else [])] if block else node.input)
+            todo.extend([block.x, block.kv, *([block.mask] if block.mask else [])] if block
+                        else node.input)  # fmt: skip
         self.folded.update(id(n) for n in self.nodes if id(n) not in live)
 
     def attention_step(self, node, block) -> None:
@@ -337,9 +338,8 @@ class Builder(ShapeOps, LayerOps, ConvOps, IndexOps, RecurrentOps):
         scope = re.fullmatch(r"/((?:[\w.]+/)*[\w.]+)/\w+", node.name or "")
         base = base or (scope.group(1).replace("/", ".") if scope else "")
         path = self.place(node, mha, f"{base}.weight" if base else None)
-        proj = block.weights["in"][0]
-        layout = "in_proj_weight" + (" transposed" if proj.op_type == "MatMul" else "")
-        roles = {"in_proj_weight": (proj.input[1], layout)}
+        name, _, layout = block.weights["in"]
+        roles = {"in_proj_weight": (name, layout)}
         if block.weights["in_bias"]:
             roles["in_proj_bias"] = (block.weights["in_bias"], "in_proj_bias")
         self.share(node, mha, roles)
@@ -348,9 +348,9 @@ class Builder(ShapeOps, LayerOps, ConvOps, IndexOps, RecurrentOps):
         if out_bias is not None and out_bias[1] == 1.0:
             roles["bias"] = (out_bias[0], "out_proj bias")
         self.share(node, mha.out_proj, roles)
-        x, m = block.x, block.mask
-        self.emit([block.y], lambda env, root, p=path, x=x, m=m: root.get_submodule(p)(
-            env[x], env[x], env[x], key_padding_mask=env[m] if m else None,
+        x, kv, m = block.x, block.kv, block.mask
+        self.emit([block.y], lambda env, root, p=path, x=x, kv=kv, m=m: root.get_submodule(p)(
+            env[x], env[kv], env[kv], key_padding_mask=env[m] if m else None,
             need_weights=False)[0], self.shapes[x])  # fmt: skip
 
     def check_indices(self, node) -> None:
