@@ -18,6 +18,7 @@ from fixtures.zoo import RTOL, SLOW, TRAIN_RTOL, ZOO, vision
 from torch import nn
 
 import rootclad
+from rootclad.ir.graph import IRError
 
 F64 = torch.float64
 MODELS = [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in ZOO]
@@ -80,3 +81,46 @@ def test_zoo_model_training_tracks_torch_optim(name):
     for (k, p), q in zip(cm.named_parameters(), ref.parameters(), strict=True):
         err = float((p.detach() - q.detach()).abs().max()) / moved
         assert err <= rtol, f"{name} {k}: off by {err:.3e} of the largest move > {rtol:.1e}"
+
+
+# exported by torch's (TorchScript) exporter and imported; refused naming the node:
+NOT_IMPORTED = {"swin-small": r"\(Mod, opset 18\): op not supported"}  # the window padding
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_zoo_model_through_onnx_matches_torch_and_onnxruntime(name):
+    """The float64 file (perturbed weights) against torch autograd: output and input
+    gradient; the float32 file (torch's initialisation, its zero-initialised heads drawn at
+    random) against onnxruntime, which has no float64 convolutions. The perturbed models are
+    too ill-conditioned for float32: torch's own float32 run parts from its float64 one by
+    0.2 (efficientnet_b0)."""
+    pytest.importorskip("onnxruntime")
+    from fixtures.onnx import export, run_ort
+
+    net = _build(name).eval()
+    x = torch.randn(2, 3, 32, 32, dtype=F64, generator=torch.Generator().manual_seed(1))
+    model = export(copy.deepcopy(net), x, opset=18)
+    if name in NOT_IMPORTED:
+        with pytest.raises(IRError, match=NOT_IMPORTED[name]):
+            rootclad.onnx.load(model, loss="mse", engine="pullback")
+        return
+    cm = rootclad.onnx.load(model, loss="mse", engine="pullback")
+    xr = x.clone().requires_grad_(True)
+    out = net(xr)
+    rtol = RTOL.get(name, 1e-9)
+    assert_close_rel(cm.predict(x), out, rtol, f"{name} float64 forward against torch")
+    d_out = torch.randn(out.shape, dtype=F64, generator=torch.Generator().manual_seed(2))
+    (dx,) = torch.autograd.grad(out, [xr], d_out)
+    assert_close_rel(cm.input_grad(x, d_out=d_out), dx, rtol, f"{name} d_x against torch")
+
+    net = _build(name, perturb=False).float().eval()
+    with torch.no_grad():
+        for p in net.parameters():
+            if not p.any():  # a zero-initialised head: every output would be 0
+                p.normal_(0, 0.1, generator=torch.Generator().manual_seed(3))
+    x = x.float()
+    model = export(net, x, opset=18)
+    want = torch.from_numpy(run_ort(model, x.numpy()))
+    assert float(want.std()) > 0
+    cm = rootclad.onnx.load(model, loss="mse", engine="pullback")
+    assert_close_rel(cm.predict(x), want, 1e-4, f"{name} float32 forward against onnxruntime")

@@ -23,14 +23,11 @@ from fixtures.onnx import export, run_ort  # noqa: E402
 
 OPSET = 18  # Mish is an ONNX op from opset 18 on
 # case -> the words rootclad's refusal of torch's file for it says
-NOT_IMPORTED = {"identity": "the graph computes nothing: its output 'y' is its input",
-                # an initializer meeting Mul/Add becomes the parameter op, but the class
-                # token's expand to the batch is shape arithmetic on a constant in the file
-                "parameter-read-directly": "depend on the batch size"}  # fmt: skip
-# torch's MultiheadAttention computes in (sequence, batch) order inside, and timm's qkv moves
-# the heads ahead of the batch: the files transpose the batch axis away and back, which the
-# ONNX import does not follow yet (the torch front-end compiles these modules)
-# (self-attention as nn.MultiheadAttention and the encoder layers import: attention.py)
+NOT_IMPORTED = {"identity": "the graph computes nothing: its output 'y' is its input"}
+# timm's qkv moves the heads ahead of the batch, and nn.MultiheadAttention with keys and values
+# from different tensors projects them apart: the files transpose the batch axis away and
+# back, which the ONNX import does not follow (the torch front-end compiles these; self- and
+# cross-attention with one key-value input import as the layer: frontends/onnx/attention.py)
 NOT_IMPORTED.update(
     dict.fromkeys(
         ["qkv-permute-unbind", "multihead-attention-cross-nobias"], "moves the batch axis"

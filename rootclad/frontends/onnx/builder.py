@@ -59,7 +59,9 @@ class Builder(ShapeOps, LayerOps, ConvOps, IndexOps, RecurrentOps):
             )
         g = model.graph
         self.consts: dict[str, Const] = {
-            t.name: Const(onnx.numpy_helper.to_array(t)) for t in g.initializer
+            # a copy: onnx reads raw data into read-only arrays, which torch takes with a warning
+            t.name: Const(np.array(onnx.numpy_helper.to_array(t)))
+            for t in g.initializer
         }
         self.initializers = {t.name for t in g.initializer}
         # initializer -> (its layout in the layer, the one parameter every node reading it uses)

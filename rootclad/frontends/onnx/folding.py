@@ -39,7 +39,7 @@ class ShapeOps:
 
         if "value" not in a:
             raise self.fail(node, "only the 'value' form of Constant is supported")
-        self.fold(node, onnx.numpy_helper.to_array(a["value"]))
+        self.fold(node, np.array(onnx.numpy_helper.to_array(a["value"])))
 
     def op_Shape(self, node, a):
         x = node.input[0]

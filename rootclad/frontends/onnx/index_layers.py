@@ -7,8 +7,11 @@ naming the node."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
+from torch import nn
 
 from rootclad.frontends.onnx.common import BATCH
 
@@ -94,6 +97,11 @@ class IndexOps:
         self.emit(node.output, lambda env, root, x=x, s=tuple(out): env[x].expand(-1, *s), out)
 
     def op_Expand(self, node, a):
+        name = self.aliases.get(node.input[0], node.input[0])
+        if name in self.initializers or node.input[0] in self.aliases:
+            spec = list(np.asarray(self.const(node, 1, "shape"), dtype=object).ravel())
+            if spec and spec[0] == BATCH:  # a class token expanded to the batch
+                return self.expand_parameter(node, spec)
         if node.input[0] in self.consts:  # a constant broadcast (is_causal's mask of ones)
             v = np.asarray(self.consts[node.input[0]].value)
             shape = self.const_ints(node, 1, "shape")
@@ -112,6 +120,40 @@ class IndexOps:
                 raise self.fail(node, f"cannot expand per-sample shape {shape} to {spec[1:]}")
             out.append(d if s == 1 else s)
         self.expand_step(node, x, out)
+
+    def expand_parameter(self, node, spec) -> None:
+        """A weight of leading axis 1 expanded to the batch (a class token: ``cls.expand(B, -1,
+        -1)``), its other axes kept: the parameter read directly, the same for every sample."""
+        v = np.asarray(self.consts[node.input[0]].value)
+        full = [1] * (len(spec) - v.ndim) + list(v.shape)
+        if (
+            len(full) != len(spec)
+            or full[0] != 1
+            or any(
+                isinstance(s, str) or int(s) not in (1, -1, d)
+                for s, d in zip(spec[1:], full[1:], strict=True)
+            )
+        ):
+            raise self.fail(node, f"weight {node.input[0]!r} of shape {v.shape} expanded to "
+                            f"{spec}: to the batch along its first axis of 1 only, its other "
+                            "axes kept")  # fmt: skip
+        holder = nn.Module()
+        holder.weight = nn.Parameter(torch.from_numpy(np.array(v, dtype=np.float64)))
+        self.share(node, holder, {"weight": (node.input[0], f"as read, shape {v.shape}")})
+        name = self.place_parameter(node, node.input[0], holder.weight)
+        first = self.inputs[0].name
+
+        if tuple(full) != v.shape:
+            raise self.fail(node, f"weight {node.input[0]!r} of shape {v.shape} expanded to "
+                            f"{spec}: its rank must be the result's")  # fmt: skip
+
+        rank = len(full)
+
+        def f(env, root, p=name, x=first, n=rank):
+            w = functools.reduce(getattr, p.split("."), root)
+            return w.expand(env[x].shape[0], *([-1] * (n - 1)))
+
+        self.emit(node.output, f, full[1:])
 
     def op_Tile(self, node, a):
         x = self.tensor(node)
