@@ -38,11 +38,14 @@ def test_compile_and_train_notebook():
     assert diff and float(diff.group(1)) < 1e-4, out
     acc = re.search(r"training accuracy (\S+)", out)
     assert acc and float(acc.group(1)) > 0.9, out
+    onnx = re.search(r"ONNX file imported; largest difference from torch over \d+ jets: (\S+)", out)
+    assert onnx and float(onnx.group(1)) < 1e-5, out
 
 
 def test_hep_architectures_notebook():
     """Embedding indices, a padding mask, attention and an LSTM in one tagger: torch's
-    gradients, a bad particle type named, and a tagger that learns the toy jets."""
+    gradients, a bad particle type named, a tagger that learns the toy jets, and its ONNX
+    file imported."""
     out = _execute("04_hep_architectures.ipynb")
     diff = re.search(r"largest gradient difference (\S+)", out)
     assert diff and float(diff.group(1)) < 1e-4, out

@@ -436,10 +436,16 @@ def _module_class(n: int) -> type:
 
 
 def to_module(model) -> tuple[nn.Module, list[tuple[int, ...]], torch.dtype]:
-    """An ONNX ``ModelProto`` (or a path) as (torch module, per-sample input shapes, dtype)."""
+    """An ONNX ``ModelProto`` (or a path, or a file's bytes) as (torch module, per-sample input
+    shapes, dtype)."""
     import onnx
 
     where = "ONNX model"
+    if isinstance(model, (bytes, bytearray)):  # a file's contents (torch.onnx.export to BytesIO)
+        try:
+            model = onnx.load_from_string(bytes(model))
+        except Exception as exc:
+            raise IRError(f"{where}: cannot read the ONNX bytes: {exc}") from exc
     if isinstance(model, (str, Path)):
         where = str(model)
         if not Path(model).is_file():
