@@ -212,25 +212,59 @@ def test_a_block_that_is_not_torchs_attention_is_not_read_as_one():
 
 
 class Temperature(nn.Module):
-    """Attention per sample, written out, with a learned temperature per head (ones, as at
-    initialisation): not torch's layer, though at these values it computes the same."""
+    """Attention per sample, written out (heads as an axis after the batch), with a learned
+    temperature per head (ones, as at initialisation): not torch's layer, though at these
+    values it computes the same."""
 
     def __init__(self):
         super().__init__()
-        self.qkv, self.o = nn.Linear(4, 12), nn.Linear(4, 4)
+        self.q, self.k, self.v, self.o = (nn.Linear(4, 4) for _ in range(4))
         self.temp = nn.Parameter(torch.ones(2, 1, 1))
 
     def forward(self, x):  # (B, L, 4), 2 heads of 2
-        q, k, v = self.qkv(x).reshape(x.shape[0], -1, 3, 2, 2).permute(2, 0, 3, 1, 4)
+        B = x.shape[0]
+        q, k, v = (f(x).reshape(B, -1, 2, 2).transpose(1, 2) for f in (self.q, self.k, self.v))
         a = torch.softmax(q @ k.transpose(-2, -1) * self.temp, -1)
-        return self.o((a @ v).transpose(1, 2).reshape(x.shape[0], -1, 4))
+        return self.o((a @ v).transpose(1, 2).reshape(B, -1, 4))
 
 
-def test_a_learned_weight_inside_the_block_keeps_it_from_being_read_as_the_layer():
-    """The temperature is a weight of the file: a block reading it is not torch's layer, even
-    where its values make it compute the same (it would be lost in training)."""
-    model = export(Temperature().eval(), torch.randn(2, 5, 4), opset=18)
+def test_a_learned_temperature_inside_attention_stays_a_parameter():
+    """The temperature is a weight of the file: the block is not read as torch's layer (which
+    would lose it), and the file imports node by node with it, its gradient torch's."""
+    torch.manual_seed(0)
+    net = Temperature().double().eval()
+    x = torch.randn(2, 5, 4, dtype=F64)
+    model = export(copy.deepcopy(net), x, opset=18)
     assert _blocks(model) == []
+    cm = rootclad.onnx.load(model, loss="mse", engine="pullback")
+    y = torch.randn(2, 5, 4, dtype=F64)
+    _, grads = cm.loss_and_grad(x, y)
+    torch.nn.functional.mse_loss(net(x), y).backward()
+    assert "temp" in grads
+    assert_close_rel(grads["temp"], net.temp.grad, 1e-9, "d temp")
+
+
+def test_the_check_draws_the_weights_so_that_a_bias_of_zeros_hides_no_wiring():
+    """A fresh layer's biases are zeros: a file that adds its in_proj_bias reversed computes
+    the same at these values. The check's pass with random weights finds it; the block is
+    left to the node-by-node import, which refuses it."""
+    from onnx import helper
+
+    torch.manual_seed(0)
+    model = export(SelfAttention(masked=False).eval(), _inputs("unmasked"), opset=18)
+    assert len(_blocks(model)) == 1
+    add = next(n for n in model.graph.node if n.op_type == "Add" and "attn.in_proj_bias" in n.input)
+    rev = [helper.make_tensor(f"rev_{k}", onnx.TensorProto.INT64, (1,), [v])
+           for k, v in (("start", -1), ("end", -(2**62)), ("axis", 0), ("step", -1))]  # fmt: skip
+    model.graph.initializer.extend(rev)
+    idx = list(model.graph.node).index(add)
+    model.graph.node.insert(idx, helper.make_node(
+        "Slice", ["attn.in_proj_bias", *(t.name for t in rev)], ["reversed_bias"]))  # fmt: skip
+    add.input[list(add.input).index("attn.in_proj_bias")] = "reversed_bias"
+    onnx.checker.check_model(model)
+    assert _blocks(model) == []
+    with pytest.raises(IRError, match=r"node '[^']+' \(\w+, opset 18\)"):
+        rootclad.onnx.load(model, loss="mse", engine="pullback")
 
 
 class KeyValue(nn.Module):

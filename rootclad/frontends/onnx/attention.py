@@ -48,6 +48,7 @@ class Block:
         self.x, self.kv, self.mask, self.mask_float, self.y = x, kv, mask, mask_float, y
         self.nodes, self.scores, self.weights = nodes, scores, weights
         self.layer: nn.MultiheadAttention | None = None
+        self.reads: set = set()  # the initializers it reads (its weights)
         self.shape: tuple = ()  # its query's per-sample shape, where it was checked
         self.kv_shape: tuple = ()  # its key's and value's
 
@@ -261,8 +262,7 @@ def _match(b, soft, producer, readers) -> list[Block]:
         proj_in = found[0]
         x = kv = _source(b, proj_in[3], producer)
         name = proj_in[0].input[1]
-        as_is = q.op_type == "Gemm" and attributes(q).get("transB", 0)
-        in_weight = (name, proj_in[1], "in_proj_weight" + " transposed" * (not as_is))
+        in_weight = (name, _transposed(q), "in_proj_weight" + " transposed" * _transposed(q))
         in_bias = (_bias_after(b, q, readers) if q.op_type == "MatMul"
                    else proj_in[2][0] if proj_in[2] else None)  # fmt: skip
     elif k is v and q is not k and found[0][1] is None and found[1][1] is None:
@@ -292,6 +292,8 @@ def _match(b, soft, producer, readers) -> list[Block]:
         return []
     y = out_proj.output[0]
     out_bias = proj[2]
+    if out_bias is not None and out_bias[1] != 1.0:
+        return []  # a Gemm's beta: nn.MultiheadAttention's bias is added as it is
     if out_proj.op_type == "MatMul":
         name = _bias_after(b, out_proj, readers)
         if name is not None:
@@ -339,7 +341,7 @@ def _match(b, soft, producer, readers) -> list[Block]:
         if w_in is None:  # cross-attention: in_proj_weight (3E, E) and its bias (3E,)
             e = proj[1].shape[0]
             shapes = {n: np.shape(_const(b, n)) for n in set(reads) - out_names}
-            w_in = next(((reads[n], _const(b, n).astype(np.float64), "in_proj_weight")
+            w_in = next(((reads[n], False, "in_proj_weight")
                          for n, sh in shapes.items() if sh == (3 * e, e)), None)  # fmt: skip
             b_in = next((reads[n] for n, sh in shapes.items() if sh == (3 * e,)), None)
             if w_in is None:
@@ -347,9 +349,20 @@ def _match(b, soft, producer, readers) -> list[Block]:
         learned = out_names | {_init(b, n) for n in (w_in[0], b_in) if n}
         if set(reads) != learned:
             continue  # a weight of the file the layer would not hold (a learned scale)
-        weights = {"in": w_in, "in_bias": b_in, "out": (proj[1], out_bias, out_proj)}
-        blocks.append(Block(x, kv, mask, mask_float, y, nodes, scores.output[0], weights))
+        t = _transposed(out_proj)
+        weights = {"in": w_in, "in_bias": b_in,
+                   "out": (out_proj.input[1], t, "out_proj" + " transposed" * t),
+                   "out_bias": out_bias[0] if out_bias else None}  # fmt: skip
+        block = Block(x, kv, mask, mask_float, y, nodes, scores.output[0], weights)
+        block.reads = set(reads)
+        blocks.append(block)
     return blocks
+
+
+def _transposed(node) -> bool:
+    """A projection's weight initializer holds torch's weight transposed (a MatMul's, a
+    Gemm's with transB=0)."""
+    return not (node.op_type == "Gemm" and attributes(node).get("transB", 0))
 
 
 def _nodes(b, y, stops, producer, readers) -> list | None:
@@ -374,19 +387,23 @@ def _nodes(b, y, stops, producer, readers) -> list | None:
     return sorted(nodes.values(), key=lambda n: order[id(n)])
 
 
-def _layer(b, block, heads: int) -> nn.MultiheadAttention | None:
-    """nn.MultiheadAttention with the block's weights (float64), or None if they do not fit."""
+def _layer(b, block, heads: int, values=None) -> nn.MultiheadAttention | None:
+    """nn.MultiheadAttention (float64) with the block's weights: the file's, or ``values``
+    (initializer -> array) in their place; None if they do not fit."""
+
+    def value(name, transposed=False):
+        if name is None:
+            return None
+        v = np.array((values or {}).get(_init(b, name), _const(b, name)), dtype=np.float64)
+        return v.T if transposed else v
+
     w = block.weights
-    weight = w["in"][1]
-    e = weight.shape[1]
-    bias = _const(b, w["in_bias"]) if w["in_bias"] else None
-    out_w, out_bias, _ = w["out"]
-    out_b = None
-    if out_bias is not None:
-        out_b = _const(b, out_bias[0]).astype(np.float64).ravel() * out_bias[1]
+    weight, bias = value(*w["in"][:2]), value(w["in_bias"])
+    out_w, out_b = value(*w["out"][:2]), value(w["out_bias"])
+    e = weight.shape[1] if weight.ndim == 2 else 0
     if weight.shape != (3 * e, e) or e % heads or out_w.shape != (e, e):
         return None
-    if bias is not None and np.shape(bias) != (3 * e,) or out_b is not None and out_b.shape != (e,):
+    if bias is not None and bias.shape != (3 * e,) or out_b is not None and out_b.shape != (e,):
         return None
     if (bias is None) != (out_b is None):
         return None  # nn.MultiheadAttention has both biases or neither
@@ -395,12 +412,12 @@ def _layer(b, block, heads: int) -> nn.MultiheadAttention | None:
         mha.in_proj_weight.copy_(torch.from_numpy(np.ascontiguousarray(weight)))
         mha.out_proj.weight.copy_(torch.from_numpy(np.ascontiguousarray(out_w)))
         if bias is not None:
-            mha.in_proj_bias.copy_(torch.from_numpy(np.asarray(bias, np.float64)))
+            mha.in_proj_bias.copy_(torch.from_numpy(bias))
             mha.out_proj.bias.copy_(torch.from_numpy(out_b))
     return mha.eval()
 
 
-def _submodel(b, block):
+def _submodel(b, block, values=None):
     """The block's nodes as a model of their own: inputs X (and the float mask), outputs Y and
     the scores."""
     import onnx
@@ -409,7 +426,7 @@ def _submodel(b, block):
     producer = {o: n for n in b.nodes for o in n.output}
     used = {i for n in block.nodes for i in n.input if i}
     consts = [producer[i] for i in used if i in producer and producer[i].op_type == "Constant"]
-    inits = [onnx.numpy_helper.from_array(np.asarray(_const(b, i)), i)
+    inits = [onnx.numpy_helper.from_array(np.asarray((values or {}).get(_init(b, i), _const(b, i))), i)
              for i in used if _init(b, i)]  # fmt: skip
     kind = TensorProto.DOUBLE if b.dtype == F64 else TensorProto.FLOAT
     inputs = [
@@ -423,50 +440,57 @@ def _submodel(b, block):
 
 
 def _check(b, block) -> str | None:
-    """Why nn.MultiheadAttention from the block's weights does not compute what its nodes do
-    (onnx's reference evaluator, two batch sizes, random inputs and padding), or None where
-    it does; sets block.layer."""
+    """Why nn.MultiheadAttention from the block's weights does not compute what its nodes do,
+    or None where it does; sets block.layer. onnx's reference evaluator runs the nodes at two
+    batch sizes on random inputs and padding, first with random values in place of the
+    weights (so that each weight's wiring is checked, also where the file's values would hide
+    it: torch starts the biases at zero), then with the file's."""
     from onnx.reference import ReferenceEvaluator
 
     shape, length = block.shape, block.kv_shape[0]
-    try:
-        run = ReferenceEvaluator(_submodel(b, block))
-    except Exception as exc:  # an op the evaluator lacks, a malformed block
-        return f"onnx's reference evaluator cannot run them ({exc})"
     gen = np.random.default_rng(7)
     npdt = np.float64 if b.dtype == F64 else np.float32
-    for batch in (2, 5):
-        x = gen.standard_normal((batch, *shape)).astype(npdt)
-        kv = (
-            x if block.kv == block.x else gen.standard_normal((batch, *block.kv_shape)).astype(npdt)
-        )
-        feeds = {block.x: x, block.kv: kv}
-        pad = np.zeros((batch, length), bool)
-        if block.mask_float:
-            pad = gen.random((batch, length)) < 0.3
-            pad[:, 0] = False  # every query attends to one key at least
-            feeds[block.mask_float] = np.where(pad, -np.inf, 0).astype(npdt)
+    drawn = {n: (0.5 * gen.standard_normal(np.shape(_const(b, n)))).astype(npdt)
+             for n in block.reads}  # fmt: skip
+    heads = None
+    for values, batches in ((drawn, (2, 5)), (None, (2,))):
         try:
-            y, scores = run.run(None, feeds)
-        except Exception as exc:
-            return f"onnx's reference evaluator fails on them at batch size {batch} ({exc})"
-        if block.layer is None:
-            heads = _heads(np.shape(scores), batch, shape[0], length)
-            block.layer = _layer(b, block, heads) if heads else None
-            if block.layer is None:
+            run = ReferenceEvaluator(_submodel(b, block, values))
+        except Exception as exc:  # an op the evaluator lacks, a malformed block
+            return f"onnx's reference evaluator cannot run them ({exc})"
+        layer = None
+        for batch in batches:
+            x = gen.standard_normal((batch, *shape)).astype(npdt)
+            kv = x if block.kv == block.x else gen.standard_normal(
+                (batch, *block.kv_shape)).astype(npdt)  # fmt: skip
+            feeds = {block.x: x, block.kv: kv}
+            pad = np.zeros((batch, length), bool)
+            if block.mask_float:
+                pad = gen.random((batch, length)) < 0.3
+                pad[:, 0] = False  # every query attends to one key at least
+                feeds[block.mask_float] = np.where(pad, -np.inf, 0).astype(npdt)
+            try:
+                y, scores = run.run(None, feeds)
+            except Exception as exc:
+                return f"onnx's reference evaluator fails on them at batch size {batch} ({exc})"
+            heads = heads or _heads(np.shape(scores), batch, shape[0], length)
+            layer = layer or (_layer(b, block, heads, values) if heads else None)
+            if layer is None:
                 return (f"no heads' count and weights of nn.MultiheadAttention fit (scores of "
                         f"shape {np.shape(scores)} at batch size {batch})")  # fmt: skip
-        with torch.no_grad():
-            q, k = torch.from_numpy(x).to(F64), torch.from_numpy(kv).to(F64)
-            want = block.layer(q, k, k,
-                               key_padding_mask=torch.from_numpy(pad) if block.mask_float else None,
-                               need_weights=False)[0].numpy()  # fmt: skip
-        if np.shape(y) != want.shape:
-            return f"they give shape {np.shape(y)}, the layer {want.shape}"
-        scale = max(float(np.abs(want).max()), 1e-30)
-        err = float(np.abs(y - want).max()) / scale
-        if not err <= (1e-9 if npdt == np.float64 else 1e-4):
-            return f"they differ from the layer by {err:.2e} of its output's scale"
+            with torch.no_grad():
+                q, k = torch.from_numpy(x).to(F64), torch.from_numpy(kv).to(F64)
+                want = layer(q, k, k, need_weights=False,
+                             key_padding_mask=torch.from_numpy(pad) if block.mask_float else None
+                             )[0].numpy()  # fmt: skip
+            if np.shape(y) != want.shape:
+                return f"they give shape {np.shape(y)}, the layer {want.shape}"
+            scale = max(float(np.abs(want).max()), 1e-30)
+            err = float(np.abs(y - want).max()) / scale
+            if not err <= (1e-9 if npdt == np.float64 else 1e-4):
+                what = "random weights" if values else "the file's weights"
+                return f"with {what} they differ from the layer by {err:.2e} of its scale"
+        block.layer = layer
     return None
 
 

@@ -330,8 +330,7 @@ class Builder(ShapeOps, LayerOps, ConvOps, IndexOps, RecurrentOps):
     def attention_step(self, node, block) -> None:
         """An attention block (attention.py) as one nn.MultiheadAttention."""
         mha = attention.layer(self, block, node)
-        out_w, out_bias, out_node = block.weights["out"]
-        weight = out_node.input[1]
+        weight, _, out_layout = block.weights["out"]
         # the layer's path: its output projection's (torch names that weight where it has a
         # bias) or the scope torch's node names spell (/encoder/layers.0/self_attn/Transpose_7)
         base = (
@@ -345,10 +344,9 @@ class Builder(ShapeOps, LayerOps, ConvOps, IndexOps, RecurrentOps):
         if block.weights["in_bias"]:
             roles["in_proj_bias"] = (block.weights["in_bias"], "in_proj_bias")
         self.share(node, mha, roles)
-        roles = {"weight": (weight, "out_proj" + (" transposed" if out_node.op_type == "MatMul"
-                                                  else ""))}  # fmt: skip
-        if out_bias is not None and out_bias[1] == 1.0:
-            roles["bias"] = (out_bias[0], "out_proj bias")
+        roles = {"weight": (weight, out_layout)}
+        if block.weights["out_bias"]:
+            roles["bias"] = (block.weights["out_bias"], "out_proj bias")
         self.share(node, mha.out_proj, roles)
         x, kv, m = block.x, block.kv, block.mask
         self.emit([block.y], lambda env, root, p=path, x=x, kv=kv, m=m: root.get_submodule(p)(

@@ -100,7 +100,8 @@ class IndexOps:
         name = self.aliases.get(node.input[0], node.input[0])
         if name in self.initializers or node.input[0] in self.aliases:
             spec = list(np.asarray(self.const(node, 1, "shape"), dtype=object).ravel())
-            if spec and spec[0] == BATCH:  # a class token expanded to the batch
+            value = np.asarray(self.consts[node.input[0]].value)
+            if spec and spec[0] == BATCH and value.dtype.kind == "f":  # a class token
                 return self.expand_parameter(node, spec)
         if node.input[0] in self.consts:  # a constant broadcast (is_causal's mask of ones)
             v = np.asarray(self.consts[node.input[0]].value)
