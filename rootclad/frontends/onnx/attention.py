@@ -1,30 +1,35 @@
-"""Multi-head self-attention as torch's exporter writes ``nn.MultiheadAttention`` (and with it
+"""Multi-head attention as torch's exporter writes ``nn.MultiheadAttention`` (and with it
 ``nn.TransformerEncoderLayer``), found in an ONNX graph and imported as that layer.
 
 torch writes the block over the sequence-first layout, with the batch axis merged into the
 heads' ((B*H, L, d) products), and reshapes by shapes computed from the input's: nodes whose
 values hold the batch size, which rootclad's per-sample import refuses one by one. Read as a
 whole, the block is one layer. From each ``Softmax`` whose scores are a product of two tensors
-and whose probabilities multiply a third, the importer follows:
+(plus a mask, both sides maybe scaled: torch's baddbmm) and whose probabilities multiply a
+third, the importer follows:
 
 - the query, key and value back through layout ops (Reshape, Transpose, Squeeze, Unsqueeze,
-  Gather, Slice, Split), scalings by constants and bias additions to their input projection (a
-  MatMul or Gemm by a weight): one packed projection of 3E outputs or three of E, all reading
-  the same batch-first input X (self-attention; a Transpose to the sequence-first layout
-  between);
+  Gather, Slice, Split, Cast), scalings by constants and the projections' biases to their
+  input projection: for self-attention one packed MatMul or Gemm by a weight of 3E outputs
+  reading one batch-first input X (a Transpose to the sequence-first layout between); for
+  cross-attention (``attn(q, kv, kv)``) the query's and the key-value's MatMuls by slices of
+  one ``in_proj_weight`` (3E, E), read with its bias (3E,) by shape;
 - the probabilities' product forward through layout ops to the output projection and back to
-  the batch-first layout: the block's output Y;
+  the batch-first layout: the block's output Y (each place it could be, shortest first);
 - the scores' added mask, where there is one, back through layout ops to torch's key padding
   mask: ``Where(mask, -inf, 0)`` of a boolean (B, S) mask the model computes (the encoder's
   ``src_key_padding_mask``).
 
-The block (every node between X, the mask and Y) is then **checked by evaluation**: onnx's
-reference evaluator runs those nodes at two batch sizes on random inputs and padding, and
-``nn.MultiheadAttention`` built from the weights found must give the same Y (and the heads'
-count is read from the scores' shape there). A block that passes becomes that layer, placed
-at the path its output projection's weight names (``encoder.layers.0.self_attn``), its
-parameters the file's initializers; one that does not match the pattern or the evaluation is
-left to the node-by-node import, which refuses it naming its first node it cannot take."""
+The block (every node between X, the keys' input, the mask and Y) must read no weight of the
+file but the two projections' (a learned temperature is not torch's layer). It is then
+**checked by evaluation**: onnx's reference evaluator runs its nodes at two batch sizes on
+random inputs and padding, with random values in place of its weights and then with the
+file's, and ``nn.MultiheadAttention`` built from the same weights must give the same Y (the
+heads' count read from the scores' shape there). A block that passes becomes that layer, placed
+at the path torch's names give (``encoder.layers.0.self_attn``), its parameters the file's
+initializers (builder.py); one that does not match the pattern or the evaluation is left to
+the node-by-node import, which imports attention written per sample and refuses the rest
+naming the first node it cannot take."""
 
 from __future__ import annotations
 
