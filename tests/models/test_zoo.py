@@ -92,8 +92,8 @@ def test_zoo_model_through_onnx_matches_torch_and_onnxruntime(name):
     """The float64 file (perturbed weights) against torch autograd: output and input
     gradient; the float32 file (torch's initialisation, its zero-initialised heads drawn at
     random) against onnxruntime, which has no float64 convolutions. The perturbed models are
-    too ill-conditioned for float32: torch's own float32 run parts from its float64 one by
-    0.2 (efficientnet_b0)."""
+    too ill-conditioned for float32: torch's own float32 run parts visibly from its float64
+    one (efficientnet_b0)."""
     pytest.importorskip("onnxruntime")
     from fixtures.onnx import export, run_ort
 

@@ -314,7 +314,6 @@ class Builder(ShapeOps, LayerOps, ConvOps, IndexOps, RecurrentOps):
 
     def fold_dead(self) -> None:
         """Fold the nodes no output depends on any more (what fused blocks read no longer)."""
-        fused = {id(n): b for n in self.nodes if (b := self.fused.get(id(n)))}
         live, todo = set(), list(self.outputs)
         producer = {o: n for n in self.nodes for o in n.output}
         while todo:
@@ -322,7 +321,7 @@ class Builder(ShapeOps, LayerOps, ConvOps, IndexOps, RecurrentOps):
             if node is None or id(node) in live:
                 continue
             live.add(id(node))
-            block = fused.get(id(node))
+            block = self.fused.get(id(node))
             todo.extend([block.x, block.kv, *([block.mask] if block.mask else [])] if block
                         else node.input)  # fmt: skip
         self.folded.update(id(n) for n in self.nodes if id(n) not in live)
