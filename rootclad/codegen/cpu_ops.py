@@ -461,6 +461,20 @@ def _slice_calls(node, graph, site):
     return [Call("slice", (OUT, IN(0), INT(f"B * {rows}"), *map(INT, geo)))]
 
 
+def pad_geometry(node):
+    """Rows per sample, then M, N, I, before of pad_forward (ops/shape.h)."""
+    shape, a = node.in_shape, node.attrs
+    axis = a["axis"]
+    rows, inner = _n(shape[:axis]), _n(shape[axis + 1 :])
+    return rows, (shape[axis], node.out_shape[axis], inner, a["before"])
+
+
+def _pad_calls(node, graph, site):
+    rows, geo = pad_geometry(node)
+    args = (OUT, IN(0), INT(f"B * {rows}"), *map(INT, geo), REAL(node.attrs["value"]))
+    return [Call("pad", args)]
+
+
 def _expand_calls(node, graph, site):
     dims, st, _ = broadcast_padded(node)
     args = (OUT, IN(0), INT("B"), INT(_n(node.in_shape)), *map(INT, dims), *map(INT, st))
@@ -550,6 +564,7 @@ CPU_OPS: dict[str, CpuOp] = {
     "permute": CpuOp(_permute_calls),
     "cat": CpuOp(_cat_calls),
     "slice": CpuOp(_slice_calls),
+    "pad": CpuOp(_pad_calls),
     "expand": CpuOp(_expand_calls),
     "topk": CpuOp(_topk_calls),
     "gather": CpuOp(_gather_calls),

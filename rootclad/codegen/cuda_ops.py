@@ -22,6 +22,7 @@ from rootclad.codegen.cpu_ops import (
     conv_transpose_geometry,
     layer_norm_rows,
     matmul_args,
+    pad_geometry,
     parametric_geometry,
     permute_geometry,
     slice_geometry,
@@ -399,6 +400,14 @@ def _slice_device(node, graph, d):
     return fwd, bwd if d.d_ins[0] != "nullptr" else []
 
 
+def _pad_device(node, graph, d):
+    rows, geo = pad_geometry(node)
+    shape = f"(long)B * {rows}, Pad{{{', '.join(map(str, geo))}}}"
+    fwd = [f"pad_forward(on, {d.out}, {d.ins[0]}, {shape}, T({float(node.attrs['value'])!r}));"]
+    bwd = [f"pad_backward(on, {d.d_ins[0]}, {d.d_out}, {shape});"]
+    return fwd, bwd if d.d_ins[0] != "nullptr" else []
+
+
 def _expand_device(node, graph, d):
     dims, st, _ = broadcast_padded(node)
     g = f"Expand{{{{{', '.join(map(str, dims))}}}, {{{', '.join(map(str, st))}}}, {_n(node.in_shape)}}}"
@@ -520,6 +529,7 @@ DEVICE_OPS: dict[str, DeviceOp] = {
     "permute": DeviceOp(_permute_device),
     "cat": DeviceOp(_cat_device),
     "slice": DeviceOp(_slice_device),
+    "pad": DeviceOp(_pad_device),
     "expand": DeviceOp(_expand_device),
     "topk": DeviceOp(_topk_device),
     "gather": DeviceOp(_gather_device),

@@ -1,9 +1,12 @@
 """The ``torch.nn.functional`` forms of layers in a traced model: ``F.linear``,
 ``F.conv1d/2d/3d`` and ``F.group_norm`` with the model's parameters as weight and bias (each
 named as the parameter itself, so that its gradient is that parameter's),
-``F.max_pool1d/2d/3d``, ``F.avg_pool1d/2d/3d`` and ``F.dropout``. Each is the IR node its module gives: the module is built from the call's
-arguments and read by the registry's ``from_module``, so a functional form accepts and refuses
-what its module does, naming the node."""
+``F.max_pool1d/2d/3d``, ``F.avg_pool1d/2d/3d`` and ``F.dropout``. Each is the IR node its
+module gives: the module is built from the call's arguments and read by the registry's
+``from_module``, so a functional form accepts and refuses what its module does, naming the node.
+
+``F.pad`` in constant mode and the ``nn.ConstantPad1d/2d/3d`` and ``nn.ZeroPad1d/2d/3d``
+layers are one ``pad`` node per padded axis (a ``slice`` where a count is negative)."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from torch.nn import functional as F
 
 from rootclad.frontends import fx_norms
 from rootclad.ir.graph import IRError, Node
+from rootclad.ir.ops.shape import pad_steps
 from rootclad.ir.registry import OPS
 
 # F's function -> (the module class, the op, the names of its arguments after the input)
@@ -41,7 +45,7 @@ _POOLS = {
 def handles(target) -> bool:
     try:
         return (target in _WEIGHTED or target in _POOLS
-                or target in (F.dropout, F.group_norm))  # fmt: skip
+                or target in (F.dropout, F.group_norm, F.pad))  # fmt: skip
     except TypeError:  # an unhashable target
         return False
 
@@ -65,6 +69,11 @@ def lower(low, fx_node, args, kw, where) -> None:
         if not training or p == 0:  # fixed when fx traced it
             return low.add(fx_node.name, "identity", [x])
         return low.add(fx_node.name, "dropout", [x], {"p": float(p)})
+    if t is F.pad:
+        bound = dict(zip(("pad", "mode", "value"), args[1:], strict=False)) | kw
+        if bound.get("mode", "constant") != "constant":
+            raise IRError(f"{where}: mode={bound['mode']!r}; rootclad pads with a constant only")
+        return pad(low, fx_node.name, x, bound["pad"], bound.get("value") or 0.0, where)
     if t is F.group_norm:
         bound = dict(zip(("num_groups", "weight", "bias", "eps"), args[1:], strict=False)) | kw
         names = []
@@ -118,3 +127,35 @@ def _build(cls, bound, where):
         return cls(**bound)
     except (TypeError, ValueError) as exc:
         raise IRError(f"{where}: arguments {bound} not understood ({exc})") from None
+
+
+def pad(low, out, x, flat, value, where) -> None:
+    """``x`` (an fx node) padded as ``F.pad(x, flat, value=value)``: ``flat`` holds (before,
+    after) pairs from the last axis backwards; the batch axis is never padded."""
+    shape = tuple(low.shape(x)[1:])
+    if not all(isinstance(p, int) for p in flat) or len(flat) % 2:
+        raise IRError(f"{where}: padding {flat!r}; give (before, after) counts per axis")
+    pairs = [(0, 0)] * len(shape)
+    for k in range(len(flat) // 2):
+        pair, axis = (flat[2 * k], flat[2 * k + 1]), len(shape) - 1 - k
+        if axis >= 0:
+            pairs[axis] = pair
+        elif pair != (0, 0):
+            raise IRError(f"{where}: padding {flat!r} reaches the batch axis of a tensor of "
+                          f"per-sample shape {shape}; rootclad keeps samples apart")  # fmt: skip
+    steps = pad_steps(shape, pairs, value) or [("identity", {})]
+    v = x.name
+    for i, (op, attrs) in enumerate(steps):
+        name = out if i == len(steps) - 1 else f"{out}__{op}{i}"
+        low.nodes.append(Node(name, op, [v], name, attrs, {}))
+        v = name
+
+
+def _pad_module(low, fx_node, mod, module_node) -> None:
+    where = f"module {fx_node.target!r} ({type(mod).__name__})"
+    if len(fx_node.args) != 1 or fx_node.kwargs or not low.is_tensor(fx_node.args[0]):
+        raise IRError(f"{where} is called with {len(fx_node.args)} arguments; it takes one tensor")
+    pad(low, fx_node.name, fx_node.args[0], list(mod.padding), float(mod.value), where)
+
+
+LAYERS = {c: _pad_module for c in (nn.ConstantPad1d, nn.ConstantPad2d, nn.ConstantPad3d)}

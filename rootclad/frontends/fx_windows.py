@@ -17,8 +17,9 @@ the trace) lowered per sample.
 - ``_patch_merging_pad(x)``: the 2x2 neighbours' channels side by side, as reshapes and
   permutes.
 
-Feature maps that are not a multiple of the window (or of 2, for the merging) would need
-torchvision's zero padding and are refused naming the node, as is Swin V2 (``logit_scale``)."""
+Feature maps that are not a multiple of the window (or of 2, for the merging) get
+torchvision's zero padding (``pad``) and, after the attention, its crop (``slice``). Swin V2
+(``logit_scale``) is refused naming the node."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ import torch
 from rootclad.frontends.fx_attention import Emit
 from rootclad.frontends.fx_layout import emit_roll
 from rootclad.ir.graph import IRError
+from rootclad.ir.ops.shape import pad_steps
 
 MODULE = "torchvision.models.swin_transformer"
 ATTENTION, BIAS, MERGE = (
@@ -118,16 +120,18 @@ def _attention(low, fx_node, where) -> None:
     if size != (wh, ww) or C % heads:
         raise IRError(f"{where}: windows of {wh}x{ww} with a bias table for {size}, or {C} "
                       f"channels in {heads} heads")  # fmt: skip
-    if H % wh or W % ww:
-        raise IRError(f"{where}: a feature map of {H}x{W} tokens in windows of {wh}x{ww}; "
-                      "rootclad compiles maps that are a multiple of the window (no padding)")  # fmt: skip
-    sh, sw = (0 if wh >= H else a["shift_size"][0]), (0 if ww >= W else a["shift_size"][1])
-    nh, nw, N, d = H // wh, W // ww, wh * ww, C // heads
+    # torchvision pads the map with zeros to a multiple of the window (the zero tokens take
+    # part in the attention), shifts and masks on the padded map, and crops the result
+    PH, PW = H + (wh - H % wh) % wh, W + (ww - W % ww) % ww
+    sh, sw = (0 if wh >= PH else a["shift_size"][0]), (0 if ww >= PW else a["shift_size"][1])
+    nh, nw, N, d = PH // wh, PW // ww, wh * ww, C // heads
     emit = Emit(low, fx_node.name)
-    shifted = sh + sw > 0
+    shifted, padded = sh + sw > 0, (PH, PW) != (H, W)
     v = x.name
+    for op, attrs in pad_steps((H, W, C), [(0, PH - H), (0, PW - W), (0, 0)]):
+        v = emit(op, [v], attrs)
     if shifted:
-        v = emit_roll(low, v, (H, W, C), {0: -sh, 1: -sw}, f"{fx_node.name}__shifted")
+        v = emit_roll(low, v, (PH, PW, C), {0: -sh, 1: -sw}, f"{fx_node.name}__shifted")
     v = emit("reshape", [v], {"shape": (nh, wh, nw, ww * C)})
     v = emit("permute", [v], {"perm": (0, 2, 1, 3)})
     v = emit("reshape", [v], {"shape": (nh * nw, N, C)})
@@ -155,11 +159,18 @@ def _attention(low, fx_node, where) -> None:
         out = emit("dropout", [out], {"p": float(a["dropout"])})
     out = emit("reshape", [out], {"shape": (nh, nw, wh, ww * C)})
     out = emit("permute", [out], {"perm": (0, 2, 1, 3)})
+    last = None if padded else fx_node.name
     if shifted:
-        out = emit("reshape", [out], {"shape": (H, W, C)})
-        emit_roll(low, out, (H, W, C), {0: sh, 1: sw}, fx_node.name)
+        out = emit("reshape", [out], {"shape": (PH, PW, C)})
+        out = emit_roll(low, out, (PH, PW, C), {0: sh, 1: sw},
+                        last or f"{fx_node.name}__unshifted")  # fmt: skip
     else:
-        emit("reshape", [out], {"shape": (H, W, C)}, name=fx_node.name)
+        out = emit("reshape", [out], {"shape": (PH, PW, C)}, name=last)
+    if padded:
+        out = emit("slice", [out], {"axis": 0, "start": 0, "stop": H, "step": 1},
+                   name=None if PW > W else fx_node.name)  # fmt: skip
+        if PW > W:
+            emit("slice", [out], {"axis": 1, "start": 0, "stop": W, "step": 1}, name=fx_node.name)
 
 
 def _merge(low, fx_node, where) -> None:
@@ -167,12 +178,15 @@ def _merge(low, fx_node, where) -> None:
     (2i+1, 2j+1) side by side, as torchvision's x0, x1, x2, x3."""
     x = fx_node.args[0]
     shape = tuple(low.shape(x))[1:]
-    if len(shape) != 3 or shape[0] % 2 or shape[1] % 2:
+    if len(shape) != 3:
         raise IRError(f"{where}: a feature map of per-sample shape {shape}; rootclad merges "
-                      "patches of (H, W, C) maps of even H and W (no padding)")  # fmt: skip
-    H, W, C = shape
+                      "patches of (H, W, C) maps")  # fmt: skip
     emit = Emit(low, fx_node.name)
-    v = emit("reshape", [x.name], {"shape": (H // 2, 2, W // 2, 2 * C)})
+    v = x.name
+    for op, attrs in pad_steps(shape, [(0, shape[0] % 2), (0, shape[1] % 2), (0, 0)]):
+        v = emit(op, [v], attrs)  # torchvision's zero row and column to even H and W
+    H, W, C = shape[0] + shape[0] % 2, shape[1] + shape[1] % 2, shape[2]
+    v = emit("reshape", [v], {"shape": (H // 2, 2, W // 2, 2 * C)})
     v = emit("permute", [v], {"perm": (0, 2, 1, 3)})  # (i, j, row parity, col parity * C)
     v = emit("reshape", [v], {"shape": (H * W // 4, 2, 2, C)})
     v = emit("permute", [v], {"perm": (0, 2, 1, 3)})  # (ij, col parity, row parity, C)

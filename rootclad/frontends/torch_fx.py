@@ -79,7 +79,8 @@ _STRUCTURE = (
 
 
 # layers that lower to several ops: their class -> the lowering
-_COMPOSITE = {**fx_attention.LAYERS, **fx_norms.LAYERS, **fx_recurrent.LAYERS}
+_COMPOSITE = {**fx_attention.LAYERS, **fx_norms.LAYERS, **fx_recurrent.LAYERS,
+              **fx_functional.LAYERS}  # fmt: skip
 
 
 def _persistent(module, name: str) -> bool:

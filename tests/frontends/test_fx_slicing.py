@@ -1,4 +1,4 @@
-"""Slicing (rootclad/frontends/fx_slicing.py): what is refused, naming the fx node and why.
+"""Slicing (rootclad/frontends/fx_slicing.py) and padding (fx_functional.py): what is refused, naming the fx node and why.
 What compiles is checked against torch by the op cases (fixtures/op_cases.py: slice-*,
 chunk-split-unbind) on every backend, and by shufflenet_v2 in tests/models."""
 
@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from fixtures.op_cases import Fn
 
 import rootclad
@@ -32,6 +33,10 @@ def _first_piece(x):
         (lambda x: torch.chunk(input=x, chunks=5, dim=0)[0], ["chunk", "batch axis"]),
         (lambda x: x.squeeze(), ["squeeze", "without dim"]),
         (lambda x: x.unsqueeze(0), ["unsqueeze", "batch axis"]),
+        (lambda x: F.pad(x, (1, 1, 0, 1)), ["pad", "batch axis"]),
+        (lambda x: F.pad(x[:, None], (1, 1), mode="reflect"), ["pad", "'reflect'"]),
+        (lambda x: F.pad(x, (-3, -3)), ["slice 3:3:1", "does not fit"]),
+        (lambda x: F.pad(x, (1, 1), value=float("inf")), ["pad", "finite"]),
     ],
 )
 def test_slicing_rootclad_cannot_compile_is_refused_naming_the_node(fn, words):

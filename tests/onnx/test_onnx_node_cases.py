@@ -31,6 +31,7 @@ OPS = {
     "Constant", "Shape", "Gather", "Cast", "ReduceSum", "ReduceMean", "Sqrt", "InstanceNormalization", "Resize",
     "ConvTranspose", "Expand", "Tile", "TopK", "GatherElements", "Pow", "ConstantOfShape",
     "Equal", "Where", "LSTM", "GRU", "Einsum", "Trilu", "Not", "Abs", "ReduceMax", "ReduceMin",
+    "Pad", "Mod",
 }  # fmt: skip
 
 

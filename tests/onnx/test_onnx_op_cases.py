@@ -33,11 +33,12 @@ NOT_IMPORTED.update(
         ["qkv-permute-unbind", "multihead-attention-cross-nobias"], "moves the batch axis"
     )
 )
-# torchvision's Swin attention: the file computes the window padding from the shapes (Mod)
-# and merges the batch with the windows (the torch front-end compiles the module)
+# torchvision's Swin attention: the file merges the batch with the windows (a reshape to
+# B * windows rows; the torch front-end compiles the module). Its padding (Mod of the shapes,
+# Pad) imports: the patch merging of an odd map does
 NOT_IMPORTED.update(dict.fromkeys(
-    ["swin-shifted-window-attention", "swin-window-attention-whole-map"],
-    r"\(Mod, opset 18\): op not supported"))  # fmt: skip
+    ["swin-shifted-window-attention", "swin-window-attention-whole-map",
+     "swin-padded-shifted-window-attention"], "arithmetic on the batch size"))  # fmt: skip
 # torch's exporter writes a roll by a whole turn as an empty Slice and the whole tensor
 NOT_IMPORTED["roll-whole-turn"] = "is empty"
 # torch writes cdist as differences, a Pow by p, a sum and a Pow by 1 / p

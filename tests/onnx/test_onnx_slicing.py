@@ -1,4 +1,4 @@
-"""ONNX Slice, Split and Gather of tensors (rootclad/frontends/onnx/folding.py): files that
+"""ONNX Slice, Split, Pad and Gather of tensors (rootclad/frontends/onnx/folding.py): files that
 onnxruntime refuses, or computes otherwise than torch's layers would, are refused by name.
 Files that compute are checked against onnxruntime by tests/onnx/test_onnx_op_cases.py."""
 
@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import rootclad
 from rootclad.ir.graph import IRError
@@ -39,6 +40,14 @@ def _model(nodes, inits, out_shape, opset=13, in_shape=(None, 7)):
         (_model([helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[1], strides=[3],
                                   auto_pad="SAME_UPPER")], {}, [None, 1, 2], in_shape=(None, 1, 6)),
          ["AveragePool", "larger than the kernel"]),
+        (_model([helper.make_node("Pad", ["x", "p"], ["y"], mode="reflect")], {"p": [0, 1, 0, 1]},
+                [None, 9]), ["Pad", "mode 'reflect'", "constant only"]),
+        (_model([helper.make_node("Pad", ["x", "p"], ["y"])], {"p": [1, 0, 0, 0]}, [None, 7]),
+         ["Pad", "batch axis"]),
+        (_model([helper.make_node("Pad", ["x", "p"], ["y"])], {"p": [0, 1, 0]}, [None, 7]),
+         ["Pad", "two counts per axis"]),
+        (_model([helper.make_node("Pad", ["x", "p"], ["y"])], {"p": [0, -4, 0, -3]}, [None, 0]),
+         ["Pad", "leave nothing"]),
     ],
 )  # fmt: skip
 def test_slicing_nodes_onnxruntime_would_refuse_or_compute_otherwise_are_refused(model, words):
@@ -46,3 +55,23 @@ def test_slicing_nodes_onnxruntime_would_refuse_or_compute_otherwise_are_refused
         rootclad.onnx.to_module(model)
     for word in words:
         assert word in str(err.value), str(err.value)
+
+
+def test_a_pad_by_the_file_matches_onnxruntime():
+    """Constant padding of a (B, 2, 5) input with a value, one count negative (a crop), given
+    for the last axis only (opset 18's axes input): against onnxruntime."""
+    pytest.importorskip("onnxruntime")
+    from fixtures.onnx import run_ort
+
+    graph = helper.make_graph(
+        [helper.make_node("Pad", ["x", "p", "v", "a"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 2, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 2, 6])],
+        [numpy_helper.from_array(np.asarray([3, -2], dtype=np.int64), "p"),
+         numpy_helper.from_array(np.asarray(1.5, dtype=np.float32), "v"),
+         numpy_helper.from_array(np.asarray([-1], dtype=np.int64), "a")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    x = np.random.default_rng(0).standard_normal((3, 2, 5)).astype(np.float32)
+    cm = rootclad.onnx.load(model, loss="mse", engine="pullback")
+    np.testing.assert_array_equal(cm.predict(torch.from_numpy(x)).numpy(), run_ort(model, x))

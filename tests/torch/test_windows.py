@@ -31,11 +31,14 @@ def _small(**kw):
     return tv.SwinTransformer(**{**args, **kw}).double().eval()
 
 
-def test_a_map_that_needs_padding_is_refused_naming_the_node():
-    """36 x 36 pixels: 9 x 9 tokens in windows of 4 would need torchvision's zero padding."""
-    with pytest.raises(IRError, match=r"shifted_window_attention\): a feature map of 9x9 tokens "
-                       r"in windows of 4x4; .*no padding"):  # fmt: skip
-        rootclad.compile(_small(), torch.randn(2, 3, 36, 36, dtype=F64), engine="pullback")
+def test_maps_that_need_padding_match_torch():
+    """36 x 44 pixels: 9 x 11 tokens in windows of 4, which torchvision pads with zeros to
+    12 x 12 (the zero tokens take part in the attention), shifts and masks on the padded map,
+    then crops; the patch merging pads 9 x 11 to 10 x 12, and the second stage's 5 x 6 tokens
+    pad to 8 x 8. Output, input and every parameter's gradient against torch, float64."""
+    net = perturbed(_small(depths=[2, 2], num_heads=[2, 2]))
+    check_against_torch(net, torch.randn(2, 3, 36, 44, dtype=F64), torch.float64,
+                        engine="pullback", rtol=1e-9, loss="cross_entropy")  # fmt: skip
 
 
 def test_swin_v2_is_refused_naming_the_node():
@@ -62,10 +65,12 @@ def test_a_shifted_block_in_float32():
                         engine="pullback", rtol=1e-4, loss="cross_entropy")  # fmt: skip
 
 
-def test_a_shifted_block_on_the_device_kernels():
-    """The device program's kernels as host loops (the GPU build is the same source)."""
+@pytest.mark.parametrize("pixels", [(32, 32), (36, 44)], ids=["whole", "padded"])
+def test_a_shifted_block_on_the_device_kernels(pixels):
+    """The device program's kernels as host loops (the GPU build is the same source), on a map
+    of whole windows and on one that torchvision pads."""
     net = perturbed(_small())
-    x = torch.randn(2, 3, 32, 32, dtype=F64, generator=torch.Generator().manual_seed(1))
+    x = torch.randn(2, 3, *pixels, dtype=F64, generator=torch.Generator().manual_seed(1))
     y = torch.tensor([0, 2])
     dm = compile_device(net, x[:1], "cpu", loss="cross_entropy")
     out_ref, d_out, dx_ref, _ = torch_vjp(net, x)
@@ -79,15 +84,20 @@ def test_a_shifted_block_on_the_device_kernels():
     assert_grads_close(grads, expected, 1e-9, "parameters", against_all=True)
 
 
-@pytest.mark.slow
-def test_swin_t_itself_at_224_pixels():
-    """torchvision's swin_t as it is (28M parameters, windows of 7: 56 x 56 tokens, then 28,
-    14, and 7, where the window covers the map and is not shifted), float32, one sample:
-    output and input gradient against torch."""
+@pytest.mark.parametrize(
+    "pixels",
+    [pytest.param((224, 224), marks=pytest.mark.slow), (64, 80)],
+    ids=["224x224", "64x80-padded"],
+)
+def test_swin_t_itself(pixels):
+    """torchvision's swin_t as it is (28M parameters, windows of 7), float32, one sample:
+    output and input gradient against torch. At 224 x 224: 56 x 56 tokens, then 28, 14, and 7,
+    where the window covers the map and is not shifted. At 64 x 80: 16 x 20 tokens padded to
+    21 x 21, then 8 x 10 to 14 x 14, 4 x 5 and 2 x 3 to 7 x 7 (unshifted)."""
     tv, _ = vision()
     torch.manual_seed(0)
     net = tv.swin_t(num_classes=3).eval()
-    x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(1))
+    x = torch.randn(1, 3, *pixels, generator=torch.Generator().manual_seed(1))
     cm = rootclad.compile(net, x, loss="cross_entropy", engine="pullback")
     out_ref, d_out, dx_ref, _ = torch_vjp(net, x)
     assert_close_rel(cm.predict(x), out_ref, 1e-4, "forward")

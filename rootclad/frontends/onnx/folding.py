@@ -1,6 +1,6 @@
 """The ONNX nodes that are shape arithmetic and layout: constants and the Shape / Gather /
 Slice / Concat / Cast arithmetic torch's exporter writes for a flatten (folded, the batch axis
-kept symbolic), and reshapes, transposes, concatenations, identities."""
+kept symbolic), and reshapes, transposes, concatenations, constant padding, identities."""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ ATTRIBUTES = {
     "Split": {"axis", "num_outputs"},
     "Cast": {"to", "saturate"},  # saturate: float8 targets only, which are refused
     "Sqrt": set(),
+    "Mod": {"fmod"},
+    "Pad": {"mode"},
 }
 
 
@@ -137,10 +139,29 @@ class ShapeOps:
         data = self.const(node, 0, "data")
         starts, ends = self.const(node, 1, "starts"), self.const(node, 2, "ends")
         axes, steps = self.const(node, 3, "axes"), self.const(node, 4, "steps")
+        if not any(v is BATCH for v in data.ravel()):  # numbers (F.pad's counts): numpy's way
+            ints = [self.const_ints(node, i, w) if i < len(node.input) and node.input[i] else None
+                    for i, w in ((1, "starts"), (2, "ends"), (3, "axes"), (4, "steps"))]  # fmt: skip
+            index = [slice(None)] * data.ndim
+            axes = ints[2] if ints[2] is not None else range(len(ints[0]))
+            steps = ints[3] or [1] * len(ints[0])
+            for ax, start, end, step in zip(axes, ints[0], ints[1], steps, strict=True):
+                end = None if step < 0 and end < -data.shape[ax] else end  # ONNX's "to the start"
+                index[ax % data.ndim] = slice(start, end, step)
+            return self.fold(node, data[tuple(index)])
         if (np.ndim(data) != 1 or (axes is not None and list(np.ravel(axes)) not in ([0], [-1]))
                 or (steps is not None and list(np.ravel(steps)) != [1])):  # fmt: skip
             raise self.fail(node, "Slice is supported on shape vectors only")
         self.fold(node, np.asarray(data, dtype=object)[int(starts[0]) : int(ends[0])])
+
+    def op_Mod(self, node, a):
+        """Of integer constants (torchvision's window padding: ``W % window``); ``fmod=0`` is
+        Python's sign convention, ``fmod=1`` C's."""
+        values = [self.const(node, i, w) for i, w in ((0, "dividend"), (1, "divisor"))]
+        if any(v.dtype == object and any(e is BATCH for e in v.ravel()) for v in values):
+            raise self.fail(node, "Mod of a value that depends on the batch size")
+        p, q = (v.astype(np.int64) if v.dtype == object else v for v in values)
+        self.fold(node, np.fmod(p, q) if a.get("fmod", 0) else np.mod(p, q))
 
     def op_Sqrt(self, node, a):
         if node.input[0] not in self.consts:
@@ -178,6 +199,33 @@ class ShapeOps:
         if 0 in out:
             raise self.fail(node, f"the slice of per-sample shape {shape} is empty")
         self.emit(node.output, lambda env, root, x=x, i=tuple(index): env[x][i], out)
+
+    def op_Pad(self, node, a):
+        """Constant padding of per-sample axes (torch's F.pad and ConstantPad layers)."""
+        x = self.tensor(node)
+        shape, rank = self.shapes[x], len(self.shapes[x]) + 1
+        mode = a.get("mode", b"constant")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        if mode != "constant":
+            raise self.fail(node, f"mode {mode!r}; rootclad pads with a constant only")
+        pads = self.const_ints(node, 1, "pads")
+        value = self.const(node, 2, "constant_value")
+        value = 0.0 if value is None or np.size(value) == 0 else float(np.ravel(value)[0])
+        axes = self.const_ints(node, 3, "axes") if len(node.input) > 3 and node.input[3] else None
+        axes = list(range(rank)) if axes is None else [ax % rank for ax in axes]
+        if len(pads) != 2 * len(axes):
+            raise self.fail(node, f"pads {pads} for axes {axes}: two counts per axis")
+        pairs = dict(zip(axes, zip(pads[: len(axes)], pads[len(axes) :], strict=True), strict=True))
+        if pairs.pop(0, (0, 0)) != (0, 0):
+            raise self.fail(node, "padding the batch axis is not supported")
+        flat = []  # F.pad's order: the last axis first
+        for ax in range(rank - 1, 0, -1):
+            flat += pairs.get(ax, (0, 0))
+        out = [n + sum(pairs.get(i + 1, (0, 0))) for i, n in enumerate(shape)]
+        if min(out) < 1:
+            raise self.fail(node, f"pads {pads} leave nothing of per-sample shape {shape}")
+        self.emit(node.output, lambda env, root, x=x, f=tuple(flat), v=value:
+                  torch.nn.functional.pad(env[x], f, value=v), out)  # fmt: skip
 
     def op_Split(self, node, a):
         x = self.tensor(node)
@@ -247,6 +295,9 @@ class ShapeOps:
         self.reshape_step(node, [math.prod(self.shapes[x])])
 
     def op_Transpose(self, node, a):
+        if node.input[0] in self.consts:  # of numbers (F.pad's counts, reordered)
+            v = np.asarray(self.consts[node.input[0]].value)
+            return self.fold(node, v.transpose(a.get("perm")))
         x = self.tensor(node)
         rank = len(self.shapes[x]) + 1
         perm = list(a.get("perm", range(rank - 1, -1, -1)))

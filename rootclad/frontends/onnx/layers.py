@@ -35,7 +35,8 @@ SUPPORTED = (
     "MaxPool and AveragePool (1-d, 2-d, 3-d), GlobalAveragePool, GlobalMaxPool, BatchNormalization "
     "(inference), LayerNormalization, InstanceNormalization, Resize (nearest and linear as "
     "torch writes them), Flatten, Reshape, Transpose, Squeeze, Unsqueeze, Concat, "
-    "Slice and Split (along per-sample axes), Expand and Tile (of size-1 axes), TopK, "
+    "Slice and Split (along per-sample axes), Pad (constant mode, per-sample axes), Expand and "
+    "Tile (of size-1 axes), TopK, "
     "GatherElements (by TopK's indices), Dropout, Identity, Constant, and the "
     "Shape/Gather/Slice/Concat/Cast/ConstantOfShape/Equal/Where/Expand/Trilu arithmetic on "
     "constants (an attention mask of 0 and -inf added to scores: a causal one) and shapes "
@@ -82,8 +83,11 @@ class LayerOps:
     def binary(self, node, fn, number_on_left: bool = True):
         a_name, b_name = node.input[0], node.input[1]
         if a_name in self.consts and b_name in self.consts:
-            a_v, b_v = self.consts[a_name].value, self.consts[b_name].value
-            return self.fold(node, fn(np.asarray(a_v), np.asarray(b_v)))
+            a_v, b_v = np.asarray(self.consts[a_name].value), np.asarray(self.consts[b_name].value)
+            if any(isinstance(e, str) for v in (a_v, b_v) for e in v.ravel()):  # BATCH
+                raise self.fail(node, "arithmetic on the batch size: the graph merges the batch "
+                                "axis with another (a reshape to B * n rows)")  # fmt: skip
+            return self.fold(node, fn(a_v, b_v))
         if a_name in self.shapes and b_name in self.shapes:
             sa, sb = self.shapes[a_name], self.shapes[b_name]
             if len(sa) != len(sb):

@@ -146,6 +146,43 @@ register(
 )
 
 
+def _pad_infer(node, shapes, graph):
+    (shape,) = shapes
+    a = node.attrs
+    axis, before, after = a["axis"], a["before"], a["after"]
+    expect(0 <= axis < len(shape), node, f"axis {axis} is not a per-sample axis of {shape}")
+    value = a.get("value")
+    expect(before >= 0 and after >= 0 and isinstance(value, float) and math.isfinite(value),
+           node, f"padding ({before}, {after}) with value {value!r}: two counts of at least 0 "
+           "and a finite number")  # fmt: skip
+    return tuple(before + d + after if i == axis else d for i, d in enumerate(shape))
+
+
+register(
+    OpSpec(
+        "pad",
+        "shape",
+        "F.pad / ONNX Pad with a constant along a per-sample axis (the adjoint of a slice)",
+        _pad_infer,
+        saves=(),
+    )
+)
+
+
+def pad_steps(shape, pads, value: float = 0.0) -> list[tuple[str, dict]]:
+    """The ``slice`` and ``pad`` nodes (op, attrs) that pad per-sample ``shape`` by ``pads``,
+    one (before, after) per axis, as F.pad and ONNX Pad do: a negative count crops."""
+    steps = []
+    for axis, ((before, after), n) in enumerate(zip(pads, shape, strict=True)):
+        if before < 0 or after < 0:
+            start, stop = max(-before, 0), n - max(-after, 0)
+            steps.append(("slice", {"axis": axis, "start": start, "stop": stop, "step": 1}))
+        if before > 0 or after > 0:
+            steps.append(("pad", {"axis": axis, "before": max(before, 0),
+                                  "after": max(after, 0), "value": float(value)}))  # fmt: skip
+    return steps
+
+
 def _parameter_infer(node, shapes, graph):
     names = [*node.params.values(), *node.buffers.values()]
     expect(len(names) == 1, node, "reads one parameter (weight) or buffer (value)")

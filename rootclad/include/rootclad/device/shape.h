@@ -1,4 +1,4 @@
-// rootclad/device/shape.h — permute, cat, slice, expand, topk's indices and gather as device
+// rootclad/device/shape.h — permute, cat, slice, pad, expand, topk's indices and gather as device
 // kernels (device_kernels.h says how they are written).
 #pragma once
 
@@ -68,6 +68,28 @@ template <class On, class T> void slice_forward(On on, T* out, const T* inp, lon
 // distinct outputs read distinct inputs (step >= 1): the scatter writes each place once
 template <class On, class T> void slice_backward(On on, T* d_inp, const T* d_out, long R, Slice g) {
   each_index(on, R * g.M * g.I, ROOTCLAD_BODY(long i) { d_inp[slice_source(g, i)] += d_out[i]; });
+}
+
+// -- pad: inp(R, M, I) -> out(R, N, I), out[r, before + m, i] = inp[r, m, i], value elsewhere --
+struct Pad {
+  int M, N, I, before;
+};
+
+template <class On, class T>
+void pad_forward(On on, T* out, const T* inp, long R, Pad g, T value) {
+  each_index(
+      on, R * g.N * g.I, ROOTCLAD_BODY(long i) {
+        const long r = i / ((long)g.N * g.I), m = i / g.I % g.N - g.before;
+        out[i] = (m >= 0 && m < g.M) ? inp[(r * g.M + m) * g.I + i % g.I] : value;
+      });
+}
+
+template <class On, class T> void pad_backward(On on, T* d_inp, const T* d_out, long R, Pad g) {
+  each_index(
+      on, R * g.M * g.I, ROOTCLAD_BODY(long i) {
+        const long r = i / ((long)g.M * g.I), m = i / g.I % g.M;
+        d_inp[i] += d_out[(r * g.N + g.before + m) * g.I + i % g.I];
+      });
 }
 
 // -- a parameter read directly: out(B, n) = w(n) per sample; its gradient sums over the batch

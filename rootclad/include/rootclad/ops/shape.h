@@ -1,4 +1,4 @@
-// rootclad/ops/shape.h — permute, cat, slice, expand, a parameter read directly, and topk's
+// rootclad/ops/shape.h — permute, cat, slice, pad, expand, a parameter read directly, and topk's
 // indices and the gather by them.
 #pragma once
 
@@ -79,6 +79,30 @@ void slice_backward(T* d_inp, const T* d_out, int R, int N, int M, int I, int st
     for (int m = 0; m < M; ++m)
       for (int i = 0; i < I; ++i)
         d_inp[slice_source(r, m, i, N, I, start, step)] += d_out[((long)r * M + m) * I + i];
+}
+
+// ---------------------------------------------------------------------------------------
+// Constant padding along one axis, the adjoint of a slice of step 1: inp(R, M, I) -> out(R, N, I),
+// out[r, before + m, i] = inp[r, m, i] and value elsewhere (F.pad and ONNX Pad in constant mode,
+// Swin's windows over a map that is not a multiple of them).
+template <typename T>
+void pad_forward(T* out, const T* inp, int R, int M, int N, int I, int before, T value) {
+  ROOTCLAD_REPLAY_SKIP;
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < N; ++n)
+      for (int i = 0; i < I; ++i)
+        out[((long)r * N + n) * I + i] = value;
+  for (int r = 0; r < R; ++r)
+    for (int m = 0; m < M; ++m)
+      for (int i = 0; i < I; ++i)
+        out[((long)r * N + before + m) * I + i] = inp[((long)r * M + m) * I + i];
+}
+template <typename T>
+void pad_backward(T* d_inp, const T* d_out, int R, int M, int N, int I, int before) {
+  for (int r = 0; r < R; ++r)
+    for (int m = 0; m < M; ++m)
+      for (int i = 0; i < I; ++i)
+        d_inp[((long)r * M + m) * I + i] += d_out[((long)r * N + before + m) * I + i];
 }
 
 // ---------------------------------------------------------------------------------------
@@ -215,6 +239,12 @@ template <typename T>
 void slice_forward_pullback(T* out, const T* inp, int R, int N, int M, int I, int start, int step,
                             T* d_out, T* d_inp, int*, int*, int*, int*, int*, int*) {
   ::rootclad::slice_backward(d_inp, d_out, R, N, M, I, start, step);
+}
+
+template <typename T>
+void pad_forward_pullback(T* out, const T* inp, int R, int M, int N, int I, int before, T value,
+                          T* d_out, T* d_inp, int*, int*, int*, int*, int*, T*) {
+  ::rootclad::pad_backward(d_inp, d_out, R, M, N, I, before);
 }
 
 template <typename T>
