@@ -166,11 +166,9 @@ def _attention(low, fx_node, where) -> None:
                         last or f"{fx_node.name}__unshifted")  # fmt: skip
     else:
         out = emit("reshape", [out], {"shape": (PH, PW, C)}, name=last)
-    if padded:
-        out = emit("slice", [out], {"axis": 0, "start": 0, "stop": H, "step": 1},
-                   name=None if PW > W else fx_node.name)  # fmt: skip
-        if PW > W:
-            emit("slice", [out], {"axis": 1, "start": 0, "stop": W, "step": 1}, name=fx_node.name)
+    crop = pad_steps((PH, PW, C), [(0, H - PH), (0, W - PW), (0, 0)])  # the padded axes
+    for i, (op, attrs) in enumerate(crop):
+        out = emit(op, [out], attrs, name=fx_node.name if i == len(crop) - 1 else None)
 
 
 def _merge(low, fx_node, where) -> None:

@@ -75,3 +75,23 @@ def test_a_pad_by_the_file_matches_onnxruntime():
     x = np.random.default_rng(0).standard_normal((3, 2, 5)).astype(np.float32)
     cm = rootclad.onnx.load(model, loss="mse", engine="pullback")
     np.testing.assert_array_equal(cm.predict(torch.from_numpy(x)).numpy(), run_ort(model, x))
+
+
+@pytest.mark.parametrize("op", ["Transpose", "Slice"])
+def test_a_float_weight_transposed_or_sliced_is_refused_not_frozen(op):
+    """Only integer constants (shape arithmetic, F.pad's counts) are folded: a float
+    initializer transposed or sliced before use would become a constant that no longer trains
+    as the file's parameter, so it is refused naming the node."""
+    w = numpy_helper.from_array(np.ones((3, 3), dtype=np.float32), "w")
+    ints = [numpy_helper.from_array(np.asarray(v, dtype=np.int64), k)
+            for k, v in (("s", [0]), ("e", [3]))]  # fmt: skip
+    inner = (helper.make_node("Transpose", ["w"], ["t"], perm=[1, 0]) if op == "Transpose"
+             else helper.make_node("Slice", ["w", "s", "e"], ["t"]))  # fmt: skip
+    graph = helper.make_graph(
+        [inner, helper.make_node("Add", ["x", "t"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 3, 3])], [w, *ints],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    with pytest.raises(IRError, match=op):
+        rootclad.onnx.load(model, loss="mse", engine="pullback")

@@ -139,20 +139,33 @@ class ShapeOps:
         data = self.const(node, 0, "data")
         starts, ends = self.const(node, 1, "starts"), self.const(node, 2, "ends")
         axes, steps = self.const(node, 3, "axes"), self.const(node, 4, "steps")
-        if not any(v is BATCH for v in data.ravel()):  # numbers (F.pad's counts): numpy's way
-            ints = [self.const_ints(node, i, w) if i < len(node.input) and node.input[i] else None
-                    for i, w in ((1, "starts"), (2, "ends"), (3, "axes"), (4, "steps"))]  # fmt: skip
-            index = [slice(None)] * data.ndim
-            axes = ints[2] if ints[2] is not None else range(len(ints[0]))
-            steps = ints[3] or [1] * len(ints[0])
-            for ax, start, end, step in zip(axes, ints[0], ints[1], steps, strict=True):
-                end = None if step < 0 and end < -data.shape[ax] else end  # ONNX's "to the start"
-                index[ax % data.ndim] = slice(start, end, step)
-            return self.fold(node, data[tuple(index)])
+        if _integers(data) and not any(v is BATCH for v in data.ravel()):  # F.pad's counts
+            return self.fold(node, self.slice_integers(node, data))
         if (np.ndim(data) != 1 or (axes is not None and list(np.ravel(axes)) not in ([0], [-1]))
                 or (steps is not None and list(np.ravel(steps)) != [1])):  # fmt: skip
             raise self.fail(node, "Slice is supported on shape vectors only")
         self.fold(node, np.asarray(data, dtype=object)[int(starts[0]) : int(ends[0])])
+
+    def slice_integers(self, node, data):
+        """ONNX Slice of an integer constant, clamped as the operator's definition says."""
+        ints = [self.const_ints(node, i, w) if i < len(node.input) and node.input[i] else None
+                for i, w in ((1, "starts"), (2, "ends"), (3, "axes"), (4, "steps"))]  # fmt: skip
+        starts, ends = ints[0], ints[1]
+        axes = ints[2] if ints[2] is not None else list(range(len(starts)))
+        steps = ints[3] if ints[3] is not None else [1] * len(starts)
+        if not len(starts) == len(ends) == len(axes) == len(steps):
+            raise self.fail(node, "starts, ends, axes and steps differ in length")
+        for ax, start, end, step in zip(axes, starts, ends, steps, strict=True):
+            if not -data.ndim <= ax < data.ndim or step == 0:
+                raise self.fail(node, f"axis {ax} or step {step} out of range for a constant "
+                                f"of shape {data.shape}")  # fmt: skip
+            n = data.shape[ax]
+            start, end = (v + n if v < 0 else v for v in (start, end))
+            low, high = (0, n) if step > 0 else (-1, n - 1)
+            start = min(max(start, 0), n if step > 0 else n - 1)
+            end = min(max(end, low), high)
+            data = np.take(data, list(range(start, end, step)), axis=ax % data.ndim)
+        return data
 
     def op_Mod(self, node, a):
         """Of integer constants (torchvision's window padding: ``W % window``); ``fmod=0`` is
@@ -295,9 +308,9 @@ class ShapeOps:
         self.reshape_step(node, [math.prod(self.shapes[x])])
 
     def op_Transpose(self, node, a):
-        if node.input[0] in self.consts:  # of numbers (F.pad's counts, reordered)
-            v = np.asarray(self.consts[node.input[0]].value)
-            return self.fold(node, v.transpose(a.get("perm")))
+        v = self.consts.get(node.input[0])
+        if v is not None and _integers(np.asarray(v.value)):  # F.pad's counts, reordered
+            return self.fold(node, np.asarray(v.value).transpose(a.get("perm")))
         x = self.tensor(node)
         rank = len(self.shapes[x]) + 1
         perm = list(a.get("perm", range(rank - 1, -1, -1)))
@@ -323,3 +336,10 @@ class ShapeOps:
         if len(node.output) > 1 and node.output[1]:
             raise self.fail(node, "the mask output is not supported")
         self.op_Identity(node, a)
+
+
+def _integers(v) -> bool:
+    """Shape arithmetic and counts (integers, or objects holding BATCH), never a float weight,
+    which stays an initializer so that it trains and ties as the file's own parameter."""
+    return v.dtype.kind in "iu" or (v.dtype == object and all(
+        isinstance(e, (int, np.integer, str)) for e in v.ravel()))  # fmt: skip
