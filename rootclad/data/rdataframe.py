@@ -4,6 +4,7 @@ once to a temporary file and read by a :class:`rootclad.data.TableIterator` (or,
 
 from __future__ import annotations
 
+import difflib
 import os
 import shutil
 import tempfile
@@ -24,26 +25,78 @@ def from_rdataframe(df, *, features: str | Sequence[str], target: str,
     (``compiled=True``: a :class:`rootclad.data.CompiledTableIterator`, read in C++).
 
     The needed columns are written once with RDataFrame's Snapshot to a temporary file, kept
-    as long as the iterator lives, and read from there (epochs then cost no event loop)."""
+    as long as the iterator lives, and read from there (epochs then cost no event loop). A
+    column the RDataFrame does not have is refused by name, with the close matches; bad values
+    (a vector of another length, a non-finite weight) are reported with the column and the
+    entry number of the RDataFrame (``rdfentry_``), never the temporary file."""
     feats = [features] if isinstance(features, str) else list(features)
     columns = [*feats, target, *([weight] if weight else [])]
+    known = [str(c) for c in df.GetColumnNames()]
+    for c in columns:
+        if not df.HasColumn(c):
+            close = difflib.get_close_matches(c, known, n=3, cutoff=0.5)
+            hint = f"; close matches: {', '.join(close)}" if close else ""
+            raise DataError(f'Unknown column "{c}" in the RDataFrame{hint}')
     tmpdir = tempfile.mkdtemp(prefix="rootclad-rdf-")
     path = os.path.join(tmpdir, "table.root")
     root = import_root()
     names = root.std.vector["std::string"]()
-    for c in columns:
+    for c in [*columns, _ENTRY]:
         names.push_back(c)
     try:
-        df.Snapshot("table", path, names)
+        df.Define(_ENTRY, "rdfentry_").Snapshot("table", path, names)
+        import uproot
+
+        with uproot.open(path) as f:
+            entries = f["table"][_ENTRY].array(library="np")
     except Exception as err:
         shutil.rmtree(tmpdir, ignore_errors=True)
         raise DataError(f"RDataFrame could not write the columns {columns}: {_why(err)}") from err
-    cls = CompiledTableIterator if compiled else TableIterator
+    cls = _CompiledRDataFrameTable if compiled else _RDataFrameTable
     try:
         it = cls(path, tree="table", features=feats, target=target, weight=weight,
                            **kwargs)  # fmt: skip
+    except DataError as err:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        raise _in_rdataframe(err, entries) from None
     except BaseException:
         shutil.rmtree(tmpdir, ignore_errors=True)
         raise
+    it._rdf_entries = entries
     weakref.finalize(it, shutil.rmtree, tmpdir, True)  # removed with the iterator
     return it
+
+
+_ENTRY = "rootclad_rdfentry_"  # the RDataFrame's entry number of each row of the snapshot
+
+
+def _in_rdataframe(err: DataError, entries) -> DataError:
+    """``err`` about the snapshot, said of the RDataFrame: its column and its entry number."""
+    entry = None if err.entry is None else int(entries[err.entry])
+    return DataError(err.what, file="RDataFrame", branch=err.branch, entry=entry)
+
+
+class _FromRDataFrame:
+    """Reading errors name the RDataFrame's column and entry, not the temporary file."""
+
+    _rdf_entries = None
+
+    def __iter__(self):
+        try:
+            yield from super().__iter__()
+        except DataError as err:
+            raise _in_rdataframe(err, self._rdf_entries) from None
+
+    def read_all(self):
+        try:
+            return super().read_all()
+        except DataError as err:
+            raise _in_rdataframe(err, self._rdf_entries) from None
+
+
+class _RDataFrameTable(_FromRDataFrame, TableIterator):
+    pass
+
+
+class _CompiledRDataFrameTable(_FromRDataFrame, CompiledTableIterator):
+    pass

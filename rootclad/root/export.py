@@ -2,7 +2,7 @@
 
 ``STEM.so`` is the compiled library; ``STEM.root`` holds every parameter as a TTree named like
 the torch parameter, with one entry of a ``values[n]/D`` branch and the shape in its title, and
-a TObjString ``rootclad_metadata`` (JSON); ``STEM.h`` includes ``rootclad/model.h``. Each file is
+a TObjString ``rootclad_metadata`` (JSON); ``STEM.h`` is rootclad's C++ host in one file. Each file is
 written to a temporary name first and renamed once all three are written; the weights name
 the library's MD5, so ``rootclad::Model`` never pairs weights with a library they were not
 exported with.
@@ -18,12 +18,32 @@ from pathlib import Path
 
 import numpy as np
 
-from rootclad.codegen.cxx import comment_text, string_literal
+from rootclad.codegen.cxx import comment_text
+from rootclad.codegen.standalone import amalgamate
 from rootclad.paths import get_include
 from rootclad.toolchain.build import file_digest
 from rootclad.version import __version__
 
 _CALLS = itertools.count(1)
+
+
+def header(cm, file_name: str, stem_name: str) -> str:
+    """``STEM.h``: rootclad's C++ host (``rootclad/model.h`` and the headers it includes,
+    inlined once, their include guards kept) in one file that needs only ROOT. It names no
+    path: moved with ``STEM.so`` and ``STEM.root`` to another directory or machine, it works
+    with ``.x``, ACLiC and g++ alike; a program that also includes rootclad's own headers
+    compiles each of them once (include guards, not ``#pragma once``, which Cling forgets
+    when it unloads a macro that ran before)."""
+    guard = f"ROOTCLAD_EXPORT_{cm._em.prefix.upper()}_H"
+    body = amalgamate('#include "rootclad/model.h"\n', Path(get_include()) / "rootclad")
+    return (
+        f"// {comment_text(file_name)}: the rootclad model exported as {comment_text(stem_name)} "
+        f"({cm._em.prefix}), rootclad {__version__}.\n"
+        "// Self-contained: rootclad's C++ host, needing only ROOT (no include path, no\n"
+        "// rootclad install). In a macro, R__LOAD_LIBRARY(<stem>.so) is not needed:\n"
+        '//   rootclad::Model m("<stem>");  // opens <stem>.so and <stem>.root\n'
+        f"#ifndef {guard}\n#define {guard}\n{body}\n#endif // {guard}\n"
+    )
 
 
 def metadata(cm, library_md5: str) -> dict:
@@ -125,17 +145,7 @@ def export(cm, stem, optimizer=None) -> dict[str, Path]:
                 _optimizer_tree(f, cm, optimizer)
             f["rootclad_metadata"] = json.dumps(metadata(cm, md5))
         writing = ".h"
-        tmp[".h"].write_text(
-            f"// {comment_text(paths['.h'].name)}: the rootclad model exported as "
-            f"{comment_text(stem.name)} ({cm._em.prefix}).\n"
-            "// In a macro: R__LOAD_LIBRARY(<stem>.so) is not needed: rootclad::Model opens it.\n"
-            '//   rootclad::Model m("<stem>");  // see rootclad/model.h\n'
-            "#pragma once\n"
-            "#ifdef __CLING__\n"
-            f"#pragma cling add_include_path({string_literal(get_include())})\n"
-            "#endif\n"
-            '#include "rootclad/model.h"\n'
-        )
+        tmp[".h"].write_text(header(cm, paths[".h"].name, stem.name))
         for ext in (".so", ".root", ".h"):  # all written: now each replaces its old file
             writing = ext
             os.replace(tmp[ext], paths[ext])

@@ -136,6 +136,20 @@ def _slots(stem: str) -> str:
     return name
 
 
+def _names(cols) -> str:
+    """A C++ global holding the columns' names, comma-separated, for the messages of a wrong
+    event: set as a value through PyROOT (RDataFrame rewrites column names even inside a
+    string literal of a Define's text)."""
+    text = ",".join(cols)
+    name = "rootclad_columns_" + hashlib.sha256(text.encode()).hexdigest()[:16]
+    root = import_root()
+    with CLING_LOCK:
+        declare(f"std::string {name};\n")
+        if not str(getattr(root, name)):  # set once: an event loop may be reading it
+            setattr(root, name, text)
+    return f"{name}.c_str()"
+
+
 _NUMBERS = {
     "bool", "char", "signed char", "unsigned char", "short", "unsigned short", "int",
     "unsigned int", "long", "unsigned long", "long long", "unsigned long long", "float", "double",
@@ -185,32 +199,37 @@ def _input_expr(df, inputs, stem: str, what: str) -> str:
             raise ValueError(
                 f"{what}: column '{inputs}' holds {type_name}; one input column must hold the "
                 f"whole input ({n_in} numbers per event: an array, vector or RVec), or pass a "
-                "list of scalar columns"
+                "list of columns (numbers and arrays, concatenated in order)"
             )
         if element in ("float", "Float_t", "double", "Double_t") and "RVec" in type_name:
-            return inputs
-        return f"ROOT::RVecD({inputs}.begin(), {inputs}.end())"
+            return f"rootclad::checked_event({inputs}, {n_in}, rdfentry_, {_names(cols)})"
+        return f"rootclad::event_input({n_in}, rdfentry_, {_names(cols)}, {inputs})"  # converted
+    arrays = 0
     for c in cols:
         type_name = str(df.GetColumnType(c))
-        if type_name.replace("std::", "") not in _NUMBERS:
+        if type_name.replace("std::", "") in _NUMBERS:
+            continue
+        if _element_type(type_name) is None:
             raise ValueError(
-                f"{what}: column '{c}' holds {type_name}; a list of input columns must hold "
-                "one number each"
+                f"{what}: column '{c}' holds {type_name}; a list of input columns takes "
+                "numbers and arrays of numbers (RVec, vector or fixed-size)"
             )
-    if len(cols) != n_in:
+        arrays += 1
+    if not arrays and len(cols) != n_in:
         raise ValueError(
             f"{what}: {len(cols)} input columns {cols}; the model {stem} takes {n_in} values"
         )
-    return "ROOT::RVecD{" + ", ".join(f"(double){c}" for c in cols) + "}"
+    return f"rootclad::event_input({n_in}, rdfentry_, {_names(cols)}, {', '.join(cols)})"
 
 
 def define_score(df, stem, inputs, column: str = "score"):
     """``df`` with a column ``column``: the model's (first) output for each event.
 
     ``inputs`` is one column holding the whole input (an ``RVec``, ``std::vector`` or fixed-size
-    array of numbers) or a list of numeric columns concatenated in that order; a wrong column
-    type or count raises ValueError naming the columns, an event of another length raises from
-    the event loop. NaN inputs give NaN scores, as in torch. Works under
+    array of numbers) or a list of columns, numbers and arrays, concatenated in that order (the
+    readers' feature lists); a wrong column type or count raises ValueError naming the columns,
+    an event of another length raises from the event loop naming its entry (``rdfentry_``) and
+    each column's length. NaN inputs give NaN scores, as in torch. Works under
     ``ROOT.EnableImplicitMT()`` (one model per processing slot)."""
     stem = _stem(stem)
     expr = _input_expr(df, inputs, stem, "define_score")

@@ -231,6 +231,40 @@ def test_python_and_cxx_readers_give_identical_batches(files, vector_file):
     np.testing.assert_array_equal(w, 1 + ids % 4)
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["python", "cxx"])
+def test_rdataframe_errors_name_its_column_and_entry(tmp_path, compiled):
+    """A misspelt column: its name and the close matches, before any event loop. A vector of
+    another length and a non-finite weight: the column and the RDataFrame's entry number
+    (after a Filter, not the row of the temporary snapshot), never the temporary file."""
+    ROOT = pytest.importorskip("ROOT", reason="from_rdataframe needs ROOT")
+    from rootclad.data import from_rdataframe
+
+    ids = np.arange(40)
+    cols = {"id": ids.astype(np.int64), "pT": ids.astype(np.float32),
+            "tracks": ak.Array([[1.0, 2.0]] * 30 + [[1.0]] + [[1.0, 2.0]] * 9),
+            "y": (ids % 2).astype(np.int32), "w": np.ones(40)}  # fmt: skip
+    cols["w"][35] = np.inf
+    path = tmp_path / "bad.root"
+    with uproot.recreate(path) as f:
+        f.mktree("t", {k: (v.type if isinstance(v, ak.Array) else v.dtype)
+                       for k, v in cols.items()}).extend(cols)  # fmt: skip
+    df = ROOT.RDataFrame("t", str(path)).Filter("id >= 10")
+    with pytest.raises(
+        DataError, match=r'Unknown column "pt" in the RDataFrame; close matches: pT'
+    ):
+        from_rdataframe(df, features=["pt"], target="y", compiled=compiled)
+    for features, weight, branch, entry in ((["id", "tracks"], None, "tracks", 30),
+                                            (["id"], "w", "w", 35)):  # fmt: skip
+        with pytest.raises(DataError) as e:
+            it = from_rdataframe(df, features=features, target="y", weight=weight,
+                                 batch_size=8, shuffle=False, compiled=compiled)  # fmt: skip
+            list(it)
+        assert (e.value.file, e.value.branch, e.value.entry) == ("RDataFrame", branch, entry), (
+            e.value
+        )
+        assert "rootclad-rdf-" not in str(e.value)
+
+
 def test_filtered_rdataframe_reads_the_same_in_python_and_cxx(files):
     ROOT = pytest.importorskip("ROOT", reason="from_rdataframe needs ROOT")
     from rootclad.data import from_rdataframe
@@ -240,6 +274,8 @@ def test_filtered_rdataframe_reads_the_same_in_python_and_cxx(files):
         return from_rdataframe(df, features=["pt2", "tracks", "eta"], target="y_float",
                                weight="w", batch_size=16, seed=2, compiled=compiled)  # fmt: skip
 
+    from rootclad.data import CompiledTableIterator
+
     py, cxx = make(False), make(True)
-    assert type(cxx).__name__ == "CompiledTableIterator"
+    assert isinstance(cxx, CompiledTableIterator)
     _assert_same_batches(_batches(py), _batches(cxx))

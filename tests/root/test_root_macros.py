@@ -122,8 +122,8 @@ def test_macros_report_bad_input_and_return_nonzero(tmp_path):
 
 
 def test_exported_header_is_all_a_macro_needs(tmp_path):
-    """#include "STEM.h" puts rootclad's headers on Cling's path and declares rootclad::Model;
-    the macro lives outside the checkout."""
+    """#include "STEM.h" (rootclad's C++ host in one file) declares rootclad::Model; the
+    macro lives outside the checkout."""
     cm = rootclad.compile(_net(), example_input=torch.zeros(1, 1, N), engine="pullback")
     cm.export(tmp_path / "net")
     x = torch.linspace(-1, 1, N).reshape(1, 1, N)

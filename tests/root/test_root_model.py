@@ -63,7 +63,8 @@ def test_export_writes_library_weights_and_header(exported):
             assert np.array_equal(values[0], p.detach().double().numpy().reshape(-1))
             assert str(tuple(p.shape)) in f[name].title
         assert '"prefix": "' + cm._em.prefix in str(f["rootclad_metadata"])
-    assert '#include "rootclad/model.h"' in paths[".h"].read_text()
+    header = paths[".h"].read_text()  # the C++ host inlined: no rootclad include is left
+    assert "class Model {" in header and '#include "' not in header
 
 
 def test_model_predicts_and_differentiates_like_the_compiled_model(exported, events):
@@ -241,6 +242,16 @@ def test_weighted_loss_from_cpp_equals_python(tmp_path):
     np.testing.assert_allclose(np.asarray(m.gradients()), flat, rtol=1e-12)
     unweighted = m.loss_and_grad(x.numpy().copy(), y.numpy().copy(), 9)
     assert abs(unweighted - cm.loss_and_grad(x, y)[0].item()) <= 1e-12
+    # HEP fits' normalisation, sum(w l) / sum(w): the same in C++ as in Python
+    m.set_weight_norm("sum_w")
+    assert m.weight_norm() == "sum_w"
+    ref, ref_grads = cm.loss_and_grad(x, y, weight=w, weight_norm="sum_w")
+    got = m.loss_and_grad(x.numpy().copy(), y.numpy().copy(), 9, w.numpy().copy())
+    assert abs(got - ref.item()) <= 1e-12 * abs(ref.item())
+    flat = torch.cat([g.reshape(-1) for g in ref_grads.values()]).numpy()
+    np.testing.assert_allclose(np.asarray(m.gradients()), flat, rtol=1e-12)
+    with pytest.raises(Exception, match="weight_norm 'sum'"):
+        m.set_weight_norm("sum")
 
 
 def test_batched_scorer_writes_a_friend_tree_aligned_entry_by_entry(exported, events, tmp_path):
@@ -447,8 +458,19 @@ def test_bad_rdataframe_columns_are_python_errors_never_an_abort(exported, tmp_p
         rootclad.root.define_score(df, stem, ["a"])
     with pytest.raises(ValueError, match="no column 'nope'"):
         rootclad.root.define_saliency(df, stem, "nope")
-    with pytest.raises(Exception, match="an event of 3 values; the model .* takes 64"):
+    with pytest.raises(
+        Exception, match=r"entry 7: column v \(3\) holds 3 values; the model takes 64"
+    ):
         rootclad.root.define_score(df, stem, "v").Sum("score").GetValue()
+    # a list mixing numbers and arrays, as the readers take: concatenated in order
+    mixed = df.Define("w", "ROOT::RVecF(62, 0.5f)").Define("b", "float(rdfentry_ % 3)")
+    scores = rootclad.root.define_score(mixed, stem, ["a", "w", "b"]).AsNumpy(["score"])["score"]
+    x = torch.full((20, 1, L), 0.5)
+    x[:, 0, 0], x[:, 0, -1] = 1.0, (torch.arange(20) % 3).float()
+    np.testing.assert_allclose(scores, cm.predict(x).numpy()[:, 0], rtol=1e-5, atol=1e-6)
+    short = df.Define("u", "ROOT::RVecF(rdfentry_ == 7 ? 3 : 63, 0.5f)")
+    with pytest.raises(Exception, match=r"entry 7: columns a \(1\), u \(3\) hold 4 values"):
+        rootclad.root.define_score(short, stem, ["a", "u"]).Sum("score").GetValue()
     # an RVec<int> column is converted
     scores = rootclad.root.define_score(df, stem, "vi").AsNumpy(["score"])["score"]
     x = (torch.arange(20) % 3).float()[:, None, None].expand(20, 1, L)
@@ -460,7 +482,8 @@ def test_bad_rdataframe_columns_are_python_errors_never_an_abort(exported, tmp_p
     proc = subprocess.run([sys.executable, "-c", _BAD_MT % (L, L), str(stem)], capture_output=True,
                           text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "an event of 5 values" in proc.stdout and "after: 10" in proc.stdout, proc.stdout
+    assert "entry 1500: column v (5) holds 5 values" in proc.stdout, proc.stdout
+    assert "after: 10" in proc.stdout, proc.stdout
 
 
 def test_model_refuses_batches_larger_than_its_arrays_and_nan_training(exported):

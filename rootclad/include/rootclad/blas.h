@@ -5,7 +5,8 @@
 // loops, for the standalone headers `rootclad emit` writes). When Clad has to
 // differentiate the kernels itself (ROOTCLAD_NO_PULLBACKS), it cannot see inside a
 // BLAS call, so the same product is written as plain loops it can differentiate.
-#pragma once
+#ifndef ROOTCLAD_BLAS_H
+#define ROOTCLAD_BLAS_H
 
 #ifndef ROOTCLAD_NO_PULLBACKS
 #ifndef ROOTCLAD_NO_BLAS
@@ -171,3 +172,5 @@ void gemm(bool ta, bool tb, int M, int N, int K, T alpha, const T* A, int lda, c
 #endif
 
 } // namespace rootclad
+
+#endif // ROOTCLAD_BLAS_H

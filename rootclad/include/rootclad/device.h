@@ -11,7 +11,8 @@
 // a GPU (tests/cuda/). Compiled by nvcc, dev::Cuda launches the body as a grid-stride kernel
 // on a stream. Sums that many indices add into one place (a loss, a bias gradient) go
 // through dev::add_to: atomicAdd on the GPU, a plain += on the host.
-#pragma once
+#ifndef ROOTCLAD_DEVICE_H
+#define ROOTCLAD_DEVICE_H
 
 #include "hd.h"
 
@@ -114,3 +115,5 @@ template <class T> ROOTCLAD_HD inline void add_to(T* p, T v) {
 
 } // namespace dev
 } // namespace rootclad
+
+#endif // ROOTCLAD_DEVICE_H

@@ -9,7 +9,8 @@
 // cuBLAS's own header is used where the compiler finds it (the CUDA toolkit's, or the
 // nvidia-cublas wheel's include directory); otherwise the six entry points used here are
 // declared below, as cublas_api.h declares them (the library is linked by path at build time).
-#pragma once
+#ifndef ROOTCLAD_DEVICE_GEMM_H
+#define ROOTCLAD_DEVICE_GEMM_H
 
 #include "device.h"
 
@@ -182,3 +183,5 @@ void gemm_batched(On on, bool ta, bool tb, int M, int N, int K, T alpha, const T
 
 } // namespace dev
 } // namespace rootclad
+
+#endif // ROOTCLAD_DEVICE_GEMM_H

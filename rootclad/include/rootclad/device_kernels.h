@@ -14,7 +14,8 @@
 // pre-activation is never stored; its backward kernels then read the output adjoint through
 // act_grad (dy * f'(y), element by element) wherever they read d_out. A backward kernel's
 // `DY d_out` is a pointer or such an ActGrad.
-#pragma once
+#ifndef ROOTCLAD_DEVICE_KERNELS_H
+#define ROOTCLAD_DEVICE_KERNELS_H
 
 #include "device/binary.h"
 #include "device/conv.h"
@@ -29,3 +30,5 @@
 #include "device/shape.h"
 #include "device/volume.h"
 #include "device/windows.h"
+
+#endif // ROOTCLAD_DEVICE_KERNELS_H

@@ -4,7 +4,8 @@
 // Element i is kept with probability 1-p and scaled by 1/(1-p). The mask is a counter-based hash
 // of (seed, i), so the backward pass recomputes it instead of storing it, and the same seed
 // reproduces the same mask on any thread or device.
-#pragma once
+#ifndef ROOTCLAD_DROPOUT_MASK_H
+#define ROOTCLAD_DROPOUT_MASK_H
 
 #include <cstdint>
 
@@ -34,3 +35,5 @@ inline std::uint64_t call_seed(std::uint64_t seed, std::uint64_t call) {
 }
 
 } // namespace rootclad
+
+#endif // ROOTCLAD_DROPOUT_MASK_H

@@ -1,7 +1,8 @@
 // rootclad/kernels.h — the layers and losses rootclad compiles models into, for the CPU: one
 // header per family under ops/ (core.h says how every op is written; activations.h holds the
 // math of each elementwise op, which the device kernels share).
-#pragma once
+#ifndef ROOTCLAD_KERNELS_H
+#define ROOTCLAD_KERNELS_H
 
 #include "ops/binary.h"
 #include "ops/conv1d.h"
@@ -19,3 +20,5 @@
 
 // Linear's fused backward and optimizer update, and Linear's Clad pullback, which may call it
 #include "linear_update.h"
+
+#endif // ROOTCLAD_KERNELS_H

@@ -9,7 +9,8 @@
 // of at most FUSED_UPDATE_MAX_BATCH samples: the pullback engine calls it in place of the
 // Linear pullback (codegen/cpu_ops.py), and in the clad engine the Linear pullback that Clad's
 // sweep calls does, while a FusedUpdate lives (below; codegen/cpu_sweeps.py).
-#pragma once
+#ifndef ROOTCLAD_LINEAR_UPDATE_H
+#define ROOTCLAD_LINEAR_UPDATE_H
 
 #include <vector>
 
@@ -145,3 +146,5 @@ void linear_forward_pullback(T* out, const T* inp, const T* weight, const T* bia
 } // namespace custom_derivatives
 } // namespace clad
 #endif
+
+#endif // ROOTCLAD_LINEAR_UPDATE_H

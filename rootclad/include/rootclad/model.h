@@ -18,7 +18,8 @@
 // in and out). A Model owns its parameters and one workspace sized for the largest batch it
 // has run (grown on demand, never per call); one Model is not for concurrent calls: use one
 // per thread (rootclad::SlotModels does that for RDataFrame's processing slots).
-#pragma once
+#ifndef ROOTCLAD_MODEL_H
+#define ROOTCLAD_MODEL_H
 
 #include <TDirectory.h>
 #include <TFile.h>
@@ -49,6 +50,7 @@
 #include "model_api.h"    // sibling-relative: macros include this header by path
 #include "optim.h"
 #include "parallel.h" // default_num_threads: the thread count of the model library's pool
+#include "uncaught.h" // an uncaught exception in `root -b -q` reported, not an abort
 
 #include "model_file.h"
 #include "optimizers.h"
@@ -57,11 +59,12 @@ namespace rootclad {
 
 class Model {
 public:
-  // Opens STEM.so and STEM.root; throws std::runtime_error naming the file when either is
-  // missing, the library is not the one the weights were exported with, or a tensor's
-  // shape differs.
-  explicit Model(const std::string& stem) : stem_(stem) {
-    const std::string lib = stem + ".so", weights = stem + ".root";
+  // Opens STEM.so and STEM.root (a relative STEM resolved against the working directory);
+  // throws std::runtime_error naming the file when either is missing, the library is not the
+  // one the weights were exported with, or a tensor's shape differs.
+  explicit Model(const std::string& stem) : stem_(detail::resolved(stem)) {
+    ::rootclad::detail::report_uncaught_in_root_sessions();
+    const std::string lib = stem_ + ".so", weights = stem_ + ".root";
     std::unique_ptr<TFile> f(TFile::Open(weights.c_str(), "READ"));
     if (!f || f->IsZombie())
       throw std::runtime_error("rootclad: cannot open " + weights +
@@ -128,6 +131,16 @@ public:
   double loss_and_grad(const double* x, const double* y, int B, const double* w = nullptr) {
     return lag_as(x, y, B, w);
   }
+  // How per-sample weights normalise the loss: "mean" (the default: the mean over elements of
+  // w[b] * loss_element) or "sum_w" (sum_b w[b] * loss_b / sum_b w[b], as HEP fits normalise:
+  // the weights scaled by B / sum(w) first; torch: (l * w).sum() / w.sum() over samples).
+  void set_weight_norm(const std::string& norm) {
+    if (norm != "mean" && norm != "sum_w")
+      throw std::invalid_argument("rootclad: weight_norm '" + norm +
+                                  "'; expected \"mean\" or \"sum_w\"");
+    sum_w_ = norm == "sum_w";
+  }
+  std::string weight_norm() const { return sum_w_ ? "sum_w" : "mean"; }
   // Forward, backward and opt's update in one library call (training mode); the loss.
   double train_step(const float* x, const float* y, int B, Optimizer& o, const float* w = nullptr) {
     return step_as(x, y, B, o, w);
@@ -202,6 +215,7 @@ private:
   std::vector<double> auxd_[2]; // targets and weights in the model's type
   std::vector<float> auxf_[2];
   int work_batch_ = 0;
+  bool sum_w_ = false;                 // weight_norm "sum_w"
   std::uint64_t seed_ = 0, calls_ = 0; // the exported model's seed; calls made so far
 
   static constexpr int N_CONFIG = sizeof(OptimConfig) / sizeof(double);
@@ -419,11 +433,28 @@ private:
     check_finite("loss_and_grad", x, y, w, B);
     T* act = stage<T>(x, B);
     const T* yt = converted<T>(aux<T>(0), y, targets(B));
-    const T* wt = w ? converted<T>(aux<T>(1), w, B) : nullptr;
+    const T* wt = w ? event_weights<T>(w, B) : nullptr;
     auto& g = grads<T>();
     g.assign(api_.n_params, T(0));
     return api_.entry_points<T>().loss_and_grad(params<T>(), act, yt, g.data(),
                                                 act + api_.act_size(B), B, 1, next_seed(), 0, wt);
+  }
+  // the per-sample weights as T, scaled by B / sum(w) under weight_norm "sum_w"
+  template <typename T, typename In> const T* event_weights(const In* w, int B) {
+    T* wt = converted<T>(aux<T>(1), w, B);
+    if (!sum_w_)
+      return wt;
+    double total = 0;
+    for (int b = 0; b < B; ++b)
+      total += (double)wt[b];
+    if (!(total > 0 || total < 0))
+      throw std::invalid_argument("rootclad: weight_norm sum_w: the batch's weights sum to " +
+                                  std::to_string(total) +
+                                  "; the normalised loss needs a sum "
+                                  "other than 0");
+    for (int b = 0; b < B; ++b)
+      wt[b] = (T)((double)wt[b] * B / total);
+    return wt;
   }
   // targets, weights (or ones, from null) as T in a buffer of the model's, grown on demand
   template <typename T, typename In> static T* converted(std::vector<T>& buf, const In* v, long n) {
@@ -469,7 +500,7 @@ private:
     check_finite("train_step", x, y, w, B);
     T* act = stage<T>(x, B);
     const T* yt = converted<T>(aux<T>(0), y, targets(B));
-    const T* wt = w ? converted<T>(aux<T>(1), w, B) : nullptr;
+    const T* wt = w ? event_weights<T>(w, B) : nullptr;
     auto& g = grads<T>();
     if ((long)g.size() != api_.n_params)
       g.assign(api_.n_params, T(0));
@@ -526,7 +557,7 @@ private:
   template <typename In> double score_as(const In* x, long n) {
     check_event(n);
     if (api_.output_size == 1) {
-      In out;
+      In out{};
       predict_as(x, &out, 1);
       return out;
     }
@@ -539,3 +570,5 @@ private:
 } // namespace rootclad
 
 #include "scoring.h" // score_tree and SlotModels, which macros find through this header
+
+#endif // ROOTCLAD_MODEL_H

@@ -13,14 +13,14 @@
 //   ROOTCLAD_LINKED_MODEL(rc_1a2b..._bce_pp, double)   // defines rc_1a2b..._bce_pp_model_api()
 //
 // rootclad/torch_function.h builds the LibTorch autograd Function on top of this header.
-#pragma once
+#ifndef ROOTCLAD_MODEL_API_H
+#define ROOTCLAD_MODEL_API_H
 
 #include <dlfcn.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <functional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -110,8 +110,7 @@ template <typename Fn> void* to_ptr(Fn f) {
   return p;
 }
 
-template <typename T>
-ModelEntryPoints<T> entry_points(const std::function<void*(const char*)>& need) {
+template <typename T, typename Need> ModelEntryPoints<T> entry_points(const Need& need) {
   ModelEntryPoints<T> e;
   e.forward = to_fn<decltype(e.forward)>(need("forward"));
   e.loss_value = to_fn<decltype(e.loss_value)>(need("loss_value"));
@@ -127,13 +126,16 @@ inline std::vector<long> shape_of(const long* dims, int ndim) {
 
 } // namespace detail
 
-// Looks up a symbol by its full name; returns nullptr when it is missing.
-using SymbolLookup = std::function<void*(const std::string& symbol)>;
-
-// Fills a ModelApi from any symbol source; throws std::runtime_error naming `source` and the
-// first missing symbol, or a layout the library contradicts.
-inline ModelApi make_model_api(const std::string& source, const std::string& prefix,
-                               const SymbolLookup& lookup) {
+// Fills a ModelApi from any symbol source (lookup: the full name -> its address, or nullptr
+// when it is missing); throws std::runtime_error naming `source` and the first missing symbol,
+// or a layout the library contradicts.
+//
+// The callables are template parameters, never converted to std::function: Cling cannot unload
+// a std::function made from a lambda of a macro's header, and crashed when a macro including
+// this header ran twice in one session (.x twice, .L twice, ProcessLine in a loop).
+template <typename Lookup>
+ModelApi make_model_api(const std::string& source, const std::string& prefix,
+                        const Lookup& lookup) {
   auto need = [&](const char* suffix) -> void* {
     const std::string symbol = prefix + "_" + suffix;
     if (void* p = lookup(symbol))
@@ -292,3 +294,5 @@ inline ModelApi load_model(const std::string& library_path, const std::string& p
                              api.dtype);                                                           \
     return api;                                                                                    \
   }
+
+#endif // ROOTCLAD_MODEL_API_H

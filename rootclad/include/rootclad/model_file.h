@@ -1,6 +1,7 @@
 // rootclad/model_file.h — files rootclad writes and reads from C++: a ROOT file written whole
 // or not at all (write_root_file), and the flat JSON of an export's metadata.
-#pragma once
+#ifndef ROOTCLAD_MODEL_FILE_H
+#define ROOTCLAD_MODEL_FILE_H
 
 #include <TDirectory.h>
 #include <TFile.h>
@@ -32,6 +33,19 @@ inline std::string json_field(const std::string& json, const std::string& key) {
   }
   const auto end = json.find_first_of(",}", begin);
   return json.substr(begin, end - begin);
+}
+
+// A path as the working directory resolves it: relative paths made absolute, so that dlopen
+// (which searches the library path for a name without a slash) opens the file the user named,
+// and messages say which file that was.
+inline std::string resolved(const std::string& path) {
+  if (path.empty() || path[0] == '/')
+    return path;
+  std::string cwd(4096, '\0');
+  if (!getcwd(&cwd[0], cwd.size()))
+    return "./" + path; // still a path for dlopen, not a name to search for
+  cwd.resize(std::strlen(cwd.c_str()));
+  return cwd + "/" + (path.compare(0, 2, "./") == 0 ? path.substr(2) : path);
 }
 
 inline std::string md5_of(const std::string& path) {
@@ -131,3 +145,5 @@ template <class Fill> void write_root_file(const std::string& path, Fill&& fill)
 }
 
 } // namespace rootclad
+
+#endif // ROOTCLAD_MODEL_FILE_H

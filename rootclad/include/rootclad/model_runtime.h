@@ -36,7 +36,8 @@
 // below; the build exports nothing else (-fvisibility=hidden), so that two model libraries in
 // one process never bind to each other's inline functions and statics (their thread pools and
 // per-thread flags then mixed, and a training step deadlocked).
-#pragma once
+#ifndef ROOTCLAD_MODEL_RUNTIME_H
+#define ROOTCLAD_MODEL_RUNTIME_H
 
 #include <atomic>
 #include <cstdint>
@@ -396,3 +397,5 @@ template <class M> struct ModelRuntime {
   ROOTCLAD_VISIBLE const long* P##_param_shape(int i, int* ndim) {                                 \
     return P##_R::param_shape(i, ndim);                                                            \
   }
+
+#endif // ROOTCLAD_MODEL_RUNTIME_H

@@ -1,6 +1,7 @@
 // rootclad/optim.h — fused in-place optimizer updates over the whole parameter block, each
 // following torch.optim's update order exactly (the rules: optim_rule.h).
-#pragma once
+#ifndef ROOTCLAD_OPTIM_H
+#define ROOTCLAD_OPTIM_H
 
 #include <cmath>
 
@@ -63,3 +64,5 @@ void optim_step(T* p, const T* g, T* state, long N, const double* cfg_raw, long 
 }
 
 } // namespace rootclad
+
+#endif // ROOTCLAD_OPTIM_H

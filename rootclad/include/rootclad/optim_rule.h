@@ -6,7 +6,8 @@
 //   Adam:  g += wd*p;  m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g^2;
 //          p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
 //   AdamW: p *= 1 - lr*wd, then Adam without the L2 term.
-#pragma once
+#ifndef ROOTCLAD_OPTIM_RULE_H
+#define ROOTCLAD_OPTIM_RULE_H
 
 #include <cmath>
 
@@ -68,3 +69,5 @@ ROOTCLAD_HD inline void adam_element(T& p, T g, T& m, T& v, const OptimStep<T>& 
 }
 
 } // namespace rootclad
+
+#endif // ROOTCLAD_OPTIM_RULE_H

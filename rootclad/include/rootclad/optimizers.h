@@ -1,7 +1,8 @@
 // rootclad/optimizers.h — the optimizers of rootclad::Model's train_step (SGD, Adam, AdamW):
 // hyperparameters, defaults and checks as torch.optim's; the update itself runs in the model's
 // library (optim.h, optim_rule.h).
-#pragma once
+#ifndef ROOTCLAD_OPTIMIZERS_H
+#define ROOTCLAD_OPTIMIZERS_H
 
 #include <cmath>
 #include <stdexcept>
@@ -102,3 +103,5 @@ public:
 };
 
 } // namespace rootclad
+
+#endif // ROOTCLAD_OPTIMIZERS_H

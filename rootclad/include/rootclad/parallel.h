@@ -8,7 +8,8 @@
 // built with -fvisibility=hidden, so their copies of this header never bind to each other's
 // (two libraries' ThreadPool::run and gemm with different in_pool_task flags deadlocked).
 // ROOTCLAD_NUM_THREADS overrides the thread count (default: the hardware's).
-#pragma once
+#ifndef ROOTCLAD_PARALLEL_H
+#define ROOTCLAD_PARALLEL_H
 
 #include <atomic>
 #include <chrono>
@@ -264,3 +265,5 @@ struct ChunkSyncScope {
 };
 
 } // namespace rootclad
+
+#endif // ROOTCLAD_PARALLEL_H

@@ -4,7 +4,8 @@
 // recover" warning during score_tree). This handler passes a message on to PyROOT's only in a
 // thread holding the GIL, and prints it as ROOT does otherwise. For Cling in a Python process
 // only (rootclad.data.cling installs it): it calls the Python C API.
-#pragma once
+#ifndef ROOTCLAD_PYROOT_ERRORS_H
+#define ROOTCLAD_PYROOT_ERRORS_H
 
 #include "TError.h"
 
@@ -33,3 +34,5 @@ inline void install_gil_safe_error_handler() {
 }
 
 } // namespace rootclad::detail
+
+#endif // ROOTCLAD_PYROOT_ERRORS_H

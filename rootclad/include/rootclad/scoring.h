@@ -1,9 +1,12 @@
 // rootclad/scoring.h — an exported model over a TTree: score_tree writes one score per entry
 // to a friend tree; SlotModels gives RDataFrame's processing slots one Model each.
-#pragma once
+#ifndef ROOTCLAD_SCORING_H
+#define ROOTCLAD_SCORING_H
 
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "model.h"
@@ -63,6 +66,63 @@ inline long long score_tree(const std::string& file, const std::string& tree,
   return score_tree(m, file, tree, input, out_file, out_tree, column, batch);
 }
 
+// One event's input for define_score / define_saliency from the RDataFrame's columns: a whole
+// input column checked (checked_event), or several columns of numbers and arrays concatenated
+// in order (event_input). An event of another length raises naming the entry (rdfentry_) and
+// each column's length; `names` holds the columns' names, comma-separated.
+namespace detail {
+template <class T> long column_length(const T& v) {
+  if constexpr (std::is_arithmetic_v<T>)
+    return 1;
+  else
+    return (long)v.size();
+}
+template <class T> void append_column(ROOT::RVecD& out, const T& v) {
+  if constexpr (std::is_arithmetic_v<T>)
+    out.push_back((double)v);
+  else
+    for (const auto& e : v)
+      out.push_back((double)e);
+}
+inline void wrong_event(long expected, unsigned long long entry, const std::string& names,
+                        const std::vector<long>& lengths) {
+  std::string cols;
+  size_t at = 0;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    const size_t end = names.find(',', at);
+    cols += (i ? ", " : "") + names.substr(at, end - at) + " (" + std::to_string(lengths[i]) + ")";
+    at = end == std::string::npos ? end : end + 1;
+  }
+  long total = 0;
+  for (long n : lengths)
+    total += n;
+  const bool many = lengths.size() > 1;
+  throw std::invalid_argument("rootclad: entry " + std::to_string(entry) + ": column" +
+                              (many ? "s " : " ") + cols + (many ? " hold " : " holds ") +
+                              std::to_string(total) + " values; the model takes " +
+                              std::to_string(expected));
+}
+} // namespace detail
+
+template <class V>
+const V& checked_event(const V& v, long expected, unsigned long long entry, const char* name) {
+  if ((long)v.size() != expected)
+    detail::wrong_event(expected, entry, name, {(long)v.size()});
+  return v;
+}
+
+template <class... Cols>
+ROOT::RVecD event_input(long expected, unsigned long long entry, const char* names,
+                        const Cols&... cols) {
+  const long n = (0 + ... + detail::column_length(cols));
+  if (n != expected)
+    detail::wrong_event(expected, entry, names, {detail::column_length(cols)...});
+  ROOT::RVecD out;
+  out.reserve(n);
+  (detail::append_column(out, cols), ...);
+  return out;
+}
+
 // One Model per RDataFrame processing slot (ROOT::EnableImplicitMT): Define expressions
 // call slots[rdfslot_].score(x), so no two threads share a workspace.
 class SlotModels {
@@ -79,3 +139,5 @@ private:
 };
 
 } // namespace rootclad
+
+#endif // ROOTCLAD_SCORING_H

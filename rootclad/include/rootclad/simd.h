@@ -3,7 +3,8 @@
 // GCC/Clang vector extensions: one source compiles to AVX-512, AVX2 or SSE/NEON code,
 // whatever -march allows, with no intrinsics. A vector is as wide as the widest registers
 // (64 bytes with AVX-512), and the kernels size their register blocks by REGS.
-#pragma once
+#ifndef ROOTCLAD_SIMD_H
+#define ROOTCLAD_SIMD_H
 
 #include <cstring>
 
@@ -105,3 +106,5 @@ template <typename T> inline T hsum(const V<T>& v) {
 
 } // namespace simd
 } // namespace rootclad
+
+#endif // ROOTCLAD_SIMD_H

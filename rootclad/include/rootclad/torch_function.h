@@ -13,7 +13,8 @@
 // loss_and_grad and train_step (forward + backward + optimizer update in one call).
 //
 // Everything runs on the CPU, in the dtype the model was compiled for.
-#pragma once
+#ifndef ROOTCLAD_TORCH_FUNCTION_H
+#define ROOTCLAD_TORCH_FUNCTION_H
 
 #include <torch/torch.h>
 
@@ -458,3 +459,5 @@ private:
 };
 
 } // namespace rootclad
+
+#endif // ROOTCLAD_TORCH_FUNCTION_H

@@ -1,6 +1,7 @@
 // rootclad/data/batch_reader.h — GW batches: strain arrays and integer labels.
 // (part of rootclad/tree_reader.h, which says how the readers work).
-#pragma once
+#ifndef ROOTCLAD_DATA_BATCH_READER_H
+#define ROOTCLAD_DATA_BATCH_READER_H
 
 #include <ROOT/RVec.hxx>
 #include <TBranch.h>
@@ -23,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "../uncaught.h"
 #include "row_batcher.h"
 #include "tree_source.h"
 
@@ -37,6 +39,7 @@ public:
   BatchReader(const std::vector<std::string>& files, const std::string& tree = "events",
               const std::string& strain = "strain", const std::string& label = "label",
               int length = -1) {
+    ::rootclad::detail::report_uncaught_in_root_sessions();
     if (files.empty())
       throw std::runtime_error("rootclad::data::BatchReader: no input files given");
     int N = length;
@@ -100,3 +103,5 @@ private:
 
 } // namespace data
 } // namespace rootclad
+
+#endif // ROOTCLAD_DATA_BATCH_READER_H

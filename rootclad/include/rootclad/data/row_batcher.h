@@ -1,6 +1,7 @@
 // rootclad/data/row_batcher.h — the plan, the shuffle buffer and batch assembly, shared by the
 // readers. (part of rootclad/tree_reader.h, which says how the readers work).
-#pragma once
+#ifndef ROOTCLAD_DATA_ROW_BATCHER_H
+#define ROOTCLAD_DATA_ROW_BATCHER_H
 
 #include <ROOT/RVec.hxx>
 #include <TBranch.h>
@@ -229,3 +230,5 @@ private:
 
 } // namespace data
 } // namespace rootclad
+
+#endif // ROOTCLAD_DATA_ROW_BATCHER_H

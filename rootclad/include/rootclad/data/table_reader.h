@@ -1,6 +1,7 @@
 // rootclad/data/table_reader.h — batches of features, targets and weights.
 // (part of rootclad/tree_reader.h, which says how the readers work).
-#pragma once
+#ifndef ROOTCLAD_DATA_TABLE_READER_H
+#define ROOTCLAD_DATA_TABLE_READER_H
 
 #include <ROOT/RVec.hxx>
 #include <TBranch.h>
@@ -23,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "../uncaught.h"
 #include "row_batcher.h"
 #include "table_source.h"
 
@@ -43,6 +45,7 @@ public:
   TableReader(const std::vector<std::string>& files, const std::string& tree,
               const std::vector<std::string>& features, const std::string& target,
               const std::string& weight = "") {
+    ::rootclad::detail::report_uncaught_in_root_sessions();
     if (files.empty())
       throw std::runtime_error("rootclad::data::TableReader: no input files given");
     if (features.empty())
@@ -139,3 +142,5 @@ private:
 
 } // namespace data
 } // namespace rootclad
+
+#endif // ROOTCLAD_DATA_TABLE_READER_H

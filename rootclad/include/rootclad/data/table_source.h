@@ -1,6 +1,7 @@
 // rootclad/data/table_source.h — any numeric columns of one file: features, a target and an
 // optional weight. (part of rootclad/tree_reader.h, which says how the readers work).
-#pragma once
+#ifndef ROOTCLAD_DATA_TABLE_SOURCE_H
+#define ROOTCLAD_DATA_TABLE_SOURCE_H
 
 #include <ROOT/RVec.hxx>
 #include <TBranch.h>
@@ -51,11 +52,16 @@ template <class V> struct VectorColumnOf : VectorColumn {
   }
 };
 
-template <class T> VectorColumn* vector_column_if(TClass* cls) {
+// rvec: also RVec<T>. ROOT's dictionaries hold no RVec<signed char>: a macro that made it
+// could not run twice in one session (Cling's second instantiation conflicts with ROOT's
+// module), so signed char is read from std::vector only (ROOT writes Char_t, plain char).
+template <class T, bool rvec = true> VectorColumn* vector_column_if(TClass* cls) {
   if (cls == TClass::GetClass(typeid(std::vector<T>)))
     return new VectorColumnOf<std::vector<T>>();
-  if (cls == TClass::GetClass(typeid(ROOT::RVec<T>)))
-    return new VectorColumnOf<ROOT::RVec<T>>();
+  if constexpr (rvec) {
+    if (cls == TClass::GetClass(typeid(ROOT::RVec<T>)))
+      return new VectorColumnOf<ROOT::RVec<T>>();
+  }
   return nullptr;
 }
 
@@ -66,8 +72,9 @@ inline VectorColumn* make_vector_column(TClass* cls) {
       (c = vector_column_if<int>(cls)) || (c = vector_column_if<unsigned int>(cls)) ||
       (c = vector_column_if<Long64_t>(cls)) || (c = vector_column_if<ULong64_t>(cls)) ||
       (c = vector_column_if<short>(cls)) || (c = vector_column_if<unsigned short>(cls)) ||
-      (c = vector_column_if<signed char>(cls)) || (c = vector_column_if<unsigned char>(cls)) ||
-      (c = vector_column_if<char>(cls)) || (c = vector_column_if<bool>(cls));
+      (c = vector_column_if<signed char, false>(cls)) ||
+      (c = vector_column_if<unsigned char>(cls)) || (c = vector_column_if<char>(cls)) ||
+      (c = vector_column_if<bool>(cls));
   return c;
 }
 
@@ -233,3 +240,5 @@ private:
 
 } // namespace data
 } // namespace rootclad
+
+#endif // ROOTCLAD_DATA_TABLE_SOURCE_H

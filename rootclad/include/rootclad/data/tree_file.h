@@ -1,7 +1,8 @@
 // rootclad/data/tree_file.h — random numbers and permutations (schedule.py's), and one TTree of one
 // file: opening, checks and error messages. (part of rootclad/tree_reader.h, which says how the
 // readers work).
-#pragma once
+#ifndef ROOTCLAD_DATA_TREE_FILE_H
+#define ROOTCLAD_DATA_TREE_FILE_H
 
 #include <ROOT/RVec.hxx>
 #include <TBranch.h>
@@ -172,3 +173,5 @@ protected:
 
 } // namespace data
 } // namespace rootclad
+
+#endif // ROOTCLAD_DATA_TREE_FILE_H

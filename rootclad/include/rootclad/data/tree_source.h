@@ -1,6 +1,7 @@
 // rootclad/data/tree_source.h — the GW strain and label of one file.
 // (part of rootclad/tree_reader.h, which says how the readers work).
-#pragma once
+#ifndef ROOTCLAD_DATA_TREE_SOURCE_H
+#define ROOTCLAD_DATA_TREE_SOURCE_H
 
 #include <ROOT/RVec.hxx>
 #include <TBranch.h>
@@ -203,3 +204,5 @@ private:
 
 } // namespace data
 } // namespace rootclad
+
+#endif // ROOTCLAD_DATA_TREE_SOURCE_H

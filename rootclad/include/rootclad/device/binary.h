@@ -1,6 +1,7 @@
 // rootclad/device/binary.h — binary ops of two tensors as device kernels (device_kernels.h says how
 // they are written).
-#pragma once
+#ifndef ROOTCLAD_DEVICE_BINARY_H
+#define ROOTCLAD_DEVICE_BINARY_H
 
 #include "core.h"
 
@@ -114,3 +115,5 @@ void causal_fill_backward(On on, T* d_x, const T* d_out, long R, int L, int S, i
 
 } // namespace dev
 } // namespace rootclad
+
+#endif // ROOTCLAD_DEVICE_BINARY_H

@@ -1,7 +1,8 @@
 // rootclad/device/conv.h — Conv2d (and Conv1d as H = 1), direct and as products, and ConvTranspose
 // as device kernels
 // (device_kernels.h says how they are written).
-#pragma once
+#ifndef ROOTCLAD_DEVICE_CONV_H
+#define ROOTCLAD_DEVICE_CONV_H
 
 #include "core.h"
 
@@ -328,3 +329,5 @@ void conv_transpose2d_backward_params(On on, T* d_weight, T* d_bias, const T* d_
 
 } // namespace dev
 } // namespace rootclad
+
+#endif // ROOTCLAD_DEVICE_CONV_H

@@ -1,6 +1,7 @@
 // rootclad/device/core.h — what every family of device kernels shares: filling, fused
 // activations' adjoints (ActGrad), and the chunked sums over the batch.
-#pragma once
+#ifndef ROOTCLAD_DEVICE_CORE_H
+#define ROOTCLAD_DEVICE_CORE_H
 
 #include <algorithm>
 #include <cmath>
@@ -104,3 +105,5 @@ void bias_backward(On on, T* d_bias, DY d_out, long rows, int OC, int L) {
 
 } // namespace dev
 } // namespace rootclad
+
+#endif // ROOTCLAD_DEVICE_CORE_H

@@ -1,6 +1,7 @@
 // rootclad/device/dense.h — Linear, the product of two values and Embedding as device kernels
 // (device_kernels.h says how they are written).
-#pragma once
+#ifndef ROOTCLAD_DEVICE_DENSE_H
+#define ROOTCLAD_DEVICE_DENSE_H
 
 #include "core.h"
 
@@ -197,3 +198,5 @@ void embedding_backward(On on, T* d_w, const T* d_out, const T* idx, long n, int
 
 } // namespace dev
 } // namespace rootclad
+
+#endif // ROOTCLAD_DEVICE_DENSE_H

@@ -1,6 +1,7 @@
 // rootclad/device/distance.h — torch.cdist(a, b) (p = 2) on the device (ops/distance.h says
 // what it is): one thread per distance, per element of each input's gradient.
-#pragma once
+#ifndef ROOTCLAD_DEVICE_DISTANCE_H
+#define ROOTCLAD_DEVICE_DISTANCE_H
 
 #include "core.h"
 
@@ -59,3 +60,5 @@ void cdist_backward_b(On on, T* d_b, const T* d_out, const T* out, const T* a, c
 
 } // namespace dev
 } // namespace rootclad
+
+#endif // ROOTCLAD_DEVICE_DISTANCE_H

@@ -1,6 +1,7 @@
 // rootclad/device/elementwise.h — the elementwise ops and Dropout as device kernels
 // (device_kernels.h says how they are written).
-#pragma once
+#ifndef ROOTCLAD_DEVICE_ELEMENTWISE_H
+#define ROOTCLAD_DEVICE_ELEMENTWISE_H
 
 #include "core.h"
 
@@ -96,3 +97,5 @@ void sample_dropout_backward(On on, T* d_inp, const T* d_out, long n, long per, 
 
 } // namespace dev
 } // namespace rootclad
+
+#endif // ROOTCLAD_DEVICE_ELEMENTWISE_H

@@ -1,6 +1,7 @@
 // rootclad/device/loss.h — the losses as device kernels (device_kernels.h says how they are
 // written).
-#pragma once
+#ifndef ROOTCLAD_DEVICE_LOSS_H
+#define ROOTCLAD_DEVICE_LOSS_H
 
 #include "core.h"
 
@@ -116,3 +117,5 @@ void nll_backward(On on, T* d_z, const T* y, const T* w, long R, int C, T scale,
 
 } // namespace dev
 } // namespace rootclad
+
+#endif // ROOTCLAD_DEVICE_LOSS_H

@@ -1,6 +1,7 @@
 // rootclad/device/norm.h — Softmax, LayerNorm and BatchNorm as device kernels (device_kernels.h
 // says how they are written).
-#pragma once
+#ifndef ROOTCLAD_DEVICE_NORM_H
+#define ROOTCLAD_DEVICE_NORM_H
 
 #include "core.h"
 
@@ -256,3 +257,5 @@ void batch_norm_backward_input(On on, T* d_inp, const T* d_out, const T* inp, co
 
 } // namespace dev
 } // namespace rootclad
+
+#endif // ROOTCLAD_DEVICE_NORM_H

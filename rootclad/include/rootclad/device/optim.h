@@ -1,6 +1,7 @@
 // rootclad/device/optim.h — the optimizers as device kernels (device_kernels.h says how they are
 // written).
-#pragma once
+#ifndef ROOTCLAD_DEVICE_OPTIM_H
+#define ROOTCLAD_DEVICE_OPTIM_H
 
 #include "core.h"
 
@@ -48,3 +49,5 @@ void optim_step_in_memory(On on, T* param, const T* grad, T* m, T* v, long n, co
 
 } // namespace dev
 } // namespace rootclad
+
+#endif // ROOTCLAD_DEVICE_OPTIM_H

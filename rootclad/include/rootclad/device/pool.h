@@ -1,6 +1,7 @@
 // rootclad/device/pool.h — pooling over windows and over all positions as device kernels
 // (device_kernels.h says how they are written).
-#pragma once
+#ifndef ROOTCLAD_DEVICE_POOL_H
+#define ROOTCLAD_DEVICE_POOL_H
 
 #include "../ops/pool_geometry.h"
 #include "core.h"
@@ -352,3 +353,5 @@ void upsample_backward(On on, T* d_inp, const T* d_out, long R, Upsample<T> u) {
 
 } // namespace dev
 } // namespace rootclad
+
+#endif // ROOTCLAD_DEVICE_POOL_H

@@ -1,6 +1,7 @@
 // rootclad/device/shape.h — permute, cat, slice, pad, expand, topk's indices and gather as device
 // kernels (device_kernels.h says how they are written).
-#pragma once
+#ifndef ROOTCLAD_DEVICE_SHAPE_H
+#define ROOTCLAD_DEVICE_SHAPE_H
 
 #include "../ops/topk_select.h"
 #include "core.h"
@@ -75,8 +76,7 @@ struct Pad {
   int M, N, I, before;
 };
 
-template <class On, class T>
-void pad_forward(On on, T* out, const T* inp, long R, Pad g, T value) {
+template <class On, class T> void pad_forward(On on, T* out, const T* inp, long R, Pad g, T value) {
   each_index(
       on, R * g.N * g.I, ROOTCLAD_BODY(long i) {
         const long r = i / ((long)g.N * g.I), m = i / g.I % g.N - g.before;
@@ -167,3 +167,5 @@ void gather_backward(On on, T* d_x, const T* d_out, const T* idx, long R, int N,
 
 } // namespace dev
 } // namespace rootclad
+
+#endif // ROOTCLAD_DEVICE_SHAPE_H

@@ -2,7 +2,8 @@
 // element of ops/volume_geometry.h (device_kernels.h says how they are written). The
 // convolution's gradients gather (an input or weight element per thread); the pools' backward
 // scatters through add_to.
-#pragma once
+#ifndef ROOTCLAD_DEVICE_VOLUME_H
+#define ROOTCLAD_DEVICE_VOLUME_H
 
 #include "../ops/volume_geometry.h"
 #include "core.h"
@@ -81,3 +82,5 @@ void avgpool3d_backward(On on, T* d_inp, const T* d_out, long R, int count_inclu
 
 } // namespace dev
 } // namespace rootclad
+
+#endif // ROOTCLAD_DEVICE_VOLUME_H

@@ -1,7 +1,8 @@
 // rootclad/device/windows.h — the scores of a Swin Transformer's shifted-window attention on
 // the device (ops/window_geometry.h says what they are): one thread per score, per table
 // element for its gradient.
-#pragma once
+#ifndef ROOTCLAD_DEVICE_WINDOWS_H
+#define ROOTCLAD_DEVICE_WINDOWS_H
 
 #include "../ops/window_geometry.h"
 #include "core.h"
@@ -34,3 +35,5 @@ void window_bias_backward(On on, T* d_x, T* d_table, const T* d_out, long B, Win
 
 } // namespace dev
 } // namespace rootclad
+
+#endif // ROOTCLAD_DEVICE_WINDOWS_H

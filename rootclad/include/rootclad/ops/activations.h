@@ -15,7 +15,8 @@
 //
 // Adding an elementwise op: its functor here, a line in rootclad/ir/ops/elementwise.py, its
 // ONNX form in rootclad/frontends/onnx/layers.py, a case in tests/fixtures/op_cases.py.
-#pragma once
+#ifndef ROOTCLAD_OPS_ACTIVATIONS_H
+#define ROOTCLAD_OPS_ACTIVATIONS_H
 
 #include <cmath>
 #include <cstdint>
@@ -319,3 +320,5 @@ struct PRelu {
 };
 
 } // namespace rootclad
+
+#endif // ROOTCLAD_OPS_ACTIVATIONS_H

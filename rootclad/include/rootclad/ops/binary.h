@@ -1,5 +1,6 @@
 // rootclad/ops/binary.h — binary ops of two tensors with broadcasting.
-#pragma once
+#ifndef ROOTCLAD_OPS_BINARY_H
+#define ROOTCLAD_OPS_BINARY_H
 
 #include "core.h"
 
@@ -140,3 +141,5 @@ void binary_forward_pullback(T* out, const T* a, const T* b, int kind, int B, in
 } // namespace custom_derivatives
 } // namespace clad
 #endif
+
+#endif // ROOTCLAD_OPS_BINARY_H

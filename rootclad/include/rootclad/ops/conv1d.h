@@ -1,5 +1,6 @@
 // rootclad/ops/conv1d.h — Conv1d: im2col and one GEMM, or direct (conv1d_s1.h, conv1d_sparse.h).
-#pragma once
+#ifndef ROOTCLAD_OPS_CONV1D_H
+#define ROOTCLAD_OPS_CONV1D_H
 
 #include "core.h"
 #ifndef ROOTCLAD_NO_PULLBACKS
@@ -291,3 +292,5 @@ void conv1d_forward_pullback(T* out, T* tmp, T* cols, const T* inp, const T* wei
 } // namespace custom_derivatives
 } // namespace clad
 #endif
+
+#endif // ROOTCLAD_OPS_CONV1D_H

@@ -14,7 +14,8 @@
 // Row tails are handled by one more block that ends at the last position and overlaps the
 // previous one; lanes already written are skipped (or, in d_w, zeroed in the loaded vector).
 // Rows shorter than one vector return false: the caller then uses the scalar loops.
-#pragma once
+#ifndef ROOTCLAD_OPS_CONV1D_S1_H
+#define ROOTCLAD_OPS_CONV1D_S1_H
 
 #include <vector>
 
@@ -313,3 +314,5 @@ bool backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, const T* inp, co
 
 } // namespace conv_s1
 } // namespace rootclad
+
+#endif // ROOTCLAD_OPS_CONV1D_S1_H

@@ -20,7 +20,8 @@
 // Results differ from the dense kernels only in rounding (another summation order), with
 // one exception: where g is 0 and the input is inf or NaN, a dense product adds 0*inf = NaN
 // to d_w, while this pass adds nothing.
-#pragma once
+#ifndef ROOTCLAD_OPS_CONV1D_SPARSE_H
+#define ROOTCLAD_OPS_CONV1D_SPARSE_H
 
 #include <cstdint>
 #include <cstring>
@@ -310,3 +311,5 @@ bool backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, const T* inp, co
 
 } // namespace conv_sparse
 } // namespace rootclad
+
+#endif // ROOTCLAD_OPS_CONV1D_SPARSE_H

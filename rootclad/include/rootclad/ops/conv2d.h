@@ -10,7 +10,8 @@
 // region holds d_cols = weight_g^T @ d_out, scattered back into d_inp. Conv1d with groups
 // runs here too, as H = KH = 1. With ROOTCLAD_NO_PULLBACKS (Clad writes the whole backward)
 // the forward is the convolution's definition as plain loops.
-#pragma once
+#ifndef ROOTCLAD_OPS_CONV2D_H
+#define ROOTCLAD_OPS_CONV2D_H
 
 #include <algorithm>
 #include <cmath>
@@ -525,3 +526,5 @@ void conv_transpose2d_forward_pullback(T* out, T* cols, const T* inp, const T* w
 } // namespace rootclad
 } // namespace custom_derivatives
 } // namespace clad
+
+#endif // ROOTCLAD_OPS_CONV2D_H

@@ -13,7 +13,8 @@
 // register-blocked convolutions are left out; the losses' pullbacks stay.
 // Shapes are in comments; B batch, C channels in, OC channels out, L length in, LO length
 // out, K kernel size, N element count. All tensors are contiguous, row-major (torch layout).
-#pragma once
+#ifndef ROOTCLAD_OPS_CORE_H
+#define ROOTCLAD_OPS_CORE_H
 
 #include <cmath>
 #include <cstdint>
@@ -113,3 +114,5 @@ template <typename T> void adjoint_start_forward_pullback(T* x, long n, T* d_x, 
 } // namespace rootclad
 } // namespace custom_derivatives
 } // namespace clad
+
+#endif // ROOTCLAD_OPS_CORE_H

@@ -1,5 +1,6 @@
 // rootclad/ops/dense.h — Linear, on the last axis; the batched product of two values; Embedding.
-#pragma once
+#ifndef ROOTCLAD_OPS_DENSE_H
+#define ROOTCLAD_OPS_DENSE_H
 
 #include "core.h"
 
@@ -150,3 +151,5 @@ void matmul_forward_pullback(T* out, const T* a, const T* b, int B, int G, int M
 
 // Linear's Clad pullback is in linear_update.h, beside the fused backward and update that
 // train_step's sweep has it call at small batches.
+
+#endif // ROOTCLAD_OPS_DENSE_H

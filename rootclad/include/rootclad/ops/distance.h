@@ -2,7 +2,8 @@
 // b(R, M) give out(P, R), each distance from the differences (torch's own way for up to 25
 // points; above, torch uses products, which round otherwise); the gradient g * (a - b) / d,
 // none where d is 0, as torch's.
-#pragma once
+#ifndef ROOTCLAD_OPS_DISTANCE_H
+#define ROOTCLAD_OPS_DISTANCE_H
 
 #include <cmath>
 
@@ -67,3 +68,5 @@ void cdist_forward_pullback(T* out, const T* a, const T* b, int B, int P, int R,
 } // namespace custom_derivatives
 } // namespace clad
 #endif
+
+#endif // ROOTCLAD_OPS_DISTANCE_H

@@ -1,6 +1,7 @@
 // rootclad/ops/elementwise.h — every elementwise op through its functor (activations.h), and
 // Dropout.
-#pragma once
+#ifndef ROOTCLAD_OPS_ELEMENTWISE_H
+#define ROOTCLAD_OPS_ELEMENTWISE_H
 
 #include "../dropout_mask.h"
 #include "activations.h"
@@ -134,3 +135,5 @@ void sample_dropout_forward_pullback(T* out, const T* inp, int R, int n, T p, ::
 } // namespace custom_derivatives
 } // namespace clad
 #endif
+
+#endif // ROOTCLAD_OPS_ELEMENTWISE_H

@@ -1,5 +1,6 @@
 // rootclad/ops/loss.h — the losses, mean over the batch, and their event-weighted form.
-#pragma once
+#ifndef ROOTCLAD_OPS_LOSS_H
+#define ROOTCLAD_OPS_LOSS_H
 
 #include "core.h"
 
@@ -218,3 +219,5 @@ void huber_forward_pullback(const T* inp, const T* target, int N, T d_loss, T* d
 } // namespace rootclad
 } // namespace custom_derivatives
 } // namespace clad
+
+#endif // ROOTCLAD_OPS_LOSS_H

@@ -1,5 +1,6 @@
 // rootclad/ops/norm.h — Softmax, LogSoftmax, LayerNorm and BatchNorm.
-#pragma once
+#ifndef ROOTCLAD_OPS_NORM_H
+#define ROOTCLAD_OPS_NORM_H
 
 #include "core.h"
 
@@ -333,3 +334,5 @@ void batch_norm_forward_pullback(T* out, T* stats, const T* inp, const T* weight
 } // namespace custom_derivatives
 } // namespace clad
 #endif
+
+#endif // ROOTCLAD_OPS_NORM_H

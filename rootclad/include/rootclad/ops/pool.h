@@ -1,6 +1,7 @@
 // rootclad/ops/pool.h — max and average pooling over the last axis (the 2-D windows are in
 // conv2d.h; global pooling is a window over every position).
-#pragma once
+#ifndef ROOTCLAD_OPS_POOL_H
+#define ROOTCLAD_OPS_POOL_H
 
 #include "core.h"
 #include "pool_geometry.h"
@@ -374,3 +375,5 @@ void upsample_forward_pullback(T* out, const T* inp, int R, int H, int W, int OH
 } // namespace custom_derivatives
 } // namespace clad
 #endif
+
+#endif // ROOTCLAD_OPS_POOL_H

@@ -1,6 +1,7 @@
 // rootclad/ops/pool_geometry.h — the windows of a pooling along one axis, as torch lays them
 // out; shared by the CPU kernels (pool.h, conv2d.h) and the device's (device/pool.h).
-#pragma once
+#ifndef ROOTCLAD_OPS_POOL_GEOMETRY_H
+#define ROOTCLAD_OPS_POOL_GEOMETRY_H
 
 #include <cmath>
 
@@ -100,3 +101,5 @@ template <class T> ROOTCLAD_HD inline void amax_row_backward(T* d_x, const T* x,
 }
 
 } // namespace rootclad
+
+#endif // ROOTCLAD_OPS_POOL_GEOMETRY_H

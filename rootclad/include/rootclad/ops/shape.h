@@ -1,6 +1,7 @@
 // rootclad/ops/shape.h — permute, cat, slice, pad, expand, a parameter read directly, and topk's
 // indices and the gather by them.
-#pragma once
+#ifndef ROOTCLAD_OPS_SHAPE_H
+#define ROOTCLAD_OPS_SHAPE_H
 
 #include "core.h"
 #include "topk_select.h"
@@ -263,3 +264,5 @@ void parameter_forward_pullback(T* out, const T* w, int B, int n, T* d_out, T* d
 } // namespace custom_derivatives
 } // namespace clad
 #endif
+
+#endif // ROOTCLAD_OPS_SHAPE_H

@@ -2,7 +2,8 @@
 // (as torch), equal values the lower index first (as torch's stable sort; torch.topk itself
 // promises no order among them); shared by the CPU kernel (shape.h) and the device's
 // (device/shape.h).
-#pragma once
+#ifndef ROOTCLAD_OPS_TOPK_SELECT_H
+#define ROOTCLAD_OPS_TOPK_SELECT_H
 
 #include "../hd.h"
 
@@ -35,3 +36,5 @@ ROOTCLAD_HD inline void topk_select(T* out, const T* x, int N, int K, long Q, in
 }
 
 } // namespace rootclad
+
+#endif // ROOTCLAD_OPS_TOPK_SELECT_H

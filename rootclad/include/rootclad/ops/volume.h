@@ -2,7 +2,8 @@
 // elements in loops (the pools' backward scatters into the input they took). Same contract as
 // kernels.h: <op>_forward writes, <op>_backward adds. Their pullbacks stay when Clad
 // differentiates the kernels themselves.
-#pragma once
+#ifndef ROOTCLAD_OPS_VOLUME_H
+#define ROOTCLAD_OPS_VOLUME_H
 
 #include "core.h"
 #include "volume_geometry.h"
@@ -114,3 +115,5 @@ void avgpool3d_forward_pullback(T* out, const T* inp, int R, int count_include_p
 } // namespace rootclad
 } // namespace custom_derivatives
 } // namespace clad
+
+#endif // ROOTCLAD_OPS_VOLUME_H

@@ -3,7 +3,8 @@
 // weight-gradient element is a function of its flat index (ROOTCLAD_HD), which the CPU kernels
 // (volume.h) run as loops and the device's (device/volume.h) as one thread each. Direct loops
 // over the windows, no im2col: the speed targets are 1-d and 2-d models.
-#pragma once
+#ifndef ROOTCLAD_OPS_VOLUME_GEOMETRY_H
+#define ROOTCLAD_OPS_VOLUME_GEOMETRY_H
 
 #include <cmath>
 
@@ -153,3 +154,5 @@ ROOTCLAD_HD T avgpool3d_at(const Vol& v, const T* x, int count_include_pad, long
 }
 
 } // namespace rootclad
+
+#endif // ROOTCLAD_OPS_VOLUME_GEOMETRY_H

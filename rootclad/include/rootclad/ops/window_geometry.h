@@ -5,7 +5,8 @@
 // windows were shifted by (sh, sw), -100 between tokens of different regions (torchvision's
 // attn_mask). One element at a time (ROOTCLAD_HD): the CPU kernels (windows.h) run them as
 // loops, the device's (device/windows.h) as one thread each.
-#pragma once
+#ifndef ROOTCLAD_OPS_WINDOW_GEOMETRY_H
+#define ROOTCLAD_OPS_WINDOW_GEOMETRY_H
 
 #include "../hd.h"
 
@@ -72,3 +73,5 @@ template <class T> ROOTCLAD_HD inline T win_table_grad(const Win& w, const T* d_
 }
 
 } // namespace rootclad
+
+#endif // ROOTCLAD_OPS_WINDOW_GEOMETRY_H

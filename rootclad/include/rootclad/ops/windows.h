@@ -1,7 +1,8 @@
 // rootclad/ops/windows.h — the scores of a Swin Transformer's shifted-window attention on the
 // CPU (window_geometry.h says what they are): forward, backward and the Clad-convention
 // pullback.
-#pragma once
+#ifndef ROOTCLAD_OPS_WINDOWS_H
+#define ROOTCLAD_OPS_WINDOWS_H
 
 #include "core.h"
 #include "window_geometry.h"
@@ -54,3 +55,5 @@ void window_bias_forward_pullback(T* out, const T* x, const T* table, int B, ROO
 } // namespace custom_derivatives
 } // namespace clad
 #endif
+
+#endif // ROOTCLAD_OPS_WINDOWS_H
