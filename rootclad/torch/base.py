@@ -422,9 +422,12 @@ class ModelBase:
                 f"{self.loss} targets must lie in [0, {nc}), got [{int(y.min())}, {int(y.max())}]"
             )
 
-    def _check_weight(self, weight, B: int):
+    def _check_weight(self, weight, B: int, weight_norm: str = "mean"):
         """Per-sample loss weights (B,) in the model's dtype on its device, or None; a
-        non-finite weight is refused."""
+        non-finite weight is refused. ``weight_norm="sum_w"`` scales them by B / sum(w), so
+        that the loss is sum_b w[b] loss_b / sum_b w[b] (HEP fits' normalisation)."""
+        if weight_norm not in ("mean", "sum_w"):
+            raise ValueError(f'weight_norm={weight_norm!r}; expected "mean" or "sum_w"')
         if weight is None:
             return None
         w = torch.as_tensor(weight, device=self.device)
@@ -437,6 +440,11 @@ class ModelBase:
         bad = first_non_finite(w)
         if bad is not None:
             raise ValueError(f"weight: non-finite value ({bad[1]}) in sample {bad[0]}")
+        if weight_norm == "sum_w":
+            total = float(w.double().sum())  # a device model waits for this one reduction
+            if total == 0:
+                raise ValueError("weight_norm='sum_w': the batch's weights sum to 0")
+            w = w * (B / total)
         return w
 
     def _check_optimizer(self, opt) -> None:

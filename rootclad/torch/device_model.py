@@ -266,17 +266,20 @@ class DeviceModel(ModelBase):
                   None if w is None else w.data_ptr(), ptr["loss"], ptr["grads"],
                   work.d_act_ptr, B, int(self.training), seed)  # fmt: skip
 
-    def loss_and_grad(self, x, y, weight=None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def loss_and_grad(
+        self, x, y, weight=None, *, weight_norm: str = "mean"
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The batch's mean loss (a 0-d device tensor) and every trainable parameter's gradient
         (fresh device tensors), as :meth:`CompiledModel.loss_and_grad` (``weight``: per-sample
         loss weights)."""
         B, work = self._buffers(x)
-        y, w = self._check_y(y, B), self._check_weight(weight, B)
+        y, w = self._check_y(y, B), self._check_weight(weight, B, weight_norm)
         self._run_loss_and_grad(B, work, y, w, self._next_seed())
         grads = {k: v.clone() for k, v in self._grad_views.items() if self._views[k].requires_grad}
         return self._loss_value.clone(), grads
 
-    def train_step(self, x, y, opt, weight=None, *, check_finite=True) -> torch.Tensor:
+    def train_step(self, x, y, opt, weight=None, *, check_finite=True,
+                   weight_norm: str = "mean") -> torch.Tensor:  # fmt: skip
         """Forward, backward and ``opt``'s update (a ``rootclad.optim`` optimizer made for this
         model), all on the device; ``weight``: per-sample loss weights. Returns the loss as a
         0-d device tensor: reading it (``float(loss)``) waits for the step.
@@ -287,7 +290,7 @@ class DeviceModel(ModelBase):
         skips it, so that a loop that does not read the loss never waits."""
         self._check_optimizer(opt)
         B, work = self._buffers(x)
-        y, w = self._check_y(y, B), self._check_weight(weight, B)
+        y, w = self._check_y(y, B), self._check_weight(weight, B, weight_norm)
         if check_finite:
             y_checked = None if self.loss in CLASS_INDEX_LOSSES else y
             refuse_non_finite(tuple(work.inputs), y_checked, B, opt, scan_state=True)

@@ -208,17 +208,19 @@ class CompiledModel(ModelBase):
         return d_xs, grads
 
     def loss_and_grad(
-        self, x: torch.Tensor, y, weight=None
+        self, x: torch.Tensor, y, weight=None, *, weight_norm: str = "mean"
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The loss of a batch and the gradient of every parameter (fresh tensors). ``x``: the
         input, or a tuple of one tensor per input for a model with several.
 
         ``weight`` (B,): per-sample weights (HEP event weights). The loss is then the mean over
         elements of ``weight[b] * loss_element``, as ``(F.<loss>(out, y, reduction="none") *
-        weight[:, None]).mean()`` in torch."""
+        weight[:, None]).mean()`` in torch; with ``weight_norm="sum_w"``, the normalised
+        ``sum_b weight[b] * loss_b / sum_b weight[b]`` (``loss_b`` the mean over the sample's
+        elements) that HEP fits use."""
         B = self._check_x(x)
         y = self._check_y(y, B)
-        w = self._check_weight(weight, B)
+        w = self._check_weight(weight, B, weight_norm)
         act, d_act, act_ptr = self._views_for(B)
         self._load_input(act, x, B)
         with self._lock:
@@ -241,7 +243,8 @@ class CompiledModel(ModelBase):
             }
         return torch.tensor(loss, dtype=self.dtype), grads
 
-    def train_step(self, x: torch.Tensor, y, opt, weight=None, *, check_finite=True) -> float:
+    def train_step(self, x: torch.Tensor, y, opt, weight=None, *, check_finite=True,
+                   weight_norm: str = "mean") -> float:  # fmt: skip
         """Forward, backward and ``opt``'s update in one C++ call; returns the loss.
 
         Parameters with ``requires_grad=False`` are not updated (nor is their optimizer
@@ -261,7 +264,7 @@ class CompiledModel(ModelBase):
             )
         B = self._check_x(x)
         y = self._check_y(y, B)
-        w = self._check_weight(weight, B)
+        w = self._check_weight(weight, B, weight_norm)
         if check_finite:
             refuse_non_finite(self._inputs(x), None if self.loss in CLASS_INDEX_LOSSES else y,
                               B, opt)  # fmt: skip

@@ -89,6 +89,41 @@ def test_weighted_train_step_tracks_torch_optim(B):
         assert_close_rel(p, q, 1e-8, k)
 
 
+@pytest.mark.parametrize("loss", ["bce_with_logits", "cross_entropy", "mse"])
+def test_sum_w_normalised_loss_and_gradients_equal_torch(loss):
+    """weight_norm="sum_w": (per-sample loss * w).sum() / w.sum() in torch, value and every
+    gradient; then train_step with it tracks torch.optim."""
+    net, x, y, w = _case(loss, 7, seed=3)
+    cm = rootclad.compile(copy.deepcopy(net), example_input=x, loss=loss, engine="pullback")
+    value, grads = cm.loss_and_grad(x, y, weight=w, weight_norm="sum_w")
+    out = net(x)
+    if loss == "cross_entropy":
+        per = F.cross_entropy(out, y.long(), reduction="none")
+    else:
+        fn = F.binary_cross_entropy_with_logits if loss == "bce_with_logits" else F.mse_loss
+        per = fn(out, y.to(out.dtype), reduction="none").mean(1)
+    ref = (per * w).sum() / w.sum()
+    names = [n for n, _ in net.named_parameters()]
+    ref_grads = torch.autograd.grad(ref, list(net.parameters()), retain_graph=True)
+    ref_grads = dict(zip(names, ref_grads, strict=True))
+    assert_close_rel(value, ref.detach(), 1e-10, f"{loss} sum_w value")
+    assert_grads_close(grads, ref_grads, 1e-10, f"{loss} sum_w")
+    mean_value, _ = cm.loss_and_grad(x, y, weight=w)
+    assert abs(float(mean_value) - float(value)) > 1e-3 * abs(float(value))  # not the mean
+    opt, ref_opt = rootclad.optim.SGD(cm, lr=0.1), torch.optim.SGD(net.parameters(), lr=0.1)
+    got = cm.train_step(x, y, opt, weight=w, weight_norm="sum_w")
+    ref.backward()
+    ref_opt.step()
+    assert abs(got - ref.item()) <= 1e-10 * abs(ref.item())
+    for (k, p), q in zip(cm.named_parameters(), net.parameters(), strict=True):
+        assert_close_rel(p, q, 1e-10, f"{k} after a sum_w step")
+    with pytest.raises(ValueError, match="sum to 0"):
+        cm.loss_and_grad(x, y, weight=torch.tensor([1.0, -1.0, 0, 0, 0, 0, 0], dtype=F64),
+                         weight_norm="sum_w")  # fmt: skip
+    with pytest.raises(ValueError, match="weight_norm='sum'"):
+        cm.loss_and_grad(x, y, weight=w, weight_norm="sum")
+
+
 def test_bad_weights_are_refused():
     net, x, y, w = _case("mse", 6)
     cm = rootclad.compile(net, example_input=x, loss="mse", engine="pullback")
