@@ -95,5 +95,20 @@ def report() -> str:
         lines.append(_line("cache", str(cache_dir())))
     except CacheError as exc:
         lines.append(_line("cache", f"refused: {exc}"))
+    lines.append(_line("rootclad threads", _rootclad_threads()))
     lines.append(_line("torch threads", str(torch.get_num_threads())))
     return "\n".join(lines)
+
+
+def _rootclad_threads() -> str:
+    """The size of a compiled model's thread pool (parallel.h: ROOTCLAD_NUM_THREADS, else the
+    cores, at most MAX_THREADS), and where it comes from."""
+    from rootclad.compiler import MAX_THREADS, num_threads
+
+    try:
+        n = num_threads()
+    except ValueError as exc:
+        return f"refused: {exc}"
+    if n is not None:
+        return f"{n} (ROOTCLAD_NUM_THREADS)"
+    return f"{min(os.cpu_count() or 1, MAX_THREADS)} (the cores; ROOTCLAD_NUM_THREADS sets it)"

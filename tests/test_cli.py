@@ -27,6 +27,28 @@ def test_doctor_says_where_it_looked_for_clad():
     assert "unavailable" in clad_line and "/nonexistent/clad.so" in clad_line, clad_line
 
 
+def test_doctor_reports_rootclad_s_own_thread_count():
+    line = next(ln for ln in _doctor({"ROOTCLAD_NUM_THREADS": "3"}).splitlines()
+                if "rootclad threads" in ln)  # fmt: skip
+    assert line.split()[2:] == ["3", "(ROOTCLAD_NUM_THREADS)"], line
+    line = next(ln for ln in _doctor({"ROOTCLAD_NUM_THREADS": "many"}).splitlines()
+                if "rootclad threads" in ln)  # fmt: skip
+    assert "refused" in line and "many" in line, line
+
+
+def test_gw_run_help_explains_every_option_without_format_escapes():
+    """argparse %-formats help strings but not descriptions: a description's "50%%" was shown
+    as such; RST's double backticks do not belong in a terminal either."""
+    out = _rootclad("gw", "run", "--help")
+    assert out.returncode == 0, out.stderr
+    assert "%%" not in out.stdout and "``" not in out.stdout, out.stdout
+    options = out.stdout[out.stdout.index("options:") :].splitlines()[1:]
+    for i, line in enumerate(options):  # an option alone on its line has its help below
+        if line.startswith("  -") and len(line.split("  ")) < 3 and not line.strip().endswith("]"):
+            follows = options[i + 1] if i + 1 < len(options) else ""
+            assert follows.startswith(" " * 10) and not follows.strip().startswith("-"), line
+
+
 def _rootclad(*args):
     return subprocess.run([sys.executable, "-m", "rootclad", *args], capture_output=True,
                           text=True, timeout=300)  # fmt: skip

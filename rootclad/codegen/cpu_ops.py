@@ -463,10 +463,9 @@ def _slice_calls(node, graph, site):
 
 def pad_geometry(node):
     """Rows per sample, then M, N, I, before of pad_forward (ops/shape.h)."""
-    shape, a = node.in_shape, node.attrs
-    axis = a["axis"]
+    shape, axis = node.in_shape, node.attrs["axis"]
     rows, inner = _n(shape[:axis]), _n(shape[axis + 1 :])
-    return rows, (shape[axis], node.out_shape[axis], inner, a["before"])
+    return rows, (shape[axis], node.out_shape[axis], inner, node.attrs["before"])
 
 
 def _pad_calls(node, graph, site):

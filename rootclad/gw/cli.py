@@ -118,17 +118,19 @@ def register(subparsers) -> None:
         help="the main job: simulate, train the GW CNN, compare with the matched filter, report",
         description="Simulate training, validation and test sets, train the GW CNN through the "
         "compiled model, evaluate it and the matched filter on the same test events (ROC, "
-        "efficiency vs SNR at false-alarm probabilities 1e-1..1e-3, SNR at 50%% efficiency), "
+        "efficiency vs SNR at false-alarm probabilities 1e-1..1e-3, SNR at 50% efficiency), "
         "explain it with saliency maps, score the test file in ROOT and write report.md, "
         "report.html and summary.json (see docs/gw_run.md).",
     )
     p.add_argument("--config", help="a TOML file of RunConfig keys (see the written config.toml)")
     p.add_argument("--out", default="rootclad-gw-run", help="output directory")
     p.add_argument("--events", type=int, help="training events (validation N/6, test N/2)")
-    p.add_argument("--epochs", type=int)
-    p.add_argument("--model", choices=["cnn", "mlp"])
-    p.add_argument("--engine", choices=["auto", "clad", "pullback"])
-    p.add_argument("--seed", type=int)
+    p.add_argument("--epochs", type=int, help="most training epochs (default 12; early "
+                   "stopping after 4 without a better validation loss)")  # fmt: skip
+    p.add_argument("--model", choices=["cnn", "mlp"], help="the network (default cnn)")
+    p.add_argument("--engine", choices=["auto", "clad", "pullback"],
+                   help="how the backward is written (default auto: Clad where found)")  # fmt: skip
+    p.add_argument("--seed", type=int, help="of the simulation and the training (default 1)")
     p.add_argument("--approximant", help="'builtin' (default) or a LALSimulation name, e.g. "
                    "IMRPhenomD (needs lalsuite)")  # fmt: skip
     p.add_argument(
@@ -138,7 +140,8 @@ def register(subparsers) -> None:
     )
     p.add_argument("--compression", choices=["lz4", "none", "zlib", "zstd", "lzma"],
                    help="of the data files (default lz4; zlib also detects corrupted strain)")  # fmt: skip
-    p.add_argument("--preset", default="default", choices=["default", "full"])
+    p.add_argument("--preset", default="default", choices=["default", "full"],
+                   help="sizes of the run (default: the embedded default; see docs/gw_run.md)")  # fmt: skip
     p.add_argument("--resume", action="store_true", help="continue from out/checkpoint.pt")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=_cmd_run)

@@ -393,6 +393,16 @@ def versions() -> dict:
     return out
 
 
+def _engine_in_use(engine: str) -> str:
+    """The engine the run will train with, said before it starts (auto: Clad where found)."""
+    if engine != "auto":
+        return engine
+    from rootclad.toolchain import find_clad
+
+    clad, why = find_clad()
+    return "clad (auto: Clad found)" if clad else f"pullback (auto: {why})"
+
+
 def run(cfg: RunConfig, out: Path, *, resume: bool = False, progress: bool | None = None,
         log=print) -> dict:  # fmt: skip
     """The whole run; returns the summary (also written to ``out/summary.json``)."""
@@ -402,6 +412,7 @@ def run(cfg: RunConfig, out: Path, *, resume: bool = False, progress: bool | Non
     _check_output(out, cfg)
     if progress is None:
         progress = sys.stderr.isatty()
+    log(f"writing to {out.resolve()}; engine: {_engine_in_use(cfg.engine)}")
     report.write_text(out / "config.toml", cfg.to_toml())
     stages = Stages(log)
     files = stages.run("simulate", simulate_all, cfg, out / "data", progress, log)
