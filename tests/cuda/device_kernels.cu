@@ -61,6 +61,9 @@ template <class T> void instantiate() {
   const k::Slice slice{4, 2, 3, 1, 2};
   k::slice_forward(on, p, p, 1, slice);
   k::slice_backward(on, p, p, 1, slice);
+  const k::Pad pad{2, 4, 3, 1};
+  k::pad_forward(on, p, p, 1, pad, T(0));
+  k::pad_backward(on, p, p, 1, pad);
   k::parameter_forward(on, p, p, 1, 1);
   k::parameter_backward(on, p, p, 1, 1);
   k::embedding_forward(on, p, p, p, 1L, 2, 3);
