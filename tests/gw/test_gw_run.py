@@ -4,6 +4,7 @@ computations, resuming, and a small run end to end (summary, report, ROOT file).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 
@@ -177,6 +178,10 @@ def test_small_run_writes_summary_report_and_root_file(small_files, tmp_path):
     assert s["auc"]["matched_filter"] > 0.8
     page = (out / "report.html").read_text()
     assert page.count('src="data:image/png;base64,') == 5 and 'src="plots/' not in page
+    # the markdown rendered: no literal backticks or asterisks, code and bold as HTML
+    text = re.sub(r'src="data:[^"]*"', "", page)
+    assert "`" not in text and "**" not in text
+    assert "<strong>" in text and "<code>rootclad gw run --config config.toml</code>" in text
     assert "SNR at 50% efficiency" in (out / "report.md").read_text()
     assert resolve(out / "config.toml") == cfg
     for stem in ("gwnet.so", "gwnet.root", "gwnet.h"):

@@ -9,6 +9,7 @@ import json
 import math
 import os
 import platform
+import re
 from pathlib import Path
 
 import numpy as np
@@ -223,6 +224,13 @@ def markdown(s: dict, figures) -> str:
     return "\n".join(lines)
 
 
+def _inline(text: str) -> str:
+    """The report's inline markdown as HTML: `code` and **bold**, the rest escaped."""
+    out = html.escape(text, quote=False)
+    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+    return re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", out)
+
+
 def html_page(md_text: str, out: Path) -> str:
     """A self-contained page: the markdown's paragraphs and table, images inlined."""
     body = []
@@ -230,7 +238,7 @@ def html_page(md_text: str, out: Path) -> str:
     for line in md_text.splitlines() + [""]:
         if line.startswith("|"):
             if not set(line) <= set("|-: "):
-                cells = [html.escape(c.strip()) for c in line.strip("|").split("|")]
+                cells = [_inline(c.strip()) for c in line.strip("|").split("|")]
                 tag = "th" if not table_rows else "td"
                 table_rows.append("<tr>" + "".join(f"<{tag}>{c}</{tag}>" for c in cells) + "</tr>")
             continue
@@ -238,14 +246,13 @@ def html_page(md_text: str, out: Path) -> str:
             body.append("<table>" + "".join(table_rows) + "</table>")
             table_rows = []
         if line.startswith("# "):
-            body.append(f"<h1>{html.escape(line[2:])}</h1>")
+            body.append(f"<h1>{_inline(line[2:])}</h1>")
         elif line.startswith("!["):
             src = line[line.rindex("](") + 2 : -1]
             data = base64.b64encode((out / src).read_bytes()).decode()
             body.append(f'<img src="data:image/png;base64,{data}" style="max-width:100%">')
         elif line.strip():
-            text = html.escape(line).replace("**", "")
-            body.append(f"<p>{text}</p>")
+            body.append(f"<p>{_inline(line)}</p>")
     style = ("body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em}"
              "table{border-collapse:collapse}td,th{border:1px solid #bbb;padding:.3em .6em}"
              "td{text-align:right}")  # fmt: skip
