@@ -104,10 +104,13 @@ def plots(out: Path, cfg, tr, ev, test, network, mf, examples) -> list[tuple[str
     for m, label in METHODS.items():
         r = ev["methods"][m]
         ax.plot(r["roc"]["fpr"], r["roc"]["tpr"], label=f"{label}, AUC {r['auc']:.4f}")
-    ax.set(xscale="log", xlim=(1e-4, 1), ylim=(0, 1), xlabel="false-alarm probability",
+    floor = 1.0 / max(1, int(np.sum(np.asarray(test["label"]) == 0)))
+    ax.axvline(floor, color="grey", ls=":", label=f"1 / noise events ({floor:.1e})")
+    ax.set(xscale="log", xlim=(floor / 2, 1), ylim=(0, 1), xlabel="false-alarm probability",
            ylabel="efficiency (all injected SNRs)", title="ROC")  # fmt: skip
     ax.legend(loc="lower right")
-    save(fig, "roc", "ROC of both methods on the same test events.")
+    save(fig, "roc", "ROC of both methods on the same test events; below the dotted line "
+         "(one noise event) the test set measures no false-alarm probability.")  # fmt: skip
 
     fig, axes = plt.subplots(1, len(FAPS), figsize=(4.2 * len(FAPS), 3.6), sharey=True)
     for ax, fap in zip(axes, FAPS, strict=True):
