@@ -125,8 +125,8 @@ def register(subparsers) -> None:
     p.add_argument("--config", help="a TOML file of RunConfig keys (see the written config.toml)")
     p.add_argument("--out", default="rootclad-gw-run", help="output directory")
     p.add_argument("--events", type=int, help="training events (validation N/6, test N/2)")
-    p.add_argument("--epochs", type=int, help="most training epochs (default 12; early "
-                   "stopping after 4 without a better validation loss)")  # fmt: skip
+    p.add_argument("--epochs", type=int, help="most training epochs (12, or 30 with --preset "
+                   "full; training stops early once the validation loss stops improving)")  # fmt: skip
     p.add_argument("--model", choices=["cnn", "mlp"], help="the network (default cnn)")
     p.add_argument("--engine", choices=["auto", "clad", "pullback"],
                    help="how the backward is written (default auto: Clad where found)")  # fmt: skip
