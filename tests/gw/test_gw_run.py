@@ -108,6 +108,27 @@ def test_snr50_fit_recovers_a_known_efficiency_curve_and_its_error_covers_it():
     assert ev.fap_key(1e-2) == "1e-2" and ev.fap_key(1e-3) == "1e-3"
 
 
+@pytest.mark.parametrize("k, n", [(0, 10), (3, 10), (10, 10), (1, 3), (47, 120)])
+def test_wilson_interval_solves_its_defining_equation(k, n):
+    """The Wilson bounds are the proportions p whose score test |k/n - p| = sqrt(p(1-p)/n)
+    (one standard deviation) is at its edge: found here by root finding, not the formula."""
+    from scipy import optimize
+
+    from rootclad.gw.run.evaluate import wilson
+
+    def edge(p):
+        return abs(k / n - p) - np.sqrt(p * (1 - p) / n)
+
+    eps = 1e-12  # p = k/n is a root too: the brackets leave it out
+    low = 0.0 if k == 0 else optimize.brentq(edge, eps, k / n - eps)
+    high = 1.0 if k == n else optimize.brentq(edge, k / n + eps, 1 - eps)
+    got = wilson(k, n)
+    assert got == pytest.approx((low, high), abs=1e-9), (got, low, high)
+    if 0 < k < n:  # the normal approximation is another interval: the check can tell
+        half = np.sqrt(k / n * (1 - k / n) / n)
+        assert got != pytest.approx((k / n - half, k / n + half), abs=1e-3)
+
+
 def test_snr50_fit_is_nan_without_a_crossing():
     snr = np.linspace(5, 10, 100)
     assert np.isnan(ev.fit_snr50(snr, np.ones(100)))

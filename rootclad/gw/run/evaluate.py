@@ -44,13 +44,19 @@ def threshold(noise_scores: np.ndarray, fap: float) -> float:
 
 
 def fit_snr50(snr: np.ndarray, detected: np.ndarray, step: float = 0.02) -> float:
-    """SNR at 50% efficiency: fit P(detected) = Phi((snr - a) / b) (a statistic that is about
-    Gaussian with a mean growing with the SNR gives this shape) by maximum likelihood; a. The
-    events are counted in SNR bins of ``step`` (the likelihood of the counts, 50 times faster
-    than event by event, for a shift below step / 2). NaN when the fit has no crossing inside
-    the injected range."""
+    """SNR at 50% efficiency: ``a`` of :func:`fit_probit`; NaN when the fit has no crossing
+    inside the injected range."""
+    return fit_probit(snr, detected, step)[0]
+
+
+def fit_probit(snr: np.ndarray, detected: np.ndarray, step: float = 0.02) -> tuple[float, float]:
+    """Fit P(detected) = Phi((snr - a) / b) (a statistic that is about Gaussian with a mean
+    growing with the SNR gives this shape) by maximum likelihood; (a, b). The events are
+    counted in SNR bins of ``step`` (the likelihood of the counts, 50 times faster than event
+    by event, for a shift below step / 2). (NaN, NaN) when the fit has no crossing inside the
+    injected range."""
     if detected.all() or not detected.any():
-        return float("nan")
+        return float("nan"), float("nan")
     lo = snr.min()
     idx = ((snr - lo) / step).astype(np.int64)
     n = np.bincount(idx)
@@ -65,22 +71,34 @@ def fit_snr50(snr: np.ndarray, detected: np.ndarray, step: float = 0.02) -> floa
     a0 = float(np.median(snr))
     res = optimize.minimize(nll, [a0, 0.0], method="Nelder-Mead",
                             options={"xatol": 1e-4, "fatol": 1e-7, "maxiter": 2000})  # fmt: skip
-    a = float(res.x[0])
-    return a if snr.min() <= a <= snr.max() else float("nan")
+    a, b = float(res.x[0]), float(np.exp(res.x[1]))
+    return (a, b) if snr.min() <= a <= snr.max() else (float("nan"), float("nan"))
+
+
+def wilson(k: float, n: int, z: float = 1.0) -> tuple[float, float]:
+    """The Wilson score interval of a binomial proportion k / n at ``z`` standard deviations
+    (one: 68%): asymmetric, inside [0, 1], and not empty at 0 or n detections."""
+    p, z2 = k / n, z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z / (1 + z2 / n) * np.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return float(max(0.0, centre - half)), float(min(1.0, centre + half))
 
 
 def efficiency_curve(snr, detected, edges) -> dict:
+    """Per SNR bin: the efficiency, its Wilson 68% interval (``low``, ``high``), the counts, and
+    ``error`` (half the interval's width, for symmetric error bars)."""
     idx = np.digitize(snr, edges) - 1
-    eff, err, centre = [], [], []
+    out: dict = {k: [] for k in ("snr", "efficiency", "low", "high", "error", "n", "k")}
     for b in range(len(edges) - 1):
         d = detected[idx == b]
         if len(d) == 0:
             continue
-        p = d.mean()
-        eff.append(float(p))
-        err.append(float(np.sqrt(max(p * (1 - p), 1.0 / len(d)) / len(d))))
-        centre.append(float(0.5 * (edges[b] + edges[b + 1])))
-    return {"snr": centre, "efficiency": eff, "error": err}
+        low, high = wilson(float(d.sum()), len(d))
+        for key, v in (("snr", 0.5 * (edges[b] + edges[b + 1])), ("efficiency", d.mean()),
+                       ("low", low), ("high", high), ("error", (high - low) / 2),
+                       ("n", len(d)), ("k", d.sum())):  # fmt: skip
+            out[key].append(float(v) if key not in ("n", "k") else int(v))
+    return out
 
 
 def evaluate(stat: dict[str, np.ndarray], label: np.ndarray, snr: np.ndarray, *,
@@ -101,9 +119,11 @@ def evaluate(stat: dict[str, np.ndarray], label: np.ndarray, snr: np.ndarray, *,
         for fap in FAPS:
             t = threshold(s[noise], fap)
             det = (s[signal] > t).astype(float)
+            a, b = fit_probit(snr[signal], det)
             m["fap"][fap_key(fap)] = {
                 "threshold": t,
-                "snr50": fit_snr50(snr[signal], det),
+                "snr50": a,
+                "probit_width": b,
                 "efficiency": efficiency_curve(snr[signal], det, edges),
                 "noise_above": int((s[noise] > t).sum()),
             }

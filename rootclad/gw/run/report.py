@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+from scipy import special
 
 from rootclad.gw.run.evaluate import FAPS, fap_key
 from rootclad.gw.run.files import replacing
@@ -115,20 +116,31 @@ def plots(out: Path, cfg, tr, ev, test, network, mf, examples) -> list[tuple[str
     fig, axes = plt.subplots(1, len(FAPS), figsize=(4.2 * len(FAPS), 3.6), sharey=True)
     for ax, fap in zip(axes, FAPS, strict=True):
         k = fap_key(fap)
-        for m, label in METHODS.items():
-            e = ev["methods"][m]["fap"][k]["efficiency"]
-            s50 = ev["methods"][m]["fap"][k]["snr50"]
-            ax.errorbar(e["snr"], e["efficiency"], e["error"], fmt="o-", ms=3,
-                        label=f"{label}: SNR50 {s50:.2f}")  # fmt: skip
+        for i, (m, label) in enumerate(METHODS.items()):
+            f = ev["methods"][m]["fap"][k]
+            e, s50, std = f["efficiency"], f["snr50"], f.get("snr50_std", float("nan"))
+            eff = np.asarray(e["efficiency"])
+            yerr = np.clip([eff - np.asarray(e.get("low", eff)),
+                            np.asarray(e.get("high", eff)) - eff], 0, None)  # fmt: skip
+            colour = f"C{i}"
+            ax.errorbar(e["snr"], eff, yerr, fmt="o", ms=3, color=colour, capsize=2,
+                        label=f"{label}: SNR50 {s50:.2f} ± {std:.2f}")  # fmt: skip
+            width = f.get("probit_width")
+            if width is not None and np.isfinite(s50) and np.isfinite(width):
+                grid = np.linspace(min(e["snr"]), max(e["snr"]), 200)
+                ax.plot(grid, special.ndtr((grid - s50) / width), color=colour, lw=1)
         ax.axhline(0.5, color="grey", ls=":")
-        ax.set(xlabel="injected optimal SNR", title=f"false-alarm probability {k}")
-        ax.legend(fontsize=8, loc="lower right")
+        ax.set(xlabel="injected optimal SNR", ylim=(-0.02, 1.3),
+               title=f"false-alarm probability {k}")  # fmt: skip
+        ax.legend(fontsize=8, loc="upper left")  # above the curves: ylim leaves it room
     axes[0].set_ylabel("efficiency")
     save(
         fig,
         "efficiency",
         "Detection efficiency against injected SNR at three false-alarm "
-        "probabilities (thresholds set on the noise-only test events).",
+        "probabilities (thresholds set on the noise-only test events): points with Wilson 68% "
+        "intervals, lines the fitted probit curves whose 50% crossing is SNR50 (± its "
+        "bootstrap standard deviation in the legend).",
     )
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
