@@ -31,9 +31,9 @@ def from_rdataframe(df, *, features: str | Sequence[str], target: str,
     entry number of the RDataFrame (``rdfentry_``), never the temporary file."""
     feats = [features] if isinstance(features, str) else list(features)
     columns = [*feats, target, *([weight] if weight else [])]
-    known = [str(c) for c in df.GetColumnNames()]
     for c in columns:
         if not df.HasColumn(c):
+            known = [str(name) for name in df.GetColumnNames()]
             close = difflib.get_close_matches(c, known, n=3, cutoff=0.5)
             hint = f"; close matches: {', '.join(close)}" if close else ""
             raise DataError(f'Unknown column "{c}" in the RDataFrame{hint}')

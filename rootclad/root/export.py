@@ -2,8 +2,8 @@
 
 ``STEM.so`` is the compiled library; ``STEM.root`` holds every parameter as a TTree named like
 the torch parameter, with one entry of a ``values[n]/D`` branch and the shape in its title, and
-a TObjString ``rootclad_metadata`` (JSON); ``STEM.h`` is rootclad's C++ host in one file. Each file is
-written to a temporary name first and renamed once all three are written; the weights name
+a TObjString ``rootclad_metadata`` (JSON); ``STEM.h`` is rootclad's C++ host in one file. Each
+file is written to a temporary name first and renamed once all three are written; the weights name
 the library's MD5, so ``rootclad::Model`` never pairs weights with a library they were not
 exported with.
 """
