@@ -6,6 +6,8 @@
 - :class:`TableIterator`, :func:`from_rdataframe`: any numeric columns as features, a
   target and optional event weights, from files or an RDataFrame;
   :class:`CompiledTableIterator` reads the same with the C++ ``TableReader``;
+- :class:`Schema`, :class:`Standardize`: the input columns stored with an export, and a
+  preprocessing stage compiled into the model;
 - :class:`DataError`: bad input, naming file, tree, branch and entry.
 
 Names load lazily; ``import rootclad.data`` imports neither uproot nor ROOT.
@@ -20,6 +22,8 @@ _EXPORTS = {
     "CompiledBatchIterator": "compiled",
     "CompiledTableIterator": "compiled",
     "DataError": "errors",
+    "Schema": "schema",
+    "Standardize": "schema",
     "TableIterator": "table",
     "from_rdataframe": "rdataframe",
     "declare": "cling",

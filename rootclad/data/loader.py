@@ -101,6 +101,13 @@ class _BatchIteratorBase:
         """Batches per epoch."""
         return batch_count(self.entries, self.batch_size, self.drop_last)
 
+    @property
+    def schema(self):
+        """The columns a batch's ``x`` is read from, for ``cm.export(stem, schema=...)``."""
+        from rootclad.data.schema import Schema
+
+        return Schema([(self.strain, self.length)], target=self.label)
+
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch the next iteration uses (the shuffle depends on it)."""
         self.epoch = int(epoch)

@@ -47,6 +47,15 @@ class TableIterator(_BatchIteratorBase):
                 raise TypeError(f"TableIterator takes features= and target=, not {bad}=")
         super().__init__(files, **kwargs)
 
+    @property
+    def schema(self):
+        """The feature columns and their lengths, the target and the weight, for
+        ``cm.export(stem, schema=...)``."""
+        from rootclad.data.schema import Schema
+
+        return Schema(list(zip(self.features, self._widths, strict=True)), target=self.target,
+                      weight=self.weight)  # fmt: skip
+
     # -- the columns of a batch ------------------------------------------------------------
     def _columns(self):
         cols = [((self.length,), np.float32), ((), self._target_dtype)]

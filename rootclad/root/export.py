@@ -10,9 +10,12 @@ exported with.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
+import math
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -46,8 +49,24 @@ def header(cm, file_name: str, stem_name: str) -> str:
     )
 
 
-def metadata(cm, library_md5: str) -> dict:
-    """What ``STEM.root`` says about the model (``rootclad::Model`` reads prefix and MD5)."""
+_HEADERS_ID = re.compile(r"(ROOTCLAD_HEADERS_ID(?: \+ 0 !=)? )0x[0-9a-f]+")
+
+
+def headers_id(body: str | None = None) -> str:
+    """The fingerprint of rootclad's C++ host (``model.h`` and what it includes, as ``STEM.h``
+    inlines them), which ``model.h`` states as ``ROOTCLAD_HEADERS_ID``: a program including an
+    exported ``STEM.h`` and rootclad's headers of another version stops with an #error there
+    (their include guards would otherwise keep the first one's definitions). The value in
+    ``model.h`` is kept equal to this by tests/root/test_root_schema.py."""
+    if body is None:
+        body = amalgamate('#include "rootclad/model.h"\n', Path(get_include()) / "rootclad")
+    normal = _HEADERS_ID.sub(r"\g<1>0x0", body)
+    return "0x" + hashlib.sha256(normal.encode()).hexdigest()[:7]
+
+
+def metadata(cm, library_md5: str, schema=None) -> dict:
+    """What ``STEM.root`` says about the model (``rootclad::Model`` reads prefix and MD5, the
+    frozen parameters, which its training leaves unchanged, and the schema's fields)."""
     return {
         "prefix": cm._em.prefix,
         "library_md5": library_md5,
@@ -67,9 +86,29 @@ def metadata(cm, library_md5: str) -> dict:
             else {}
         ),
         "parameters": [{"name": n, "shape": list(p.shape)} for n, p in cm.named_parameters()],
+        "frozen": [n for n, p in cm.named_parameters() if not p.requires_grad],
         "rootclad_version": __version__,
         "seed": cm._seed,
+        **(schema.to_json() if schema is not None else {}),
+        "preprocess": [_stage(cm, name) for name in cm._stages],
     }
+
+
+def _stage(cm, module: str) -> dict:
+    """A rootclad.data.Standardize in the model: where it is and its constants (its frozen
+    ``mean`` and ``std``, also stored as parameters)."""
+    params = dict(cm.named_parameters())
+    key = f"{module}." if module else ""
+    mean, std = (params[key + k].detach().double().flatten().tolist() for k in ("mean", "std"))
+    return {"stage": "standardize", "module": module, "mean": mean, "std": std}
+
+
+def _schema(cm, schema):
+    from rootclad.data.schema import Schema, check_schema
+
+    if schema is None:
+        return None
+    return check_schema(Schema.of(schema), math.prod(cm.input_shape), "cm.export(schema=...)")
 
 
 def _optimizer_tree(f, cm, opt) -> None:
@@ -94,12 +133,14 @@ def _optimizer_tree(f, cm, opt) -> None:
     tree.extend({"config": config, "step": np.array([steps.pop()], np.int64), "state": state})
 
 
-def export(cm, stem, optimizer=None) -> dict[str, Path]:
+def export(cm, stem, optimizer=None, schema=None) -> dict[str, Path]:
     """Write ``STEM.so``, ``STEM.root`` and ``STEM.h`` for ``cm``; returns their paths.
 
     With ``optimizer`` (a rootclad optimizer of ``cm``), ``STEM.root`` also holds its
     hyperparameters, step count and state, which ``rootclad::Model::load(path, &opt)``
-    restores: training resumes in C++ where Python left it."""
+    restores: training resumes in C++ where Python left it. With ``schema``
+    (:class:`rootclad.data.Schema` or a reader), the metadata holds the input columns, their
+    lengths, the target, weight and class names (checked against the model's input size)."""
     import uproot
 
     if len(cm.input_shapes) != 1:
@@ -120,6 +161,7 @@ def export(cm, stem, optimizer=None) -> dict[str, Path]:
             "such as a position encoding), which the ROOT artifact does not store yet; use it "
             "from Python"
         )
+    schema = _schema(cm, schema)
     stem = Path(stem)
     if not stem.parent.is_dir():
         raise FileNotFoundError(f"{stem.parent}: no such directory (create it first)")
@@ -143,7 +185,7 @@ def export(cm, stem, optimizer=None) -> dict[str, Path]:
                 tree.extend({"values": values})
             if optimizer is not None:
                 _optimizer_tree(f, cm, optimizer)
-            f["rootclad_metadata"] = json.dumps(metadata(cm, md5))
+            f["rootclad_metadata"] = json.dumps(metadata(cm, md5, schema))
         writing = ".h"
         tmp[".h"].write_text(header(cm, paths[".h"].name, stem.name))
         for ext in (".so", ".root", ".h"):  # all written: now each replaces its old file

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import operator
 import os
-import re
 from pathlib import Path
 
 from rootclad.data.cling import CLING_LOCK, declare, declare_header, import_root
+from rootclad.data.schema import check_column_name
 from rootclad.ir.graph import CLASS_INDEX_LOSSES
 
 
@@ -169,15 +170,36 @@ def _element_type(type_name: str) -> str | None:
     return None
 
 
-# What a column's name may be to go into a Define expression, where RDataFrame finds it in the
-# text (``a.b``, ``class``: it replaces them); anything else could be read as code.
-_COLUMN_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", re.ASCII)
+def stored_columns(stem: str) -> list[str]:
+    """The input columns an export stores (``cm.export(stem, schema=...)``); [] without."""
+    return [str(c) for c in _cached_model(stem).input_columns()]
+
+
+def columns_of(stem: str, inputs, what: str):
+    """``inputs`` as given (checked against the export's schema, when it has one), or the
+    schema's columns when ``inputs`` is None."""
+    stored = stored_columns(stem)
+    if inputs is None:
+        if not stored:
+            raise ValueError(
+                f"{what}: the model {stem} stores no input columns (exported without a schema): "
+                "pass inputs=, or export it with cm.export(stem, schema=...)"
+            )
+        return stored[0] if len(stored) == 1 else stored
+    given = [inputs] if isinstance(inputs, str) else [str(c) for c in inputs]
+    if stored and given != stored:
+        raise ValueError(
+            f"{what}: inputs {given} differ from the columns the model {stem} was exported "
+            f"with, {stored} (names and order); leave inputs= out to use those"
+        )
+    return inputs
 
 
 def _input_expr(df, inputs, stem: str, what: str) -> str:
     """The C++ expression handing one event's input to ``Model::score``/``saliency``, after
     checking the columns' types (and, for a list of columns, their number) in Python, so that
     a mistake names the column instead of failing in Cling's compilation of the Define."""
+    inputs = columns_of(stem, inputs, what)
     n_in = int(_cached_model(stem).input_size())
     names = [str(c) for c in df.GetColumnNames()]
     cols = [inputs] if isinstance(inputs, str) else list(inputs)
@@ -185,13 +207,13 @@ def _input_expr(df, inputs, stem: str, what: str) -> str:
         raise ValueError(f"{what}: no input columns given")
     for c in cols:
         if c not in names:
-            raise ValueError(f"{what}: no column '{c}' in the RDataFrame")
-        if not _COLUMN_NAME.fullmatch(c):
-            raise ValueError(
-                f"{what}: column '{c}' is not a C++ name (letters, digits and _, or such names "
-                "joined by dots); RDataFrame finds a Define's columns in the expression's text, "
-                "so its name cannot be used there safely: rename the branch"
-            )
+            close = difflib.get_close_matches(c, names, n=3, cutoff=0.5)
+            hint = f"; close matches: {', '.join(close)}" if close else ""
+            raise ValueError(f"{what}: no column '{c}' in the RDataFrame{hint}")
+        try:
+            check_column_name(c)
+        except ValueError as err:
+            raise ValueError(f"{what}: {err}") from None
     if isinstance(inputs, str):
         type_name = str(df.GetColumnType(inputs))
         element = _element_type(type_name)
@@ -222,10 +244,12 @@ def _input_expr(df, inputs, stem: str, what: str) -> str:
     return f"rootclad::event_input({n_in}, rdfentry_, {_names(cols)}, {', '.join(cols)})"
 
 
-def define_score(df, stem, inputs, column: str = "score"):
+def define_score(df, stem, inputs=None, column: str = "score"):
     """``df`` with a column ``column``: the model's (first) output for each event.
 
-    ``inputs`` is one column holding the whole input (an ``RVec``, ``std::vector`` or fixed-size
+    ``inputs`` defaults to the columns stored with the export (``cm.export(stem,
+    schema=...)``); given, it must name those (checked), or, for an export without a schema,
+    one column holding the whole input (an ``RVec``, ``std::vector`` or fixed-size
     array of numbers) or a list of columns, numbers and arrays, concatenated in that order (the
     readers' feature lists); a wrong column type or count raises ValueError naming the columns,
     an event of another length raises from the event loop naming its entry (``rdfentry_``) and
@@ -236,9 +260,10 @@ def define_score(df, stem, inputs, column: str = "score"):
     return df.Define(column, f"(*{_slots(stem)})[rdfslot_].score({expr})")
 
 
-def define_saliency(df, stem, inputs, column: str = "saliency"):
+def define_saliency(df, stem, inputs=None, column: str = "saliency"):
     """``df`` with a column ``column``: d(output) / d(input) per event, for a one-output model
-    (``RVec<float>`` for a float input column, ``RVec<double>`` for a list of columns)."""
+    (``RVec<float>`` for a float input column, ``RVec<double>`` for a list of columns);
+    ``inputs`` as :func:`define_score`'s."""
     stem = _stem(stem)
     expr = _input_expr(df, inputs, stem, "define_saliency")
     return df.Define(column, f"(*{_slots(stem)})[rdfslot_].saliency({expr})")
@@ -247,7 +272,7 @@ def define_saliency(df, stem, inputs, column: str = "saliency"):
 def score_tree(
     file,
     stem,
-    inputs: str = "strain",
+    inputs=None,
     tree: str = "events",
     output=None,
     out_tree: str = "scores",
@@ -257,7 +282,9 @@ def score_tree(
     """Score every entry of ``tree`` in batches (C++: ``rootclad::score_tree``) and write the
     scores, entry by entry, to the TTree ``out_tree`` of ``output`` (default
     ``<file>_scores.root``): a friend of the input tree (``t.AddFriend(out_tree, output)``).
-    ``inputs`` is one branch holding the whole input (``float[N]``, ``vector<float>``).
+    ``inputs`` defaults to the columns stored with the export (checked when given, as
+    :func:`define_score`'s): one branch holding the whole input (``float[N]``,
+    ``vector<float>``) or a list of branches, numbers and arrays concatenated in order.
     ``batch_size`` defaults to the batch whose activations fill about 4 MB
     (``rootclad::Model::cache_batch``: 12 per thread for the GW CNN, 256 for the MLP)."""
     stem = _stem(stem)
@@ -267,8 +294,15 @@ def score_tree(
     output = Path(output) if output else file.with_name(file.stem + "_scores.root")
     if batch_size is not None and batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    inputs = columns_of(stem, inputs, "score_tree")
     model = _cached_model(stem)  # declares model.h too
-    fn = import_root().rootclad.score_tree
+    root = import_root()
+    if not isinstance(inputs, str):
+        names = root.std.vector["std::string"]()
+        for c in inputs:
+            names.push_back(str(c))
+        inputs = names
+    fn = root.rootclad.score_tree
     fn.__release_gil__ = True
     fn(model, str(file), tree, inputs, str(output), out_tree, column, int(batch_size or 0))
     return output

@@ -150,6 +150,7 @@ class ModelBase:
         self.loss_shape = tuple(graph.loss_columns[1])  # the output the loss reads
         self.training = True
         self._seed = int(seed)
+        self._stages: list[str] = []  # rootclad.data.Standardize modules (compiler._take_state)
         self._calls = itertools.count(1)  # next() is atomic: no two threads share a seed
         # other names of a parameter in the torch module (a layer used twice): its state_dict
         # lists each; named_parameters() and this model list the first only
@@ -263,6 +264,7 @@ class ModelBase:
         other.load_state_dict(self.state_dict())
         for name, p in self._views.items():  # frozen stays frozen
             other._views[name].requires_grad_(p.requires_grad)
+        other._stages = list(self._stages)
         return other.train(self.training)
 
     def _on(self, device: torch.device) -> bool:

@@ -331,13 +331,15 @@ class CompiledModel(ModelBase):
         grads = self._without_masks(self._input_grads(d_act, B))
         return grads[0] if len(grads) == 1 else grads
 
-    def export(self, stem, optimizer=None):
+    def export(self, stem, optimizer=None, schema=None):
         """Write ``STEM.so``, ``STEM.root`` (the parameters, and ``optimizer``'s state if
         given) and ``STEM.h``, for ROOT macros, compiled C++ programs and
-        :func:`rootclad.root.load`; see rootclad/root/export.py."""
+        :func:`rootclad.root.load`; see rootclad/root/export.py. ``schema`` (a
+        :class:`rootclad.data.Schema`, or a reader: its ``.schema``) stores the input columns,
+        target, weight and class names with the model, for ``define_score(df, stem)``."""
         from rootclad.root.export import export
 
-        return export(self, stem, optimizer)
+        return export(self, stem, optimizer, schema)
 
     def __repr__(self) -> str:
         return (

@@ -280,7 +280,7 @@ def root_scoring(cfg, stem: Path, test_file: Path, network: np.ndarray, ev: dict
     with _sigint_as_flag(ROOT), replacing(path) as tmp:
         # after Ctrl-C the loop runs on without reading or scoring an event
         df = ROOT.RDataFrame("events", str(test_file)).Filter("!rootclad_gw::interrupted")
-        df = rootclad.root.define_score(df, stem, inputs="strain", column="score")
+        df = rootclad.root.define_score(df, stem, column="score")  # the stored input column
         cols = df.AsNumpy(["score", "label"])
         if ROOT.rootclad_gw.interrupted.load():
             raise KeyboardInterrupt
@@ -429,7 +429,12 @@ def run(cfg: RunConfig, out: Path, *, resume: bool = False, progress: bool | Non
     stem = out / "model" / "gwnet"
     # the ROOT artifact and the ONNX export start from the CPU library
     cpu = tr.cm if cfg.device == "cpu" else stages.run("model to the CPU", tr.cm.to, "cpu")
-    stages.run("export", cpu.export, stem)
+    from rootclad.data.schema import Schema
+
+    # the export knows its input: define_score and the macros read the column from it
+    schema = Schema({"strain": round(cfg.duration * cfg.sample_rate)}, target="label",
+                    classes=["noise", "signal"])  # fmt: skip
+    stages.run("export", cpu.export, stem, None, schema)
     in_root = stages.run("score in ROOT", root_scoring, cfg, stem, files["test"], network, ev, out)
     via_onnx = stages.run("ONNX round trip", onnx_round_trip, cpu, cfg, stem, files["test"],
                           network, examples)  # fmt: skip

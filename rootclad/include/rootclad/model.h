@@ -18,8 +18,16 @@
 // in and out). A Model owns its parameters and one workspace sized for the largest batch it
 // has run (grown on demand, never per call); one Model is not for concurrent calls: use one
 // per thread (rootclad::SlotModels does that for RDataFrame's processing slots).
+// Which rootclad headers these are (a fingerprint of this header and those it includes; an
+// exported STEM.h inlines them with their own). Headers of two rootclad versions in one
+// program, an exported STEM.h and the installed rootclad/model.h, would keep the first one's
+// definitions under their shared include guards: they stop here instead.
+#if defined(ROOTCLAD_MODEL_H) && ROOTCLAD_HEADERS_ID + 0 != 0x7d47f90
+#error "rootclad: STEM.h of another rootclad version: include only one, or export again"
+#endif
 #ifndef ROOTCLAD_MODEL_H
 #define ROOTCLAD_MODEL_H
+#define ROOTCLAD_HEADERS_ID 0x7d47f90
 
 #include <TDirectory.h>
 #include <TFile.h>
@@ -86,6 +94,11 @@ public:
     api_ = load_model(lib, prefix);
     const std::string seed = detail::json_field(json, "seed"); // absent before it was exported
     seed_ = seed.empty() ? 0 : std::stoull(seed);
+    schema_ = detail::read_schema(json);
+    const auto frozen = detail::json_array(json, "frozen");
+    for (const auto& info : api_.params) // a frozen tensor takes no optimizer step (step 0)
+      if (std::find(frozen.begin(), frozen.end(), info.name) != frozen.end())
+        frozen_.push_back(&info - api_.params.data());
     if (api_.is_double())
       pd_.assign(api_.n_params, 0.0);
     else
@@ -106,6 +119,15 @@ public:
   // forward pass reads each layer's input from cache; the pool gives each thread a share of
   // the batch), within [8, 256] per thread: the GW CNN (350 KB a sample) 12 a thread, the MLP
   // 256. Measured on the CNN, one thread: 126 us an event at batch 16, 176 at 256.
+  // What the export says its input is (cm.export(stem, schema=...)): the columns, in order,
+  // and their values per event; the target and weight columns training read; the class names.
+  // Empty for an export written without a schema.
+  const std::vector<std::string>& input_columns() const { return schema_.columns; }
+  const std::vector<long>& input_lengths() const { return schema_.lengths; }
+  const std::string& target_column() const { return schema_.target; }
+  const std::string& weight_column() const { return schema_.weight; }
+  const std::vector<std::string>& class_names() const { return schema_.classes; }
+
   int cache_batch(long bytes = 4L << 20) const {
     const long per = api_.act_size(1) * api_.element_size();
     const long b = per > 0 ? bytes / per : 256;
@@ -216,6 +238,8 @@ private:
   std::vector<float> auxf_[2];
   int work_batch_ = 0;
   bool sum_w_ = false;                 // weight_norm "sum_w"
+  detail::Schema schema_;              // the export's input columns, target, weight, classes
+  std::vector<long> frozen_, steps_;   // frozen tensors' indices; per-tensor steps of a call
   std::uint64_t seed_ = 0, calls_ = 0; // the exported model's seed; calls made so far
 
   static constexpr int N_CONFIG = sizeof(OptimConfig) / sizeof(double);
@@ -505,9 +529,16 @@ private:
     if ((long)g.size() != api_.n_params)
       g.assign(api_.n_params, T(0));
     o.step += 1;
+    const long* steps = nullptr; // every tensor at o.step, or frozen ones (exported so) at 0
+    if (!frozen_.empty()) {
+      steps_.assign(api_.params.size(), o.step);
+      for (long i : frozen_)
+        steps_[i] = 0;
+      steps = steps_.data();
+    }
     return api_.entry_points<T>().train_step(
         params<T>(), act, yt, g.data(), act + api_.act_size(B), state.data(),
-        reinterpret_cast<const double*>(&o.config), o.step, B, next_seed(), nullptr, wt);
+        reinterpret_cast<const double*>(&o.config), o.step, B, next_seed(), steps, wt);
   }
 
   // Training refuses non-finite inputs, targets and weights before touching the parameters

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace rootclad {
 
@@ -33,6 +34,120 @@ inline std::string json_field(const std::string& json, const std::string& key) {
   }
   const auto end = json.find_first_of(",}", begin);
   return json.substr(begin, end - begin);
+}
+
+// The array of strings (["a", "b"]) or integers ([1, 4]) under "key": of the metadata's JSON,
+// as Python's json.dumps writes it (escapes, \uXXXX and surrogate pairs); empty when the key
+// is absent or null.
+inline std::vector<std::string> json_array(const std::string& json, const std::string& key) {
+  std::vector<std::string> out;
+  const std::string tag = "\"" + key + "\": [";
+  size_t at = json.find(tag);
+  if (at == std::string::npos)
+    return out;
+  at += tag.size();
+  auto fail = [&] {
+    throw std::runtime_error("rootclad: malformed metadata array \"" + key + "\"");
+  };
+  auto hex4 = [&](size_t i) {
+    if (i + 4 > json.size())
+      fail();
+    return (unsigned)std::stoul(json.substr(i, 4), nullptr, 16);
+  };
+  auto utf8 = [](std::string& s, unsigned c) {
+    if (c < 0x80) {
+      s += (char)c;
+    } else if (c < 0x800) {
+      s += (char)(0xC0 | (c >> 6));
+      s += (char)(0x80 | (c & 0x3F));
+    } else if (c < 0x10000) {
+      s += (char)(0xE0 | (c >> 12));
+      s += (char)(0x80 | ((c >> 6) & 0x3F));
+      s += (char)(0x80 | (c & 0x3F));
+    } else {
+      s += (char)(0xF0 | (c >> 18));
+      s += (char)(0x80 | ((c >> 12) & 0x3F));
+      s += (char)(0x80 | ((c >> 6) & 0x3F));
+      s += (char)(0x80 | (c & 0x3F));
+    }
+  };
+  while (at < json.size()) {
+    while (at < json.size() && json[at] == ' ')
+      ++at;
+    if (at >= json.size())
+      fail();
+    if (json[at] == ']')
+      return out;
+    std::string item;
+    if (json[at] == '"') {
+      for (++at; at < json.size() && json[at] != '"'; ++at) {
+        if (json[at] != '\\') {
+          item += json[at];
+          continue;
+        }
+        if (++at >= json.size())
+          fail();
+        const char e = json[at];
+        const char* plain = "\"\\/bfnrt";
+        const char* value = "\"\\/\b\f\n\r\t";
+        if (const char* k = std::strchr(plain, e); k && e)
+          item += value[k - plain];
+        else if (e == 'u') {
+          unsigned c = hex4(at + 1);
+          at += 4;
+          if (c >= 0xD800 && c < 0xDC00 && json.compare(at + 1, 2, "\\u") == 0) {
+            c = 0x10000 + ((c - 0xD800) << 10) + (hex4(at + 3) - 0xDC00);
+            at += 6;
+          }
+          utf8(item, c);
+        } else
+          fail();
+      }
+      if (at >= json.size())
+        fail();
+      ++at; // the closing quote
+    } else {
+      const size_t end = json.find_first_of(",]", at);
+      if (end == std::string::npos)
+        fail();
+      item = json.substr(at, end - at);
+      at = end;
+    }
+    out.push_back(item);
+    while (at < json.size() && json[at] == ' ')
+      ++at;
+    if (at < json.size() && json[at] == ',')
+      ++at;
+    else if (at >= json.size() || json[at] != ']')
+      fail();
+  }
+  fail();
+  return out;
+}
+
+// What an export says its input is (cm.export(stem, schema=...)): the columns in order with
+// their values per event, the target and weight columns training read, the class names.
+// Empty for an export written without a schema.
+struct Schema {
+  std::vector<std::string> columns, classes;
+  std::vector<long> lengths;
+  std::string target, weight;
+};
+
+inline Schema read_schema(const std::string& json) {
+  Schema s;
+  s.columns = json_array(json, "input_columns");
+  for (const auto& n : json_array(json, "input_lengths"))
+    s.lengths.push_back(std::stol(n));
+  s.classes = json_array(json, "classes");
+  for (auto* f : {&s.target, &s.weight}) {
+    *f = json_field(json, f == &s.target ? "target" : "weight");
+    if (*f == "null")
+      f->clear();
+  }
+  if (s.columns.size() != s.lengths.size())
+    throw std::runtime_error("rootclad: the metadata's input_columns and input_lengths differ");
+  return s;
 }
 
 // A path as the working directory resolves it: relative paths made absolute, so that dlopen

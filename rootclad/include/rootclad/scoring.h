@@ -14,6 +14,37 @@
 
 namespace rootclad {
 
+namespace detail {
+// Scores `entries` rows, read by read(entry, x) into x (input_size floats), in batches, to the
+// TTree `out_tree` of `out_file` (write_root_file: whole or not at all).
+template <class Read>
+long long score_rows(Model& m, long long entries, int batch, const std::string& out_file,
+                     const std::string& out_tree, const std::string& column, Read read) {
+  const long N = m.input_size(), K = m.output_size();
+  batch = (int)std::min<long long>(batch, std::max<long long>(entries, 1)); // allocated below
+  std::vector<float> xs((size_t)batch * N), out((size_t)batch * K);
+  write_root_file(out_file, [&](TFile& f) {
+    // owned by the output file, which deletes it on Close
+    auto* scores = new TTree(out_tree.c_str(), ("rootclad scores of " + m.stem()).c_str());
+    float value = 0;
+    scores->Branch(column.c_str(), &value, (column + "/F").c_str());
+    // after a failed write (a full disk) the rest is not scored: write_root_file says why
+    for (long long start = 0; start < entries && !f.TestBit(TFile::kWriteError); start += batch) {
+      const int n = (int)std::min<long long>(batch, entries - start);
+      for (int i = 0; i < n; ++i)
+        read(start + i, xs.data() + (size_t)i * N);
+      m.predict(xs.data(), out.data(), n);
+      for (int i = 0; i < n; ++i) {
+        value = out[(size_t)i * K];
+        scores->Fill();
+      }
+    }
+    scores->Write();
+  });
+  return entries;
+}
+} // namespace detail
+
 // Scores every entry of `tree` in `file` in batches of `batch` (0: m.cache_batch()) and writes
 // them, entry by entry, to a TTree `out_tree` (one float branch `column`: the first output) in
 // `out_file` (write_root_file: whole or not at all), to be used as a friend of the input tree.
@@ -29,33 +60,46 @@ inline long long score_tree(Model& m, const std::string& file, const std::string
   if (batch <= 0)
     batch = m.cache_batch();
   data::TreeSource in(file, tree, input);
-  const long N = m.input_size(), K = m.output_size();
+  const long N = m.input_size();
   if (in.length() >= 0 && in.length() != N)
     in.fail(std::to_string(in.length()) + " values per entry, the model " + m.stem() + " takes " +
                 std::to_string(N),
             true, input);
-  const long long entries = in.entries();
-  batch = (int)std::min<long long>(batch, std::max<long long>(entries, 1)); // allocated below
-  std::vector<float> xs((size_t)batch * N), out((size_t)batch * K);
-  write_root_file(out_file, [&](TFile& f) {
-    // owned by the output file, which deletes it on Close
-    auto* scores = new TTree(out_tree.c_str(), ("rootclad scores of " + m.stem()).c_str());
-    float value = 0;
-    scores->Branch(column.c_str(), &value, (column + "/F").c_str());
-    // after a failed write (a full disk) the rest is not scored: write_root_file says why
-    for (long long start = 0; start < entries && !f.TestBit(TFile::kWriteError); start += batch) {
-      const int n = (int)std::min<long long>(batch, entries - start);
-      for (int i = 0; i < n; ++i)
-        in.read(start + i, xs.data() + (size_t)i * N, nullptr, (int)N, false);
-      m.predict(xs.data(), out.data(), n);
-      for (int i = 0; i < n; ++i) {
-        value = out[(size_t)i * K];
-        scores->Fill();
-      }
-    }
-    scores->Write();
-  });
-  return entries;
+  return detail::score_rows(
+      m, in.entries(), batch, out_file, out_tree, column,
+      [&](long long entry, float* x) { in.read(entry, x, nullptr, (int)N, false); });
+}
+
+// The same for an input of several columns, numbers and arrays concatenated in order (the
+// readers' feature lists), read as the training TableReader reads them; each event's length
+// is checked. m.input_columns() gives the columns the model was exported with:
+//   rootclad::score_tree(m, "test.root", "events", m.input_columns(), "test_scores.root");
+inline long long score_tree(Model& m, const std::string& file, const std::string& tree,
+                            const std::vector<std::string>& inputs, const std::string& out_file,
+                            const std::string& out_tree = "scores",
+                            const std::string& column = "score", int batch = 0) {
+  if (inputs.empty())
+    throw std::invalid_argument("rootclad::score_tree: no input columns (the model " + m.stem() +
+                                " stores none: name them)");
+  if (inputs.size() == 1)
+    return score_tree(m, file, tree, inputs[0], out_file, out_tree, column, batch);
+  if (batch <= 0)
+    batch = m.cache_batch();
+  data::TableSource in(file, tree, inputs, "", "");
+  const std::vector<int> widths = in.widths();
+  long N = 0;
+  std::string detail;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    N += widths[i];
+    detail += (i ? ", " : "") + inputs[i] + " (" + std::to_string(widths[i]) + ")";
+  }
+  if (N != m.input_size())
+    in.fail("columns " + detail + " hold " + std::to_string(N) + " values per entry; the model " +
+                m.stem() + " takes " + std::to_string(m.input_size()),
+            true);
+  return detail::score_rows(
+      m, in.entries(), batch, out_file, out_tree, column,
+      [&](long long entry, float* x) { in.read(entry, widths, x, nullptr, nullptr, false); });
 }
 
 inline long long score_tree(const std::string& file, const std::string& tree,

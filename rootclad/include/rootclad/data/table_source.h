@@ -95,7 +95,8 @@ public:
       : TreeFile(path, tree) {
     for (const auto& name : features)
       features_.push_back(open_column(name, false));
-    target_ = open_column(target, true);
+    if (!target.empty()) // none: rootclad::score_tree reads the features alone
+      target_ = open_column(target, true);
     if (!weight.empty())
       weight_ = open_column(weight, true);
     set_offsets(features_.front().branch);
@@ -115,7 +116,7 @@ public:
     return out;
   }
 
-  // Reads entry `entry`: x (sum of widths), *y, and *w when weighted.
+  // Reads entry `entry`: x (sum of widths), *y (unless y is null), and *w when weighted.
   void read(long long entry, const std::vector<int>& widths, float* x, double* y, float* w,
             bool check_finite) {
     float* out = x;
@@ -144,8 +145,8 @@ public:
       }
       out += n;
     }
-    *y = scalar(target_, entry);
-    if (target_.integral) {
+    if (!y) {
+    } else if (*y = scalar(target_, entry); target_.integral) {
       if (*y < (double)INT_MIN || *y > (double)INT_MAX) {
         std::ostringstream os;
         os << "label " << target_.leaf->GetValueLong64(0) << " does not fit a 32-bit integer";
