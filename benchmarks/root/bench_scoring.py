@@ -56,7 +56,7 @@ def run():
         df = rootclad.root.define_score(df, stem, inputs="strain", column="score")
         return len(df.AsNumpy(["score"])["score"])
     if method == "score_tree":
-        out = rootclad.root.score_tree(path, stem, output=path + f".{threads}.scores.root")
+        out = rootclad.root.score_tree(path, stem, inputs="strain", output=path + f".{threads}.scores.root")
         return 0
     n = 0
     with torch.inference_mode():

@@ -229,7 +229,9 @@ def test_score_tree_with_a_batch_larger_than_the_file_allocates_only_the_file(st
     x = np.random.default_rng(3).standard_normal((5, N)).astype(np.float32)
     with uproot.recreate(path) as f:
         f.mktree("events", {"strain": np.dtype((np.float32, (N,)))}).extend({"strain": x})
-    out = rootclad.root.score_tree(path, s, output=tmp_path / "s.root", batch_size=2**30)
+    out = rootclad.root.score_tree(
+        path, s, inputs="strain", output=tmp_path / "s.root", batch_size=2**30
+    )
     with uproot.open(out) as f:
         got = f["scores"]["score"].array(library="np")
     ref = cm.predict(torch.from_numpy(x).double()).numpy()[:, 0]

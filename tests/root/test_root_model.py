@@ -271,7 +271,9 @@ def test_batched_scorer_writes_a_friend_tree_aligned_entry_by_entry(exported, ev
     np.testing.assert_array_equal(both["scores.score"], scores)
     np.testing.assert_array_equal(both["again"], x.numpy()[:, 0, 0])
     with pytest.raises(Exception, match="tree 'nope': no such tree in the file"):
-        rootclad.root.score_tree(path, stem, tree="nope", output=tmp_path / "t.root")
+        rootclad.root.score_tree(
+            path, stem, inputs="strain", tree="nope", output=tmp_path / "t.root"
+        )
     assert not list(tmp_path.glob("*.partial"))
 
 
@@ -294,7 +296,9 @@ def test_batched_scorer_reads_vector_branches_and_names_bad_entries(exported, tm
     t.Write()
     f.Close()
     with pytest.raises(Exception, match=f"entry 33: strain has {L - 1} elements, expected {L}"):
-        rootclad.root.score_tree(path, stem, output=tmp_path / "s.root", batch_size=16)
+        rootclad.root.score_tree(
+            path, stem, inputs="strain", output=tmp_path / "s.root", batch_size=16
+        )
     assert not (tmp_path / "s.root").exists()
     assert [p.name for p in tmp_path.iterdir() if "partial" in p.name] == []
     ok = tmp_path / "vec_ok.root"
@@ -308,7 +312,9 @@ def test_batched_scorer_reads_vector_branches_and_names_bad_entries(exported, tm
         t.Fill()
     t.Write()
     f.Close()
-    out = rootclad.root.score_tree(ok, stem, output=tmp_path / "s.root", batch_size=16)
+    out = rootclad.root.score_tree(
+        ok, stem, inputs="strain", output=tmp_path / "s.root", batch_size=16
+    )
     with uproot.open(out) as fo:
         scores = fo["scores"]["score"].array(library="np")
     np.testing.assert_allclose(scores, cm.predict(x).numpy()[:, 0], rtol=1e-5, atol=1e-6)
@@ -385,12 +391,16 @@ def test_batched_scorer_sees_weights_written_after_its_first_use(events, tmp_pat
     net = _cnn()
     cm = rootclad.compile(net, example_input=torch.zeros(1, 1, L), engine="pullback")
     cm.export(tmp_path / "m")
-    first = rootclad.root.score_tree(path, tmp_path / "m", output=tmp_path / "a.root")
+    first = rootclad.root.score_tree(
+        path, tmp_path / "m", inputs="strain", output=tmp_path / "a.root"
+    )
     with torch.no_grad():
         for p in cm.parameters():
             p.mul_(1.5)
     cm.export(tmp_path / "m")  # same library, new weights
-    second = rootclad.root.score_tree(path, tmp_path / "m", output=tmp_path / "b.root")
+    second = rootclad.root.score_tree(
+        path, tmp_path / "m", inputs="strain", output=tmp_path / "b.root"
+    )
     with uproot.open(first) as f, uproot.open(second) as g:
         a, b = f["scores"]["score"].array(library="np"), g["scores"]["score"].array(library="np")
     assert not np.allclose(a, b)
