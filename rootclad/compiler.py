@@ -149,7 +149,7 @@ def _take_state(model, module: torch.nn.Module):
     model.load_state_dict({**dict(module.named_parameters()), **buffers})
     for name, p in module.named_parameters():  # frozen stays frozen
         model._views[name].requires_grad_(p.requires_grad)
-    from rootclad.data.schema import Standardize
+    from rootclad.data.standardize import Standardize
 
     # preprocessing stages, named in an export's metadata (their constants are parameters)
     model._stages = [n for n, m in module.named_modules() if isinstance(m, Standardize)]

@@ -23,7 +23,7 @@ _EXPORTS = {
     "CompiledTableIterator": "compiled",
     "DataError": "errors",
     "Schema": "schema",
-    "Standardize": "schema",
+    "Standardize": "standardize",
     "TableIterator": "table",
     "from_rdataframe": "rdataframe",
     "declare": "cling",

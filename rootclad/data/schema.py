@@ -1,6 +1,6 @@
 """What a model reads, stored with it: :class:`Schema` (the input columns, their lengths and
-order, the target, weight and class names) and :class:`Standardize`, a preprocessing stage
-compiled into the model.
+order, the target, weight and class names); :class:`rootclad.data.Standardize` (standardize.py)
+is a preprocessing stage compiled into the model.
 
 >>> it = from_rdataframe(df, features=["pt", "eta", "jets"], target="label", weight="w")
 >>> net = nn.Sequential(Standardize.fit(it), nn.Linear(it.length, 16), ...)
@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 import numpy as np
-import torch
-from torch import nn
 
 # A column a Define expression may name (RDataFrame finds the columns in the text): C++ names,
 # or such names joined by dots (``a.b``). Anything else could be read as code.
@@ -134,91 +132,6 @@ class Schema:
         )
 
 
-class Standardize(nn.Module):
-    """``(x - mean) / std``, a first layer whose constants are frozen parameters (``mean`` and
-    ``std``: not trained, stored in the export's weights like any tensor), so the compiled
-    model applies it in forward and its input gradients account for it.
-
-    ``mean`` and ``std`` are a number or one value per input feature (the per-sample input
-    shape). A feature that never varies (std 0) is divided by 1, as scikit-learn's
-    StandardScaler does. Fit them with :meth:`fit` on the training data."""
-
-    def __init__(self, mean, std):
-        super().__init__()
-        mean = torch.as_tensor(mean, dtype=torch.float64)
-        std = torch.as_tensor(std, dtype=torch.float64)
-        if mean.shape != std.shape:
-            raise ValueError(f"mean {tuple(mean.shape)} and std {tuple(std.shape)} differ in shape")
-        if not torch.isfinite(mean).all() or not torch.isfinite(std).all() or (std < 0).any():
-            raise ValueError("mean and std must be finite, std not negative")
-        std = torch.where(std == 0, torch.ones_like(std), std)
-        dtype = torch.get_default_dtype()
-        self.mean = nn.Parameter(mean.to(dtype), requires_grad=False)
-        self.std = nn.Parameter(std.to(dtype), requires_grad=False)
-
-    def forward(self, x):
-        return (x - self.mean) / self.std
-
-    def extra_repr(self) -> str:
-        return f"features={self.mean.numel()}"
-
-    @classmethod
-    def fit(cls, data, features: Iterable[str] | None = None) -> Standardize:
-        """Means and standard deviations (population: divided by N) of each input value, over
-        ``data``:
-
-        - a reader (``from_rdataframe``, ``TableIterator``, ``BatchIterator``...): one pass
-          over its entries (its split: fit on the training split), summed in float64;
-        - an RDataFrame and ``features`` (the readers' feature list): its filtered entries;
-        - an array ``(N, *shape)`` (numpy or torch).
-
-        The shape of the statistics is a batch's per-sample shape."""
-        if features is not None:
-            data = _rdataframe_reader(data, features)
-        elif hasattr(data, "GetColumnNames"):
-            raise TypeError("Standardize.fit(df, features=[...]): name the RDataFrame's columns")
-        if isinstance(data, (np.ndarray, torch.Tensor)):
-            batches: Iterable = [(data,)]
-        else:
-            batches = data
-        n, total, sq, shift = 0, None, None, None
-        for batch in batches:
-            x = batch[0] if isinstance(batch, (tuple, list)) else batch
-            x = torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x)
-            x = x.detach().to("cpu", torch.float64)
-            if x.ndim < 2 or not x.shape[0]:
-                continue
-            if shift is None:  # sums about the first batch's mean: no cancellation
-                shift = x.mean(0)
-                total = torch.zeros_like(shift)
-                sq = torch.zeros_like(shift)
-            elif x.shape[1:] != shift.shape:
-                raise ValueError(f"batches of per-sample shape {tuple(x.shape[1:])} and "
-                                 f"{tuple(shift.shape)}")  # fmt: skip
-            d = x - shift
-            total += d.sum(0)
-            sq += (d * d).sum(0)
-            n += x.shape[0]
-        if not n:
-            raise ValueError("Standardize.fit: the data hold no entries")
-        mean = total / n
-        var = (sq / n - mean * mean).clamp_min(0)
-        return cls(shift + mean, var.sqrt())
-
-
-_NO_TARGET = "rootclad_no_target_"
-
-
-def _rdataframe_reader(df, features):
-    """A reader of ``features`` from the RDataFrame ``df`` (its filters and defines applied),
-    one pass in order; the target is a constant column defined here (not the user's)."""
-    from rootclad.data.rdataframe import from_rdataframe
-
-    feats = [features] if isinstance(features, str) else list(features)
-    return from_rdataframe(df.Define(_NO_TARGET, "0"), features=feats, target=_NO_TARGET,
-                           shuffle=False, batch_size=4096)  # fmt: skip
-
-
 def check_schema(schema: Schema, input_size: int, what: str) -> Schema:
     if schema.size != input_size:
         detail = ", ".join(f"{n} ({k})" for n, k in schema.columns)
@@ -227,4 +140,4 @@ def check_schema(schema: Schema, input_size: int, what: str) -> Schema:
     return schema
 
 
-__all__ = ["Schema", "Standardize", "check_column_name", "check_schema"]
+__all__ = ["Schema", "check_column_name", "check_schema"]

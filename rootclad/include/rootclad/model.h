@@ -1,12 +1,10 @@
-// rootclad/model.h — an exported rootclad model in C++: ROOT macros, compiled programs and
-// PyROOT, with neither Python nor torch.
+// rootclad/model.h — an exported rootclad model in C++ (macros, programs, PyROOT; no torch).
 //
 // cm.export("build/gwnet") (Python) or `rootclad build ... -o build/gwnet` writes
 //   build/gwnet.so    the compiled model (forward, Clad or pullback backward, optimizers)
 //   build/gwnet.root  its parameters, one TTree per tensor (branch "values", one entry), and
-//                     a TObjString "rootclad_metadata" (JSON: prefix, dtype, loss, shapes,
-//                     the library's MD5); uproot reads it too
-//   build/gwnet.h     includes this header
+//                     "rootclad_metadata" (JSON: prefix, shapes, MD5, the input columns...)
+//   build/gwnet.h     this header and those it includes, in one file
 //
 //   rootclad::Model m("build/gwnet");          // library + weights, checked against each other
 //   rootclad::Adam opt(m, 1e-3);
@@ -18,16 +16,14 @@
 // in and out). A Model owns its parameters and one workspace sized for the largest batch it
 // has run (grown on demand, never per call); one Model is not for concurrent calls: use one
 // per thread (rootclad::SlotModels does that for RDataFrame's processing slots).
-// Which rootclad headers these are (a fingerprint of this header and those it includes; an
-// exported STEM.h inlines them with their own). Headers of two rootclad versions in one
-// program, an exported STEM.h and the installed rootclad/model.h, would keep the first one's
-// definitions under their shared include guards: they stop here instead.
-#if defined(ROOTCLAD_MODEL_H) && ROOTCLAD_HEADERS_ID + 0 != 0x7d47f90
+// A fingerprint of these headers (export.py: headers_id): an exported STEM.h of another
+// version and these in one program would share include guards; they stop here instead.
+#if defined(ROOTCLAD_MODEL_H) && ROOTCLAD_HEADERS_ID + 0 != 0xdaadd61
 #error "rootclad: STEM.h of another rootclad version: include only one, or export again"
 #endif
 #ifndef ROOTCLAD_MODEL_H
 #define ROOTCLAD_MODEL_H
-#define ROOTCLAD_HEADERS_ID 0x7d47f90
+#define ROOTCLAD_HEADERS_ID 0xdaadd61
 
 #include <TDirectory.h>
 #include <TFile.h>
@@ -115,19 +111,18 @@ public:
   const std::string& engine() const { return api_.engine; }
   const std::string& loss() const { return api_.loss; }
 
-  // The batch whose activations fill about `bytes` per thread of the library's pool (a
-  // forward pass reads each layer's input from cache; the pool gives each thread a share of
-  // the batch), within [8, 256] per thread: the GW CNN (350 KB a sample) 12 a thread, the MLP
-  // 256. Measured on the CNN, one thread: 126 us an event at batch 16, 176 at 256.
-  // What the export says its input is (cm.export(stem, schema=...)): the columns, in order,
-  // and their values per event; the target and weight columns training read; the class names.
-  // Empty for an export written without a schema.
+  // The export's schema (cm.export(stem, schema=...)): input columns in order, values per
+  // event; target and weight columns; class names. Empty for an export without one.
   const std::vector<std::string>& input_columns() const { return schema_.columns; }
   const std::vector<long>& input_lengths() const { return schema_.lengths; }
   const std::string& target_column() const { return schema_.target; }
   const std::string& weight_column() const { return schema_.weight; }
   const std::vector<std::string>& class_names() const { return schema_.classes; }
 
+  // The batch whose activations fill about `bytes` per thread of the library's pool (a
+  // forward pass reads each layer's input from cache; the pool gives each thread a share of
+  // the batch), within [8, 256] per thread: the GW CNN (350 KB a sample) 12 a thread, the MLP
+  // 256. Measured on the CNN, one thread: 126 us an event at batch 16, 176 at 256.
   int cache_batch(long bytes = 4L << 20) const {
     const long per = api_.act_size(1) * api_.element_size();
     const long b = per > 0 ? bytes / per : 256;
