@@ -6,7 +6,8 @@ ROOT, report. Each stage is timed; everything lands in one output directory:
     checkpoint.pt      weights, optimizer state and epoch, written atomically after each epoch
     model/gwnet.*      the exported model (cm.export: .so, .root, .h; .onnx: torch's exporter)
     cache/bank-*.npz   the matched filter's template bank
-    scores.root        ROOT: score histograms per class, ROC and efficiency TGraphs
+    scores.root        ROOT: score histograms per class, ROC TGraphs, efficiencies as TEfficiency
+                       and TGraphAsymmErrors
     plots/*.png        loss, ROC, efficiency vs SNR, score distributions, saliency
     report.md, report.html (self-contained), summary.json
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import platform
 import shutil
@@ -290,7 +292,8 @@ def root_scoring(cfg, stem: Path, test_file: Path, network: np.ndarray, ev: dict
 
 
 def _write_scores_file(ROOT, tmp: Path, path: Path, cols: dict, network, ev: dict) -> None:
-    """Score histograms per class, and the ROC and efficiency curves as TGraphs."""
+    """Score histograms per class, the ROC curves as TGraphs, and the efficiency curves as
+    TEfficiency and TGraphAsymmErrors."""
     lo, hi = float(np.min(network)), float(np.max(network))
     f = ROOT.TFile(str(tmp), "RECREATE")
     if f.IsZombie():
@@ -311,15 +314,42 @@ def _write_scores_file(ROOT, tmp: Path, path: Path, cols: dict, network, ev: dic
             names.append(f"roc_{method}")
             f.WriteObject(g, names[-1])
             for key, v in m["fap"].items():
-                e = v["efficiency"]
-                x, y = np.asarray(e["snr"]), np.asarray(e["efficiency"])
-                g = ROOT.TGraphErrors(len(x), x, y, np.zeros(len(x)), np.asarray(e["error"]))
-                g.SetTitle(f"{method}, false-alarm probability {key};injected SNR;efficiency")
-                names.append(f"efficiency_{method}_{key}")
-                f.WriteObject(g, names[-1])
+                title = f"{method}, false-alarm probability {key};injected SNR;efficiency"
+                for obj in _efficiency(ROOT, v["efficiency"], ev["snr_edges"], title,
+                                       f"{method}_{key}"):  # fmt: skip
+                    names.append(obj.GetName())
+                    f.WriteObject(obj, names[-1])
     finally:
         f.Close()
     _check_root_file(tmp, path, names, failed=f.TestBit(ROOT.TFile.kWriteError))
+
+
+# evaluate.wilson's interval is one standard deviation (z = 1): ROOT's level for the same
+_ONE_SIGMA = math.erf(1 / math.sqrt(2))
+
+
+def _efficiency(ROOT, e: dict, edges, title: str, suffix: str):
+    """One efficiency curve of evaluate.py twice: ``tefficiency_SUFFIX``, a TEfficiency (the
+    counts per SNR bin; ROOT's Wilson interval at one standard deviation), and
+    ``efficiency_SUFFIX``, a TGraphAsymmErrors of the points with evaluate.wilson's bounds
+    (bins without signal events left out)."""
+    teff = ROOT.TEfficiency(f"tefficiency_{suffix}", title, len(edges) - 1,
+                            np.asarray(edges, np.float64))  # fmt: skip
+    teff.SetDirectory(ROOT.nullptr)  # Python's: not deleted again when the file closes
+    axis = teff.GetTotalHistogram().GetXaxis()
+    for x, n, k in zip(e["snr"], e["n"], e["k"], strict=True):
+        b = axis.FindFixBin(x)
+        teff.SetTotalEvents(b, n)
+        teff.SetPassedEvents(b, k)
+    teff.SetStatisticOption(ROOT.TEfficiency.kFWilson)
+    teff.SetConfidenceLevel(_ONE_SIGMA)
+    x, y = np.asarray(e["snr"], np.float64), np.asarray(e["efficiency"], np.float64)
+    low = y - np.asarray(e["low"], np.float64)
+    high = np.asarray(e["high"], np.float64) - y
+    zero = np.zeros(len(x))
+    g = ROOT.TGraphAsymmErrors(len(x), x, y, zero, zero, low, high)
+    g.SetNameTitle(f"efficiency_{suffix}", title)
+    return [teff, g]
 
 
 def _check_root_file(tmp: Path, path: Path, names: list[str], failed: bool) -> None:

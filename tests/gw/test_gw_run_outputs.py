@@ -1,0 +1,97 @@
+"""What ``rootclad gw run`` writes besides the numbers: ``scores.root`` read back through ROOT,
+from evaluation results of synthetic statistics (no training: seconds)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rootclad.gw.run import evaluate as ev
+
+N_NOISE, N_SIGNAL = 300, 240
+ONE_SIGMA = 0.6826894921370859  # P(|z| < 1): evaluate.wilson's z = 1 as a confidence level
+
+
+@pytest.fixture(scope="module")
+def ROOT():
+    pytest.importorskip("ROOT", reason="scores.root is written through PyROOT")
+    from rootclad.data.cling import import_root
+
+    return import_root()
+
+
+@pytest.fixture(scope="module")
+def synthetic():
+    """Labels, SNRs and both statistics of a made-up test set, and their evaluation."""
+    rng = np.random.default_rng(5)
+    label = np.r_[np.zeros(N_NOISE, np.int32), np.ones(N_SIGNAL, np.int32)]
+    snr = np.where(label == 1, rng.uniform(4, 16, len(label)), 0.0)
+    network = rng.standard_normal(len(label)) - 3 + 0.5 * snr  # a logit: negative and positive
+    mf = np.hypot(rng.standard_normal(len(label)), rng.standard_normal(len(label))) + 0.8 * snr
+    stat = {"network": network, "matched_filter": mf}
+    out = ev.evaluate(stat, label, snr, bootstrap=2, seed=0)
+    return label, snr, stat, out
+
+
+def _write(ROOT, tmp_path, synthetic):
+    from rootclad.gw.run.pipeline import _write_scores_file
+
+    label, _, stat, out = synthetic
+    # what RDataFrame hands back: the network's scores as float32
+    cols = {"score": stat["network"].astype(np.float32), "label": label}
+    path = tmp_path / "scores.root"
+    _write_scores_file(ROOT, path, path, cols, stat["network"], out)
+    return path
+
+
+def test_efficiencies_are_tefficiencies_with_roots_wilson_interval(ROOT, tmp_path, synthetic):
+    """Per method and false-alarm probability: a TEfficiency whose passed/total counts are the
+    test's own count of signals above the threshold per SNR bin, and whose interval (ROOT's
+    own Wilson computation, at one standard deviation) equals evaluate.wilson's; the graph beside it is a
+    TGraphAsymmErrors with those bounds."""
+    label, snr, stat, out = synthetic
+    f = ROOT.TFile.Open(str(_write(ROOT, tmp_path, synthetic)))
+    try:
+        sig = label == 1
+        edges = np.linspace(snr[sig].min(), snr[sig].max() + 1e-9, 11)  # evaluate's 10 bins
+        for method, s in stat.items():
+            for fap in ev.FAPS:
+                key = ev.fap_key(fap)
+                res = out["methods"][method]["fap"][key]
+                above = s[sig] > np.quantile(s[~sig], 1 - fap)
+                total, _ = np.histogram(snr[sig], edges)
+                passed, _ = np.histogram(snr[sig][above], edges)
+                teff = f.Get(f"tefficiency_{method}_{key}")
+                assert teff and teff.ClassName() == "TEfficiency", (method, key)
+                assert teff.GetName() == f"tefficiency_{method}_{key}"
+                assert teff.GetStatisticOption() == ROOT.TEfficiency.kFWilson
+                assert teff.GetConfidenceLevel() == pytest.approx(ONE_SIGMA, abs=1e-12)
+                # ROOT 6.40 reads the option back but not the interval function it selects
+                # (Clopper-Pearson stays): setting the option again restores it
+                teff.SetStatisticOption(teff.GetStatisticOption())
+                axis = teff.GetTotalHistogram().GetXaxis()
+                assert axis.GetNbins() == 10
+                np.testing.assert_allclose([axis.GetBinLowEdge(b) for b in range(1, 12)], edges)
+                got_total = [teff.GetTotalHistogram().GetBinContent(b) for b in range(1, 11)]
+                got_passed = [teff.GetPassedHistogram().GetBinContent(b) for b in range(1, 11)]
+                assert got_total == total.tolist() and got_passed == passed.tolist()
+                e = res["efficiency"]
+                bins = [axis.FindFixBin(x) for x in e["snr"]]
+                assert [int(total[b - 1]) for b in bins] == e["n"]
+                lo = [teff.GetEfficiency(b) - teff.GetEfficiencyErrorLow(b) for b in bins]
+                hi = [teff.GetEfficiency(b) + teff.GetEfficiencyErrorUp(b) for b in bins]
+                np.testing.assert_allclose(lo, e["low"], atol=1e-9)
+                np.testing.assert_allclose(hi, e["high"], atol=1e-9)
+                g = f.Get(f"efficiency_{method}_{key}")
+                assert g.ClassName() == "TGraphAsymmErrors"
+                y = np.array([g.GetPointY(i) for i in range(g.GetN())])
+                np.testing.assert_allclose(y, passed[total > 0] / total[total > 0])
+                glo = [g.GetPointY(i) - g.GetErrorYlow(i) for i in range(g.GetN())]
+                ghi = [g.GetPointY(i) + g.GetErrorYhigh(i) for i in range(g.GetN())]
+                np.testing.assert_allclose(glo, lo, atol=1e-9)
+                np.testing.assert_allclose(ghi, hi, atol=1e-9)
+                # an interval, not a symmetric error: the two sides differ near 0 and 1
+                assert any(abs(g.GetErrorYlow(i) - g.GetErrorYhigh(i)) > 1e-3
+                           for i in range(g.GetN()))  # fmt: skip
+    finally:
+        f.Close()
