@@ -27,7 +27,9 @@ def synthetic():
     label = np.r_[np.zeros(N_NOISE, np.int32), np.ones(N_SIGNAL, np.int32)]
     snr = np.where(label == 1, rng.uniform(4, 16, len(label)), 0.0)
     network = rng.standard_normal(len(label)) - 3 + 0.5 * snr  # a logit: negative and positive
-    mf = np.hypot(rng.standard_normal(len(label)), rng.standard_normal(len(label))) + 0.8 * snr
+    # the network's logits are float32 (ROOT's scores equal them): the extremes are exact
+    network = network.astype(np.float32).astype(np.float64)
+    mf = np.hypot(rng.standard_normal(len(label)), rng.standard_normal(len(label))) + 0.35 * snr
     stat = {"network": network, "matched_filter": mf}
     out = ev.evaluate(stat, label, snr, bootstrap=2, seed=0)
     return label, snr, stat, out
@@ -40,7 +42,7 @@ def _write(ROOT, tmp_path, synthetic):
     # what RDataFrame hands back: the network's scores as float32
     cols = {"score": stat["network"].astype(np.float32), "label": label}
     path = tmp_path / "scores.root"
-    _write_scores_file(ROOT, path, path, cols, stat["network"], out)
+    _write_scores_file(ROOT, path, path, cols, stat["matched_filter"], out)
     return path
 
 
@@ -95,3 +97,59 @@ def test_efficiencies_are_tefficiencies_with_roots_wilson_interval(ROOT, tmp_pat
                            for i in range(g.GetN()))  # fmt: skip
     finally:
         f.Close()
+
+
+HISTOGRAMS = {"network": "score_{}", "matched_filter": "score_matched_filter_{}"}
+
+
+def test_score_histograms_of_both_methods_hold_every_event(ROOT, tmp_path, synthetic):
+    """Per method and class a histogram whose range holds every entry: nothing in the
+    underflow or overflow bin, the integral the number of events, the mean theirs (a range set
+    on the data's own extremes put the largest entry in the overflow)."""
+    label, _, stat, _ = synthetic
+    f = ROOT.TFile.Open(str(_write(ROOT, tmp_path, synthetic)))
+    try:
+        total = 0
+        for method, s in stat.items():
+            for cls, name in ((0, "noise"), (1, "signal")):
+                h = f.Get(HISTOGRAMS[method].format(name))
+                assert h and h.InheritsFrom("TH1"), (method, name)
+                x = s[label == cls].astype(np.float32 if method == "network" else np.float64)
+                nbins = h.GetNbinsX()
+                assert h.GetBinContent(0) == 0 and h.GetBinContent(nbins + 1) == 0, (method, name)
+                assert h.Integral() == len(x) == h.GetEntries()
+                assert h.GetMean() == pytest.approx(float(np.mean(x, dtype=np.float64)), abs=1e-9)
+                total += h.Integral()
+            # both classes of a method share one binning: the two can be compared bin by bin
+            a, b = (f.Get(HISTOGRAMS[method].format(n)).GetXaxis() for n in ("noise", "signal"))
+            assert (a.GetXmin(), a.GetXmax()) == (b.GetXmin(), b.GetXmax())
+        assert total == 2 * len(label)
+    finally:
+        f.Close()
+
+
+def _titles(obj):
+    """(title, x-axis title, y-axis title) of a histogram, graph or TEfficiency."""
+    if obj.InheritsFrom("TEfficiency"):
+        h = obj.GetTotalHistogram()
+        return obj.GetTitle().split(";")[0], h.GetXaxis().GetTitle(), h.GetYaxis().GetTitle()
+    h = obj if obj.InheritsFrom("TH1") else obj.GetHistogram()
+    return h.GetTitle(), h.GetXaxis().GetTitle(), h.GetYaxis().GetTitle()
+
+
+def test_scores_file_titles_are_words_with_axis_titles(ROOT, tmp_path, synthetic):
+    """Every object has a title and both axis titles, none with a raw identifier such as
+    matched_filter; the matched filter's objects say "matched filter"."""
+    f = ROOT.TFile.Open(str(_write(ROOT, tmp_path, synthetic)))
+    try:
+        keys = [k.GetName() for k in f.GetListOfKeys()]
+        assert sum("matched_filter" in k for k in keys) >= 2 + 1 + 2 * len(ev.FAPS)
+        for key in keys:
+            titles = _titles(f.Get(key))
+            assert all(t.strip() for t in titles), (key, titles)
+            assert not any("_" in t for t in titles), (key, titles)
+            if "matched_filter" in key:
+                assert "matched filter" in titles[0] or "matched-filter" in titles[0], key
+    finally:
+        f.Close()
+
