@@ -1,5 +1,6 @@
 """What ``rootclad gw run`` writes besides the numbers: ``scores.root`` read back through ROOT,
-from evaluation results of synthetic statistics (no training: seconds)."""
+from evaluation results of synthetic statistics, and the saliency plot's axes (no training:
+seconds)."""
 
 from __future__ import annotations
 
@@ -153,3 +154,35 @@ def test_scores_file_titles_are_words_with_axis_titles(ROOT, tmp_path, synthetic
     finally:
         f.Close()
 
+
+def test_saliency_plot_labels_both_axes_and_says_what_the_band_is():
+    """Left axis: the whitened strain, labelled; right axis: the band's scale (0 to 1, with
+    ticks and a label), the legend naming the band as the saliency over its maximum, and each
+    panel's title giving that maximum (computed here from the saliency)."""
+    from rootclad.gw.run import report
+
+    rng = np.random.default_rng(2)
+    n, k = 256, 2
+    sal = rng.standard_normal((k, n)) * np.array([[0.02], [3.0]])
+    examples = {"index": [7, 11], "snr": [9.0, 14.0], "strain": rng.standard_normal((k, n)),
+                "signal": np.zeros((k, n)), "saliency": sal}  # fmt: skip
+    plt = report._fig()
+    fig = report.saliency_figure(plt, examples, 1024.0)
+    try:
+        left = [a for a in fig.axes if a.yaxis.get_label_position() == "left"]
+        right = [a for a in fig.axes if a.yaxis.get_label_position() == "right"]
+        assert len(left) == len(right) == k
+        for i, (ax, ax2) in enumerate(zip(left, right, strict=True)):
+            assert "strain" in ax.get_ylabel()
+            assert "d logit / d strain" in ax2.get_ylabel() and "max" in ax2.get_ylabel()
+            ticks = [float(t) for t in ax2.get_yticks()]
+            assert 0.0 in ticks and 1.0 in ticks, ticks
+            assert ax2.get_ylim()[0] == 0 and 1 <= ax2.get_ylim()[1] < 1.2
+            band = ax2.collections[0].get_paths()[0].vertices[:, 1]
+            assert band.max() == pytest.approx(1.0)  # scaled to the event's largest value
+            assert f"{np.abs(sal[i]).max():.2e}" in ax.get_title()
+        legend = [t.get_text() for t in left[0].get_legend().get_texts()]
+        assert any("d logit / d strain" in t and "maximum" in t for t in legend), legend
+        assert left[-1].get_xlabel() == "time (s)"
+    finally:
+        plt.close(fig)
