@@ -6,8 +6,11 @@
 // Defines a "score" column (the model's logit) and a "saliency" column (d score / d strain)
 // with one rootclad::Model per processing slot (so ROOT::EnableImplicitMT() may be on), then
 // writes OUT.root with the score histograms of noise (label 0) and signal (label 1), the ROC
-// curve as a TGraph (false-alarm probability vs efficiency, AUC in its title) and the mean
-// |saliency| of signal events per strain sample; OUT.png draws the histograms and the ROC.
+// curve as a TGraph (false-alarm probability vs efficiency, AUC in its title), the ROC's floor
+// (TParameter<double> "roc_floor": 1 / the number of noise events, the smallest false-alarm
+// probability the file measures), the mean |saliency| of signal events per strain sample and
+// the canvas; OUT.png draws the histograms and the ROC on a logarithmic false-alarm axis with
+// the floor marked (below it the curve is not drawn: nothing there is measured).
 // Prints the AUC. Both files are written whole or not at all (rootclad::write_root_file), and
 // a failure returns 1 naming the file and the cause.
 #include "../rootclad/include/rootclad/model.h"
@@ -17,6 +20,8 @@
 #include <TGraph.h>
 #include <TH1D.h>
 #include <TLegend.h>
+#include <TLine.h>
+#include <TParameter.h>
 #include <TProfile.h>
 #include <TROOT.h>
 #include <TStyle.h>
@@ -85,21 +90,20 @@ int score_gw(const char* file = "gw_test.root", const char* stem = "build/gwnet"
     auto* noise = new TH1D("score_noise", "score (logit);score;events", 60, *lo - pad, *hi + pad);
     auto* signal = new TH1D("score_signal", "signal;score;events", 60, *lo - pad, *hi + pad);
     std::vector<std::pair<double, int>> s;
+    double n_noise = 0;
     for (size_t i = 0; i < scores->size(); ++i) {
       s.emplace_back((*scores)[i], (*labels)[i]);
       ((*labels)[i] ? signal : noise)->Fill((*scores)[i]);
+      n_noise += (*labels)[i] ? 0 : 1;
     }
     TGraph* graph;
     double auc;
     std::tie(graph, auc) = roc(std::move(s));
     graph->SetName("roc");
-    graph->SetTitle(Form("ROC (AUC %.4f);false-alarm probability;efficiency", auc));
-    rootclad::write_root_file(std::string(out) + ".root", [&](TFile&) {
-      noise->Write();
-      signal->Write();
-      sal->Write();
-      graph->Write();
-    });
+    const std::string roc_title = Form("ROC (AUC %.4f);false-alarm probability;efficiency", auc);
+    graph->SetTitle(roc_title.c_str());
+    // one noise event of this file: the smallest false-alarm probability it measures
+    const double roc_floor = 1.0 / std::max(1.0, n_noise);
     gStyle->SetOptStat(0);
     TCanvas c("c", "score_gw", 1200, 500);
     c.Divide(2, 1);
@@ -113,7 +117,34 @@ int score_gw(const char* file = "gw_test.root", const char* stem = "build/gwnet"
     legend.AddEntry(signal, "signal", "l");
     legend.Draw();
     c.cd(2);
-    graph->Draw("AL");
+    gPad->SetLogx();
+    gPad->DrawFrame(0.5 * roc_floor, 0, 1, 1.05, roc_title.c_str());
+    // a log axis has no 0: the points at no false alarm are left out of the drawn curve
+    TGraph shown;
+    shown.SetName("roc_shown");
+    for (int i = 0; i < graph->GetN(); ++i)
+      if (graph->GetPointX(i) > 0)
+        shown.SetPoint(shown.GetN(), graph->GetPointX(i), graph->GetPointY(i));
+    shown.SetLineColor(kBlue);
+    shown.SetLineWidth(2);
+    shown.Draw("L");
+    TLine line(roc_floor, 0, roc_floor, 1.05);
+    line.SetLineStyle(kDashed);
+    line.SetLineColor(kGray + 2);
+    line.Draw();
+    TLegend roc_legend(0.45, 0.15, 0.88, 0.3);
+    roc_legend.AddEntry(&shown, Form("ROC, AUC %.4f", auc), "l");
+    roc_legend.AddEntry(&line, Form("1 / noise events (%.1e)", roc_floor), "l");
+    roc_legend.Draw();
+    TParameter<double> floor_par("roc_floor", roc_floor);
+    rootclad::write_root_file(std::string(out) + ".root", [&](TFile&) {
+      noise->Write();
+      signal->Write();
+      sal->Write();
+      graph->Write();
+      floor_par.Write();
+      c.Write("canvas");
+    });
     // SaveAs only prints its errors: the image is drawn to a temporary name, then looked at
     // unique per process, so that two runs writing one output never share the temporary file
     const std::string png = std::string(out) + ".png";

@@ -214,7 +214,8 @@ def test_small_run_writes_summary_report_and_root_file(small_files, tmp_path):
         with uproot.open(out / "scores.root") as f:
             names = {k.split(";")[0] for k in f.keys()}
             assert {"score_noise", "score_signal", "roc_network", "roc_matched_filter",
-                    "efficiency_network_1e-2", "efficiency_matched_filter_1e-3"} <= names  # fmt: skip
+                    "efficiency_network_1e-2", "efficiency_matched_filter_1e-3",
+                    "tefficiency_network_1e-2"} <= names  # fmt: skip
             assert f["score_noise"].values().sum() == s["test_events"]["noise"]
     # the network through ONNX (torch's exporter, rootclad.onnx.load) gives the same numbers
     assert (out / "model" / "gwnet.onnx").exists()

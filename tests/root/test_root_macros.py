@@ -110,6 +110,37 @@ def test_score_macro_writes_histograms_roc_and_png(gw_file, tmp_path, aclic):
         assert f["saliency"].values().shape == (N,)
         assert "roc" in [k.split(";")[0] for k in f.keys()]
     assert (tmp_path / "scores.png").stat().st_size > 10_000
+    _check_roc_pad(tmp_path / "scores.root", n_noise=int((labels == 0).sum()))
+
+
+def _check_roc_pad(path: Path, n_noise: int) -> None:
+    """The ROC as OUT.png draws it (the canvas, saved in OUT.root): a logarithmic false-alarm
+    axis reaching below the floor, the floor (1 / noise events) as a vertical line, the curve
+    drawn only at measured, positive false-alarm probabilities; the floor also as a number."""
+    from rootclad.data.cling import import_root
+
+    ROOT = import_root()
+    ROOT.gROOT.SetBatch(True)
+    f = ROOT.TFile.Open(str(path))
+    try:
+        floor = 1.0 / n_noise
+        assert f.Get("roc_floor").GetVal() == pytest.approx(floor, rel=1e-12)
+        pad = f.Get("canvas").GetPad(2)
+        assert pad.GetLogx() == 1
+        prims = list(pad.GetListOfPrimitives())
+        frame = next(o for o in prims if o.InheritsFrom("TH1"))
+        assert frame.GetXaxis().GetXmin() < floor and frame.GetXaxis().GetXmax() == 1
+        assert frame.GetXaxis().GetTitle() == "false-alarm probability"
+        lines = [o for o in prims if o.ClassName() == "TLine"]
+        assert any(ln.GetX1() == ln.GetX2() == pytest.approx(floor, rel=1e-12) for ln in lines)
+        (curve,) = [o for o in prims if o.InheritsFrom("TGraph")]
+        x = [curve.GetPointX(i) for i in range(curve.GetN())]
+        assert min(x) == pytest.approx(floor, rel=1e-12) and max(x) == 1.0
+        legend = next(o for o in prims if o.ClassName() == "TLegend")
+        labels = [e.GetLabel() for e in legend.GetListOfPrimitives()]
+        assert any("noise events" in t for t in labels), labels
+    finally:
+        f.Close()
 
 
 def test_macros_report_bad_input_and_return_nonzero(tmp_path):

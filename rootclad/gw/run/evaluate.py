@@ -105,13 +105,15 @@ def evaluate(stat: dict[str, np.ndarray], label: np.ndarray, snr: np.ndarray, *,
              bootstrap: int = 200, seed: int = 0, bins: int = 10) -> dict:  # fmt: skip
     """``stat``: method name -> statistic per test event. Returns per method: auc, roc,
     thresholds, efficiency curves and snr50 (value, bootstrap std) per false-alarm
-    probability, and the ratio of the first method's snr50 to the second's."""
+    probability, the ratio of the first method's snr50 to the second's, and ``snr_edges``, the
+    SNR bins of the efficiency curves."""
     noise, signal = np.flatnonzero(label == 0), np.flatnonzero(label == 1)
     if len(noise) < 100 or len(signal) < 20:
         raise ValueError(f"the test set has {len(noise)} noise and {len(signal)} signal events; "
                          "at least 100 and 20 are needed")  # fmt: skip
     edges = np.linspace(snr[signal].min(), snr[signal].max() + 1e-9, bins + 1)
-    out: dict = {"methods": {}, "noise_events": int(len(noise)), "signal_events": int(len(signal))}
+    out: dict = {"methods": {}, "noise_events": int(len(noise)), "signal_events": int(len(signal)),
+                 "snr_edges": edges.tolist()}  # fmt: skip
     for name, s in stat.items():
         fpr, tpr = roc(s, label)
         m = {"auc": auc(s, label), "roc": {"fpr": fpr.tolist(), "tpr": tpr.tolist()},

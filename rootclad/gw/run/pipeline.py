@@ -6,7 +6,8 @@ ROOT, report. Each stage is timed; everything lands in one output directory:
     checkpoint.pt      weights, optimizer state and epoch, written atomically after each epoch
     model/gwnet.*      the exported model (cm.export: .so, .root, .h; .onnx: torch's exporter)
     cache/bank-*.npz   the matched filter's template bank
-    scores.root        ROOT: score histograms per class, ROC and efficiency TGraphs
+    scores.root        ROOT: score histograms of both methods per class, ROC TGraphs,
+                       efficiencies as TEfficiency and TGraphAsymmErrors
     plots/*.png        loss, ROC, efficiency vs SNR, score distributions, saliency
     report.md, report.html (self-contained), summary.json
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import platform
 import shutil
@@ -265,9 +267,11 @@ def _sigint_as_flag(ROOT):
         raise KeyboardInterrupt
 
 
-def root_scoring(cfg, stem: Path, test_file: Path, network: np.ndarray, ev: dict, out: Path):
+def root_scoring(cfg, stem: Path, test_file: Path, network: np.ndarray, mf: np.ndarray, ev: dict,
+                 out: Path):  # fmt: skip
     """The test file scored in ROOT through RDataFrame (define_score), checked against the
-    Python scores, and a ROOT file with histograms per class and the curves as TGraphs."""
+    Python scores, and a ROOT file with the score histograms of both methods per class and the
+    curves (see _write_scores_file)."""
     try:
         from rootclad.data.cling import import_root
 
@@ -284,42 +288,90 @@ def root_scoring(cfg, stem: Path, test_file: Path, network: np.ndarray, ev: dict
         cols = df.AsNumpy(["score", "label"])
         if ROOT.rootclad_gw.interrupted.load():
             raise KeyboardInterrupt
-        _write_scores_file(ROOT, tmp, path, cols, network, ev)
+        _write_scores_file(ROOT, tmp, path, cols, mf, ev)
     diff = float(np.max(np.abs(cols["score"] - network)))
     return {"file": str(path), "max_abs_diff_to_python": diff, "events": int(len(cols["score"]))}
 
 
-def _write_scores_file(ROOT, tmp: Path, path: Path, cols: dict, network, ev: dict) -> None:
-    """Score histograms per class, and the ROC and efficiency curves as TGraphs."""
-    lo, hi = float(np.min(network)), float(np.max(network))
+# per method: its name in titles (no raw identifiers), its statistic, its histograms' names
+_METHODS = {"network": ("network", "network logit", "score_{}"),
+            "matched_filter": ("matched filter", "matched-filter SNR", "score_matched_filter_{}")}  # fmt: skip
+
+
+def _write_scores_file(ROOT, tmp: Path, path: Path, cols: dict, mf, ev: dict) -> None:
+    """Score histograms per method and class (the network's scores as ROOT computed them,
+    the matched filter's SNR), the ROC curves as TGraphs, and the efficiency curves as
+    TEfficiency and TGraphAsymmErrors."""
     f = ROOT.TFile(str(tmp), "RECREATE")
     if f.IsZombie():
         raise write_error(path)
     names = []
     try:
-        for label, name in ((0, "noise"), (1, "signal")):
-            h = ROOT.TH1D(f"score_{name}", f"network logit, {name} events;logit;events", 60, lo, hi)
-            h.SetDirectory(ROOT.nullptr)  # Python's: not deleted again when the file closes
-            x = np.ascontiguousarray(cols["score"][cols["label"] == label], dtype=np.float64)
-            h.FillN(len(x), x, ROOT.nullptr)
-            names.append(f"score_{name}")
-            f.WriteObject(h, names[-1])
+        for method, stat in (("network", cols["score"]), ("matched_filter", mf)):
+            stat = np.asarray(stat, dtype=np.float64)
+            lo, hi = _histogram_range(stat)
+            for label, cls in ((0, "noise"), (1, "signal")):
+                _, what, name = _METHODS[method]
+                name = name.format(cls)
+                h = ROOT.TH1D(name, f"{what}, {cls} events;{what};events", 60, lo, hi)
+                h.SetDirectory(ROOT.nullptr)  # Python's: not deleted again when the file closes
+                x = np.ascontiguousarray(stat[np.asarray(cols["label"]) == label])
+                h.FillN(len(x), x, ROOT.nullptr)
+                names.append(name)
+                f.WriteObject(h, name)
         for method, m in ev["methods"].items():
+            words = _METHODS[method][0]
             fpr, tpr = np.asarray(m["roc"]["fpr"]), np.asarray(m["roc"]["tpr"])
             g = ROOT.TGraph(len(fpr), fpr, tpr)
-            g.SetTitle(f"ROC, {method} (AUC {m['auc']:.4f});false-alarm probability;efficiency")
+            g.SetTitle(f"ROC, {words} (AUC {m['auc']:.4f});false-alarm probability;efficiency")
             names.append(f"roc_{method}")
             f.WriteObject(g, names[-1])
             for key, v in m["fap"].items():
-                e = v["efficiency"]
-                x, y = np.asarray(e["snr"]), np.asarray(e["efficiency"])
-                g = ROOT.TGraphErrors(len(x), x, y, np.zeros(len(x)), np.asarray(e["error"]))
-                g.SetTitle(f"{method}, false-alarm probability {key};injected SNR;efficiency")
-                names.append(f"efficiency_{method}_{key}")
-                f.WriteObject(g, names[-1])
+                title = f"{words}, false-alarm probability {key};injected SNR;efficiency"
+                for obj in _efficiency(ROOT, v["efficiency"], ev["snr_edges"], title,
+                                       f"{method}_{key}"):  # fmt: skip
+                    names.append(obj.GetName())
+                    f.WriteObject(obj, names[-1])
     finally:
         f.Close()
     _check_root_file(tmp, path, names, failed=f.TestBit(ROOT.TFile.kWriteError))
+
+
+def _histogram_range(x: np.ndarray) -> tuple[float, float]:
+    """Limits that hold every finite value of ``x`` inside the bins: a histogram's upper edge
+    is exclusive, so limits on the data's own extremes put the largest value in the overflow."""
+    x = x[np.isfinite(x)]
+    lo, hi = (float(x.min()), float(x.max())) if len(x) else (0.0, 1.0)
+    pad = max(0.02 * (hi - lo), 1e-6 * max(1.0, abs(lo), abs(hi)))
+    return lo - pad, hi + pad
+
+
+# evaluate.wilson's interval is one standard deviation (z = 1): ROOT's level for the same
+_ONE_SIGMA = math.erf(1 / math.sqrt(2))
+
+
+def _efficiency(ROOT, e: dict, edges, title: str, suffix: str):
+    """One efficiency curve of evaluate.py twice: ``tefficiency_SUFFIX``, a TEfficiency (the
+    counts per SNR bin; ROOT's Wilson interval at one standard deviation), and
+    ``efficiency_SUFFIX``, a TGraphAsymmErrors of the points with evaluate.wilson's bounds
+    (bins without signal events left out)."""
+    teff = ROOT.TEfficiency(f"tefficiency_{suffix}", title, len(edges) - 1,
+                            np.asarray(edges, np.float64))  # fmt: skip
+    teff.SetDirectory(ROOT.nullptr)  # Python's: not deleted again when the file closes
+    axis = teff.GetTotalHistogram().GetXaxis()
+    for x, n, k in zip(e["snr"], e["n"], e["k"], strict=True):
+        b = axis.FindFixBin(x)
+        teff.SetTotalEvents(b, n)
+        teff.SetPassedEvents(b, k)
+    teff.SetStatisticOption(ROOT.TEfficiency.kFWilson)
+    teff.SetConfidenceLevel(_ONE_SIGMA)
+    x, y = np.asarray(e["snr"], np.float64), np.asarray(e["efficiency"], np.float64)
+    low = y - np.asarray(e["low"], np.float64)
+    high = np.asarray(e["high"], np.float64) - y
+    zero = np.zeros(len(x))
+    g = ROOT.TGraphAsymmErrors(len(x), x, y, zero, zero, low, high)
+    g.SetNameTitle(f"efficiency_{suffix}", title)
+    return [teff, g]
 
 
 def _check_root_file(tmp: Path, path: Path, names: list[str], failed: bool) -> None:
@@ -435,7 +487,8 @@ def run(cfg: RunConfig, out: Path, *, resume: bool = False, progress: bool | Non
     schema = Schema({"strain": round(cfg.duration * cfg.sample_rate)}, target="label",
                     classes=["noise", "signal"])  # fmt: skip
     stages.run("export", cpu.export, stem, None, schema)
-    in_root = stages.run("score in ROOT", root_scoring, cfg, stem, files["test"], network, ev, out)
+    in_root = stages.run("score in ROOT", root_scoring, cfg, stem, files["test"], network, mf, ev,
+                         out)  # fmt: skip
     via_onnx = stages.run("ONNX round trip", onnx_round_trip, cpu, cfg, stem, files["test"],
                           network, examples)  # fmt: skip
     summary = report.summary(cfg, tr, ev, len(bank), in_root, stages.times, versions())

@@ -154,33 +154,46 @@ def plots(out: Path, cfg, tr, ev, test, network, mf, examples) -> list[tuple[str
         ax.legend()
     save(fig, "scores", "Distributions of both statistics per class.")
 
-    k = len(examples["index"])
-    if k:
-        n = examples["strain"].shape[1]
-        t = np.arange(n) / cfg.sample_rate
-        fig, axes = plt.subplots(k, 1, figsize=(9, 2.4 * k), sharex=True, squeeze=False)
-        for i, ax in enumerate(axes[:, 0]):
-            ax.plot(t, examples["strain"][i], color="0.7", lw=0.6, label="whitened strain")
-            ax.plot(t, examples["signal"][i], color="C1", lw=1.0, label="injected signal")
-            ax2 = ax.twinx()
-            sal = np.abs(examples["saliency"][i])
-            ax2.fill_between(t, 0, sal / max(sal.max(), 1e-30), color="C0", alpha=0.3,
-                             label="|d logit / d strain|")  # fmt: skip
-            ax2.set_yticks([])
-            ax.set_title(f"test event {examples['index'][i]}, injected SNR "
-                         f"{examples['snr'][i]:.1f}", fontsize=9)  # fmt: skip
-            if i == 0:
-                h1, l1 = ax.get_legend_handles_labels()
-                h2, l2 = ax2.get_legend_handles_labels()
-                ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper left")
-        axes[-1, 0].set_xlabel("time (s)")
+    if len(examples["index"]):
         save(
-            fig,
+            saliency_figure(plt, examples, cfg.sample_rate),
             "saliency",
-            "Saliency (gradient of the logit with respect to the strain, from "
-            "the compiled backward) with the injected waveform over the whitened strain.",
+            "Saliency (gradient of the logit with respect to the strain, from the compiled "
+            "backward; the blue band, right axis, is its magnitude divided by the event's "
+            "largest, which the panel's title gives) with the injected waveform over the "
+            "whitened strain (left axis, in units of the noise's standard deviation).",
         )
     return made
+
+
+def saliency_figure(plt, examples: dict, sample_rate: float):
+    """One panel per example event: whitened strain and injected signal (left axis), and
+    |d logit / d strain| scaled to its largest value as a band (right axis, 0 to 1)."""
+    k = len(examples["index"])
+    n = examples["strain"].shape[1]
+    t = np.arange(n) / sample_rate
+    fig, axes = plt.subplots(k, 1, figsize=(9, 2.4 * k), sharex=True, squeeze=False)
+    for i, ax in enumerate(axes[:, 0]):
+        ax.plot(t, examples["strain"][i], color="0.7", lw=0.6, label="whitened strain")
+        ax.plot(t, examples["signal"][i], color="C1", lw=1.0, label="injected signal")
+        ax.set_ylabel("whitened strain\n(noise σ = 1)", fontsize=8)
+        ax2 = ax.twinx()
+        sal = np.abs(examples["saliency"][i])
+        top = max(float(sal.max()), 1e-30)
+        ax2.fill_between(t, 0, sal / top, color="C0", alpha=0.3,
+                         label="|d logit / d strain| / its maximum (right axis)")  # fmt: skip
+        ax2.set_ylim(0, 1.05)
+        ax2.set_yticks([0, 0.5, 1])
+        ax2.set_ylabel("|d logit / d strain|\n/ its maximum", fontsize=8)
+        ax.set_title(f"test event {examples['index'][i]}, injected SNR "
+                     f"{examples['snr'][i]:.1f}; max |d logit / d strain| {top:.2e}",
+                     fontsize=9)  # fmt: skip
+        if i == 0:
+            h1, l1 = ax.get_legend_handles_labels()
+            h2, l2 = ax2.get_legend_handles_labels()
+            ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper left")
+    axes[-1, 0].set_xlabel("time (s)")
+    return fig
 
 
 def table(s: dict) -> list[str]:
