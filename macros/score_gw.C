@@ -29,6 +29,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -64,21 +65,29 @@ int score_gw(const char* file = "gw_test.root", const char* stem = "build/gwnet"
   try {
     const unsigned slots = std::max(1u, ROOT::GetThreadPoolSize());
     rootclad::SlotModels models(stem, slots);
+    // the columns the model was exported with (cm.export(stem, schema=...)); else the GW ones
+    const auto& columns = models[0].input_columns();
+    if (columns.size() > 1)
+      throw std::runtime_error(std::string("score_gw.C scores models of one input column; ") +
+                               stem + " reads " + std::to_string(columns.size()));
+    const std::string input = columns.empty() ? "strain" : columns[0];
+    const std::string label =
+        models[0].target_column().empty() ? "label" : models[0].target_column();
     ROOT::RDataFrame df("events", file);
     auto scored = df.DefineSlot("score",
                                 [&models](unsigned slot, const ROOT::RVec<float>& x) {
                                   return models[slot].score(x);
                                 },
-                                {"strain"})
+                                {input})
                       .DefineSlot("saliency",
                                   [&models](unsigned slot, const ROOT::RVec<float>& x) {
                                     return models[slot].saliency(x);
                                   },
-                                  {"strain"});
+                                  {input});
     auto scores = scored.Take<double>("score");
-    auto labels = scored.Take<int>("label");
+    auto labels = scored.Take<int>(label);
     const int N = models[0].input_size();
-    auto sal = scored.Filter("label == 1")
+    auto sal = scored.Filter([](int y) { return y == 1; }, {label})
                    .Define("abs_saliency", "ROOT::VecOps::abs(saliency)")
                    .Define("sample", [N] { return ROOT::VecOps::Range(N); })
                    .Profile1D({"saliency", "mean |d score / d strain|, signal;sample;|saliency|", N,
@@ -87,8 +96,9 @@ int score_gw(const char* file = "gw_test.root", const char* stem = "build/gwnet"
     // one event loop: the scores are taken, then histogrammed over their own range
     const auto [lo, hi] = std::minmax_element(scores->begin(), scores->end());
     const double pad = 0.05 * (*hi - *lo) + 1e-6;
-    auto* noise = new TH1D("score_noise", "score (logit);score;events", 60, *lo - pad, *hi + pad);
-    auto* signal = new TH1D("score_signal", "signal;score;events", 60, *lo - pad, *hi + pad);
+    auto* noise = new TH1D("score_noise", "noise;score (logit);events", 60, *lo - pad, *hi + pad);
+    auto* signal =
+        new TH1D("score_signal", "signal;score (logit);events", 60, *lo - pad, *hi + pad);
     std::vector<std::pair<double, int>> s;
     double n_noise = 0;
     for (size_t i = 0; i < scores->size(); ++i) {

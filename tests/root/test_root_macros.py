@@ -113,6 +113,28 @@ def test_score_macro_writes_histograms_roc_and_png(gw_file, tmp_path, aclic):
     _check_roc_pad(tmp_path / "scores.root", n_noise=int((labels == 0).sum()))
 
 
+@pytest.mark.slow
+def test_score_macro_reads_the_columns_the_model_was_exported_with(gw_file, tmp_path):
+    """The same events under other branch names ("h", "truth"): score_gw.C takes them from the
+    export's schema (rootclad::Model::input_columns, target_column), not from its defaults."""
+    with uproot.open(gw_file) as f:
+        x = f["events"]["strain"].array(library="np")
+        labels = f["events"]["label"].array(library="np")
+    renamed = tmp_path / "renamed.root"
+    with uproot.recreate(renamed) as f:
+        f.mktree("events", {"h": np.dtype((np.float32, (N,))), "truth": np.int32}).extend(
+            {"h": x.astype(np.float32), "truth": labels.astype(np.int32)}
+        )
+    cm = rootclad.compile(_net(), example_input=torch.zeros(1, 1, N), engine="pullback")
+    cm.export(tmp_path / "gwnet", schema=rootclad.data.Schema({"h": N}, target="truth"))
+    out = _root(f'macros/score_gw.C("{renamed}", "{tmp_path / "gwnet"}", "{tmp_path / "s"}")',
+                tmp_path)  # fmt: skip
+    m = re.search(r"AUC ([\d.]+) on 400 events", out.stdout)
+    assert m, out.stdout + out.stderr
+    scores = cm.predict(torch.from_numpy(x.reshape(-1, 1, N))).numpy()[:, 0]
+    assert abs(float(m.group(1)) - _auc(scores, labels)) < 1e-6
+
+
 def _check_roc_pad(path: Path, n_noise: int) -> None:
     """The ROC as OUT.png draws it (the canvas, saved in OUT.root): a logarithmic false-alarm
     axis reaching below the floor, the floor (1 / noise events) as a vertical line, the curve
