@@ -88,6 +88,23 @@ def test_auc_and_roc_equal_direct_counts():
     assert np.trapezoid(tpr, fpr) == pytest.approx(ev.auc(score, label), abs=1e-12)
 
 
+def test_every_signal_is_in_an_efficiency_bin_and_inside_its_interval():
+    """float32 SNRs (as the ROOT file holds them): the loudest signal fell out of every bin
+    (max + 1e-9 rounded back to max), and at all detections the interval's top was 1 - 2e-16."""
+    rng = np.random.default_rng(3)
+    n = 301
+    label = np.r_[np.zeros(200, int), np.ones(n, int)]
+    snr = np.r_[np.zeros(200), rng.uniform(4, 20, n)].astype(np.float32)
+    stat = np.r_[rng.standard_normal(200), 10 + rng.standard_normal(n)]  # all detected
+    out = ev.evaluate({"a": stat, "b": -stat}, label, snr, bootstrap=2)
+    for name, method in out["methods"].items():
+        for curve in (f["efficiency"] for f in method["fap"].values()):
+            assert sum(curve["n"]) == n, name
+            p = np.array(curve["k"]) / np.array(curve["n"])
+            assert np.all((np.array(curve["low"]) <= p) & (p <= np.array(curve["high"])))
+    assert ev.wilson(7, 7)[1] == 1.0 and ev.wilson(0, 7)[0] == 0.0
+
+
 def test_snr50_fit_recovers_a_known_efficiency_curve_and_its_error_covers_it():
     """Statistic N(0, 1) + 0.3 SNR: at false-alarm probability f, half the signals pass at
     SNR = isf(f) / 0.3 exactly."""
@@ -193,7 +210,11 @@ def test_small_run_writes_summary_report_and_root_file(small_files, tmp_path):
         assert 0.5 < s["auc"][m] <= 1
     for k in ("1e-1", "1e-2", "1e-3"):
         for m in ("network", "matched_filter"):
-            assert set(s["snr50"][k][m]) == {"value", "std"}
+            assert set(s["snr50"][k][m]) == {"value", "std", "probit_width"}
+            e = s["efficiency"][k][m]
+            assert sum(e["n"]) == summary["test_events"]["signal"]
+            assert all(lo <= k_ / n <= hi for lo, k_, n, hi in
+                       zip(e["low"], e["k"], e["n"], e["high"], strict=True))  # fmt: skip
         assert set(s["ratio"][k]) == {"value", "std"}
     # the matched filter is the optimal statistic here: it must beat chance clearly
     assert s["auc"]["matched_filter"] > 0.8

@@ -81,7 +81,10 @@ def wilson(k: float, n: int, z: float = 1.0) -> tuple[float, float]:
     p, z2 = k / n, z * z
     centre = (p + z2 / (2 * n)) / (1 + z2 / n)
     half = z / (1 + z2 / n) * np.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
-    return float(max(0.0, centre - half)), float(min(1.0, centre + half))
+    # exactly 0 and 1 at no and all detections (rounding gave 1 - 2e-16: p outside its interval)
+    low = 0.0 if k == 0 else max(0.0, centre - half)
+    high = 1.0 if k == n else min(1.0, centre + half)
+    return float(low), float(high)
 
 
 def efficiency_curve(snr, detected, edges) -> dict:
@@ -111,7 +114,10 @@ def evaluate(stat: dict[str, np.ndarray], label: np.ndarray, snr: np.ndarray, *,
     if len(noise) < 100 or len(signal) < 20:
         raise ValueError(f"the test set has {len(noise)} noise and {len(signal)} signal events; "
                          "at least 100 and 20 are needed")  # fmt: skip
-    edges = np.linspace(snr[signal].min(), snr[signal].max() + 1e-9, bins + 1)
+    # float64: past the loudest signal even when the SNRs are float32 (max + 1e-9 rounded
+    # back to max there, and that event fell out of every bin)
+    top = float(snr[signal].max())
+    edges = np.linspace(float(snr[signal].min()), np.nextafter(top, np.inf), bins + 1)
     out: dict = {"methods": {}, "noise_events": int(len(noise)), "signal_events": int(len(signal)),
                  "snr_edges": edges.tolist()}  # fmt: skip
     for name, s in stat.items():

@@ -41,6 +41,7 @@ def summary(cfg, tr, ev, bank_size, in_root, times, versions) -> dict:
         "model": cfg.model,
         "auc": {m: ev["methods"][m]["auc"] for m in ev["methods"]},
         "snr50": {},
+        "efficiency": {},
         "ratio": {},
         "test_events": {"noise": ev["noise_events"], "signal": ev["signal_events"]},
         "template_bank": bank_size,
@@ -62,8 +63,15 @@ def summary(cfg, tr, ev, bank_size, in_root, times, versions) -> dict:
     for fap in FAPS:
         k = fap_key(fap)
         out["snr50"][k] = {m: {"value": _num(ev["methods"][m]["fap"][k]["snr50"]),
-                               "std": _num(ev["methods"][m]["fap"][k]["snr50_std"])}
+                               "std": _num(ev["methods"][m]["fap"][k]["snr50_std"]),
+                               "probit_width": _num(ev["methods"][m]["fap"][k]["probit_width"])}
                            for m in ev["methods"]}  # fmt: skip
+        # per SNR bin: the efficiency, its Wilson 68% interval and the counts behind it
+        out["efficiency"][k] = {
+            m: {key: ev["methods"][m]["fap"][k]["efficiency"][key]
+                for key in ("snr", "efficiency", "low", "high", "n", "k")}
+            for m in ev["methods"]
+        }  # fmt: skip
         r = ev.get("ratio", {}).get(k, {})
         out["ratio"][k] = {"value": _num(r.get("value")), "std": _num(r.get("std"))}
     return out
