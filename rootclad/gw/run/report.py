@@ -18,7 +18,12 @@ from scipy import special
 from rootclad.gw.run.evaluate import FAPS, fap_key
 from rootclad.gw.run.files import replacing
 
-METHODS = {"network": "network (compiled CNN)", "matched_filter": "matched filter"}
+METHODS = {"network": "network", "matched_filter": "matched filter"}
+
+
+def _methods(cfg) -> dict[str, str]:
+    """The methods' labels: the network named as the run's model (CNN or MLP)."""
+    return {**METHODS, "network": f"network (compiled {cfg.model.upper()})"}
 
 
 def _num(v):
@@ -110,7 +115,7 @@ def plots(out: Path, cfg, tr, ev, test, network, mf, examples) -> list[tuple[str
     save(fig, "loss", "Training and validation loss per epoch.")
 
     fig, ax = plt.subplots(figsize=(5, 4.5))
-    for m, label in METHODS.items():
+    for m, label in _methods(cfg).items():
         r = ev["methods"][m]
         ax.plot(r["roc"]["fpr"], r["roc"]["tpr"], label=f"{label}, AUC {r['auc']:.4f}")
     floor = 1.0 / max(1, int(np.sum(np.asarray(test["label"]) == 0)))
@@ -124,7 +129,7 @@ def plots(out: Path, cfg, tr, ev, test, network, mf, examples) -> list[tuple[str
     fig, axes = plt.subplots(1, len(FAPS), figsize=(4.2 * len(FAPS), 3.6), sharey=True)
     for ax, fap in zip(axes, FAPS, strict=True):
         k = fap_key(fap)
-        for i, (m, label) in enumerate(METHODS.items()):
+        for i, (m, label) in enumerate(_methods(cfg).items()):
             f = ev["methods"][m]["fap"][k]
             e, s50, std = f["efficiency"], f["snr50"], f.get("snr50_std", float("nan"))
             eff = np.asarray(e["efficiency"])
