@@ -13,7 +13,9 @@ import importlib
 from rootclad.paths import get_include
 from rootclad.version import __version__
 
-__all__ = ["compile", "engines_available", "get_include", "load", "onnx", "optim", "__version__"]
+__all__ = ["compile", "data", "engines_available", "get_include", "load", "onnx", "optim", "root",
+           "__version__"]  # fmt: skip
+_SUBMODULES = ("data", "onnx", "optim", "root")
 
 _LAZY = {
     "compile": "rootclad.compiler",
@@ -25,7 +27,7 @@ _LAZY = {
 def __getattr__(name: str):
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
-    elif name in ("optim", "onnx"):
+    elif name in _SUBMODULES:  # rootclad.root.define_score(...) after a plain import rootclad
         value = importlib.import_module(f"rootclad.{name}")
     else:
         raise AttributeError(f"module 'rootclad' has no attribute {name!r}")
@@ -34,4 +36,4 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted([*globals(), *_LAZY, "optim", "onnx"])
+    return sorted([*globals(), *_LAZY, *_SUBMODULES])

@@ -31,8 +31,8 @@ _CALLS = itertools.count(1)
 
 
 def header(cm, file_name: str, stem_name: str) -> str:
-    """``STEM.h``: rootclad's C++ host (``rootclad/model.h`` and the headers it includes,
-    inlined once, their include guards kept) in one file that needs only ROOT. It names no
+    """``STEM.h``: rootclad's C++ host (``rootclad/model.h`` and the headers it includes: the
+    Model, score_tree, SlotModels, the TTree readers; inlined once, their include guards kept) in one file that needs only ROOT. It names no
     path: moved with ``STEM.so`` and ``STEM.root`` to another directory or machine, it works
     with ``.x``, ACLiC and g++ alike; a program that also includes rootclad's own headers
     compiles each of them once (include guards, not ``#pragma once``, which Cling forgets
