@@ -59,6 +59,10 @@ def test_root_notebook():
     pytest.importorskip("ROOT", reason="the notebook needs ROOT")
     out = _execute("02_root.ipynb")
     assert "400 events scored in C++" in out and "saved the weights" in out, out
+    assert "columns: strain (256) target: label" in out, out  # the schema travelled
+    loss = re.search(r"training loss after 5 epochs: ([\d.]+)", out)
+    assert loss and float(loss.group(1)) < 0.6, out  # the standardised table model learned
+    assert "columns=(('pt', 1), ('eta', 1), ('jets', 4))" in out, out
     first = re.search(r"\[([^\]]*)\] \[([^\]]*)\]", out)  # Model.predict next to cm.predict
     assert first and first.group(1).split() == first.group(2).split(), out
 
