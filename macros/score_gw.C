@@ -11,6 +11,8 @@
 // probability the file measures), the mean |saliency| of signal events per strain sample and
 // the canvas; OUT.png draws the histograms and the ROC on a logarithmic false-alarm axis with
 // the floor marked (below it the curve is not drawn: nothing there is measured).
+// The GW layout: one float-array input column (the export's, else "strain") and an integer
+// label (the export's target, else "label") in the tree "events".
 // Prints the AUC. Both files are written whole or not at all (rootclad::write_root_file), and
 // a failure returns 1 naming the file and the cause.
 #include "../rootclad/include/rootclad/model.h"

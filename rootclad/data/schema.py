@@ -73,6 +73,10 @@ class Schema:
         for what, name in (("target", target), ("weight", weight)):
             if name is not None:
                 check_column_name(name, f"{what} column")
+                if name in names:  # the answer among the inputs: a model that reads its label
+                    raise ValueError(f"the {what} column {name!r} is also an input column")
+        if target is not None and target == weight:
+            raise ValueError(f"the target and the weight are one column, {target!r}")
         if classes is not None:
             if isinstance(classes, str) or not all(isinstance(c, str) for c in classes):
                 raise ValueError(f"classes must be a list of names, got {classes!r}")
@@ -132,11 +136,19 @@ class Schema:
         )
 
 
-def check_schema(schema: Schema, input_size: int, what: str) -> Schema:
+def check_schema(schema: Schema, input_size: int, what: str, *, outputs: int | None = None,
+                 class_index: bool = False) -> Schema:  # fmt: skip
+    """``schema`` against the model: its columns hold the input size; its class names, if any,
+    name the model's classes (``outputs`` of a class-index loss, or 2 for one logit)."""
     if schema.size != input_size:
         detail = ", ".join(f"{n} ({k})" for n, k in schema.columns)
         raise ValueError(f"{what}: the columns {detail} hold {schema.size} values per event; "
                          f"the model takes {input_size}")  # fmt: skip
+    if schema.classes is not None and outputs is not None:
+        want = outputs if class_index else 2 if outputs == 1 else None
+        if want is not None and len(schema.classes) != want:
+            raise ValueError(f"{what}: {len(schema.classes)} class names "
+                             f"{list(schema.classes)}; the model's output has {want} classes")  # fmt: skip
     return schema
 
 

@@ -20,7 +20,7 @@ class Standardize(nn.Module):
     shape). A feature that never varies (std 0) is divided by 1, as scikit-learn's
     StandardScaler does. Fit them with :meth:`fit` on the training data."""
 
-    def __init__(self, mean, std):
+    def __init__(self, mean, std, dtype: torch.dtype | None = None):
         super().__init__()
         mean = torch.as_tensor(mean, dtype=torch.float64)
         std = torch.as_tensor(std, dtype=torch.float64)
@@ -29,9 +29,21 @@ class Standardize(nn.Module):
         if not torch.isfinite(mean).all() or not torch.isfinite(std).all() or (std < 0).any():
             raise ValueError("mean and std must be finite, std not negative")
         std = torch.where(std == 0, torch.ones_like(std), std)
-        dtype = torch.get_default_dtype()
+        dtype = dtype or torch.get_default_dtype()
         self.mean = nn.Parameter(mean.to(dtype), requires_grad=False)
         self.std = nn.Parameter(std.to(dtype), requires_grad=False)
+        # the values as given: .double() on a float32 stage restores them, not their rounding
+        self._exact = (mean, std)
+
+    def _apply(self, fn, recurse=True):
+        out = super()._apply(fn, recurse)
+        exact = getattr(self, "_exact", None)
+        if exact is not None and self.mean.dtype == torch.float64:
+            with torch.no_grad():
+                for p, v in zip((self.mean, self.std), exact, strict=True):
+                    if torch.equal(p.to(torch.float32), v.to(torch.float32)):  # not changed since
+                        p.copy_(v.to(p.device))
+        return out
 
     def forward(self, x):
         return (x - self.mean) / self.std
@@ -40,7 +52,8 @@ class Standardize(nn.Module):
         return f"features={self.mean.numel()}"
 
     @classmethod
-    def fit(cls, data, features: Iterable[str] | None = None) -> Standardize:
+    def fit(cls, data, features: Iterable[str] | None = None,
+            dtype: torch.dtype | None = None) -> Standardize:  # fmt: skip
         """Means and standard deviations (population: divided by N) of each input value, over
         ``data``:
 
@@ -49,12 +62,21 @@ class Standardize(nn.Module):
         - an RDataFrame and ``features`` (the readers' feature list): its filtered entries;
         - an array ``(N, *shape)`` (numpy or torch).
 
-        The shape of the statistics is a batch's per-sample shape."""
+        The shape of the statistics is a batch's per-sample shape; their dtype ``dtype``
+        (default torch's default dtype; ``.double()`` on the model later restores the float64
+        values, not their float32 rounding). A reader's epoch counter is left as it was, so
+        that the training's first epoch shuffles as it would have without the fit."""
         if features is not None:
             data = _rdataframe_reader(data, features)
         elif hasattr(data, "GetColumnNames"):
             raise TypeError("Standardize.fit(df, features=[...]): name the RDataFrame's columns")
+        epoch = getattr(data, "epoch", None)
         if isinstance(data, (np.ndarray, torch.Tensor)):
+            if data.ndim < 2:
+                raise ValueError(
+                    f"Standardize.fit: an array of shape {tuple(data.shape)}; expected "
+                    "(N, *per-sample shape), e.g. x[:, None] for N values of one feature"
+                )
             batches: Iterable = [(data,)]
         else:
             batches = data
@@ -76,11 +98,13 @@ class Standardize(nn.Module):
             total += d.sum(0)
             sq += (d * d).sum(0)
             n += x.shape[0]
+        if epoch is not None:
+            data.epoch = epoch
         if not n:
             raise ValueError("Standardize.fit: the data hold no entries")
         mean = total / n
         var = (sq / n - mean * mean).clamp_min(0)
-        return cls(shift + mean, var.sqrt())
+        return cls(shift + mean, var.sqrt(), dtype=dtype)
 
 
 _NO_TARGET = "rootclad_no_target_"

@@ -108,18 +108,28 @@ def _schema(cm, schema):
 
     if schema is None:
         return None
-    return check_schema(Schema.of(schema), math.prod(cm.input_shape), "cm.export(schema=...)")
+    from rootclad.ir.graph import CLASS_INDEX_LOSSES
+
+    return check_schema(Schema.of(schema), math.prod(cm.input_shape), "cm.export(schema=...)",
+                        outputs=math.prod(cm.output_shape),
+                        class_index=cm.loss in CLASS_INDEX_LOSSES)  # fmt: skip
 
 
 def _optimizer_tree(f, cm, opt) -> None:
     """``rootclad_optimizer`` as ``rootclad::Model::save(path, &opt)`` writes it."""
     if opt.model is not cm:
         raise ValueError("this optimizer was created for another compiled model")
-    steps = set(opt._steps) if opt._steps is not None else {opt.step_count}
+    # tensors frozen now are exported frozen (rootclad::Model gives them step 0): their count
+    # does not matter; the others must share one, which rootclad::Model keeps
+    frozen = [not p.requires_grad for _, p in cm.named_parameters()]
+    if opt._steps is None:
+        steps = {opt.step_count}
+    else:
+        steps = {n for n, f in zip(opt._steps, frozen, strict=True) if not f} or {0}
     if len(steps) != 1:
         raise ValueError(
-            "the optimizer's parameters have taken different numbers of steps (some were "
-            "frozen); rootclad::Model keeps one step count and cannot resume it"
+            "the optimizer's trainable parameters have taken different numbers of steps (some "
+            "were frozen for a while); rootclad::Model keeps one step count and cannot resume it"
         )
     P = cm._em.n_params
     config = np.frombuffer(opt._cfg, dtype=np.float64).reshape(1, -1)

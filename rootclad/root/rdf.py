@@ -185,7 +185,7 @@ def columns_of(stem: str, inputs, what: str):
                 f"{what}: the model {stem} stores no input columns (exported without a schema): "
                 "pass inputs=, or export it with cm.export(stem, schema=...)"
             )
-        return stored[0] if len(stored) == 1 else stored
+        return stored
     given = [inputs] if isinstance(inputs, str) else [str(c) for c in inputs]
     if stored and given != stored:
         raise ValueError(
@@ -202,6 +202,11 @@ def _input_expr(df, inputs, stem: str, what: str) -> str:
     inputs = columns_of(stem, inputs, what)
     n_in = int(_cached_model(stem).input_size())
     names = [str(c) for c in df.GetColumnNames()]
+    if not isinstance(inputs, str) and len(inputs) == 1 and inputs[0] in names:
+        # one array column holding the whole input: read it as such (a float RVec without a
+        # copy); one number column goes through the list's conversion below
+        if _element_type(str(df.GetColumnType(inputs[0]))) is not None:
+            inputs = inputs[0]
     cols = [inputs] if isinstance(inputs, str) else list(inputs)
     if not cols:
         raise ValueError(f"{what}: no input columns given")

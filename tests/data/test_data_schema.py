@@ -83,6 +83,21 @@ def test_compiled_model_applies_it_in_forward_and_input_gradients():
     torch.testing.assert_close(cm.state_dict()["0.mean"], before, rtol=0, atol=0)
 
 
+def test_double_restores_the_float64_statistics_and_fit_keeps_the_readers_epoch(table):
+    """A GPS-time-like feature (1.4e9 +- 100): float32 rounds its mean by up to 64, half a
+    standard deviation; .double() on the model must give the fitted float64 values back."""
+    x = (1.4e9 + 100 * np.random.default_rng(0).standard_normal((500, 1))).astype(np.float64)
+    s = Standardize.fit(x)
+    assert s.mean.dtype == torch.float32
+    net = nn.Sequential(s).double()
+    assert abs(float(net[0].mean) - x.mean()) < 1e-6 and abs(float(net[0].std) - x.std()) < 1e-6
+    assert float(Standardize.fit(x, dtype=torch.float64).mean) == pytest.approx(x.mean(), abs=1e-6)
+    path, _, _ = table
+    it = TableIterator(path, tree="t", features=["a"], target="y", epoch=3)
+    Standardize.fit(it)
+    assert it.epoch == 3
+
+
 def test_standardize_refuses_bad_constants():
     with pytest.raises(ValueError, match="differ in shape"):
         Standardize(torch.zeros(3), torch.ones(2))
@@ -90,6 +105,8 @@ def test_standardize_refuses_bad_constants():
         Standardize(torch.zeros(2), torch.tensor([1.0, -1.0]))
     with pytest.raises(ValueError, match="no entries"):
         Standardize.fit(np.zeros((0, 3)))
+    with pytest.raises(ValueError, match=r"expected \(N, \*per-sample shape\)"):
+        Standardize.fit(np.arange(10.0))
 
 
 def test_readers_give_their_schema(table, tmp_path):
@@ -114,6 +131,8 @@ def test_readers_give_their_schema(table, tmp_path):
         ([], {}, "at least one"),
         (["pt"], {"target": "a b"}, "target column"),
         (["pt"], {"classes": "sig"}, "list of names"),
+        (["pt", "y"], {"target": "y"}, "also an input"),
+        (["pt"], {"target": "y", "weight": "y"}, "one column"),
     ],
 )
 def test_schema_refuses_what_cannot_be_used(columns, kw, match):

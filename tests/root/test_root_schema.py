@@ -58,7 +58,7 @@ def toy(tmp_path_factory):
     torch.manual_seed(0)
     net = nn.Sequential(Standardize.fit(it), nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 1))
     cm = rootclad.compile(net, torch.zeros(1, 6), engine="pullback")
-    classes = ["background", 'quoted "x", y\\z', "snow \u2603 \U0001d708"]
+    classes = ['quoted "x", y\\z', "snow \u2603 \U0001d708"]
     cm.export(d / "net", schema=it.schema.replace(classes=classes))
     return d, data, net, cm, classes
 
@@ -98,6 +98,19 @@ def test_cpp_json_array_reader_refuses_malformed_arrays():
     for bad in ('{"a": ["x"', '{"a": ["x" "y"]}', '{"a": ["\\q"]}'):
         with pytest.raises(Exception, match="malformed metadata array"):
             read(bad, "a")
+
+
+def test_cpp_json_array_reader_pairs_only_real_surrogates():
+    from rootclad.data.cling import declare_header
+
+    declare_header("model.h")
+    read = ROOT.rootclad.detail.json_array
+    text = json.dumps({"a": ["\ud83d\u00e9", "\U0001d708"]})  # a lone high surrogate, then é
+    lone, pair = (bytes(v) for v in read(text, "a"))
+    assert lone.endswith("é".encode()) and len(lone) == 5  # 3 bytes for the lone one, then é
+    assert pair.decode() == "\U0001d708"
+    with pytest.raises(Exception, match="malformed metadata array"):
+        read('{"a": ["\\u00zz"]}', "a")
 
 
 def test_define_score_and_saliency_need_no_inputs(toy):
@@ -142,6 +155,74 @@ def test_score_tree_of_columns_names_a_wrong_total(tmp_path):
     with pytest.raises(Exception, match=r"columns pt \(1\), jets \(4\), eta \(1\) hold 6 values"):
         rootclad.root.score_tree(tmp_path / "toy.root", tmp_path / "net", tree="t",
                                  inputs=["pt", "jets", "eta"])  # fmt: skip
+
+
+def test_one_column_schemas_of_a_number_and_of_doubles(tmp_path):
+    """A model of one scalar column, and one of a double[3] column: define_score and
+    score_tree read them from the schema (the first was refused as 'not the whole input', the
+    second read as floats only)."""
+    n = 40
+    rng = np.random.default_rng(2)
+    data = {"pt": rng.normal(size=n).astype(np.float32), "v": rng.normal(size=(n, 3))}
+    with uproot.recreate(tmp_path / "one.root") as f:
+        f.mktree("t", {"pt": np.float32, "v": np.dtype((np.float64, (3,)))}).extend(data)
+    for col, width in (("pt", 1), ("v", 3)):
+        torch.manual_seed(0)
+        net = nn.Linear(width, 1)
+        cm = rootclad.compile(net, torch.zeros(1, width), engine="pullback")
+        cm.export(tmp_path / col, schema=Schema({col: width}))
+        x = torch.tensor(data[col].reshape(n, width), dtype=torch.float32)
+        ref = net(x).detach().numpy()[:, 0]
+        df = rootclad.root.define_score(ROOT.RDataFrame("t", str(tmp_path / "one.root")),
+                                        tmp_path / col)  # fmt: skip
+        np.testing.assert_allclose(df.AsNumpy(["score"])["score"], ref, rtol=1e-5, atol=1e-6)
+        out = rootclad.root.score_tree(tmp_path / "one.root", tmp_path / col, tree="t",
+                                       output=tmp_path / f"{col}_s.root")  # fmt: skip
+        np.testing.assert_allclose(uproot.open(out)["scores"]["score"].array(library="np"), ref,
+                                   rtol=1e-5, atol=1e-6)  # fmt: skip
+
+
+def test_cpp_score_tree_checks_the_columns_against_the_export(toy):
+    d, *_ = toy
+    m = rootclad.root.load(d / "net")
+    cols = ROOT.std.vector["std::string"]()
+    for c in ("eta", "pt", "jets"):  # the same sizes in another order: wrong scores before
+        cols.push_back(c)
+    with pytest.raises(Exception, match="was exported reading the columns pt, eta, jets"):
+        ROOT.rootclad.score_tree(m, str(d / "toy.root"), "t", cols, str(d / "x.root"))
+    assert not (d / "x.root").exists()
+
+
+def test_an_optimizer_of_a_model_with_a_frozen_stage_exports_and_resumes(toy, tmp_path):
+    """Python's optimizer counts no steps for the frozen tensors; the export keeps the others'
+    one count, and rootclad::Model::load(path, &opt) resumes: a third Adam step in C++ equals
+    Python's third."""
+    d, data, *_ = toy
+    torch.manual_seed(4)
+    x = torch.from_numpy(features(data)[:16].astype(np.float64))
+    y = torch.from_numpy(data["label"][:16, None].astype(np.float64))
+    net = nn.Sequential(Standardize.fit(x.numpy(), dtype=torch.float64), nn.Linear(6, 1)).double()
+    cm = rootclad.compile(net, torch.zeros(1, 6, dtype=torch.float64), engine="pullback")
+    opt = rootclad.optim.Adam(cm, lr=1e-2)
+    for _ in range(2):
+        cm.train_step(x, y, opt)
+    cm.export(tmp_path / "m", optimizer=opt)
+    m = rootclad.root.load(tmp_path / "m")
+    opt_cpp = ROOT.rootclad.Adam(m, 1.0)
+    m.load(str(tmp_path / "m.root"), opt_cpp)
+    lc = m.train_step(x.numpy().ravel(), y.numpy().ravel(), 16, opt_cpp)
+    lp = cm.train_step(x, y, opt)
+    assert abs(lc - lp) <= 1e-12 * abs(lp)
+    ref = np.concatenate([p.detach().reshape(-1).numpy() for _, p in cm.named_parameters()])
+    np.testing.assert_allclose(np.asarray(m.parameters()), ref, rtol=1e-12, atol=1e-14)
+
+
+def test_export_refuses_class_names_the_output_does_not_have(tmp_path):
+    cm = rootclad.compile(nn.Linear(2, 3), torch.zeros(1, 2), loss="cross_entropy",
+                          engine="pullback")  # fmt: skip
+    with pytest.raises(ValueError, match=r"2 class names .* output has 3 classes"):
+        cm.export(tmp_path / "m", schema=Schema(["a", "b"], classes=["x", "y"]))
+    cm.export(tmp_path / "m", schema=Schema(["a", "b"], classes=["x", "y", "z"]))
 
 
 def test_export_without_schema_asks_for_inputs(tmp_path):

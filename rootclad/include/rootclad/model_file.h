@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -52,6 +53,9 @@ inline std::vector<std::string> json_array(const std::string& json, const std::s
   auto hex4 = [&](size_t i) {
     if (i + 4 > json.size())
       fail();
+    for (size_t k = i; k < i + 4; ++k)
+      if (!std::isxdigit((unsigned char)json[k]))
+        fail();
     return (unsigned)std::stoul(json.substr(i, 4), nullptr, 16);
   };
   auto utf8 = [](std::string& s, unsigned c) {
@@ -96,8 +100,11 @@ inline std::vector<std::string> json_array(const std::string& json, const std::s
           unsigned c = hex4(at + 1);
           at += 4;
           if (c >= 0xD800 && c < 0xDC00 && json.compare(at + 1, 2, "\\u") == 0) {
-            c = 0x10000 + ((c - 0xD800) << 10) + (hex4(at + 3) - 0xDC00);
-            at += 6;
+            const unsigned low = hex4(at + 3);
+            if (low >= 0xDC00 && low < 0xE000) { // a pair; else each escape stands alone
+              c = 0x10000 + ((c - 0xD800) << 10) + (low - 0xDC00);
+              at += 6;
+            }
           }
           utf8(item, c);
         } else

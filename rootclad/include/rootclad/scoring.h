@@ -70,9 +70,10 @@ inline long long score_tree(Model& m, const std::string& file, const std::string
       [&](long long entry, float* x) { in.read(entry, x, nullptr, (int)N, false); });
 }
 
-// The same for an input of several columns, numbers and arrays concatenated in order (the
-// readers' feature lists), read as the training TableReader reads them; each event's length
-// is checked. m.input_columns() gives the columns the model was exported with:
+// The same for a list of columns, numbers and arrays of any numeric type concatenated in order
+// (the readers' feature lists), read as the training TableReader reads them; each event's
+// length is checked, and so are the columns against those the model was exported with
+// (m.input_columns(), when it has them):
 //   rootclad::score_tree(m, "test.root", "events", m.input_columns(), "test_scores.root");
 inline long long score_tree(Model& m, const std::string& file, const std::string& tree,
                             const std::vector<std::string>& inputs, const std::string& out_file,
@@ -81,8 +82,14 @@ inline long long score_tree(Model& m, const std::string& file, const std::string
   if (inputs.empty())
     throw std::invalid_argument("rootclad::score_tree: no input columns (the model " + m.stem() +
                                 " stores none: name them)");
-  if (inputs.size() == 1)
-    return score_tree(m, file, tree, inputs[0], out_file, out_tree, column, batch);
+  if (!m.input_columns().empty() && inputs != m.input_columns()) {
+    std::string stored;
+    for (const auto& c : m.input_columns())
+      stored += (stored.empty() ? "" : ", ") + c;
+    throw std::invalid_argument("rootclad::score_tree: the model " + m.stem() +
+                                " was exported reading the columns " + stored +
+                                " (names and order): pass m.input_columns()");
+  }
   if (batch <= 0)
     batch = m.cache_batch();
   data::TableSource in(file, tree, inputs, "", "");
