@@ -381,6 +381,8 @@ def test_training_started_in_python_resumes_in_cpp(tmp_path):
     np.testing.assert_allclose(np.asarray(m.parameters()), flat, rtol=1e-12, atol=1e-15)
     cm._views["0.bias"].requires_grad_(False)  # per-tensor step counts now differ
     cm.train_step(batches[0], ys[0], opt)
+    cm.export(tmp_path / "q", optimizer=opt)  # frozen now: exported frozen, its count moot
+    cm._views["0.bias"].requires_grad_(True)  # trainable again, one step behind the others
     with pytest.raises(ValueError, match="different numbers of steps"):
         cm.export(tmp_path / "q", optimizer=opt)
 
