@@ -102,10 +102,13 @@ def _weights(model) -> dict:
 def _tensor(model, a, cast: bool) -> torch.Tensor:
     """``a`` (numpy or torch) on the model's device; floating inputs in the model's dtype when
     ``cast``. A CPU numpy batch is not copied."""
-    t = torch.from_numpy(np.ascontiguousarray(a)) if isinstance(a, np.ndarray) else a
-    if cast and t.is_floating_point() and t.dtype != model.dtype:
+    if isinstance(a, np.ndarray):
+        t = torch.from_numpy(a if a.flags.c_contiguous else np.ascontiguousarray(a))
+    else:
+        t = a
+    if cast and t.dtype != model.dtype and t.is_floating_point():
         t = t.to(model.dtype)
-    return t.to(model.device, non_blocking=True)
+    return t if t.device == model.device else t.to(model.device, non_blocking=True)
 
 
 def _batch(model, batch, transform):
