@@ -2,6 +2,7 @@
 
 >>> cm = rootclad.compile(net, example_input=x, loss="bce_with_logits")
 >>> loss = cm.train_step(x, y, rootclad.optim.Adam(cm, lr=1e-3))
+>>> result = rootclad.fit(cm, opt, batches, epochs=20, validation=val, patience=3)
 
 Submodules are imported on first use, so ``import rootclad.gw`` does not load torch.
 """
@@ -13,13 +14,14 @@ import importlib
 from rootclad.paths import get_include
 from rootclad.version import __version__
 
-__all__ = ["compile", "data", "engines_available", "get_include", "load", "onnx", "optim", "root",
-           "__version__"]  # fmt: skip
+__all__ = ["compile", "data", "engines_available", "fit", "get_include", "load", "onnx", "optim",
+           "root", "__version__"]  # fmt: skip
 _SUBMODULES = ("data", "onnx", "optim", "root")
 
 _LAZY = {
     "compile": "rootclad.compiler",
     "engines_available": "rootclad.compiler",
+    "fit": "rootclad.torch.fit",
     "load": "rootclad.compiler",
 }
 

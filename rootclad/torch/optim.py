@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ctypes
 import math
+from collections import OrderedDict, defaultdict
+from collections.abc import MutableMapping
 
 import torch
 
@@ -44,13 +46,60 @@ def _check(name: str, value, low: float, high: float = math.inf, high_open: bool
     return v
 
 
-class Optimizer:
+class _ParamGroup(MutableMapping):
+    """The one param group of a rootclad optimizer, as ``torch.optim.lr_scheduler`` reads and
+    writes it: its hyperparameters ("lr", "weight_decay", SGD's "momentum", "dampening",
+    "nesterov", Adam's "betas", "eps") are the optimizer's configuration, the numbers the C++
+    update reads at the next step (checked as the constructor checks them); other keys (a
+    scheduler's "initial_lr") are kept as given; "params" lists the model's parameters."""
+
+    def __init__(self, opt: Optimizer):
+        self._opt = opt
+        self._extra: dict = {"params": list(opt.model.parameters())}
+
+    def _keys(self) -> tuple:
+        return tuple(self._opt.defaults)
+
+    def __getitem__(self, key):
+        if key in self._keys():
+            return self._opt._hyper(key)
+        return self._extra[key]
+
+    def __setitem__(self, key, value) -> None:
+        if key in self._keys():
+            self._opt._set_hyper(key, value)
+        else:
+            self._extra[key] = value
+
+    def __delitem__(self, key) -> None:
+        if key in self._keys() or key == "params":
+            raise KeyError(f"{key!r} belongs to the optimizer: it cannot be removed")
+        del self._extra[key]
+
+    def __iter__(self):
+        yield from self._extra
+        yield from self._keys()
+
+    def __len__(self) -> int:
+        return len(self._extra) + len(self._keys())
+
+    def __repr__(self) -> str:
+        return repr({k: self[k] for k in self if k != "params"})
+
+
+class Optimizer(torch.optim.Optimizer):
     """The update of every parameter of one compiled model, run inside ``train_step``.
 
     Each optimizer keeps its own state (momentum or Adam's moments) and its own step count per
     parameter tensor, so two optimizers on one model never share or reset each other's
     state. A parameter with ``requires_grad=False`` is skipped, as torch.optim skips a
-    parameter without a gradient."""
+    parameter without a gradient.
+
+    It is a ``torch.optim.Optimizer`` to torch's learning-rate schedulers: ``param_groups``
+    holds one group whose ``"lr"`` (and other hyperparameters) are this optimizer's, so
+    ``StepLR``, ``CosineAnnealingLR``, ``ReduceLROnPlateau`` and the others change the rate
+    the next ``train_step`` uses, exactly as they change a torch optimizer's (tested). Its
+    ``step()`` is not torch's: the update runs inside ``cm.train_step(x, y, opt)``."""
 
     kind = -1
     # each hyperparameter's rule, as the constructor checks it: (name, low, high, high_open)
@@ -78,11 +127,60 @@ class Optimizer:
         # a step whose loss was not finite may have poisoned the state: train_step scans it
         # before the next step (see rootclad.torch.model.refuse_non_finite)
         self._suspect = False
+        # what torch.optim.Optimizer's constructor sets (it is not called: its param groups
+        # would be plain dicts, whose "lr" the C++ update never reads)
+        self.defaults = {f: self._hyper(f) for f in self._group_keys}
+        self.state = defaultdict(dict)
+        for hooks in ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks",
+                      "_optimizer_state_dict_pre_hooks", "_optimizer_state_dict_post_hooks",
+                      "_optimizer_load_state_dict_pre_hooks",
+                      "_optimizer_load_state_dict_post_hooks"):  # fmt: skip
+            setattr(self, hooks, OrderedDict())
+        self._zero_grad_profile_name = f"Optimizer.zero_grad#{type(self).__name__}.zero_grad"
+        self.param_groups = [_ParamGroup(self)]
+
+    # the param group's keys, as torch.optim names them
+    _group_keys: tuple = ("lr", "weight_decay")
+
+    def _hyper(self, key: str):
+        """A hyperparameter under torch.optim's name (Adam's "betas" is a pair)."""
+        if key == "betas":
+            return (self._cfg[_FIELDS.index("beta1")], self._cfg[_FIELDS.index("beta2")])
+        if key == "nesterov":
+            return bool(self._cfg[_FIELDS.index("nesterov")])
+        return self._cfg[_FIELDS.index(key)]
+
+    def _set_hyper(self, key: str, value) -> None:
+        """Set a hyperparameter by torch.optim's name, checked as the constructor checks it."""
+        if key == "betas":
+            if len(value) != 2:
+                raise ValueError(f"betas must be two numbers, got {value!r}")
+            pairs = list(zip(("beta1", "beta2"), value, strict=True))
+        else:
+            pairs = [(key, float(bool(value)) if key == "nesterov" else value)]
+        checked = [(f, _check(self.rules[f][0], v, *self.rules[f][1:])) for f, v in pairs]
+        cfg = {f: self._cfg[_FIELDS.index(f)] for f in _FIELDS}
+        cfg.update(checked)
+        if cfg["nesterov"] and (cfg["momentum"] <= 0 or cfg["dampening"] != 0) and self.kind == 0:
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+        for f, v in checked:
+            self._cfg[_FIELDS.index(f)] = v
+
+    def step(self, closure=None):
+        """Not torch's: a rootclad optimizer updates the parameters inside
+        ``cm.train_step(x, y, opt)`` (forward, backward and update in one C++ call)."""
+        raise RuntimeError(f"{type(self).__name__} updates the parameters inside "
+                           "cm.train_step(x, y, opt); it has no step() of its own")  # fmt: skip
+
+    def add_param_group(self, param_group) -> None:
+        raise ValueError(f"{type(self).__name__} has one param group, the whole model (freeze "
+                         "a parameter with p.requires_grad_(False))")  # fmt: skip
 
     def _advance(self, trainable: list[bool]):
         """Count one step for each trainable tensor; ``(step, tensor_steps or None)`` for the
         C call: None while every tensor has trained at every step (the common case)."""
         self.step_count += 1
+        self._opt_called = True  # a scheduler's check that the optimizer stepped before it
         if self._steps is None:
             if all(trainable):
                 return self.step_count, None
@@ -98,16 +196,19 @@ class Optimizer:
 
     @lr.setter
     def lr(self, value: float) -> None:
-        self._cfg[1] = _check("learning rate", value, 0.0)
+        self._set_hyper("lr", value)
 
     def hyperparameters(self) -> dict[str, float]:
         return {f: self._cfg[i] for i, f in enumerate(_FIELDS) if f != "kind"}
 
     def state_dict(self) -> dict:
-        """Hyperparameters, step counts and state (copies), for a checkpoint."""
+        """Hyperparameters, step counts and state (copies), for a checkpoint; ``"group"``: what
+        a scheduler added to the param group (its ``"initial_lr"``), as torch's state_dict
+        keeps it."""
+        group = {k: v for k, v in self.param_groups[0]._extra.items() if k != "params"}
         return {"kind": self.kind, "config": list(self._cfg), "step_count": self.step_count,
                 "steps": None if self._steps is None else list(self._steps),
-                "state": self._state.clone()}  # fmt: skip
+                "state": self._state.clone(), "group": group}  # fmt: skip
 
     def reset(self) -> None:
         """Start afresh, as a new optimizer with the same hyperparameters: the state (momentum,
@@ -157,10 +258,13 @@ class Optimizer:
             _check(f"{rule[0]} in the loaded state", config[_FIELDS.index(f)], *rule[1:])
         self.check_finite(values)
         step_count, steps = _step_counts(state, len(self._where))
+        group = dict(state.get("group") or {})  # (absent from states saved before it was kept)
+        group.pop("params", None)
         self._state.copy_(values)
         self._cfg[:] = config
         self.step_count, self._steps = step_count, steps
         self._suspect = False  # checked above
+        self.param_groups[0]._extra.update(group)
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v:g}" for k, v in self.hyperparameters().items())
@@ -193,6 +297,7 @@ def _step_counts(state: dict, tensors: int) -> tuple[int, list[int] | None]:
 
 class SGD(Optimizer):
     kind = 0
+    _group_keys = ("lr", "momentum", "dampening", "weight_decay", "nesterov")
     rules = {"lr": ("learning rate", 0.0), "momentum": ("momentum", 0.0),
              "dampening": ("dampening", -math.inf), "weight_decay": ("weight_decay", 0.0),
              "nesterov": ("nesterov", 0.0, 1.0)}  # fmt: skip
@@ -228,6 +333,7 @@ class Adam(Optimizer):
              "beta2": ("beta parameter at index 1", 0.0, 1.0, True),
              "eps": ("epsilon value", 0.0), "weight_decay": ("weight_decay", 0.0)}  # fmt: skip
     moments = ("exp_avg", "exp_avg_sq")
+    _group_keys = ("lr", "betas", "eps", "weight_decay")
 
     def __init__(
         self,

@@ -1,5 +1,6 @@
 """Training stage of ``rootclad gw run``: the compiled model, batches read from the ROOT files,
-per-epoch validation, early stopping and atomic checkpoints that ``--resume`` continues from.
+and :func:`rootclad.fit` (per-epoch validation, early stopping, the best weights) with atomic
+checkpoints that ``--resume`` continues from.
 
 The shuffle of an epoch depends only on the seed and the epoch number, the network has no
 dropout, and a checkpoint holds the weights, the optimizer's state and the epoch reached: a
@@ -10,8 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -65,20 +64,10 @@ def _tensor(cm, a: np.ndarray) -> torch.Tensor:
 
 
 def validation_loss(cm, it, cfg) -> float:
-    total = seen = 0.0
-    for x, y in it:
-        out = cm.predict(_tensor(cm, _shape(cfg, x)))[:, 0]
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(
-            out.double(), _tensor(cm, y).double(), reduction="sum"
-        )
-        total += float(loss)
-        seen += len(y)
-    return total / seen
+    """The mean loss of the validation batches (rootclad.fit's evaluate)."""
+    from rootclad.torch.fit import evaluate
 
-
-def _weights(cm) -> dict:
-    """A copy of the weights: state_dict() views the arena, which later steps overwrite."""
-    return {k: v.clone() for k, v in cm.state_dict().items()}
+    return evaluate(cm, it, transform=lambda x: _shape(cfg, x))
 
 
 def _save_checkpoint(path: Path, state: dict) -> None:
@@ -115,9 +104,11 @@ def load_checkpoint(path: Path) -> dict:
 
 def train(cfg: RunConfig, train_file, val_file, out: Path, *, resume: bool = False,
           progress: bool | None = None, log=print) -> TrainResult:  # fmt: skip
-    from tqdm.auto import tqdm
-
+    """rootclad.fit with the run's settings: the validation loss after each epoch, early
+    stopping after ``patience`` epochs without a better one, the best weights kept, and after
+    each epoch (its log line first) a checkpoint, which ``resume`` continues from."""
     import rootclad
+    from rootclad.torch.fit import fit
 
     cm = compile_model(cfg)
     opt = rootclad.optim.Adam(cm, lr=cfg.lr)
@@ -125,63 +116,24 @@ def train(cfg: RunConfig, train_file, val_file, out: Path, *, resume: bool = Fal
     va = batches([val_file], cfg, batch_size=1024, shuffle=False)
     out.mkdir(parents=True, exist_ok=True)
     ckpt = out / "checkpoint.pt"
-    history: list[dict] = []
-    best = (float("inf"), -1, None)  # (val loss, epoch, weights)
-    bad = 0
-    start = 0
-    resumed = None
+    state = None
     if resume and ckpt.exists():
         state = load_checkpoint(ckpt)
         if not _same_training(state["config"], cfg.to_toml()):
             raise ValueError(f"{ckpt} was written by a run with another configuration; "
                              "remove it or run without --resume")  # fmt: skip
-        cm.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        history, bad, start = state["history"], state["bad_epochs"], state["epoch"]
-        best = (state["best_val"], state["best_epoch"], state["best_model"])
-        resumed = start
-        log(f"resuming after epoch {start} from {ckpt}")
-    if progress is None:
-        progress = sys.stderr.isatty()
-    stopped = False
-    for epoch in range(start, cfg.epochs):
-        if bad >= cfg.patience:  # no better validation loss for `patience` epochs
-            stopped = True
-            break
-        tr.set_epoch(epoch)
-        t0 = time.perf_counter()
-        total = seen = 0.0
-        with tqdm(total=len(tr), disable=not progress, unit="batch",
-                  desc=f"epoch {epoch + 1}/{cfg.epochs}") as bar:  # fmt: skip
-            for i, (x, y) in enumerate(tr):
-                # on a GPU the loss stays there: reading it (the bar, every 20 batches) waits
-                loss = cm.train_step(_tensor(cm, _shape(cfg, x)),
-                                     _tensor(cm, y).float()[:, None], opt)  # fmt: skip
-                total += loss * len(y)
-                seen += len(y)
-                bar.update(1)
-                if progress and i % 20 == 0:
-                    bar.set_postfix(loss=f"{float(total) / seen:.4f}",
-                                    ev_s=f"{seen / (time.perf_counter() - t0):.0f}")  # fmt: skip
-        total = float(total)
-        seconds = time.perf_counter() - t0
-        val = validation_loss(cm, va, cfg)
-        history.append({"epoch": epoch + 1, "train_loss": total / seen, "val_loss": val,
-                        "seconds": seconds, "events_per_s": seen / seconds})  # fmt: skip
-        if val < best[0]:
-            best, bad = (val, epoch + 1, _weights(cm)), 0
-        else:
-            bad += 1
-        log(f"epoch {epoch + 1}: train loss {total / seen:.4f}, validation loss {val:.4f}, "
-            f"{seen / seconds:.0f} events/s")  # fmt: skip
-        _save_checkpoint(ckpt, {
-            "config": cfg.to_toml(), "epoch": epoch + 1, "model": _weights(cm),
-            "optimizer": opt.state_dict(), "history": history, "bad_epochs": bad,
-            "best_val": best[0], "best_epoch": best[1], "best_model": best[2],
-        })  # fmt: skip
-    if best[2] is not None:
-        cm.load_state_dict(best[2])
-    return TrainResult(cm, cm.engine, history, best[1], stopped, resumed)
+        log(f"resuming after epoch {state['epoch']} from {ckpt}")
+
+    def save(s) -> None:
+        _save_checkpoint(ckpt, {"config": cfg.to_toml(), **s.checkpoint()})
+
+    # the shape and the device transfer are fit's; on a GPU the loss stays there until the
+    # epoch ends (or the bar reads it, every 20 batches)
+    result = fit(cm, opt, tr, epochs=cfg.epochs, validation=lambda: validation_loss(cm, va, cfg),
+                 patience=cfg.patience, transform=lambda x: _shape(cfg, x), progress=progress,
+                 log=log, on_epoch_end=save, resume=state)  # fmt: skip
+    return TrainResult(cm, cm.engine, result.history, result.best_epoch, result.stopped_early,
+                       result.resumed_from)  # fmt: skip
 
 
 def scores(cm, cfg, x: np.ndarray, batch: int = 1024) -> np.ndarray:

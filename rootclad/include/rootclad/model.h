@@ -18,12 +18,12 @@
 // per thread (rootclad::SlotModels does that for RDataFrame's processing slots).
 // A fingerprint of these headers (export.py: headers_id): an exported STEM.h of another
 // version and these in one program would share include guards; they stop here instead.
-#if defined(ROOTCLAD_MODEL_H) && ROOTCLAD_HEADERS_ID + 0 != 0x6ec66eb
+#if defined(ROOTCLAD_MODEL_H) && ROOTCLAD_HEADERS_ID + 0 != 0x55b7195
 #error "rootclad: STEM.h of another rootclad version: include only one, or export again"
 #endif
 #ifndef ROOTCLAD_MODEL_H
 #define ROOTCLAD_MODEL_H
-#define ROOTCLAD_HEADERS_ID 0x6ec66eb
+#define ROOTCLAD_HEADERS_ID 0x55b7195
 
 #include <TDirectory.h>
 #include <TFile.h>
@@ -136,9 +136,14 @@ public:
   void input_grad(const float* x, float* dx, int B) { input_grad_as(x, dx, B); }
   void input_grad(const double* x, double* dx, int B) { input_grad_as(x, dx, B); }
   // The mean loss of a batch in eval mode (y: B * output_size targets, cross_entropy/nll: B class
-  // indices), without gradients: a validation loss.
-  double loss(const float* x, const float* y, int B) { return loss_as(x, y, B); }
-  double loss(const double* x, const double* y, int B) { return loss_as(x, y, B); }
+  // indices): a validation loss. w: per-sample weights or null, normalised as train_step's (the
+  // weighted loss is the library's loss_and_grad in eval mode, its gradient left in gradients()).
+  double loss(const float* x, const float* y, int B, const float* w = nullptr) {
+    return loss_as(x, y, B, w);
+  }
+  double loss(const double* x, const double* y, int B, const double* w = nullptr) {
+    return loss_as(x, y, B, w);
+  }
   // The mean loss of a batch in training mode; the gradient of every parameter is left in
   // gradients(). w: per-sample weights (B values; HEP event weights) or null: the loss is then
   // the mean over elements of w[b] * loss_element (kernels.h: weighted_loss).
@@ -490,15 +495,22 @@ private:
       return auxf_[i];
   }
 
-  template <typename In> double loss_as(const In* x, const In* y, int B) {
+  template <typename In> double loss_as(const In* x, const In* y, int B, const In* w) {
     not_null("loss", "x", x);
     not_null("loss", "y", y);
-    return api_.is_double() ? loss_t<double>(x, y, B) : loss_t<float>(x, y, B);
+    return api_.is_double() ? loss_t<double>(x, y, B, w) : loss_t<float>(x, y, B, w);
   }
-  template <typename T, typename In> double loss_t(const In* x, const In* y, int B) {
+  template <typename T, typename In> double loss_t(const In* x, const In* y, int B, const In* w) {
     T* act = stage<T>(x, B);
     const T* yt = converted<T>(aux<T>(0), y, targets(B));
     const auto& e = api_.entry_points<T>();
+    if (w) {
+      const T* wt = event_weights<T>(w, B);
+      auto& g = grads<T>();
+      g.assign(api_.n_params, T(0));
+      return e.loss_and_grad(params<T>(), act, yt, g.data(), act + api_.act_size(B), B, 0,
+                             next_seed(), 0, wt);
+    }
     e.forward(params<T>(), act, B, 0, next_seed());
     return e.loss_value(act, yt, B);
   }

@@ -45,6 +45,7 @@ public:
   // First entry of each basket of file f's first column, then its entry count.
   std::vector<long long> basket_offsets(int f) const { return offsets_.at(f); }
   long long entries() const { return split_entries_; } // in the configured split
+  bool weighted() const { return weighted_; }          // batches carry event weights
   long long batch_size() const { return batch_size_; }
   long long batches_per_epoch() const {
     return drop_last_ ? split_entries_ / batch_size_

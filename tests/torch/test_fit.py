@@ -1,0 +1,242 @@
+"""rootclad.fit against a plain torch training loop, and its early stopping, schedulers,
+checkpoints and progress bar.
+
+References: the same model trained by torch autograd with torch.optim and torch's own
+schedulers on the same batches (float64: losses and weights to rounding); a one-weight model
+whose weights after each epoch of full-batch SGD are known in closed form, so that the best
+validation epoch is known before the fit runs; the compiled loss (loss_and_grad) for the
+validation loss of each kind of loss.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import rootclad
+from rootclad.torch.fit import evaluate
+
+F64 = torch.float64
+sched = torch.optim.lr_scheduler
+
+
+def _mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 1)).double()
+
+
+def _batches(n, B, seed, weights=False):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 6, generator=g, dtype=F64)
+    y = ((x[:, 0] * x[:, 1] + x[:, 2]) > 0).to(torch.int32)  # labels as readers give them
+    w = torch.rand(n, generator=g, dtype=F64) + 0.5
+    return [(x[i : i + B], y[i : i + B], *([w[i : i + B]] if weights else []))
+            for i in range(0, n, B)]  # fmt: skip
+
+
+def _torch_loss(out, y, w, norm):
+    terms = F.binary_cross_entropy_with_logits(out[:, 0], y.double(), reduction="none")
+    if w is None:
+        return terms.mean(), terms.sum(), len(y)
+    total = (terms * w).sum()
+    return (
+        (total / (w.sum() if norm == "sum_w" else len(y))),
+        total,
+        (w.sum() if norm == "sum_w" else len(y)),
+    )
+
+
+def _torch_fit(net, opt, scheduler, train, val, epochs, norm):
+    """The loop a torch user writes: the same batches, the epoch's loss weighted as one batch's."""
+    history = []
+    for _ in range(epochs):
+        lr = opt.param_groups[0]["lr"]
+        total = seen = 0.0
+        for x, y, *w in train:
+            opt.zero_grad()
+            loss, _, n = _torch_loss(net(x), y, w[0] if w else None, norm)
+            loss.backward()
+            opt.step()
+            total, seen = total + loss.item() * float(n), seen + float(n)
+        with torch.no_grad():
+            parts = [_torch_loss(net(x), y, w[0] if w else None, norm)[1:] for x, y, *w in val]
+        v = sum(float(t) for t, _ in parts) / sum(float(n) for _, n in parts)
+        history.append((total / seen, v, lr))
+        if scheduler is not None:
+            scheduler.step()
+    return history
+
+
+CASES = {  # optimizer, its settings, scheduler (or None), event weights, weight_norm
+    "sgd-momentum-steplr": ("SGD", {"lr": 0.1, "momentum": 0.9},
+                            lambda o: sched.StepLR(o, 2, gamma=0.5), False, "mean"),
+    "adam-cosine-weights": ("Adam", {"lr": 1e-2},
+                            lambda o: sched.CosineAnnealingLR(o, T_max=4), True, "mean"),
+    "adamw-sum_w": ("AdamW", {"lr": 1e-2, "weight_decay": 0.1}, None, True, "sum_w"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_fit_equals_a_torch_loop(case):
+    name, kwargs, make_scheduler, weights, norm = CASES[case]
+    net = _mlp()
+    ref = copy.deepcopy(net)
+    cm = rootclad.compile(net, example_input=torch.zeros(1, 6, dtype=F64), engine="pullback")
+    train, val = _batches(120, 16, 1, weights), _batches(50, 16, 2, weights)
+    opt = getattr(rootclad.optim, name)(cm, **kwargs)
+    result = rootclad.fit(cm, opt, train, epochs=5, validation=val, restore_best=False,
+                          scheduler=make_scheduler and make_scheduler(opt), weight_norm=norm,
+                          progress=False)  # fmt: skip
+    topt = getattr(torch.optim, name)(ref.parameters(), **kwargs)
+    expected = _torch_fit(ref, topt, make_scheduler and make_scheduler(topt), train, val, 5, norm)
+    got = [(h["train_loss"], h["val_loss"]) for h in result.history]
+    np.testing.assert_allclose(got, [e[:2] for e in expected], rtol=1e-10, atol=0)
+    assert [h["lr"] for h in result.history] == [e[2] for e in expected]  # each epoch's rate
+    for (k, p), q in zip(cm.named_parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-10, atol=1e-13, msg=k)
+    assert got[-1][0] < 0.9 * got[0][0]  # it trained
+
+
+def _one_weight(eta, epochs_known=30):
+    """Linear(1, 1) without bias, weight 0, mse on y = 2x, full-batch SGD at eta: the weight
+    after t epochs is 2 - 2 r**t with r = 1 - 2 eta mean(x**2)."""
+    x = torch.linspace(0.5, 1.5, 8, dtype=F64)[:, None]
+    r = 1 - 2 * eta * float((x**2).mean())
+    return x, [2 - 2 * r**t for t in range(epochs_known + 1)]
+
+
+def test_early_stopping_stops_at_the_known_epoch_and_restores_its_weights():
+    eta, c, patience = 0.1, 1.45, 3
+    x, w = _one_weight(eta)
+    m2 = float((x**2).mean())
+    val_losses = [m2 * (w[t] - c) ** 2 for t in range(1, len(w))]  # epochs 1, 2, ...
+    best = int(np.argmin(val_losses)) + 1
+    assert 3 < best < 20 and val_losses[best - 1] < 0.5 * min(
+        val_losses[best - 2], val_losses[best]
+    )
+    net = nn.Linear(1, 1, bias=False).double()
+    with torch.no_grad():
+        net.weight.zero_()
+    cm = rootclad.compile(net, example_input=torch.zeros(1, 1, dtype=F64), loss="mse",
+                          engine="pullback")  # fmt: skip
+    last = []
+    result = rootclad.fit(cm, rootclad.optim.SGD(cm, lr=eta), [(x, 2 * x)], epochs=40,
+                          validation=[(x, c * x)], patience=patience, progress=False,
+                          on_epoch_end=lambda s: last.append(float(s.model.state_dict()["weight"])))  # fmt: skip
+    assert result.best_epoch == best and result.stopped_early
+    assert len(result.history) == best + patience  # the epochs after the best: patience
+    np.testing.assert_allclose([h["val_loss"] for h in result.history],
+                               val_losses[: best + patience], rtol=1e-10)  # fmt: skip
+    np.testing.assert_allclose(last, w[1 : best + patience + 1], rtol=1e-12)
+    assert float(cm.state_dict()["weight"]) == pytest.approx(w[best], rel=1e-12)  # restored
+    assert abs(last[-1] - w[best]) > 0.1  # (and the last epoch's was another)
+    # restore_best=False keeps the last epoch's
+    cm.load_state_dict({"weight": torch.zeros(1, 1)})
+    rootclad.fit(cm, rootclad.optim.SGD(cm, lr=eta), [(x, 2 * x)], epochs=40, patience=patience,
+                 validation=[(x, c * x)], restore_best=False, progress=False)  # fmt: skip
+    assert float(cm.state_dict()["weight"]) == pytest.approx(w[best + patience], rel=1e-12)
+
+
+def test_min_delta_and_patience_follow_keras():
+    """An improvement is a loss below the best by more than min_delta; patience counts the
+    epochs after the last improvement (the monitored number here is given, not computed)."""
+    cm = rootclad.compile(_mlp(), example_input=torch.zeros(1, 6, dtype=F64), engine="pullback")
+    scripted = iter([1.0, 0.95, 0.92, 0.5, 0.49, 0.48, 0.47, 0.1])
+    result = rootclad.fit(cm, rootclad.optim.SGD(cm, lr=0.01), _batches(16, 16, 1), epochs=8,
+                          validation=lambda: next(scripted), patience=2, min_delta=0.05,
+                          progress=False)  # fmt: skip
+    # 0.95 and 0.92 are within 0.05 of 1.0: no improvement; 0.5 is; 0.49, 0.48: not; stop
+    assert result.best_epoch == 4 and result.best_loss == 0.5
+    assert len(result.history) == 6 and result.stopped_early
+    with pytest.raises(ValueError, match="patience=0"):
+        rootclad.fit(cm, rootclad.optim.SGD(cm), [], epochs=1, patience=0)
+
+
+class _Shuffled:
+    """Batches in an order set by the epoch, as rootclad.data's iterators (set_epoch)."""
+
+    def __init__(self, batches):
+        self.batches, self.epoch = batches, 0
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def __len__(self):
+        return len(self.batches)
+
+    def __iter__(self):
+        order = torch.randperm(
+            len(self.batches), generator=torch.Generator().manual_seed(self.epoch)
+        )
+        self.epoch += 1
+        return iter([self.batches[i] for i in order])
+
+
+def test_a_resumed_fit_ends_where_an_uninterrupted_one_ends(tmp_path):
+    train, val = _batches(96, 16, 1), _batches(32, 16, 2)
+
+    def setup():
+        cm = rootclad.compile(_mlp(), example_input=torch.zeros(1, 6, dtype=F64), engine="pullback")
+        opt = rootclad.optim.Adam(cm, lr=1e-2)
+        return cm, opt, sched.StepLR(opt, 1, gamma=0.7)
+
+    cm, opt, s = setup()
+    full = rootclad.fit(cm, opt, _Shuffled(train), epochs=5, validation=val, scheduler=s,
+                        patience=4, progress=False)  # fmt: skip
+
+    def save_and_stop(state):
+        torch.save(state.checkpoint(), tmp_path / "ckpt.pt")
+        state.stop = state.epoch == 2
+
+    cm2, opt2, s2 = setup()
+    first = rootclad.fit(cm2, opt2, _Shuffled(train), epochs=5, validation=val, scheduler=s2,
+                         patience=4, progress=False, on_epoch_end=save_and_stop)  # fmt: skip
+    assert len(first.history) == 2 and first.stopped_early
+    cm3, opt3, s3 = setup()
+    ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)  # plain data: no pickle of code
+    resumed = rootclad.fit(cm3, opt3, _Shuffled(train), epochs=5, validation=val, scheduler=s3,
+                           patience=4, progress=False, resume=ckpt)  # fmt: skip
+    assert resumed.resumed_from == 2 and opt3.lr == opt.lr
+    keys = ("train_loss", "val_loss", "lr")
+    assert [[h[k] for k in keys] for h in resumed.history] == [[h[k] for k in keys]
+                                                               for h in full.history]  # fmt: skip
+    for (k, a), b in zip(cm.state_dict().items(), cm3.state_dict().values(), strict=True):
+        assert torch.equal(a, b), k
+    with pytest.raises(ValueError, match="holds a scheduler"):
+        rootclad.fit(cm3, opt3, train, epochs=5, resume=ckpt)
+
+
+@pytest.mark.parametrize("loss", ["bce_with_logits", "mse", "huber", "cross_entropy", "nll"])
+@pytest.mark.parametrize("norm", ["mean", "sum_w"])
+def test_the_validation_loss_is_the_compiled_loss_over_all_batches(loss, norm):
+    torch.manual_seed(1)
+    classes = loss in ("cross_entropy", "nll")
+    net = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3 if classes else 2),
+                        *([nn.LogSoftmax(dim=1)] if loss == "nll" else [])).double()  # fmt: skip
+    cm = rootclad.compile(net, example_input=torch.zeros(1, 6, dtype=F64), loss=loss,
+                          engine="pullback")  # fmt: skip
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(40, 6, generator=g, dtype=F64) * 2
+    y = (torch.randint(0, 3, (40,), generator=g) if classes
+         else torch.rand(40, 2, generator=g, dtype=F64).round())  # fmt: skip
+    w = torch.rand(40, generator=g, dtype=F64) + 0.1
+    whole, _ = cm.loss_and_grad(x, y, weight=w, weight_norm=norm)  # one batch of all 40
+    split = [(x[i : i + 16], y[i : i + 16], w[i : i + 16]) for i in range(0, 40, 16)]
+    assert evaluate(cm, split, weight_norm=norm) == pytest.approx(float(whole), rel=1e-12)
+
+
+def test_the_progress_bar_shows_when_asked_and_not_in_a_pipe(capsys):
+    cm = rootclad.compile(_mlp(), example_input=torch.zeros(1, 6, dtype=F64), engine="pullback")
+    train = _batches(32, 16, 1)
+    rootclad.fit(cm, rootclad.optim.SGD(cm), train, epochs=2, progress=True)
+    assert "epoch 2/2" in capsys.readouterr().err
+    lines = []
+    rootclad.fit(cm, rootclad.optim.SGD(cm), train, epochs=2, log=lines.append)  # not a TTY
+    assert capsys.readouterr().err == ""
+    assert len(lines) == 2 and lines[1].startswith("epoch 2: train loss ")
+    assert "validation" not in lines[0]
