@@ -18,12 +18,12 @@
 // per thread (rootclad::SlotModels does that for RDataFrame's processing slots).
 // A fingerprint of these headers (export.py: headers_id): an exported STEM.h of another
 // version and these in one program would share include guards; they stop here instead.
-#if defined(ROOTCLAD_MODEL_H) && ROOTCLAD_HEADERS_ID + 0 != 0x55b7195
+#if defined(ROOTCLAD_MODEL_H) && ROOTCLAD_HEADERS_ID + 0 != 0xa3f62c3
 #error "rootclad: STEM.h of another rootclad version: include only one, or export again"
 #endif
 #ifndef ROOTCLAD_MODEL_H
 #define ROOTCLAD_MODEL_H
-#define ROOTCLAD_HEADERS_ID 0x55b7195
+#define ROOTCLAD_HEADERS_ID 0xa3f62c3
 
 #include <TDirectory.h>
 #include <TFile.h>
@@ -202,7 +202,8 @@ public:
     const auto p = parameters();
     write_root_file(path, [&](TFile& f) {
       for (const auto& info : api_.params) {
-        TTree t(info.name.c_str(), ("rootclad parameter, shape " + shape_str(info.shape)).c_str());
+        TTree t(info.name.c_str(),
+                ("rootclad parameter, shape " + detail::shape_str(info.shape)).c_str());
         std::vector<double> values(p.begin() + info.offset, p.begin() + info.offset + info.numel);
         t.Branch("values", values.data(), ("values[" + std::to_string(info.numel) + "]/D").c_str());
         t.Fill();
@@ -279,8 +280,8 @@ private:
     if (auto* c = t->GetLeaf("config"); !c || c->GetLen() != N_CONFIG)
       throw std::runtime_error("rootclad: " + what + "config does not hold " +
                                std::to_string(N_CONFIG) + " values");
-    read_doubles(*t, "config", config, what + "config");
-    read_doubles(*t, "state", state.data(), what + "state");
+    detail::read_doubles(*t, "config", config, what + "config");
+    detail::read_doubles(*t, "state", state.data(), what + "state");
     auto* s = t->GetLeaf("step");
     if (!s || std::string(s->GetTypeName()) != "Long64_t" ||
         t->SetBranchAddress("step", &step) < 0 || t->GetBranch("step")->GetEntry(0) <= 0)
@@ -320,13 +321,6 @@ private:
       o.state_f.assign(state.begin(), state.end());
   }
 
-  static std::string shape_str(const std::vector<long>& s) {
-    std::string out = "(";
-    for (size_t i = 0; i < s.size(); ++i)
-      out += (i ? ", " : "") + std::to_string(s[i]);
-    return out + (s.size() == 1 ? ",)" : ")");
-  }
-
   static std::vector<double> as_doubles(const std::vector<double>& d, const std::vector<float>& f) {
     return d.empty() ? std::vector<double>(f.begin(), f.end()) : d;
   }
@@ -342,30 +336,11 @@ private:
         throw std::runtime_error("rootclad: " + path + ": tensor '" + info.name + "' has " +
                                  std::to_string(leaf ? leaf->GetLen() : 0) +
                                  " values, the model expects " + std::to_string(info.numel) +
-                                 " (shape " + shape_str(info.shape) + ")");
-      read_doubles(*t, "values", p.data() + info.offset, path + ": tensor '" + info.name + "'");
+                                 " (shape " + detail::shape_str(info.shape) + ")");
+      detail::read_doubles(*t, "values", p.data() + info.offset,
+                           path + ": tensor '" + info.name + "'");
     }
     return p;
-  }
-
-  // The one entry of branch `name` of `t` into `to`, as doubles: stored doubles as they are,
-  // floats (uproot writes float32 when asked) widened, which is exact. Another type, or a
-  // read that fails, throws naming `what`: ROOT itself only prints an error and leaves `to`
-  // as it was.
-  static void read_doubles(TTree& t, const char* name, double* to, const std::string& what) {
-    TLeaf* leaf = t.GetLeaf(name);
-    const std::string type = leaf ? leaf->GetTypeName() : "";
-    if (type != "Double_t" && type != "Float_t")
-      throw std::runtime_error("rootclad: " + what + " is stored as " +
-                               (leaf ? type + " (" + leaf->GetTitle() + ")" : "nothing") +
-                               "; expected double (or float) values");
-    std::vector<float> floats(type == "Float_t" ? leaf->GetLen() : 0);
-    const bool read = t.SetBranchAddress(name, floats.empty() ? (void*)to : floats.data()) >= 0 &&
-                      t.GetBranch(name)->GetEntry(0) > 0;
-    t.ResetBranchAddresses();
-    if (!read)
-      throw std::runtime_error("rootclad: cannot read " + what + " (truncated or corrupt file?)");
-    std::copy(floats.begin(), floats.end(), to);
   }
 
   template <typename T> T* params() { return api_.is_double() ? (T*)pd_.data() : (T*)pf_.data(); }

@@ -5,10 +5,13 @@
 
 #include <TDirectory.h>
 #include <TFile.h>
+#include <TLeaf.h>
 #include <TMD5.h>
+#include <TTree.h>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cerrno>
@@ -155,6 +158,33 @@ inline Schema read_schema(const std::string& json) {
   if (s.columns.size() != s.lengths.size())
     throw std::runtime_error("rootclad: the metadata's input_columns and input_lengths differ");
   return s;
+}
+
+inline std::string shape_str(const std::vector<long>& s) {
+  std::string out = "(";
+  for (size_t i = 0; i < s.size(); ++i)
+    out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + (s.size() == 1 ? ",)" : ")");
+}
+
+// The one entry of branch `name` of `t` into `to`, as doubles: stored doubles as they are,
+// floats (uproot writes float32 when asked) widened, which is exact. Another type, or a
+// read that fails, throws naming `what`: ROOT itself only prints an error and leaves `to`
+// as it was.
+inline void read_doubles(TTree& t, const char* name, double* to, const std::string& what) {
+  TLeaf* leaf = t.GetLeaf(name);
+  const std::string type = leaf ? leaf->GetTypeName() : "";
+  if (type != "Double_t" && type != "Float_t")
+    throw std::runtime_error("rootclad: " + what + " is stored as " +
+                             (leaf ? type + " (" + leaf->GetTitle() + ")" : "nothing") +
+                             "; expected double (or float) values");
+  std::vector<float> floats(type == "Float_t" ? leaf->GetLen() : 0);
+  const bool read = t.SetBranchAddress(name, floats.empty() ? (void*)to : floats.data()) >= 0 &&
+                    t.GetBranch(name)->GetEntry(0) > 0;
+  t.ResetBranchAddresses();
+  if (!read)
+    throw std::runtime_error("rootclad: cannot read " + what + " (truncated or corrupt file?)");
+  std::copy(floats.begin(), floats.end(), to);
 }
 
 // A path as the working directory resolves it: relative paths made absolute, so that dlopen
