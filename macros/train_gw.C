@@ -45,8 +45,12 @@ int train_gw(const char* files = "gw.root", const char* stem = "build/gwnet", in
       printf("stopped early: no better validation loss after epoch %d\n", r.best_epoch);
     if (o.restore_best && r.best_epoch > 0)
       printf("kept the weights of epoch %d\n", r.best_epoch);
-    m.save(std::string(stem) + ".root", &opt); // with Adam's state: training can resume
-    printf("saved the weights to %s.root\n", stem);
+    // Adam's state belongs to the last epoch's weights: saved with them (training can resume),
+    // not with an earlier epoch's restored weights (a state no run ever had)
+    const bool last = !o.restore_best || r.best_epoch == (int)r.history.size();
+    m.save(std::string(stem) + ".root", last ? &opt : nullptr);
+    printf("saved the weights to %s.root%s\n", stem,
+           last ? " with Adam's state" : " (without Adam's state: not the last epoch's weights)");
   } catch (const std::exception& e) {
     fprintf(stderr, "train_gw: %s\n", e.what());
     return 1;

@@ -277,6 +277,16 @@ class ModelBase:
     def _next_seed(self) -> int:
         return call_seed(self._seed, next(self._calls))
 
+    def _calls_made(self) -> int:
+        """How many calls drew a seed (Dropout's masks follow it): a checkpoint records it, so
+        that a resumed fit draws the masks an uninterrupted one would."""
+        n = next(self._calls)
+        self._calls = itertools.count(n)
+        return n - 1
+
+    def _set_calls_made(self, n: int) -> None:
+        self._calls = itertools.count(int(n) + 1)
+
     def _inputs(self, x) -> tuple:
         """The model inputs as a tuple: a tensor, or a tuple/list of one tensor per input; a
         mask (an input the model took as torch.bool) as 0s and 1s of the model's dtype."""

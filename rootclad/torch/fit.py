@@ -64,6 +64,8 @@ class FitState:
                "optimizer": self.optimizer.state_dict(), "history": list(self.history),
                "bad_epochs": self.bad_epochs, "best_val": self.best_loss,
                "best_epoch": self.best_epoch, "best_model": self.best_weights}  # fmt: skip
+        if hasattr(self.model, "_calls_made"):  # Dropout's masks: the seeds drawn so far
+            out["calls"] = self.model._calls_made()
         if self.scheduler is not None:
             out["scheduler"] = self.scheduler.state_dict()
         return out
@@ -80,6 +82,8 @@ class FitState:
         self.epoch, self.history = int(ckpt["epoch"]), list(ckpt["history"])
         self.bad_epochs, self.best_epoch = int(ckpt["bad_epochs"]), int(ckpt["best_epoch"])
         self.best_loss, self.best_weights = float(ckpt["best_val"]), ckpt["best_model"]
+        if "calls" in ckpt and hasattr(self.model, "_set_calls_made"):
+            self.model._set_calls_made(int(ckpt["calls"]))
 
 
 @dataclasses.dataclass
@@ -148,6 +152,8 @@ def evaluate(model, batches: Iterable, *, transform=None, weight_norm: str = "me
     was = model.training
     model.eval()
     total = norm = 0.0
+    if hasattr(batches, "set_epoch"):  # the same order every time (and as fit.h reads it)
+        batches.set_epoch(0)
     try:
         for batch in batches:
             x, y, w = _batch(model, batch, transform)

@@ -166,6 +166,11 @@ class Optimizer(torch.optim.Optimizer):
         for f, v in checked:
             self._cfg[_FIELDS.index(f)] = v
 
+    def __getstate__(self):
+        # torch.optim.Optimizer's would keep neither the C++ configuration nor the state block
+        raise TypeError(f"a {type(self).__name__} cannot be copied or pickled: save "
+                        "opt.state_dict() and load it into a new optimizer of the model")  # fmt: skip
+
     def step(self, closure=None):
         """Not torch's: a rootclad optimizer updates the parameters inside
         ``cm.train_step(x, y, opt)`` (forward, backward and update in one C++ call)."""
@@ -256,6 +261,10 @@ class Optimizer(torch.optim.Optimizer):
                              f"{len(_FIELDS)} ({', '.join(_FIELDS)})")  # fmt: skip
         for f, rule in self.rules.items():
             _check(f"{rule[0]} in the loaded state", config[_FIELDS.index(f)], *rule[1:])
+        cfg = dict(zip(_FIELDS, config, strict=True))
+        if self.kind == 0 and cfg["nesterov"] and (cfg["momentum"] <= 0 or cfg["dampening"] != 0):
+            raise ValueError("the loaded state asks for Nesterov momentum without a momentum or "
+                             "with dampening (torch.optim.SGD refuses it)")  # fmt: skip
         self.check_finite(values)
         step_count, steps = _step_counts(state, len(self._where))
         group = dict(state.get("group") or {})  # (absent from states saved before it was kept)

@@ -204,7 +204,10 @@ def test_train_gw_macro_keeps_the_best_epoch_as_rootclad_fit_does(gw_file, tmp_p
     np.testing.assert_allclose(losses, [h["val_loss"] for h in py.history], rtol=1e-5)
     assert f"kept the weights of epoch {py.best_epoch}" in out.stdout
     assert py.stopped_early == ("stopped early" in out.stdout)
+    last = py.best_epoch == len(py.history)  # Adam's state is saved with the last weights only
+    assert ("with Adam's state" in out.stdout) == last, out.stdout
     with uproot.open(tmp_path / "gwnet.root") as f:
+        assert ("rootclad_optimizer" in [k.split(";")[0] for k in f.keys()]) == last
         for name, p in cm.state_dict().items():  # the best epoch's, restored on both sides
             trained = f[name]["values"].array(library="np")[0]
             np.testing.assert_allclose(trained, p.reshape(-1).double().numpy(), rtol=1e-4,

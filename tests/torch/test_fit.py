@@ -211,6 +211,67 @@ def test_a_resumed_fit_ends_where_an_uninterrupted_one_ends(tmp_path):
         rootclad.fit(cm3, opt3, train, epochs=5, resume=ckpt)
 
 
+def test_a_fit_resumed_between_its_best_epoch_and_its_stop_keeps_both(tmp_path):
+    """A model with Dropout (its masks follow the model's call count) and a validation loss
+    whose best epoch (2) comes before the resume point (3), with patience 3: the resumed fit
+    stops at the same epoch, restores the same (epoch 2) weights and draws the same masks."""
+    train = _batches(96, 16, 1)
+    vals = [0.5, 0.3, 0.4, 0.45, 0.6, 0.7, 0.8]  # best at epoch 2; no improvement after
+
+    def setup():
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Dropout(0.5), nn.Linear(8, 1)).double()
+        cm = rootclad.compile(net, example_input=torch.zeros(1, 6, dtype=F64), engine="pullback")
+        return cm, rootclad.optim.Adam(cm, lr=1e-2)
+
+    def validation(start):
+        it = iter(vals[start:])
+        return lambda: next(it)
+
+    cm, opt = setup()
+    best = {}
+
+    def keep(state):
+        if state.epoch == 2:
+            best.update({k: v.clone() for k, v in state.model.state_dict().items()})
+
+    full = rootclad.fit(cm, opt, _Shuffled(train), epochs=7, validation=validation(0),
+                        patience=3, progress=False, on_epoch_end=keep)  # fmt: skip
+    assert (full.best_epoch, len(full.history), full.stopped_early) == (2, 5, True)
+    for k, v in cm.state_dict().items():
+        assert torch.equal(v, best[k]), k  # the best epoch's weights, restored
+
+    def save_at_3(state):
+        torch.save(state.checkpoint(), tmp_path / "ckpt.pt")
+        state.stop = state.epoch == 3
+
+    cm2, opt2 = setup()
+    rootclad.fit(cm2, opt2, _Shuffled(train), epochs=7, validation=validation(0), patience=3,
+                 progress=False, on_epoch_end=save_at_3)  # fmt: skip
+    cm3, opt3 = setup()
+    resumed = rootclad.fit(cm3, opt3, _Shuffled(train), epochs=7, validation=validation(3),
+                           patience=3, progress=False,
+                           resume=torch.load(tmp_path / "ckpt.pt", weights_only=True))  # fmt: skip
+    assert (resumed.best_epoch, len(resumed.history), resumed.stopped_early) == (2, 5, True)
+    assert [h["train_loss"] for h in resumed.history] == [h["train_loss"] for h in full.history]
+    for (k, a), b in zip(cm.state_dict().items(), cm3.state_dict().values(), strict=True):
+        assert torch.equal(a, b), k
+
+
+def test_a_rootclad_optimizer_refuses_to_be_copied_and_checks_nesterov_on_load():
+    import copy
+
+    cm = rootclad.compile(_mlp(), example_input=torch.zeros(1, 6, dtype=F64), engine="pullback")
+    opt = rootclad.optim.SGD(cm, lr=0.1)
+    with pytest.raises(TypeError, match="state_dict"):
+        copy.deepcopy(opt)
+    state = opt.state_dict()
+    state["config"] = list(state["config"])
+    state["config"][5] = 1.0  # nesterov without momentum
+    with pytest.raises(ValueError, match="Nesterov"):
+        opt.load_state_dict(state)
+
+
 @pytest.mark.parametrize("loss", ["bce_with_logits", "mse", "huber", "cross_entropy", "nll"])
 @pytest.mark.parametrize("norm", ["mean", "sum_w"])
 def test_the_validation_loss_is_the_compiled_loss_over_all_batches(loss, norm):

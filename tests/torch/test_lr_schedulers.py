@@ -63,8 +63,7 @@ def test_schedulers_change_the_lr_as_on_a_torch_optimizer(kind, optimizer):
             assert ours.param_groups[0]["betas"] == theirs.param_groups[0]["betas"]
     assert lrs == ref  # exactly: the same arithmetic on the same numbers
     assert len(set(lrs)) > 2, lrs  # the schedule changed it
-    # what the scheduler set is what the next step uses: the C++ update reads ours.lr
-    assert ours.hyperparameters()["lr"] == lrs[-1]
+    # (that the C++ update then uses these rates: test_fit.py's weights against a torch loop)
     # what it added to the group (initial_lr, OneCycleLR's max_lr, ...) is kept for a checkpoint
     kept = ours.state_dict()["group"]
     assert kept == {k: theirs.param_groups[0][k] for k in kept}

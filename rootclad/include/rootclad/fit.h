@@ -133,6 +133,16 @@ private:
                                std::to_string(m_.output_size()) + " outputs");
   }
 
+  // Sets the model's weight_norm for a scope, and puts it back (also when the loss throws).
+  struct NormAs {
+    Model& m;
+    std::string was;
+    NormAs(Model& model, const std::string& norm) : m(model), was(model.weight_norm()) {
+      m.set_weight_norm(norm);
+    }
+    ~NormAs() { m.set_weight_norm(was); }
+  };
+
   double pass(Reader& r, int epoch, Optimizer* opt, long long& events) {
     batch_.size_for(r);
     r.start_epoch(epoch);
@@ -141,21 +151,27 @@ private:
     events = 0;
     while (long long n = batch_.next(r)) {
       const float* w = batch_.weighted ? batch_.w.data() : nullptr;
-      const double loss = opt ? m_.train_step(batch_.x.data(), batch_.y.data(), (int)n, *opt, w)
-                              : m_.loss(batch_.x.data(), batch_.y.data(), (int)n, w);
-      double scale = (double)n;
+      double wsum = (double)n; // what the batch's loss is normalised by
       if (w && sum_w) {
-        scale = 0;
+        wsum = 0;
         for (long long i = 0; i < n; ++i)
-          scale += (double)w[i];
+          wsum += (double)w[i];
       }
-      total += loss * scale;
-      norm += scale;
+      if (opt) {
+        total += m_.train_step(batch_.x.data(), batch_.y.data(), (int)n, *opt, w) * wsum;
+      } else {
+        // validation: sum w * loss over all batches, divided once by all their weights (a
+        // batch whose weights sum to 0 is fine here; "mean" gives sum(w * loss) / n)
+        NormAs mean(m_, "mean");
+        total += m_.loss(batch_.x.data(), batch_.y.data(), (int)n, w) * (double)n;
+      }
+      norm += wsum;
       events += n;
     }
-    if (events == 0)
+    if (events == 0 || norm == 0)
       throw std::runtime_error(std::string("rootclad::fit: the ") +
-                               (opt ? "training" : "validation") + " reader gave no entries");
+                               (opt ? "training" : "validation") +
+                               " reader gave no entries (or weights summing to 0)");
     return total / norm;
   }
 
