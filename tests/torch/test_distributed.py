@@ -185,3 +185,91 @@ def test_ranks_that_disagree_about_the_model():
     _compile()  # built once here, found in the cache by the ranks
     with pytest.raises(Exception, match=r"rank\(s\) \[1\] hold another model than rank 0"):
         rd.spawn(_disagreeing_worker, 2, threads=1)
+
+
+# -- torchrun (env:// initialisation) ---------------------------------------------------------
+_SCRIPT = """
+import sys, torch, rootclad, rootclad.distributed as rd
+sys.path.insert(0, {here!r})
+import test_distributed as t
+rank, world = rd.init()
+x, y, w = t._data()
+cm = t._compile()
+dp = rd.DataParallel(cm)
+opt = rootclad.optim.SGD(cm, lr=0.1, momentum=0.9)
+for s in range(5):
+    sl = slice(s * t.GLOBAL + rank, (s + 1) * t.GLOBAL, world)
+    dp.train_step(x[sl], y[sl], opt, weight=w[sl])
+rd.save_checkpoint(dict(cm.state_dict()), {out!r} + str(rank))
+"""
+
+
+def test_torchrun(tmp_path):
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    torchrun = shutil.which("torchrun")
+    if torchrun is None:
+        pytest.skip("torchrun is not on PATH")
+    script = tmp_path / "train.py"
+    out = str(tmp_path / "params")
+    script.write_text(_SCRIPT.format(here=str(Path(__file__).parent), out=out))
+    env = {**os.environ, "ROOTCLAD_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(sys.path)}  # fmt: skip
+    _compile()
+    run = subprocess.run([torchrun, "--standalone", "--nproc_per_node=2", str(script)],
+                         env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params0", "train.py"]  # rank 0 only
+    x, y, w = _data()
+    cm = _compile()
+    opt = rootclad.optim.SGD(cm, lr=0.1, momentum=0.9)
+    for s in range(5):
+        sl = slice(s * GLOBAL, (s + 1) * GLOBAL)
+        cm.train_step(x[sl], y[sl], opt, weight=w[sl])
+    got = rd.load_checkpoint(out + "0")
+    for k, v in cm.state_dict().items():
+        torch.testing.assert_close(got[k], v, rtol=0, atol=1e-10, msg=k)
+
+
+# -- BatchNorm: per-rank statistics, as DDP without SyncBatchNorm ------------------------------
+def _bn_compile():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(5, 6), nn.BatchNorm1d(6), nn.Tanh(), nn.Linear(6, 1)).double()
+    return rootclad.compile(net, example_input=torch.zeros(2, 5, dtype=F64), engine="pullback")
+
+
+def _bn_worker(rank, world_size):
+    x, y, _ = _data()
+    cm = _bn_compile()
+    dp = rd.DataParallel(cm)
+    opt = rootclad.optim.SGD(cm, lr=0.1)
+    sl = slice(rank * 12, (rank + 1) * 12)
+    dp.train_step(x[sl], y[sl], opt)
+    return dict(cm.state_dict())
+
+
+def test_batchnorm_statistics_are_per_rank():
+    """One step on 2 ranks equals one process that averages the gradients of the two halves,
+    each normalised with its own statistics; the running statistics are each rank's own."""
+    x, y, _ = _data()
+    results = rd.spawn(_bn_worker, 2, threads=1)
+    cm = _bn_compile()
+    start = {k: v.clone() for k, v in cm.state_dict().items()}
+    cm.train()
+    grads, running = [], []
+    for r in range(2):
+        cm.load_state_dict(start)
+        grads.append(cm.loss_and_grad(x[r * 12 : (r + 1) * 12], y[r * 12 : (r + 1) * 12])[1])
+        running.append(dict(cm.state_dict())["1.running_mean"].clone())
+    for k, v in start.items():
+        if k in grads[0]:
+            expected = v - 0.1 * (grads[0][k] + grads[1][k]) / 2
+            for got in results:
+                torch.testing.assert_close(got[k], expected, rtol=0, atol=1e-12, msg=k)
+    for r in range(2):
+        torch.testing.assert_close(results[r]["1.running_mean"], running[r], rtol=0, atol=1e-12)
+    assert not torch.equal(running[0], running[1])
