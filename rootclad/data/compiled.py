@@ -73,6 +73,7 @@ class _CompiledReading:
             self._reader.configure(
                 self.batch_size, self.split, self.validation_fraction, self.shuffle, self.seed,
                 self.drop_last, self.block_size, self.buffer_blocks, self.check_finite,
+                self.rank, self.world_size,
             )  # fmt: skip
         except Exception as err:
             raise _cxx_error(err) from None
@@ -97,10 +98,11 @@ class _CompiledReading:
         r.start_epoch(epoch)
         bsz = self.batch_size
         cols = self._columns()
-        left = self.entries - (self.entries % bsz if self.drop_last else 0)
+        left = self.rank_entries
         # the reader fills at most the split's entries (a batch of 10**12 asked for 58 TiB up
         # front); with drop_last it fills a short last batch before dropping it
         rows = max(1, min(bsz, self.entries))
+        batches = 0
         while True:
             arrays = [np.empty((rows, *shape), dtype=dtype) for shape, dtype in cols]
             try:
@@ -114,7 +116,9 @@ class _CompiledReading:
                 )
             left -= k
             if k == 0:
+                yield from self._empty_batches(batches)
                 return
+            batches += 1
             yield self._emit([[a[:k] if k < rows else a] for a in arrays])
 
     def _read_block(self, block, *arrays):

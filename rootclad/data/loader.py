@@ -27,6 +27,7 @@ from rootclad.data.schedule import (
     batch_count,
     epoch_buffers,
     make_blocks,
+    shard_sizes,
     split_range,
 )
 
@@ -55,6 +56,8 @@ class _BatchIteratorBase:
         check_finite: bool = True,
         as_torch: bool = False,
         epoch: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
     ):
         if isinstance(files, (str, os.PathLike)):
             files = [files]
@@ -66,6 +69,11 @@ class _BatchIteratorBase:
         split_range(0, validation_fraction, split)  # validates both
         if not 0 <= seed < 2**63:
             raise ValueError("seed must be in [0, 2**63)")
+        if not (isinstance(world_size, int) and world_size >= 1):
+            raise ValueError(f"world_size must be a whole number >= 1, got {world_size!r}")
+        if not (isinstance(rank, int) and 0 <= rank < world_size):
+            raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank!r}")
+        self.rank, self.world_size = rank, world_size
         self.batch_size = int(batch_size)
         self.split = split
         self.validation_fraction = float(validation_fraction)
@@ -85,7 +93,13 @@ class _BatchIteratorBase:
         self.file_entries = entries
         ranges = [split_range(n, self.validation_fraction, split) for n in entries]
         self.blocks: list[Block] = make_blocks(offsets, ranges, self.block_size)
-        self.entries = sum(b.size for b in self.blocks)
+        self.entries = sum(b.size for b in self.blocks)  # of the split, all ranks together
+        # what this rank yields per epoch (the ranks' shares: rootclad.data.schedule)
+        if world_size == 1:
+            self.rank_entries = self.entries - (self.entries % self.batch_size if drop_last else 0)
+        else:
+            self.rank_entries = shard_sizes(self.entries, self.batch_size, world_size,
+                                            self.drop_last)[rank]  # fmt: skip
 
     # -- to implement -------------------------------------------------------
     def _open(self) -> tuple[list[np.ndarray], list[int]]:
@@ -98,8 +112,8 @@ class _BatchIteratorBase:
 
     # -- public -------------------------------------------------------------
     def __len__(self) -> int:
-        """Batches per epoch."""
-        return batch_count(self.entries, self.batch_size, self.drop_last)
+        """Batches per epoch (the same on every rank)."""
+        return batch_count(self.entries, self.batch_size, self.drop_last, self.world_size)
 
     @property
     def schema(self):
@@ -124,7 +138,8 @@ class _BatchIteratorBase:
     def __iter__(self) -> Iterator[tuple[np.ndarray, ...]]:
         """Yield ``(x, y)``: x float32 (B, 1, N) C-contiguous, y int32 (B,).
 
-        Each iteration is one epoch and advances ``epoch`` by one.
+        Each iteration is one epoch and advances ``epoch`` by one. With ``world_size`` > 1,
+        this rank's share of the epoch, in ``len(self)`` batches (the last one may be empty).
         """
         epoch = self.epoch
         self.epoch += 1
@@ -134,10 +149,11 @@ class _BatchIteratorBase:
         bufs = getattr(self, "_buffer", None) or [np.empty((0, *s), d) for s, d in cols]
         carry: list[list[np.ndarray]] = [[] for _ in cols]
         carried = 0
-        produced = 0
+        produced = batches = 0
         for blocks, perm in epoch_buffers(
-            self.blocks, self.shuffle, self.seed, epoch, self.buffer_blocks
-        ):
+            self.blocks, self.shuffle, self.seed, epoch, self.buffer_blocks,
+            self.rank, self.world_size, bsz, self.drop_last,
+        ):  # fmt: skip
             m = sum(b.size for b in blocks)
             if bufs[0].shape[0] < m:
                 bufs = [np.empty((m, *s), dtype=d) for s, d in cols]
@@ -157,14 +173,22 @@ class _BatchIteratorBase:
                 pos += take
                 if carried == bsz:
                     produced += bsz
+                    batches += 1
                     yield self._emit(carry)
                     carry, carried = [[] for _ in cols], 0
         if carried and not self.drop_last:
             produced += carried
+            batches += 1
             yield self._emit(carry)
-        expected = self.entries - (self.entries % bsz if self.drop_last else 0)
-        if produced != expected:  # a bug, never bad input: fail loudly
-            raise RuntimeError(f"epoch produced {produced} entries, planned {expected}")
+        if produced != self.rank_entries:  # a bug, never bad input: fail loudly
+            raise RuntimeError(f"epoch produced {produced} entries, planned {self.rank_entries}")
+        yield from self._empty_batches(batches)
+
+    def _empty_batches(self, batches: int):
+        """The empty last batch of a rank whose share of the epoch ran out before the others'
+        (every rank yields ``len(self)`` batches: a data-parallel step waits for all)."""
+        for _ in range(batches, len(self)):
+            yield self._emit([[np.empty((0, *s), dtype=d)] for s, d in self._columns()])
 
     def _emit(self, parts: list[list[np.ndarray]]):
         arrays = [p[0] if len(p) == 1 else np.concatenate(p) for p in parts]
@@ -235,7 +259,9 @@ class BatchIterator(_BatchIteratorBase):
     ``drop_last``: drop the final short batch. ``block_size`` and
     ``buffer_blocks`` set the shuffle window: about ``block_size *
     buffer_blocks * N * 4`` bytes are held in memory. ``len()`` is the number
-    of batches per epoch; each ``iter()`` is one epoch.
+    of batches per epoch; each ``iter()`` is one epoch. ``rank``, ``world_size``: data-parallel
+    training, each rank reading its own share of every epoch (the same seeded shuffle on all
+    ranks; see :mod:`rootclad.data.schedule` and docs/distributed_training.md).
     """
 
     def _open(self):

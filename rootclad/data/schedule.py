@@ -17,6 +17,15 @@ batches (a test checks it).
   permuted. Batches are consecutive ``batch_size`` entries of that stream
   (a batch may span two buffers); the last, shorter batch is dropped with
   ``drop_last``. Without shuffling, entries come in file order.
+- **Ranks** (data-parallel training, ``world_size`` > 1): every rank plans the same blocks
+  and the same block order, then reads its own contiguous share of that epoch's stream of
+  entries (a block on a boundary is cut there). With E entries, batch B and W ranks,
+  ``E = q * W * B + rem``: each rank takes ``q * B`` entries and its part of ``rem`` (split as
+  evenly as can be; with ``drop_last`` the ``rem`` entries at the stream's end are dropped), so
+  every rank yields the same number of batches, ``q`` (+ 1 when ``rem`` is kept): a rank whose
+  part of ``rem`` is empty yields an empty last batch. The ranks' shares are disjoint and
+  together the whole epoch. A rank's buffer i is permuted with stream ``1 + i * W + rank``.
+  One rank (W = 1) is the single-process plan above, unchanged.
 - **Random numbers**: splitmix64. The generator for (seed, epoch, stream)
   starts from ``seed * G + epoch * H + stream`` (mod 2^64); stream 0 permutes
   blocks, stream 1 + i the entries of buffer i. A permutation of n items is
@@ -117,23 +126,53 @@ def make_blocks(
     return blocks
 
 
-def epoch_buffers(
-    blocks: list[Block], shuffle: bool, seed: int, epoch: int, buffer_blocks: int
-) -> list[tuple[list[Block], np.ndarray | None]]:
-    """The buffers of one epoch: (blocks in read order, permutation of their entries or None)."""
-    if buffer_blocks < 1:
-        raise ValueError("buffer_blocks must be at least 1")
-    if not shuffle:
-        return [(blocks[i : i + buffer_blocks], None) for i in range(0, len(blocks), buffer_blocks)]
-    order = permutation(len(blocks), stream_key(seed, epoch, 0))
-    out = []
-    for i, lo in enumerate(range(0, len(blocks), buffer_blocks)):
-        chosen = [blocks[j] for j in order[lo : lo + buffer_blocks]]
-        n = sum(b.size for b in chosen)
-        out.append((chosen, permutation(n, stream_key(seed, epoch, 1 + i))))
+def shard_sizes(entries: int, batch_size: int, world_size: int, drop_last: bool) -> list[int]:
+    """The entries each of ``world_size`` ranks reads per epoch (see the module's text)."""
+    q, rem = divmod(entries, world_size * batch_size)
+    if drop_last:
+        rem = 0
+    return [q * batch_size + rem // world_size + (r < rem % world_size) for r in range(world_size)]
+
+
+def shard_blocks(blocks: list[Block], lo: int, hi: int) -> list[Block]:
+    """The pieces of ``blocks`` (in read order) that hold entries [lo, hi) of their stream."""
+    out, pos = [], 0
+    for b in blocks:
+        a, z = max(lo, pos), min(hi, pos + b.size)
+        if a < z:
+            out.append(Block(b.file, b.start + a - pos, b.start + z - pos))
+        pos += b.size
     return out
 
 
-def batch_count(entries: int, batch_size: int, drop_last: bool) -> int:
-    """Batches per epoch for ``entries`` entries."""
-    return entries // batch_size if drop_last else -(-entries // batch_size)
+def epoch_buffers(
+    blocks: list[Block], shuffle: bool, seed: int, epoch: int, buffer_blocks: int,
+    rank: int = 0, world_size: int = 1, batch_size: int = 1, drop_last: bool = False,
+) -> list[tuple[list[Block], np.ndarray | None]]:  # fmt: skip
+    """The buffers of one epoch (of rank ``rank`` of ``world_size``): (blocks in read order,
+    permutation of their entries or None)."""
+    if buffer_blocks < 1:
+        raise ValueError("buffer_blocks must be at least 1")
+    order = permutation(len(blocks), stream_key(seed, epoch, 0)) if shuffle else range(len(blocks))
+    ordered = [blocks[j] for j in order]
+    if world_size > 1:
+        sizes = shard_sizes(sum(b.size for b in blocks), batch_size, world_size, drop_last)
+        lo = sum(sizes[:rank])
+        ordered = shard_blocks(ordered, lo, lo + sizes[rank])
+    out = []
+    for i, lo in enumerate(range(0, len(ordered), buffer_blocks)):
+        chosen = ordered[lo : lo + buffer_blocks]
+        if not shuffle:
+            out.append((chosen, None))
+            continue
+        n = sum(b.size for b in chosen)
+        out.append((chosen, permutation(n, stream_key(seed, epoch, 1 + i * world_size + rank))))
+    return out
+
+
+def batch_count(entries: int, batch_size: int, drop_last: bool, world_size: int = 1) -> int:
+    """Batches per epoch (per rank) for ``entries`` entries."""
+    if world_size == 1:
+        return entries // batch_size if drop_last else -(-entries // batch_size)
+    q, rem = divmod(entries, world_size * batch_size)
+    return q + (rem > 0 and not drop_last)

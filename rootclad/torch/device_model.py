@@ -330,6 +330,21 @@ class DeviceModel(ModelBase):
             graph = self._step_graphs[key] = StepGraph(self, B, y, opt)
         return graph
 
+    def _loss_into_grads(self, x, y, w) -> torch.Tensor:
+        """The batch's loss (a 0-d device tensor; ``w``: raw weights or None), its gradient
+        left in the gradient block: what a data-parallel step all-reduces (NCCL; untested
+        here, see docs/distributed_training.md)."""
+        B, work = self._buffers(x)
+        y, w = self._check_y(y, B), self._check_weight(w, B)
+        self._run_loss_and_grad(B, work, y, w, self._next_seed())
+        return self._loss_value.clone()
+
+    def apply_grads(self, opt) -> None:
+        """``opt``'s update from the gradient block as it stands (train_step's last part)."""
+        self._check_optimizer(opt)
+        step, per_tensor = opt._advance(self._trainable())
+        self._run_optimizer(opt, step, per_tensor)
+
     def _run_optimizer(self, opt, step: int, per_tensor) -> None:
         if per_tensor is None:  # every tensor at `step`: one launch
             runs = [(0, self.n_param_values, step)]

@@ -164,6 +164,8 @@ def evaluate(model, batches: Iterable, *, transform=None, weight_norm: str = "me
             norm += float(_weight_sum(w)) if (w is not None and weight_norm == "sum_w") else len(y)
     finally:
         model.train(was)
+    if hasattr(model, "reduce_sums"):  # data-parallel: every rank's share of the batches
+        total, norm = model.reduce_sums(total, norm)
     if norm == 0:
         raise ValueError("the validation batches hold no events (or weights summing to 0)")
     return total / norm
@@ -178,7 +180,10 @@ def _train_epoch(model, optimizer, batches, transform, weight_norm, bar) -> tupl
         x, y, w = _batch(model, batch, transform)
         loss = model.train_step(x, y, optimizer, weight=w, weight_norm=weight_norm)
         n = int(y.shape[0])
-        scale = _weight_sum(w) if (w is not None and weight_norm == "sum_w") else n
+        # data-parallel: the loss is the global batch's, weighed by its global normaliser
+        scale = getattr(model, "last_norm", None) or (
+            _weight_sum(w) if (w is not None and weight_norm == "sum_w") else n
+        )
         total = total + loss * scale
         norm = norm + scale
         seen += n
@@ -216,6 +221,8 @@ def fit(model, optimizer, train: Iterable, *, epochs: int,
     - ``log``: called with one line per epoch (``print`` for a log).
     - ``on_epoch_end(state)``: called after each epoch's bookkeeping and log line (a
       checkpoint: ``state.checkpoint()``); setting ``state.stop`` ends the fit.
+    - ``model`` may be a :class:`rootclad.distributed.DataParallel`: each rank passes its
+      share of the batches, and the losses are the global ones on every rank.
     - ``resume``: a ``state.checkpoint()`` to continue from: the model, optimizer, scheduler,
       history and early-stopping count are restored, and the fit ends where an uninterrupted
       one would (with ``train``'s shuffle set by epoch, as rootclad.data's is).
@@ -258,6 +265,8 @@ def fit(model, optimizer, train: Iterable, *, epochs: int,
             val = None
         elif callable(validation):
             val = float(validation())
+            if hasattr(model, "broadcast_value"):  # every rank monitors rank 0's number
+                val = model.broadcast_value(val)
         else:
             val = evaluate(model, validation, transform=transform, weight_norm=weight_norm)
         state.history.append({"epoch": epoch + 1, "train_loss": train_loss, "val_loss": val,

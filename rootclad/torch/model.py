@@ -59,6 +59,10 @@ class _Library:
         self.train_step = bind(
             "train_step", real, _VP, _VP, _VP, _VP, _VP, _VP, _VP, _L, _I, _U64, _VP, _VP
         )
+        try:  # (libraries built before the entry point existed lack it: apply_grads says so)
+            self.optim_update = bind("optim_update", None, _VP, _VP, _VP, _VP, _L, _VP)
+        except AttributeError:
+            self.optim_update = None
 
 
 class CompiledModel(ModelBase):
@@ -289,6 +293,38 @@ class CompiledModel(ModelBase):
         if not math.isfinite(loss):  # the state may hold NaN now: the next step scans it
             opt._suspect = True
         return loss
+
+    def _loss_into_grads(self, x, y, w) -> float:
+        """The batch's loss (``w``: raw per-sample weights or None, "mean" normalisation), its
+        gradient left in the gradient block (``self._grads``, parameters first): what a
+        data-parallel step all-reduces (rootclad/torch/distributed.py)."""
+        B = self._check_x(x)
+        y = self._check_y(y, B)
+        w = self._check_weight(w, B)
+        act, d_act, act_ptr = self._views_for(B)
+        self._load_input(act, x, B)
+        with self._lock:
+            return self._lib.loss_and_grad(self._arena.data_ptr(), act_ptr, y.data_ptr(),
+                                           self._grads.data_ptr(), d_act.data_ptr(), B,
+                                           int(self.training), self._next_seed(), 0,
+                                           None if w is None else w.data_ptr())  # fmt: skip
+
+    def apply_grads(self, opt) -> None:
+        """``opt``'s update of the parameters from the gradient block as it stands (what
+        :meth:`loss_and_grad` last formed, or an all-reduced one): ``train_step``'s last part,
+        frozen tensors skipped and each tensor's own step count kept as there."""
+        self._check_optimizer(opt)
+        if self._lib.optim_update is None:
+            raise RuntimeError(f"{self.library_path} was built before rootclad exported "
+                               "optim_update: compile the model again")  # fmt: skip
+        if opt._suspect:  # an earlier step's loss was not finite: the state may hold NaN
+            opt.check_finite()
+            opt._suspect = False
+        with self._lock:
+            step, tensor_steps = opt._advance(self._trainable())
+            self._lib.optim_update(self._arena.data_ptr(), self._grads.data_ptr(),
+                                   opt._state.data_ptr(), ctypes.addressof(opt._cfg), step,
+                                   tensor_steps)  # fmt: skip
 
     def predict(self, *x: torch.Tensor) -> torch.Tensor:
         """The output without autograd bookkeeping (eval-mode dropout unless training)."""

@@ -259,9 +259,18 @@ template <class M> struct ModelRuntime {
         threads_for(B) == 1)
       return train_chunk(params, act, y, d_params, d_act, opt_state, opt_cfg, step, B, seed);
     const T L = loss_and_grad(params, act, y, d_params, d_act, B, 1, seed, 0, w);
+    optim_update(params, d_params, opt_state, opt_cfg, step, tensor_steps);
+    return L;
+  }
+
+  // The optimizer's update of the parameters from the gradient block d_params as it stands
+  // (train_step's last part; a data-parallel step calls it after all-reducing the block).
+  // tensor_steps as in train_step: a frozen tensor (0) is not updated.
+  static void optim_update(T* params, const T* d_params, T* opt_state, const double* opt_cfg,
+                           long step, const long* tensor_steps) {
     if (!tensor_steps) {
       optim_step(params, d_params, opt_state, M::N_PARAMS, opt_cfg, step);
-      return L;
+      return;
     }
     for (int i = 0; i < M::N_PARAM_TENSORS; ++i) {
       if (tensor_steps[i] <= 0)
@@ -270,7 +279,6 @@ template <class M> struct ModelRuntime {
       optim_step_mv(params + off, d_params + off, opt_state + off, opt_state + M::N_PARAMS + off, n,
                     opt_cfg, tensor_steps[i]);
     }
-    return L;
   }
 
   // -- the layout, for C++ hosts (LibTorch, Cling) that run without the Python side ----------
@@ -353,6 +361,12 @@ template <class M> struct ModelRuntime {
       const P##_T* w) {                                                                            \
     return P##_R::train_step(params, act, y, d_params, d_act, opt_state, opt_cfg, step, B, seed,   \
                              tensor_steps, w);                                                     \
+  }                                                                                                \
+  /* the update alone, from the gradient block as it stands (an all-reduced one) */                \
+  ROOTCLAD_VISIBLE void P##_optim_update(P##_T* params, const P##_T* d_params, P##_T* opt_state,   \
+                                         const double* opt_cfg, long step,                         \
+                                         const long* tensor_steps) {                               \
+    P##_R::optim_update(params, d_params, opt_state, opt_cfg, step, tensor_steps);                 \
   }                                                                                                \
   ROOTCLAD_VISIBLE const char* P##_dtype() {                                                       \
     return M::DTYPE;                                                                               \

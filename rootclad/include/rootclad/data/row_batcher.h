@@ -47,19 +47,37 @@ public:
   long long entries() const { return split_entries_; } // in the configured split
   bool weighted() const { return weighted_; }          // batches carry event weights
   long long batch_size() const { return batch_size_; }
+  // Batches per epoch, the same on every rank (rootclad/data/schedule.py: a rank whose share
+  // ran out first has an empty last batch: fill() returns 0 for it).
   long long batches_per_epoch() const {
-    return drop_last_ ? split_entries_ / batch_size_
-                      : (split_entries_ + batch_size_ - 1) / batch_size_;
+    if (world_size_ == 1)
+      return drop_last_ ? split_entries_ / batch_size_
+                        : (split_entries_ + batch_size_ - 1) / batch_size_;
+    const long long global = batch_size_ * world_size_, rem = split_entries_ % global;
+    return split_entries_ / global + (rem > 0 && !drop_last_);
+  }
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  // The entries this rank reads per epoch (its share; all of them with one rank).
+  long long rank_entries() const {
+    if (world_size_ == 1)
+      return drop_last_ ? split_entries_ - split_entries_ % batch_size_ : split_entries_;
+    return shard_size(rank_);
   }
 
   // split: "train", "validation" or "all" (the last validation_fraction of each
-  // file is validation). block_size, buffer_blocks: the shuffle window.
+  // file is validation). block_size, buffer_blocks: the shuffle window. rank, world_size:
+  // data-parallel training, each rank reading its own share of every epoch.
   void configure(long long batch_size, const std::string& split = "all",
                  double validation_fraction = 0.0, bool shuffle = true, unsigned long long seed = 0,
                  bool drop_last = false, long long block_size = 1024, long long buffer_blocks = 8,
-                 bool check_finite = true) {
+                 bool check_finite = true, int rank = 0, int world_size = 1) {
     if (batch_size < 1 || block_size < 1 || buffer_blocks < 1)
       throw std::invalid_argument("rootclad::data: sizes must be at least 1");
+    if (world_size < 1 || rank < 0 || rank >= world_size)
+      throw std::invalid_argument("rootclad::data: rank must be in [0, world_size)");
+    rank_ = rank;
+    world_size_ = world_size;
     if (!(validation_fraction >= 0.0 && validation_fraction < 1.0))
       throw std::invalid_argument("rootclad::data: validation_fraction must be in [0, 1)");
     if (split != "train" && split != "validation" && split != "all")
@@ -96,6 +114,21 @@ public:
     else
       for (long long i = 0; i < (long long)blocks_.size(); ++i)
         order_.push_back(i);
+    // this rank's pieces of the blocks, in read order: entries [lo, hi) of the epoch's stream
+    long long lo = 0, hi = split_entries_, pos = 0;
+    if (world_size_ > 1) {
+      for (int r = 0; r < rank_; ++r)
+        lo += shard_size(r);
+      hi = lo + shard_size(rank_);
+    }
+    pieces_.clear();
+    for (long long i : order_) {
+      const Block& b = blocks_[i];
+      const long long a = std::max(lo, pos), z = std::min(hi, pos + b.size());
+      if (a < z)
+        pieces_.push_back({b.file, b.start + a - pos, b.start + z - pos});
+      pos += b.size();
+    }
     next_block_ = 0;
     buffer_index_ = 0;
     buf_rows_ = buf_pos_ = 0;
@@ -155,8 +188,7 @@ protected:
       filled = 0;
     produced_ += filled;
     if (filled == 0) {
-      const long long expected =
-          drop_last_ ? split_entries_ - split_entries_ % batch_size_ : split_entries_;
+      const long long expected = rank_entries();
       if (produced_ != expected) { // a bug, never bad input: fail loudly
         std::ostringstream os;
         os << "rootclad::data: epoch produced " << produced_ << " entries, planned " << expected;
@@ -186,13 +218,20 @@ private:
       blocks_.push_back({f, start, cur});
   }
 
+  // entries of the epoch rank r reads (rootclad/data/schedule.py: shard_sizes)
+  long long shard_size(int r) const {
+    const long long global = batch_size_ * world_size_;
+    const long long q = split_entries_ / global, rem = drop_last_ ? 0 : split_entries_ % global;
+    return q * batch_size_ + rem / world_size_ + (r < rem % world_size_ ? 1 : 0);
+  }
+
   bool load_buffer() {
-    if (next_block_ >= (long long)order_.size())
+    if (next_block_ >= (long long)pieces_.size())
       return false;
-    const long long end = std::min<long long>(next_block_ + buffer_blocks_, order_.size());
+    const long long end = std::min<long long>(next_block_ + buffer_blocks_, pieces_.size());
     long long rows = 0;
     for (long long i = next_block_; i < end; ++i)
-      rows += blocks_[order_[i]].size();
+      rows += pieces_[i].size();
     if ((long long)buf_y_.size() < rows) {
       buf_x_.resize(rows * N_);
       buf_y_.resize(rows);
@@ -201,13 +240,13 @@ private:
     }
     long long pos = 0;
     for (long long i = next_block_; i < end; ++i) {
-      const Block& b = blocks_[order_[i]];
+      const Block& b = pieces_[i];
       read_rows(b.file, b.start, b.stop, &buf_x_[pos * N_], &buf_y_[pos],
                 weighted_ ? &buf_w_[pos] : nullptr);
       pos += b.size();
     }
     if (shuffle_)
-      permutation(perm_, rows, stream_key(seed_, epoch_, 1 + buffer_index_));
+      permutation(perm_, rows, stream_key(seed_, epoch_, 1 + buffer_index_ * world_size_ + rank_));
     next_block_ = end;
     ++buffer_index_;
     buf_rows_ = rows;
@@ -219,7 +258,8 @@ private:
   std::vector<std::vector<long long>> offsets_;
   int N_ = -1;
   bool weighted_ = false;
-  std::vector<Block> blocks_;
+  std::vector<Block> blocks_, pieces_; // the plan; this epoch's pieces of it for this rank
+  int rank_ = 0, world_size_ = 1;
   long long batch_size_ = 256, buffer_blocks_ = 8, split_entries_ = 0;
   bool shuffle_ = true, drop_last_ = false;
   unsigned long long seed_ = 0, epoch_ = 0;
