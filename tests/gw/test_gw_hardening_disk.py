@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from rootclad.data.schema import Schema
 from rootclad.gw.run.config import ConfigError, resolve
 
 TINY = dict(train_events=200, val_events=100, test_events=200, epochs=1, engine="pullback",
@@ -27,7 +28,8 @@ def tiny(tmp_path_factory):
     d = tmp_path_factory.mktemp("gwdisk")
     files = simulate_all(cfg, d / "data", False, lambda *_: None)
     cm = compile_model(cfg)
-    cm.export(d / "gwnet")
+    n = round(cfg.duration * cfg.sample_rate)
+    cm.export(d / "gwnet", schema=Schema({"strain": n}, target="label"))  # as the run exports
     return cfg, files, cm, d / "gwnet", network_scores(cm, cfg, files["test"])
 
 
@@ -41,7 +43,8 @@ def test_scores_root_on_a_full_disk_fails_the_stage_naming_the_file(tiny, full_d
 
     cfg, files, _, stem, network = tiny
     with pytest.raises(OSError, match=r"No space left on device.*scores\.root") as e:
-        root_scoring(cfg, stem, files["test"], network, {"methods": {}}, full_disk)
+        root_scoring(cfg, stem, files["test"], network, np.zeros_like(network),
+                     {"methods": {}}, full_disk)  # fmt: skip
     assert e.value.errno == errno.ENOSPC and e.value.filename == str(full_disk / "scores.root")
     assert not (full_disk / "scores.root").exists()
     _no_partials(full_disk)
