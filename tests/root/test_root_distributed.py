@@ -1,5 +1,5 @@
-"""Scoring on Dask: ``define_score`` / ``define_saliency`` on a distributed RDataFrame, on a
-``LocalCluster`` of 2 worker processes (loopback).
+"""Scoring on Dask: ``define_score`` / ``define_saliency`` on a distributed RDataFrame and
+``score_files`` over a file list, on a ``LocalCluster`` of 2 worker processes (loopback).
 
 References: the single-process ``define_score`` / ``define_saliency`` / ``score_tree`` (each
 tested against torch in the other tests/root modules) and the torch module itself, event by
@@ -9,6 +9,10 @@ fixed order). A worker is killed by a worker plugin (SIGKILL as its task starts)
 
 from __future__ import annotations
 
+import os
+import socket
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -150,3 +154,175 @@ def test_model_files_missing_on_the_workers_are_named(data, client, monkeypatch,
     monkeypatch.undo()
     good = ROOT.RDataFrame("events", files, executor=client, npartitions=2)
     assert len(rr.define_score(good, stem).AsNumpy(["score"])["score"]) == 3 * N
+
+
+def reference_outputs(files, stem, tmp_path) -> list[np.ndarray]:
+    out = []
+    for i, f in enumerate(files):
+        ref = rr.score_tree(f, stem, output=tmp_path / f"ref{i}.root")
+        out.append(uproot.open(ref)["scores"]["score"].array(library="np"))
+    return out
+
+
+def read_scores(path) -> np.ndarray:
+    return uproot.open(path)["scores"]["score"].array(library="np")
+
+
+def test_score_files_equals_score_tree_and_skips_complete_outputs(data, client, tmp_path):
+    """One task per file; each output equals single-process score_tree's; a rerun skips the
+    complete outputs and rescores a deleted and a damaged one, and all for another model."""
+    d, files, net, stem = data
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    done = rr.score_files(files, stem, client, output_dir=outdir)
+    assert done.scored == [Path(f) for f in files] and done.skipped == []
+    refs = reference_outputs(files, stem, tmp_path)
+    for out, ref in zip(done.outputs, refs, strict=True):
+        np.testing.assert_array_equal(read_scores(out), ref)
+
+    times = [os.stat(o).st_mtime_ns for o in done.outputs]
+    again = rr.score_files(files, stem, client, output_dir=outdir)
+    assert again.scored == [] and again.skipped == [Path(f) for f in files]
+    assert [os.stat(o).st_mtime_ns for o in done.outputs] == times
+
+    done.outputs[0].unlink()
+    done.outputs[2].write_bytes(b"not a ROOT file")
+    third = rr.score_files(files, stem, client, output_dir=outdir)
+    assert third.scored == [Path(files[0]), Path(files[2])] and third.skipped == [Path(files[1])]
+    for out, ref in zip(third.outputs, refs, strict=True):
+        np.testing.assert_array_equal(read_scores(out), ref)
+
+    _, other = export(tmp_path, "other", seed=3)
+    fourth = rr.score_files(files, other, client, output_dir=outdir)
+    assert fourth.scored == [Path(f) for f in files]
+    for out, ref in zip(fourth.outputs, reference_outputs(files, other, tmp_path), strict=True):
+        np.testing.assert_array_equal(read_scores(out), ref)
+
+
+@pytest.mark.slow
+def test_a_killed_worker_is_reported_by_file_and_a_rerun_completes(data, client, tmp_path):
+    """A worker SIGKILLed as it starts scoring part1.root: with Dask's retries off
+    (allowed-failures 0) the call names that file after the others finished; a rerun scores it
+    alone. With one retry allowed, Dask moves the task to a restarted worker and the call
+    completes."""
+    d, files, net, stem = data
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    victim = Path(files[1]).name
+
+    class KillOnce(distributed.WorkerPlugin):
+        def __init__(self, marker):
+            self.marker = marker
+
+        def transition(self, key, start, finish, **kwargs):
+            if finish == "executing" and f"-{victim}-" in str(key):
+                if not os.path.exists(self.marker):
+                    open(self.marker, "w").close()
+                    os.kill(os.getpid(), 9)
+
+    scheduler = client.cluster.scheduler
+    allowed = scheduler.allowed_failures
+    try:
+        scheduler.allowed_failures = 0
+        client.register_plugin(KillOnce(str(tmp_path / "killed-1")), name="kill-once")
+        with pytest.raises(rr.ScoreFilesError) as err:
+            rr.score_files(files, stem, client, output_dir=outdir)
+        # part1's, and any other task the dead worker held (Dask counts those too)
+        failed = list(err.value.failed)
+        assert Path(files[1]) in failed
+        for f in failed:
+            assert f"{f}: its worker died" in str(err.value)
+            assert not (outdir / f"{f.stem}_scores.root").exists()
+        assert sorted(err.value.done.scored + failed) == [Path(f) for f in files]
+        for f in err.value.done.scored:
+            assert (outdir / f"{f.stem}_scores.root").exists()
+        client.wait_for_workers(2, timeout=60)
+        rerun = rr.score_files(files, stem, client, output_dir=outdir)
+        assert rerun.scored == failed and rerun.skipped == err.value.done.scored
+
+        (outdir / "part1_scores.root").unlink()
+        scheduler.allowed_failures = 1
+        client.register_plugin(KillOnce(str(tmp_path / "killed-2")), name="kill-once")
+        absorbed = rr.score_files(files, stem, client, output_dir=outdir)
+        assert (tmp_path / "killed-2").exists()  # the worker did die once
+        assert absorbed.scored == [Path(files[1])]
+    finally:
+        scheduler.allowed_failures = allowed
+        client.unregister_worker_plugin("kill-once")
+        client.wait_for_workers(2, timeout=60)
+    for out, ref in zip(rerun.outputs, reference_outputs(files, stem, tmp_path), strict=True):
+        np.testing.assert_array_equal(read_scores(out), ref)
+        assert len(read_scores(out)) == N
+
+
+def test_without_dask_score_files_says_what_to_install(data, monkeypatch):
+    d, files, net, stem = data
+    monkeypatch.setitem(sys.modules, "distributed", None)
+    with pytest.raises(ImportError, match="distributed.*pip install dask distributed"):
+        rr.score_files(files, stem, "tcp://127.0.0.1:1")
+
+
+def test_a_scheduler_that_does_not_answer_is_named_quickly(data):
+    d, files, net, stem = data
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    start = time.perf_counter()
+    with pytest.raises(ConnectionError, match=f"no Dask scheduler answers at {address}"):
+        rr.score_files(files, stem, address, timeout=1)
+    assert time.perf_counter() - start < 20
+
+
+def test_missing_model_files_are_named_before_work(data, client, tmp_path, monkeypatch):
+    """Here: FileNotFoundError naming STEM.so. On the workers (the upload made a no-op): the
+    workers and the file named, and no output written."""
+    d, files, net, stem = data
+    with pytest.raises(FileNotFoundError, match=r"nowhere\.so"):
+        rr.score_files(files, tmp_path / "nowhere", client)
+    _, fresh = export(tmp_path, "fresh", seed=9)
+    monkeypatch.setattr(client, "upload_file", lambda *a, **k: None)
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    name = shipping.ship(fresh).name
+    with pytest.raises(FileNotFoundError, match=rf"did not reach Dask workers: tcp://.*{name}"):
+        rr.score_files(files, fresh, client, output_dir=outdir)
+    assert list(outdir.iterdir()) == []
+
+
+_HIDE = """import sys
+sys.rootclad_hidden = {k: v for k, v in sys.modules.items()
+                       if k == "rootclad" or k.startswith("rootclad.")}
+sys.modules.update({k: None for k in sys.rootclad_hidden})
+"""
+_SHOW = "import sys\nsys.modules.update(sys.rootclad_hidden)\n"
+
+
+def test_workers_without_rootclad_or_with_another_are_named_before_work(
+    data, client, tmp_path, monkeypatch
+):
+    """One worker that cannot import rootclad, then one with another version: score_files and
+    define_score raise naming that worker before any task runs (no output written)."""
+    d, files, net, stem = data
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    worker = sorted(client.scheduler_info()["workers"])[0]
+    client.run(exec, _HIDE, {}, workers=[worker])
+    try:
+        with pytest.raises(RuntimeError, match=rf"{worker}: cannot import rootclad"):
+            rr.score_files(files, stem, client, output_dir=outdir)
+    finally:
+        client.run(exec, _SHOW, {}, workers=[worker])
+    client.run(exec, "import rootclad.version as v\nv.__version__ = '0.0.0+other'", {},
+               workers=[worker])  # fmt: skip
+    try:
+        with pytest.raises(RuntimeError, match=rf"{worker}: rootclad 0\.0\.0\+other"):
+            rr.score_files(files, stem, client, output_dir=outdir)
+        monkeypatch.setattr(shipping, "_CHECKED", set())
+        df = ROOT.RDataFrame("events", files, executor=client, npartitions=2)
+        with pytest.raises(RuntimeError, match=rf"define_score: .*{worker}: rootclad 0\.0\.0"):
+            rr.define_score(df, stem)
+    finally:
+        client.run(exec, f"import rootclad.version as v\nv.__version__ = {rootclad.__version__!r}",
+                   {}, workers=[worker])  # fmt: skip
+    assert list(outdir.iterdir()) == []
