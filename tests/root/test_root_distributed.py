@@ -199,6 +199,24 @@ def test_score_files_equals_score_tree_and_skips_complete_outputs(data, client, 
         np.testing.assert_array_equal(read_scores(out), ref)
 
 
+def test_a_bad_file_is_named_and_the_others_are_scored(data, client, tmp_path):
+    """A file ROOT cannot read among good ones: ScoreFilesError names it (and only it) after
+    the others were scored, as score_tree scores them."""
+    d, files, net, stem = data
+    bad = tmp_path / "broken.root"
+    bad.write_bytes(b"not a ROOT file")
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    with pytest.raises(rr.ScoreFilesError, match=r"1 of 4 files") as err:
+        rr.score_files([files[0], bad, files[2]] + [files[1]], stem, client, output_dir=outdir)
+    assert list(err.value.failed) == [bad] and "broken.root" in err.value.failed[bad]
+    assert err.value.done.scored == [Path(files[0]), Path(files[2]), Path(files[1])]
+    assert not (outdir / "broken_scores.root").exists()
+    refs = reference_outputs(files, stem, tmp_path)
+    for i, f in enumerate(files):
+        np.testing.assert_array_equal(read_scores(outdir / f"{Path(f).stem}_scores.root"), refs[i])
+
+
 @pytest.mark.slow
 def test_a_killed_worker_is_reported_by_file_and_a_rerun_completes(data, client, tmp_path):
     """A worker SIGKILLed as it starts scoring part1.root: with Dask's retries off
