@@ -4,6 +4,10 @@
 >>> m = rootclad.root.load("build/gwnet")           # a ROOT.rootclad.Model
 >>> df = rootclad.root.define_score(ROOT.RDataFrame("events", "gw.root"), "build/gwnet",
 ...                                 inputs="strain", column="score")
+>>> rootclad.root.score_files(files, "build/gwnet", client=dask_client)  # a task per file
+
+The same ``define_score`` works on a distributed RDataFrame (``executor=dask_client``); see
+docs/distributed.md.
 
 The C++ side is ``rootclad/include/rootclad/model.h``; it needs neither Python nor torch, so
 macros and compiled programs use the same files (see docs/root.md).
@@ -11,5 +15,7 @@ macros and compiled programs use the same files (see docs/root.md).
 
 from rootclad.root.export import export
 from rootclad.root.rdf import define_saliency, define_score, load, score_tree
+from rootclad.root.scale_out import ScoredFiles, ScoreFilesError, score_files
 
-__all__ = ["export", "load", "define_score", "define_saliency", "score_tree"]
+__all__ = ["export", "load", "define_score", "define_saliency", "score_tree", "score_files",
+           "ScoredFiles", "ScoreFilesError"]  # fmt: skip

@@ -11,6 +11,7 @@ from pathlib import Path
 from rootclad.data.cling import CLING_LOCK, declare, declare_header, import_root
 from rootclad.data.schema import check_column_name
 from rootclad.ir.graph import CLASS_INDEX_LOSSES
+from rootclad.root import shipping
 
 
 def _stem(stem) -> str:
@@ -195,10 +196,12 @@ def columns_of(stem: str, inputs, what: str):
     return inputs
 
 
-def _input_expr(df, inputs, stem: str, what: str) -> str:
+def _input_expr(df, inputs, stem: str, what: str, names_of=_names) -> str:
     """The C++ expression handing one event's input to ``Model::score``/``saliency``, after
     checking the columns' types (and, for a list of columns, their number) in Python, so that
-    a mistake names the column instead of failing in Cling's compilation of the Define."""
+    a mistake names the column instead of failing in Cling's compilation of the Define.
+    ``names_of`` gives the C++ expression of the columns' names for the messages of a wrong
+    event (a distributed RDataFrame's: :func:`shipping.names_expr`)."""
     inputs = columns_of(stem, inputs, what)
     n_in = int(_cached_model(stem).input_size())
     names = [str(c) for c in df.GetColumnNames()]
@@ -229,8 +232,8 @@ def _input_expr(df, inputs, stem: str, what: str) -> str:
                 "list of columns (numbers and arrays, concatenated in order)"
             )
         if element in ("float", "Float_t", "double", "Double_t") and "RVec" in type_name:
-            return f"rootclad::checked_event({inputs}, {n_in}, rdfentry_, {_names(cols)})"
-        return f"rootclad::event_input({n_in}, rdfentry_, {_names(cols)}, {inputs})"  # converted
+            return f"rootclad::checked_event({inputs}, {n_in}, rdfentry_, {names_of(cols)})"
+        return f"rootclad::event_input({n_in}, rdfentry_, {names_of(cols)}, {inputs})"  # converted
     arrays = 0
     for c in cols:
         type_name = str(df.GetColumnType(c))
@@ -246,7 +249,16 @@ def _input_expr(df, inputs, stem: str, what: str) -> str:
         raise ValueError(
             f"{what}: {len(cols)} input columns {cols}; the model {stem} takes {n_in} values"
         )
-    return f"rootclad::event_input({n_in}, rdfentry_, {_names(cols)}, {', '.join(cols)})"
+    return f"rootclad::event_input({n_in}, rdfentry_, {names_of(cols)}, {', '.join(cols)})"
+
+
+def _define(df, stem, inputs, column: str, method: str, what: str):
+    stem = _stem(stem)
+    if shipping.backend_of(df) is None:
+        expr = _input_expr(df, inputs, stem, what)
+        return df.Define(column, f"(*{_slots(stem)})[rdfslot_].{method}({expr})")
+    expr = _input_expr(df, inputs, stem, what, names_of=shipping.names_expr)
+    return df.Define(column, f"{shipping.model_expr(df, stem, what)}.{method}({expr})")
 
 
 def define_score(df, stem, inputs=None, column: str = "score"):
@@ -259,19 +271,17 @@ def define_score(df, stem, inputs=None, column: str = "score"):
     readers' feature lists); a wrong column type or count raises ValueError naming the columns,
     an event of another length raises from the event loop naming its entry (``rdfentry_``) and
     each column's length. NaN inputs give NaN scores, as in torch. Works under
-    ``ROOT.EnableImplicitMT()`` (one model per processing slot)."""
-    stem = _stem(stem)
-    expr = _input_expr(df, inputs, stem, "define_score")
-    return df.Define(column, f"(*{_slots(stem)})[rdfslot_].score({expr})")
+    ``ROOT.EnableImplicitMT()`` (one model per processing slot), and on a distributed
+    RDataFrame (``ROOT.RDataFrame(tree, files, executor=dask_client)``): the export is shipped
+    to the workers and opened once in each (``rootclad.root.shipping``, docs/distributed.md)."""
+    return _define(df, stem, inputs, column, "score", "define_score")
 
 
 def define_saliency(df, stem, inputs=None, column: str = "saliency"):
     """``df`` with a column ``column``: d(output) / d(input) per event, for a one-output model
     (``RVec<float>`` for a float input column, ``RVec<double>`` for a list of columns);
-    ``inputs`` as :func:`define_score`'s."""
-    stem = _stem(stem)
-    expr = _input_expr(df, inputs, stem, "define_saliency")
-    return df.Define(column, f"(*{_slots(stem)})[rdfslot_].saliency({expr})")
+    ``inputs`` and a distributed ``df`` as :func:`define_score`'s."""
+    return _define(df, stem, inputs, column, "saliency", "define_saliency")
 
 
 def score_tree(

@@ -1,11 +1,20 @@
 // rootclad/scoring.h — an exported model over a TTree: score_tree writes one score per entry
-// to a friend tree; SlotModels gives RDataFrame's processing slots one Model each.
+// to a friend tree; SlotModels gives RDataFrame's processing slots one Model each, and
+// shipped_model the tasks of a distributed RDataFrame one Model per thread.
 #ifndef ROOTCLAD_SCORING_H
 #define ROOTCLAD_SCORING_H
 
+#include <TNamed.h>
+
+#include <pthread.h>
+
+#include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -16,10 +25,12 @@ namespace rootclad {
 
 namespace detail {
 // Scores `entries` rows, read by read(entry, x) into x (input_size floats), in batches, to the
-// TTree `out_tree` of `out_file` (write_root_file: whole or not at all).
+// TTree `out_tree` of `out_file` (write_root_file: whole or not at all), with a TNamed
+// "rootclad_scoring" titled `note` when one is given (what the scores were made from).
 template <class Read>
 long long score_rows(Model& m, long long entries, int batch, const std::string& out_file,
-                     const std::string& out_tree, const std::string& column, Read read) {
+                     const std::string& out_tree, const std::string& column,
+                     const std::string& note, Read read) {
   const long N = m.input_size(), K = m.output_size();
   batch = (int)std::min<long long>(batch, std::max<long long>(entries, 1)); // allocated below
   std::vector<float> xs((size_t)batch * N), out((size_t)batch * K);
@@ -40,6 +51,8 @@ long long score_rows(Model& m, long long entries, int batch, const std::string& 
       }
     }
     scores->Write();
+    if (!note.empty())
+      TNamed("rootclad_scoring", note.c_str()).Write();
   });
   return entries;
 }
@@ -56,7 +69,8 @@ long long score_rows(Model& m, long long entries, int batch, const std::string& 
 inline long long score_tree(Model& m, const std::string& file, const std::string& tree,
                             const std::string& input, const std::string& out_file,
                             const std::string& out_tree = "scores",
-                            const std::string& column = "score", int batch = 0) {
+                            const std::string& column = "score", int batch = 0,
+                            const std::string& note = "") {
   if (batch <= 0)
     batch = m.cache_batch();
   data::TreeSource in(file, tree, input);
@@ -66,7 +80,7 @@ inline long long score_tree(Model& m, const std::string& file, const std::string
                 std::to_string(N),
             true, input);
   return detail::score_rows(
-      m, in.entries(), batch, out_file, out_tree, column,
+      m, in.entries(), batch, out_file, out_tree, column, note,
       [&](long long entry, float* x) { in.read(entry, x, nullptr, (int)N, false); });
 }
 
@@ -78,7 +92,8 @@ inline long long score_tree(Model& m, const std::string& file, const std::string
 inline long long score_tree(Model& m, const std::string& file, const std::string& tree,
                             const std::vector<std::string>& inputs, const std::string& out_file,
                             const std::string& out_tree = "scores",
-                            const std::string& column = "score", int batch = 0) {
+                            const std::string& column = "score", int batch = 0,
+                            const std::string& note = "") {
   if (inputs.empty())
     throw std::invalid_argument("rootclad::score_tree: no input columns (the model " + m.stem() +
                                 " stores none: name them)");
@@ -105,7 +120,7 @@ inline long long score_tree(Model& m, const std::string& file, const std::string
                 m.stem() + " takes " + std::to_string(m.input_size()),
             true);
   return detail::score_rows(
-      m, in.entries(), batch, out_file, out_tree, column,
+      m, in.entries(), batch, out_file, out_tree, column, note,
       [&](long long entry, float* x) { in.read(entry, widths, x, nullptr, nullptr, false); });
 }
 
@@ -117,10 +132,16 @@ inline long long score_tree(const std::string& file, const std::string& tree,
   return score_tree(m, file, tree, input, out_file, out_tree, column, batch);
 }
 
+// A distributed RDataFrame's Define names its columns through this number (registered by
+// register_shipped_names on each worker) rather than a global of the client's process.
+struct ShippedNames {
+  std::uint64_t id;
+};
+
 // One event's input for define_score / define_saliency from the RDataFrame's columns: a whole
 // input column checked (checked_event), or several columns of numbers and arrays concatenated
 // in order (event_input). An event of another length raises naming the entry (rdfentry_) and
-// each column's length; `names` holds the columns' names, comma-separated.
+// each column's length; `names` holds the columns' names, comma-separated (or a ShippedNames).
 namespace detail {
 template <class T> long column_length(const T& v) {
   if constexpr (std::is_arithmetic_v<T>)
@@ -135,8 +156,14 @@ template <class T> void append_column(ROOT::RVecD& out, const T& v) {
     for (const auto& e : v)
       out.push_back((double)e);
 }
-inline void wrong_event(long expected, unsigned long long entry, const std::string& names,
-                        const std::vector<long>& lengths) {
+inline std::string names_text(const char* names) {
+  return names;
+}
+inline std::string names_text(ShippedNames names); // below
+template <class Names>
+void wrong_event(long expected, unsigned long long entry, const Names& given,
+                 const std::vector<long>& lengths) {
+  const std::string names = names_text(given);
   std::string cols;
   size_t at = 0;
   for (size_t i = 0; i < lengths.size(); ++i) {
@@ -155,15 +182,15 @@ inline void wrong_event(long expected, unsigned long long entry, const std::stri
 }
 } // namespace detail
 
-template <class V>
-const V& checked_event(const V& v, long expected, unsigned long long entry, const char* name) {
+template <class V, class Names>
+const V& checked_event(const V& v, long expected, unsigned long long entry, const Names& names) {
   if ((long)v.size() != expected)
-    detail::wrong_event(expected, entry, name, {(long)v.size()});
+    detail::wrong_event(expected, entry, names, {(long)v.size()});
   return v;
 }
 
-template <class... Cols>
-ROOT::RVecD event_input(long expected, unsigned long long entry, const char* names,
+template <class Names, class... Cols>
+ROOT::RVecD event_input(long expected, unsigned long long entry, const Names& names,
                         const Cols&... cols) {
   const long n = (0 + ... + detail::column_length(cols));
   if (n != expected)
@@ -188,6 +215,103 @@ public:
 private:
   std::vector<std::unique_ptr<Model>> models_;
 };
+
+// Models of a distributed RDataFrame (define_score on a dataframe with an executor), opened in
+// each process by rootclad.root.distributed from the copy of the export found there and found
+// by Define expressions through a number (a hash of the files' content, the same in every
+// process). One Model per thread, not per slot: a Dask worker runs tasks side by side in one
+// process, each with its own event loop at slot 0.
+namespace detail {
+struct Shipped {
+  std::string stem;
+  std::string failure; // why it could not be opened here (thrown at its first use)
+  std::map<std::thread::id, std::unique_ptr<Model>> models; // under shipped_mutex()
+};
+inline std::mutex& shipped_mutex() {
+  static std::mutex m;
+  return m;
+}
+inline std::map<std::uint64_t, Shipped>& shipped_models() {
+  static std::map<std::uint64_t, Shipped> models; // never erased: Define code may point here
+  return models;
+}
+inline std::map<std::uint64_t, std::string>& shipped_names() {
+  static std::map<std::uint64_t, std::string> names;
+  return names;
+}
+inline std::string names_text(ShippedNames names) {
+  std::lock_guard<std::mutex> lock(shipped_mutex());
+  const auto it = shipped_names().find(names.id);
+  return it == shipped_names().end() ? "(unnamed)" : it->second;
+}
+} // namespace detail
+
+// Opens `stem` as model `id` for the calling thread now (a bad file raises here, not in an
+// event loop); false, opening nothing, when `id` is open in this process already.
+inline bool open_shipped(std::uint64_t id, const std::string& stem) {
+  std::lock_guard<std::mutex> lock(detail::shipped_mutex());
+  const auto it = detail::shipped_models().find(id);
+  if (it != detail::shipped_models().end() && it->second.failure.empty())
+    return false;
+  auto model = std::make_unique<Model>(stem);
+  auto& entry = detail::shipped_models()[id];
+  entry.stem = stem;
+  entry.failure.clear();
+  entry.models[std::this_thread::get_id()] = std::move(model);
+  return true;
+}
+
+// Model `id` could not be opened in this process: its first use throws `why` (other models'
+// Defines run on).
+inline void shipped_failed(std::uint64_t id, const std::string& why) {
+  std::lock_guard<std::mutex> lock(detail::shipped_mutex());
+  auto& entry = detail::shipped_models()[id];
+  if (entry.models.empty())
+    entry.failure = why;
+}
+
+inline void register_shipped_names(std::uint64_t id, const std::string& names) {
+  std::lock_guard<std::mutex> lock(detail::shipped_mutex());
+  detail::shipped_names()[id] = names;
+}
+
+// The calling thread's Model `id` (opened on a thread's first call); throws when `id` was
+// never opened in this process. Each thread finds its models in a list of its own (a pthread
+// key: Cling's JIT mishandles thread_local shared by two Defines), the registry's lock taken
+// only on a thread's first call for a model.
+inline Model& shipped_model(std::uint64_t id) {
+  using Cache = std::vector<std::pair<std::uint64_t, Model*>>;
+  static const pthread_key_t key = [] {
+    pthread_key_t k;
+    if (pthread_key_create(&k, [](void* c) { delete static_cast<Cache*>(c); }) != 0)
+      throw std::runtime_error("rootclad: pthread_key_create failed");
+    return k;
+  }();
+  auto* cache = static_cast<Cache*>(pthread_getspecific(key));
+  if (cache)
+    for (const auto& [cached, model] : *cache)
+      if (cached == id)
+        return *model;
+  std::lock_guard<std::mutex> lock(detail::shipped_mutex());
+  const auto it = detail::shipped_models().find(id);
+  if (it == detail::shipped_models().end())
+    throw std::runtime_error(
+        "rootclad: model " + std::to_string(id) +
+        " is not open in this process: rootclad's set-up did not run on this worker "
+        "(ROOT.RDF.Distributed.initialize keeps one function: call yours before define_score, "
+        "which chains it)");
+  if (!it->second.failure.empty())
+    throw std::runtime_error(it->second.failure);
+  auto& model = it->second.models[std::this_thread::get_id()];
+  if (!model)
+    model = std::make_unique<Model>(it->second.stem);
+  if (!cache) {
+    cache = new Cache;
+    pthread_setspecific(key, cache);
+  }
+  cache->emplace_back(id, model.get());
+  return *model;
+}
 
 } // namespace rootclad
 

@@ -1,0 +1,352 @@
+"""Scoring on Dask: ``define_score`` / ``define_saliency`` on a distributed RDataFrame and
+``score_files`` over a file list, on a ``LocalCluster`` of 2 worker processes (loopback).
+
+References: the single-process ``define_score`` / ``define_saliency`` / ``score_tree`` (each
+tested against torch in the other tests/root modules) and the torch module itself, event by
+event (matched through an ``event`` column: a distributed AsNumpy concatenates its tasks in no
+fixed order). A worker is killed by a worker plugin (SIGKILL as its task starts).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import uproot
+from torch import nn
+
+ROOT = pytest.importorskip("ROOT", reason="distributed RDataFrame is ROOT's")
+pytest.importorskip("dask", reason="distributed scoring needs dask (the test extra)")
+distributed = pytest.importorskip("distributed", reason="needs dask's distributed (test extra)")
+pytestmark = pytest.mark.root
+
+import rootclad  # noqa: E402
+import rootclad.root as rr  # noqa: E402
+from rootclad.data import Schema  # noqa: E402
+from rootclad.root import shipping  # noqa: E402
+
+N = 400  # events per file
+SCHEMA = Schema({"pt": 1, "jets": 4})
+
+
+def write_events(path: Path, first: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    with uproot.recreate(path) as f:
+        f.mktree("events", {"pt": np.float32, "jets": np.dtype((np.float32, (4,))),
+                            "event": np.int64}).extend(
+            {"pt": rng.normal(50, 10, N).astype(np.float32),
+             "jets": rng.normal(0, 1, (N, 4)).astype(np.float32),
+             "event": np.arange(first, first + N)})  # fmt: skip
+
+
+def export(d: Path, name: str, seed: int):
+    torch.manual_seed(seed)
+    net = nn.Sequential(nn.Linear(5, 16), nn.Tanh(), nn.Linear(16, 1))
+    cm = rootclad.compile(net, torch.zeros(1, 5), engine="pullback")
+    cm.export(d / name, schema=SCHEMA)
+    return net, str(d / name)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("dist")
+    files = [d / f"part{i}.root" for i in range(3)]
+    for i, f in enumerate(files):
+        write_events(f, i * N, seed=i)
+    net, stem = export(d, "net", seed=0)
+    return d, [str(f) for f in files], net, stem
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                       dashboard_address=None)  # fmt: skip
+    c = distributed.Client(cluster)
+    yield c
+    c.close()
+    cluster.close()
+
+
+def local_scores(files, stem):
+    df = rr.define_score(ROOT.RDataFrame("events", files), stem)
+    return df.AsNumpy(["event", "score"])
+
+
+def torch_scores(net, files):
+    x = [uproot.open(f)["events"].arrays(["pt", "jets"], library="np") for f in files]
+    feats = np.concatenate([np.concatenate([a["pt"][:, None], a["jets"]], 1) for a in x])
+    with torch.no_grad():
+        return net(torch.from_numpy(feats)).numpy()[:, 0]
+
+
+def by_event(columns: dict) -> dict:
+    order = np.argsort(columns["event"])
+    return {k: np.asarray(v)[order] for k, v in columns.items()}
+
+
+def test_define_score_on_a_distributed_rdataframe_equals_one_process(data, client, tmp_path):
+    """AsNumpy, a histogram and a Snapshot (with the saliency) of a 4-partition distributed
+    RDataFrame equal the single-process ones event by event; each worker opened the model
+    once over three event loops."""
+    d, files, net, stem = data
+    df = ROOT.RDataFrame("events", files, executor=client, npartitions=4)
+    df = rr.define_saliency(rr.define_score(df, stem), stem)
+    got = by_event(df.AsNumpy(["event", "score"]))
+    want = local_scores(files, stem)
+    np.testing.assert_array_equal(got["event"], want["event"])
+    np.testing.assert_array_equal(got["score"], want["score"])
+    np.testing.assert_allclose(got["score"], torch_scores(net, files), rtol=1e-5, atol=1e-6)
+
+    model = ("h", "scores", 40, -3.0, 3.0)
+    hist = df.Histo1D(model, "score").GetValue()
+    local = rr.define_score(ROOT.RDataFrame("events", files), stem).Histo1D(model, "score")
+    assert hist.GetEntries() == 3 * N
+    assert [hist.GetBinContent(i) for i in range(42)] == [local.GetBinContent(i) for i in range(42)]
+
+    out = tmp_path / "snap.root"
+    df.Snapshot("snap", str(out), ["event", "score", "saliency"])
+    parts = sorted(tmp_path.glob("snap*.root"))
+    assert parts, "the distributed Snapshot wrote no file"
+    trees = [uproot.open(p)["snap"].arrays(["event", "score", "saliency"], library="np")
+             for p in parts]  # fmt: skip
+    snap = by_event({k: np.concatenate([np.stack(t[k]) if k == "saliency" else t[k]
+                                        for t in trees]) for k in trees[0]})  # fmt: skip
+    np.testing.assert_array_equal(snap["event"], want["event"])
+    np.testing.assert_array_equal(snap["score"], want["score"])
+    local_sal = rr.define_saliency(ROOT.RDataFrame("events", files), stem).AsNumpy(["saliency"])
+    np.testing.assert_array_equal(snap["saliency"], np.stack(local_sal["saliency"]))
+
+    opened = client.run(shipping.opened_here)
+    ids = {k for counts in opened.values() for k in counts}
+    assert len(ids) == 1 and all(set(c.values()) <= {1} for c in opened.values()), opened
+
+
+def test_a_users_initialize_still_runs_on_the_workers(data, client):
+    """rootclad chains the function a user registered with ROOT.RDF.Distributed.initialize
+    (ROOT keeps one): the user's C++ global is there for the user's own Define."""
+    d, files, net, stem = data
+    user = "ROOT.gInterpreter.Declare('const double rootclad_test_offset = 7.5;')"
+    ROOT.RDF.Distributed.initialize(exec, f"import ROOT\n{user}", {})
+    df = ROOT.RDataFrame("events", files, executor=client, npartitions=2)
+    df = rr.define_score(df, stem).Define("shifted", "score + rootclad_test_offset")
+    got = by_event(df.AsNumpy(["event", "score", "shifted"]))
+    np.testing.assert_array_equal(got["shifted"], got["score"] + 7.5)
+    np.testing.assert_array_equal(got["score"], local_scores(files, stem)["score"])
+
+
+def test_model_files_missing_on_the_workers_are_named(data, client, monkeypatch, tmp_path):
+    """A model whose files never reached the workers (DistributeFiles made a no-op): the event
+    loop raises naming the file missing on the worker; other models' Defines still run."""
+    d, files, net, stem = data
+    _, other = export(tmp_path, "unshipped", seed=5)
+    monkeypatch.setattr(ROOT.RDF.Distributed, "DistributeFiles", lambda paths: None)
+    df = ROOT.RDataFrame("events", files, executor=client, npartitions=2)
+    bad = rr.define_score(df, other)
+    name = shipping.ship(other).name
+    with pytest.raises(Exception, match=rf"has no .*{name}\.so"):
+        bad.AsNumpy(["score"])
+    monkeypatch.undo()
+    good = ROOT.RDataFrame("events", files, executor=client, npartitions=2)
+    assert len(rr.define_score(good, stem).AsNumpy(["score"])["score"]) == 3 * N
+
+
+def reference_outputs(files, stem, tmp_path) -> list[np.ndarray]:
+    out = []
+    for i, f in enumerate(files):
+        ref = rr.score_tree(f, stem, output=tmp_path / f"ref{i}.root")
+        out.append(uproot.open(ref)["scores"]["score"].array(library="np"))
+    return out
+
+
+def read_scores(path) -> np.ndarray:
+    return uproot.open(path)["scores"]["score"].array(library="np")
+
+
+def test_score_files_equals_score_tree_and_skips_complete_outputs(data, client, tmp_path):
+    """One task per file; each output equals single-process score_tree's; a rerun skips the
+    complete outputs and rescores a deleted and a damaged one, and all for another model."""
+    d, files, net, stem = data
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    done = rr.score_files(files, stem, client, output_dir=outdir)
+    assert done.scored == [Path(f) for f in files] and done.skipped == []
+    refs = reference_outputs(files, stem, tmp_path)
+    for out, ref in zip(done.outputs, refs, strict=True):
+        np.testing.assert_array_equal(read_scores(out), ref)
+
+    times = [os.stat(o).st_mtime_ns for o in done.outputs]
+    again = rr.score_files(files, stem, client, output_dir=outdir)
+    assert again.scored == [] and again.skipped == [Path(f) for f in files]
+    assert [os.stat(o).st_mtime_ns for o in done.outputs] == times
+
+    done.outputs[0].unlink()
+    done.outputs[2].write_bytes(b"not a ROOT file")
+    third = rr.score_files(files, stem, client, output_dir=outdir)
+    assert third.scored == [Path(files[0]), Path(files[2])] and third.skipped == [Path(files[1])]
+    for out, ref in zip(third.outputs, refs, strict=True):
+        np.testing.assert_array_equal(read_scores(out), ref)
+
+    _, other = export(tmp_path, "other", seed=3)
+    fourth = rr.score_files(files, other, client, output_dir=outdir)
+    assert fourth.scored == [Path(f) for f in files]
+    for out, ref in zip(fourth.outputs, reference_outputs(files, other, tmp_path), strict=True):
+        np.testing.assert_array_equal(read_scores(out), ref)
+
+
+def test_a_bad_file_is_named_and_the_others_are_scored(data, client, tmp_path):
+    """A file ROOT cannot read among good ones: ScoreFilesError names it (and only it) after
+    the others were scored, as score_tree scores them."""
+    d, files, net, stem = data
+    bad = tmp_path / "broken.root"
+    bad.write_bytes(b"not a ROOT file")
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    with pytest.raises(rr.ScoreFilesError, match=r"1 of 4 files") as err:
+        rr.score_files([files[0], bad, files[2]] + [files[1]], stem, client, output_dir=outdir)
+    assert list(err.value.failed) == [bad] and "broken.root" in err.value.failed[bad]
+    assert err.value.done.scored == [Path(files[0]), Path(files[2]), Path(files[1])]
+    assert not (outdir / "broken_scores.root").exists()
+    refs = reference_outputs(files, stem, tmp_path)
+    for i, f in enumerate(files):
+        np.testing.assert_array_equal(read_scores(outdir / f"{Path(f).stem}_scores.root"), refs[i])
+
+
+@pytest.mark.slow
+def test_a_killed_worker_is_reported_by_file_and_a_rerun_completes(data, client, tmp_path):
+    """A worker SIGKILLed as it starts scoring part1.root: with Dask's retries off
+    (allowed-failures 0) the call names that file after the others finished; a rerun scores it
+    alone. With one retry allowed, Dask moves the task to a restarted worker and the call
+    completes."""
+    d, files, net, stem = data
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    victim = Path(files[1]).name
+
+    class KillOnce(distributed.WorkerPlugin):
+        def __init__(self, marker):
+            self.marker = marker
+
+        def transition(self, key, start, finish, **kwargs):
+            if finish == "executing" and f"-{victim}-" in str(key):
+                if not os.path.exists(self.marker):
+                    open(self.marker, "w").close()
+                    os.kill(os.getpid(), 9)
+
+    scheduler = client.cluster.scheduler
+    allowed = scheduler.allowed_failures
+    try:
+        scheduler.allowed_failures = 0
+        client.register_plugin(KillOnce(str(tmp_path / "killed-1")), name="kill-once")
+        with pytest.raises(rr.ScoreFilesError) as err:
+            rr.score_files(files, stem, client, output_dir=outdir)
+        # part1's, and any other task the dead worker held (Dask counts those too)
+        failed = list(err.value.failed)
+        assert Path(files[1]) in failed
+        for f in failed:
+            assert f"{f}: its worker died" in str(err.value)
+            assert not (outdir / f"{f.stem}_scores.root").exists()
+        assert sorted(err.value.done.scored + failed) == [Path(f) for f in files]
+        for f in err.value.done.scored:
+            assert (outdir / f"{f.stem}_scores.root").exists()
+        client.wait_for_workers(2, timeout=60)
+        rerun = rr.score_files(files, stem, client, output_dir=outdir)
+        assert rerun.scored == failed and rerun.skipped == err.value.done.scored
+
+        (outdir / "part1_scores.root").unlink()
+        scheduler.allowed_failures = 1
+        client.register_plugin(KillOnce(str(tmp_path / "killed-2")), name="kill-once")
+        absorbed = rr.score_files(files, stem, client, output_dir=outdir)
+        assert (tmp_path / "killed-2").exists()  # the worker did die once
+        assert absorbed.scored == [Path(files[1])]
+    finally:
+        scheduler.allowed_failures = allowed
+        client.unregister_worker_plugin("kill-once")
+        client.wait_for_workers(2, timeout=60)
+    for out, ref in zip(rerun.outputs, reference_outputs(files, stem, tmp_path), strict=True):
+        np.testing.assert_array_equal(read_scores(out), ref)
+        assert len(read_scores(out)) == N
+
+
+def test_without_dask_score_files_says_what_to_install(data, monkeypatch):
+    d, files, net, stem = data
+    monkeypatch.setitem(sys.modules, "distributed", None)
+    with pytest.raises(ImportError, match="distributed.*pip install dask distributed"):
+        rr.score_files(files, stem, "tcp://127.0.0.1:1")
+
+
+def test_a_scheduler_that_does_not_answer_is_named_quickly(data):
+    d, files, net, stem = data
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    start = time.perf_counter()
+    with pytest.raises(ConnectionError, match=f"no Dask scheduler answers at {address}"):
+        rr.score_files(files, stem, address, timeout=1)
+    assert time.perf_counter() - start < 20
+
+
+def test_missing_model_files_are_named_before_work(data, client, tmp_path, monkeypatch):
+    """Here: FileNotFoundError naming STEM.so. On the workers (the upload made a no-op): the
+    workers and the file named, and no output written."""
+    d, files, net, stem = data
+    with pytest.raises(FileNotFoundError, match=r"nowhere\.so"):
+        rr.score_files(files, tmp_path / "nowhere", client)
+    _, fresh = export(tmp_path, "fresh", seed=9)
+    monkeypatch.setattr(client, "upload_file", lambda *a, **k: None)
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    name = shipping.ship(fresh).name
+    with pytest.raises(FileNotFoundError, match=rf"did not reach Dask workers: tcp://.*{name}"):
+        rr.score_files(files, fresh, client, output_dir=outdir)
+    assert list(outdir.iterdir()) == []
+
+
+# rootclad made unimportable on one worker (None in sys.modules stops an import), whether it
+# imported rootclad already or not (a worker restarted by its nanny has not), and restored
+_HIDE = """import sys
+sys.rootclad_hidden = {k: v for k, v in sys.modules.items()
+                       if k == "rootclad" or k.startswith("rootclad.")}
+sys.modules.update({k: None for k in [*sys.rootclad_hidden, "rootclad"]})
+"""
+_SHOW = """import sys
+for k in [k for k in sys.modules if k == "rootclad" or k.startswith("rootclad.")]:
+    del sys.modules[k]
+sys.modules.update(sys.rootclad_hidden)
+"""
+
+
+def test_workers_without_rootclad_or_with_another_are_named_before_work(
+    data, client, tmp_path, monkeypatch
+):
+    """One worker that cannot import rootclad, then one with another version: score_files and
+    define_score raise naming that worker before any task runs (no output written)."""
+    d, files, net, stem = data
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    worker = sorted(client.scheduler_info()["workers"])[0]
+    client.run(exec, _HIDE, {}, workers=[worker])
+    try:
+        with pytest.raises(RuntimeError, match=rf"{worker}: cannot import rootclad"):
+            rr.score_files(files, stem, client, output_dir=outdir)
+    finally:
+        client.run(exec, _SHOW, {}, workers=[worker])
+    client.run(exec, "import rootclad.version as v\nv.__version__ = '0.0.0+other'", {},
+               workers=[worker])  # fmt: skip
+    try:
+        with pytest.raises(RuntimeError, match=rf"{worker}: rootclad 0\.0\.0\+other"):
+            rr.score_files(files, stem, client, output_dir=outdir)
+        monkeypatch.setattr(shipping, "_CHECKED", set())
+        df = ROOT.RDataFrame("events", files, executor=client, npartitions=2)
+        with pytest.raises(RuntimeError, match=rf"define_score: .*{worker}: rootclad 0\.0\.0"):
+            rr.define_score(df, stem)
+    finally:
+        client.run(exec, f"import rootclad.version as v\nv.__version__ = {rootclad.__version__!r}",
+                   {}, workers=[worker])  # fmt: skip
+    assert list(outdir.iterdir()) == []
