@@ -45,6 +45,11 @@ FORMAT = 1
 EDGES = {"network": (-60.0, 60.0, 24000), "matched_filter": (0.0, 30.0, 15000)}
 LOUD = 10  # loudest events kept per task and per statistic
 SLICE = 512  # segments generated and scored at a time
+# the network scores this many segments per call: fewer than a compiled model splits over its
+# thread pool (model_runtime.h's MIN_CHUNK), so each call runs as one chunk and a logit does
+# not depend on the process's thread count (split batches differed in the last float32 bit
+# between 1 and 2 threads); as fast as batches of 512 on this machine
+NET_BATCH = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,7 +198,7 @@ def run_task(spec: dict, study: dict, task: int, threads: int | None = None) -> 
         t0 = time.perf_counter()
         x = gen.events(seeds[lo : lo + SLICE])["strain"][:, None, :]
         t1 = time.perf_counter()
-        stat["network"][lo : lo + len(x)] = scores(cm, cfg, x)
+        stat["network"][lo : lo + len(x)] = scores(cm, cfg, x, NET_BATCH)
         t2 = time.perf_counter()
         r = matched_filter_snr(x, bank, workers=-1 if threads is None else threads)
         stat["matched_filter"][lo : lo + len(x)] = r.snr
@@ -209,9 +214,10 @@ def run_task(spec: dict, study: dict, task: int, threads: int | None = None) -> 
         out[f"{m}_top"] = -np.sort(-s)[:k]  # descending
         out[f"{m}_hist"] = _histogram(m, s)
         loud = np.argsort(-s, kind="stable")[:LOUD]
-        out[f"{m}_loud"] = np.stack([seeds[loud].astype(np.float64), stat["network"][loud],
-                                     stat["matched_filter"][loud], template[loud],
-                                     when[loud]], axis=1)  # fmt: skip
+        # seeds apart: 63 bits do not survive float64
+        out[f"{m}_loud_seed"] = seeds[loud]
+        out[f"{m}_loud"] = np.stack([stat["network"][loud], stat["matched_filter"][loud],
+                                     template[loud], when[loud]], axis=1)  # fmt: skip
     return out
 
 
@@ -276,10 +282,11 @@ def merge(results: list[dict]) -> dict:
         # a task that dropped values dropped only ones at or below its smallest kept one
         partial = [r[f"{m}_top"][-1] for r in results if len(r[f"{m}_top"]) < int(r["segments"])]
         loud = np.concatenate([r[f"{m}_loud"] for r in results])
-        col = 1 if m == "network" else 2
-        loud = loud[np.lexsort((loud[:, 0], -loud[:, col]))][:LOUD]
+        seed = np.concatenate([r[f"{m}_loud_seed"] for r in results])
+        order = np.lexsort((seed, -loud[:, METHODS.index(m)]))[:LOUD]
         out[m] = {"top": top, "floor": max(partial) if partial else -np.inf,
-                  "hist": np.sum([r[f"{m}_hist"] for r in results], axis=0), "loud": loud}  # fmt: skip
+                  "hist": np.sum([r[f"{m}_hist"] for r in results], axis=0),
+                  "loud": loud[order], "loud_seed": seed[order]}  # fmt: skip
     return out
 
 
@@ -436,7 +443,7 @@ def signal_stats(spec: dict, run: Path, out: Path, key: str, log) -> dict:
         sig = meta["label"][pos : pos + len(x)] == 1
         pos += len(x)
         if sig.any():
-            net.append(scores(cm, cfg, x[sig]))
+            net.append(scores(cm, cfg, x[sig], NET_BATCH))
             mf.append(matched_filter_snr(x[sig], bank).snr)
     result = {"snr": meta["snr"][meta["label"] == 1].astype(np.float64),
               "network": np.concatenate(net), "matched_filter": np.concatenate(mf)}  # fmt: skip

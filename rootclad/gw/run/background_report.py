@@ -96,9 +96,11 @@ def roc(bg: dict, signals: dict, points: int = 60) -> dict:
 
 
 def _loudest(bg: dict) -> dict:
-    cols = ("seed", "network", "matched_filter", "template", "time")
-    return {m: [{c: (int(v) if c in ("seed", "template") else float(v)) for c, v in zip(cols, row, strict=True)}
-                for row in bg[m]["loud"]] for m in METHODS}  # fmt: skip
+    cols = ("network", "matched_filter", "template", "time")
+    return {m: [{"seed": int(seed), **{c: int(v) if c == "template" else float(v)
+                                       for c, v in zip(cols, row, strict=True)}}
+                for seed, row in zip(bg[m]["loud_seed"], bg[m]["loud"], strict=True)]
+            for m in METHODS}  # fmt: skip
 
 
 def verdict(ev: dict) -> str:
