@@ -161,8 +161,10 @@ def register(subparsers) -> None:
     )
     p.add_argument("--compression", choices=["lz4", "none", "zlib", "zstd", "lzma"],
                    help="of the data files (default lz4; zlib also detects corrupted strain)")  # fmt: skip
-    p.add_argument("--preset", default="default", choices=["default", "full"],
-                   help="sizes of the run (default: the embedded default; see docs/gw_run.md)")  # fmt: skip
+    p.add_argument("--preset", default="default", choices=["default", "full", "search"],
+                   help="sizes of the run (default: the embedded default; full: more data and "
+                   "epochs; search: the default, then a background study of 1e6 noise "
+                   "segments; see docs/gw_run.md)")  # fmt: skip
     p.add_argument("--resume", action="store_true", help="continue from out/checkpoint.pt")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=_cmd_run)

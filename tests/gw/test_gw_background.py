@@ -215,3 +215,18 @@ def test_bad_input_is_refused_quickly_and_clearly(run_dir, reference, tmp_path, 
     assert not any((tmp_path / f"o{i}").exists() for i in range(1, 6))
     summary = json.loads((reference[0] / "background.json").read_text())
     assert summary["segments"] == 300
+
+
+def test_the_search_preset_adds_a_study_without_changing_the_training():
+    """``gw run --preset search`` is the default run and a background study of 1e6 segments
+    after the report; a checkpoint of the default run resumes under it (same training)."""
+    from rootclad.gw.run.config import resolve
+    from rootclad.gw.run.train import _same_training
+
+    search, default = resolve(preset="search"), resolve()
+    assert search.background_segments == 1_000_000 and default.background_segments == 0
+    assert search == default.__class__(**{**default.__dict__, "background_segments": 10**6})
+    assert _same_training(search.to_toml(), default.to_toml())
+    assert not _same_training(search.to_toml(), resolve(lr=2e-3).to_toml())
+    with pytest.raises(ConfigError, match="background_segments must not be negative"):
+        resolve(background_segments=-1)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import math
 import os
 import platform
@@ -495,6 +496,15 @@ def run(cfg: RunConfig, out: Path, *, resume: bool = False, progress: bool | Non
     summary["onnx"] = via_onnx
     stages.run("report", report.write, out, cfg, tr, ev, test, network, mf, examples, summary)
     log(f"report: {out / 'report.html'}")
+    if cfg.background_segments:  # --preset search
+        from rootclad.gw.run.background import StudyConfig, run_study
+
+        sc = StudyConfig(segments=cfg.background_segments, seed=cfg.seed, bootstrap=cfg.bootstrap)
+        bg = stages.run("background", run_study, out, out / "background", sc, progress=progress,
+                        log=log)  # fmt: skip
+        summary["background"] = {"file": str(out / "background" / "background.json"),
+                                 "verdict": bg["verdict"], "seconds": stages.times["background"]}  # fmt: skip
+        report.write_text(out / "summary.json", json.dumps(summary, indent=1, default=float) + "\n")
     return summary
 
 
