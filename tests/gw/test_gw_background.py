@@ -230,3 +230,33 @@ def test_the_search_preset_adds_a_study_without_changing_the_training():
     assert not _same_training(search.to_toml(), resolve(lr=2e-3).to_toml())
     with pytest.raises(ConfigError, match="background_segments must not be negative"):
         resolve(background_segments=-1)
+
+
+@pytest.mark.slow  # 80 s at load 7 on 2 cores: two fresh interpreters, then the rest here
+def test_a_killed_worker_stops_the_study_and_a_rerun_completes_it(run_dir, reference, tmp_path):
+    """SIGKILL to a local worker process: the study stops with the pool's error, the tasks
+    finished before are kept, and a rerun (here with one process) computes only the rest."""
+    import multiprocessing as mp
+    import os
+    import signal
+    from concurrent.futures.process import BrokenProcessPool
+
+    ref_out, ref = reference
+    out = tmp_path / "bg"
+    first = []
+
+    def kill_a_worker(i):
+        first.append(i)
+        if len(first) == 1:
+            os.kill(mp.active_children()[0].pid, signal.SIGKILL)
+
+    with pytest.raises(BrokenProcessPool):
+        run_study(run_dir, out, StudyConfig(**{**STUDY.__dict__, "segments": 600}), workers=2,
+                  log=QUIET, on_task=kill_a_worker)  # fmt: skip
+    kept = sorted(p.name for p in (out / "tasks").iterdir())
+    assert 1 <= len(kept) < 6 and not [k for k in kept if "partial" in k]
+    again = []
+    s = run_study(run_dir, out, StudyConfig(**{**STUDY.__dict__, "segments": 600}), log=QUIET,
+                  on_task=again.append)  # fmt: skip
+    assert len(again) == 6 - len(kept) and s["segments"] == 600
+    _same_tasks(out, ref_out, 3)  # the first three tasks are the reference study's
