@@ -229,7 +229,7 @@ def task_path(out: Path, task: int) -> Path:
 def write_task(out: Path, result: dict) -> None:
     path = task_path(out, int(result["task"]))
     with replacing(path, ".npz") as tmp:
-        np.savez(tmp, **result)
+        np.savez_compressed(tmp, **result)  # the histograms are mostly zeros
 
 
 def read_task(out: Path, task: int, key: str) -> dict | None:
@@ -270,23 +270,33 @@ def _claim(out: Path, key: str, sc: StudyConfig) -> None:
 
 
 # -- merging the tasks -----------------------------------------------------------------------
-def merge(results: list[dict]) -> dict:
-    """The whole background from the tasks' results: per statistic the loudest values (with
-    ``floor``, above which they hold every value of the background), the histogram, the
-    loudest events; and the segment count and seconds."""
-    n = int(sum(int(r["segments"]) for r in results))
-    out = {"segments": n, "tasks": len(results),
-           "seconds": np.sum([r["seconds"] for r in results], axis=0)}  # fmt: skip
-    for m in METHODS:
-        top = -np.sort(-np.concatenate([r[f"{m}_top"] for r in results]))
-        # a task that dropped values dropped only ones at or below its smallest kept one
-        partial = [r[f"{m}_top"][-1] for r in results if len(r[f"{m}_top"]) < int(r["segments"])]
-        loud = np.concatenate([r[f"{m}_loud"] for r in results])
-        seed = np.concatenate([r[f"{m}_loud_seed"] for r in results])
+def merge(results) -> dict:
+    """The whole background from the tasks' results (any iterable: read one at a time, so
+    only the kept values, not every task's histograms, are held): per statistic the loudest
+    values (with ``floor``, above which they hold every value of the background), the
+    histogram, the loudest events; and the segment count and seconds."""
+    out: dict = {"segments": 0, "tasks": 0, "seconds": np.zeros(3)}
+    parts: dict = {
+        m: {"top": [], "partial": [], "loud": [], "seed": [], "hist": 0} for m in METHODS
+    }
+    for r in results:
+        out["segments"] += int(r["segments"])
+        out["tasks"] += 1
+        out["seconds"] = out["seconds"] + r["seconds"]
+        for m, p in parts.items():
+            p["top"].append(r[f"{m}_top"])
+            # a task that dropped values dropped only ones at or below its smallest kept one
+            if len(r[f"{m}_top"]) < int(r["segments"]):
+                p["partial"].append(r[f"{m}_top"][-1])
+            p["loud"].append(r[f"{m}_loud"])
+            p["seed"].append(r[f"{m}_loud_seed"])
+            p["hist"] = p["hist"] + r[f"{m}_hist"]
+    for m, p in parts.items():
+        loud, seed = np.concatenate(p["loud"]), np.concatenate(p["seed"])
         order = np.lexsort((seed, -loud[:, METHODS.index(m)]))[:LOUD]
-        out[m] = {"top": top, "floor": max(partial) if partial else -np.inf,
-                  "hist": np.sum([r[f"{m}_hist"] for r in results], axis=0),
-                  "loud": loud[order], "loud_seed": seed[order]}  # fmt: skip
+        out[m] = {"top": -np.sort(-np.concatenate(p["top"])),
+                  "floor": max(p["partial"]) if p["partial"] else -np.inf, "hist": p["hist"],
+                  "loud": loud[order], "loud_seed": seed[order], "edges": hist_edges(m)}  # fmt: skip
     return out
 
 
@@ -357,7 +367,8 @@ def _run_local(spec, study, todo, workers):
 def _run_dask(client, spec, study, todo):
     from dask.distributed import as_completed
 
-    shared = client.scatter(spec, broadcast=True)
+    # in a list: a dict is scattered value by value, under its keys' names
+    (shared,) = client.scatter([spec], broadcast=True)
     futures = [client.submit(run_task, shared, study, i, 1, pure=False) for i in todo]
     try:
         for f in as_completed(futures):
@@ -408,16 +419,19 @@ def run_study(run: Path, out: Path | None = None, sc: StudyConfig | None = None,
     finally:
         if client is not None:
             client.close()
-    done = [read_task(out, i, key) for i in range(sc.tasks)]
-    if any(r is None for r in done):
-        raise OSError(f"{out}: a finished task's file cannot be read back")
-    bg = merge(done)
-    for m in METHODS:
-        bg[m]["edges"] = hist_edges(m)
+    bg = merge(_finished(out, key, sc.tasks))
     signals = signal_stats(spec, run, out, key, log)
     return background_report.write(out, run, spec, sc, bg, signals,
                                    {"tasks_run": len(todo), "wall_seconds": wall,
                                     "workers": scheduler or workers})  # fmt: skip
+
+
+def _finished(out: Path, key: str, tasks: int):
+    for i in range(tasks):
+        r = read_task(out, i, key)
+        if r is None:
+            raise OSError(f"{task_path(out, i)}: a finished task's file cannot be read back")
+        yield r
 
 
 def signal_stats(spec: dict, run: Path, out: Path, key: str, log) -> dict:
