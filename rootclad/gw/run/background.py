@@ -110,7 +110,7 @@ def load_run(run: Path, log=print) -> dict:
     the noise configuration and the template bank."""
     from rootclad.gw.dataset import read_config
     from rootclad.gw.run.config import resolve
-    from rootclad.gw.run.pipeline import template_bank
+    from rootclad.gw.run.inputs import template_bank
 
     run = Path(run)
     if not (run / "config.toml").exists():
@@ -438,7 +438,7 @@ def signal_stats(spec: dict, run: Path, out: Path, key: str, log) -> dict:
     """Both statistics of the run's test signals (and their injected SNR), computed once and
     kept in ``out/signals.npz``."""
     from rootclad.gw.matched_filter import matched_filter_snr
-    from rootclad.gw.run.pipeline import read_test, strain_chunks
+    from rootclad.gw.run.inputs import read_test, strain_chunks
     from rootclad.gw.run.train import scores
 
     path = out / "signals.npz"
