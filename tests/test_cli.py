@@ -36,10 +36,11 @@ def test_doctor_reports_rootclad_s_own_thread_count():
     assert "refused" in line and "many" in line, line
 
 
-def test_gw_run_help_explains_every_option_without_format_escapes():
+@pytest.mark.parametrize("command", ["run", "background"])
+def test_gw_run_help_explains_every_option_without_format_escapes(command):
     """argparse %-formats help strings but not descriptions: a description's "50%%" was shown
     as such; RST's double backticks do not belong in a terminal either."""
-    out = _rootclad("gw", "run", "--help")
+    out = _rootclad("gw", command, "--help")
     assert out.returncode == 0, out.stderr
     assert "%%" not in out.stdout and "``" not in out.stdout, out.stdout
     options = out.stdout[out.stdout.index("options:") :].splitlines()[1:]

@@ -79,6 +79,27 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _faps(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in text.replace(",", " ").split())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers 'A,B,...', got {text!r}") from None
+
+
+def _cmd_background(args: argparse.Namespace) -> int:
+    from rootclad.gw.run.background import StudyConfig, run_study
+
+    sc = StudyConfig(segments=args.segments, per_task=args.per_task, seed=args.seed,
+                     faps=args.faps, keep=args.keep, bootstrap=args.bootstrap)  # fmt: skip
+    s = run_study(Path(args.run), args.out and Path(args.out), sc, workers=args.workers,
+                  scheduler=args.scheduler, connect_timeout=args.connect_timeout,
+                  progress=not args.quiet, log=print)  # fmt: skip
+    out = Path(args.out) if args.out else Path(args.run) / "background"
+    print(f"{s['segments']} segments; {s['verdict']}")
+    print(f"report: {out / 'background.html'}")
+    return 0
+
+
 def register(subparsers) -> None:
     """Add the ``gw`` command (``simulate``, ``info``) to the ``rootclad`` sub-parsers."""
     gw = subparsers.add_parser("gw", help="the gravitational-wave workflow and dataset tools")
@@ -140,11 +161,47 @@ def register(subparsers) -> None:
     )
     p.add_argument("--compression", choices=["lz4", "none", "zlib", "zstd", "lzma"],
                    help="of the data files (default lz4; zlib also detects corrupted strain)")  # fmt: skip
-    p.add_argument("--preset", default="default", choices=["default", "full"],
-                   help="sizes of the run (default: the embedded default; see docs/gw_run.md)")  # fmt: skip
+    p.add_argument("--preset", default="default", choices=["default", "full", "search"],
+                   help="sizes of the run (default: the embedded default; full: more data and "
+                   "epochs; search: the default, then a background study of 1e6 noise "
+                   "segments; see docs/gw_run.md)")  # fmt: skip
     p.add_argument("--resume", action="store_true", help="continue from out/checkpoint.pt")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser(
+        "background",
+        help="false-alarm probabilities down to 1e-5: a run's network and matched filter on "
+        "millions of noise-only segments",
+        description="Generate noise-only segments on workers from per-task seeds, score them "
+        "with a `rootclad gw run` directory's trained network and template bank, keep the "
+        "loudest values and histograms per task (written atomically: a rerun resumes), then "
+        "set thresholds at the requested false-alarm probabilities and measure both methods' "
+        "efficiency and SNR50 there on the run's test signals (see docs/gw_background.md).",
+    )
+    p.add_argument("run", help="a `rootclad gw run` output directory (its model, config and "
+                   "test file are read)")  # fmt: skip
+    p.add_argument("--out", help="results directory (default RUN/background); rerunning with "
+                   "the same one computes only the unfinished tasks")  # fmt: skip
+    p.add_argument("--segments", type=int, default=100_000,
+                   help="noise-only segments in all (rounded up to whole tasks; a threshold at "
+                   "false-alarm probability p needs at least 1/p)")  # fmt: skip
+    p.add_argument("--per-task", type=int, default=4096, help="segments per task")
+    p.add_argument("--seed", type=int, default=0, help="the study's seed (task i draws from "
+                   "SeedSequence(seed, spawn_key=(i,)))")  # fmt: skip
+    p.add_argument("--faps", type=_faps, default=(1e-3, 1e-4, 1e-5),
+                   help="false-alarm probabilities, comma-separated (default 1e-3,1e-4,1e-5)")  # fmt: skip
+    p.add_argument("--keep", type=int, default=2000, help="loudest values of each statistic "
+                   "kept per task (thresholds are exact down to where they reach)")  # fmt: skip
+    p.add_argument("--bootstrap", type=int, default=200, help="resamplings for the SNR50 errors")
+    p.add_argument("--workers", type=int, default=1,
+                   help="local worker processes (default 1: this process)")  # fmt: skip
+    p.add_argument("--scheduler", help="a Dask scheduler's address (tcp://host:port): run the "
+                   "tasks on its workers instead of local processes")  # fmt: skip
+    p.add_argument("--connect-timeout", type=float, default=10.0,
+                   help="seconds to wait for the scheduler to answer (default 10)")  # fmt: skip
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_background)
 
     p = sub.add_parser("info", help="print the configuration and counts of a simulated file")
     p.add_argument("file")

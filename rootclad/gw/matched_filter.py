@@ -89,15 +89,16 @@ def normalise_template(hf: np.ndarray, n: int, sample_rate: float, psd, band) ->
     return hw / norm[..., None]
 
 
-def _snr_series(wf: np.ndarray, tf: np.ndarray, n: int) -> np.ndarray:
-    """|z(t)| for data rfft ``wf`` (B, nf) against one template ``tf`` (nf,): (B, n)."""
+def _snr_series(wf: np.ndarray, tf: np.ndarray, n: int, workers: int = -1) -> np.ndarray:
+    """|z(t)| for data rfft ``wf`` (B, nf) against one template ``tf`` (nf,): (B, n), the FFTs
+    on ``workers`` threads (-1: all cores)."""
     from scipy import fft as sfft
 
     nf = n // 2 + 1
     y = np.zeros((wf.shape[0], n), dtype=np.complex128)
     y[:, 1:nf] = wf[:, 1:] * np.conj(tf[1:])
     # ifft has the 1/n; z = (2/n) sum -> 2 * ifft
-    return np.abs(2.0 * sfft.ifft(y, axis=-1, workers=-1))
+    return np.abs(2.0 * sfft.ifft(y, axis=-1, workers=workers))
 
 
 def match(a: np.ndarray, b: np.ndarray, n: int, dims: float) -> np.ndarray:
@@ -175,12 +176,13 @@ class MatchedFilterResult:
 
 
 def matched_filter_snr(
-    strain: np.ndarray, bank: TemplateBank, batch_size: int = 512
+    strain: np.ndarray, bank: TemplateBank, batch_size: int = 512, workers: int = -1
 ) -> MatchedFilterResult:
     """Maximised matched-filter SNR of whitened segments ``strain`` (B, n) or (B, 1, n).
 
     ``strain`` must be whitened as :func:`rootclad.gw.simulate` does (same PSD
-    and band as the bank).
+    and band as the bank). ``workers``: threads of the FFTs (-1: all cores; a worker process
+    of a background study takes 1, so that its processes do not share the cores twice over).
     """
     x = np.asarray(strain, dtype=np.float64)
     if x.ndim == 3:
@@ -198,7 +200,7 @@ def matched_filter_snr(
     for lo in range(0, b, batch_size):
         wf = np.fft.rfft(x[lo : lo + batch_size], axis=-1)
         for k in range(len(bank)):
-            z = _snr_series(wf, bank.templates[k], bank.n)
+            z = _snr_series(wf, bank.templates[k], bank.n, workers)
             j = z.argmax(axis=-1)
             peak = z[np.arange(len(j)), j]
             better = peak > best[lo : lo + len(j)]

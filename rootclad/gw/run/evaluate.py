@@ -167,3 +167,52 @@ def evaluate(stat: dict[str, np.ndarray], label: np.ndarray, snr: np.ndarray, *,
                 "std": float(r.std(ddof=1)) if len(r) > 1 else float("nan"),
             }
     return out
+
+
+def at_thresholds(signal: dict[str, np.ndarray], snr: np.ndarray, thresholds: dict,
+                  draws: dict, *, bootstrap: int = 200, seed: int = 0, bins: int = 10) -> dict:  # fmt: skip
+    """:func:`evaluate` with thresholds set elsewhere (a background study's, on far more noise
+    than a test set holds). ``signal``: method -> statistic of each signal event;
+    ``thresholds``: method -> {fap key: threshold}; ``draws``: method -> {fap key: ``bootstrap``
+    thresholds of resampled backgrounds}, drawn with the signals' resampling, so the SNR50's
+    bootstrap error holds both the background's and the signals' finite counts. Returns the
+    same structure as :func:`evaluate` (per method and false-alarm probability: threshold,
+    snr50, probit_width, efficiency, snr50_std; ``ratio`` of the first method to the second)."""
+    n = len(snr)
+    if n < 20:
+        raise ValueError(f"{n} signal events; at least 20 are needed")
+    top = float(snr.max())
+    edges = np.linspace(float(snr.min()), np.nextafter(top, np.inf), bins + 1)
+    out: dict = {"methods": {}, "signal_events": int(n), "snr_edges": edges.tolist()}
+    for name, s in signal.items():
+        out["methods"][name] = {"fap": {}}
+        for key, t in thresholds[name].items():
+            det = (s > t).astype(float)
+            a, b = fit_probit(snr, det)
+            out["methods"][name]["fap"][key] = {"threshold": t, "snr50": a, "probit_width": b,
+                                                "efficiency": efficiency_curve(snr, det, edges)}  # fmt: skip
+    rng = np.random.default_rng(seed)
+    fits = {(m, k): [] for m in signal for k in thresholds[m]}
+    for i in range(bootstrap):
+        bs = rng.integers(0, n, n)
+        for (m, k), values in fits.items():
+            values.append(fit_snr50(snr[bs], (signal[m][bs] > draws[m][k][i]).astype(float)))
+    for (m, k), values in fits.items():
+        v = np.asarray(values)
+        ok = v[np.isfinite(v)]
+        out["methods"][m]["fap"][k]["snr50_std"] = (
+            float(ok.std(ddof=1)) if len(ok) > 1 else float("nan")
+        )
+    names = list(signal)
+    if len(names) == 2:
+        a, b = names
+        out["ratio"] = {}
+        for k in thresholds[a]:
+            if k not in thresholds[b]:
+                continue
+            r = np.asarray(fits[(a, k)]) / np.asarray(fits[(b, k)])
+            r = r[np.isfinite(r)]
+            point = out["methods"][a]["fap"][k]["snr50"] / out["methods"][b]["fap"][k]["snr50"]
+            out["ratio"][k] = {"value": point,
+                               "std": float(r.std(ddof=1)) if len(r) > 1 else float("nan")}  # fmt: skip
+    return out

@@ -15,7 +15,7 @@ ROOT, report. Each stage is timed; everything lands in one output directory:
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import json
 import math
 import os
 import platform
@@ -28,6 +28,7 @@ import numpy as np
 
 from rootclad.gw.run.config import ConfigError, RunConfig
 from rootclad.gw.run.files import replacing, write_error
+from rootclad.gw.run.inputs import _entries, read_test, strain_chunks, strain_of, template_bank
 
 
 class Stages:
@@ -123,77 +124,11 @@ def simulate_all(cfg: RunConfig, data: Path, progress, log) -> dict[str, Path]:
     return files
 
 
-def _entries(path: Path) -> int:
-    import uproot
-
-    with uproot.open(path) as f:
-        return int(f["events"].num_entries)
-
-
-def read_test(path: Path) -> dict[str, np.ndarray]:
-    """Label, injected SNR and seed of every test event (the strain is read in chunks)."""
-    import uproot
-
-    with uproot.open(path) as f:
-        return f["events"].arrays(["label", "snr", "seed"], library="np")
-
-
-def strain_chunks(path: Path, step: int = 4096):
-    """The test file's strain, (k, 1, n) float32 chunks of ``step`` events, in entry order: a
-    test set of any size is never held in memory whole."""
-    import uproot
-
-    with uproot.open(path) as f:
-        for part in f["events"].iterate(["strain"], step_size=step, library="np"):
-            x = part["strain"]
-            yield np.ascontiguousarray(x.reshape(len(x), 1, -1), dtype=np.float32)
-
-
-def strain_of(path: Path, entries) -> np.ndarray:
-    """The strain of a few entries, (k, 1, n)."""
-    import uproot
-
-    with uproot.open(path) as f:
-        branch = f["events"]["strain"]
-        rows = [branch.array(entry_start=int(e), entry_stop=int(e) + 1, library="np")[0]
-                for e in entries]  # fmt: skip
-    return np.asarray(rows, dtype=np.float32).reshape(len(rows), 1, -1)
-
-
 def network_scores(cm, cfg: RunConfig, path: Path) -> np.ndarray:
     """The network's logit for every test event, chunk by chunk."""
     from rootclad.gw.run.train import scores
 
     return np.concatenate([scores(cm, cfg, x) for x in strain_chunks(path)])
-
-
-def template_bank(cfg: RunConfig, test_file: Path, cache: Path, log):
-    """The bank for the test file's configuration, cached by that configuration."""
-    from rootclad.gw.dataset import read_config
-    from rootclad.gw.matched_filter import TemplateBank, bank_for_file
-
-    sim = read_config(test_file)
-    key = hashlib.sha256(f"{sim.to_json()}:{cfg.bank_min_match}".encode()).hexdigest()[:16]
-    path = cache / f"bank-{key}.npz"
-    if path.exists():
-        try:
-            # np.load(path) leaves the file open when the zip is broken: ours is closed
-            with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as z:
-                bank = TemplateBank(z["masses"], z["templates"], int(z["n"]),
-                                    float(z["sample_rate"]), tuple(z["band"]), sim.psd,
-                                    float(z["t_ref"]), sim.approximant)  # fmt: skip
-            log(f"template bank: {len(bank)} templates, cached in {path}")
-            return bank
-        except Exception as err:  # truncated or not ours: built again, and the cache replaced
-            log(f"warning: the cached template bank {path} cannot be read "
-                f"({type(err).__name__}: {err}); building it again")  # fmt: skip
-    bank = bank_for_file(test_file, min_match=cfg.bank_min_match, seed=cfg.seed)
-    cache.mkdir(parents=True, exist_ok=True)
-    with replacing(path, ".npz") as tmp:
-        np.savez(tmp, masses=bank.masses, templates=bank.templates, n=bank.n,
-                 sample_rate=bank.sample_rate, band=np.asarray(bank.band), t_ref=bank.t_ref)  # fmt: skip
-    log(f"template bank: {len(bank)} templates (min match {cfg.bank_min_match}), cached")
-    return bank
 
 
 def matched_filter(bank, path: Path, progress) -> np.ndarray:
@@ -495,6 +430,15 @@ def run(cfg: RunConfig, out: Path, *, resume: bool = False, progress: bool | Non
     summary["onnx"] = via_onnx
     stages.run("report", report.write, out, cfg, tr, ev, test, network, mf, examples, summary)
     log(f"report: {out / 'report.html'}")
+    if cfg.background_segments:  # --preset search
+        from rootclad.gw.run.background import StudyConfig, run_study
+
+        sc = StudyConfig(segments=cfg.background_segments, seed=cfg.seed, bootstrap=cfg.bootstrap)
+        bg = stages.run("background", run_study, out, out / "background", sc, progress=progress,
+                        log=log)  # fmt: skip
+        summary["background"] = {"file": str(out / "background" / "background.json"),
+                                 "verdict": bg["verdict"], "seconds": stages.times["background"]}  # fmt: skip
+        report.write_text(out / "summary.json", json.dumps(summary, indent=1, default=float) + "\n")
     return summary
 
 

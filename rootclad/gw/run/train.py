@@ -77,8 +77,8 @@ def _save_checkpoint(path: Path, state: dict) -> None:
 
 def _same_training(a: str, b: str) -> bool:
     """Whether two run configurations (TOML text) train the same model: the data files'
-    compression does not change their events (and a checkpoint from before it was a key has
-    none)."""
+    compression does not change their events, nor does a background study after the report
+    change the training (and a checkpoint from before either was a key has none)."""
     import tomllib
 
     try:
@@ -87,6 +87,7 @@ def _same_training(a: str, b: str) -> bool:
         return False
     for c in (first, second):
         c.pop("compression", None)
+        c.pop("background_segments", None)
     return first == second
 
 

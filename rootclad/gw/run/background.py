@@ -1,0 +1,467 @@
+"""``rootclad gw background``: the false-alarm probability of a trained run's network and of its
+matched filter, measured on far more noise than a test set holds (down to 1e-5 and below).
+
+The study is split into tasks of ``per_task`` noise-only segments. Task ``i`` draws its
+segments' seeds from ``SeedSequence(seed, spawn_key=(i,))`` (the i-th child that
+``SeedSequence(seed).spawn`` gives), generates and whitens them as the run's test file was
+made (its stored configuration, no signals), scores them with the run's network (the exported
+weights, model/gwnet.root, or the checkpoint's best ones) and with its template bank, and keeps
+only what the thresholds need: the loudest ``keep`` values of each statistic, a fine histogram
+of each, and the loudest events (their seeds regenerate them). A task therefore depends on the
+study seed and its index alone, never on the worker that ran it or on how many there were.
+
+Each finished task is written atomically to ``OUT/tasks/task-NNNNNN.npz``; a rerun (after a
+crash, a kill, Ctrl-C, or with more segments) computes only the tasks that are missing.
+``OUT/study.json`` holds the fingerprint of what the tasks depend on (the model's weights, the
+bank, the noise, the task size): tasks of another study are never mixed in.
+
+Thresholds are the same linear-interpolation quantile of the whole background as
+``numpy.quantile`` (evaluate.threshold), computed from the tasks' loudest values where they
+are known to hold every value that large (and from the histograms, approximately, above that:
+said in the output). Efficiencies, SNR50 and their bootstrap errors on the run's test signals
+come from :func:`rootclad.gw.run.evaluate.at_thresholds`; the report from
+:mod:`.background_report`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from rootclad.gw.run.background_report import METHODS
+from rootclad.gw.run.config import ConfigError
+from rootclad.gw.run.files import replacing
+
+FORMAT = 1
+# histogram edges per statistic: the network's logit and the matched filter's SNR; values
+# outside land in the first or last bin (the thresholds that matter are read exactly)
+EDGES = {"network": (-60.0, 60.0, 24000), "matched_filter": (0.0, 30.0, 15000)}
+LOUD = 10  # loudest events kept per task and per statistic
+SLICE = 512  # segments generated and scored at a time
+# the network scores this many segments per call: fewer than a compiled model splits over its
+# thread pool (model_runtime.h's MIN_CHUNK), so each call runs as one chunk and a logit does
+# not depend on the process's thread count (split batches differed in the last float32 bit
+# between 1 and 2 threads); as fast as batches of 512 on this machine
+NET_BATCH = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyConfig:
+    segments: int = 100_000  # rounded up to whole tasks
+    per_task: int = 4096
+    seed: int = 0
+    faps: tuple[float, ...] = (1e-3, 1e-4, 1e-5)
+    keep: int = 2000  # loudest values of each statistic kept per task
+    bootstrap: int = 200
+
+    @property
+    def tasks(self) -> int:
+        return math.ceil(self.segments / self.per_task)
+
+    def check(self) -> StudyConfig:
+        for key in ("segments", "per_task", "keep"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"{key} must be at least 1, got {getattr(self, key)}")
+        if self.seed < 0 or self.bootstrap < 0:
+            raise ConfigError("seed and bootstrap must not be negative")
+        if not self.faps or not all(0 < f < 1 for f in self.faps):
+            raise ConfigError(f"false-alarm probabilities must lie in (0, 1), got {self.faps}")
+        return self
+
+
+def task_seeds(seed: int, task: int, n: int) -> np.ndarray:
+    """The event seeds (int64, [0, 2**63)) of task ``task``'s ``n`` segments."""
+    ss = np.random.SeedSequence(seed, spawn_key=(task,))
+    return (ss.generate_state(n, dtype=np.uint64) >> np.uint64(1)).astype(np.int64)
+
+
+# -- the run directory -----------------------------------------------------------------------
+def _weights(run: Path) -> dict[str, np.ndarray]:
+    """The trained weights: the exported ones (model/gwnet.root, the best validation epoch's),
+    else the checkpoint's best (read with weights_only: nothing in it runs)."""
+    root = run / "model" / "gwnet.root"
+    if root.exists():
+        import uproot
+
+        with uproot.open(root) as f:
+            return {k.split(";")[0]: np.asarray(f[k]["values"].array(library="np")[0])
+                    for k in f.keys(cycle=False) if not k.startswith("rootclad_")}  # fmt: skip
+    ckpt = run / "checkpoint.pt"
+    if ckpt.exists():
+        from rootclad.gw.run.train import load_checkpoint
+
+        state = load_checkpoint(ckpt)
+        best = state.get("best_model") or state["model"]
+        return {k: v.detach().double().reshape(-1).numpy() for k, v in best.items()}
+    raise ConfigError(f"{run}: no trained model (neither model/gwnet.root from the export stage "
+                      f"nor checkpoint.pt); run `rootclad gw run --out {run}` first")  # fmt: skip
+
+
+def load_run(run: Path, log=print) -> dict:
+    """What every task needs from a ``rootclad gw run`` directory, as plain values (sent to
+    the workers, which need no access to the directory): the run's configuration, the weights,
+    the noise configuration and the template bank."""
+    from rootclad.gw.dataset import read_config
+    from rootclad.gw.run.config import resolve
+    from rootclad.gw.run.inputs import template_bank
+
+    run = Path(run)
+    if not (run / "config.toml").exists():
+        raise ConfigError(f"{run}: not a `rootclad gw run` directory (no config.toml)")
+    test = run / "data" / "test.root"
+    if not test.exists():
+        raise ConfigError(f"{run}: no data/test.root (its noise configuration and test signals "
+                          "are needed); rerun `rootclad gw run` there")  # fmt: skip
+    weights = _weights(run)
+    cfg = resolve(run / "config.toml")
+    sim = dataclasses.replace(read_config(test), signal_fraction=0.0)
+    bank = template_bank(cfg, test, run / "cache", log)
+    spec = {"config": cfg.to_toml(), "weights": weights, "simulation": sim.to_json(),
+            "bank": {"masses": bank.masses, "templates": bank.templates, "n": bank.n,
+                     "sample_rate": bank.sample_rate, "band": tuple(bank.band),
+                     "psd": bank.psd, "t_ref": bank.t_ref, "approximant": bank.approximant}}  # fmt: skip
+    h = hashlib.sha256(spec["config"].encode() + spec["simulation"].encode())
+    for k in sorted(weights):
+        h.update(k.encode() + np.ascontiguousarray(weights[k], np.float64).tobytes())
+    h.update(np.ascontiguousarray(bank.templates).tobytes())
+    spec["model_key"] = h.hexdigest()
+    return spec
+
+
+# -- one task (on a worker) ------------------------------------------------------------------
+_SCORER: dict = {}
+
+
+def _scorer(spec: dict, threads: int | None):
+    """The compiled network, the bank and the noise generator, built once per process."""
+    if _SCORER.get("key") == spec["model_key"]:
+        return _SCORER["value"]
+    import tomllib
+    import torch
+
+    from rootclad.gw.dataset import SimulationConfig, _Generator
+    from rootclad.gw.matched_filter import TemplateBank
+    from rootclad.gw.run.config import resolve
+    from rootclad.gw.run.train import compile_model
+
+    if threads is not None:  # before the first model library starts its pool
+        os.environ.setdefault("ROOTCLAD_NUM_THREADS", str(threads))
+        torch.set_num_threads(threads)
+    cfg = resolve(**tomllib.loads(spec["config"]))
+    cm = compile_model(cfg)
+    state = cm.state_dict()
+    missing = sorted(set(state) ^ set(spec["weights"]))
+    if missing:
+        raise ValueError(f"the run's weights do not fit its configured {cfg.model}: "
+                         f"{', '.join(missing)}")  # fmt: skip
+    cm.load_state_dict({k: torch.from_numpy(np.asarray(spec["weights"][k]).reshape(v.shape))
+                        .to(v.dtype) for k, v in state.items()})  # fmt: skip
+    cm.eval()
+    b = spec["bank"]
+    bank = TemplateBank(b["masses"], b["templates"], b["n"], b["sample_rate"], b["band"],
+                        b["psd"], b["t_ref"], b["approximant"])  # fmt: skip
+    gen = _Generator(SimulationConfig.from_json(spec["simulation"]))
+    _SCORER.update(key=spec["model_key"], value=(cfg, cm, bank, gen))
+    return _SCORER["value"]
+
+
+def _histogram(method: str, x: np.ndarray) -> np.ndarray:
+    lo, hi, bins = EDGES[method]
+    idx = np.clip(((x - lo) * (bins / (hi - lo))).astype(np.int64), 0, bins - 1)
+    return np.bincount(idx, minlength=bins).astype(np.int64)
+
+
+def hist_edges(method: str) -> np.ndarray:
+    lo, hi, bins = EDGES[method]
+    return np.linspace(lo, hi, bins + 1)
+
+
+def run_task(spec: dict, study: dict, task: int, threads: int | None = None) -> dict:
+    """Task ``task`` of the study: its segments generated, whitened and scored; what is kept."""
+    from rootclad.gw.matched_filter import matched_filter_snr
+    from rootclad.gw.run.train import scores
+
+    cfg, cm, bank, gen = _scorer(spec, threads)
+    n = study["per_task"]
+    seeds = task_seeds(study["seed"], task, n)
+    stat = {m: np.empty(n) for m in METHODS}
+    template, when = np.empty(n, np.int64), np.empty(n)
+    seconds = np.zeros(3)  # generation and whitening, network, matched filter
+    for lo in range(0, n, SLICE):
+        t0 = time.perf_counter()
+        x = gen.events(seeds[lo : lo + SLICE])["strain"][:, None, :]
+        t1 = time.perf_counter()
+        stat["network"][lo : lo + len(x)] = scores(cm, cfg, x, NET_BATCH)
+        t2 = time.perf_counter()
+        r = matched_filter_snr(x, bank, workers=-1 if threads is None else threads)
+        stat["matched_filter"][lo : lo + len(x)] = r.snr
+        template[lo : lo + len(x)], when[lo : lo + len(x)] = r.template, r.time
+        seconds += (t1 - t0, t2 - t1, time.perf_counter() - t2)
+    out = {"task": np.int64(task), "segments": np.int64(n), "seconds": seconds,
+           "key": np.str_(study["key"])}  # fmt: skip
+    k = min(study["keep"], n)
+    for m in METHODS:
+        s = stat[m]
+        if not np.all(np.isfinite(s)):
+            raise FloatingPointError(f"task {task}: a non-finite {m} statistic")
+        out[f"{m}_top"] = -np.sort(-s)[:k]  # descending
+        out[f"{m}_hist"] = _histogram(m, s)
+        loud = np.argsort(-s, kind="stable")[:LOUD]
+        # seeds apart: 63 bits do not survive float64
+        out[f"{m}_loud_seed"] = seeds[loud]
+        out[f"{m}_loud"] = np.stack([stat["network"][loud], stat["matched_filter"][loud],
+                                     template[loud], when[loud]], axis=1)  # fmt: skip
+    return out
+
+
+# -- the results directory -------------------------------------------------------------------
+def task_path(out: Path, task: int) -> Path:
+    return out / "tasks" / f"task-{task:06d}.npz"
+
+
+def write_task(out: Path, result: dict) -> None:
+    path = task_path(out, int(result["task"]))
+    with replacing(path, ".npz") as tmp:
+        np.savez_compressed(tmp, **result)  # the histograms are mostly zeros
+
+
+def read_task(out: Path, task: int, key: str) -> dict | None:
+    """A finished task's result; None when it is missing, unreadable or another study's."""
+    path = task_path(out, task)
+    if not path.exists():
+        return None
+    try:
+        with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as z:
+            r = {k: z[k] for k in z.files}
+    except Exception:
+        return None
+    return r if str(r.get("key")) == key and int(r.get("task", -1)) == task else None
+
+
+def _fingerprint(spec: dict, sc: StudyConfig) -> str:
+    what = {"format": FORMAT, "model": spec["model_key"], "seed": sc.seed,
+            "per_task": sc.per_task, "keep": sc.keep, "loud": LOUD, "edges": EDGES}  # fmt: skip
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def _claim(out: Path, key: str, sc: StudyConfig) -> None:
+    """``out/study.json``: whose tasks the directory holds; another study's are refused."""
+    path = out / "study.json"
+    if path.exists():
+        try:
+            old = json.loads(path.read_text()).get("key")
+        except (OSError, ValueError):
+            old = None
+        if old is not None and old != key:
+            raise ConfigError(f"{out} holds the tasks of another study (other model, seed, "
+                              "per_task or keep); choose another --out or remove it")  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tasks").mkdir(exist_ok=True)
+    with replacing(path) as tmp:
+        tmp.write_text(json.dumps({"key": key, "seed": sc.seed, "per_task": sc.per_task,
+                                   "keep": sc.keep}, indent=1) + "\n")  # fmt: skip
+
+
+# -- merging the tasks -----------------------------------------------------------------------
+def merge(results) -> dict:
+    """The whole background from the tasks' results (any iterable: read one at a time, so
+    only the kept values, not every task's histograms, are held): per statistic the loudest
+    values (with ``floor``, above which they hold every value of the background), the
+    histogram, the loudest events; and the segment count and seconds."""
+    out: dict = {"segments": 0, "tasks": 0, "seconds": np.zeros(3)}
+    parts: dict = {
+        m: {"top": [], "partial": [], "loud": [], "seed": [], "hist": 0} for m in METHODS
+    }
+    for r in results:
+        out["segments"] += int(r["segments"])
+        out["tasks"] += 1
+        out["seconds"] = out["seconds"] + r["seconds"]
+        for m, p in parts.items():
+            p["top"].append(r[f"{m}_top"])
+            # a task that dropped values dropped only ones at or below its smallest kept one
+            if len(r[f"{m}_top"]) < int(r["segments"]):
+                p["partial"].append(r[f"{m}_top"][-1])
+            p["loud"].append(r[f"{m}_loud"])
+            p["seed"].append(r[f"{m}_loud_seed"])
+            p["hist"] = p["hist"] + r[f"{m}_hist"]
+    for m, p in parts.items():
+        loud, seed = np.concatenate(p["loud"]), np.concatenate(p["seed"])
+        order = np.lexsort((seed, -loud[:, METHODS.index(m)]))[:LOUD]
+        out[m] = {"top": -np.sort(-np.concatenate(p["top"])),
+                  "floor": max(p["partial"]) if p["partial"] else -np.inf, "hist": p["hist"],
+                  "loud": loud[order], "loud_seed": seed[order], "edges": hist_edges(m)}  # fmt: skip
+    return out
+
+
+# -- running the tasks -----------------------------------------------------------------------
+def _dask_client(address: str, timeout: float):
+    """A client of the scheduler at ``address``; a clear error when dask is missing or the
+    scheduler does not answer within ``timeout`` seconds."""
+    try:
+        from dask.distributed import Client
+    except ImportError:
+        raise ConfigError("--scheduler needs dask's distributed scheduler (pip install "
+                          "'dask[distributed]'); --workers N runs local processes without "
+                          "it") from None  # fmt: skip
+    try:
+        client = Client(address, timeout=timeout)
+    except (OSError, TimeoutError, ValueError) as err:
+        raise ConfigError(f"the Dask scheduler at {address} did not answer within {timeout:g} s "
+                          f"({type(err).__name__}: {err})") from None  # fmt: skip
+    from rootclad.version import __version__
+
+    try:
+        seen = client.run(_worker_version, wait=True)
+    except Exception as err:  # a worker without rootclad cannot even unpickle the call
+        client.close()
+        raise ConfigError(f"the workers of {address} cannot run rootclad ({err})") from None
+    wrong = {w: v for w, v in seen.items() if v != __version__}
+    if wrong:
+        client.close()
+        raise ConfigError(f"workers with another rootclad than this one ({__version__}): "
+                          + ", ".join(f"{w}: {v}" for w, v in sorted(wrong.items())))  # fmt: skip
+    if not seen:
+        client.close()
+        raise ConfigError(f"the Dask scheduler at {address} has no workers")
+    return client
+
+
+def _worker_version() -> str:
+    from rootclad.version import __version__
+
+    return __version__
+
+
+def _run_local(spec, study, todo, workers):
+    """Yield task results from ``workers`` spawned processes (fresh interpreters: the
+    compiled model's thread pool and torch's are not forked), one thread each."""
+    import multiprocessing as mp
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"))
+    pending: set = set()
+    queue = list(todo)
+    finished = False
+    try:
+        while queue or pending:
+            while queue and len(pending) < 2 * workers:
+                pending.add(pool.submit(run_task, spec, study, queue.pop(0), 1))
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in done:
+                yield f.result()
+        finished = True
+    finally:
+        if not finished:  # stop the workers now, not after their tasks
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                proc.kill()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _run_dask(client, spec, study, todo):
+    from dask.distributed import as_completed
+
+    # in a list: a dict is scattered value by value, under its keys' names
+    (shared,) = client.scatter([spec], broadcast=True)
+    futures = [client.submit(run_task, shared, study, i, 1, pure=False) for i in todo]
+    try:
+        for f in as_completed(futures):
+            yield f.result()
+    finally:
+        client.cancel(futures)
+
+
+def run_study(run: Path, out: Path | None = None, sc: StudyConfig | None = None, *,
+              workers: int = 1, scheduler: str | None = None, connect_timeout: float = 10.0,
+              progress: bool = False, log=print, on_task=None) -> dict:  # fmt: skip
+    """The background study of the run in ``run``, written to ``out`` (default
+    ``run/background``): the tasks that are not finished yet, then the thresholds, the
+    efficiencies and the report. Returns the summary (also ``out/background.json``)."""
+    from tqdm.auto import tqdm
+
+    from rootclad.gw.run import background_report
+
+    sc = (sc or StudyConfig()).check()
+    if workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {workers}")
+    run = Path(run)
+    out = Path(out) if out is not None else run / "background"
+    client = _dask_client(scheduler, connect_timeout) if scheduler else None
+    try:
+        spec = load_run(run, log)
+        key = _fingerprint(spec, sc)
+        _claim(out, key, sc)
+        study = {"seed": sc.seed, "per_task": sc.per_task, "keep": sc.keep, "key": key}
+        todo = [i for i in range(sc.tasks) if read_task(out, i, key) is None]
+        log(f"background: {sc.tasks} tasks of {sc.per_task} segments, {sc.tasks - len(todo)} "
+            f"finished before, {len(todo)} to run on "
+            f"{scheduler or f'{workers} local process' + ('es' if workers > 1 else '')}")  # fmt: skip
+        t0 = time.perf_counter()
+        if client is not None:
+            results = _run_dask(client, spec, study, todo)
+        elif workers > 1 and len(todo) > 1:
+            results = _run_local(spec, study, todo, min(workers, len(todo)))
+        else:
+            results = (run_task(spec, study, i) for i in todo)
+        with tqdm(total=len(todo), unit="task", disable=not progress, desc="background") as bar:
+            for r in results:
+                write_task(out, r)
+                bar.update(1)
+                if on_task is not None:
+                    on_task(int(r["task"]))
+        wall = time.perf_counter() - t0
+    finally:
+        if client is not None:
+            client.close()
+    bg = merge(_finished(out, key, sc.tasks))
+    signals = signal_stats(spec, run, out, key, log)
+    return background_report.write(out, run, spec, sc, bg, signals,
+                                   {"tasks_run": len(todo), "wall_seconds": wall,
+                                    "workers": scheduler or workers})  # fmt: skip
+
+
+def _finished(out: Path, key: str, tasks: int):
+    for i in range(tasks):
+        r = read_task(out, i, key)
+        if r is None:
+            raise OSError(f"{task_path(out, i)}: a finished task's file cannot be read back")
+        yield r
+
+
+def signal_stats(spec: dict, run: Path, out: Path, key: str, log) -> dict:
+    """Both statistics of the run's test signals (and their injected SNR), computed once and
+    kept in ``out/signals.npz``."""
+    from rootclad.gw.matched_filter import matched_filter_snr
+    from rootclad.gw.run.inputs import read_test, strain_chunks
+    from rootclad.gw.run.train import scores
+
+    path = out / "signals.npz"
+    if path.exists():
+        try:
+            with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as z:
+                if str(z["key"]) == key:
+                    return {k: z[k] for k in ("snr", *METHODS)}
+        except Exception:
+            pass
+    cfg, cm, bank, _ = _scorer(spec, None)
+    test = run / "data" / "test.root"
+    meta = read_test(test)
+    net, mf, pos = [], [], 0
+    for x in strain_chunks(test, 1024):
+        sig = meta["label"][pos : pos + len(x)] == 1
+        pos += len(x)
+        if sig.any():
+            net.append(scores(cm, cfg, x[sig], NET_BATCH))
+            mf.append(matched_filter_snr(x[sig], bank).snr)
+    result = {"snr": meta["snr"][meta["label"] == 1].astype(np.float64),
+              "network": np.concatenate(net), "matched_filter": np.concatenate(mf)}  # fmt: skip
+    with replacing(path, ".npz") as tmp:
+        np.savez(tmp, key=np.str_(key), **result)
+    log(f"test signals: {len(result['snr'])} scored by both methods")
+    return result

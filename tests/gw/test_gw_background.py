@@ -1,0 +1,262 @@
+"""``rootclad gw background``: thresholds against numpy.quantile of the same statistics computed
+in one process, resuming after an interruption, independence from the number of workers (local
+processes and a Dask LocalCluster), the efficiency machinery, and bad input.
+
+The run directory is tiny and made directly (a 0.25 s segment, an untrained CNN exported as
+the run exports it, a small test file and bank): the study's statistics do not need a trained
+network, only the same one everywhere."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from rootclad.gw.run import background as bgm
+from rootclad.gw.run import evaluate as ev
+from rootclad.gw.run.background import StudyConfig, run_study
+from rootclad.gw.run.config import ConfigError
+
+QUIET = lambda *_: None  # noqa: E731
+# 3 tasks of 100 segments; 30 values kept per task, so thresholds below rank ~30 are exact and
+# those above come from the histograms
+STUDY = StudyConfig(segments=300, per_task=100, seed=7, faps=(0.5, 0.1, 0.01), keep=30,
+                    bootstrap=20)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    from rootclad.gw.dataset import simulate
+    from rootclad.gw.run.config import resolve
+    from rootclad.gw.run.train import compile_model
+
+    cfg = resolve(duration=0.25, train_events=64, val_events=64, test_events=400,
+                  bank_min_match=0.8, engine="pullback", bootstrap=10)  # fmt: skip
+    d = tmp_path_factory.mktemp("bgrun")
+    (d / "config.toml").write_text(cfg.to_toml())
+    (d / "data").mkdir()
+    kwargs = cfg.simulation("test")
+    simulate(d / "data" / "test.root", kwargs.pop("n_events"), workers=1, progress=False,
+             **kwargs)  # fmt: skip
+    (d / "model").mkdir()
+    compile_model(cfg).export(d / "model" / "gwnet")
+    return d
+
+
+@pytest.fixture(scope="module")
+def reference(run_dir, tmp_path_factory):
+    """The study run once, in this process."""
+    out = tmp_path_factory.mktemp("bg") / "ref"
+    return out, run_study(run_dir, out, STUDY, log=QUIET)
+
+
+def _tasks(out, n):
+    return [np.load(bgm.task_path(out, i), allow_pickle=False) for i in range(n)]
+
+
+def _same_tasks(a, b, n):
+    for x, y in zip(_tasks(a, n), _tasks(b, n), strict=True):
+        for k in x.files:
+            if k != "seconds":
+                np.testing.assert_array_equal(x[k], y[k], err_msg=k)
+
+
+def test_task_seeds_are_the_spawned_children_of_the_study_seed():
+    kids = np.random.SeedSequence(7).spawn(3)
+    for i, kid in enumerate(kids):
+        want = (kid.generate_state(50, dtype=np.uint64) >> np.uint64(1)).astype(np.int64)
+        np.testing.assert_array_equal(bgm.task_seeds(7, i, 50), want)
+    assert len(set(np.concatenate([bgm.task_seeds(7, i, 50) for i in range(3)]))) == 150
+
+
+def test_thresholds_equal_numpy_quantile_of_the_whole_background(run_dir, reference):
+    """All 300 segments regenerated from their seeds and scored at once, in this process: the
+    study's exact thresholds are numpy.quantile's, its histogram ones within two bins."""
+    import dataclasses
+
+    from rootclad.gw.dataset import generate_events, read_config
+    from rootclad.gw.matched_filter import matched_filter_snr
+    from rootclad.gw.run.train import scores
+
+    out, s = reference
+    spec = bgm.load_run(run_dir, QUIET)
+    cfg, cm, bank, _ = bgm._scorer(spec, None)
+    sim = dataclasses.replace(read_config(run_dir / "data" / "test.root"), signal_fraction=0.0)
+    seeds = np.concatenate([bgm.task_seeds(STUDY.seed, i, STUDY.per_task) for i in range(3)])
+    x = generate_events(seeds, sim)["strain"][:, None, :]
+    assert len(x) == s["segments"] == 300
+    direct = {
+        "network": scores(cm, cfg, x, bgm.NET_BATCH),
+        "matched_filter": matched_filter_snr(x, bank).snr,
+    }
+    saw = set()
+    for m, stat in direct.items():
+        width = np.diff(bgm.hist_edges(m)[:2])[0]
+        for fap in STUDY.faps:
+            row = s["thresholds"][m][ev.fap_key(fap)]
+            want = ev.threshold(stat, fap)
+            saw.add(row["exact"])
+            if row["exact"]:
+                assert row["threshold"] == pytest.approx(want, rel=1e-12, abs=1e-12), (m, fap)
+            else:
+                assert abs(row["threshold"] - want) < 2 * width, (m, fap)
+        # the loudest events are the loudest segments, with their seeds
+        loud = s["loudest"][m][0]
+        i = int(np.argmax(stat))
+        assert loud["seed"] == seeds[i] and loud[m] == pytest.approx(stat[i], rel=1e-12)
+    assert saw == {True, False}  # both ways of reading a threshold were checked
+    # the efficiencies are the test signals' fraction above those thresholds
+    sig = np.load(out / "signals.npz", allow_pickle=False)
+    t = s["thresholds"]["network"]["1e-2"]["threshold"]
+    e = s["efficiency"]["1e-2"]["network"]
+    assert sum(e["k"]) == int(np.sum(sig["network"] > t)) and sum(e["n"]) == len(sig["snr"])
+    assert s["roc"]["fap"][-1] == pytest.approx(1 / 300)
+    for name in ("background.md", "background.html", "background.json"):
+        assert (out / name).stat().st_size > 0
+    assert len(list((out / "plots").glob("*.png"))) == 3
+
+
+def test_an_interrupted_study_resumes_with_only_the_missing_tasks(run_dir, reference, tmp_path):
+    ref_out, ref = reference
+    out = tmp_path / "bg"
+    ran = []
+
+    def stop_after_two(i):
+        ran.append(i)
+        if len(ran) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_study(run_dir, out, STUDY, log=QUIET, on_task=stop_after_two)
+    assert sorted(p.name for p in (out / "tasks").iterdir()) == ["task-000000.npz",
+                                                                "task-000001.npz"]  # fmt: skip
+    # a torn file (a crash in another writer) is computed again, not read
+    (out / "tasks" / "task-000001.npz").write_bytes(b"PK\x03\x04 torn")
+    again, lines = [], []
+    s = run_study(run_dir, out, STUDY, log=lines.append, on_task=again.append)
+    assert again == [1, 2] and "1 finished before, 2 to run" in lines[-2]
+    assert s["thresholds"] == ref["thresholds"] and s["snr50"] == ref["snr50"]
+    _same_tasks(out, ref_out, 3)
+    assert not [p for p in (out / "tasks").iterdir() if "partial" in p.name]
+    # nothing left to do: the summary again, no task run
+    none = []
+    assert run_study(run_dir, out, STUDY, log=QUIET, on_task=none.append)["ratio"] == ref["ratio"]
+    assert none == []
+
+
+def test_two_local_workers_give_the_same_statistics_as_one(run_dir, reference, tmp_path):
+    ref_out, ref = reference
+    s = run_study(run_dir, tmp_path / "bg", STUDY, workers=2, log=QUIET)
+    _same_tasks(tmp_path / "bg", ref_out, 3)
+    assert s["thresholds"] == ref["thresholds"] and s["snr50"] == ref["snr50"]
+    assert s["this_call"]["workers"] == 2
+
+
+def test_a_dask_local_cluster_gives_the_same_statistics(run_dir, reference, tmp_path):
+    distributed = pytest.importorskip("dask.distributed")
+    ref_out, ref = reference
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:  # fmt: skip
+        s = run_study(run_dir, tmp_path / "bg", STUDY, scheduler=cluster.scheduler_address,
+                      log=QUIET)  # fmt: skip
+    _same_tasks(tmp_path / "bg", ref_out, 3)
+    assert s["thresholds"] == ref["thresholds"]
+
+
+def test_thresholds_given_to_at_thresholds_reproduce_evaluate():
+    """The efficiency machinery on thresholds from elsewhere: with the test noise's own
+    thresholds it gives evaluate's efficiencies and SNR50 exactly."""
+    rng = np.random.default_rng(3)
+    label = np.r_[np.zeros(400, int), np.ones(300, int)]
+    snr = np.r_[np.zeros(400), rng.uniform(2, 12, 300)]
+    stat = {"network": rng.normal(size=700) + label * snr * 0.4,
+            "matched_filter": rng.normal(size=700) + label * snr * 0.5}  # fmt: skip
+    full = ev.evaluate(stat, label, snr, bootstrap=0)
+    sig = label == 1
+    t = {m: {k: full["methods"][m]["fap"][k]["threshold"] for k in ("1e-1", "1e-2")}
+         for m in stat}  # fmt: skip
+    out = ev.at_thresholds({m: s[sig] for m, s in stat.items()}, snr[sig], t, {}, bootstrap=0)
+    for m in stat:
+        for k in t[m]:
+            a, b = out["methods"][m]["fap"][k], full["methods"][m]["fap"][k]
+            assert a["snr50"] == b["snr50"] and a["efficiency"] == b["efficiency"]
+
+
+def test_bad_input_is_refused_quickly_and_clearly(run_dir, reference, tmp_path, monkeypatch):
+    import shutil
+
+    bare = tmp_path / "bare"
+    shutil.copytree(run_dir, bare, ignore=shutil.ignore_patterns("model"))
+    with pytest.raises(ConfigError, match="no trained model"):
+        run_study(bare, tmp_path / "o1", STUDY, log=QUIET)
+    with pytest.raises(ConfigError, match="not a `rootclad gw run` directory"):
+        run_study(tmp_path, tmp_path / "o2", STUDY, log=QUIET)
+    # another study's results are not mixed in
+    with pytest.raises(ConfigError, match="another study"):
+        run_study(run_dir, reference[0], StudyConfig(**{**STUDY.__dict__, "seed": 8}), log=QUIET)
+    # a scheduler that does not answer: a closed port
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    t = time.perf_counter()
+    with pytest.raises(ConfigError, match="did not answer within 1 s"):
+        run_study(run_dir, tmp_path / "o3", STUDY, scheduler=f"tcp://127.0.0.1:{port}",
+                  connect_timeout=1, log=QUIET)  # fmt: skip
+    assert time.perf_counter() - t < 15
+    monkeypatch.setitem(sys.modules, "dask.distributed", None)  # import now fails
+    with pytest.raises(ConfigError, match="needs dask's distributed scheduler"):
+        run_study(run_dir, tmp_path / "o4", STUDY, scheduler="tcp://127.0.0.1:1", log=QUIET)
+    with pytest.raises(ConfigError, match="segments must be at least 1"):
+        run_study(run_dir, tmp_path / "o5", StudyConfig(segments=0), log=QUIET)
+    assert not any((tmp_path / f"o{i}").exists() for i in range(1, 6))
+    summary = json.loads((reference[0] / "background.json").read_text())
+    assert summary["segments"] == 300
+
+
+def test_the_search_preset_adds_a_study_without_changing_the_training():
+    """``gw run --preset search`` is the default run and a background study of 1e6 segments
+    after the report; a checkpoint of the default run resumes under it (same training)."""
+    from rootclad.gw.run.config import resolve
+    from rootclad.gw.run.train import _same_training
+
+    search, default = resolve(preset="search"), resolve()
+    assert search.background_segments == 1_000_000 and default.background_segments == 0
+    assert search == default.__class__(**{**default.__dict__, "background_segments": 10**6})
+    assert _same_training(search.to_toml(), default.to_toml())
+    assert not _same_training(search.to_toml(), resolve(lr=2e-3).to_toml())
+    with pytest.raises(ConfigError, match="background_segments must not be negative"):
+        resolve(background_segments=-1)
+
+
+@pytest.mark.slow  # 80 s at load 7 on 2 cores: two fresh interpreters, then the rest here
+def test_a_killed_worker_stops_the_study_and_a_rerun_completes_it(run_dir, reference, tmp_path):
+    """SIGKILL to a local worker process: the study stops with the pool's error, the tasks
+    finished before are kept, and a rerun (here with one process) computes only the rest."""
+    import multiprocessing as mp
+    import os
+    import signal
+    from concurrent.futures.process import BrokenProcessPool
+
+    ref_out, ref = reference
+    out = tmp_path / "bg"
+    first = []
+
+    def kill_a_worker(i):
+        first.append(i)
+        if len(first) == 1:
+            os.kill(mp.active_children()[0].pid, signal.SIGKILL)
+
+    with pytest.raises(BrokenProcessPool):
+        run_study(run_dir, out, StudyConfig(**{**STUDY.__dict__, "segments": 600}), workers=2,
+                  log=QUIET, on_task=kill_a_worker)  # fmt: skip
+    kept = sorted(p.name for p in (out / "tasks").iterdir())
+    assert 1 <= len(kept) < 6 and not [k for k in kept if "partial" in k]
+    again = []
+    s = run_study(run_dir, out, StudyConfig(**{**STUDY.__dict__, "segments": 600}), log=QUIET,
+                  on_task=again.append)  # fmt: skip
+    assert len(again) == 6 - len(kept) and s["segments"] == 600
+    _same_tasks(out, ref_out, 3)  # the first three tasks are the reference study's
