@@ -125,9 +125,11 @@ def complete(output: str, note: dict) -> bool:
 def score_task(file, output, model, want, inputs, tree, out_tree, column, batch, library_md5):
     """One file on a Dask worker: "skipped" when ``output`` is complete, else "scored"."""
     shipping.open_on_worker(model, want)
+    st = os.stat(file)  # a file rewritten with as many entries is another input
     note = {"model": model.digest, "library_md5": library_md5, "input": file, "tree": tree,
             "inputs": inputs, "entries": _entries(file, tree), "out_tree": out_tree,
-            "column": column}  # fmt: skip
+            "column": column, "input_size": st.st_size,
+            "input_mtime_ns": st.st_mtime_ns}  # fmt: skip
     if complete(output, note):
         return "skipped"
     root = import_root()
@@ -176,7 +178,8 @@ def score_files(
     each worker is checked to import the same rootclad (version and C++ headers) and ROOT, and
     to hold the model's files.
 
-    An output recording the same model, input file, tree, columns and entry count is skipped
+    An output recording the same model, input file (path, size and modification time), tree,
+    columns and entry count is skipped
     (``ScoredFiles.skipped``); others are scored again. A task that raises is retried
     ``retries`` times (default 0: a bad file fails the same way again); a task whose worker
     dies is resubmitted by Dask up to ``distributed.scheduler.allowed-failures`` times (the

@@ -15,8 +15,8 @@ of an epoch that does not split evenly), are therefore exact.
 
 BatchNorm: each rank normalises with its own batch's statistics and updates its own running
 statistics, as torch's DistributedDataParallel without SyncBatchNorm (and with
-``broadcast_buffers=False``); rank 0's are those a checkpoint saves. Dropout masks are drawn per
-rank from the model's seed and call count.
+``broadcast_buffers=False``); rank 0's are those a checkpoint saves. Dropout masks repeat across
+ranks (the same seed and call count; docs/distributed_training.md).
 
 Launch: under ``torchrun`` call :func:`init` (env://); on one machine :func:`spawn` starts N
 processes joined on loopback. Checkpoints: :func:`save_checkpoint` writes on rank 0 only,
@@ -140,7 +140,8 @@ class DataParallel:
                 dist.broadcast(t.detach(), src, group=group)
         P = model.n_param_values
         # the gradient block times this rank's normaliser, the loss times it, the normaliser
-        self._comm = torch.zeros(P + 2, dtype=model.dtype, device=model.device)
+        # gradients | loss | normaliser | failed ranks (a count, and the sum of 2**rank)
+        self._comm = torch.zeros(P + 4, dtype=model.dtype, device=model.device)
         self.last_norm = 0.0  # the last step's global normaliser (events or sum of weights)
         self.timings = {"compute": 0.0, "all_reduce": 0.0, "update": 0.0, "steps": 0}
 
@@ -174,20 +175,32 @@ class DataParallel:
         t0 = time.perf_counter()
         xs = x if isinstance(x, (tuple, list)) else (x,)
         n = int(xs[0].shape[0])
-        if n:
-            if check_finite:
-                _refuse_non_finite(model, x, y, opt)
-            loss = model._loss_into_grads(x, y, weight)
-            norm = n
-            if weight is not None and weight_norm == "sum_w":
-                norm = torch.as_tensor(weight).double().sum().item()
-            torch.mul(model._grads[:P], n, out=comm[:P])
-            comm[P] = loss * n
-            comm[P + 1] = norm
-        else:
+        comm.zero_()
+        error = None
+        try:
+            if n:
+                if check_finite:
+                    _refuse_non_finite(model, x, y, opt)
+                loss = model._loss_into_grads(x, y, weight)
+                norm = n
+                if weight is not None and weight_norm == "sum_w":
+                    norm = torch.as_tensor(weight).double().sum().item()
+                torch.mul(model._grads[:P], n, out=comm[:P])
+                comm[P] = loss * n
+                comm[P + 1] = norm
+        except Exception as err:  # the other ranks must not wait in all_reduce for this one
+            error = err
             comm.zero_()
+            comm[P + 2], comm[P + 3] = 1, 2.0 ** min(self.rank, 52)
         t1 = time.perf_counter()
         dist.all_reduce(comm, group=self.group)
+        if float(comm[P + 2]) > 0:  # every rank raises, this one its own error
+            if error is not None:
+                raise error
+            bits, failed = int(float(comm[P + 3])), int(float(comm[P + 2]))
+            ranks = [r for r in range(min(self.world_size, 53)) if bits >> r & 1]
+            raise RuntimeError(f"train_step failed on rank(s) {ranks or failed} (see its error "
+                               "there); no rank updated its parameters")  # fmt: skip
         total = float(comm[P + 1])  # the same on every rank: all raise or none does
         if total == 0:
             raise ValueError("the global batch holds no events (or its weights sum to 0)")
@@ -242,21 +255,33 @@ def save_checkpoint(obj: dict, path: str | os.PathLike, *, group=None) -> bool:
     dist = _dist()
     active = dist.is_initialized()
     wrote = False
+    error = None
     if not active or dist.get_rank(group) == 0:
         path = Path(path)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(obj, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        wrote = True
-    if active:
-        dist.barrier(group=group)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    torch.save(obj, f)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+            wrote = True
+        except Exception as err:
+            if not active:
+                raise
+            error = err
+    if active:  # rank 0 says whether it wrote: no rank waits for one that failed
+        on = "cuda" if dist.get_backend(group) == "nccl" else "cpu"
+        ok = torch.tensor([0.0 if error is not None else 1.0], dtype=torch.float64, device=on)
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=group)
+        if error is not None:
+            raise error
+        if ok.item() < 1:
+            raise RuntimeError(f"rank 0 could not write the checkpoint {path}")
     return wrote
 
 

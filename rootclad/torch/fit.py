@@ -145,6 +145,22 @@ def loss_terms(model, out, y) -> torch.Tensor:
     return _TERMS[model.loss](o, y.double().reshape(B, -1), reduction="none").mean(1)
 
 
+def _check_ranks_agree(model, train, validation) -> None:
+    """Every rank must step as often as the others (a step is a collective call): readers of
+    other files, batch sizes or drop_last give other batch counts, and the ranks would wait
+    for each other forever. Refused on every rank, before the first step."""
+    for what, it in (("training", train), ("validation", validation)):
+        if it is None or callable(it) or not hasattr(it, "__len__"):
+            continue
+        n = float(len(it))
+        total, squares = model.reduce_sums(n, n * n)
+        if squares * model.world_size != total * total:  # not all equal
+            raise ValueError(f"the ranks' {what} readers give different numbers of batches "
+                             f"(rank {model.rank}: {int(n)}, {int(total)} over "
+                             f"{model.world_size} ranks): give every rank the same files, "
+                             "batch size and drop_last, with its rank and world_size")  # fmt: skip
+
+
 def evaluate(model, batches: Iterable, *, transform=None, weight_norm: str = "mean") -> float:
     """The loss of ``batches`` as if they were one batch, in eval mode (Dropout off): the mean
     of each sample's loss, weighted by its event weight (``weight_norm="mean"``: divided by the
@@ -157,6 +173,8 @@ def evaluate(model, batches: Iterable, *, transform=None, weight_norm: str = "me
     try:
         for batch in batches:
             x, y, w = _batch(model, batch, transform)
+            if len(y) == 0:  # a rank's empty last share of a sharded reader
+                continue
             terms = loss_terms(model, model.predict(x), y)
             if w is not None:
                 terms = terms * w.double()
@@ -240,6 +258,8 @@ def fit(model, optimizer, train: Iterable, *, epochs: int,
     if scheduler is not None and getattr(scheduler, "optimizer", None) is not optimizer:
         raise ValueError("the scheduler was made on another optimizer")
     plateau = isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+    if hasattr(model, "reduce_sums"):  # data-parallel: the ranks must agree on the batches
+        _check_ranks_agree(model, train, validation)
     state = FitState(model, optimizer, scheduler)
     resumed = None
     if resume is not None:

@@ -192,6 +192,11 @@ def test_score_files_equals_score_tree_and_skips_complete_outputs(data, client, 
     for out, ref in zip(third.outputs, refs, strict=True):
         np.testing.assert_array_equal(read_scores(out), ref)
 
+    # an input rewritten with as many entries (reprocessed): its stale scores are redone
+    os.utime(files[1], ns=(os.stat(files[1]).st_atime_ns, os.stat(files[1]).st_mtime_ns + 10**9))
+    redo = rr.score_files(files, stem, client, output_dir=outdir)
+    assert redo.scored == [Path(files[1])] and len(redo.skipped) == 2
+
     _, other = export(tmp_path, "other", seed=3)
     fourth = rr.score_files(files, other, client, output_dir=outdir)
     assert fourth.scored == [Path(f) for f in files]

@@ -187,6 +187,45 @@ def test_ranks_that_disagree_about_the_model():
         rd.spawn(_disagreeing_worker, 2, threads=1)
 
 
+def _failing_worker(rank, world_size):
+    """Rank 1 fails before the all-reduce (a NaN input), then its checkpoint write would be
+    rank 0's failure; then the ranks' validation readers disagree: every rank must raise,
+    none wait for the others forever."""
+    x, y, w = _data()
+    cm = _compile()
+    dp = rd.DataParallel(cm)
+    opt = rootclad.optim.Adam(cm, lr=0.05)
+    xb = x[:8].clone()
+    if rank == 1:
+        xb[0, 0] = float("nan")
+    out = []
+    try:
+        dp.train_step(xb, y[:8], opt)
+    except Exception as err:  # noqa: BLE001 (the message is the result)
+        out.append(f"{type(err).__name__}: {err}")
+    batches = [(x[i : i + 4], y[i : i + 4]) for i in range(0, 8 if rank == 0 else 12, 4)]
+    try:
+        rootclad.fit(dp, opt, batches, epochs=1, progress=False)
+    except Exception as err:  # noqa: BLE001
+        out.append(f"{type(err).__name__}: {err}")
+    # a sharded validation whose last share is empty on rank 1: skipped, not an error
+    val = [(x[:3], y[:3]), (x[:0], y[:0]) if rank == 1 else (x[3:4], y[3:4])]
+    train = [(x[i : i + 4], y[i : i + 4]) for i in range(0, 8, 4)]
+    res = rootclad.fit(dp, opt, train, epochs=1, validation=val, progress=False)
+    out.append(res.history[0]["val_loss"])
+    return out
+
+
+def test_a_failing_rank_and_disagreeing_readers_raise_on_every_rank():
+    _compile()
+    r0, r1 = rd.spawn(_failing_worker, 2, threads=1)
+    assert r1[0].startswith("ValueError") and "non-finite" in r1[0], r1
+    assert r0[0].startswith("RuntimeError") and "rank(s) [1]" in r0[0], r0
+    for r in (r0, r1):
+        assert "different numbers of batches" in r[1], r
+    assert r0[2] == r1[2] and r0[2] == r0[2]  # the same global validation loss, finite
+
+
 # -- torchrun (env:// initialisation) ---------------------------------------------------------
 _SCRIPT = """
 import sys, torch, rootclad, rootclad.distributed as rd
