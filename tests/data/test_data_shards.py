@@ -99,13 +99,6 @@ def test_shares_are_seeded_and_the_same_in_python_and_cpp(files):
         np.testing.assert_array_equal(x, y)
 
 
-def test_one_rank_is_the_single_process_plan(files):
-    for cls in _classes():
-        one = _epoch(cls, files, batch_size=16, rank=0, world_size=1)[1]
-        plain = _epoch(cls, files, batch_size=16)[1]
-        assert all(np.array_equal(x, y) for x, y in zip(one, plain, strict=True))
-
-
 def test_an_empty_last_batch_when_the_rest_is_smaller_than_the_ranks(files):
     # 403 entries, batch 100, 4 ranks: one full round of 400, then 3 entries for 4 ranks
     assert shard_sizes(403, 100, 4, False) == [101, 101, 101, 100]

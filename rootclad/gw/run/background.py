@@ -346,16 +346,17 @@ def _run_local(spec, study, todo, workers):
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"))
-    pending: set = set()
+    pending: dict = {}
     queue = list(todo)
     finished = False
     try:
         while queue or pending:
             while queue and len(pending) < 2 * workers:
-                pending.add(pool.submit(run_task, spec, study, queue.pop(0), 1))
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                i = queue.pop(0)
+                pending[pool.submit(run_task, spec, study, i, 1)] = i
+            done, _ = wait(set(pending), return_when=FIRST_COMPLETED)
             for f in done:
-                yield f.result()
+                yield _result(f, pending.pop(f))
         finished = True
     finally:
         if not finished:  # stop the workers now, not after their tasks
@@ -364,17 +365,28 @@ def _run_local(spec, study, todo, workers):
         pool.shutdown(wait=True, cancel_futures=True)
 
 
+def _result(future, task: int):
+    """A task's result; its failure raised naming the task (its finished siblings are kept:
+    a rerun runs only the missing tasks)."""
+    try:
+        return future.result()
+    except Exception as err:
+        raise RuntimeError(f"background task {task} failed: {type(err).__name__}: {err} "
+                           "(the finished tasks are kept; run the study again to "
+                           "complete it)") from err  # fmt: skip
+
+
 def _run_dask(client, spec, study, todo):
     from dask.distributed import as_completed
 
     # in a list: a dict is scattered value by value, under its keys' names
     (shared,) = client.scatter([spec], broadcast=True)
-    futures = [client.submit(run_task, shared, study, i, 1, pure=False) for i in todo]
+    futures = {client.submit(run_task, shared, study, i, 1, pure=False): i for i in todo}
     try:
-        for f in as_completed(futures):
-            yield f.result()
+        for f in as_completed(list(futures)):
+            yield _result(f, futures[f])
     finally:
-        client.cancel(futures)
+        client.cancel(list(futures))
 
 
 def run_study(run: Path, out: Path | None = None, sc: StudyConfig | None = None, *,
