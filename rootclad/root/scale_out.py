@@ -34,13 +34,15 @@ class ScoredFiles:
 
 class ScoreFilesError(RuntimeError):
     """Some files were not scored: ``failed`` maps each to the reason; ``done`` holds the
-    :class:`ScoredFiles` of the others, whose outputs are whole. Run again to complete."""
+    :class:`ScoredFiles` of the others (their outputs only), which are whole. Run again to
+    complete."""
 
     def __init__(self, failed: dict[Path, str], done: ScoredFiles):
         self.failed, self.done = failed, done
         lines = "\n".join(f"  {f}: {why}" for f, why in failed.items())
+        total = len(failed) + len(done.outputs)
         super().__init__(
-            f"rootclad.root.score_files: {len(failed)} of {len(done.outputs)} files were not "
+            f"rootclad.root.score_files: {len(failed)} of {total} files were not "
             f"scored (the others' outputs are whole; run score_files again to score these):\n"
             f"{lines}"
         )
@@ -246,6 +248,7 @@ def _run(client, stem, files, outputs, inputs, tree, out_tree, column, batch, re
         else:
             failed[f] = _reason(fut.exception())
     if failed:
+        done.outputs = [o for f, o in zip(files, outputs, strict=True) if f not in failed]
         raise ScoreFilesError(failed, done)
     return done
 

@@ -1,4 +1,5 @@
-"""An exported model on Dask workers: shipped, checked, opened once per worker process.
+"""An exported model on Dask workers (or Spark executors): shipped, checked, opened once per
+worker process.
 
 Used by ``define_score`` / ``define_saliency`` on a distributed RDataFrame
 (``ROOT.RDataFrame(tree, files, executor=client)``) and by :func:`rootclad.root.score_files`.
@@ -9,7 +10,8 @@ Used by ``define_score`` / ``define_saliency`` on a distributed RDataFrame
   rootclad's C++ host as ``rootclad_<hash>.h`` (an export's own ``STEM.h`` may be of an older
   rootclad, which the workers' would refuse), and sent with ROOT's ``ROOT.RDF.Distributed.DistributeFiles`` / ``DistributeHeaders``
   (Dask's ``Client.upload_file`` underneath, into each worker's ``local_directory``, also to
-  workers that join later); ``score_files`` uploads the same files itself.
+  workers that join later; Spark's ``SparkContext.addFile``, into each executor's
+  ``SparkFiles`` directory); ``score_files`` uploads the same files itself.
 - **Opened** on each worker by :func:`open_on_worker`, run by ``ROOT.RDF.Distributed.
   initialize`` before each task (or by ``score_files``' task): the files found in the
   worker's directory are checked against the hash, copied beside it (Dask writes an upload
@@ -174,6 +176,33 @@ def current_worker():
         return None
 
 
+def _spark_task():
+    """The Spark task running the calling code (on an executor); None elsewhere."""
+    import sys
+
+    if "pyspark" not in sys.modules:  # never imported here: not an executor
+        return None
+    from pyspark import TaskContext
+
+    return TaskContext.get()
+
+
+def _place() -> tuple[str, Path] | None:
+    """``(name, directory)`` of the worker running the calling task, the directory where the
+    distributed files arrive: a Dask worker's ``local_directory``, a Spark executor's
+    ``SparkFiles`` root; None in the client."""
+    worker = current_worker()
+    if worker is not None:
+        return f"the Dask worker {worker.address}", Path(worker.local_directory)
+    task = _spark_task()
+    if task is not None:
+        from pyspark import SparkFiles
+
+        return (f"the Spark executor of stage {task.stageId()} partition {task.partitionId()} "
+                f"(process {os.getpid()})", Path(SparkFiles.getRootDirectory()))  # fmt: skip
+    return None
+
+
 def opened_here() -> dict[int, int]:
     """``{model id: times opened}`` in this process (rootclad opens each once)."""
     return dict(_OPEN_COUNT)
@@ -182,10 +211,10 @@ def opened_here() -> dict[int, int]:
 def _check_here(want) -> None:
     got = expected()
     if got != tuple(want):
-        worker = current_worker()
-        where = worker.address if worker is not None else f"process {os.getpid()}"
+        place = _place()
+        where = place[0] if place is not None else f"process {os.getpid()}"
         raise RuntimeError(
-            f"rootclad on the Dask worker {where} is {got[0]} (C++ headers {got[1]}); the "
+            f"rootclad on {where} is {got[0]} (C++ headers {got[1]}); the "
             f"client's is {want[0]} ({want[1]}): install the same rootclad on every worker"
         )
 
@@ -198,14 +227,13 @@ def open_on_worker(model: Shipped, want) -> str:
     with CLING_LOCK:
         if model.id in _OPENED:
             return _OPENED[model.id]
-        worker = current_worker()
-        where = Path(worker.local_directory) if worker is not None else Path(model.local).parent
+        place = _place()
+        address, where = place or (f"process {os.getpid()}", Path(model.local).parent)
         found = {ext: where / (model.name + ext) for ext in (".so", ".root")}
         missing = [str(p) for p in found.values() if not p.is_file()]
-        address = worker.address if worker is not None else f"process {os.getpid()}"
         if missing:
             raise FileNotFoundError(
-                f"rootclad: the Dask worker {address} has no {' and no '.join(missing)}: the "
+                f"rootclad: {address} has no {' and no '.join(missing)}: the "
                 "model's files did not reach it (they are uploaded when the computation starts; "
                 "a worker whose directory was cleaned meanwhile lacks them: run again)"
             )
@@ -219,7 +247,7 @@ def open_on_worker(model: Shipped, want) -> str:
             for ext in found:
                 os.unlink(stem + ext)
             raise RuntimeError(
-                f"rootclad: the Dask worker {address} holds {model.name}.so/.root of other "
+                f"rootclad: {address} holds {model.name}.so/.root of other "
                 "content than the export shipped (overwritten meanwhile?): run again"
             )
         declare_header("model.h")
@@ -251,7 +279,7 @@ def setup(previous, want, models, names) -> None:
     rootclad's, then rootclad's models opened (once per process) and their columns' names.
     A model that cannot be opened here (its files missing, another rootclad) raises where a
     Define uses it, naming the cause; the others' Defines run on."""
-    if current_worker() is None:
+    if _place() is None:
         return  # this process: ROOT runs the function here at registration; done already
     previous()
     root = import_root()
@@ -282,12 +310,16 @@ def model_expr(df, stem: str, what: str) -> str:
     """For a distributed ``df``: the export shipped to its workers, its set-up registered,
     and the C++ expression of its Model in a Define (``rootclad::shipped_model(<id>ull)``)."""
     backend = backend_of(df)
-    if type(backend).__name__ != "DaskBackend":
+    kind = type(backend).__name__
+    if kind not in ("DaskBackend", "SparkBackend"):
         raise NotImplementedError(
-            f"{what}: a distributed RDataFrame on {type(backend).__name__}: rootclad ships "
-            "models to Dask workers only (ROOT.RDataFrame(..., executor=dask_client))"
+            f"{what}: a distributed RDataFrame on {kind}: rootclad ships models to Dask "
+            "workers and Spark executors (ROOT.RDataFrame(..., executor=client or "
+            "sparkcontext))"
         )
-    _checked(backend.client, what)
+    if kind == "DaskBackend":
+        _checked(backend.client, what)
+    # Spark runs nothing on every executor ahead of a job: each task checks its own (setup)
     model = ship(stem)
     root = import_root()
     with CLING_LOCK:
