@@ -281,6 +281,8 @@ def fit(model, optimizer, train: Iterable, *, epochs: int,
                   disable=not progress, desc=f"epoch {epoch + 1}/{epochs}") as bar:  # fmt: skip
             train_loss, seen = _train_epoch(model, optimizer, train, transform, weight_norm, bar)
         seconds = time.perf_counter() - t0
+        if hasattr(model, "reduce_sums"):  # data-parallel: the events of all ranks
+            seen = int(model.reduce_sums(seen)[0])
         if validation is None:
             val = None
         elif callable(validation):

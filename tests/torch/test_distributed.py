@@ -142,7 +142,8 @@ def _resume_worker(rank, world_size, ckpt, out):
     share = [tuple(t[rank::world_size] for t in b) for b in _global_batches()]  # every 2nd event
     result = _fit(dp, opt, share, EPOCHS, resume=rd.load_checkpoint(ckpt),
                   on_epoch_end=lambda st: rd.save_checkpoint(st.checkpoint(), out))  # fmt: skip
-    return [h["train_loss"] for h in result.history], dict(cm.state_dict())
+    events = [h["events_per_s"] * h["seconds"] for h in result.history]
+    return [h["train_loss"] for h in result.history], dict(cm.state_dict()), events
 
 
 def test_resume_on_two_ranks_from_a_one_rank_checkpoint(tmp_path):
@@ -158,9 +159,11 @@ def test_resume_on_two_ranks_from_a_one_rank_checkpoint(tmp_path):
     out = tmp_path / "last.pt"
     results = rd.spawn(_resume_worker, 2, str(ckpt), str(out), threads=1)
     losses = [h["train_loss"] for h in whole.history]
-    for got_losses, got_params in results:
+    for got_losses, got_params, events in results:
         torch.testing.assert_close(torch.tensor(got_losses), torch.tensor(losses), rtol=0,
                                    atol=1e-10)  # fmt: skip
+        # the speed in the history counts the events of every rank
+        assert [round(e) for e in events] == [5 * FIT_B - 7] * EPOCHS
         for k, v in reference.items():
             torch.testing.assert_close(got_params[k], v, rtol=0, atol=1e-10, msg=k)
     last = rd.load_checkpoint(out)  # rank 0's, whole
