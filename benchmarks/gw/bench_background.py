@@ -51,7 +51,7 @@ def per_worker(spec, tasks: int, per_task: int) -> dict:
     from rootclad.gw.run import background as bgm
 
     study = {"seed": 99, "per_task": per_task, "keep": 100, "key": "bench"}
-    bgm._scorer(spec, 1)
+    bgm.scorer(spec, 1)
     seconds = sum(bgm.run_task(spec, study, i, 1)["seconds"] for i in range(tasks))
     n = tasks * per_task
     names = ("simulation_and_whitening", "network", "matched_filter")
@@ -66,7 +66,7 @@ t = time.perf_counter()
 from rootclad.gw.run import background as bgm
 spec = bgm.load_run(sys.argv[1], lambda *_: None)
 t1 = time.perf_counter()
-bgm._scorer(spec, 1)
+bgm.scorer(spec, 1)
 print(time.perf_counter() - t1, t1 - t)
 """
 

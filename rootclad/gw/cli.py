@@ -64,7 +64,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     cfg = resolve(
         args.config, args.preset, model=args.model, engine=args.engine, epochs=args.epochs,
         device=args.device, seed=args.seed, approximant=args.approximant,
-        compression=args.compression, train_events=n,
+        compression=args.compression, workers=args.workers, scheduler=args.scheduler,
+        train_events=n,
         val_events=None if n is None else max(n // 6, 256),
         test_events=None if n is None else max(n // 2, 1024),
     )  # fmt: skip
@@ -165,6 +166,11 @@ def register(subparsers) -> None:
                    help="sizes of the run (default: the embedded default; full: more data and "
                    "epochs; search: the default, then a background study of 1e6 noise "
                    "segments; see docs/gw_run.md)")  # fmt: skip
+    p.add_argument("--workers", type=int, help="simulate, train (data-parallel, one rank per "
+                   "worker) and score on N local Dask worker processes (default: this process "
+                   "alone; docs/gw_run.md)")  # fmt: skip
+    p.add_argument("--scheduler", help="a Dask scheduler's address (tcp://host:port): the same "
+                   "on its workers, which must see --out at the same path")  # fmt: skip
     p.add_argument("--resume", action="store_true", help="continue from out/checkpoint.pt")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=_cmd_run)

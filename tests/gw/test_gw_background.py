@@ -84,7 +84,7 @@ def test_thresholds_equal_numpy_quantile_of_the_whole_background(run_dir, refere
 
     out, s = reference
     spec = bgm.load_run(run_dir, QUIET)
-    cfg, cm, bank, _ = bgm._scorer(spec, None)
+    cfg, cm, bank, _ = bgm.scorer(spec, None)
     sim = dataclasses.replace(read_config(run_dir / "data" / "test.root"), signal_fraction=0.0)
     seeds = np.concatenate([bgm.task_seeds(STUDY.seed, i, STUDY.per_task) for i in range(3)])
     x = generate_events(seeds, sim)["strain"][:, None, :]
@@ -208,7 +208,7 @@ def test_bad_input_is_refused_quickly_and_clearly(run_dir, reference, tmp_path, 
                   connect_timeout=1, log=QUIET)  # fmt: skip
     assert time.perf_counter() - t < 15
     monkeypatch.setitem(sys.modules, "dask.distributed", None)  # import now fails
-    with pytest.raises(ConfigError, match="needs dask's distributed scheduler"):
+    with pytest.raises(ConfigError, match="need dask's distributed scheduler"):
         run_study(run_dir, tmp_path / "o4", STUDY, scheduler="tcp://127.0.0.1:1", log=QUIET)
     with pytest.raises(ConfigError, match="segments must be at least 1"):
         run_study(run_dir, tmp_path / "o5", StudyConfig(segments=0), log=QUIET)

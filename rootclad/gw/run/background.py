@@ -108,7 +108,6 @@ def load_run(run: Path, log=print) -> dict:
     """What every task needs from a ``rootclad gw run`` directory, as plain values (sent to
     the workers, which need no access to the directory): the run's configuration, the weights,
     the noise configuration and the template bank."""
-    from rootclad.gw.dataset import read_config
     from rootclad.gw.run.config import resolve
     from rootclad.gw.run.inputs import template_bank
 
@@ -119,10 +118,18 @@ def load_run(run: Path, log=print) -> dict:
     if not test.exists():
         raise ConfigError(f"{run}: no data/test.root (its noise configuration and test signals "
                           "are needed); rerun `rootclad gw run` there")  # fmt: skip
-    weights = _weights(run)
     cfg = resolve(run / "config.toml")
+    return make_spec(cfg, _weights(run), test, template_bank(cfg, test, run / "cache", log))
+
+
+def make_spec(cfg, weights: dict[str, np.ndarray], test: Path, bank) -> dict:
+    """:func:`load_run`'s values from a run's configuration, weights, test file (its noise
+    configuration) and template bank."""
+    from rootclad.gw.dataset import read_config
+
     sim = dataclasses.replace(read_config(test), signal_fraction=0.0)
-    bank = template_bank(cfg, test, run / "cache", log)
+    # where the run ran is no part of the model (nor of a study's fingerprint)
+    cfg = dataclasses.replace(cfg, workers=0, scheduler="")
     spec = {"config": cfg.to_toml(), "weights": weights, "simulation": sim.to_json(),
             "bank": {"masses": bank.masses, "templates": bank.templates, "n": bank.n,
                      "sample_rate": bank.sample_rate, "band": tuple(bank.band),
@@ -139,7 +146,7 @@ def load_run(run: Path, log=print) -> dict:
 _SCORER: dict = {}
 
 
-def _scorer(spec: dict, threads: int | None):
+def scorer(spec: dict, threads: int | None):
     """The compiled network, the bank and the noise generator, built once per process."""
     if _SCORER.get("key") == spec["model_key"]:
         return _SCORER["value"]
@@ -188,7 +195,7 @@ def run_task(spec: dict, study: dict, task: int, threads: int | None = None) -> 
     from rootclad.gw.matched_filter import matched_filter_snr
     from rootclad.gw.run.train import scores
 
-    cfg, cm, bank, gen = _scorer(spec, threads)
+    cfg, cm, bank, gen = scorer(spec, threads)
     n = study["per_task"]
     seeds = task_seeds(study["seed"], task, n)
     stat = {m: np.empty(n) for m in METHODS}
@@ -301,44 +308,6 @@ def merge(results) -> dict:
 
 
 # -- running the tasks -----------------------------------------------------------------------
-def _dask_client(address: str, timeout: float):
-    """A client of the scheduler at ``address``; a clear error when dask is missing or the
-    scheduler does not answer within ``timeout`` seconds."""
-    try:
-        from dask.distributed import Client
-    except ImportError:
-        raise ConfigError("--scheduler needs dask's distributed scheduler (pip install "
-                          "'dask[distributed]'); --workers N runs local processes without "
-                          "it") from None  # fmt: skip
-    try:
-        client = Client(address, timeout=timeout)
-    except (OSError, TimeoutError, ValueError) as err:
-        raise ConfigError(f"the Dask scheduler at {address} did not answer within {timeout:g} s "
-                          f"({type(err).__name__}: {err})") from None  # fmt: skip
-    from rootclad.version import __version__
-
-    try:
-        seen = client.run(_worker_version, wait=True)
-    except Exception as err:  # a worker without rootclad cannot even unpickle the call
-        client.close()
-        raise ConfigError(f"the workers of {address} cannot run rootclad ({err})") from None
-    wrong = {w: v for w, v in seen.items() if v != __version__}
-    if wrong:
-        client.close()
-        raise ConfigError(f"workers with another rootclad than this one ({__version__}): "
-                          + ", ".join(f"{w}: {v}" for w, v in sorted(wrong.items())))  # fmt: skip
-    if not seen:
-        client.close()
-        raise ConfigError(f"the Dask scheduler at {address} has no workers")
-    return client
-
-
-def _worker_version() -> str:
-    from rootclad.version import __version__
-
-    return __version__
-
-
 def _run_local(spec, study, todo, workers):
     """Yield task results from ``workers`` spawned processes (fresh interpreters: the
     compiled model's thread pool and torch's are not forked), one thread each."""
@@ -391,10 +360,12 @@ def _run_dask(client, spec, study, todo):
 
 def run_study(run: Path, out: Path | None = None, sc: StudyConfig | None = None, *,
               workers: int = 1, scheduler: str | None = None, connect_timeout: float = 10.0,
-              progress: bool = False, log=print, on_task=None) -> dict:  # fmt: skip
+              client=None, progress: bool = False, log=print, on_task=None) -> dict:  # fmt: skip
     """The background study of the run in ``run``, written to ``out`` (default
     ``run/background``): the tasks that are not finished yet, then the thresholds, the
-    efficiencies and the report. Returns the summary (also ``out/background.json``)."""
+    efficiencies and the report. Returns the summary (also ``out/background.json``). The tasks
+    run on ``workers`` local processes, the workers of the Dask scheduler at ``scheduler``, or
+    those of ``client`` (a ``dask.distributed.Client``, left open)."""
     from tqdm.auto import tqdm
 
     from rootclad.gw.run import background_report
@@ -404,16 +375,24 @@ def run_study(run: Path, out: Path | None = None, sc: StudyConfig | None = None,
         raise ConfigError(f"--workers must be at least 1, got {workers}")
     run = Path(run)
     out = Path(out) if out is not None else run / "background"
-    client = _dask_client(scheduler, connect_timeout) if scheduler else None
+    owned = client is None and bool(scheduler)
+    if owned:
+        from rootclad.gw.run.connect import dask_client
+
+        client = dask_client(scheduler, connect_timeout)
+    where = scheduler or (f"{len(client.scheduler_info()['workers'])} Dask workers" if client
+                          else f"{workers} local process" + ("es" if workers > 1 else ""))  # fmt: skip
     try:
         spec = load_run(run, log)
         key = _fingerprint(spec, sc)
         _claim(out, key, sc)
         study = {"seed": sc.seed, "per_task": sc.per_task, "keep": sc.keep, "key": key}
         todo = [i for i in range(sc.tasks) if read_task(out, i, key) is None]
-        log(f"background: {sc.tasks} tasks of {sc.per_task} segments, {sc.tasks - len(todo)} "
+        log(
+            f"background: {sc.tasks} tasks of {sc.per_task} segments, {sc.tasks - len(todo)} "
             f"finished before, {len(todo)} to run on "
-            f"{scheduler or f'{workers} local process' + ('es' if workers > 1 else '')}")  # fmt: skip
+            f"{where}"
+        )
         t0 = time.perf_counter()
         if client is not None:
             results = _run_dask(client, spec, study, todo)
@@ -429,13 +408,13 @@ def run_study(run: Path, out: Path | None = None, sc: StudyConfig | None = None,
                     on_task(int(r["task"]))
         wall = time.perf_counter() - t0
     finally:
-        if client is not None:
+        if owned:
             client.close()
     bg = merge(_finished(out, key, sc.tasks))
     signals = signal_stats(spec, run, out, key, log)
     return background_report.write(out, run, spec, sc, bg, signals,
                                    {"tasks_run": len(todo), "wall_seconds": wall,
-                                    "workers": scheduler or workers})  # fmt: skip
+                                    "workers": where if client is not None else workers})  # fmt: skip
 
 
 def _finished(out: Path, key: str, tasks: int):
@@ -461,7 +440,7 @@ def signal_stats(spec: dict, run: Path, out: Path, key: str, log) -> dict:
                     return {k: z[k] for k in ("snr", *METHODS)}
         except Exception:
             pass
-    cfg, cm, bank, _ = _scorer(spec, None)
+    cfg, cm, bank, _ = scorer(spec, None)
     test = run / "data" / "test.root"
     meta = read_test(test)
     net, mf, pos = [], [], 0

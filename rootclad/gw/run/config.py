@@ -46,6 +46,10 @@ class RunConfig:
     device: str = "cpu"
     # a background study after the report (rootclad gw background; 0: none)
     background_segments: int = 0
+    # the distributed route (cluster.py): local Dask worker processes (0 or 1: this process
+    # alone), or a Dask scheduler's address (its workers; ``workers`` then at most that many)
+    workers: int = 0
+    scheduler: str = ""
 
     def to_toml(self) -> str:
         lines = []
@@ -85,11 +89,11 @@ PRESETS = {
 }
 
 _INT = {"seed", "train_events", "val_events", "test_events", "epochs", "batch_size", "patience",
-        "bootstrap", "saliency_examples", "background_segments"}  # fmt: skip
+        "bootstrap", "saliency_examples", "background_segments", "workers"}  # fmt: skip
 _FLOAT = {"duration", "sample_rate", "lr", "bank_min_match"}
 _PAIR = {"snr", "mass_range"}
 _STR = {"approximant": None, "compression": ("lz4", "none", "zlib", "zstd", "lzma"), "model": ("cnn", "mlp"), "engine": ("auto", "clad", "pullback"),
-        "device": ("cpu", "cuda")}  # fmt: skip
+        "device": ("cpu", "cuda"), "scheduler": None}  # fmt: skip
 
 
 def _typed(key: str, value):
@@ -130,7 +134,7 @@ def check(c: RunConfig) -> RunConfig:
     if c.test_events < 200:
         raise ConfigError(f"test_events must be at least 200 (thresholds at a false-alarm "
                           f"probability of 1e-2 need noise events), got {c.test_events}")  # fmt: skip
-    for key in ("bootstrap", "saliency_examples", "seed", "background_segments"):
+    for key in ("bootstrap", "saliency_examples", "seed", "background_segments", "workers"):
         if getattr(c, key) < 0:
             raise ConfigError(f"{key} must not be negative, got {getattr(c, key)}")
     if c.seed > MAX_SEED:
@@ -139,6 +143,13 @@ def check(c: RunConfig) -> RunConfig:
     if c.batch_size > c.train_events:
         raise ConfigError(f"batch_size must be at most train_events ({c.train_events}), "
                           f"got {c.batch_size}")  # fmt: skip
+    if c.workers > 1 and c.batch_size % c.workers:
+        raise ConfigError(f"batch_size ({c.batch_size}) is the global batch: it must split "
+                          f"evenly over workers = {c.workers} ranks")  # fmt: skip
+    if c.device == "cuda" and (c.workers > 1 or c.scheduler):
+        raise ConfigError('device = "cuda" runs in one process; the distributed route trains '
+                          "on the workers' CPUs (for several GPUs: rootclad.distributed with a "
+                          "DeviceModel per rank, docs/distributed_training.md)")  # fmt: skip
     for key in ("duration", "sample_rate", "lr"):
         v = getattr(c, key)
         if not (math.isfinite(v) and v > 0):

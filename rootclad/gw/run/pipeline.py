@@ -106,7 +106,7 @@ def _reusable(path: Path, cfg: RunConfig, split: str) -> bool:
         return False
 
 
-def simulate_all(cfg: RunConfig, data: Path, progress, log) -> dict[str, Path]:
+def simulate_all(cfg: RunConfig, data: Path, progress, log, client=None) -> dict[str, Path]:
     from rootclad.gw.dataset import simulate
 
     data.mkdir(parents=True, exist_ok=True)
@@ -118,7 +118,7 @@ def simulate_all(cfg: RunConfig, data: Path, progress, log) -> dict[str, Path]:
         if _reusable(path, cfg, split):
             log(f"{path}: reused ({n} events, same configuration)")
         else:
-            result = simulate(path, n, progress=progress, **kwargs)
+            result = simulate(path, n, progress=progress, client=client, **kwargs)
             log(f"{path}: {n} events in {result.seconds:.1f} s")
         files[split] = path
     return files
@@ -392,24 +392,50 @@ def _engine_in_use(engine: str) -> str:
 
 def run(cfg: RunConfig, out: Path, *, resume: bool = False, progress: bool | None = None,
         log=print) -> dict:  # fmt: skip
-    """The whole run; returns the summary (also written to ``out/summary.json``)."""
-    from rootclad.gw.run import report, train
+    """The whole run; returns the summary (also written to ``out/summary.json``). With
+    ``cfg.workers`` > 1 or ``cfg.scheduler``, simulation, training and scoring run on Dask
+    workers (cluster.py)."""
+    from rootclad.gw.run import cluster
 
     out = Path(out)
     _check_output(out, cfg)
     if progress is None:
         progress = sys.stderr.isatty()
-    log(f"writing to {out.resolve()}; engine: {_engine_in_use(cfg.engine)}")
+    with cluster.cluster(cfg) as client:
+        if client is not None:
+            cluster.check_shared(client, out)
+        return _run(cfg, out, client, resume, progress, log)
+
+
+def _run(cfg: RunConfig, out: Path, client, resume: bool, progress: bool, log) -> dict:
+    from rootclad.gw.run import cluster, report, train
+
+    where = "" if client is None else f" on {len(client.scheduler_info()['workers'])} Dask workers"
+    log(f"writing to {out.resolve()}; engine: {_engine_in_use(cfg.engine)}{where}")
     report.write_text(out / "config.toml", cfg.to_toml())
     stages = Stages(log)
-    files = stages.run("simulate", simulate_all, cfg, out / "data", progress, log)
-    tr = stages.run("train", train.train, cfg, files["train"], files["val"], out, resume=resume,
-                    progress=progress, log=log)  # fmt: skip
+    files = stages.run("simulate", simulate_all, cfg, out / "data", progress, log, client)
+    if client is None:
+        tr = stages.run("train", train.train, cfg, files["train"], files["val"], out,
+                        resume=resume, progress=progress, log=log)  # fmt: skip
+    else:
+        tr = stages.run("train", cluster.train, client, cfg, files["train"], files["val"], out,
+                        resume=resume, log=log)  # fmt: skip
     log(f"engine: {tr.engine} on {tr.cm.device}; best validation loss at epoch {tr.best_epoch}")
     test = read_test(files["test"])
-    network = stages.run("score (network)", network_scores, tr.cm, cfg, files["test"])
+    if client is None:
+        network = stages.run("score (network)", network_scores, tr.cm, cfg, files["test"])
     bank = stages.run("template bank", template_bank, cfg, files["test"], out / "cache", log)
-    mf = stages.run("matched filter", matched_filter, bank, files["test"], progress)
+    if client is None:
+        mf = stages.run("matched filter", matched_filter, bank, files["test"], progress)
+    else:
+        from rootclad.gw.run.background import make_spec
+
+        weights = {k: v.detach().double().cpu().reshape(-1).numpy()
+                   for k, v in tr.cm.state_dict().items()}  # fmt: skip
+        spec = make_spec(cfg, weights, files["test"], bank)
+        network, mf = stages.run("score on the workers (network, matched filter)",
+                                 cluster.score_test, client, spec, files["test"], progress)  # fmt: skip
     ev = stages.run("evaluate", _evaluate, cfg, network, mf, test)
     examples = stages.run("saliency", explain, tr.cm, cfg, test, files["test"])
     (out / "model").mkdir(exist_ok=True)
@@ -434,8 +460,8 @@ def run(cfg: RunConfig, out: Path, *, resume: bool = False, progress: bool | Non
         from rootclad.gw.run.background import StudyConfig, run_study
 
         sc = StudyConfig(segments=cfg.background_segments, seed=cfg.seed, bootstrap=cfg.bootstrap)
-        bg = stages.run("background", run_study, out, out / "background", sc, progress=progress,
-                        log=log)  # fmt: skip
+        bg = stages.run("background", run_study, out, out / "background", sc, client=client,
+                        progress=progress, log=log)  # fmt: skip
         summary["background"] = {"file": str(out / "background" / "background.json"),
                                  "verdict": bg["verdict"], "seconds": stages.times["background"]}  # fmt: skip
         report.write_text(out / "summary.json", json.dumps(summary, indent=1, default=float) + "\n")

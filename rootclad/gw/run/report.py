@@ -55,6 +55,8 @@ def summary(cfg, tr, ev, bank_size, in_root, times, versions) -> dict:
             "best_epoch": tr.best_epoch,
             "stopped_early": tr.stopped_early,
             "resumed_after_epoch": tr.resumed_from,
+            "ranks": tr.ranks,
+            "rank_timings": tr.timings,  # per rank: compute, all-reduce, update seconds
             "history": tr.history,
         },  # fmt: skip
         "root": in_root,

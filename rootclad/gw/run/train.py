@@ -28,6 +28,8 @@ class TrainResult:
     best_epoch: int
     stopped_early: bool
     resumed_from: int | None
+    ranks: int = 1  # data-parallel ranks (cluster.py)
+    timings: list[dict] | None = None  # per rank: compute, all-reduce and update seconds
 
 
 def batches(files, cfg: RunConfig, **kwargs):
@@ -78,7 +80,8 @@ def _save_checkpoint(path: Path, state: dict) -> None:
 def _same_training(a: str, b: str) -> bool:
     """Whether two run configurations (TOML text) train the same model: the data files'
     compression does not change their events, nor does a background study after the report
-    change the training (and a checkpoint from before either was a key has none)."""
+    change the training, and a checkpoint resumes on any number of ranks (a checkpoint from
+    before these were keys has none)."""
     import tomllib
 
     try:
@@ -86,8 +89,8 @@ def _same_training(a: str, b: str) -> bool:
     except tomllib.TOMLDecodeError:
         return False
     for c in (first, second):
-        c.pop("compression", None)
-        c.pop("background_segments", None)
+        for key in ("compression", "background_segments", "workers", "scheduler"):
+            c.pop(key, None)
     return first == second
 
 
@@ -101,6 +104,19 @@ def load_checkpoint(path: Path) -> dict:
         why = next((line for line in str(err).splitlines() if "GLOBAL" in line), "not a checkpoint")
         raise ValueError(f"{path}: refused, it holds more than tensors, numbers, strings and "
                          f"containers ({why}); remove it or run without --resume") from None  # fmt: skip
+
+
+def resume_state(cfg: RunConfig, ckpt: Path, resume: bool, log) -> dict | None:
+    """The checkpoint to continue from (None: start afresh), refused when another
+    configuration wrote it."""
+    if not (resume and ckpt.exists()):
+        return None
+    state = load_checkpoint(ckpt)
+    if not _same_training(state["config"], cfg.to_toml()):
+        raise ValueError(f"{ckpt} was written by a run with another configuration; "
+                         "remove it or run without --resume")  # fmt: skip
+    log(f"resuming after epoch {state['epoch']} from {ckpt}")
+    return state
 
 
 def train(cfg: RunConfig, train_file, val_file, out: Path, *, resume: bool = False,
@@ -117,13 +133,7 @@ def train(cfg: RunConfig, train_file, val_file, out: Path, *, resume: bool = Fal
     va = batches([val_file], cfg, batch_size=1024, shuffle=False)
     out.mkdir(parents=True, exist_ok=True)
     ckpt = out / "checkpoint.pt"
-    state = None
-    if resume and ckpt.exists():
-        state = load_checkpoint(ckpt)
-        if not _same_training(state["config"], cfg.to_toml()):
-            raise ValueError(f"{ckpt} was written by a run with another configuration; "
-                             "remove it or run without --resume")  # fmt: skip
-        log(f"resuming after epoch {state['epoch']} from {ckpt}")
+    state = resume_state(cfg, ckpt, resume, log)
 
     def save(s) -> None:
         _save_checkpoint(ckpt, {"config": cfg.to_toml(), **s.checkpoint()})
