@@ -356,7 +356,7 @@ def simulate(
     ``workers``: processes generating chunks (default: the usable cores;
     1 = in this process). ``progress``: tqdm bar (default: when stderr is a tty).
     ``client``: a ``dask.distributed.Client`` whose workers generate the chunks instead (this
-    process still writes the file: the same bytes).
+    process still writes the file: the same events).
     """
     import uproot
     from tqdm.auto import tqdm
@@ -403,7 +403,7 @@ def simulate(
                 title="rootclad GW events: whitened strain",
             )
             with tqdm(total=n_events, unit="ev", disable=not progress, desc=path.name) as bar:
-                results = (_dask_chunks(client, config, chunks) if client is not None
+                results = (_dask_chunks(client, config, chunks, path) if client is not None
                            else _chunk_results(config, chunks, workers))  # fmt: skip
                 for data in results:
                     tree.extend(data)
@@ -513,21 +513,29 @@ def _dask_chunk(config_json: str, start: int, stop: int) -> dict[str, np.ndarray
     return gen.events(event_seeds(gen.config.seed, start, stop))
 
 
-def _dask_chunks(client, config: SimulationConfig, chunks):
-    """Yield chunk results in order from ``client``'s workers, two per worker in flight."""
+def _dask_chunks(client, config: SimulationConfig, chunks, path: Path):
+    """Yield chunk results in order from ``client``'s workers, two per worker in flight (a
+    worker that dies has its chunks rerun elsewhere by Dask; a chunk that fails is raised
+    naming the file and its events)."""
     text = config.to_json()
-    ahead = 2 * max(1, len(client.scheduler_info()["workers"]))
+    ahead = 2 * max(1, len(client.nthreads()))
     queue, pending = list(chunks), []
     try:
         while queue or pending:
             while queue and len(pending) < ahead:
                 start, stop = queue.pop(0)
-                pending.append(client.submit(_dask_chunk, text, start, stop, pure=False))
-            f = pending.pop(0)
-            yield f.result()
+                f = client.submit(_dask_chunk, text, start, stop, pure=False)
+                pending.append((f, (start, stop)))
+            f, (start, stop) = pending.pop(0)
+            try:
+                data = f.result()
+            except Exception as err:
+                raise RuntimeError(f"{path}: generating events {start}..{stop - 1} on a Dask "
+                                   f"worker failed: {type(err).__name__}: {err}") from err  # fmt: skip
             f.release()
+            yield data
     finally:
-        client.cancel(pending)
+        client.cancel([f for f, _ in pending])
 
 
 def read_config(path) -> SimulationConfig:

@@ -24,8 +24,9 @@ from rootclad.toolchain.build import file_digest
 
 @dataclass
 class ScoredFiles:
-    """What :func:`score_files` did: ``outputs`` (one per input file, in order), the input
-    files ``scored`` by this call and those ``skipped`` (their outputs were complete)."""
+    """What :func:`score_files` did: ``outputs`` (one per input file, in order; in a
+    :class:`ScoreFilesError`, those of the files not failed only), the input files ``scored``
+    by this call and those ``skipped`` (their outputs were complete)."""
 
     outputs: list[Path]
     scored: list[Path] = field(default_factory=list)

@@ -350,6 +350,6 @@ _CHECKED: set = set()  # (scheduler, workers) checked by this process
 
 
 def _checked(client, what: str) -> None:
-    key = (client.scheduler.address, tuple(sorted(client.scheduler_info()["workers"])))
+    key = (client.scheduler.address, tuple(sorted(client.nthreads())))
     if key not in _CHECKED and check_workers(client, what):
         _CHECKED.add(key)

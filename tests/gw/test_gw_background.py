@@ -208,7 +208,7 @@ def test_bad_input_is_refused_quickly_and_clearly(run_dir, reference, tmp_path, 
                   connect_timeout=1, log=QUIET)  # fmt: skip
     assert time.perf_counter() - t < 15
     monkeypatch.setitem(sys.modules, "dask.distributed", None)  # import now fails
-    with pytest.raises(ConfigError, match="need dask's distributed scheduler"):
+    with pytest.raises(ConfigError, match="--scheduler needs dask's distributed scheduler"):
         run_study(run_dir, tmp_path / "o4", STUDY, scheduler="tcp://127.0.0.1:1", log=QUIET)
     with pytest.raises(ConfigError, match="segments must be at least 1"):
         run_study(run_dir, tmp_path / "o5", StudyConfig(segments=0), log=QUIET)
@@ -259,3 +259,23 @@ def test_a_killed_worker_stops_the_study_and_a_rerun_completes_it(run_dir, refer
                   on_task=again.append)  # fmt: skip
     assert len(again) == 6 - len(kept) and s["segments"] == 600
     _same_tasks(out, ref_out, 3)  # the first three tasks are the reference study's
+
+
+def test_where_a_run_ran_is_no_part_of_a_studys_key(run_dir):
+    """A study's fingerprint hashes the run's configuration as it was written before the
+    distributed route's keys existed: studies of older runs resume, and the same model run on
+    workers has the same key."""
+    import dataclasses
+
+    from rootclad.gw.run.background import load_run, make_spec
+    from rootclad.gw.run.config import resolve
+    from rootclad.gw.run.inputs import template_bank
+
+    spec = load_run(run_dir, QUIET)
+    cfg = resolve(run_dir / "config.toml")
+    bank = template_bank(cfg, run_dir / "data" / "test.root", run_dir / "cache", QUIET)
+    there = make_spec(dataclasses.replace(cfg, workers=2, scheduler="tcp://10.0.0.1:8786"),
+                      spec["weights"], run_dir / "data" / "test.root", bank)  # fmt: skip
+    assert there["model_key"] == spec["model_key"]
+    assert spec["config"].endswith("background_segments = 0\n")  # the older key's last line
+    assert "workers" not in spec["config"] and "scheduler" not in spec["config"]

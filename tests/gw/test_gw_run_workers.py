@@ -107,7 +107,8 @@ def test_scores_on_the_workers_equal_this_process(files, client, tmp_path):
 def test_two_ranks_that_lose_a_worker_resume_to_the_uninterrupted_weights(files, tmp_path):
     from rootclad.gw.run import cluster
 
-    cfg = resolve(**{**SMALL, "epochs": 3, "workers": 2})
+    # four epochs: training is still running when this process sees the line of the second
+    cfg = resolve(**{**SMALL, "epochs": 4, "workers": 2})
     with _cluster(2) as lc, distributed.Client(lc) as c:
         full = cluster.train(c, cfg, files["train"], files["val"], tmp_path / "a", resume=False,
                              log=QUIET)  # fmt: skip
@@ -156,13 +157,25 @@ def test_bad_worker_settings_are_refused_before_work(client, tmp_path, monkeypat
 
     with monkeypatch.context() as m:
         m.setattr(rootclad.version, "__version__", "0.0.0")
-        with pytest.raises(ConfigError, match=r"another rootclad than this one \(0.0.0\)"):
+        with pytest.raises(
+            ConfigError,
+            match=r"workers of the test cluster that cannot run this "
+            r"rootclad \(0.0.0\): tcp://.*: rootclad ",
+        ):
             check_workers(client, "the test cluster")
-    # workers that would not see the output directory
-    monkeypatch.setattr(cluster, "_sees", lambda path: False)
-    with pytest.raises(ConfigError, match="do not see the output directory"):
-        cluster.check_shared(client, tmp_path)
-    assert list(tmp_path.iterdir()) == []  # the probe is removed
+    # all the scheduler's workers train: the global batch must split over them, before work
+    cfg = resolve(**{**SMALL, "scheduler": client.scheduler.address, "batch_size": 63})
+    with pytest.raises(ConfigError, match=r"batch_size \(63\) .* over the 2 ranks"):
+        with cluster.cluster(cfg):
+            pass
+    # the output directory: every worker sees and writes it
+    assert cluster.check_shared(client, tmp_path) is None
+    for lack in ("see", "write"):  # what a worker without it would report
+        monkeypatch.setattr(cluster, "_sees", lambda path, lack=lack: lack)
+        with pytest.raises(ConfigError, match=rf"the workers tcp://.* cannot {lack} into the "
+                           "output directory"):  # fmt: skip
+            cluster.check_shared(client, tmp_path)
+    assert list(tmp_path.iterdir()) == []  # the probes are removed
 
 
 @pytest.mark.slow
@@ -183,3 +196,18 @@ def test_the_whole_run_on_two_workers(files, tmp_path):
         assert s["root"]["events"] == cfg.test_events
         assert s["root"]["max_abs_diff_to_python"] < 1e-4
     assert (tmp_path / "report.html").exists() and (tmp_path / "checkpoint.pt").exists()
+
+
+def test_a_worker_reports_what_it_lacks_of_the_output_directory(tmp_path):
+    from rootclad.gw.run.cluster import _sees
+
+    probe = tmp_path / "probe"
+    probe.write_bytes(b"")
+    assert _sees(str(probe)) == ""
+    assert _sees(str(tmp_path / "elsewhere" / "probe")) == "see"
+    if os.geteuid() != 0:  # root writes anywhere
+        tmp_path.chmod(0o500)
+        try:
+            assert _sees(str(probe)) == "write"
+        finally:
+            tmp_path.chmod(0o700)

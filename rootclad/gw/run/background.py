@@ -128,9 +128,11 @@ def make_spec(cfg, weights: dict[str, np.ndarray], test: Path, bank) -> dict:
     from rootclad.gw.dataset import read_config
 
     sim = dataclasses.replace(read_config(test), signal_fraction=0.0)
-    # where the run ran is no part of the model (nor of a study's fingerprint)
-    cfg = dataclasses.replace(cfg, workers=0, scheduler="")
-    spec = {"config": cfg.to_toml(), "weights": weights, "simulation": sim.to_json(),
+    # where the run ran is no part of the model, nor of a study's fingerprint: the text is
+    # that of a configuration from before these keys, as a study's key was computed then
+    text = "".join(line for line in cfg.to_toml().splitlines(keepends=True)
+                   if line.split(" =")[0] not in ("workers", "scheduler"))  # fmt: skip
+    spec = {"config": text, "weights": weights, "simulation": sim.to_json(),
             "bank": {"masses": bank.masses, "templates": bank.templates, "n": bank.n,
                      "sample_rate": bank.sample_rate, "band": tuple(bank.band),
                      "psd": bank.psd, "t_ref": bank.t_ref, "approximant": bank.approximant}}  # fmt: skip
@@ -380,7 +382,7 @@ def run_study(run: Path, out: Path | None = None, sc: StudyConfig | None = None,
         from rootclad.gw.run.connect import dask_client
 
         client = dask_client(scheduler, connect_timeout)
-    where = scheduler or (f"{len(client.scheduler_info()['workers'])} Dask workers" if client
+    where = scheduler or (f"{len(client.nthreads())} Dask workers" if client
                           else f"{workers} local process" + ("es" if workers > 1 else ""))  # fmt: skip
     try:
         spec = load_run(run, log)

@@ -5,7 +5,7 @@ The work runs on the workers of a ``dask.distributed`` cluster: ``N`` local work
 ``docs/distributed.md``). The run's stages then go as follows:
 
 - **simulate**: the chunks of each data file are generated on the workers from their events'
-  seeds; this process writes the file, which therefore holds the same bytes as a
+  seeds; this process writes the file, which therefore holds the same events as a
   single-process run's;
 - **train**: one rank per worker under ``torch.distributed`` (gloo), joined at the first
   chosen worker's host: :class:`rootclad.distributed.DataParallel`, readers sharded by rank,
@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from rootclad.gw.run.config import ConfigError
-from rootclad.gw.run.connect import _dask, check_workers, dask_client
+from rootclad.gw.run.connect import _dask, check_workers, dask_client, workers_of
 
 # seconds a rank waits for the others at a collective call before it gives up (a dead rank)
 COLLECTIVE_TIMEOUT = 600
@@ -51,20 +51,23 @@ def cluster(cfg, timeout: float = 10.0):
     if cfg.scheduler:
         client = dask_client(cfg.scheduler, timeout)
         try:
-            have = len(client.scheduler_info()["workers"])
+            have = len(workers_of(client))
             if cfg.workers > have:
                 raise ConfigError(f"workers = {cfg.workers}, but the scheduler at "
                                   f"{cfg.scheduler} has {have}")  # fmt: skip
+            ranks_of(client, cfg)  # the global batch splits over them: checked before any work
             yield client
         finally:
             client.close()
         return
+    from rootclad.gw.dataset import _default_workers
+
     distributed = _dask()
-    threads = max(1, (os.cpu_count() or 1) // cfg.workers)
+    threads = max(1, _default_workers() // cfg.workers)  # the cores this process may use
     env = {"ROOTCLAD_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
     with (
         distributed.LocalCluster(n_workers=cfg.workers, threads_per_worker=1, processes=True,
-                                 dashboard_address=":0", env=env) as lc,
+                                 dashboard_address="127.0.0.1:0", env=env) as lc,
         distributed.Client(lc) as client,
     ):  # fmt: skip
         check_workers(client, "the local cluster")
@@ -74,7 +77,7 @@ def cluster(cfg, timeout: float = 10.0):
 def ranks_of(client, cfg) -> list[str]:
     """The workers that train, one rank each, in rank order (all the scheduler's workers, or
     the first ``cfg.workers``); ``batch_size`` must split evenly over them."""
-    addresses = sorted(client.scheduler_info()["workers"])
+    addresses = workers_of(client)
     if cfg.workers > 0:
         addresses = addresses[: cfg.workers]
     if cfg.batch_size % len(addresses):
@@ -83,24 +86,36 @@ def ranks_of(client, cfg) -> list[str]:
     return addresses
 
 
-def _sees(path: str) -> bool:
-    return os.path.exists(path)
+def _sees(path: str) -> str:
+    """What a worker lacks of the output directory that holds ``path``: "" (nothing), "see"
+    or "write"."""
+    if not os.path.exists(path):
+        return "see"
+    try:
+        fd, mine = tempfile.mkstemp(prefix=".rootclad-write-", dir=os.path.dirname(path))
+        os.close(fd)
+        os.unlink(mine)
+    except OSError:
+        return "write"
+    return ""
 
 
 def check_shared(client, out: Path) -> None:
-    """Every worker must see the output directory (it reads the data files there and rank 0
-    writes the checkpoint): a file written here is looked for on each, before any work."""
+    """Every worker must see the output directory and write there (the ranks read the data
+    files there, rank 0 writes the checkpoint): a file written here is looked for on each, and
+    each writes one, before any work."""
     fd, probe = tempfile.mkstemp(prefix=".rootclad-shared-", dir=out)
     os.close(fd)
     try:
         seen = client.run(_sees, str(Path(probe).resolve()), wait=True)
     finally:
         os.unlink(probe)
-    blind = sorted(w for w, ok in seen.items() if not ok)
-    if blind:
-        raise ConfigError(f"the workers {', '.join(blind)} do not see the output directory "
-                          f"{out.resolve()}: with --scheduler it must be on a file system "
-                          "every worker mounts at the same path")  # fmt: skip
+    for lack, why in (("see", "must be on a file system every worker mounts at the same path"),
+                      ("write", "every worker must be able to write there")):  # fmt: skip
+        bad = sorted(w for w, got in seen.items() if got == lack)
+        if bad:
+            raise ConfigError(f"the workers {', '.join(bad)} cannot {lack} into the output "
+                              f"directory {out.resolve()}: it {why}")  # fmt: skip
 
 
 # -- training: one rank per worker -------------------------------------------------------------
@@ -114,6 +129,20 @@ def _log_line(topic: str, line: str) -> None:
     from distributed import get_worker
 
     get_worker().log_event(topic, line)
+
+
+def _gloo_interface(host: str) -> None:
+    """Gloo takes the address it offers the other ranks from the host name, which may resolve
+    to a loopback address (127.0.1.1 on Debian) on a farm node: the network interface that
+    holds the Dask worker's own address is named instead (``GLOO_SOCKET_IFNAME``, unless set)."""
+    if "GLOO_SOCKET_IFNAME" in os.environ or host.startswith("127.") or host in ("::1", ""):
+        return
+    import psutil
+
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.address.split("%")[0] == host for a in addrs):
+            os.environ["GLOO_SOCKET_IFNAME"] = name
+            return
 
 
 def train_rank(rank: int, world: int, master: str, port: int, job: dict) -> dict:
@@ -130,7 +159,13 @@ def train_rank(rank: int, world: int, master: str, port: int, job: dict) -> dict
 
     cfg = resolve(**tomllib.loads(job["config"]))
     out = Path(job["out"])
-    dist.init_process_group("gloo", init_method=f"tcp://{master}:{port}", rank=rank,
+    if dist.is_initialized():  # a rank of an earlier run still waits here (see cluster.train)
+        raise RuntimeError(f"this worker process is still in another training's process group "
+                           f"(a rank of a failed run waits up to {COLLECTIVE_TIMEOUT} s at its "
+                           "next all-reduce); restart the workers or wait")  # fmt: skip
+    _gloo_interface(job["hosts"][rank])
+    host = f"[{master}]" if ":" in master else master  # IPv6
+    dist.init_process_group("gloo", init_method=f"tcp://{host}:{port}", rank=rank,
                             world_size=world,
                             timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT))  # fmt: skip
     try:
@@ -151,7 +186,7 @@ def train_rank(rank: int, world: int, master: str, port: int, job: dict) -> dict
                      transform=lambda x: _shape(cfg, x), progress=False, log=log,
                      on_epoch_end=save, resume=state)  # fmt: skip
         weights = {k: v.detach().cpu().numpy() for k, v in cm.state_dict().items()}
-        return {"rank": rank, "history": result.history, "best_epoch": result.best_epoch,
+        return {"rank": rank, "engine": cm.engine, "history": result.history, "best_epoch": result.best_epoch,
                 "stopped_early": result.stopped_early, "resumed_from": result.resumed_from,
                 "weights": weights if rank == 0 else None, "timings": dict(dp.timings)}  # fmt: skip
     finally:
@@ -175,7 +210,7 @@ def train(client, cfg, train_file: Path, val_file: Path, out: Path, *, resume: b
     topic = f"rootclad-train-{uuid.uuid4().hex[:12]}"
     job = {"config": cfg.to_toml(), "train": str(Path(train_file).resolve()),
            "val": str(Path(val_file).resolve()), "out": str(out.resolve()), "resume": resume,
-           "topic": topic}  # fmt: skip
+           "topic": topic, "hosts": [get_address_host(w) for w in ranks]}  # fmt: skip
     log(f"training on {world} ranks ({cfg.batch_size // world} events per rank and step): "
         + ", ".join(ranks))  # fmt: skip
     futures = [client.submit(train_rank, r, world, master, port, job, workers=[w],
@@ -187,7 +222,7 @@ def train(client, cfg, train_file: Path, val_file: Path, out: Path, *, resume: b
     state = cm.state_dict()
     cm.load_state_dict({k: torch.from_numpy(np.asarray(r0["weights"][k])).reshape(v.shape)
                         .to(v.dtype) for k, v in state.items()})  # fmt: skip
-    return TrainResult(cm, cm.engine, r0["history"], r0["best_epoch"], r0["stopped_early"],
+    return TrainResult(cm, r0["engine"], r0["history"], r0["best_epoch"], r0["stopped_early"],
                        r0["resumed_from"], world, [r["timings"] for r in results])  # fmt: skip
 
 
@@ -227,7 +262,7 @@ def _wait_ranks(client, futures, ranks, topic, log) -> list[dict]:
 
 
 def _gone(client, ranks) -> list[tuple[int, str]]:
-    alive = set(client.scheduler_info()["workers"])
+    alive = set(workers_of(client))
     return [(r, w) for r, w in enumerate(ranks) if w not in alive]
 
 

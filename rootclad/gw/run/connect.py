@@ -12,20 +12,26 @@ def worker_version() -> str:
     return __version__
 
 
-def _dask():
+def _dask(what: str = "--workers and --scheduler need"):
     try:
         import dask.distributed as distributed
     except ImportError:
-        raise ConfigError("--workers and --scheduler need dask's distributed scheduler (pip "
-                          "install 'rootclad[dask]', or dask distributed)") from None  # fmt: skip
+        raise ConfigError(f"{what} dask's distributed scheduler (pip install 'rootclad[dask]', "
+                          "or dask distributed)") from None  # fmt: skip
     return distributed
 
 
-def dask_client(address: str, timeout: float):
+def workers_of(client) -> list[str]:
+    """The addresses of all of ``client``'s workers (``scheduler_info()`` lists at most five
+    on some dask releases)."""
+    return sorted(client.nthreads())
+
+
+def dask_client(address: str, timeout: float, what: str = "--scheduler needs"):
     """A client of the scheduler at ``address`` whose workers run this rootclad; a clear error
     when dask is missing, the scheduler does not answer within ``timeout`` seconds, it has no
     workers, or they lack rootclad or run another version."""
-    distributed = _dask()
+    distributed = _dask(what)
     try:
         client = distributed.Client(address, timeout=timeout)
     except (OSError, TimeoutError, ValueError) as err:
@@ -40,15 +46,19 @@ def dask_client(address: str, timeout: float):
 
 
 def check_workers(client, address: str) -> None:
+    """Raise ConfigError naming each worker of ``client`` without rootclad or with another
+    version than this process's, or when there is none."""
     from rootclad.version import __version__
 
-    try:
-        seen = client.run(worker_version, wait=True)
-    except Exception as err:  # a worker without rootclad cannot even unpickle the call
-        raise ConfigError(f"the workers of {address} cannot run rootclad ({err})") from None
-    wrong = {w: v for w, v in seen.items() if v != __version__}
-    if wrong:
-        raise ConfigError(f"workers with another rootclad than this one ({__version__}): "
-                          + ", ".join(f"{w}: {v}" for w, v in sorted(wrong.items())))  # fmt: skip
+    seen = client.run(worker_version, wait=True, on_error="return")
     if not seen:
         raise ConfigError(f"the Dask scheduler at {address} has no workers")
+    problems = []
+    for w, v in sorted(seen.items()):
+        if isinstance(v, BaseException):  # no rootclad: the call cannot even be unpickled
+            problems.append(f"{w}: cannot run rootclad ({type(v).__name__}: {v})")
+        elif v != __version__:
+            problems.append(f"{w}: rootclad {v}")
+    if problems:
+        raise ConfigError(f"workers of {address} that cannot run this rootclad "
+                          f"({__version__}): " + "; ".join(problems))  # fmt: skip

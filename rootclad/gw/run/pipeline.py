@@ -410,7 +410,7 @@ def run(cfg: RunConfig, out: Path, *, resume: bool = False, progress: bool | Non
 def _run(cfg: RunConfig, out: Path, client, resume: bool, progress: bool, log) -> dict:
     from rootclad.gw.run import cluster, report, train
 
-    where = "" if client is None else f" on {len(client.scheduler_info()['workers'])} Dask workers"
+    where = "" if client is None else f" on {len(client.nthreads())} Dask workers"
     log(f"writing to {out.resolve()}; engine: {_engine_in_use(cfg.engine)}{where}")
     report.write_text(out / "config.toml", cfg.to_toml())
     stages = Stages(log)
