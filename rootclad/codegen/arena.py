@@ -22,7 +22,7 @@ class Region:
     ``act``, so an F region's offset is where hosts find it).
     """
 
-    name: str  # C++ name of its pointer: a_<name> into act, da_<name> into d_act
+    name: str  # C++ name of its pointer: a_<name> into act, da_<name> into d_act (generated)
     size: int  # per-sample elements
     needs_adjoint: bool = True  # False: scratch (its adjoint is the pullback's workspace)
     area: str = "F"
@@ -31,6 +31,7 @@ class Region:
     saved: bool = False  # a pullback reads it: kept until the backward is done
     offset: int = 0
     d_offset: int = 0
+    label: str = ""  # what it holds, in the model's own words (for comments only)
 
     @property
     def act(self) -> str:

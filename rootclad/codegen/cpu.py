@@ -52,6 +52,7 @@ from rootclad.codegen.cpu_code import (
 from rootclad.codegen.cpu_layout import CTYPE, Layout
 from rootclad.codegen.cpu_ops import Arg, Site, cpu_op
 from rootclad.codegen.cpu_sweeps import CLAD_GROUP_NODES, Sweeps
+from rootclad.codegen.cxx import comment_text
 from rootclad.ir.graph import CLASS_INDEX_LOSSES, LOSSES, Graph, IRError, Node
 from rootclad.ir.registry import OPS
 
@@ -122,14 +123,16 @@ class _Emitter(Sweeps, Layout):
         self.uses = Counter(name for n in graph.nodes for name in n.params.values())
 
     # -- regions --------------------------------------------------------------------------
-    def region(self, name: str, size: int, area: str, producer: int, **kw) -> Region:
-        name = re.sub(r"_+", "_", re.sub(r"\W", "_", name)).strip("_") or "value"
+    def region(self, name: str, size: int, area: str, producer: int, label: str = "", **kw):
+        """A new region; ``name``, made by the emitter from op names and positions (never from
+        the model's own names, which may hold any text), is unique among the regions."""
         base, k = name, self.suffix.get(name, 1)
         while name in self.names:
             name, k = f"{base}_{k}", k + 1
         self.names.add(name)
         self.suffix[base] = k  # names are never freed: the next one tries from here
-        r = Region(name, size, area=area if self.planned else "F", producer=producer, **kw)
+        r = Region(name, size, area=area if self.planned else "F", producer=producer,
+                   label=label, **kw)  # fmt: skip
         r.last_read = producer
         self.regions.append(r)
         return r
@@ -166,8 +169,8 @@ class _Emitter(Sweeps, Layout):
         self.last_read = last_read
         self.output_root = root[g.output]
         self.value_region: dict[str, Region] = {}
-        for name, shape in zip(g.inputs, g.input_shapes, strict=True):
-            self.value_region[name] = self.region(name, math.prod(shape), "F", -1)
+        for k, (name, shape) in enumerate(zip(g.inputs, g.input_shapes, strict=True)):
+            self.value_region[name] = self.region(f"x{k}", math.prod(shape), "F", -1, name)
         self.input_regions = [self.value_region[name] for name in g.inputs]
         self.input_region = self.input_regions[0]
         head_size = None
@@ -312,16 +315,16 @@ class _Emitter(Sweeps, Layout):
         lowering = cpu_op(node)
         code.computes = True
         area = self.area_of(idx, node.output)
-        # named after the node: conv1d_0, linear_fc1 (a Sequential's layers are numbered)
-        label = node.name if node.name.startswith(node.op) else f"{node.op}_{node.name}"
-        out = self.region(label, math.prod(node.out_shape), area, idx)
+        # named after the op and the node's place: linear_3 (node names are for comments)
+        label = f"{node.op}_{idx}"
+        out = self.region(label, math.prod(node.out_shape), area, idx, node.name)
         out.last_read = self.last_read.get(node.output, idx)
         self.adjoint_starts.setdefault(out.last_read, []).append(out)
         self.value_region[node.output] = out
         sizes = lowering.scratch(node, self.g) if lowering.scratch else {}
         scratch_area = "H" if idx < self.head_end else "R"
         scratch = {
-            k: self.region(f"{label}_{k}", n, scratch_area, idx, needs_adjoint=False)
+            k: self.region(f"{label}_{k}", n, scratch_area, idx, node.name, needs_adjoint=False)
             for k, n in sizes.items()
         }
         for key in (*spec.saves, *lowering.scratch_saves):
@@ -336,7 +339,7 @@ class _Emitter(Sweeps, Layout):
             self.flops += spec.flops(node, self.g)
         cd = "clad::custom_derivatives::rootclad::"
         shapes = ", ".join(map(str, node.in_shapes))
-        code.fwd.append(f"// {node.name}: {node.op} {shapes} -> {node.out_shape}")
+        code.fwd.append(f"// {comment_text(node.name)}: {node.op} {shapes} -> {node.out_shape}")
         for call in lowering.calls(node, self.g, Site(idx)):
             rendered = [self.render(arg, node, out, scratch) for arg in call.args]
             primal = ", ".join(r[0] for r in rendered)

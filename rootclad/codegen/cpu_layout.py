@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from rootclad.codegen.cpu_ops import cpu_op
-from rootclad.codegen.cxx import string_literal
+from rootclad.codegen.cxx import comment_text, string_literal
 from rootclad.ir.graph import CLASS_INDEX_LOSSES
 from rootclad.ir.registry import OPS
 
@@ -28,13 +28,13 @@ class Layout:
             "// R (the rest's, one block per chunk); d_act the same with the adjoints' own plan.",
             "// Offsets are per sample within the area; in H and R the planner gives values that",
             "// are not alive at the same time the same memory (the ops' saves).",
-            "//   pointer (act / d_act)                       area  size    offset  d_offset",
+            "//   pointer (act / d_act)           area  size    offset  d_offset  of",
         ]
         for r in self.regions:
-            what = "" if r.needs_adjoint else "  (scratch)"
+            what = comment_text(r.label) + ("" if r.needs_adjoint else " (scratch)")
             lines.append(
-                f"//   {r.act + ' / ' + r.adj:<44} {r.area}  {r.size:>7} {r.offset:>8} "
-                f"{r.d_offset:>8}{what}"
+                f"//   {r.act + ' / ' + r.adj:<32} {r.area}  {r.size:>7} {r.offset:>8} "
+                f"{r.d_offset:>8}  {what}"
             )
         return lines
 

@@ -58,6 +58,7 @@ from rootclad.codegen.cuda_ops import (
     fusable_activation,
     require_device_op,
 )
+from rootclad.codegen.cxx import comment_text
 from rootclad.ir.graph import CLASS_INDEX_LOSSES, Graph, IRError
 from rootclad.ir.registry import OPS
 
@@ -180,10 +181,6 @@ def _zero_lines(spans: list[tuple[str, str]]) -> list[str]:
     return lines
 
 
-def _ident(value: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in value)
-
-
 def fused_activations(graph: Graph) -> dict[str, object]:
     """The activations a device program fuses into their producer: producer's output value ->
     the activation node (cuda_ops.fusable_activation: its only reader, not the output)."""
@@ -267,7 +264,8 @@ def emit_device(
         for v, (_, last) in flat.spans.items():
             planned.zero_at.setdefault(last, []).append(v)
     root = flat.root
-    names = {v: "v_" + _ident(v) for v in region}
+    # pointers are named by position (a_3, d_3); the model's own names go in comments only
+    names = {v: f"v_{k}" for k, v in enumerate(region)}
     layout_extra = []  # the ops' per-sample scratch
 
     def ptr(v, d=False):
@@ -291,8 +289,8 @@ def emit_device(
             # no parameter gradients for input_grad: the kernels skip a null one
             d_params={} if dx else {r: f"d_params + {p_off[p]}" for r, p in node.params.items()},
             buffers={r: f"buffers + {b_off[p]}" for r, p in node.buffers.items()},
-            scratch=f"s_{_ident(node.output)}",
-            sample_scratch=f"t_{_ident(node.output)}",
+            scratch=f"s_{index}",
+            sample_scratch=f"t_{index}",
             workspace="work",
             index=index,
             act=fusable_activation(act) if act else "",
@@ -306,7 +304,7 @@ def emit_device(
         spec = OPS[node.op]
         if spec.view or id(node) in fused_ids:
             continue
-        what = node.describe()
+        what = comment_text(node.describe())
         if node.output in fused:
             what += f" + {fused[node.output].op}, fused"
         hook = require_device_op(node).hook
@@ -314,10 +312,10 @@ def emit_device(
         _, b_dx, *_ = hook(node, graph, site(node, index, True))
         need = used[0] if used else DeviceScratch()
         if need.shared:
-            scratch.append(f"  T* const s_{_ident(node.output)} = scratch + {n_scratch};")
+            scratch.append(f"  T* const s_{index} = scratch + {n_scratch};")
             n_scratch += need.shared
         if need.per_sample:  # a region of its own, after the values
-            key = f"t_{_ident(node.output)}"
+            key = f"t_{index}"
             scratch.append(f"  T* const {key} = act + (long)B * {total};")
             layout_extra.append(f"//   {key:<24} per sample {need.per_sample:>8} at {total:>8}")
             total += need.per_sample
@@ -370,8 +368,8 @@ def emit_device(
         return lines
 
     layout = [
-        f"//   {names[v][2:]:<24} per sample {size[v]:>8} at {region[v]:>8}, adjoint at "
-        f"{planned.offset[root[v]]:>8} / {flat.offset[root[v]]:>8}"
+        f"//   {names[v][2:]:<8} per sample {size[v]:>8} at {region[v]:>8}, adjoint at "
+        f"{planned.offset[root[v]]:>8} / {flat.offset[root[v]]:>8}  {comment_text(v)}"
         for v in region
     ]
     out_size = size[out]

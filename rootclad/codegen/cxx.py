@@ -1,9 +1,12 @@
-"""A user's text (a path, a file name) in generated C++: a string literal or a ``//`` comment
-that holds exactly that text, whatever its characters, and never becomes code."""
+"""The one way text that came from a user or a file (a path, a name from an ONNX file or a torch
+module, a column) reaches generated C++: as a string literal or a comment that holds exactly
+that text, whatever its characters, and never becomes code. Identifiers in generated code are
+made by the emitters from positions and op names (``a_linear_3``), never from such text."""
 
 from __future__ import annotations
 
 import os
+import re
 
 
 def string_literal(text: str) -> str:
@@ -18,9 +21,18 @@ def string_literal(text: str) -> str:
 
 
 def comment_text(text: str) -> str:
-    """``text`` for a ``//`` comment: on one line, with ``\\`` and every character that is not
-    printable (newlines, control characters, undecodable bytes) escaped as Python writes them."""
-    return "".join(c if c.isprintable() and c != "\\" else ascii(c)[1:-1] for c in text)
+    """``text`` for a comment (``//`` or ``/* */``): printable ASCII but for ``\\`` and ``?``
+    as it is; those two, every other character (newlines, control characters, undecodable
+    bytes, non-ASCII) and the ``/`` of ``*/`` or ``/*`` as ``\\x..``, ``\\u....`` escapes.
+    The result is one line, ends no line with a backslash (a continuation), holds no trigraph
+    (``??/``) and cannot close or open a block comment."""
+    out = "".join(c if " " <= c <= "~" and c not in "\\?" else _escape(c) for c in text)
+    return re.sub(r"(?<=\*)/|/(?=\*)", r"\\x2f", out)
+
+
+def _escape(c: str) -> str:
+    n = ord(c)
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
 
 
 # A name given to generated C++ (``rootclad emit``'s namespace) is none of these.

@@ -181,8 +181,8 @@ def write_header(graph, state: dict, out: Path, name: str | None = None) -> dict
     validated ``graph`` with the values ``state`` (parameters and buffers by name); returns
     their paths. ``name`` (default: the header's stem) is the C++ namespace."""
     out = Path(out)
-    name = name or re.sub(r"\W", "_", out.stem)
-    if not re.fullmatch(r"[A-Za-z_]\w*", name):
+    name = name or re.sub(r"[^A-Za-z0-9_]", "_", out.stem)
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise ValueError(f"{name!r} is not a C++ identifier; give --name")
     if name in KEYWORDS or name in ("std", "clad", "rootclad"):
         raise ValueError(f"{name!r} is a C++ keyword or a namespace the header uses; give --name")

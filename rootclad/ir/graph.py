@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import numbers
+import re
 from dataclasses import dataclass, field
 
 from rootclad.ir.registry import OPS, supported_ops
@@ -186,6 +188,9 @@ class Graph:
             for role in node.buffers:
                 if role not in spec.buffers:
                     raise IRError(f"{node.describe()}: has no buffer {role!r}")
+            for key, value in node.attrs.items():
+                expect(_plain(value), node, f"attribute {key!r} is {value!r}: an op's "
+                       "attributes are numbers, booleans and words ([A-Za-z0-9_]*)")  # fmt: skip
             node.in_shapes = [shapes[name] for name in node.inputs]
             node.out_shape = tuple(spec.infer(node, node.in_shapes, self))
             expect(0 not in node.out_shape, node, f"its output has per-sample shape "
@@ -201,6 +206,24 @@ class Graph:
             if shapes[self.output] != (total,) or not 0 <= self.loss_part < len(self.parts):
                 raise IRError(f"the model's outputs {self.parts} do not fill its output "
                               f"{self.output!r} of shape {shapes[self.output]}")  # fmt: skip
+
+
+_WORD = re.compile(r"[A-Za-z0-9_]*")
+
+
+def _plain(value) -> bool:
+    """An attribute value the emitters may write into C++: a number, a boolean, None, a word
+    (a mode's name) or a tuple, list or dict of them. Anything else (text from a file or a
+    module, an object) never reaches generated code."""
+    if value is None or isinstance(value, (bool, numbers.Real)):
+        return True
+    if isinstance(value, str):
+        return bool(_WORD.fullmatch(value))
+    if isinstance(value, (tuple, list)):
+        return all(map(_plain, value))
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(k) and _plain(v) for k, v in value.items())
+    return False
 
 
 def expect(cond: bool, node: Node, msg: str) -> None:

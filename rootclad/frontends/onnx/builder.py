@@ -21,6 +21,7 @@ from rootclad.frontends.onnx.conv_layers import ConvOps
 from rootclad.frontends.onnx.folding import ShapeOps
 from rootclad.frontends.onnx.index_layers import IndexOps
 from rootclad.frontends.onnx.layers import SUPPORTED, LayerOps
+from rootclad.frontends.onnx.limits import Budget
 from rootclad.frontends.onnx.recurrent_layers import RecurrentOps
 from rootclad.ir.graph import IRError
 
@@ -39,10 +40,11 @@ ATTRIBUTES = {**folding.ATTRIBUTES, **layers.ATTRIBUTES, **index_layers.ATTRIBUT
 class Builder(ShapeOps, LayerOps, ConvOps, IndexOps, RecurrentOps):
     """An ONNX graph rebuilt as a torch module (see :func:`rootclad.frontends.onnx.to_module`)."""
 
-    def __init__(self, model, where: str):
+    def __init__(self, model, where: str, budget: Budget | None = None):
         import onnx
 
         self.where = where
+        self.budget = budget or Budget(where)
         self.opset = next(
             (o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None
         )
@@ -126,7 +128,8 @@ class Builder(ShapeOps, LayerOps, ConvOps, IndexOps, RecurrentOps):
         else at the node's name; returns the path."""
         path = weight.removesuffix(".weight") if weight and weight.endswith(".weight") else ""
         if not self.free_path(path):
-            base = re.sub(r"\W+", "_", node.name or node.op_type).strip("_") or node.op_type
+            base = re.sub(r"[^A-Za-z0-9_]+", "_", node.name or node.op_type).strip("_")
+            base = base or node.op_type
             path, k = base, 1
             while not _free(self.root, path):
                 path, k = f"{base}_{k}", k + 1
@@ -151,7 +154,7 @@ class Builder(ShapeOps, LayerOps, ConvOps, IndexOps, RecurrentOps):
         for dotted, p in self.root.named_parameters():
             if p is param:
                 return dotted
-        if re.fullmatch(r"\w+(\.\w+)*", name) and self.free_path(name):
+        if self.free_path(name):
             parent, last = self.parent_of(name)
             parent.register_parameter(last, param)
             return name
@@ -193,6 +196,7 @@ class Builder(ShapeOps, LayerOps, ConvOps, IndexOps, RecurrentOps):
         return _free(parent, last)
 
     def emit(self, outputs, fn, shape) -> None:
+        self.budget.value(f"value {outputs[0]!r}", shape, self.dtype.itemsize)
         self.steps.append((fn, outputs[0]))
         self.shapes[outputs[0]] = tuple(shape)
 
@@ -236,8 +240,9 @@ class Builder(ShapeOps, LayerOps, ConvOps, IndexOps, RecurrentOps):
                     f"{self.where}: input {inp.name!r} has shape {dims}: the first axis is the "
                     "batch, the others must be fixed positive numbers"
                 )
-            self.shapes[inp.name] = tuple(dims[1:])
             kind = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
+            self.budget.value(f"input {inp.name!r}", dims[1:], np.dtype(kind).itemsize)
+            self.shapes[inp.name] = tuple(dims[1:])
             boolean = kind == np.dtype("bool")  # a mask (padding, attention)
             self.root.input_dtypes.append(
                 torch.int64 if kind in integers else torch.bool if boolean else None
@@ -398,11 +403,14 @@ class Builder(ShapeOps, LayerOps, ConvOps, IndexOps, RecurrentOps):
 
 
 def _free(parent: nn.Module, name: str) -> bool:
-    """``name`` can be a new layer of ``parent``: not a Python keyword (torch.fx writes
-    ``self.<name>`` for an identifier, getattr otherwise), not taken by a layer or by the
-    module's own attributes (``training``, ``forward``, ...)."""
+    """``name`` can be a new layer of ``parent``: ASCII letters, digits and ``_`` only (torch.fx
+    writes layer names into the Python source of its trace, so a name from the file that is not
+    that plain is replaced by one made from the node's), not a Python keyword, not taken by a
+    layer or by the module's own attributes (``training``, ``forward``, ...)."""
     return (
-        bool(name) and "." not in name and not keyword.iskeyword(name) and not hasattr(parent, name)
+        bool(re.fullmatch(r"[A-Za-z0-9_]+", name))
+        and not keyword.iskeyword(name)
+        and not hasattr(parent, name)
     )
 
 
@@ -443,16 +451,35 @@ def to_module(model) -> tuple[nn.Module, list[tuple[int, ...]], torch.dtype]:
             model = onnx.load_from_string(bytes(model))
         except Exception as exc:
             raise IRError(f"{where}: cannot read the ONNX bytes: {exc}") from exc
+    base = None
     if isinstance(model, (str, Path)):
-        where = str(model)
+        where, base = str(model), Path(model).parent
         if not Path(model).is_file():
             raise FileNotFoundError(f"{where}: no such ONNX file")
-        try:
-            model = onnx.load(str(model))
-        except Exception as exc:  # protobuf's DecodeError, a missing external-data file, ...
+        try:  # its external data (if any) once its size is known to be within the limits
+            model = onnx.load(str(model), load_external_data=False)
+        except Exception as exc:  # protobuf's DecodeError, ...
             raise IRError(f"{where}: cannot read the ONNX file: {exc}") from exc
+    budget = Budget(where)
+    budget.parameters(_tensors(model.graph))
+    if base is not None:
+        try:
+            onnx.external_data_helper.load_external_data_for_model(model, str(base))
+        except Exception as exc:  # a missing or unsafe external-data file, ...
+            raise IRError(f"{where}: cannot read the ONNX file's external data: {exc}") from exc
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
         raise IRError(f"{where}: not a valid ONNX model: {exc}") from exc
-    return Builder(model, where).build()
+    return Builder(model, where, budget).build()
+
+
+def _tensors(graph) -> list:
+    """The tensors a graph holds: its initializers and its Constant nodes' values."""
+    return [*graph.initializer] + [
+        a.t
+        for node in graph.node
+        if node.op_type == "Constant"
+        for a in node.attribute
+        if a.name == "value"
+    ]
