@@ -39,6 +39,7 @@ class IndexOps:
 
         shape = self.const_ints(node, 0, "shape")
         value = onnx.numpy_helper.to_array(a["value"]) if "value" in a else np.zeros(1, np.float32)
+        self.budget.constant(f"node {node.name!r} (ConstantOfShape)", shape)
         self.fold(node, np.full(shape, value.ravel()[0], dtype=value.dtype))
 
     def op_Equal(self, node, a):
@@ -49,6 +50,7 @@ class IndexOps:
             self.masks.add(node.output[0])
             return self.emit(node.output, lambda env, root, x=x, c=c: env[x] == c, self.shapes[x])
         p, q = self.const(node, 0, "A"), self.const(node, 1, "B")
+        self.budget.constant(f"node {node.name!r} (Equal)", np.broadcast_shapes(p.shape, q.shape))
         self.fold(node, np.asarray(p == q))
 
     def op_Not(self, node, a):
@@ -86,6 +88,8 @@ class IndexOps:
             return self.emit(node.output, lambda env, root, x=x, m=mask: env[x].masked_fill(
                 m, float("-inf")), self.shapes[x])  # fmt: skip
         c, p, q = (self.const(node, i, w) for i, w in enumerate(("condition", "X", "Y")))
+        shape = np.broadcast_shapes(c.shape, p.shape, q.shape)
+        self.budget.constant(f"node {node.name!r} (Where)", shape)
         self.fold(node, np.where(c.astype(bool), p, q))
 
     def op_Trilu(self, node, a):
@@ -105,8 +109,9 @@ class IndexOps:
                 return self.expand_parameter(node, spec)
         if node.input[0] in self.consts:  # a constant broadcast (is_causal's mask of ones)
             v = np.asarray(self.consts[node.input[0]].value)
-            shape = self.const_ints(node, 1, "shape")
-            return self.fold(node, np.broadcast_to(v, np.broadcast_shapes(v.shape, shape)).copy())
+            shape = np.broadcast_shapes(v.shape, self.const_ints(node, 1, "shape"))
+            self.budget.constant(f"node {node.name!r} (Expand)", shape)
+            return self.fold(node, np.broadcast_to(v, shape).copy())
         x = self.tensor(node)
         spec = list(np.asarray(self.const(node, 1, "shape"), dtype=object).ravel())
         shape = list(self.shapes[x])

@@ -87,6 +87,8 @@ class LayerOps:
             if any(isinstance(e, str) for v in (a_v, b_v) for e in v.ravel()):  # BATCH
                 raise self.fail(node, "arithmetic on the batch size: the graph merges the batch "
                                 "axis with another (a reshape to B * n rows)")  # fmt: skip
+            shape = np.broadcast_shapes(a_v.shape, b_v.shape)
+            self.budget.constant(f"node {node.name!r} ({node.op_type})", shape)
             return self.fold(node, fn(a_v, b_v))
         if a_name in self.shapes and b_name in self.shapes:
             sa, sb = self.shapes[a_name], self.shapes[b_name]

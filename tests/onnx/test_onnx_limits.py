@@ -1,0 +1,100 @@
+"""What an imported file may ask for is bounded before anything is allocated: an input of 1e9
+values per sample, a constant of 1e12, initializers declared far larger than their file, a
+chain of layers whose values outgrow the memory; each refused naming the sizes and the
+variable that raises the limit, through rootclad.onnx.load and rootclad emit alike."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rootclad
+from rootclad.compiler import emit_file
+from rootclad.frontends.onnx import to_module
+from rootclad.ir.graph import IRError
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+
+def _model(nodes, x_dims, y_dims, initializers=()):
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_dims)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_dims)],
+        initializer=list(initializers),
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _relu(x_dims):
+    return _model([helper.make_node("Relu", ["x"], ["y"], "r")], x_dims, x_dims)
+
+
+def test_an_input_of_a_billion_values_per_sample_is_refused(tmp_path):
+    path = tmp_path / "huge.onnx"
+    onnx.save(_relu(["B", 1_000_000_000]), path)
+    assert path.stat().st_size < 400
+    with pytest.raises(IRError, match=r"input 'x' of per-sample shape \(1000000000,\) asks "
+                       r"for 1,000,000,000 elements.*ROOTCLAD_MAX_SAMPLE_ELEMENTS"):  # fmt: skip
+        rootclad.onnx.load(path, "mse", engine="pullback")
+    with pytest.raises(IRError, match="ROOTCLAD_MAX_SAMPLE_ELEMENTS"):
+        emit_file(path, tmp_path / "net.hxx")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["huge.onnx"]
+
+
+def test_a_constant_of_any_shape_is_refused_before_it_is_made():
+    shape = numpy_helper.from_array(np.array([1_000_000, 1_000_000], np.int64), "shape")
+    nodes = [
+        helper.make_node("ConstantOfShape", ["shape"], ["c"], "zeros"),
+        helper.make_node("Add", ["x", "c"], ["y"], "add"),
+    ]
+    with pytest.raises(IRError, match=r"node 'zeros' \(ConstantOfShape\) of shape "
+                       r"\(1000000, 1000000\) asks for 1,000,000,000,000"):  # fmt: skip
+        to_module(_model(nodes, ["B", 4], ["B", 4], [shape]))
+    # two small constants whose broadcast is huge
+    a = numpy_helper.from_array(np.zeros((100_000, 1), np.float32), "a")
+    b = numpy_helper.from_array(np.zeros((1, 100_000), np.float32), "b")
+    nodes = [
+        helper.make_node("Mul", ["a", "b"], ["c"], "outer"),
+        helper.make_node("Add", ["x", "c"], ["y"], "add"),
+    ]
+    with pytest.raises(IRError, match=r"node 'outer' \(Mul\) of shape \(100000, 100000\)"):
+        to_module(_model(nodes, ["B", 4], ["B", 4], [a, b]))
+
+
+def test_initializers_are_counted_from_their_declared_size(tmp_path):
+    """An initializer whose data would come from an external file: its declared 4e10 bytes are
+    refused before the file is looked for."""
+    w = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[100_000, 100_000])
+    w.data_location = TensorProto.EXTERNAL
+    w.external_data.add(key="location", value="weights.bin")
+    model = _model([helper.make_node("MatMul", ["x", "w"], ["y"], "mm")], ["B", 100_000],
+                   ["B", 100_000], [w])  # fmt: skip
+    path = tmp_path / "external.onnx"
+    path.write_bytes(model.SerializeToString())
+    with pytest.raises(IRError, match=r"initializers and constants together asks for "
+                       r"40,000,000,000 bytes.*ROOTCLAD_MAX_PARAMETER_BYTES"):  # fmt: skip
+        to_module(path)
+
+
+def test_the_values_of_a_graph_are_bounded_together(monkeypatch):
+    """Each value fits, the chain does not."""
+    nodes = [helper.make_node("Relu", [f"v{i}"], [f"v{i + 1}"], f"r{i}") for i in range(9)]
+    nodes[0].input[0], nodes[-1].output[0] = "x", "y"
+    model = _model(nodes, ["B", 1000], ["B", 1000])
+    to_module(model)
+    # 2 samples x 1000 x 4 bytes a value: the input and 5 layers fit in 48,000 bytes
+    monkeypatch.setenv("ROOTCLAD_MAX_ACTIVATION_BYTES", "48000")
+    with pytest.raises(IRError, match=r"with value 'v6'.* asks for 56,000 bytes"):
+        to_module(model)
+    monkeypatch.setenv("ROOTCLAD_MAX_ACTIVATION_BYTES", "0")  # no limit
+    to_module(model)
+
+
+@pytest.mark.parametrize("value", ["-1", "lots", "1e9"])
+def test_a_bad_limit_is_named(monkeypatch, value):
+    monkeypatch.setenv("ROOTCLAD_MAX_SAMPLE_ELEMENTS", value)
+    with pytest.raises(ValueError, match=f"ROOTCLAD_MAX_SAMPLE_ELEMENTS='{value}'"):
+        to_module(_relu(["B", 4]))
