@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from rootclad.data.errors import DataError
 from rootclad.ir.graph import LOSSES
+from rootclad.paths import check_outputs
 from rootclad.toolchain import CompileError, ToolchainError
 
 # What bad arguments or input raise; anything else is a bug and keeps its traceback.
@@ -33,6 +35,11 @@ def _cmd_build(args: argparse.Namespace) -> int:
     import rootclad
 
     dtype = {"float32": torch.float32, "float64": torch.float64}[args.dtype]
+    stem = Path(args.output)
+    check_outputs(
+        [args.source] * args.source.endswith(".onnx") + [args.weights] * bool(args.weights),
+        [stem.with_name(stem.name + ext) for ext in (".so", ".root", ".h")],
+    )
     if args.source.endswith(".onnx"):
         if args.weights or args.input_shape:
             raise ValueError("an ONNX file holds its weights and input shape: drop --weights "

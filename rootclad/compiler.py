@@ -22,6 +22,7 @@ from rootclad.codegen.standalone import write_header
 from rootclad.frontends.onnx import to_module
 from rootclad.frontends.programs import program_module
 from rootclad.frontends.torch_fx import graph_from_module, parameter_aliases
+from rootclad.paths import check_outputs
 from rootclad.toolchain import (
     CompileError,
     ToolchainError,
@@ -392,7 +393,10 @@ def emit_header(module: torch.nn.Module, example_input: torch.Tensor, out: Path,
 def emit_file(source, out: Path, name: str | None = None, dtype: torch.dtype | None = None,
               example_input=None, trusted: bool = False) -> dict:  # fmt: skip
     """``rootclad emit``: an ONNX file, a torch.export program or a TorchScript module (as
-    :func:`load` reads them, ``trusted`` too) as a standalone header and weights."""
+    :func:`load` reads them, ``trusted`` too) as a standalone header and weights. A header or
+    weights file that would be the source (or each other) is refused before anything is read."""
+    out = Path(out)
+    check_outputs([source], [out, out.with_suffix(".dat")])
     module, shapes, graph_dtype = program_module(source, example_input, trusted=trusted)
     if len(shapes) != 1:
         raise ValueError(

@@ -163,3 +163,42 @@ def test_build_exports_an_onnx_file_with_its_weights(tmp_path):
                           "5", "-o", str(tmp_path / "x")], cwd=tmp_path, capture_output=True,
                          text=True, timeout=300)  # fmt: skip
     assert bad.returncode == 2 and "drop --weights and --input-shape" in bad.stderr, bad.stderr
+
+
+def test_outputs_that_are_an_input_are_refused_before_writing(tmp_path, capsys):
+    """emit -o over its source, or its header and weights on one file (also through a link or
+    a second name of the source); build -o whose STEM.root is the weights it reads."""
+    from rootclad.cli import main
+
+    src = tmp_path / "net.onnx"
+    src.write_bytes(b"not read: refused first")
+    (tmp_path / "link.dat").symlink_to(src)
+    os.link(src, tmp_path / "hard.dat")
+    weights = tmp_path / "w.root"
+    weights.write_bytes(b"weights")
+    cases = [
+        (["emit", str(src), "-o", str(src)], "over the input"),
+        (["emit", str(src), "-o", str(tmp_path / "net.dat")], "written twice"),
+        (["emit", str(src), "-o", str(tmp_path / "link.hxx")], "over the input"),
+        (["emit", str(src), "-o", str(tmp_path / "hard.hxx")], "over the input"),
+        (
+            [
+                "build",
+                "mod:fn",
+                "-o",
+                str(tmp_path / "w"),
+                "--weights",
+                str(weights),
+                "--input-shape",
+                "3",
+            ],
+            "over the input",
+        ),
+    ]
+    before = sorted(tmp_path.iterdir())
+    for args, words in cases:
+        assert main(args) == 2, args
+        err = capsys.readouterr().err
+        assert err.startswith(f"rootclad {args[0]}: error: ") and words in err, err
+    assert sorted(tmp_path.iterdir()) == before
+    assert src.read_bytes() == b"not read: refused first" and weights.read_bytes() == b"weights"
