@@ -16,6 +16,7 @@ entry of the split is read or an error is raised.
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Iterator, Sequence
 
@@ -94,12 +95,16 @@ class _BatchIteratorBase:
         ranges = [split_range(n, self.validation_fraction, split) for n in entries]
         self.blocks: list[Block] = make_blocks(offsets, ranges, self.block_size)
         self.entries = sum(b.size for b in self.blocks)  # of the split, all ranks together
-        # what this rank yields per epoch (the ranks' shares: rootclad.data.schedule)
-        if world_size == 1:
-            self.rank_entries = self.entries - (self.entries % self.batch_size if drop_last else 0)
+        self._plan_share()
+
+    def _plan_share(self) -> None:
+        """What this rank yields per epoch (the ranks' shares: rootclad.data.schedule)."""
+        if self.world_size == 1:
+            drop = self.entries % self.batch_size if self.drop_last else 0
+            self.rank_entries = self.entries - drop
         else:
-            self.rank_entries = shard_sizes(self.entries, self.batch_size, world_size,
-                                            self.drop_last)[rank]  # fmt: skip
+            sizes = shard_sizes(self.entries, self.batch_size, self.world_size, self.drop_last)
+            self.rank_entries = sizes[self.rank]
 
     # -- to implement -------------------------------------------------------
     def _open(self) -> tuple[list[np.ndarray], list[int]]:
@@ -121,6 +126,19 @@ class _BatchIteratorBase:
         from rootclad.data.schema import Schema
 
         return Schema([(self.strain, self.length)], target=self.label)
+
+    def unsharded(self):
+        """This reader as one process reads it: the batches of the same arguments without
+        ``rank`` and ``world_size`` (``Standardize.fit`` fits a sharded reader on it, so that
+        the constants do not depend on the number of ranks). It shares this reader's open files:
+        iterate it between this one's epochs."""
+        if self.world_size == 1:
+            return self
+        whole = copy.copy(self)
+        whole.__dict__.pop("_buffer", None)  # this reader's, not to be written over
+        whole.rank, whole.world_size = 0, 1
+        whole._plan_share()
+        return whole
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch the next iteration uses (the shuffle depends on it)."""

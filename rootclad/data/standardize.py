@@ -58,7 +58,11 @@ class Standardize(nn.Module):
         ``data``:
 
         - a reader (``from_rdataframe``, ``TableIterator``, ``BatchIterator``...): one pass
-          over its entries (its split: fit on the training split), summed in float64;
+          over its entries (its split: fit on the training split), summed in float64. A
+          reader sharded for data-parallel training (``rank``, ``world_size``) is read whole,
+          as the same reader without them (:meth:`unsharded`): every rank gets the constants
+          one process gets, bit for bit, whatever the number of ranks. A DataLoader whose
+          DistributedSampler gives one rank's share is refused;
         - an RDataFrame and ``features`` (the readers' feature list): its filtered entries;
         - an array ``(N, *shape)`` (numpy or torch).
 
@@ -70,7 +74,10 @@ class Standardize(nn.Module):
             data = _rdataframe_reader(data, features)
         elif hasattr(data, "GetColumnNames"):
             raise TypeError("Standardize.fit(df, features=[...]): name the RDataFrame's columns")
-        epoch = getattr(data, "epoch", None)
+        _refuse_a_share(data)
+        reader, epoch = data, getattr(data, "epoch", None)
+        if hasattr(data, "unsharded"):  # a rank's reader: the whole split, as one process's
+            data = data.unsharded()
         if isinstance(data, (np.ndarray, torch.Tensor)):
             if data.ndim < 2:
                 raise ValueError(
@@ -99,12 +106,26 @@ class Standardize(nn.Module):
             sq += (d * d).sum(0)
             n += x.shape[0]
         if epoch is not None:
-            data.epoch = epoch
+            reader.epoch = epoch
         if not n:
             raise ValueError("Standardize.fit: the data hold no entries")
         mean = total / n
         var = (sq / n - mean * mean).clamp_min(0)
         return cls(shift + mean, var.sqrt(), dtype=dtype)
+
+
+def _refuse_a_share(data) -> None:
+    """A torch DataLoader over a DistributedSampler holds one rank's share: fitted on it, the
+    constants would depend on the rank and the number of ranks."""
+    sampler = getattr(data, "sampler", None)
+    replicas = getattr(sampler, "num_replicas", 1)
+    if isinstance(replicas, int) and replicas > 1:
+        raise ValueError(
+            f"Standardize.fit: this DataLoader's {type(sampler).__name__} gives rank "
+            f"{getattr(sampler, 'rank', '?')} of {replicas} its share only: fit on the whole "
+            "training data (a DataLoader without it, or a rootclad.data reader, whose rank and "
+            "world_size Standardize.fit reads past), so that every rank gets the same constants"
+        )
 
 
 _NO_TARGET = "rootclad_no_target_"

@@ -111,3 +111,55 @@ def test_bad_rank(files, rank, world_size):
     with pytest.raises(ValueError, match="rank|world_size"):
         TableIterator(files, tree="t", features=["id"], target="y", rank=rank,
                       world_size=world_size)  # fmt: skip
+
+
+def test_standardize_on_a_shard_fits_the_whole_split(files):
+    """Standardize.fit on rank r's reader gives the constants of the same reader without rank
+    and world_size, bit for bit: the preprocessing does not depend on the number of ranks. A
+    rank's own share has other statistics (the comparison can fail); the reader still yields
+    its share afterwards, at the epoch it was at."""
+    import torch
+
+    from rootclad.data import Standardize
+
+    kw = dict(
+        tree="t",
+        features=["id", "w"],
+        target="y",
+        batch_size=16,
+        split="train",
+        validation_fraction=0.2,
+        drop_last=True,
+        block_size=50,
+        buffer_blocks=3,
+        seed=11,
+        epoch=2,
+    )
+    for cls in _classes():
+        whole = Standardize.fit(cls(files, **kw), dtype=torch.float64)
+        for rank in range(3):
+            it = cls(files, rank=rank, world_size=3, **kw)
+            share = np.concatenate([b[0] for b in it]).astype(np.float64)
+            assert not np.allclose(share.mean(0), whole.mean.numpy(), rtol=1e-6, atol=0)
+            it.set_epoch(2)
+            s = Standardize.fit(it, dtype=torch.float64)
+            assert torch.equal(s.mean, whole.mean) and torch.equal(s.std, whole.std), cls
+            assert it.epoch == 2
+            again = np.concatenate([b[0] for b in it]).astype(np.float64)
+            np.testing.assert_array_equal(again, share)
+
+
+def test_standardize_refuses_a_distributed_sampler():
+    import torch
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    from rootclad.data import Standardize
+
+    data = TensorDataset(torch.arange(40.0).reshape(20, 2))
+    sharded = DataLoader(
+        data, batch_size=4, sampler=DistributedSampler(data, num_replicas=2, rank=1)
+    )
+    with pytest.raises(ValueError, match=r"rank 1 of 2.*whole"):
+        Standardize.fit(sharded)
+    whole = Standardize.fit(DataLoader(data, batch_size=4), dtype=torch.float64)
+    assert float(whole.mean[0]) == 19.0
