@@ -18,6 +18,12 @@ statistics, as torch's DistributedDataParallel without SyncBatchNorm (and with
 ``broadcast_buffers=False``); rank 0's are those a checkpoint saves. Dropout masks repeat across
 ranks (the same seed and call count; docs/distributed_training.md).
 
+Ranks that disagree: every collective call rootclad makes on a DataParallel's ranks carries, in
+the same buffer, what each rank is doing (a train_step, the end of its batches, a sum, a
+checkpoint) and a count, so that ranks making different calls (readers that give other numbers
+of batches) all raise an error naming each rank's call, where gloo would abort the process on
+an all-reduce of another size or the ranks would wait for each other forever.
+
 Launch: under ``torchrun`` call :func:`init` (env://); on one machine :func:`spawn` starts N
 processes joined on loopback. Checkpoints: :func:`save_checkpoint` writes on rank 0 only,
 atomically; a checkpoint holds no rank count, so a run resumes with any number of ranks.
@@ -30,7 +36,8 @@ import json
 import os
 import socket
 import tempfile
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import torch
@@ -110,6 +117,99 @@ def check_same_model(model, group=None) -> None:
         )
 
 
+# What a rank is doing at one of rootclad's collective calls on a DataParallel's ranks
+_STEP, _STEP_FAILED, _BEGIN, _END, _SUM, _BROADCAST, _CHECKPOINT = range(1, 8)
+_MAX_COUNT = 2**24  # counts travel in the model's dtype: float32 holds them exactly to here
+
+
+def _doing(code: int, count: int, size: int) -> str:
+    n = f"{count}" if count < _MAX_COUNT else f"{_MAX_COUNT} or more"
+    return {
+        _STEP: f"makes train_step {n}",
+        _STEP_FAILED: f"makes train_step {n}",
+        _BEGIN: "starts its batches",
+        _END: f"has no batch after {n}",
+        _SUM: f"sums {size} value(s) (fit's epoch, evaluate) after {n} train_steps",
+        _BROADCAST: f"takes rank 0's validation value after {n} train_steps",
+        _CHECKPOINT: f"saves a checkpoint after {n} train_steps",
+    }.get(code, f"makes an unknown call ({code})")
+
+
+def per_rank_text(values: list, unit: str = "") -> str:
+    """``rank 0: 2, rank 1: 3`` (ranks with the same value together: ``ranks [0, 2]: 2``)."""
+    groups: dict = {}
+    for r, v in enumerate(values):
+        groups.setdefault(v, []).append(r)
+    parts = [
+        (f"rank {rs[0]}" if len(rs) == 1 else f"ranks {rs}") + f": {v}{unit}"
+        for v, rs in groups.items()
+    ]
+    return ", ".join(parts)
+
+
+def batch_counts_differ(what: str, counts: list[int]) -> ValueError:
+    return ValueError(
+        f"the ranks' {what + ' ' if what else ''}readers give different numbers of batches "
+        f"({per_rank_text(counts)}): every rank must step as often as the others; give every "
+        "rank the same files, batch size and drop_last, with its rank and world_size"
+    )
+
+
+class _Calls:
+    """The buffer of a DataParallel's collective calls and the agreement it carries.
+
+    Layout: the gradient block (P values), the loss and the normaliser, then per rank the call
+    it makes (a code), a count and a size, each rank writing only its own slots. train_step
+    all-reduces it with its gradients (the agreement costs no extra message); rootclad's other
+    calls on these ranks (reduce_sums, broadcast_value, the start and end of ``batches``,
+    save_checkpoint) all-reduce it alone first. After the sum every rank sees every rank's
+    call, and ranks whose calls differ all raise, naming each rank's, where gloo would abort
+    the process on an all-reduce of another size or the ranks would wait forever."""
+
+    def __init__(self, model, group, rank: int, world_size: int):
+        self.P, self.W, self.rank, self.group = model.n_param_values, world_size, rank, group
+        self.buf = torch.zeros(self.P + 2 + 3 * world_size, dtype=model.dtype, device=model.device)
+        self.steps = 0  # train_steps since this rank's last call of another kind
+
+    def mark(self, code: int, count: int, size: int = 0) -> None:
+        W, at = self.W, self.P + 2 + self.rank
+        self.buf[at], self.buf[at + W] = code, min(count, _MAX_COUNT)
+        self.buf[at + 2 * W] = size
+
+    def calls(self) -> list[tuple[int, int, int]]:
+        """Each rank's (code, count, size), read after the all-reduce."""
+        W = self.W
+        tail = [int(v) for v in self.buf[self.P + 2 :].cpu().tolist()]
+        return [(tail[r], tail[W + r], tail[2 * W + r]) for r in range(W)]
+
+    def check(self, calls) -> None:
+        """Refuse (RuntimeError, the same on every rank) calls that differ."""
+        kinds = {(_STEP if c == _STEP_FAILED else c, size) for c, _, size in calls}
+        if len(kinds) > 1:
+            doing = "; ".join(f"rank {r} {_doing(*c)}" for r, c in enumerate(calls))
+            raise RuntimeError(
+                f"the ranks are not making the same call: {doing} (train_steps counted since "
+                "each rank's last call of another kind). Every rank must call train_step as "
+                "often as the others: give each rank a reader with as many batches (rootclad.data's "
+                "readers with rank and world_size do), and iterate it with dp.batches(reader), "
+                "which checks the counts before the first step"
+            )
+
+    def agree(self, code: int, count: int | None = None, size: int = 0):
+        """A call other than a step: all ranks must make this one now."""
+        self.buf.zero_()
+        self.mark(code, self.steps if count is None else count, size)
+        _dist().all_reduce(self.buf, group=self.group)
+        self.steps = 0  # on every rank: the call was made, whether it matched or not
+        calls = self.calls()
+        self.check(calls)
+        return calls
+
+
+# each process group's latest DataParallel's calls, for save_checkpoint
+_CALLS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 class DataParallel:
     """A compiled model (CompiledModel, or DeviceModel with NCCL) trained data-parallel.
 
@@ -119,6 +219,12 @@ class DataParallel:
     one process would make on the whole global batch and returns the global loss.
     ``rootclad.fit(dp, opt, train, ...)`` trains with it: the epoch's loss and the validation
     loss are then summed over the ranks, so every rank monitors (and stops on) the same number.
+
+    Every rank must call ``train_step`` as often as the others: ``for batch in
+    dp.batches(reader)`` checks that (the readers' ``len()`` before the first step, and at the
+    end that no rank has a batch more); rootclad's other calls on the ranks (``reduce_sums``,
+    ``broadcast_value``, :func:`save_checkpoint`) check that every rank makes them, so ranks
+    out of step raise, each naming every rank's call, instead of waiting or aborting.
 
     ``timings``: seconds spent in the compiled forward/backward, the all-reduce and the
     update, summed over the steps (for benchmarks)."""
@@ -138,10 +244,10 @@ class DataParallel:
             src = dist.get_global_rank(group, 0) if group is not None else 0
             for t in [*model._views.values(), *model._buffer_views.values()]:
                 dist.broadcast(t.detach(), src, group=group)
-        P = model.n_param_values
-        # the gradient block times this rank's normaliser, the loss times it, the normaliser
-        # gradients | loss | normaliser | failed ranks (a count, and the sum of 2**rank)
-        self._comm = torch.zeros(P + 4, dtype=model.dtype, device=model.device)
+        # the gradient block times this rank's normaliser, the loss times it, the normaliser,
+        # then what each rank is doing (see _Calls)
+        self._calls = _Calls(model, group, self.rank, self.world_size)
+        _CALLS[group if group is not None else dist.group.WORLD] = self._calls
         self.last_norm = 0.0  # the last step's global normaliser (events or sum of weights)
         self.timings = {"compute": 0.0, "all_reduce": 0.0, "update": 0.0, "steps": 0}
 
@@ -166,7 +272,8 @@ class DataParallel:
         import time
 
         dist = _dist()
-        model, P, comm = self.model, self.model.n_param_values, self._comm
+        calls = self._calls
+        model, P, comm = self.model, calls.P, calls.buf
         if weight_norm not in ("mean", "sum_w"):
             raise ValueError(f'weight_norm={weight_norm!r}; expected "mean" or "sum_w"')
         if self.model.graph.buffers and not model.training:
@@ -191,16 +298,22 @@ class DataParallel:
         except Exception as err:  # the other ranks must not wait in all_reduce for this one
             error = err
             comm.zero_()
-            comm[P + 2], comm[P + 3] = 1, 2.0 ** min(self.rank, 52)
+        calls.mark(_STEP if error is None else _STEP_FAILED, calls.steps + 1)
         t1 = time.perf_counter()
         dist.all_reduce(comm, group=self.group)
-        if float(comm[P + 2]) > 0:  # every rank raises, this one its own error
+        calls.steps = 0
+        done = calls.calls()
+        try:  # every rank in a train_step (not at its end of batches, a sum...)
+            calls.check(done)
+        except RuntimeError as out_of_step:
+            raise out_of_step from error
+        failed = [r for r, (code, _, _) in enumerate(done) if code == _STEP_FAILED]
+        if failed:  # every rank raises, this one its own error
             if error is not None:
                 raise error
-            bits, failed = int(float(comm[P + 3])), int(float(comm[P + 2]))
-            ranks = [r for r in range(min(self.world_size, 53)) if bits >> r & 1]
-            raise RuntimeError(f"train_step failed on rank(s) {ranks or failed} (see its error "
+            raise RuntimeError(f"train_step failed on rank(s) {failed} (see its error "
                                "there); no rank updated its parameters")  # fmt: skip
+        calls.steps = done[self.rank][1]
         total = float(comm[P + 1])  # the same on every rank: all raise or none does
         if total == 0:
             raise ValueError("the global batch holds no events (or its weights sum to 0)")
@@ -219,14 +332,38 @@ class DataParallel:
         tm["steps"] += 1
         return loss
 
+    def batches(self, batches: Iterable) -> Iterator:
+        """Yield ``batches`` (this rank's share of an epoch) after checking with the other ranks
+        that theirs give as many (``len()``, where every rank's has one), and at the end that
+        no rank has a batch more: ranks whose counts differ raise, every one, naming each
+        rank's count, before the first step or at the first step one rank cannot match.
+        ``rootclad.fit`` iterates a DataParallel's batches with it."""
+        n = len(batches) if hasattr(batches, "__len__") else -1
+        counts = [count for _, count, _ in self._calls.agree(_BEGIN, n)]
+        if min(counts) >= 0 and len(set(counts)) > 1:
+            raise batch_counts_differ("", counts)
+        yield from batches
+        self._calls.agree(_END)
+
     def reduce_sums(self, *values: float) -> tuple[float, ...]:
-        """``values`` summed over the ranks (float64, one all-reduce)."""
+        """``values`` summed over the ranks (float64, one all-reduce after the agreement that
+        every rank sums as many values now)."""
+        self._calls.agree(_SUM, size=len(values))
         t = torch.tensor(values, dtype=torch.float64, device=self.model.device)
         _dist().all_reduce(t, group=self.group)
         return tuple(float(v) for v in t)
 
+    def per_rank(self, *values: float) -> list[tuple[float, ...]]:
+        """Each rank's ``values``, in rank order (every rank passes as many)."""
+        k, W = len(values), self.world_size
+        mine = [0.0] * (k * W)
+        mine[self.rank * k : (self.rank + 1) * k] = [float(v) for v in values]
+        sums = self.reduce_sums(*mine)
+        return [tuple(sums[r * k : (r + 1) * k]) for r in range(W)]
+
     def broadcast_value(self, value: float) -> float:
         """Rank 0's ``value`` on every rank."""
+        self._calls.agree(_BROADCAST)
         t = torch.tensor([float(value)], dtype=torch.float64, device=self.model.device)
         dist = _dist()
         src = dist.get_global_rank(self.group, 0) if self.group is not None else 0
@@ -251,11 +388,16 @@ def save_checkpoint(obj: dict, path: str | os.PathLike, *, group=None) -> bool:
     """Write ``obj`` (a ``FitState.checkpoint()``) to ``path`` on rank 0 only, whole or not at
     all (a temporary file in the same directory, then renamed); every rank then waits for it
     (a barrier), so none reads a checkpoint that is still being written. Without a process
-    group it simply writes. Returns whether this process wrote."""
+    group it simply writes. Returns whether this process wrote. Where a DataParallel trains on
+    the group, every rank must be here (not in a train_step): nothing is written otherwise."""
     dist = _dist()
     active = dist.is_initialized()
     wrote = False
     error = None
+    if active:
+        calls = _CALLS.get(group if group is not None else dist.group.WORLD)
+        if calls is not None:
+            calls.agree(_CHECKPOINT)
     if not active or dist.get_rank(group) == 0:
         path = Path(path)
         try:
