@@ -18,6 +18,7 @@ readers of ``tree_reader.h`` (the same batches: the same history, tested).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import sys
@@ -71,19 +72,34 @@ class FitState:
         return out
 
     def _resume(self, ckpt: dict) -> None:
-        if ("scheduler" in ckpt) != (self.scheduler is not None):
-            has = "holds" if "scheduler" in ckpt else "holds no"
-            raise ValueError(f"the checkpoint {has} a scheduler's state and this fit was given "
-                             f"{'none' if self.scheduler is None else 'one'}")  # fmt: skip
-        self.model.load_state_dict(ckpt["model"])
-        self.optimizer.load_state_dict(ckpt["optimizer"])
-        if self.scheduler is not None:
-            self.scheduler.load_state_dict(ckpt["scheduler"])
-        self.epoch, self.history = int(ckpt["epoch"]), list(ckpt["history"])
-        self.bad_epochs, self.best_epoch = int(ckpt["bad_epochs"]), int(ckpt["best_epoch"])
+        """Load a checkpoint that :func:`check_checkpoint` passed: all of it, or (should a
+        load still fail) none of it."""
+        model, opt, sched = self.model, self.optimizer, self.scheduler
+        calls = hasattr(model, "_set_calls_made")
+        before = (
+            _weights(model),
+            opt.state_dict(),
+            None if sched is None else copy.deepcopy(sched.state_dict()),
+            model._calls_made() if calls else None,
+        )
+        try:
+            opt.load_state_dict(ckpt["optimizer"])  # its own checks first, before it changes
+            model.load_state_dict(ckpt["model"])
+            if sched is not None:
+                sched.load_state_dict(ckpt["scheduler"])
+            if calls and "calls" in ckpt:
+                model._set_calls_made(ckpt["calls"])
+        except BaseException:
+            model.load_state_dict(before[0])
+            opt.load_state_dict(before[1])
+            if sched is not None:
+                sched.load_state_dict(before[2])
+            if calls:
+                model._set_calls_made(before[3])
+            raise
+        self.epoch, self.history = ckpt["epoch"], list(ckpt["history"])
+        self.bad_epochs, self.best_epoch = ckpt["bad_epochs"], ckpt["best_epoch"]
         self.best_loss, self.best_weights = float(ckpt["best_val"]), ckpt["best_model"]
-        if "calls" in ckpt and hasattr(self.model, "_set_calls_made"):
-            self.model._set_calls_made(int(ckpt["calls"]))
 
 
 @dataclasses.dataclass
@@ -145,20 +161,40 @@ def loss_terms(model, out, y) -> torch.Tensor:
     return _TERMS[model.loss](o, y.double().reshape(B, -1), reduction="none").mean(1)
 
 
-def _check_ranks_agree(model, train, validation) -> None:
-    """Every rank must step as often as the others (a step is a collective call): readers of
-    other files, batch sizes or drop_last give other batch counts, and the ranks would wait
-    for each other forever. Refused on every rank, before the first step."""
-    for what, it in (("training", train), ("validation", validation)):
-        if it is None or callable(it) or not hasattr(it, "__len__"):
-            continue
-        n = float(len(it))
-        total, squares = model.reduce_sums(n, n * n)
-        if squares * model.world_size != total * total:  # not all equal
-            raise ValueError(f"the ranks' {what} readers give different numbers of batches "
-                             f"(rank {model.rank}: {int(n)}, {int(total)} over "
-                             f"{model.world_size} ranks): give every rank the same files, "
-                             "batch size and drop_last, with its rank and world_size")  # fmt: skip
+def _check_ranks_agree(model, train, validation, refused: Exception | None) -> None:
+    """Every rank must step as often as the others (a step is a collective call), validate the
+    same way and resume: readers of other files, batch sizes or drop_last give other batch
+    counts, and the ranks would wait for each other (or gloo abort). Refused on every rank, in
+    one call, before the first step; ``refused``: this rank's checkpoint error."""
+    from rootclad.torch.distributed import batch_counts_differ, per_rank_text
+
+    def count(it) -> int:  # -1: no len() (a generator): dp.batches checks it at the end
+        return len(it) if it is not None and not callable(it) and hasattr(it, "__len__") else -1
+
+    kind = 0 if validation is None else 1 if callable(validation) else 2
+    ranks = model.per_rank(count(train), kind, count(validation), refused is not None)
+    if refused is not None:
+        raise refused
+    bad = [r for r, row in enumerate(ranks) if row[3]]
+    if bad:
+        raise ValueError(
+            f"rank(s) {bad} refused the checkpoint (see the error there); no rank resumed"
+        )
+    kinds = [("none", "a function", "batches")[int(row[1])] for row in ranks]
+    if len(set(kinds)) > 1:
+        shown = [
+            f"{int(row[2])} batches" if k == "batches" and row[2] >= 0 else k
+            for k, row in zip(kinds, ranks, strict=True)
+        ]
+        raise ValueError(
+            f"the ranks' validation differs ({per_rank_text(shown)}): give every "
+            "rank its share of the validation batches, or every rank the same "
+            "function"
+        )
+    for what, column in (("training", 0), ("validation", 2)):
+        counts = [int(row[column]) for row in ranks]
+        if min(counts) >= 0 and len(set(counts)) > 1:
+            raise batch_counts_differ(what, counts)
 
 
 def evaluate(model, batches: Iterable, *, transform=None, weight_norm: str = "mean") -> float:
@@ -192,9 +228,10 @@ def evaluate(model, batches: Iterable, *, transform=None, weight_norm: str = "me
 def _train_epoch(model, optimizer, batches, transform, weight_norm, bar) -> tuple:
     """One pass of training steps: (the epoch's loss as one batch's, events)."""
     total = norm = 0.0  # on a GPU a device tensor: read once at the end (and by the bar)
-    seen = 0
+    seen = steps = 0
     t0 = time.perf_counter()
-    for i, batch in enumerate(batches):
+    parallel = hasattr(model, "reduce_sums")
+    for i, batch in enumerate(model.batches(batches) if parallel else batches):
         x, y, w = _batch(model, batch, transform)
         loss = model.train_step(x, y, optimizer, weight=w, weight_norm=weight_norm)
         n = int(y.shape[0])
@@ -205,11 +242,14 @@ def _train_epoch(model, optimizer, batches, transform, weight_norm, bar) -> tupl
         total = total + loss * scale
         norm = norm + scale
         seen += n
+        steps += 1
         bar.update(1)
         if not bar.disable and i % 20 == 0:
             bar.set_postfix(loss=f"{float(total) / float(norm):.4f}",
                             ev_s=f"{seen / (time.perf_counter() - t0):.0f}")  # fmt: skip
-    if seen == 0:
+    # data-parallel: a rank whose shares were all empty has seen none, the others some (every
+    # rank made as many steps: dp.batches checked it)
+    if (steps if parallel else seen) == 0:
         raise ValueError("the training batches of an epoch were empty (an iterator that can be "
                          "iterated once only? fit iterates it once per epoch)")  # fmt: skip
     return float(total) / float(norm), seen
@@ -243,7 +283,8 @@ def fit(model, optimizer, train: Iterable, *, epochs: int,
       share of the batches, and the losses are the global ones on every rank.
     - ``resume``: a ``state.checkpoint()`` to continue from: the model, optimizer, scheduler,
       history and early-stopping count are restored, and the fit ends where an uninterrupted
-      one would (with ``train``'s shuffle set by epoch, as rootclad.data's is).
+      one would (with ``train``'s shuffle set by epoch, as rootclad.data's is). Every value is
+      checked first (:func:`check_checkpoint`); a refused one leaves everything as it was.
 
     Returns a :class:`FitResult`; ``history[i]["val_loss"]`` is None without validation.
     """
@@ -258,8 +299,16 @@ def fit(model, optimizer, train: Iterable, *, epochs: int,
     if scheduler is not None and getattr(scheduler, "optimizer", None) is not optimizer:
         raise ValueError("the scheduler was made on another optimizer")
     plateau = isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+    refused = None
+    if resume is not None:  # checked whole before anything is loaded
+        try:
+            check_checkpoint(resume, model, optimizer, scheduler)
+        except (TypeError, ValueError) as err:
+            refused = err
     if hasattr(model, "reduce_sums"):  # data-parallel: the ranks must agree on the batches
-        _check_ranks_agree(model, train, validation)
+        _check_ranks_agree(model, train, validation, refused)
+    elif refused is not None:
+        raise refused
     state = FitState(model, optimizer, scheduler)
     resumed = None
     if resume is not None:
@@ -320,3 +369,204 @@ def _line(h: dict, with_lr: bool) -> str:
     lr = f", lr {h['lr']:.3g}" if with_lr else ""
     return (f"epoch {h['epoch']}: train loss {h['train_loss']:.4f}{val}, "
             f"{h['events_per_s']:.0f} events/s{lr}")  # fmt: skip
+
+
+# -- a checkpoint is data from a file: every value checked before anything is loaded ---------
+_HISTORY_KEYS = ("epoch", "train_loss", "val_loss", "lr", "seconds", "events_per_s")
+_KEYS = "epoch model optimizer history bad_epochs best_val best_epoch best_model".split()
+
+
+def _bad(where: str, why: str, kind: type = ValueError) -> Exception:
+    return kind(f"the checkpoint's {where} {why}; nothing was loaded")
+
+
+def _whole(where: str, v, low: int = 0, high: int = 2**63 - 1) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise _bad(where, f"must be a whole number, got {type(v).__name__} {v!r}", TypeError)
+    if not low <= v <= high:
+        raise _bad(
+            where, f"is {v}, must be >= {low}" + (f" and <= {high}" if high < 2**63 - 1 else "")
+        )
+    return v
+
+
+def _real(where: str, v, low: float = -math.inf) -> float:
+    """A finite number (int or float, not bool) >= ``low``."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise _bad(where, f"must be a number, got {type(v).__name__} {v!r}", TypeError)
+    if not (math.isfinite(v) and v >= low):
+        raise _bad(where, f"is {v!r}, must be finite" + (f" and >= {low:g}" if low == 0 else ""))
+    return float(v)
+
+
+def _check_weights(where: str, weights, model) -> None:
+    """The tensors of ``model.state_dict()``: the same names and shapes, floating and finite
+    (BatchNorm's running variances >= 0; its batch counts whole numbers >= 0)."""
+    if not isinstance(weights, dict):
+        raise _bad(where, f"must be a dict of tensors, got {type(weights).__name__}", TypeError)
+    own = model.state_dict()
+    missing = [k for k in own if k not in weights]
+    unexpected = [k for k in weights if k not in own]
+    if missing or unexpected:
+        why = f"missing {missing}, unexpected {unexpected}"
+        raise _bad(where, f"does not hold this model's tensors: {why}")
+    variances = {n.buffers["running_var"] for n in model.graph.nodes if "running_var" in n.buffers}
+    for name, ref in own.items():
+        v, at = weights[name], f"{where}[{name!r}]"
+        if not isinstance(v, torch.Tensor):
+            raise _bad(at, f"must be a tensor, got {type(v).__name__}", TypeError)
+        if tuple(v.shape) != tuple(ref.shape):
+            raise _bad(at, f"has shape {tuple(v.shape)}, this model's is {tuple(ref.shape)}")
+        if not ref.is_floating_point():  # a batch count
+            if v.is_floating_point() or v.is_complex() or v.dtype == torch.bool or (v < 0).any():
+                raise _bad(at, f"must hold whole numbers >= 0, got {v.dtype} {v.tolist()}")
+            continue
+        if not v.is_floating_point():
+            raise _bad(at, f"must be a floating-point tensor, got {v.dtype}", TypeError)
+        if not torch.isfinite(v).all():
+            raise _bad(at, "holds non-finite values (NaN or infinity)")
+        if name in variances and (v < 0).any():
+            raise _bad(at, "is a running variance and holds negative values")
+
+
+def _check_like(where: str, v, ref) -> None:
+    """``v`` shaped as ``ref`` (a fresh scheduler's state): the same keys, lengths and kinds of
+    value, the same strings; numbers finite unless ``ref`` holds the same infinity there."""
+    if isinstance(ref, dict):
+        if not isinstance(v, dict):
+            raise _bad(where, f"must be a dict, got {type(v).__name__}", TypeError)
+        for k in v:
+            if k not in ref:
+                raise _bad(f"{where}[{k!r}]", "is not in this scheduler's state")
+        for k in ref:
+            if k not in v:
+                raise _bad(f"{where}[{k!r}]", "is missing")
+            _check_like(f"{where}[{k!r}]", v[k], ref[k])
+    elif isinstance(ref, (list, tuple)):
+        if not isinstance(v, (list, tuple)) or len(v) != len(ref):
+            raise _bad(where, f"must be a list of {len(ref)}, got {v!r}", TypeError)
+        for i, (a, b) in enumerate(zip(v, ref, strict=True)):
+            _check_like(f"{where}[{i}]", a, b)
+    elif isinstance(ref, bool) or ref is None:
+        if type(v) is not type(ref):
+            raise _bad(where, f"must be {ref!r} or of its type, got {v!r}", TypeError)
+    elif isinstance(ref, int):
+        _whole(where, v, low=0 if ref >= 0 else -(2**63))
+    elif isinstance(ref, float):
+        if not (isinstance(v, (int, float)) and not isinstance(v, bool)):
+            raise _bad(where, f"must be a number, got {type(v).__name__} {v!r}", TypeError)
+        if not math.isfinite(v) and v != ref:
+            raise _bad(where, f"is {v!r}, must be finite")
+    elif isinstance(ref, torch.Tensor):
+        if not isinstance(v, torch.Tensor) or v.shape != ref.shape or v.dtype != ref.dtype:
+            raise _bad(where, f"must be a {ref.dtype} tensor of shape {tuple(ref.shape)}")
+        if v.is_floating_point() and not torch.isfinite(v).all():
+            raise _bad(where, "holds non-finite values")
+    elif isinstance(ref, str):
+        if v != ref:
+            raise _bad(where, f"is {v!r}; this scheduler's is {ref!r}")
+    else:
+        raise _bad(where, f"is of a kind fit cannot check ({type(ref).__name__})", TypeError)
+
+
+def _check_optimizer(where: str, state, optimizer) -> None:
+    """The keys and types of ``optimizer.state_dict()``; the optimizer's own load checks the
+    values (kind, hyperparameter ranges, finite moments, step counts) before it changes."""
+    if not isinstance(state, dict):
+        raise _bad(where, f"must be a dict, got {type(state).__name__}", TypeError)
+    own = optimizer.state_dict()
+    for k in own:
+        if k not in state:
+            raise _bad(f"{where}[{k!r}]", "is missing")
+    for k in state:
+        if k not in own:
+            raise _bad(f"{where}[{k!r}]", "is not in this optimizer's state")
+    if not isinstance(state["state"], torch.Tensor) or not state["state"].is_floating_point():
+        raise _bad(f"{where}['state']", "must be a floating-point tensor", TypeError)
+    if not isinstance(state["config"], (list, tuple)):
+        raise _bad(f"{where}['config']", "must be a list of numbers", TypeError)
+    for i, v in enumerate(state["config"]):
+        _real(f"{where}['config'][{i}]", v)
+    _whole(f"{where}['kind']", state["kind"], low=-1)
+    _whole(f"{where}['step_count']", state["step_count"])
+    if state["steps"] is not None:
+        if not isinstance(state["steps"], (list, tuple)):
+            raise _bad(f"{where}['steps']", "must be None or a list of counts", TypeError)
+        for i, v in enumerate(state["steps"]):
+            _whole(f"{where}['steps'][{i}]", v)
+    group, mine = state["group"], own["group"]  # what a scheduler keeps there: "initial_lr"
+    if not isinstance(group, dict) or set(group) != set(mine):
+        got = sorted(group) if isinstance(group, dict) else group
+        raise _bad(f"{where}['group']", f"must hold the keys {sorted(mine)}, got {got!r}")
+    for k, v in group.items():
+        _real(f"{where}['group'][{k!r}]", v)
+
+
+def check_checkpoint(ckpt, model, optimizer, scheduler=None) -> None:
+    """Refuse (ValueError or TypeError naming the key) a checkpoint that ``fit(resume=...)``
+    should not load into ``model``, ``optimizer`` and ``scheduler``; nothing is changed.
+
+    Checked: every key :meth:`FitState.checkpoint` writes is there; the weights and best
+    weights are this model's tensors (names, shapes), finite; the optimizer's and scheduler's
+    states have the keys, types and lengths of this optimizer's and scheduler's (the
+    optimizer's load then checks its values); the counts are whole numbers that agree with
+    each other (``epoch`` is the history's length, the history numbers its epochs, the best
+    epoch is one of them and ``best_val`` its monitored loss, ``bad_epochs`` counts the epochs
+    since, the scheduler stepped at least once per epoch)."""
+    if not isinstance(ckpt, dict):
+        raise TypeError(f"a checkpoint is a dict (state.checkpoint()), got {type(ckpt).__name__}")
+    for key in _KEYS:
+        if key not in ckpt:
+            raise _bad(repr(key), "is missing")
+    if ("scheduler" in ckpt) != (scheduler is not None):
+        has = "holds" if "scheduler" in ckpt else "holds no"
+        raise ValueError(
+            f"the checkpoint {has} a scheduler's state and this fit was given "
+            f"{'none' if scheduler is None else 'one'}"
+        )
+    epoch = _whole("'epoch'", ckpt["epoch"])
+    history = ckpt["history"]
+    if not isinstance(history, list):
+        raise _bad("'history'", f"must be a list, got {type(history).__name__}", TypeError)
+    if len(history) != epoch:
+        raise _bad("'epoch'", f"is {epoch} but 'history' holds {len(history)} epochs")
+    for i, h in enumerate(history):
+        at = f"'history'[{i}]"
+        if not isinstance(h, dict) or set(h) != set(_HISTORY_KEYS):
+            raise _bad(at, f"must be a dict of {', '.join(_HISTORY_KEYS)}")
+        if _whole(f"{at}['epoch']", h["epoch"]) != i + 1:
+            raise _bad(f"{at}['epoch']", f"is {h['epoch']}, expected {i + 1}")
+        _real(f"{at}['train_loss']", h["train_loss"])
+        if h["val_loss"] is not None:
+            _real(f"{at}['val_loss']", h["val_loss"])
+        for k in ("lr", "seconds", "events_per_s"):
+            _real(f"{at}[{k!r}]", h[k], low=0)
+    best = _whole("'best_epoch'", ckpt["best_epoch"], high=epoch)
+    best_val = ckpt["best_val"]
+    if best == 0:
+        if best_val != math.inf or isinstance(best_val, bool):
+            raise _bad("'best_val'", f"is {best_val!r}; with no best epoch yet it is inf")
+    else:
+        h = history[best - 1]
+        monitored = h["train_loss"] if h["val_loss"] is None else h["val_loss"]
+        if _real("'best_val'", best_val) != monitored:
+            why = f"not the monitored loss of the best epoch, {best}, in 'history' ({monitored!r})"
+            raise _bad("'best_val'", f"is {best_val!r}, {why}")
+    _whole("'bad_epochs'", ckpt["bad_epochs"])
+    if ckpt["bad_epochs"] != epoch - best:
+        why = f"the epochs after the best ({best}) of {epoch} are {epoch - best}"
+        raise _bad("'bad_epochs'", f"is {ckpt['bad_epochs']}; {why}")
+    _check_weights("'model'", ckpt["model"], model)
+    if ckpt["best_model"] is not None:
+        if best == 0:
+            raise _bad("'best_model'", "holds weights but 'best_epoch' is 0")
+        _check_weights("'best_model'", ckpt["best_model"], model)
+    _check_optimizer("'optimizer'", ckpt["optimizer"], optimizer)
+    if scheduler is not None:
+        _check_like("'scheduler'", ckpt["scheduler"], scheduler.state_dict())
+        last = ckpt["scheduler"].get("last_epoch")
+        if last is not None and last < epoch:  # fit steps it once per epoch
+            why = f"fit steps the scheduler once per epoch: after {epoch} it is >= {epoch}"
+            raise _bad("'scheduler'['last_epoch']", f"is {last}; {why}")
+    if "calls" in ckpt:
+        _whole("'calls'", ckpt["calls"])

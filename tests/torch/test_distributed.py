@@ -190,10 +190,20 @@ def test_ranks_that_disagree_about_the_model():
         rd.spawn(_disagreeing_worker, 2, threads=1)
 
 
-def _failing_worker(rank, world_size):
+def _error(fn) -> str:
+    try:
+        fn()
+    except Exception as err:  # noqa: BLE001 (the message is the result)
+        return f"{type(err).__name__}: {err}"
+    return "no error"
+
+
+def _failing_worker(rank, world_size, path):
     """Rank 1 fails before the all-reduce (a NaN input), then its checkpoint write would be
-    rank 0's failure; then the ranks' validation readers disagree: every rank must raise,
-    none wait for the others forever."""
+    rank 0's failure; then the ranks' batches differ in number (readers with a len(), a
+    generator, a loop of the user's own before a checkpoint, dp.batches), the ranks differ
+    in their validation, one refuses a checkpoint: every rank must raise, none wait for the
+    others forever or abort in gloo, and the ranks must stay in step for the next call."""
     x, y, w = _data()
     cm = _compile()
     dp = rd.DataParallel(cm)
@@ -201,32 +211,69 @@ def _failing_worker(rank, world_size):
     xb = x[:8].clone()
     if rank == 1:
         xb[0, 0] = float("nan")
-    out = []
-    try:
-        dp.train_step(xb, y[:8], opt)
-    except Exception as err:  # noqa: BLE001 (the message is the result)
-        out.append(f"{type(err).__name__}: {err}")
-    batches = [(x[i : i + 4], y[i : i + 4]) for i in range(0, 8 if rank == 0 else 12, 4)]
-    try:
-        rootclad.fit(dp, opt, batches, epochs=1, progress=False)
-    except Exception as err:  # noqa: BLE001
-        out.append(f"{type(err).__name__}: {err}")
+    out = [_error(lambda: dp.train_step(xb, y[:8], opt))]
+    n = 8 if rank == 0 else 12  # rank 0: 2 batches of 4, rank 1: 3
+    batches = [(x[i : i + 4], y[i : i + 4]) for i in range(0, n, 4)]
+    out.append(_error(lambda: rootclad.fit(dp, opt, batches, epochs=1, progress=False)))
+    gen = ((x[i : i + 4], y[i : i + 4]) for i in range(0, n, 4))  # no len()
+    out.append(_error(lambda: rootclad.fit(dp, opt, gen, epochs=1, progress=False)))
+
+    def own_loop():
+        for i in range(0, n, 4):
+            dp.train_step(x[i : i + 4], y[i : i + 4], opt)
+        rd.save_checkpoint({"epoch": 1}, path)  # rank 0 is here while rank 1 steps
+
+    out.append(_error(own_loop))
+    out.append(_error(lambda: [dp.train_step(*b, opt) for b in dp.batches(batches)]))
     # a sharded validation whose last share is empty on rank 1: skipped, not an error
     val = [(x[:3], y[:3]), (x[:0], y[:0]) if rank == 1 else (x[3:4], y[3:4])]
     train = [(x[i : i + 4], y[i : i + 4]) for i in range(0, 8, 4)]
-    res = rootclad.fit(dp, opt, train, epochs=1, validation=val, progress=False)
+    out.append(
+        _error(
+            lambda: rootclad.fit(
+                dp, opt, train, epochs=1, progress=False, validation=None if rank == 0 else val
+            )
+        )
+    )
+    saved = []
+    res = rootclad.fit(
+        dp,
+        opt,
+        train,
+        epochs=1,
+        validation=val,
+        progress=False,
+        on_epoch_end=lambda st: saved.append(st.checkpoint()),
+    )
     out.append(res.history[0]["val_loss"])
+    if rank == 1:
+        saved[0]["epoch"] = -5
+    out.append(
+        _error(lambda: rootclad.fit(dp, opt, train, epochs=2, progress=False, resume=saved[0]))
+    )
+    out.append(dp.reduce_sums(1.0)[0])  # still in step
     return out
 
 
-def test_a_failing_rank_and_disagreeing_readers_raise_on_every_rank():
+def test_a_failing_rank_and_disagreeing_readers_raise_on_every_rank(tmp_path):
     _compile()
-    r0, r1 = rd.spawn(_failing_worker, 2, threads=1)
+    path = tmp_path / "ckpt.pt"
+    r0, r1 = rd.spawn(_failing_worker, 2, str(path), threads=1)
     assert r1[0].startswith("ValueError") and "non-finite" in r1[0], r1
     assert r0[0].startswith("RuntimeError") and "rank(s) [1]" in r0[0], r0
     for r in (r0, r1):
-        assert "different numbers of batches" in r[1], r
-    assert r0[2] == r1[2] and r0[2] == r0[2]  # the same global validation loss, finite
+        assert "different numbers of batches (rank 0: 2, rank 1: 3)" in r[1], r
+        assert r[2].startswith("RuntimeError"), r  # the generator: found at rank 1's 3rd step
+        assert "rank 0 has no batch after 2" in r[2] and "rank 1 makes train_step 3" in r[2], r
+        assert "rank 0 saves a checkpoint after 2 train_steps" in r[3], r
+        assert "rank 1 makes train_step 3" in r[3], r
+        assert "different numbers of batches (rank 0: 2, rank 1: 3)" in r[4], r
+        assert "validation" in r[5] and "rank 0: none, rank 1: 2 batches" in r[5], r
+        assert r[8] == 2.0
+    assert not path.exists()  # the checkpoint of ranks out of step: not written
+    assert r0[6] == r1[6] and r0[6] == r0[6]  # the same global validation loss, finite
+    assert r1[7].startswith("ValueError") and "'epoch'" in r1[7], r1
+    assert "rank(s) [1] refused the checkpoint" in r0[7], r0
 
 
 # -- torchrun (env:// initialisation) ---------------------------------------------------------

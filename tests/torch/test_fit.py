@@ -73,12 +73,22 @@ def _torch_fit(net, opt, scheduler, train, val, epochs, norm):
 
 
 CASES = {  # optimizer, its settings, scheduler (or None), event weights, weight_norm
-    "sgd-momentum-steplr": ("SGD", {"lr": 0.1, "momentum": 0.9},
-                            lambda o: sched.StepLR(o, 2, gamma=0.5), False, "mean"),
-    "adam-cosine-weights": ("Adam", {"lr": 1e-2},
-                            lambda o: sched.CosineAnnealingLR(o, T_max=4), True, "mean"),
+    "sgd-momentum-steplr": (
+        "SGD",
+        {"lr": 0.1, "momentum": 0.9},
+        lambda o: sched.StepLR(o, 2, gamma=0.5),
+        False,
+        "mean",
+    ),
+    "adam-cosine-weights": (
+        "Adam",
+        {"lr": 1e-2},
+        lambda o: sched.CosineAnnealingLR(o, T_max=4),
+        True,
+        "mean",
+    ),
     "adamw-sum_w": ("AdamW", {"lr": 1e-2, "weight_decay": 0.1}, None, True, "sum_w"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -301,3 +311,131 @@ def test_the_progress_bar_shows_when_asked_and_not_in_a_pipe(capsys):
     assert capsys.readouterr().err == ""
     assert len(lines) == 2 and lines[1].startswith("epoch 2: train loss ")
     assert "validation" not in lines[0]
+
+
+# -- a checkpoint is data from a file: every value checked before anything is loaded -----------
+def _ckpt_setup():
+    cm = rootclad.compile(_mlp(), example_input=torch.zeros(1, 6, dtype=F64), engine="pullback")
+    opt = rootclad.optim.Adam(cm, lr=1e-2)
+    return cm, opt, sched.StepLR(opt, 1, gamma=0.7)
+
+
+def _nan_at(key, name):
+    def corrupt(ck):
+        ck[key][name].view(-1)[0] = float("nan")
+
+    return corrupt
+
+
+def _set(*path, value):
+    def corrupt(ck):
+        d = ck
+        for k in path[:-1]:
+            d = d[k]
+        d[path[-1]] = value
+
+    return corrupt
+
+
+def _drop(key):
+    return lambda ck: ck.pop(key)
+
+
+BAD_CHECKPOINTS = {  # what is wrong, and the words the error must hold
+    "best weights NaN": (_nan_at("best_model", "0.weight"), r"best_model.*'0.weight'.*non-finite"),
+    "weights NaN": (_nan_at("model", "2.bias"), r"'model'.*'2.bias'.*non-finite"),
+    "weights of another shape": (
+        _set("model", "0.bias", value=torch.zeros(3, dtype=F64)),
+        r"'model'.*'0.bias'.*shape \(3,\).*\(8,\)",
+    ),
+    "weights missing": (lambda ck: ck["model"].pop("2.weight"), r"'model'.*missing.*2.weight"),
+    "weights not a tensor": (_set("model", "2.bias", value=[0.5]), r"'model'.*'2.bias'.*tensor"),
+    "negative epoch": (_set("epoch", value=-5), r"'epoch'.*-5"),
+    "epoch a bool": (_set("epoch", value=True), r"'epoch'"),
+    "epoch beyond the history": (_set("epoch", value=3), r"'epoch'.*3.*'history'.*2"),
+    "history's epoch numbers": (_set("history", 1, "epoch", value=7), r"'history'\[1\].*'epoch'"),
+    "history's lr NaN": (_set("history", 0, "lr", value=float("nan")), r"'history'\[0\].*'lr'"),
+    "history not a list": (_set("history", value="x"), r"'history'"),
+    "bad_epochs out of step": (_set("bad_epochs", value=5), r"'bad_epochs'.*5"),
+    "best_epoch beyond epoch": (_set("best_epoch", value=9), r"'best_epoch'.*9"),
+    "best_val NaN": (_set("best_val", value=float("nan")), r"'best_val'"),
+    "best_val not the history's": (_set("best_val", value=1e-3), r"'best_val'.*history"),
+    "calls negative": (_set("calls", value=-3), r"'calls'.*-3"),
+    "key missing": (_drop("bad_epochs"), r"'bad_epochs'.*missing"),
+    "scheduler's base_lrs NaN": (
+        _set("scheduler", "base_lrs", value=[float("nan")]),
+        r"'scheduler'.*'base_lrs'",
+    ),
+    "scheduler's extra attribute": (
+        _set("scheduler", "optimizer", value=5),
+        r"'scheduler'.*'optimizer'",
+    ),
+    "scheduler's last_epoch": (
+        _set("scheduler", "last_epoch", value=-5),
+        r"'scheduler'.*'last_epoch'.*-5",
+    ),
+    "optimizer's initial_lr NaN": (
+        _set("optimizer", "group", "initial_lr", value=float("nan")),
+        r"'optimizer'.*'initial_lr'",
+    ),
+    "optimizer's state missing": (
+        lambda ck: ck["optimizer"].pop("state"),
+        r"'optimizer'.*'state'.*missing",
+    ),
+    # the optimizer's own check (rootclad.optim): the model must not have been loaded before it
+    "optimizer's moments NaN": (_nan_at("optimizer", "state"), r"non-finite"),
+}
+
+
+def test_a_checkpoint_is_checked_before_anything_is_loaded():
+    """Each bad value is refused with an error naming its key, and the model, the optimizer and
+    the scheduler are left as they were; the good checkpoint resumes."""
+    import io
+
+    train, val = _batches(48, 16, 1), _batches(32, 16, 2)
+    cm, opt, s = _ckpt_setup()
+    saved = []
+    rootclad.fit(
+        cm,
+        opt,
+        train,
+        epochs=2,
+        validation=val,
+        scheduler=s,
+        progress=False,
+        on_epoch_end=lambda st: saved.append(st.checkpoint()),
+    )
+    buf = io.BytesIO()
+    torch.save(saved[-1], buf)  # as a file holds it
+
+    def read():
+        buf.seek(0)
+        return torch.load(buf, weights_only=True)
+
+    good = read()
+    assert good["epoch"] == 2 and good["best_epoch"] >= 1 and good["best_model"] is not None
+    cm2, opt2, s2 = _ckpt_setup()
+    rootclad.fit(cm2, opt2, train[:1], epochs=1, scheduler=s2, progress=False)  # some state
+    before = (
+        {k: v.clone() for k, v in cm2.state_dict().items()},
+        opt2.state_dict(),
+        copy.deepcopy(s2.state_dict()),
+        cm2._calls_made(),
+    )
+    for what, (corrupt, words) in BAD_CHECKPOINTS.items():
+        ck = read()
+        corrupt(ck)
+        with pytest.raises((ValueError, TypeError), match=words):
+            rootclad.fit(
+                cm2, opt2, train, epochs=4, validation=val, scheduler=s2, progress=False, resume=ck
+            )
+        for k, v in before[0].items():
+            assert torch.equal(cm2.state_dict()[k], v), (what, k)
+        after = opt2.state_dict()
+        assert torch.equal(after.pop("state"), before[1]["state"]), what
+        assert after == {k: v for k, v in before[1].items() if k != "state"}, what
+        assert s2.state_dict() == before[2] and cm2._calls_made() == before[3], what
+    resumed = rootclad.fit(
+        cm2, opt2, train, epochs=3, validation=val, scheduler=s2, progress=False, resume=read()
+    )
+    assert resumed.resumed_from == 2 and len(resumed.history) == 3
