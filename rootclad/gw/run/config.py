@@ -52,16 +52,10 @@ class RunConfig:
     scheduler: str = ""
 
     def to_toml(self) -> str:
-        lines = []
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, str):
-                lines.append(f'{f.name} = "{v}"')
-            elif isinstance(v, tuple):
-                lines.append(f"{f.name} = [{', '.join(repr(float(x)) for x in v)}]")
-            else:
-                lines.append(f"{f.name} = {v!r}")
-        return "\n".join(lines) + "\n"
+        """The configuration as TOML that ``resolve`` reads back as itself, whatever text
+        its strings hold."""
+        fields = dataclasses.fields(self)
+        return "".join(f"{f.name} = {toml_value(getattr(self, f.name))}\n" for f in fields)
 
     def simulation(self, split: str) -> dict:
         """Arguments of :func:`rootclad.gw.simulate` for one split (its own seed)."""
@@ -71,6 +65,51 @@ class RunConfig:
                     duration=self.duration, sample_rate=self.sample_rate,
                     mass_range=self.mass_range, approximant=self.approximant,
                     compression=self.compression)  # fmt: skip
+
+
+# a TOML basic string escapes the quote, the backslash and every control character
+_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\f": "\\f",
+    "\r": "\\r",
+}
+_TOML_STRING = str.maketrans(
+    {**{c: f"\\u{c:04X}" for c in [*range(0x20), 0x7F]}, **{ord(k): v for k, v in _ESCAPES.items()}}
+)
+
+
+def toml_value(v) -> str:
+    """``v`` (text, a whole number, a float or a tuple of them) as a TOML value that
+    ``tomllib`` reads back as ``v``: text as a basic string with what the TOML spec requires
+    escaped (the quote, the backslash, control characters), integers within TOML's 64 bits,
+    floats as Python writes them (``inf``, ``nan`` and ``1e-05`` are TOML). What TOML cannot
+    hold raises ValueError (text that is not Unicode, an integer past 64 bits) or TypeError."""
+    if isinstance(v, str):
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"{shown(v)} is not Unicode text (an undecodable byte?)") from None
+        return f'"{v.translate(_TOML_STRING)}"'
+    if isinstance(v, bool) or not isinstance(v, (int, float, tuple)):
+        raise TypeError(f"no TOML form for a {type(v).__name__} in a run configuration")
+    if isinstance(v, tuple):
+        return f"[{', '.join(toml_value(x) for x in v)}]"
+    if isinstance(v, int) and not -(2**63) <= v < 2**63:
+        raise ValueError(f"{shown(v)} does not fit TOML's 64-bit integers")
+    return repr(v)
+
+
+def shown(value) -> str:
+    """A value for a message: its repr, cut when long (a 400-digit number, a long array)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an integer past Python's 4300 digits for a string
+        return f"an integer of {value.bit_length()} bits"
+    return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
 
 
 PRESETS = {
@@ -99,26 +138,37 @@ _STR = {"approximant": None, "compression": ("lz4", "none", "zlib", "zstd", "lzm
 def _typed(key: str, value):
     if key in _INT:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{key} must be an integer, got {value!r}")
+            raise ConfigError(f"{key} must be an integer, got {shown(value)}")
         return value
     if key in _FLOAT:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{key} must be a number, got {value!r}")
-        return float(value)
+            raise ConfigError(f"{key} must be a number, got {shown(value)}")
+        return _float(key, value)
     if key in _PAIR:
         if (
             not isinstance(value, (list, tuple))
             or len(value) != 2
             or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
         ):
-            raise ConfigError(f"{key} must be two numbers [low, high], got {value!r}")
-        return (float(value[0]), float(value[1]))
+            raise ConfigError(f"{key} must be two numbers [low, high], got {shown(value)}")
+        return (_float(key, value[0]), _float(key, value[1]))
     choices = _STR[key]
     if not isinstance(value, str):
-        raise ConfigError(f"{key} must be a string, got {value!r}")
+        raise ConfigError(f"{key} must be a string, got {shown(value)}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # an argument's undecodable bytes: no TOML file holds them
+        raise ConfigError(f"{key} must be text (UTF-8), got {shown(value)}") from None
     if choices and value not in choices:
-        raise ConfigError(f"{key} must be one of {', '.join(choices)}, got {value!r}")
+        raise ConfigError(f"{key} must be one of {', '.join(choices)}, got {shown(value)}")
     return value
+
+
+def _float(key: str, value) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an integer past a float's range
+        raise ConfigError(f"{key} must be a finite number, got {shown(value)}") from None
 
 
 # split seeds are seed * 1000 + 0, 1, 2; the readers and simulate take seeds below 2**63
@@ -126,23 +176,24 @@ MAX_SEED = (2**63 - 1 - 2) // 1000
 
 
 def check(c: RunConfig) -> RunConfig:
-    """Raise ConfigError naming the first impossible value."""
+    """Raise ConfigError naming the first impossible value (each message begins with the
+    key it is about, which ``resolve`` goes by to name the file the key came from)."""
     positive = ["train_events", "val_events", "test_events", "epochs", "batch_size", "patience"]
     for key in positive:
         if getattr(c, key) < 1:
-            raise ConfigError(f"{key} must be at least 1, got {getattr(c, key)}")
+            raise ConfigError(f"{key} must be at least 1, got {shown(getattr(c, key))}")
     if c.test_events < 200:
         raise ConfigError(f"test_events must be at least 200 (thresholds at a false-alarm "
                           f"probability of 1e-2 need noise events), got {c.test_events}")  # fmt: skip
     for key in ("bootstrap", "saliency_examples", "seed", "background_segments", "workers"):
         if getattr(c, key) < 0:
-            raise ConfigError(f"{key} must not be negative, got {getattr(c, key)}")
+            raise ConfigError(f"{key} must not be negative, got {shown(getattr(c, key))}")
     if c.seed > MAX_SEED:
         raise ConfigError(f"seed must be at most {MAX_SEED} (the data files' seeds, seed * 1000 "
-                          f"+ split, must fit the readers' 63 bits), got {c.seed}")  # fmt: skip
+                          f"+ split, must fit the readers' 63 bits), got {shown(c.seed)}")  # fmt: skip
     if c.batch_size > c.train_events:
         raise ConfigError(f"batch_size must be at most train_events ({c.train_events}), "
-                          f"got {c.batch_size}")  # fmt: skip
+                          f"got {shown(c.batch_size)}")  # fmt: skip
     if c.workers > 1 and c.batch_size % c.workers:
         raise ConfigError(f"batch_size ({c.batch_size}) is the global batch: it must split "
                           f"evenly over workers = {c.workers} ranks")  # fmt: skip
@@ -160,8 +211,11 @@ def check(c: RunConfig) -> RunConfig:
         lo, hi = getattr(c, key)
         if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo <= hi):
             raise ConfigError(f"{key} must be [low, high] with 0 < low <= high, got {[lo, hi]}")
+    for key in sorted(_INT):  # what TOML and the readers hold; sizes past it overflow floats
+        if not -(2**63) <= getattr(c, key) < 2**63:
+            raise ConfigError(f"{key} must fit 64 bits, got {shown(getattr(c, key))}")
     n = c.duration * c.sample_rate
-    if abs(n - round(n)) > 1e-9 or round(n) < 280:
+    if not math.isfinite(n) or abs(n - round(n)) > 1e-9 or round(n) < 280:
         raise ConfigError(f"duration * sample_rate must be a whole number of samples, at least "
                           f"280 for the networks, got {n}")  # fmt: skip
     if c.approximant != "builtin":
@@ -169,7 +223,7 @@ def check(c: RunConfig) -> RunConfig:
             import lalsimulation  # noqa: F401
         except ImportError:
             raise ConfigError(
-                f"approximant {c.approximant!r} needs lalsuite (pip install lalsuite); "
+                f"approximant {shown(c.approximant)} needs lalsuite (pip install lalsuite); "
                 "'builtin' needs nothing"
             ) from None
     return c
@@ -181,25 +235,17 @@ def resolve(path=None, preset: str = "default", **overrides) -> RunConfig:
         raise ConfigError(f"unknown preset {preset!r} ({', '.join(PRESETS)})")
     values = dict(PRESETS[preset])
     known = {f.name for f in dataclasses.fields(RunConfig)}
-    if path is not None:
-        path = Path(path)
-        try:
-            data = tomllib.loads(path.read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: no such configuration file") from None
-        except tomllib.TOMLDecodeError as err:
-            raise ConfigError(f"{path}: not TOML ({err})") from None
-        for key, value in data.items():
-            if key not in known:
-                raise ConfigError(
-                    f"{path}: unknown key {key!r} (known: {', '.join(sorted(known))})"
-                )
-            values[key] = value
+    data = {} if path is None else _read_toml(Path(path))
+    for key, value in data.items():
+        if key not in known:
+            raise ConfigError(
+                f"{path}: unknown key {shown(key)} (known: {', '.join(sorted(known))})"
+            )
+        values[key] = value
+    given = {k for k, v in overrides.items() if v is not None}
     values.update({k: v for k, v in overrides.items() if v is not None})
-    given = set(data if path is not None else ()) | {
-        k for k, v in overrides.items() if v is not None
-    }
-    if "batch_size" not in given:
+    from_file = set(data) - given
+    if "batch_size" not in given | set(data):
         # the preset's batch may exceed a small training set (--events 20): take it whole; a
         # batch_size the user gave is checked as given
         default = {f.name: f.default for f in dataclasses.fields(RunConfig)}
@@ -207,8 +253,39 @@ def resolve(path=None, preset: str = "default", **overrides) -> RunConfig:
         train = values.get("train_events", default["train_events"])
         if isinstance(train, int) and not isinstance(train, bool) and 1 <= train < batch:
             values["batch_size"] = train
-    for key in list(values):
-        if key not in known:
-            raise ConfigError(f"unknown key {key!r}")
-        values[key] = _typed(key, values[key])
-    return check(RunConfig(**values))
+    try:
+        for key in list(values):
+            if key not in known:
+                raise ConfigError(f"unknown key {shown(key)}")
+            values[key] = _typed(key, values[key])
+        return check(RunConfig(**values))
+    except ConfigError as err:
+        # a mistake in the file names the file (the messages begin with their key)
+        if str(err).split(" ", 1)[0] in from_file:
+            raise ConfigError(f"{path}: {err}") from None
+        raise
+
+
+# a configuration is a few hundred bytes: a larger file is not one
+_MAX_FILE = 1 << 20
+
+
+def _read_toml(path: Path) -> dict:
+    """The TOML file ``path``; whatever keeps it from being one is a ConfigError naming it."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(_MAX_FILE + 1)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such configuration file") from None
+    if len(raw) > _MAX_FILE:
+        raise ConfigError(f"{path}: larger than {_MAX_FILE} bytes, not a run configuration")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    try:
+        return tomllib.loads(text)
+    except RecursionError:
+        raise ConfigError(f"{path}: not TOML (values nested too deeply)") from None
+    except ValueError as err:  # TOMLDecodeError, or an integer past Python's 4300 digits
+        raise ConfigError(f"{path}: not TOML ({err})") from None
