@@ -55,3 +55,44 @@ def test_a_written_checkpoint_loads_with_weights_only(tiny_files, tmp_path):
     train(cfg, files["train"], files["val"], tmp_path, progress=False, log=lambda *_: None)
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     assert state["epoch"] == 1 and state["config"] == cfg.to_toml()
+
+
+def _saved(tmp_path, state) -> bytes:
+    torch.save(state, tmp_path / "x.pt")
+    return (tmp_path / "x.pt").read_bytes()
+
+
+CHECKPOINTS = {
+    "torn": lambda cfg, d: _saved(
+        d, {"config": cfg.to_toml(), "epoch": 1, "model": {"w": torch.zeros(4000)}}
+    )[:3000],
+    "empty": lambda cfg, d: b"",
+    "not a checkpoint": lambda cfg, d: b"PK\x03\x04" + os.urandom(200),
+    "a list": lambda cfg, d: _saved(d, [1, 2]),
+    "no epoch": lambda cfg, d: _saved(d, {"config": cfg.to_toml()}),
+    "a negative epoch": lambda cfg, d: _saved(d, {"config": cfg.to_toml(), "epoch": -5}),
+    "a deep config": lambda cfg, d: _saved(
+        d, {"config": "x = " + "[" * 5000 + "]" * 5000, "epoch": 1}
+    ),
+}
+
+
+@pytest.mark.parametrize("what", CHECKPOINTS)
+def test_resume_from_a_checkpoint_that_cannot_be_read_is_one_line_naming_it(tmp_path, capsys, what):
+    """Refused before any work (nothing simulated, config.toml not written over), as one
+    line of ``rootclad gw run: error:`` naming the file: a torn checkpoint printed torch's
+    traceback."""
+    from rootclad.cli import main
+
+    cfg = resolve(**TINY)
+    out = tmp_path / "run"
+    out.mkdir()
+    ckpt = out / "checkpoint.pt"
+    ckpt.write_bytes(CHECKPOINTS[what](cfg, tmp_path))
+    config = tmp_path / "run.toml"
+    config.write_text(cfg.to_toml())
+    status = main(["gw", "run", "-q", "--config", str(config), "--resume", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert status == 2 and err.startswith(f"rootclad gw run: error: {ckpt}: "), err
+    assert err.count("\n") == 1 and "remove it or run without --resume" in err, err
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt"]

@@ -396,22 +396,41 @@ def run(cfg: RunConfig, out: Path, *, resume: bool = False, progress: bool | Non
     ``cfg.workers`` > 1 or ``cfg.scheduler``, simulation, training and scoring run on Dask
     workers (cluster.py)."""
     from rootclad.gw.run import cluster
+    from rootclad.gw.run.train import resume_state
 
     out = Path(out)
     _check_output(out, cfg)
+    # a checkpoint that cannot be resumed is refused before any work, config.toml unchanged
+    resuming = resume_state(cfg, out / "checkpoint.pt", resume, lambda *_: None) is not None
     if progress is None:
         progress = sys.stderr.isatty()
     with cluster.cluster(cfg) as client:
         if client is not None:
             cluster.check_shared(client, out)
-        return _run(cfg, out, client, resume, progress, log)
+        return _run(cfg, out, client, resume, resuming, progress, log)
 
 
-def _run(cfg: RunConfig, out: Path, client, resume: bool, progress: bool, log) -> dict:
+EXPORT = ("model/gwnet.root", "model/gwnet.so", "model/gwnet.h", "model/gwnet.onnx")
+
+
+def _retire_export(out: Path, log) -> None:
+    """A training that starts afresh makes the directory's export another training's: it is
+    removed before config.toml changes, so that nothing (gw background, a macro) takes it for
+    this configuration's weights. Resuming the checkpoint keeps it."""
+    gone = [name for name in EXPORT if (out / name).exists()]
+    for name in gone:
+        (out / name).unlink()
+    if gone:
+        log(f"removed the previous training's export ({', '.join(gone)})")
+
+
+def _run(cfg: RunConfig, out: Path, client, resume: bool, resuming: bool, progress, log) -> dict:
     from rootclad.gw.run import cluster, report, train
 
     where = "" if client is None else f" on {len(client.nthreads())} Dask workers"
     log(f"writing to {out.resolve()}; engine: {_engine_in_use(cfg.engine)}{where}")
+    if not resuming:
+        _retire_export(out, log)
     report.write_text(out / "config.toml", cfg.to_toml())
     stages = Stages(log)
     files = stages.run("simulate", simulate_all, cfg, out / "data", progress, log, client)

@@ -14,6 +14,7 @@ import pickle
 from pathlib import Path
 
 import numpy as np
+import tomllib
 import torch
 
 from rootclad.gw.run.config import RunConfig
@@ -82,11 +83,9 @@ def _same_training(a: str, b: str) -> bool:
     compression does not change their events, nor does a background study after the report
     change the training, and a checkpoint resumes on any number of ranks (a checkpoint from
     before these were keys has none)."""
-    import tomllib
-
     try:
         first, second = tomllib.loads(str(a)), tomllib.loads(str(b))
-    except tomllib.TOMLDecodeError:
+    except (ValueError, RecursionError):  # TOMLDecodeError; nesting past Python's stack
         return False
     for c in (first, second):
         for key in ("compression", "background_segments", "workers", "scheduler"):
@@ -94,27 +93,55 @@ def _same_training(a: str, b: str) -> bool:
     return first == second
 
 
-def load_checkpoint(path: Path) -> dict:
+def load_checkpoint(path: Path, map_location=None) -> dict:
     """A checkpoint's tensors, numbers, strings and containers; anything else in the pickle
-    (which could run code when unpickled: the file may come from someone else) is refused."""
+    (which could run code when unpickled: the file may come from someone else) is refused.
+    What gw run itself reads is checked: a dict whose ``config`` is TOML text and whose
+    ``epoch`` is a whole number >= 0 (rootclad.fit checks the rest when it resumes). A file
+    that is none of this raises ValueError naming it."""
     try:
-        return torch.load(path, weights_only=True)
+        state = torch.load(path, weights_only=True, map_location=map_location)
+    except OSError:
+        raise  # names the file and the cause already
     except pickle.UnpicklingError as err:
         # torch's message: a paragraph on weights_only, then the line naming what was refused
-        why = next((line for line in str(err).splitlines() if "GLOBAL" in line), "not a checkpoint")
-        raise ValueError(f"{path}: refused, it holds more than tensors, numbers, strings and "
-                         f"containers ({why}); remove it or run without --resume") from None  # fmt: skip
+        why = next((line for line in str(err).splitlines() if "GLOBAL" in line), None)
+        if why is None:
+            raise ValueError(f"{path}: not a checkpoint (no pickle of tensors)") from None
+        raise ValueError(
+            f"{path}: refused, it holds more than tensors, numbers, strings and containers ({why})"
+        ) from None
+    except Exception as err:  # torn or not a checkpoint: torch's reader says why, at length
+        first = str(err).split(". ")[0].splitlines()[0] if str(err) else "cut short"
+        why = f"{type(err).__name__}: {first[:120]}"
+        raise ValueError(f"{path}: not a readable checkpoint ({why})") from None
+    if not isinstance(state, dict):
+        raise ValueError(f"{path}: not a checkpoint (it holds a {type(state).__name__})")
+    try:
+        tomllib.loads(state.get("config"))
+    except (TypeError, ValueError, RecursionError):
+        raise ValueError(f"{path}: its config is not a run configuration's TOML") from None
+    epoch = state.get("epoch")
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        got = "none" if epoch is None else repr(epoch)[:40]
+        raise ValueError(f"{path}: its epoch must be a whole number >= 0, got {got}")
+    return state
 
 
 def resume_state(cfg: RunConfig, ckpt: Path, resume: bool, log) -> dict | None:
     """The checkpoint to continue from (None: start afresh), refused when another
-    configuration wrote it."""
+    configuration wrote it or it cannot be read."""
     if not (resume and ckpt.exists()):
         return None
-    state = load_checkpoint(ckpt)
+    try:
+        state = load_checkpoint(ckpt)
+    except ValueError as err:
+        raise ValueError(f"{err}; remove it or run without --resume") from None
     if not _same_training(state["config"], cfg.to_toml()):
-        raise ValueError(f"{ckpt} was written by a run with another configuration; "
-                         "remove it or run without --resume")  # fmt: skip
+        raise ValueError(
+            f"{ckpt}: written by a run with another configuration; remove it or run without "
+            "--resume"
+        )
     log(f"resuming after epoch {state['epoch']} from {ckpt}")
     return state
 
