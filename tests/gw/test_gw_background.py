@@ -1,6 +1,8 @@
 """``rootclad gw background``: thresholds against numpy.quantile of the same statistics computed
 in one process, resuming after an interruption, independence from the number of workers (local
-processes and a Dask LocalCluster), the efficiency machinery, and bad input.
+processes and a Dask LocalCluster), the efficiency machinery, bad input, which weights a
+study scores (the run's current best, recorded by content hash) and task files checked against
+the study.
 
 The run directory is tiny and made directly (a 0.25 s segment, an untrained CNN exported as
 the run exports it, a small test file and bank): the study's statistics do not need a trained
@@ -8,7 +10,9 @@ network, only the same one everywhere."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 import socket
 import sys
 import time
@@ -19,7 +23,8 @@ import pytest
 from rootclad.gw.run import background as bgm
 from rootclad.gw.run import evaluate as ev
 from rootclad.gw.run.background import StudyConfig, run_study
-from rootclad.gw.run.config import ConfigError
+from rootclad.gw.run.config import ConfigError, resolve
+from rootclad.gw.run.weights import weights_sha256
 
 QUIET = lambda *_: None  # noqa: E731
 # 3 tasks of 100 segments; 30 values kept per task, so thresholds below rank ~30 are exact and
@@ -43,8 +48,26 @@ def run_dir(tmp_path_factory):
     simulate(d / "data" / "test.root", kwargs.pop("n_events"), workers=1, progress=False,
              **kwargs)  # fmt: skip
     (d / "model").mkdir()
-    compile_model(cfg).export(d / "model" / "gwnet")
+    cm = compile_model(cfg)
+    cm.export(d / "model" / "gwnet")
+    _checkpoint(d, cfg, cm.state_dict())
     return d
+
+
+def _checkpoint(d, cfg, best, epoch=1):
+    """checkpoint.pt as gw run writes it, with ``best`` as the best epoch's weights."""
+    import torch
+
+    torch.save(
+        {
+            "config": cfg.to_toml(),
+            "epoch": epoch,
+            "best_epoch": epoch,
+            "model": best,
+            "best_model": best,
+        },
+        d / "checkpoint.pt",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +99,6 @@ def test_task_seeds_are_the_spawned_children_of_the_study_seed():
 def test_thresholds_equal_numpy_quantile_of_the_whole_background(run_dir, reference):
     """All 300 segments regenerated from their seeds and scored at once, in this process: the
     study's exact thresholds are numpy.quantile's, its histogram ones within two bins."""
-    import dataclasses
-
     from rootclad.gw.dataset import generate_events, read_config
     from rootclad.gw.matched_filter import matched_filter_snr
     from rootclad.gw.run.train import scores
@@ -190,7 +211,7 @@ def test_bad_input_is_refused_quickly_and_clearly(run_dir, reference, tmp_path, 
     import shutil
 
     bare = tmp_path / "bare"
-    shutil.copytree(run_dir, bare, ignore=shutil.ignore_patterns("model"))
+    shutil.copytree(run_dir, bare, ignore=shutil.ignore_patterns("model", "checkpoint.pt"))
     with pytest.raises(ConfigError, match="no trained model"):
         run_study(bare, tmp_path / "o1", STUDY, log=QUIET)
     with pytest.raises(ConfigError, match="not a `rootclad gw run` directory"):
@@ -212,6 +233,9 @@ def test_bad_input_is_refused_quickly_and_clearly(run_dir, reference, tmp_path, 
         run_study(run_dir, tmp_path / "o4", STUDY, scheduler="tcp://127.0.0.1:1", log=QUIET)
     with pytest.raises(ConfigError, match="segments must be at least 1"):
         run_study(run_dir, tmp_path / "o5", StudyConfig(segments=0), log=QUIET)
+    too_many = r"segments must be an integer of at most 63 bits, got 10+\.\.\. \(401 characters\)"
+    with pytest.raises(ConfigError, match=too_many):
+        run_study(run_dir, tmp_path / "o5", StudyConfig(segments=10**400), log=QUIET)
     assert not any((tmp_path / f"o{i}").exists() for i in range(1, 6))
     summary = json.loads((reference[0] / "background.json").read_text())
     assert summary["segments"] == 300
@@ -265,8 +289,6 @@ def test_where_a_run_ran_is_no_part_of_a_studys_key(run_dir):
     """A study's fingerprint hashes the run's configuration as it was written before the
     distributed route's keys existed: studies of older runs resume, and the same model run on
     workers has the same key."""
-    import dataclasses
-
     from rootclad.gw.run.background import load_run, make_spec
     from rootclad.gw.run.config import resolve
     from rootclad.gw.run.inputs import template_bank
@@ -279,3 +301,161 @@ def test_where_a_run_ran_is_no_part_of_a_studys_key(run_dir):
     assert there["model_key"] == spec["model_key"]
     assert spec["config"].endswith("background_segments = 0\n")  # the older key's last line
     assert "workers" not in spec["config"] and "scheduler" not in spec["config"]
+
+
+# -- which weights a study scores ------------------------------------------------------------
+def _other_weights(cm):
+    import torch
+
+    return {
+        k: v + 1e-3 * torch.arange(v.numel()).reshape(v.shape) for k, v in cm.state_dict().items()
+    }
+
+
+def test_a_study_records_the_weights_it_scored(run_dir, reference):
+    out, s = reference
+    spec = bgm.load_run(run_dir, QUIET)
+    sha = weights_sha256(spec["weights"])
+    assert s["weights"] == {
+        "sha256": sha,
+        "file": str(run_dir / "model" / "gwnet.root"),
+        "checkpoint_epoch": 1,
+        "best_epoch": 1,
+    }
+    assert json.loads((out / "study.json").read_text())["weights"] == sha
+    assert sha[:16] in (out / "background.md").read_text()
+
+
+def test_a_study_refuses_weights_that_are_not_the_runs_current_best(run_dir, reference, tmp_path):
+    """A run directory reused for another configuration: killed during its training (the
+    checkpoint is the new training's, the export the old one's) or before its first epoch (the
+    checkpoint is still the old configuration's). And a study directory whose tasks scored
+    other weights than the run's now."""
+    import shutil
+
+    from rootclad.gw.run.train import compile_model
+
+    d = tmp_path / "run"
+    shutil.copytree(run_dir, d)
+    old = resolve(d / "config.toml")
+    new = dataclasses.replace(old, lr=2 * old.lr)
+    cm = compile_model(old)
+    (d / "config.toml").write_text(new.to_toml())
+    _checkpoint(d, new, _other_weights(cm), epoch=3)
+    stale = r"gwnet\.root holds weights \(sha256 \w+\) that are not the run's current best "
+    with pytest.raises(ConfigError, match=stale + r"\(.*checkpoint\.pt, epoch 3"):
+        run_study(d, tmp_path / "o1", STUDY, log=QUIET)
+    _checkpoint(d, old, cm.state_dict())
+    with pytest.raises(ConfigError, match=r"checkpoint\.pt is of another training than .*toml"):
+        run_study(d, tmp_path / "o2", STUDY, log=QUIET)
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
+    # the run finished with other weights: the reference study's tasks are not theirs
+    (d / "config.toml").write_text(old.to_toml())
+    cm.load_state_dict(_other_weights(cm))
+    cm.export(d / "model" / "gwnet")
+    _checkpoint(d, old, cm.state_dict())
+    with pytest.raises(
+        ConfigError,
+        match=r"another study \(its tasks scored weights sha256 \w+, "
+        r"the run's are now \w+",
+    ):
+        run_study(d, reference[0], STUDY, log=QUIET)
+
+
+def test_a_run_that_starts_another_training_removes_its_old_export(run_dir, tmp_path, monkeypatch):
+    """gw run over a finished run's directory, stopped before its first checkpoint: the old
+    export is gone (the study then finds only the old configuration's checkpoint, refused);
+    resuming the checkpoint's own training keeps the export."""
+    import shutil
+
+    from rootclad.gw.run import pipeline
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "simulate_all", stop)
+    cfg = resolve(run_dir / "config.toml")
+    exported = ["gwnet.h", "gwnet.root", "gwnet.so"]
+    for resume, new, kept in (
+        (False, cfg, []),
+        (True, cfg, exported),
+        (False, dataclasses.replace(cfg, lr=2 * cfg.lr), []),
+    ):
+        d = tmp_path / f"run-{resume}-{new.lr}"
+        shutil.copytree(run_dir, d)
+        (d / "model" / "gwnet.onnx").write_bytes(b"")
+        with pytest.raises(KeyboardInterrupt):
+            pipeline.run(new, d, resume=resume, progress=False, log=QUIET)
+        left = sorted(p.name for p in (d / "model").iterdir())
+        assert left == (sorted([*kept, "gwnet.onnx"]) if kept else []), (resume, new.lr)
+    with pytest.raises(ConfigError, match=r"checkpoint\.pt is of another training"):
+        run_study(d, tmp_path / "o", STUDY, log=QUIET)
+
+
+# -- task files hold what the study asked for ------------------------------------------------
+def _forged(field, how):
+    def forge(r):
+        r = dict(r)
+        r[field] = how(r[field]) if field in r else how(None)
+        return r
+
+    return forge
+
+
+FORGERIES = {
+    "segments": _forged("segments", lambda v: np.int64(10**6)),
+    "task": _forged("task", lambda v: np.int64(5)),
+    "seconds": _forged("seconds", lambda v: np.array([np.nan, 1.0, 1.0])),
+    "network_top": _forged("network_top", lambda v: v[:5]),
+    "matched_filter_top": _forged("matched_filter_top", lambda v: v * 10),
+    "network_hist": _forged("network_hist", lambda v: v * 2),
+    "matched_filter_loud_seed": _forged("matched_filter_loud_seed", lambda v: v + 1),
+    "network_loud": _forged("network_loud", lambda v: v.astype(np.float32)),
+    "extra": _forged("extra", lambda v: np.zeros(3)),
+}
+
+
+@pytest.mark.parametrize("field", FORGERIES)
+def test_a_forged_task_file_is_refused_naming_the_file_and_field(
+    run_dir, reference, tmp_path, field
+):
+    """A task file with the study's (public) key and other counts or shapes: ``segments =
+    10**6`` moved the thresholds tenfold, still "exact"."""
+    import shutil
+
+    out = tmp_path / "bg"
+    shutil.copytree(reference[0], out)
+    path = bgm.task_path(out, 1)
+    with np.load(path, allow_pickle=False) as z:
+        r = FORGERIES[field]({k: z[k] for k in z.files})
+    np.savez(path, **r)
+    kept = path.read_bytes()
+    with pytest.raises(ValueError, match=rf"{re.escape(str(path))}: {field}\b"):
+        run_study(run_dir, out, STUDY, log=QUIET)
+    assert path.read_bytes() == kept  # left to look at, not computed over
+
+
+def test_a_forged_result_from_a_worker_is_refused_before_it_is_written(
+    run_dir, tmp_path, monkeypatch
+):
+    real = bgm.run_task
+    monkeypatch.setattr(
+        bgm, "run_task", lambda *a, **k: {**real(*a, **k), "segments": np.int64(10**6)}
+    )
+    one = StudyConfig(**{**STUDY.__dict__, "segments": 100})
+    forged = r"the result of task 0: segments is 1000000, the study's tasks hold 100"
+    with pytest.raises(ValueError, match=forged):
+        run_study(run_dir, tmp_path / "bg", one, log=QUIET)
+    assert list((tmp_path / "bg" / "tasks").iterdir()) == []
+
+
+def test_forged_test_signal_statistics_are_refused(run_dir, reference, tmp_path):
+    import shutil
+
+    out = tmp_path / "bg"
+    shutil.copytree(reference[0], out)
+    with np.load(out / "signals.npz", allow_pickle=False) as z:
+        r = {k: z[k] for k in z.files}
+    np.savez(out / "signals.npz", **{**r, "network": r["network"][:-1]})
+    with pytest.raises(ValueError, match=r"signals\.npz: network"):
+        run_study(run_dir, out, STUDY, log=QUIET)

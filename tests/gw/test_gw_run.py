@@ -276,6 +276,14 @@ def test_the_best_epochs_weights_are_kept_not_the_last(small_files, tmp_path, mo
     for name, value in result.cm.state_dict().items():
         assert torch.equal(value, state["best_model"][name]), name
     assert any(not torch.equal(state["model"][k], state["best_model"][k]) for k in state["model"])
+    # the export of those weights is the run's current best: a background study takes it
+    from rootclad.gw.run.weights import current_best
+
+    (tmp_path / "model").mkdir()
+    result.cm.export(tmp_path / "model" / "gwnet")
+    _, source = current_best(tmp_path, cfg)
+    assert source["file"] == str(tmp_path / "model" / "gwnet.root")
+    assert (source["checkpoint_epoch"], source["best_epoch"]) == (3, 2)
 
 
 def test_the_mlp_trains_and_scores_too(small_files, tmp_path):

@@ -4,16 +4,17 @@ matched filter, measured on far more noise than a test set holds (down to 1e-5 a
 The study is split into tasks of ``per_task`` noise-only segments. Task ``i`` draws its
 segments' seeds from ``SeedSequence(seed, spawn_key=(i,))`` (the i-th child that
 ``SeedSequence(seed).spawn`` gives), generates and whitens them as the run's test file was
-made (its stored configuration, no signals), scores them with the run's network (the exported
-weights, model/gwnet.root, or the checkpoint's best ones) and with its template bank, and keeps
-only what the thresholds need: the loudest ``keep`` values of each statistic, a fine histogram
-of each, and the loudest events (their seeds regenerate them). A task therefore depends on the
-study seed and its index alone, never on the worker that ran it or on how many there were.
+made (its stored configuration, no signals), scores them with the run's network (its current
+best weights, :mod:`.weights`) and with its template bank, and keeps only what the thresholds
+need: the loudest ``keep`` values of each statistic, a fine histogram of each, and the loudest
+events (their seeds regenerate them). A task therefore depends on the study seed and its index
+alone, never on the worker that ran it or on how many there were.
 
 Each finished task is written atomically to ``OUT/tasks/task-NNNNNN.npz``; a rerun (after a
 crash, a kill, Ctrl-C, or with more segments) computes only the tasks that are missing.
 ``OUT/study.json`` holds the fingerprint of what the tasks depend on (the model's weights, the
-bank, the noise, the task size): tasks of another study are never mixed in.
+bank, the noise, the task size) and the weights' sha256: tasks of another study are never mixed
+in, and every task file and worker's result is checked against the study (:func:`check_task`).
 
 Thresholds are the same linear-interpolation quantile of the whole background as
 ``numpy.quantile`` (evaluate.threshold), computed from the tasks' loudest values where they
@@ -28,7 +29,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import os
 import time
 from pathlib import Path
@@ -36,8 +36,9 @@ from pathlib import Path
 import numpy as np
 
 from rootclad.gw.run.background_report import METHODS
-from rootclad.gw.run.config import ConfigError
+from rootclad.gw.run.config import ConfigError, shown
 from rootclad.gw.run.files import replacing
+from rootclad.gw.run.weights import current_best
 
 FORMAT = 1
 # histogram edges per statistic: the network's logit and the matched filter's SNR; values
@@ -63,9 +64,13 @@ class StudyConfig:
 
     @property
     def tasks(self) -> int:
-        return math.ceil(self.segments / self.per_task)
+        return -(-self.segments // self.per_task)
 
     def check(self) -> StudyConfig:
+        for key in ("segments", "per_task", "keep", "seed", "bootstrap"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int) or v >= 2**63:
+                raise ConfigError(f"{key} must be an integer of at most 63 bits, got {shown(v)}")
         for key in ("segments", "per_task", "keep"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"{key} must be at least 1, got {getattr(self, key)}")
@@ -83,31 +88,11 @@ def task_seeds(seed: int, task: int, n: int) -> np.ndarray:
 
 
 # -- the run directory -----------------------------------------------------------------------
-def _weights(run: Path) -> dict[str, np.ndarray]:
-    """The trained weights: the exported ones (model/gwnet.root, the best validation epoch's),
-    else the checkpoint's best (read with weights_only: nothing in it runs)."""
-    root = run / "model" / "gwnet.root"
-    if root.exists():
-        import uproot
-
-        with uproot.open(root) as f:
-            return {k.split(";")[0]: np.asarray(f[k]["values"].array(library="np")[0])
-                    for k in f.keys(cycle=False) if not k.startswith("rootclad_")}  # fmt: skip
-    ckpt = run / "checkpoint.pt"
-    if ckpt.exists():
-        from rootclad.gw.run.train import load_checkpoint
-
-        state = load_checkpoint(ckpt)
-        best = state.get("best_model") or state["model"]
-        return {k: v.detach().double().reshape(-1).numpy() for k, v in best.items()}
-    raise ConfigError(f"{run}: no trained model (neither model/gwnet.root from the export stage "
-                      f"nor checkpoint.pt); run `rootclad gw run --out {run}` first")  # fmt: skip
-
-
 def load_run(run: Path, log=print) -> dict:
     """What every task needs from a ``rootclad gw run`` directory, as plain values (sent to
     the workers, which need no access to the directory): the run's configuration, the weights,
-    the noise configuration and the template bank."""
+    the noise configuration and the template bank; and which weights those are
+    (``weights_from``: their sha256 and file)."""
     from rootclad.gw.run.config import resolve
     from rootclad.gw.run.inputs import template_bank
 
@@ -119,7 +104,10 @@ def load_run(run: Path, log=print) -> dict:
         raise ConfigError(f"{run}: no data/test.root (its noise configuration and test signals "
                           "are needed); rerun `rootclad gw run` there")  # fmt: skip
     cfg = resolve(run / "config.toml")
-    return make_spec(cfg, _weights(run), test, template_bank(cfg, test, run / "cache", log))
+    weights, source = current_best(run, cfg)
+    spec = make_spec(cfg, weights, test, template_bank(cfg, test, run / "cache", log))
+    spec["weights_from"] = source
+    return spec
 
 
 def make_spec(cfg, weights: dict[str, np.ndarray], test: Path, bank) -> dict:
@@ -170,6 +158,12 @@ def scorer(spec: dict, threads: int | None):
     if missing:
         raise ValueError(f"the run's weights do not fit its configured {cfg.model}: "
                          f"{', '.join(missing)}")  # fmt: skip
+    for k, v in state.items():
+        if np.size(spec["weights"][k]) != v.numel():
+            raise ValueError(
+                f"the run's weights do not fit its configured {cfg.model}: {k} "
+                f"holds {np.size(spec['weights'][k])} values, the model's {v.numel()}"
+            )
     cm.load_state_dict({k: torch.from_numpy(np.asarray(spec["weights"][k]).reshape(v.shape))
                         .to(v.dtype) for k, v in state.items()})  # fmt: skip
     cm.eval()
@@ -235,14 +229,18 @@ def task_path(out: Path, task: int) -> Path:
     return out / "tasks" / f"task-{task:06d}.npz"
 
 
-def write_task(out: Path, result: dict) -> None:
-    path = task_path(out, int(result["task"]))
-    with replacing(path, ".npz") as tmp:
+def write_task(out: Path, task: int, result: dict, study: dict) -> None:
+    """Task ``task``'s result, checked against the study (a worker may be anyone's), written
+    to a temporary name and renamed."""
+    check_task(result, study, task, f"the result of task {task}")
+    with replacing(task_path(out, task), ".npz") as tmp:
         np.savez_compressed(tmp, **result)  # the histograms are mostly zeros
 
 
-def read_task(out: Path, task: int, key: str) -> dict | None:
-    """A finished task's result; None when it is missing, unreadable or another study's."""
+def read_task(out: Path, task: int, study: dict) -> dict | None:
+    """A finished task's result; None when it is missing or cannot be read back (torn: it is
+    computed again). A file that reads but is not this task of this study raises ValueError
+    naming the file and the field."""
     path = task_path(out, task)
     if not path.exists():
         return None
@@ -251,7 +249,80 @@ def read_task(out: Path, task: int, key: str) -> dict | None:
             r = {k: z[k] for k in z.files}
     except Exception:
         return None
-    return r if str(r.get("key")) == key and int(r.get("task", -1)) == task else None
+    return check_task(r, study, task, str(path))
+
+
+def _fields(study: dict) -> dict[str, tuple[tuple, str]]:
+    """Each array of a task's result: its shape and dtype."""
+    n = study["per_task"]
+    keep, loud = min(study["keep"], n), min(LOUD, n)
+    out = {"task": ((), "int64"), "segments": ((), "int64"), "seconds": ((3,), "float64")}
+    out["key"] = ((), "unicode")
+    for m in METHODS:
+        out[f"{m}_top"] = ((keep,), "float64")
+        out[f"{m}_hist"] = ((EDGES[m][2],), "int64")
+        out[f"{m}_loud_seed"] = ((loud,), "int64")
+        out[f"{m}_loud"] = ((loud, 4), "float64")
+    return out
+
+
+def check_task(r: dict, study: dict, task: int, where: str) -> dict:
+    """``r`` when it holds what task ``task`` of ``study`` computes: its fields, each of its
+    shape and type; its index, key and segment count; per statistic the kept values (finite,
+    descending, each counted by the histogram), the histogram (counting every segment), the
+    loudest segments (the task's own seeds, with the kept values and a template of the bank).
+    Else ValueError naming ``where`` and the field: a count or shape another study's would
+    have (``segments = 10**6`` moved every threshold) is never merged."""
+
+    def bad(field: str, why: str) -> ValueError:
+        return ValueError(f"{where}: {field} {why}; remove it to compute the task again")
+
+    fields = _fields(study)
+    extra = sorted(set(r) - set(fields))
+    if extra:
+        raise bad(extra[0][:40], "is not a field of a task")
+    for k, (shape, dtype) in fields.items():
+        if k not in r:
+            raise bad(k, "is missing")
+        a = np.asarray(r[k])  # a worker's result holds numpy scalars
+        typed = a.dtype.kind == "U" if dtype == "unicode" else a.dtype == dtype
+        if a.shape != shape or not typed:
+            raise bad(k, f"is {a.dtype} {a.shape}, a task's is {dtype} {shape}")
+    n = study["per_task"]
+    if int(r["task"]) != task:
+        raise bad("task", f"is {int(r['task'])}, expected {task}")
+    if str(r["key"]) != study["key"]:
+        raise bad("key", "is another study's")
+    if int(r["segments"]) != n:
+        raise bad("segments", f"is {int(r['segments'])}, the study's tasks hold {n}")
+    if not np.all(np.isfinite(r["seconds"]) & (r["seconds"] >= 0)):
+        raise bad("seconds", "are not finite and >= 0")
+    seeds = task_seeds(study["seed"], task, n)
+    for i, m in enumerate(METHODS):
+        top, hist = r[f"{m}_top"], r[f"{m}_hist"]
+        if not (np.all(np.isfinite(top)) and np.all(np.diff(top) <= 0)):
+            raise bad(f"{m}_top", "is not finite and descending")
+        if np.any(hist < 0) or int(hist.sum()) != n:
+            raise bad(f"{m}_hist", f"counts {int(hist.sum())} segments, the task has {n}")
+        counted = _histogram(m, top)
+        if np.any(counted > hist) or (len(top) == n and np.any(counted != hist)):
+            raise bad(f"{m}_top", f"holds values that {m}_hist does not count")
+        loud, loud_seed = r[f"{m}_loud"], r[f"{m}_loud_seed"]
+        if len(np.unique(loud_seed)) != len(loud_seed) or not np.all(np.isin(loud_seed, seeds)):
+            raise bad(f"{m}_loud_seed", "holds seeds that are not the task's")
+        k = min(len(top), len(loud))
+        other = r[f"{METHODS[1 - i]}_top"]
+        t = loud[:, 2]
+        if not (
+            np.all(np.isfinite(loud))
+            and np.array_equal(loud[:k, i], top[:k])
+            and np.all(loud[:, 1 - i] <= other[0])
+            and np.all((t == np.round(t)) & (t >= 0) & (t < study["templates"]))
+        ):
+            raise bad(
+                f"{m}_loud", "does not hold the loudest kept values and templates of the bank"
+            )
+    return r
 
 
 def _fingerprint(spec: dict, sc: StudyConfig) -> str:
@@ -260,22 +331,30 @@ def _fingerprint(spec: dict, sc: StudyConfig) -> str:
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:24]
 
 
-def _claim(out: Path, key: str, sc: StudyConfig) -> None:
-    """``out/study.json``: whose tasks the directory holds; another study's are refused."""
+def _claim(out: Path, key: str, sc: StudyConfig, weights: str) -> None:
+    """``out/study.json``: whose tasks the directory holds (and which weights they scored, by
+    sha256); another study's are refused."""
     path = out / "study.json"
     if path.exists():
         try:
-            old = json.loads(path.read_text()).get("key")
-        except (OSError, ValueError):
+            old = json.loads(path.read_text())
+        except (OSError, ValueError, RecursionError):
             old = None
-        if old is not None and old != key:
-            raise ConfigError(f"{out} holds the tasks of another study (other model, seed, "
-                              "per_task or keep); choose another --out or remove it")  # fmt: skip
+        old = old if isinstance(old, dict) else {}
+        if old.get("key") is not None and old.get("key") != key:
+            scored = old.get("weights")
+            why = "other model, seed, per_task or keep"
+            if isinstance(scored, str) and scored != weights:
+                why = f"its tasks scored weights sha256 {scored[:16]}, the run's are now "
+                why += weights[:16]
+            raise ConfigError(
+                f"{out} holds the tasks of another study ({why}); choose another --out or remove it"
+            )
     out.mkdir(parents=True, exist_ok=True)
     (out / "tasks").mkdir(exist_ok=True)
+    what = {"key": key, "seed": sc.seed, "per_task": sc.per_task, "keep": sc.keep}
     with replacing(path) as tmp:
-        tmp.write_text(json.dumps({"key": key, "seed": sc.seed, "per_task": sc.per_task,
-                                   "keep": sc.keep}, indent=1) + "\n")  # fmt: skip
+        tmp.write_text(json.dumps({**what, "weights": weights}, indent=1) + "\n")
 
 
 # -- merging the tasks -----------------------------------------------------------------------
@@ -311,7 +390,7 @@ def merge(results) -> dict:
 
 # -- running the tasks -----------------------------------------------------------------------
 def _run_local(spec, study, todo, workers):
-    """Yield task results from ``workers`` spawned processes (fresh interpreters: the
+    """Yield (task, result) from ``workers`` spawned processes (fresh interpreters: the
     compiled model's thread pool and torch's are not forked), one thread each."""
     import multiprocessing as mp
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -327,7 +406,8 @@ def _run_local(spec, study, todo, workers):
                 pending[pool.submit(run_task, spec, study, i, 1)] = i
             done, _ = wait(set(pending), return_when=FIRST_COMPLETED)
             for f in done:
-                yield _result(f, pending.pop(f))
+                i = pending.pop(f)
+                yield i, _result(f, i)
         finished = True
     finally:
         if not finished:  # stop the workers now, not after their tasks
@@ -355,7 +435,7 @@ def _run_dask(client, spec, study, todo):
     futures = {client.submit(run_task, shared, study, i, 1, pure=False): i for i in todo}
     try:
         for f in as_completed(list(futures)):
-            yield _result(f, futures[f])
+            yield futures[f], _result(f, futures[f])
     finally:
         client.cancel(list(futures))
 
@@ -387,9 +467,12 @@ def run_study(run: Path, out: Path | None = None, sc: StudyConfig | None = None,
     try:
         spec = load_run(run, log)
         key = _fingerprint(spec, sc)
-        _claim(out, key, sc)
+        sha = spec["weights_from"]["sha256"]
+        _claim(out, key, sc, sha)
         study = {"seed": sc.seed, "per_task": sc.per_task, "keep": sc.keep, "key": key}
-        todo = [i for i in range(sc.tasks) if read_task(out, i, key) is None]
+        study["templates"] = len(spec["bank"]["masses"])
+        todo = [i for i in range(sc.tasks) if read_task(out, i, study) is None]
+        log(f"weights: {spec['weights_from']['file']} (sha256 {sha[:16]})")
         log(
             f"background: {sc.tasks} tasks of {sc.per_task} segments, {sc.tasks - len(todo)} "
             f"finished before, {len(todo)} to run on "
@@ -401,27 +484,27 @@ def run_study(run: Path, out: Path | None = None, sc: StudyConfig | None = None,
         elif workers > 1 and len(todo) > 1:
             results = _run_local(spec, study, todo, min(workers, len(todo)))
         else:
-            results = (run_task(spec, study, i) for i in todo)
+            results = ((i, run_task(spec, study, i)) for i in todo)
         with tqdm(total=len(todo), unit="task", disable=not progress, desc="background") as bar:
-            for r in results:
-                write_task(out, r)
+            for i, r in results:
+                write_task(out, i, r, study)
                 bar.update(1)
                 if on_task is not None:
-                    on_task(int(r["task"]))
+                    on_task(i)
         wall = time.perf_counter() - t0
     finally:
         if owned:
             client.close()
-    bg = merge(_finished(out, key, sc.tasks))
+    bg = merge(_finished(out, study, sc.tasks))
     signals = signal_stats(spec, run, out, key, log)
     return background_report.write(out, run, spec, sc, bg, signals,
                                    {"tasks_run": len(todo), "wall_seconds": wall,
                                     "workers": where if client is not None else workers})  # fmt: skip
 
 
-def _finished(out: Path, key: str, tasks: int):
+def _finished(out: Path, study: dict, tasks: int):
     for i in range(tasks):
-        r = read_task(out, i, key)
+        r = read_task(out, i, study)
         if r is None:
             raise OSError(f"{task_path(out, i)}: a finished task's file cannot be read back")
         yield r
@@ -434,17 +517,19 @@ def signal_stats(spec: dict, run: Path, out: Path, key: str, log) -> dict:
     from rootclad.gw.run.inputs import read_test, strain_chunks
     from rootclad.gw.run.train import scores
 
+    test = run / "data" / "test.root"
+    meta = read_test(test)
+    snr = meta["snr"][meta["label"] == 1].astype(np.float64)
     path = out / "signals.npz"
     if path.exists():
         try:
             with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as z:
-                if str(z["key"]) == key:
-                    return {k: z[k] for k in ("snr", *METHODS)}
-        except Exception:
-            pass
+                kept = {k: z[k] for k in z.files}
+        except Exception:  # torn: computed again
+            kept = {}
+        if str(kept.get("key")) == key:
+            return _check_signals(kept, snr, path)
     cfg, cm, bank, _ = scorer(spec, None)
-    test = run / "data" / "test.root"
-    meta = read_test(test)
     net, mf, pos = [], [], 0
     for x in strain_chunks(test, 1024):
         sig = meta["label"][pos : pos + len(x)] == 1
@@ -452,9 +537,25 @@ def signal_stats(spec: dict, run: Path, out: Path, key: str, log) -> dict:
         if sig.any():
             net.append(scores(cm, cfg, x[sig], NET_BATCH))
             mf.append(matched_filter_snr(x[sig], bank).snr)
-    result = {"snr": meta["snr"][meta["label"] == 1].astype(np.float64),
-              "network": np.concatenate(net), "matched_filter": np.concatenate(mf)}  # fmt: skip
+    result = {"snr": snr, "network": np.concatenate(net), "matched_filter": np.concatenate(mf)}
     with replacing(path, ".npz") as tmp:
         np.savez(tmp, key=np.str_(key), **result)
     log(f"test signals: {len(result['snr'])} scored by both methods")
     return result
+
+
+def _check_signals(r: dict, snr: np.ndarray, path: Path) -> dict:
+    """signals.npz's statistics when they are the test file's signals': one finite float64
+    value per signal of each, the injected SNRs the file's. Else ValueError naming the field."""
+    for k in sorted(set(r) - {"key", "snr", *METHODS}):
+        raise ValueError(f"{path}: {k[:40]} is not a field of it; remove it to compute it again")
+    for k in ("snr", *METHODS):
+        a = r.get(k)
+        ok = isinstance(a, np.ndarray) and a.dtype == np.float64 and a.shape == snr.shape
+        if not (ok and np.all(np.isfinite(a))) or (k == "snr" and not np.array_equal(a, snr)):
+            got = f"{a.dtype} {a.shape}" if isinstance(a, np.ndarray) else "missing"
+            raise ValueError(
+                f"{path}: {k} is not a finite value per test signal ({got}, the test file has "
+                f"{len(snr)} signals); remove it to compute it again"
+            )
+    return {k: r[k] for k in ("snr", *METHODS)}

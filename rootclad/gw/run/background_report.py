@@ -196,6 +196,7 @@ def markdown(s: dict, figures) -> str:
              f"Run `{s['run']}`: {s['segments']} noise-only segments in {s['tasks']} tasks of "
              f"{s['per_task']} (study seed {s['seed']}), scored by the network and by a bank of "
              f"{s['template_bank']} templates; {s['signal_events']} test signals.", "",
+             f"Weights: `{s['weights']['file']}` (sha256 {s['weights']['sha256'][:16]}...).", "",
              "| false-alarm probability | method | threshold | exact | SNR50 | ± |",
              "|---|---|---|---|---|---|"]  # fmt: skip
     for k in s["faps"]:
@@ -239,6 +240,8 @@ def write(out: Path, run: Path, spec: dict, sc, bg: dict, signals: dict, timing:
         "per_task": sc.per_task,
         "seed": sc.seed,
         "template_bank": len(spec["bank"]["masses"]),
+        # which weights were scored: the run's current best (gw/run/weights.py)
+        "weights": spec["weights_from"],
         "signal_events": int(len(signals["snr"])),
         "faps": [fap_key(f) for f in sc.faps],
         "smallest_fap_measured": 1.0 / seg,
