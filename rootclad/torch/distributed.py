@@ -147,6 +147,15 @@ def per_rank_text(values: list, unit: str = "") -> str:
     return ", ".join(parts)
 
 
+def known_len(batches) -> int:
+    """``len(batches)``, or -1 where it has none (a generator, a DataLoader over an
+    IterableDataset, whose len() raises)."""
+    try:
+        return len(batches)
+    except TypeError:
+        return -1
+
+
 def batch_counts_differ(what: str, counts: list[int]) -> ValueError:
     return ValueError(
         f"the ranks' {what + ' ' if what else ''}readers give different numbers of batches "
@@ -338,8 +347,7 @@ class DataParallel:
         no rank has a batch more: ranks whose counts differ raise, every one, naming each
         rank's count, before the first step or at the first step one rank cannot match.
         ``rootclad.fit`` iterates a DataParallel's batches with it."""
-        n = len(batches) if hasattr(batches, "__len__") else -1
-        counts = [count for _, count, _ in self._calls.agree(_BEGIN, n)]
+        counts = [count for _, count, _ in self._calls.agree(_BEGIN, known_len(batches))]
         if min(counts) >= 0 and len(set(counts)) > 1:
             raise batch_counts_differ("", counts)
         yield from batches

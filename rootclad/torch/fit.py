@@ -166,10 +166,10 @@ def _check_ranks_agree(model, train, validation, refused: Exception | None) -> N
     same way and resume: readers of other files, batch sizes or drop_last give other batch
     counts, and the ranks would wait for each other (or gloo abort). Refused on every rank, in
     one call, before the first step; ``refused``: this rank's checkpoint error."""
-    from rootclad.torch.distributed import batch_counts_differ, per_rank_text
+    from rootclad.torch.distributed import batch_counts_differ, known_len, per_rank_text
 
     def count(it) -> int:  # -1: no len() (a generator): dp.batches checks it at the end
-        return len(it) if it is not None and not callable(it) and hasattr(it, "__len__") else -1
+        return -1 if it is None or callable(it) else known_len(it)
 
     kind = 0 if validation is None else 1 if callable(validation) else 2
     ranks = model.per_rank(count(train), kind, count(validation), refused is not None)
