@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 import operator
+import re
 
 import torch
 
@@ -218,12 +219,28 @@ class _Tracer(torch.fx.Tracer):
     proxy_buffer_attributes = True
 
 
+def _check_names(module) -> None:
+    """Refuse a layer, parameter or buffer name torch.fx cannot write into the Python source of
+    its trace: fx quotes a name that is not an identifier without escaping it, and Python reads
+    a non-ASCII identifier as its NFKC form, another name. rootclad itself writes such names
+    into C++ only as comments and string literals (codegen/cxx.py)."""
+    named = (module.named_modules, module.named_parameters, module.named_buffers)
+    for name in (n for walk in named for n, _ in walk(remove_duplicate=False)):
+        if not re.fullmatch(r"[ -~]*", name) or '"' in name or "\\" in name:
+            raise IRError(
+                f"{type(module).__name__}: the name {name!r} holds a quote, a backslash or a "
+                "character that is not printable ASCII, which torch.fx cannot trace; rename "
+                "that layer or tensor"
+            )
+
+
 def symbolic_trace(module, n: int):
     """torch.fx's trace of ``module`` called with ``n`` inputs: forward's later arguments
     that have defaults (timm's ``attn_mask=None``) are fixed at them. Buffers are values of
     the trace; a forward that uses one as a Python number (``if self.initialized:``) is traced
     with fx's default, which hands it the tensor. The module's buffers are as they were
     afterwards; a forward that assigns one (``self.steps += 1``) is refused."""
+    _check_names(module)
     buffers = [(m, dict(m._buffers)) for m in module.modules()]
     try:
         tracer = _Tracer()

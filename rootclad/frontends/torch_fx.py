@@ -12,7 +12,6 @@ module path or fx node, and what is supported.
 from __future__ import annotations
 
 import operator
-import re
 
 import torch
 from torch import nn
@@ -119,25 +118,9 @@ def _examples(example_input) -> tuple[torch.Tensor, ...]:
     return xs
 
 
-def _check_names(module: nn.Module) -> None:
-    """Refuse a layer, parameter or buffer name torch.fx cannot write into the Python source of
-    its trace: fx quotes a name that is not an identifier without escaping it, and Python reads
-    a non-ASCII identifier as its NFKC form, another name. rootclad itself writes such names
-    into C++ only as comments and string literals (codegen/cxx.py)."""
-    named = (module.named_modules, module.named_parameters, module.named_buffers)
-    for name in (n for walk in named for n, _ in walk(remove_duplicate=False)):
-        if not re.fullmatch(r"[ -~]*", name) or '"' in name or "\\" in name:
-            raise IRError(
-                f"{type(module).__name__}: the name {name!r} holds a quote, a backslash or a "
-                "character that is not printable ASCII, which torch.fx cannot trace; rename "
-                "that layer or tensor"
-            )
-
-
 def graph_from_module(module: nn.Module, example_input, dtype: str) -> Graph:
     """Trace ``module`` and return its validated graph (per-sample shapes from the example)."""
     xs = _examples(example_input)
-    _check_names(module)
     if any(isinstance(m, nn.modules.lazy.LazyModuleMixin) for m in module.modules()):
         ready = [p for p in module.parameters() if not isinstance(p, nn.UninitializedParameter)]
         with torch.no_grad():
