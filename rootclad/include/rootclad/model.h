@@ -18,12 +18,12 @@
 // per thread (rootclad::SlotModels does that for RDataFrame's processing slots).
 // A fingerprint of these headers (export.py: headers_id): an exported STEM.h of another
 // version and these in one program would share include guards; they stop here instead.
-#if defined(ROOTCLAD_MODEL_H) && ROOTCLAD_HEADERS_ID + 0 != 0xfa6928b
+#if defined(ROOTCLAD_MODEL_H) && ROOTCLAD_HEADERS_ID + 0 != 0x88cafa2
 #error "rootclad: STEM.h of another rootclad version: include only one, or export again"
 #endif
 #ifndef ROOTCLAD_MODEL_H
 #define ROOTCLAD_MODEL_H
-#define ROOTCLAD_HEADERS_ID 0xfa6928b
+#define ROOTCLAD_HEADERS_ID 0x88cafa2
 
 #include <TDirectory.h>
 #include <TFile.h>
@@ -63,9 +63,11 @@ namespace rootclad {
 
 class Model {
 public:
-  // Opens STEM.so and STEM.root (a relative STEM resolved against the working directory);
-  // throws std::runtime_error naming the file when either is missing, the library is not the
-  // one the weights were exported with, or a tensor's shape differs.
+  // Opens STEM.so and STEM.root (a relative STEM resolved against the working directory); the
+  // library runs from a private copy named by its MD5 ($ROOTCLAD_CACHE_DIR/exports), so an
+  // export replaced later is another library. Throws std::runtime_error naming the file when
+  // either is missing, the library is not the one the weights were exported with, or a
+  // tensor's shape differs.
   explicit Model(const std::string& stem) : stem_(detail::resolved(stem)) {
     ::rootclad::detail::report_uncaught_in_root_sessions();
     const std::string lib = stem_ + ".so", weights = stem_ + ".root";
@@ -81,13 +83,9 @@ public:
     const std::string prefix = detail::json_field(json, "prefix");
     if (!std::ifstream(lib).good())
       throw std::runtime_error("rootclad: " + lib + " is missing (export the model again)");
-    const std::string want = detail::json_field(json, "library_md5");
-    const std::string have = detail::md5_of(lib);
-    if (want != have)
-      throw std::runtime_error("rootclad: " + lib + " is not the library " + weights +
-                               " was exported with (MD5 " + have + ", expected " + want +
-                               "): a stale or foreign library");
-    api_ = load_model(lib, prefix);
+    // from a private copy named by its hash, checked as it was written (model_file.h)
+    api_ =
+        detail::open_export_library(lib, detail::json_field(json, "library_md5"), weights, prefix);
     const std::string seed = detail::json_field(json, "seed"); // absent before it was exported
     seed_ = seed.empty() ? 0 : std::stoull(seed);
     schema_ = detail::read_schema(json);

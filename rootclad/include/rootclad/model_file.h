@@ -1,5 +1,6 @@
 // rootclad/model_file.h — files rootclad writes and reads from C++: a ROOT file written whole
-// or not at all (write_root_file), and the flat JSON of an export's metadata.
+// or not at all (write_root_file), the flat JSON of an export's metadata, and the private copy
+// of an export's library that rootclad::Model loads (checked_library_copy).
 #ifndef ROOTCLAD_MODEL_FILE_H
 #define ROOTCLAD_MODEL_FILE_H
 
@@ -9,6 +10,8 @@
 #include <TMD5.h>
 #include <TTree.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,10 +19,13 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "model_api.h"
 
 namespace rootclad {
 
@@ -200,18 +206,164 @@ inline std::string resolved(const std::string& path) {
   return cwd + "/" + (path.compare(0, 2, "./") == 0 ? path.substr(2) : path);
 }
 
-inline std::string md5_of(const std::string& path) {
-  std::unique_ptr<TMD5> md5(TMD5::FileChecksum(path.c_str()));
-  if (!md5)
-    throw std::runtime_error("rootclad: cannot read " + path);
-  return md5->AsString();
-}
-
-// A number per write_root_file call of the process: two threads writing one path never share
-// a temporary file.
+// A number per temporary file of the process (write_root_file, checked_library_copy): two
+// threads writing one path never share a temporary file.
 inline unsigned long next_write() {
   static std::atomic<unsigned long> count{0};
   return count++;
+}
+
+// Refuses a directory rootclad loads code from when another user (root excepted) owns it or
+// group or others can write to it: they could put their code where it is loaded (as the
+// compile cache, rootclad/toolchain/build.py: _check_trusted).
+inline void check_private_dir(const std::string& dir) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw std::runtime_error("rootclad: " + dir + " is not a directory");
+  const std::string fix = "set ROOTCLAD_CACHE_DIR to a directory of your own";
+  const uid_t me = ::geteuid();
+  if (st.st_uid != me && st.st_uid != 0)
+    throw std::runtime_error("rootclad: " + dir + " is owned by uid " + std::to_string(st.st_uid) +
+                             ", not by you (uid " + std::to_string(me) +
+                             "): another user could put code there that rootclad would load and "
+                             "run as you; " +
+                             fix);
+  if (st.st_mode & 022) {
+    const char* who = (st.st_mode & 022) == 022 ? "group and others"
+                      : (st.st_mode & 020)      ? "group"
+                                                : "others";
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%o", (unsigned)(st.st_mode & 07777));
+    throw std::runtime_error("rootclad: " + dir + " is writable by " + who + " (mode " + mode +
+                             "): they could put code there that rootclad would load and run as "
+                             "you; `chmod 700 " +
+                             dir + "` or " + fix);
+  }
+}
+
+// `dir` and its missing parents, made 0700 whatever the umask.
+inline void make_private_dir(const std::string& dir) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) == 0)
+    return;
+  const auto slash = dir.find_last_of('/');
+  if (slash != std::string::npos && slash > 0)
+    make_private_dir(dir.substr(0, slash));
+  if (::mkdir(dir.c_str(), 0700) != 0) {
+    if (errno == EEXIST) // made by another process meanwhile: checked like any other
+      return;
+    throw std::runtime_error("rootclad: cannot make " + dir + " (" + std::strerror(errno) +
+                             "), where rootclad keeps a copy of each library it loads; set "
+                             "ROOTCLAD_CACHE_DIR to a directory of your own");
+  }
+  ::chmod(dir.c_str(), 0700); // mkdir's mode is masked by the umask
+}
+
+// Where rootclad::Model keeps the libraries it loads: "exports" in the compile cache
+// ($ROOTCLAD_CACHE_DIR, default ~/.cache/rootclad), made 0700 and checked as the cache is.
+inline std::string library_dir() {
+  std::string base;
+  if (const char* env = std::getenv("ROOTCLAD_CACHE_DIR"); env && *env) {
+    base = env;
+  } else {
+    const char* home = std::getenv("HOME"); // (Cling cannot parse <pwd.h> for getpwuid)
+    if (!home || !*home)
+      throw std::runtime_error("rootclad: HOME is not set, so there is no ~/.cache/rootclad to "
+                               "keep a copy of each library rootclad loads; set "
+                               "ROOTCLAD_CACHE_DIR to a directory of your own");
+    base = std::string(home) + "/.cache/rootclad";
+  }
+  base = resolved(base);
+  while (base.size() > 1 && base.back() == '/')
+    base.pop_back();
+  const std::string dir = base + "/exports";
+  make_private_dir(dir);
+  check_private_dir(base);
+  check_private_dir(dir);
+  return dir;
+}
+
+// The library `lib` copied to library_dir() as <its MD5>.so, the path that rootclad::Model
+// loads: written to a temporary name, its MD5 computed from the bytes written, compared with
+// `want` (the MD5 the weights `weights` record), then renamed. What is loaded is what was
+// checked, whatever happens to `lib` meanwhile or later (replaced by a rename, which dlopen
+// would not see under the same path, or rewritten in place under a running model); a library
+// of other content has another path, so reopening after a change loads the new one.
+inline std::string checked_library_copy(const std::string& lib, const std::string& want,
+                                        const std::string& weights) {
+  const std::string dir = library_dir();
+  const std::string tmp = dir + "/.library." + std::to_string(::getpid()) + "." +
+                          std::to_string(next_write()) + ".partial";
+  const int in = ::open(lib.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0)
+    throw std::runtime_error("rootclad: cannot read " + lib + ": " + std::strerror(errno));
+  const int out = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0700);
+  if (out < 0) {
+    const int err = errno;
+    ::close(in);
+    throw std::runtime_error("rootclad: cannot write in " + dir + ": " + std::strerror(err));
+  }
+  TMD5 md5;
+  std::vector<char> buf(1 << 20);
+  int err = 0;
+  while (!err) {
+    const ssize_t n = ::read(in, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : 0;
+      break;
+    }
+    md5.Update(reinterpret_cast<const UChar_t*>(buf.data()), (UInt_t)n);
+    for (ssize_t done = 0; done < n && !err;) {
+      const ssize_t w = ::write(out, buf.data() + done, (size_t)(n - done));
+      if (w < 0 && errno == EINTR)
+        continue;
+      if (w <= 0)
+        err = w < 0 ? errno : EIO;
+      else
+        done += w;
+    }
+  }
+  ::close(in);
+  if (::close(out) != 0 && !err)
+    err = errno;
+  if (err) {
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("rootclad: cannot copy " + lib + " to " + dir + ": " +
+                             std::strerror(err));
+  }
+  md5.Final();
+  const std::string have = md5.AsString();
+  if (have != want) {
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("rootclad: " + lib + " is not the library " + weights +
+                             " was exported with (MD5 " + have + ", expected " + want +
+                             "): a stale or foreign library");
+  }
+  const std::string path = dir + "/" + have + ".so";
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("rootclad: cannot write " + path + ": " + std::strerror(e));
+  }
+  return path;
+}
+
+// The export's library `lib` opened from its checked copy (checked_library_copy), the
+// messages naming `lib`; dlopen returns the copy already open for a path opened before, which
+// holds the same bytes (its name is their hash).
+inline ModelApi open_export_library(const std::string& lib, const std::string& want,
+                                    const std::string& weights, const std::string& prefix) {
+  const std::string copy = checked_library_copy(lib, want, weights);
+  void* handle = ::dlopen(copy.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    const char* err = ::dlerror();
+    throw std::runtime_error("rootclad: cannot load " + lib + " (its checked copy " + copy +
+                             "): " + (err ? err : "unknown dlopen error"));
+  }
+  return make_model_api(
+      lib, prefix, [handle](const std::string& symbol) { return ::dlsym(handle, symbol.c_str()); });
 }
 
 // A TFile that keeps the cause of a failed write: ROOT only sets kWriteError and prints errno,
