@@ -121,7 +121,7 @@ def test_exported_header_names_files_on_one_line_and_finds_rootclad_anywhere(
     lines = paths[".h"].read_text().splitlines()
     assert [line[:2] for line in lines[:6]] == ["//"] * 4 + ["#i", "#d"]
     assert str(include) not in paths[".h"].read_text()
-    assert 'we"i\\\\rd\\nint injected = ;\\n(x)' in lines[0]
+    assert 'we"i\\x5crd\\x0aint injected = ;\\x0a(x)' in lines[0]  # comment_text's escapes
     shutil.copyfile(paths[".h"], tmp_path / "hdr.h")
     script = (
         "import sys, ROOT\n"
@@ -145,8 +145,8 @@ def test_standalone_header_names_files_on_one_line(tmp_path):
     out = tmp_path / "a\nb.hxx"
     emit_header(net, torch.zeros(2, 3), out, name="net")
     head = out.read_text().splitlines()[:3]
-    assert head[0].startswith("// a\\nb.hxx: generated")
-    assert head[1].startswith("// Weights: a\\nb.dat.")
+    assert head[0].startswith("// a\\x0ab.hxx: generated")
+    assert head[1].startswith("// Weights: a\\x0ab.dat.")
     assert head[2].startswith("// define ROOTCLAD_USE_CBLAS")
 
 
