@@ -15,6 +15,7 @@ from rootclad.data.cling import import_root
 from rootclad.data.compiled import CompiledTableIterator
 from rootclad.data.errors import DataError
 from rootclad.data.loader import _why
+from rootclad.data.schema import check_column_name
 from rootclad.data.table import TableIterator
 
 
@@ -28,9 +29,15 @@ def from_rdataframe(df, *, features: str | Sequence[str], target: str,
     as long as the iterator lives, and read from there (epochs then cost no event loop). A
     column the RDataFrame does not have is refused by name, with the close matches; bad values
     (a vector of another length, a non-finite weight) are reported with the column and the
-    entry number of the RDataFrame (``rdfentry_``), never the temporary file."""
+    entry number of the RDataFrame (``rdfentry_``), never the temporary file. A column's name
+    must be a C++ name (ValueError otherwise): the snapshot's leaf lists are made of them."""
     feats = [features] if isinstance(features, str) else list(features)
     columns = [*feats, target, *([weight] if weight else [])]
+    # Snapshot writes each column with the leaf list "<name>/<type>": a name such as s[64]
+    # would be read as 64 values from the address of one
+    for what, c in [*(("feature", f) for f in feats), ("target", target), ("weight", weight)]:
+        if c is not None:
+            check_column_name(c, what)
     for c in columns:
         if not df.HasColumn(c):
             known = [str(name) for name in df.GetColumnNames()]

@@ -7,15 +7,28 @@
 >>> rootclad.root.score_files(files, "build/gwnet", client=dask_client)  # a task per file
 
 The same ``define_score`` works on a distributed RDataFrame (``executor=dask_client``); see
-docs/distributed.md.
+docs/distributed.md. rootclad's C++ errors are raised as :class:`ExportError` (an export that
+cannot be opened) and :class:`ScoringError` (a file that cannot be scored), rootclad's message
+first.
 
 The C++ side is ``rootclad/include/rootclad/model.h``; it needs neither Python nor torch, so
 macros and compiled programs use the same files (see docs/root.md).
 """
 
+from rootclad.root.errors import ExportError, ScoringError
 from rootclad.root.export import export
 from rootclad.root.rdf import define_saliency, define_score, load, score_tree
 from rootclad.root.scale_out import ScoredFiles, ScoreFilesError, score_files
 
-__all__ = ["export", "load", "define_score", "define_saliency", "score_tree", "score_files",
-           "ScoredFiles", "ScoreFilesError"]  # fmt: skip
+__all__ = [
+    "export",
+    "load",
+    "define_score",
+    "define_saliency",
+    "score_tree",
+    "score_files",
+    "ScoredFiles",
+    "ScoreFilesError",
+    "ExportError",
+    "ScoringError",
+]

@@ -6,12 +6,14 @@ import difflib
 import hashlib
 import operator
 import os
+import re
 from pathlib import Path
 
 from rootclad.data.cling import CLING_LOCK, declare, declare_header, import_root
 from rootclad.data.schema import check_column_name
 from rootclad.ir.graph import CLASS_INDEX_LOSSES
 from rootclad.root import shipping
+from rootclad.root.errors import ExportError, ScoringError, cpp_errors
 
 
 def _stem(stem) -> str:
@@ -29,7 +31,27 @@ def _model_class():
     with CLING_LOCK:
         if not getattr(cls, "_rootclad_sizes_checked", False):
             _check_array_sizes(cls)
+            _raise_export_errors(cls)
+            cls._rootclad_sizes_checked = True
     return cls
+
+
+def _raise_export_errors(cls) -> None:
+    """``rootclad.Model(stem)`` and ``m.load(path)`` from Python: a file C++ refuses (a stale
+    library, damaged weights) raises :class:`ExportError` with rootclad's message, not
+    cppyy's exception listing the C++ overloads it tried with that message inside."""
+    init, load_weights = cls.__init__, cls.load
+
+    def __init__(self, *args):
+        with cpp_errors(ExportError):
+            init(self, *args)
+
+    def load(self, *args):
+        with cpp_errors(ExportError):
+            return load_weights(self, *args)
+
+    load.__doc__ = getattr(load_weights, "__doc__", None)
+    cls.__init__, cls.load = __init__, load
 
 
 # Per method, what each argument before and after the batch size B (always the third) must
@@ -67,7 +89,6 @@ def _check_array_sizes(cls) -> None:
 
     for name, kinds in _ARRAY_ARGS.items():
         wrap(name, kinds)
-    cls._rootclad_sizes_checked = True
 
 
 def _is_null(array) -> bool:
@@ -109,7 +130,8 @@ def _check_batch(model, method: str, kinds, args) -> None:
 def load(stem):
     """``ROOT.rootclad.Model`` for the exported files ``STEM.so`` / ``STEM.root``.
 
-    C++ exceptions (a stale library, weights of other shapes) surface as Python exceptions."""
+    Files C++ refuses (a stale library, damaged weights, tensors of other shapes) raise
+    :class:`ExportError`, rootclad's message naming the file."""
     stem = _stem(stem)
     cls = _model_class()
     with CLING_LOCK:
@@ -120,19 +142,20 @@ def _slots(stem: str) -> str:
     """A C++ global pointer to a ``rootclad::SlotModels`` for ``stem``: one Model per
     processing slot, for Define expressions (``(*name)[rdfslot_]``).
 
-    Named by a hash of the stem, the slot count and the files' modification times, so weights
-    written after a first use (a macro's training) are read. The stem reaches C++ as a value
+    Named by a hash of the stem, the slot count and the files' identity (inode, size,
+    modification time), so weights written after a first use (a macro's training) are read. The stem reaches C++ as a value
     through PyROOT, never as source text: a path may hold any character. The files are checked
     first through Python (a stale library raises here, not inside Cling)."""
     _cached_model(stem)
     root = import_root()
     n = max(1, int(root.ROOT.GetThreadPoolSize()))
-    times = [os.stat(stem + ext).st_mtime_ns for ext in (".so", ".root")]
-    name = "rootclad_slots_" + hashlib.sha256(f"{stem}:{n}:{times}".encode()).hexdigest()[:16]
+    files = _identity(stem)
+    name = "rootclad_slots_" + hashlib.sha256(f"{stem}:{n}:{files}".encode()).hexdigest()[:16]
     with CLING_LOCK:
         declare(f"rootclad::SlotModels* {name} = nullptr;\n")
         if not getattr(root, name):
-            slots = root.rootclad.SlotModels(stem, n)
+            with cpp_errors(ExportError):
+                slots = root.rootclad.SlotModels(stem, n)
             root.SetOwnership(slots, False)  # lives as long as the process, as Cling's globals
             setattr(root, name, slots)
     return name
@@ -252,7 +275,50 @@ def _input_expr(df, inputs, stem: str, what: str, names_of=_names) -> str:
     return f"rootclad::event_input({n_in}, rdfentry_, {names_of(cols)}, {', '.join(cols)})"
 
 
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_score_column(column, what: str) -> str:
+    """``column``, the name of a column or branch rootclad writes, when it is an identifier:
+    ROOT reads a branch's name as a leaf list (``s[64]``: 64 floats from the address of one,
+    ``x/D``: a double, ``a:b``: two leaves), and RDataFrame's Define takes C++ names only."""
+    if not isinstance(column, str) or not _IDENTIFIER.fullmatch(column):
+        raise ValueError(
+            f"{what}: column {column!r} is not an identifier (letters, digits and _, not "
+            "starting with a digit): ROOT would read other characters in a branch's name as a "
+            "leaf list"
+        )
+    return column
+
+
+def check_outputs(outputs, inputs, stem: str, what: str) -> None:
+    """Refuse, before anything is written, an output that is one of ``inputs`` or of the
+    model's files: the same path, a link to it, another name of the same inode (writing it
+    would replace what is read)."""
+    read = {}
+    for own, f in [*((False, f) for f in inputs), (True, stem + ".so"), (True, stem + ".root")]:
+        try:
+            st = os.stat(f)
+        except OSError:
+            continue
+        read.setdefault((st.st_dev, st.st_ino), (own, f))
+    for out in outputs:
+        try:
+            st = os.stat(out)
+        except OSError:
+            continue  # nothing there yet: nothing to lose
+        own, f = read.get((st.st_dev, st.st_ino), (None, None))
+        if own:
+            raise ValueError(f"{what}: the output {out} is the model's own {f}")
+        if own is not None:
+            raise ValueError(
+                f"{what}: the output {out} is the input {f} (the same file): its trees would be "
+                "replaced by the scores; choose another output"
+            )
+
+
 def _define(df, stem, inputs, column: str, method: str, what: str):
+    check_score_column(column, what)
     stem = _stem(stem)
     if shipping.backend_of(df) is None:
         expr = _input_expr(df, inputs, stem, what)
@@ -301,12 +367,18 @@ def score_tree(
     :func:`define_score`'s): one branch holding the whole input (``float[N]``,
     ``vector<float>``) or a list of branches, numbers and arrays concatenated in order.
     ``batch_size`` defaults to the batch whose activations fill about 4 MB
-    (``rootclad::Model::cache_batch``: 12 per thread for the GW CNN, 256 for the MLP)."""
+    (``rootclad::Model::cache_batch``: 12 per thread for the GW CNN, 256 for the MLP).
+
+    ``column`` must be an identifier, and ``output`` may not be the input or the model's own
+    files (ValueError, before anything is written). A file that cannot be scored raises
+    :class:`ScoringError`, an export that cannot be opened :class:`ExportError`."""
+    check_score_column(column, "score_tree")
     stem = _stem(stem)
     file = Path(file)
     if not file.is_file():
         raise FileNotFoundError(f"{file}: no such file")
     output = Path(output) if output else file.with_name(file.stem + "_scores.root")
+    check_outputs([output], [file], stem, "score_tree")
     if batch_size is not None and batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     inputs = columns_of(stem, inputs, "score_tree")
@@ -319,17 +391,27 @@ def score_tree(
         inputs = names
     fn = root.rootclad.score_tree
     fn.__release_gil__ = True
-    fn(model, str(file), tree, inputs, str(output), out_tree, column, int(batch_size or 0))
+    with cpp_errors(ScoringError):
+        fn(model, str(file), tree, inputs, str(output), out_tree, column, int(batch_size or 0))
     return output
 
 
 _MODELS: dict = {}
 
 
+def _identity(stem: str) -> tuple:
+    """What tells the export's files from others put in their place: device, inode, size and
+    modification time of ``STEM.so`` and ``STEM.root`` (a replacement by rename is a new inode,
+    one in place a new time, and mostly a new size, as two writes within a clock tick share
+    their time)."""
+    stats = [os.stat(stem + ext) for ext in (".so", ".root")]
+    return tuple((s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns) for s in stats)
+
+
 def _cached_model(stem: str):
     """One open Model per exported stem, opened again when its files change (opening reads
     the weights and checks the library: ~0.1 s for a 541k-parameter model)."""
-    key = (stem, *(os.stat(stem + ext).st_mtime_ns for ext in (".so", ".root")))
+    key = (stem, _identity(stem))
     with CLING_LOCK:
         if key not in _MODELS:
             for old in [k for k in _MODELS if k[0] == stem]:

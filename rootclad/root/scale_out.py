@@ -4,8 +4,11 @@ Each task runs ``rootclad::score_tree`` on one input file and writes its friend 
 ``<file>_scores.root`` (or ``output_dir/<name>_scores.root``) through ``write_root_file``: a
 temporary name renamed once whole. The output records what it was made from (a TNamed
 ``rootclad_scoring``: the model's content hash and library MD5, the input file, tree, columns
-and entry count); a rerun skips the outputs that match and scores the rest. A file whose task
-fails (a bad file, a worker that died) is reported by name, after the other files finished.
+and entry count); a rerun skips the outputs that match and scores the rest. An output already
+there without that record (a file score_files did not write) is refused, unless told to
+overwrite it, and an output that is an input always. A file whose task fails (a bad file, a
+worker that died) is reported by name, after the other files finished, with the worker's error
+as text made there.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from pathlib import Path
 
 from rootclad.data.cling import import_root
 from rootclad.root import shipping
-from rootclad.root.rdf import _stem, columns_of
+from rootclad.root.errors import ExportError, ScoringError, cpp_errors, cpp_message
+from rootclad.root.rdf import _stem, check_outputs, check_score_column, columns_of
 from rootclad.toolchain.build import file_digest
 
 
@@ -98,6 +102,33 @@ def _entries(file: str, tree: str) -> int:
         f.Close()
 
 
+def recorded(output: str) -> dict | None:
+    """The record of what made ``output`` (its ``rootclad_scoring``) when score_files wrote
+    it; None for a file without one that reads (another program's, or damaged)."""
+    root = import_root()
+    try:
+        f = root.TFile.Open(output)
+    except OSError:  # PyROOT's TFile.Open raises where ROOT returns a null pointer
+        return None
+    if not f or f.IsZombie():
+        return None
+    try:
+        named = f.Get("rootclad_scoring")
+        if not named or not named.InheritsFrom("TNamed"):
+            return None
+        try:
+            note = json.loads(str(named.GetTitle()))
+        except ValueError:
+            return None
+        return note if isinstance(note, dict) and {"model", "input"} <= set(note) else None
+    finally:
+        f.Close()
+
+
+def _not_ours(output: str) -> bool:
+    return os.path.lexists(output) and recorded(output) is None
+
+
 def complete(output: str, note: dict) -> bool:
     """Whether ``output`` holds the whole scores ``note`` describes (its record equal, its tree
     as long as the input)."""
@@ -125,8 +156,33 @@ def complete(output: str, note: dict) -> bool:
         f.Close()
 
 
-def score_task(file, output, model, want, inputs, tree, out_tree, column, batch, library_md5):
-    """One file on a Dask worker: "skipped" when ``output`` is complete, else "scored"."""
+def score_task(
+    file, output, model, want, inputs, tree, out_tree, column, batch, library_md5, overwrite=False
+):
+    """One file on a Dask worker: "skipped" when ``output`` is complete, else "scored". Its
+    error reaches the client as text made here (:class:`ScoringError`, naming the file, and
+    for a bad entry the branch and entry): PyROOT's exception for a C++ one holds a C++
+    object, which does not survive pickling (the client read garbage or failed to decode)."""
+    try:
+        return _score(
+            file, output, model, want, inputs, tree, out_tree, column, batch, library_md5, overwrite
+        )
+    except Exception as err:  # noqa: BLE001  (every error, as text)
+        raise _portable(err, file) from None
+
+
+def _portable(err: Exception, file: str) -> Exception:
+    """``err`` as an exception that pickles: rootclad's and Python's own as they are, others
+    (PyROOT's) as a ScoringError of their text, which names ``file``."""
+    if isinstance(err, (ScoringError, ExportError)) or type(err).__module__ == "builtins":
+        return err
+    message = cpp_message(err) or f"{type(err).__name__}: {err}"
+    return ScoringError(message if message.startswith(file) else f"{file}: {message}")
+
+
+def _score(
+    file, output, model, want, inputs, tree, out_tree, column, batch, library_md5, overwrite
+):
     shipping.open_on_worker(model, want)
     st = os.stat(file)  # a file rewritten with as many entries is another input
     note = {"model": model.digest, "library_md5": library_md5, "input": file, "tree": tree,
@@ -135,6 +191,8 @@ def score_task(file, output, model, want, inputs, tree, out_tree, column, batch,
             "input_mtime_ns": st.st_mtime_ns}  # fmt: skip
     if complete(output, note):
         return "skipped"
+    if not overwrite and _not_ours(output):  # appeared after the client's check
+        raise FileExistsError(_foreign_message([output]))
     root = import_root()
     cols = inputs
     if not isinstance(inputs, str):
@@ -143,9 +201,23 @@ def score_task(file, output, model, want, inputs, tree, out_tree, column, batch,
             cols.push_back(str(c))
     fn = root.rootclad.score_tree
     fn.__release_gil__ = True  # the worker's heartbeats go on while C++ scores
-    model_here = root.rootclad.shipped_model(model.id)
-    fn(model_here, file, tree, cols, output, out_tree, column, int(batch), json.dumps(note))
+    with cpp_errors(ExportError):
+        model_here = root.rootclad.shipped_model(model.id)
+    with cpp_errors(ScoringError):
+        fn(model_here, file, tree, cols, output, out_tree, column, int(batch), json.dumps(note))
     return "scored"
+
+
+def _foreign_message(paths) -> str:
+    lines = "\n".join(
+        f"  {p}: not written by score_files (it holds no rootclad_scoring record); pass "
+        "overwrite=True to replace it"
+        for p in paths
+    )
+    return (
+        f"score_files: {len(paths)} output file(s) exist that score_files did not write, "
+        f"which scoring would replace:\n{lines}"
+    )
 
 
 def _reason(err: BaseException) -> str:
@@ -169,6 +241,7 @@ def score_files(
     batch_size: int | None = None,
     retries: int = 0,
     timeout: float = 10.0,
+    overwrite: bool = False,
 ) -> ScoredFiles:
     """Score every entry of ``tree`` in each of ``files`` with the export ``stem``, one Dask
     task per file, each writing a friend tree as :func:`score_tree` does to
@@ -187,8 +260,13 @@ def score_files(
     ``retries`` times (default 0: a bad file fails the same way again); a task whose worker
     dies is resubmitted by Dask up to ``distributed.scheduler.allowed-failures`` times (the
     scheduler's setting, 3 by default). Files still failing raise :class:`ScoreFilesError`
-    naming each, once all the others are done; a rerun scores only those."""
+    naming each, once all the others are done; a rerun scores only those.
+
+    Before any task runs: ``column`` must be an identifier and no output may be an input or
+    the model's own file (ValueError); an output already there that score_files did not write
+    (no record) raises FileExistsError naming it, unless ``overwrite=True``."""
     _distributed()
+    check_score_column(column, "score_files")
     stem = _stem(stem)
     files = [Path(f).resolve() for f in ([files] if isinstance(files, (str, Path)) else files)]
     if not files:
@@ -207,20 +285,35 @@ def score_files(
         )
     if output_dir is not None and not Path(output_dir).is_dir():
         raise FileNotFoundError(f"{output_dir}: no such directory (create it first)")
+    check_outputs(outputs, files, stem, "score_files")
+    foreign = [] if overwrite else [o for o in outputs if _not_ours(str(o))]
+    if foreign:
+        raise FileExistsError(_foreign_message(foreign))
     if batch_size is not None and batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     inputs = columns_of(stem, inputs, "score_files")
     inputs = inputs if isinstance(inputs, str) else [str(c) for c in inputs]
     client, owned = connect(client, timeout)
     try:
-        return _run(client, stem, files, outputs, inputs, tree, out_tree, column,
-                    batch_size or 0, retries)  # fmt: skip
+        return _run(
+            client,
+            stem,
+            files,
+            outputs,
+            inputs,
+            tree,
+            out_tree,
+            column,
+            batch_size or 0,
+            retries,
+            overwrite,
+        )
     finally:
         if owned:
             client.close()
 
 
-def _run(client, stem, files, outputs, inputs, tree, out_tree, column, batch, retries):
+def _run(client, stem, files, outputs, inputs, tree, out_tree, column, batch, retries, overwrite):
     shipping.check_workers(client, "score_files")
     model = shipping.ship(stem)
     if _lacking(client, model):  # uploaded once (a plugin: workers that join later get it too)
@@ -234,7 +327,7 @@ def _run(client, stem, files, outputs, inputs, tree, out_tree, column, batch, re
     want = shipping.expected()
     md5 = file_digest(Path(stem + ".so"), "md5")
     token = uuid.uuid4().hex[:8]
-    args = (model, want, inputs, tree, out_tree, column, batch, md5)
+    args = (model, want, inputs, tree, out_tree, column, batch, md5, overwrite)
     futures = []
     for i, (f, out) in enumerate(zip(files, outputs, strict=True)):
         key = f"rootclad-score-{f.name}-{i}-{token}"  # the file's name shows in Dask's dashboard
@@ -247,7 +340,13 @@ def _run(client, stem, files, outputs, inputs, tree, out_tree, column, batch, re
         if fut.status == "finished":
             (done.scored if fut.result() == "scored" else done.skipped).append(f)
         else:
-            failed[f] = _reason(fut.exception())
+            try:
+                failed[f] = _reason(fut.exception())
+            except Exception as unreadable:  # noqa: BLE001  (an error the client cannot read)
+                failed[f] = (
+                    f"its error could not be read back from the worker "
+                    f"({type(unreadable).__name__}: {unreadable})"
+                )
     if failed:
         done.outputs = [o for f, o in zip(files, outputs, strict=True) if f not in failed]
         raise ScoreFilesError(failed, done)

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from rootclad import version
 from rootclad.data.cling import CLING_LOCK, declare_header, import_root
+from rootclad.root.errors import ExportError, cpp_errors
 
 _LOCK = threading.Lock()
 _STAGE: list[Path] = []  # this process's private directory of shipped copies, made on first use
@@ -84,7 +85,7 @@ def _copy(src: Path, dst: Path) -> None:
 
 
 @functools.lru_cache(maxsize=64)
-def _ship_cached(stem: str, times: tuple) -> Shipped:
+def _ship_cached(stem: str, files: tuple) -> Shipped:
     digest = _digest(stem)
     name = "rootclad_" + digest[:16]
     d = _stage_dir()
@@ -113,8 +114,9 @@ def ship(stem: str) -> Shipped:
     for ext in (".so", ".root"):
         if not os.path.exists(stem + ext):
             raise FileNotFoundError(f"{stem}{ext}: no such file (write it with cm.export)")
-    times = tuple(os.stat(stem + ext).st_mtime_ns for ext in (".so", ".root"))
-    return _ship_cached(stem, times)
+    # a replacement by rename is a new inode (it may keep its old modification time)
+    stats = [os.stat(stem + ext) for ext in (".so", ".root")]
+    return _ship_cached(stem, tuple((s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns) for s in stats))
 
 
 def expected() -> tuple[str, str]:
@@ -222,7 +224,8 @@ def _check_here(want) -> None:
 def open_on_worker(model: Shipped, want) -> str:
     """Open ``model`` in this worker process, once: its files in the worker's directory, checked
     against ``model.digest``; returns the stem opened. Missing or different files raise
-    FileNotFoundError / RuntimeError naming the worker and the file."""
+    FileNotFoundError / RuntimeError naming the worker and the file (ExportError: a file C++
+    refuses)."""
     _check_here(want)
     with CLING_LOCK:
         if model.id in _OPENED:
@@ -252,7 +255,9 @@ def open_on_worker(model: Shipped, want) -> str:
             )
         declare_header("model.h")
         root = import_root()
-        if root.rootclad.open_shipped(model.id, stem):
+        with cpp_errors(ExportError):
+            opened = root.rootclad.open_shipped(model.id, stem)
+        if opened:
             _OPEN_COUNT[model.id] = _OPEN_COUNT.get(model.id, 0) + 1
         _OPENED[model.id] = stem
         return stem
@@ -324,7 +329,8 @@ def model_expr(df, stem: str, what: str) -> str:
     root = import_root()
     with CLING_LOCK:
         declare_header("model.h")
-        root.rootclad.open_shipped(model.id, model.local)  # the client's JIT of the Define
+        with cpp_errors(ExportError):
+            root.rootclad.open_shipped(model.id, model.local)  # the client's JIT of the Define
         _MODELS[model.id] = model
         dist = root.RDF.Distributed
         dist.DistributeFiles([model.local + ".so", model.local + ".root"])

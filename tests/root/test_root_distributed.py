@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import awkward as ak
 import numpy as np
 import pytest
 import torch
@@ -170,7 +171,8 @@ def read_scores(path) -> np.ndarray:
 
 def test_score_files_equals_score_tree_and_skips_complete_outputs(data, client, tmp_path):
     """One task per file; each output equals single-process score_tree's; a rerun skips the
-    complete outputs and rescores a deleted and a damaged one, and all for another model."""
+    complete outputs and rescores a deleted one, a damaged one when told to overwrite it, and
+    all for another model."""
     d, files, net, stem = data
     outdir = tmp_path / "out"
     outdir.mkdir()
@@ -186,8 +188,10 @@ def test_score_files_equals_score_tree_and_skips_complete_outputs(data, client, 
     assert [os.stat(o).st_mtime_ns for o in done.outputs] == times
 
     done.outputs[0].unlink()
-    done.outputs[2].write_bytes(b"not a ROOT file")
-    third = rr.score_files(files, stem, client, output_dir=outdir)
+    done.outputs[2].write_bytes(b"not a ROOT file")  # damaged: no longer known as an output
+    with pytest.raises(FileExistsError, match=rf"{done.outputs[2]}: .*not written by"):
+        rr.score_files(files, stem, client, output_dir=outdir)
+    third = rr.score_files(files, stem, client, output_dir=outdir, overwrite=True)
     assert third.scored == [Path(files[0]), Path(files[2])] and third.skipped == [Path(files[1])]
     for out, ref in zip(third.outputs, refs, strict=True):
         np.testing.assert_array_equal(read_scores(out), ref)
@@ -223,6 +227,62 @@ def test_a_bad_file_is_named_and_the_others_are_scored(data, client, tmp_path):
     refs = reference_outputs(files, stem, tmp_path)
     for i, f in enumerate(files):
         np.testing.assert_array_equal(read_scores(outdir / f"{Path(f).stem}_scores.root"), refs[i])
+
+
+def test_score_files_never_writes_over_a_file_it_did_not_write(data, client, tmp_path):
+    """An output already there that score_files did not write (no record of its own) was
+    replaced: refused, naming it, before any task runs, unless overwrite=True. An output that
+    is one of the inputs is refused even then."""
+    d, files, net, stem = data
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    mine = outdir / "part1_scores.root"
+    with uproot.recreate(mine) as f:
+        f["scores"] = {"score": np.arange(3.0)}
+    before = mine.read_bytes()
+    with pytest.raises(FileExistsError, match=rf"{mine}: .*not written by .*overwrite=True"):
+        rr.score_files(files, stem, client, output_dir=outdir)
+    assert mine.read_bytes() == before and sorted(outdir.iterdir()) == [mine]
+    done = rr.score_files(files, stem, client, output_dir=outdir, overwrite=True)
+    assert done.scored == [Path(f) for f in files]
+    np.testing.assert_array_equal(read_scores(mine), reference_outputs(files, stem, tmp_path)[1])
+
+    own = tmp_path / "own.root"  # its output, own_scores.root, is the next input
+    write_events(own, 0, seed=4)
+    write_events(tmp_path / "own_scores.root", 0, seed=5)
+    inputs = [own, tmp_path / "own_scores.root"]
+    sizes = [p.stat().st_size for p in inputs]
+    with pytest.raises(ValueError, match=r"output \S*own_scores\.root is the input"):
+        rr.score_files(inputs, stem, client, overwrite=True)
+    assert [p.stat().st_size for p in inputs] == sizes
+    assert not (tmp_path / "own_scores_scores.root").exists()
+
+
+def test_a_bad_score_column_is_refused_before_any_task(data, client, tmp_path):
+    d, files, net, stem = data
+    with pytest.raises(ValueError, match=r"score_files: column 's\[64\]' is not an identifier"):
+        rr.score_files(files, stem, client, output_dir=tmp_path, column="s[64]")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_cpp_error_on_a_worker_names_the_file_and_entry(data, client, tmp_path):
+    """An array column too short at entry 7: the C++ error reached the client as a pickled
+    cppyy object (UnicodeDecodeError, or a garbled class name); now as the worker's text."""
+    d, files, net, stem = data
+    rng = np.random.default_rng(6)
+    jets = [rng.normal(0, 1, 3 if i == 7 else 4).astype(np.float32) for i in range(200)]
+    bad = tmp_path / "short.root"
+    with uproot.recreate(bad) as f:
+        f.mktree("events", {"pt": np.float32, "jets": "var * float32"}).extend(
+            {"pt": np.ones(200, np.float32), "jets": ak.Array(jets)}
+        )
+    with pytest.raises(rr.ScoreFilesError) as err:
+        rr.score_files([files[0], bad], stem, client, output_dir=tmp_path)
+    assert list(err.value.failed) == [bad]
+    why = err.value.failed[bad]
+    assert why.startswith(f"ScoringError: {bad}: tree 'events', branch 'jets', entry 7: "), why
+    assert "3 values" in why and not (tmp_path / "short_scores.root").exists()
+    assert err.value.done.scored == [Path(files[0])]
 
 
 @pytest.mark.slow
