@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import ctypes
 import math
+import numbers
 from collections import OrderedDict, defaultdict
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 
 import torch
 
@@ -241,59 +242,180 @@ class Optimizer(torch.optim.Optimizer):
 
     def load_state_dict(self, state: dict) -> None:
         """Restore what :meth:`state_dict` returned (of an optimizer of the same kind, for a
-        model with the same parameters): training then continues exactly. Hyperparameters
-        outside their constructor's range (NaN, infinite) and a non-finite state are refused,
-        and this optimizer is then left as it was."""
-        if state.get("kind") != self.kind:
-            raise ValueError(
-                f"the state is of another kind of optimizer ({state.get('kind')}), this is "
-                f"{type(self).__name__} ({self.kind})"
-            )
-        values = torch.as_tensor(state["state"]).to(self._state.device, self._state.dtype)
-        if values.shape != self._state.shape:
-            raise ValueError(
-                f"the state holds {values.numel()} values; this model's optimizer needs "
-                f"{self._state.numel()}"
-            )
-        config = [float(v) for v in state["config"]]
-        if len(config) != len(_FIELDS):
-            raise ValueError(f"the state's config holds {len(config)} values, expected "
-                             f"{len(_FIELDS)} ({', '.join(_FIELDS)})")  # fmt: skip
-        for f, rule in self.rules.items():
-            _check(f"{rule[0]} in the loaded state", config[_FIELDS.index(f)], *rule[1:])
-        cfg = dict(zip(_FIELDS, config, strict=True))
-        if self.kind == 0 and cfg["nesterov"] and (cfg["momentum"] <= 0 or cfg["dampening"] != 0):
-            raise ValueError("the loaded state asks for Nesterov momentum without a momentum or "
-                             "with dampening (torch.optim.SGD refuses it)")  # fmt: skip
-        self.check_finite(values)
-        step_count, steps = _step_counts(state, len(self._where))
-        group = dict(state.get("group") or {})  # (absent from states saved before it was kept)
-        group.pop("params", None)
+        model with the same parameters): training then continues exactly. The state is data
+        from a file and is checked whole before anything changes (:meth:`check_state_dict`); a
+        refused one raises naming the key and leaves this optimizer as it was. ``"group"``
+        (what a scheduler kept in the param group) replaces the group's, as in torch."""
+        values, config, step_count, steps, group = self._checked_state(state)
         self._state.copy_(values)
         self._cfg[:] = config
         self.step_count, self._steps = step_count, steps
-        self._suspect = False  # checked above
-        self.param_groups[0]._extra.update(group)
+        self._suspect = False  # checked
+        if group is not None:
+            extra = self.param_groups[0]._extra
+            self.param_groups[0]._extra = {"params": extra["params"], **group}
+
+    def check_state_dict(self, state) -> None:
+        """Raise what :meth:`load_state_dict` would for ``state`` (ValueError or TypeError
+        naming the key), changing nothing."""
+        self._checked_state(state)
+
+    def _checked_state(self, state) -> tuple:
+        """``(moments in this optimizer's dtype, config, step_count, steps, group or None)``
+        of a state (from a file) that passed every check, changing nothing. Refused, naming
+        the key: a missing or unknown key; another kind; moments that are not a floating-point
+        tensor of this optimizer's size or hold NaN or infinity; a config that is not numbers,
+        names another kind, has a hyperparameter outside its constructor's range, or a field
+        this kind does not use other than the 0 its constructor leaves there; step counts that
+        are not whole numbers a C long holds; group keys other than the schedulers' (the
+        hyperparameters are the config's, "params" the model's) or values that are not finite
+        numbers >= 0."""
+        name = type(self).__name__
+        if not isinstance(state, Mapping):
+            raise TypeError(
+                f"{name}.load_state_dict takes a dict (opt.state_dict()), got "
+                f"{type(state).__name__}"
+            )
+        for k in STATE_KEYS[:-1]:
+            if k not in state:
+                torch_s = " (a torch.optim optimizer's?)" if "param_groups" in state else ""
+                raise ValueError(
+                    f"the state has no {k!r}{torch_s}: a {name}'s state_dict() holds "
+                    f"{', '.join(STATE_KEYS)}"
+                )
+        for k in state:
+            if k not in STATE_KEYS:
+                raise ValueError(
+                    f"the state's {k!r} is not a key of a {name}'s state_dict() "
+                    f"({', '.join(STATE_KEYS)})"
+                )
+        kind = state["kind"]
+        if isinstance(kind, bool) or not isinstance(kind, numbers.Integral):
+            raise TypeError(
+                f"the state's 'kind' must be a whole number (0 SGD, 1 Adam, 2 AdamW), got {kind!r}"
+            )
+        if kind != self.kind:
+            raise ValueError(
+                f"the state is of another kind of optimizer ({kind}), this is {name} ({self.kind})"
+            )
+        values = state["state"]
+        if not isinstance(values, torch.Tensor) or not values.is_floating_point():
+            got = values.dtype if isinstance(values, torch.Tensor) else type(values).__name__
+            raise TypeError(
+                f"the state's 'state' must be a floating-point tensor (the moments), got {got}"
+            )
+        if values.shape != self._state.shape:
+            raise ValueError(
+                f"the state holds {values.numel()} values; this model's optimizer "
+                f"needs {self._state.numel()}"
+            )
+        values = values.detach().to(self._state.device, self._state.dtype)
+        config = state["config"]
+        if not isinstance(config, (list, tuple)):
+            raise TypeError(
+                f"the state's 'config' must be a list of {len(_FIELDS)} numbers "
+                f"({', '.join(_FIELDS)}), got {type(config).__name__}"
+            )
+        if len(config) != len(_FIELDS):
+            raise ValueError(
+                f"the state's config holds {len(config)} values, expected "
+                f"{len(_FIELDS)} ({', '.join(_FIELDS)})"
+            )
+        config = [
+            _number(f"'config'[{i}] ({f})", v)
+            for i, (f, v) in enumerate(zip(_FIELDS, config, strict=True))
+        ]
+        if config[0] != self.kind:
+            raise ValueError(
+                f"the state's 'config'[0] (kind) is {config[0]!r}, this is {name} ({self.kind})"
+            )
+        for f, rule in self.rules.items():
+            _check(f"{rule[0]} in the loaded state", config[_FIELDS.index(f)], *rule[1:])
+        cfg = dict(zip(_FIELDS, config, strict=True))
+        for i, f in enumerate(_FIELDS[1:], 1):
+            if f not in self.rules and cfg[f] != 0:
+                raise ValueError(
+                    f"the state's 'config'[{i}] ({f}) is {cfg[f]!r}; {name} does not "
+                    "use it and holds 0 there"
+                )
+        if cfg["nesterov"] not in (0.0, 1.0):
+            raise ValueError(
+                f"the state's 'config'[5] (nesterov) is {cfg['nesterov']!r}, must be 0 or 1"
+            )
+        if self.kind == 0 and cfg["nesterov"] and (cfg["momentum"] <= 0 or cfg["dampening"] != 0):
+            raise ValueError(
+                "the loaded state asks for Nesterov momentum without a momentum or "
+                "with dampening (torch.optim.SGD refuses it)"
+            )
+        self.check_finite(values)
+        step_count, steps = _step_counts(state, len(self._where))
+        return values, config, step_count, steps, self._checked_group(state.get("group"))
+
+    def _checked_group(self, group) -> dict | None:
+        """A loaded state's param group extras: the schedulers' numbers only (None: absent)."""
+        if group is None:
+            return None
+        if not isinstance(group, Mapping):
+            raise TypeError(
+                f"the state's 'group' must be a dict of what a scheduler kept in the "
+                f"param group, got {type(group).__name__}"
+            )
+        for k, v in group.items():
+            if k == "params" or k in self._group_keys:
+                what = "the model's parameters" if k == "params" else "a hyperparameter"
+                raise ValueError(
+                    f"the state's 'group' holds {k!r}, {what} of the optimizer itself "
+                    "(its config), never loaded from the group"
+                )
+            if k not in SCHEDULER_KEYS:
+                raise ValueError(
+                    f"the state's 'group' holds {k!r}, not a key torch's schedulers "
+                    f"keep in a param group ({', '.join(SCHEDULER_KEYS)})"
+                )
+            if not (math.isfinite(_number(f"'group'[{k!r}]", v)) and v >= 0):
+                raise ValueError(
+                    f"the state's 'group'[{k!r}] is {v!r}, must be a finite number >= 0"
+                )
+        return dict(group)
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v:g}" for k, v in self.hyperparameters().items())
         return f"rootclad.optim.{type(self).__name__}({args})"
 
 
-def _step_counts(state: dict, tensors: int) -> tuple[int, list[int] | None]:
+# what a state_dict() holds; "group" may be absent (states saved before it was kept)
+STATE_KEYS = ("kind", "config", "step_count", "steps", "state", "group")
+# the numbers torch's learning-rate schedulers (and swa_utils' SWALR) keep in a param group
+SCHEDULER_KEYS = ("initial_lr", "max_lr", "min_lr", "base_momentum", "max_momentum", "swa_lr")
+
+
+def _number(where: str, v) -> float:
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise TypeError(f"the state's {where} must be a number, got {v!r}")
+    return float(v)
+
+
+def _step_counts(state, tensors: int) -> tuple[int, list[int] | None]:
     """A loaded state's step counts, checked: Adam divides by 1 - beta**step, so a step count
     below 1 at the next step (or a tensor's above the optimizer's) would make every parameter
-    NaN or skip its bias correction."""
+    NaN or skip its bias correction; the C update takes them as C longs."""
 
     def count(value, what: str) -> int:
-        if isinstance(value, bool) or not float(value).is_integer() or value < 0:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
             raise ValueError(f"the state's {what} must be a whole number >= 0, got {value!r}")
+        if value > 2**63 - 1:
+            raise ValueError(f"the state's {what} is {value}, more than a C long holds")
         return int(value)
 
     step_count = count(state["step_count"], "step_count")
     steps = state["steps"]
     if steps is None:
         return step_count, None
+    if not isinstance(steps, (list, tuple)):
+        raise TypeError(
+            f"the state's 'steps' must be None or a list of per-tensor step counts, "
+            f"got {type(steps).__name__}"
+        )
     steps = [count(v, "per-tensor step count") for v in steps]
     if len(steps) != tensors:
         raise ValueError(f"the state counts steps for {len(steps)} parameter tensors; this "

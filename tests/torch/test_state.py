@@ -170,3 +170,114 @@ def test_two_optimizers_on_one_model_keep_their_own_state(cm):
         ref.step()
     for (k, p), q in zip(cm.named_parameters(), net.parameters(), strict=True):
         assert_close_rel(p, q, RTOL, k)
+
+
+# -- an optimizer state is data from a file: every value checked, nothing changed when refused --
+def _trained_opt(cm, make=rootclad.optim.Adam, **kwargs):
+    opt = make(cm, **{"lr": 1e-2, **kwargs})
+    x, y = training_data(seed=4)
+    cm.train_step(x[:8], y[:8], opt)
+    opt.param_groups[0]["initial_lr"] = 1e-2  # what a scheduler keeps there
+    opt.param_groups[0]["min_lr"] = 1e-4
+    return opt
+
+
+def _opt_snapshot(opt):
+    state = opt.state_dict()
+    return state.pop("state").clone(), state
+
+
+def _assert_opt_unchanged(opt, before, what):
+    state = opt.state_dict()
+    assert torch.equal(state.pop("state"), before[0]), what
+    assert state == before[1], what
+
+
+def _put(key, value):
+    def change(state):
+        state[key] = value
+
+    return change
+
+
+def _put_in(key, index, value):
+    def change(state):
+        state[key] = type(state[key])(state[key])
+        state[key][index] = value
+
+    return change
+
+
+# config fields: kind, lr, momentum, dampening, weight_decay, nesterov, beta1, beta2, eps
+BAD_OPTIMIZER_STATES = {  # what is wrong: (change, error, the words the error must hold)
+    **{
+        f"{k} missing": (lambda s, k=k: s.pop(k), ValueError, f"no '{k}'")
+        for k in ("kind", "config", "step_count", "steps", "state")
+    },
+    "a key of torch.optim's": (_put("param_groups", []), ValueError, "'param_groups'"),
+    "state a list": (lambda s: s.update(state=s["state"].tolist()), TypeError, "'state'.*tensor"),
+    "state of integers": (lambda s: s.update(state=s["state"].long()), TypeError, "'state'"),
+    "kind a bool": (_put("kind", True), TypeError, "'kind'"),
+    "config a string": (_put("config", "0.01"), TypeError, "'config'"),
+    "lr a string": (_put_in("config", 1, "0.01"), TypeError, r"'config'\[1\]"),
+    "kind in config another": (_put_in("config", 0, 0.0), ValueError, r"'config'\[0\]"),
+    "unused momentum NaN": (_put_in("config", 2, math.nan), ValueError, r"'config'\[2\]"),
+    "unused momentum set": (_put_in("config", 2, 0.5), ValueError, r"'config'\[2\].*momentum"),
+    "step_count a float": (_put("step_count", 1.0), ValueError, "step_count.*whole.*1.0"),
+    "step_count too large": (_put("step_count", 2**70), ValueError, "step_count"),
+    "steps a string": (_put("steps", "1111"), TypeError, "'steps'"),
+    "group a string": (_put("group", "x"), TypeError, "'group'"),
+    "group shadows lr": (_put("group", {"lr": 5.0}), ValueError, "'lr'.*hyperparameter"),
+    "group holds params": (_put("group", {"params": [0, 1]}), ValueError, "'params'"),
+    "initial_lr NaN": (_put("group", {"initial_lr": math.nan}), ValueError, "'initial_lr'.*nan"),
+    "initial_lr negative": (_put("group", {"initial_lr": -0.1}), ValueError, "'initial_lr'"),
+    "initial_lr a string": (_put("group", {"initial_lr": "0.1"}), TypeError, "'initial_lr'"),
+    "initial_lr a bool": (_put("group", {"initial_lr": True}), TypeError, "'initial_lr'"),
+    "a key no scheduler writes": (_put("group", {"note": 1.0}), ValueError, "'note'"),
+}
+
+
+@pytest.mark.parametrize("what", BAD_OPTIMIZER_STATES)
+def test_an_optimizer_state_is_refused_naming_the_key_and_nothing_changes(cm, what):
+    """opt.load_state_dict raised KeyError for a missing key, took a list, strings and floats
+    for numbers, another kind's config and any group key (a NaN initial_lr, an "lr" the
+    optimizer's own setting shadows)."""
+    change, error, words = BAD_OPTIMIZER_STATES[what]
+    opt = _trained_opt(cm)
+    state = opt.state_dict()
+    change(state)
+    before = _opt_snapshot(opt)
+    with pytest.raises(error, match=words):
+        opt.load_state_dict(state)
+    _assert_opt_unchanged(opt, before, what)
+
+
+@pytest.mark.parametrize(
+    "change, error, words",
+    [
+        (_put("group", {"betas": (0.9, 0.99)}), ValueError, "'betas'"),  # Adam's, not SGD's
+        (_put_in("config", 5, 0.5), ValueError, r"'config'\[5\].*nesterov"),
+        (_put_in("config", 6, 0.9), ValueError, r"'config'\[6\]"),  # beta1, unused by SGD
+        ([], TypeError, "dict"),
+    ],
+)
+def test_an_sgd_state_with_adams_settings_or_a_half_nesterov_is_refused(cm, change, error, words):
+    opt = _trained_opt(cm, rootclad.optim.SGD, momentum=0.9, nesterov=True)
+    state = opt.state_dict()
+    if callable(change):
+        change(state)
+    else:
+        state = change
+    before = _opt_snapshot(opt)
+    with pytest.raises(error, match=words):
+        opt.load_state_dict(state)
+    _assert_opt_unchanged(opt, before, words)
+
+
+def test_a_loaded_group_replaces_the_optimizers_as_torch_does(cm):
+    opt = _trained_opt(cm)
+    state = opt.state_dict()
+    state["group"] = {"initial_lr": 0.02, "max_lr": 0.1}
+    opt.load_state_dict(state)  # min_lr goes: the group is the saved one
+    assert opt.state_dict()["group"] == {"initial_lr": 0.02, "max_lr": 0.1}
+    assert opt.param_groups[0]["initial_lr"] == 0.02 and "min_lr" not in opt.param_groups[0]
