@@ -14,6 +14,8 @@ import ctypes
 import itertools
 import math
 from collections import OrderedDict
+from collections.abc import Mapping
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -21,6 +23,7 @@ import torch
 from rootclad.ir.graph import CLASS_INDEX_LOSSES
 
 TORCH_DTYPE = {"float32": torch.float32, "float64": torch.float64}
+_NOT_LOADED = "; nothing was loaded"
 
 
 class ArenaParameter(torch.nn.Parameter):
@@ -65,6 +68,20 @@ def first_non_finite(t: torch.Tensor) -> tuple[int, float] | None:
         return None
     i = int((~ok).nonzero()[0])
     return i, float(t.reshape(-1)[i])
+
+
+def flat_index_text(shape, i: int) -> str:
+    """The flat index ``i`` of a tensor of ``shape`` as ``[a, b]`` (empty for a 0-d tensor)."""
+    if not tuple(shape):
+        return ""
+    return "[" + ", ".join(str(int(a)) for a in np.unravel_index(i, tuple(shape))) + "]"
+
+
+class IncompatibleKeys(NamedTuple):
+    """What ``load_state_dict`` did not find and did not know (as torch's module returns)."""
+
+    missing_keys: list
+    unexpected_keys: list
 
 
 def check_indices(which: str, t: torch.Tensor, rows: tuple[int, ...], limits: dict) -> None:
@@ -213,36 +230,119 @@ class ModelBase:
                 out[k] = v.to(torch.long).clone() if k.endswith("num_batches_tracked") else v
         return out
 
-    def load_state_dict(self, state_dict, strict: bool = True) -> None:
+    def load_state_dict(self, state_dict, strict: bool = True, *, check_finite: bool = True):
         """Copy values in (to this model's device and dtype); names and shapes must match the
         torch module's. A parameter the module uses under several names (a layer used twice)
         may come under any of them, as in the module's own ``state_dict()``; buffers of layers
-        ``forward`` never calls are accepted and dropped."""
+        ``forward`` never calls are accepted and dropped. ``strict=False``: keys may be missing
+        or unknown, as in torch; returns ``(missing_keys, unexpected_keys)``.
+
+        A state dict is data from a file: every entry is checked before any is copied, so a
+        refused one leaves the model as it was (:meth:`check_state_dict` says what). NaN and
+        infinities are refused (a constant buffer may hold an infinity: an additive mask);
+        ``check_finite=False`` loads them anyway."""
+        copies, keys = self._checked_state(state_dict, strict, check_finite)
+        with torch.no_grad():
+            for view, value in copies:
+                view.copy_(value)
+        return keys
+
+    def check_state_dict(self, state_dict, strict: bool = True, *, check_finite: bool = True):
+        """Raise what :meth:`load_state_dict` would (``TypeError``, ``ValueError`` naming the
+        key; ``KeyError`` for missing or unknown keys under ``strict``) and change nothing:
+        every entry a tensor of real numbers of its shape (under each of its names, all
+        equal), finite in this model's dtype, running variances >= 0, batch counts whole
+        numbers >= 0. Returns ``(missing_keys, unexpected_keys)``."""
+        return self._checked_state(state_dict, strict, check_finite)[1]
+
+    def _checked_state(self, state_dict, strict: bool, check_finite: bool):
+        """``([(view, value in this model's dtype)], IncompatibleKeys)`` of a state dict that
+        passed every check of :meth:`check_state_dict`."""
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(
+                "load_state_dict takes a dict of tensors by name (as state_dict() "
+                f"returns), got {type(state_dict).__name__}"
+            )
         own = {**self._views, **self._buffer_views}
-        found = {k: k for k in own if k in state_dict}
+        found = {k: [k] for k in own if k in state_dict}
         for alias, name in self._aliases.items():
             if alias in state_dict:
-                found.setdefault(name, alias)
+                found.setdefault(name, []).append(alias)
         transient = {b.name for b in self.graph.buffers if not b.persistent}
         missing = [k for k in own if k not in found and k not in transient]
-        unexpected = [
-            k
-            for k in state_dict
-            if k not in own and k not in self._aliases and k not in self._ignored
-        ]
+        unknown = [k for k in state_dict if k not in own and k not in self._aliases]
+        unexpected = [k for k in unknown if k not in self._ignored]
         if strict and (missing or unexpected):
-            raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
-        with torch.no_grad():
-            for name, view in own.items():
-                if name not in found:
-                    continue
-                value = torch.as_tensor(state_dict[found[name]])
-                if tuple(value.shape) != tuple(view.shape):
+            raise KeyError(
+                f"load_state_dict: missing keys {missing}, unexpected keys "
+                f"{unexpected}{_NOT_LOADED}"
+            )
+        for k in unknown:  # an unused layer's buffers are dropped, but must be tensors too
+            if k in self._ignored and not isinstance(state_dict[k], torch.Tensor):
+                raise TypeError(
+                    f"load_state_dict: {k!r} must be a tensor, got "
+                    f"{type(state_dict[k]).__name__}{_NOT_LOADED}"
+                )
+        roles = {name: role for n in self.graph.nodes for role, name in n.buffers.items()}
+        copies = []
+        for name, keys in found.items():
+            view, role = own[name], roles.get(name)
+            values = [
+                self._checked_value(k, name, view, state_dict[k], role, check_finite) for k in keys
+            ]
+            for k, v in zip(keys[1:], values[1:], strict=True):
+                a, b = values[0], v.to(values[0].device)
+                if not bool(((a == b) | (a.isnan() & b.isnan())).all()):
                     raise ValueError(
-                        f"load_state_dict: {name!r} has shape {tuple(value.shape)}, "
-                        f"expected {tuple(view.shape)}"
+                        f"load_state_dict: {k!r} and {keys[0]!r} name one tensor "
+                        f"of the model and hold different values{_NOT_LOADED}"
                     )
-                view.copy_(value.detach().to(view.device, self.dtype))
+            copies.append((view, values[0]))
+        return copies, IncompatibleKeys(missing, unexpected)
+
+    def _checked_value(self, key: str, name: str, view, value, role, check_finite: bool):
+        """``value`` for the model's tensor ``name`` (``view``; given under ``key``), checked,
+        in the model's dtype. ``role``: a buffer's (BatchNorm's "running_var" and
+        "num_batches_tracked"; "value": a constant read as a value, which may mask with an
+        infinity, x + mask; NaN is never meant)."""
+        at = f"load_state_dict: {key!r}" + (f" (another name of {name!r})" if key != name else "")
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{at} must be a tensor, got {type(value).__name__}{_NOT_LOADED}")
+        if value.is_complex() or value.dtype == torch.bool or value.layout != torch.strided:
+            raise TypeError(
+                f"{at} is a {value.dtype} tensor ({value.layout}); the model holds "
+                f"real numbers ({self.dtype}){_NOT_LOADED}"
+            )
+        if tuple(value.shape) != tuple(view.shape):
+            raise ValueError(
+                f"{at} has shape {tuple(value.shape)}, expected {tuple(view.shape)}{_NOT_LOADED}"
+            )
+        value = value.detach()
+        whole = not value.is_floating_point() or bool((value == value.round()).all())
+        if role == "num_batches_tracked" and not (whole and bool((value >= 0).all())):
+            raise ValueError(
+                f"{at} is a batch count: it must hold a whole number >= 0, got "
+                f"{value.tolist()}{_NOT_LOADED}"
+            )
+        out = value.to(self.dtype)
+        masked = out.nan_to_num(nan=math.nan, posinf=0, neginf=0) if role == "value" else out
+        bad = first_non_finite(masked) if check_finite else None
+        if bad is not None:
+            was, where = float(value.reshape(-1)[bad[0]]), flat_index_text(view.shape, bad[0])
+            why = (
+                f"holds {was!r} at {where}, beyond {str(self.dtype)[6:]}'s range"
+                if math.isfinite(was)
+                else f"holds {bad[1]} at {where}: not a finite number"
+            )
+            raise ValueError(f"{at} {why}{_NOT_LOADED} (check_finite=False loads it anyway)")
+        if role == "running_var" and bool((out < 0).any()):
+            i = int((out.reshape(-1) < 0).nonzero()[0])
+            raise ValueError(
+                f"{at} is a running variance and holds a negative value, "
+                f"{float(out.reshape(-1)[i])!r} at "
+                f"{flat_index_text(view.shape, i)}{_NOT_LOADED}"
+            )
+        return out
 
     def train(self, mode: bool = True):
         self.training = bool(mode)  # BatchNorm: the batch's statistics (or the running ones)
@@ -261,7 +361,7 @@ class ModelBase:
         if self._retarget is None:
             raise RuntimeError("this model was not made by rootclad.compile: it cannot move")
         other = self._retarget(self, device)
-        other.load_state_dict(self.state_dict())
+        other.load_state_dict(self.state_dict(), check_finite=False)  # the model as it is
         for name, p in self._views.items():  # frozen stays frozen
             other._views[name].requires_grad_(p.requires_grad)
         other._stages = list(self._stages)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import math
 
+import numpy as np
 import pytest
 import torch
 from fixtures.core import assert_close_rel, torch_loss
@@ -16,6 +17,8 @@ from fixtures.training import OPTIMIZERS, SMALL_BATCH_MODELS, batches, training_
 from torch import nn
 
 import rootclad
+from rootclad.compiler import graph_from_module, parameter_aliases
+from rootclad.torch.base import ModelBase
 
 F64 = torch.float64
 RTOL = 1e-8
@@ -281,3 +284,166 @@ def test_a_loaded_group_replaces_the_optimizers_as_torch_does(cm):
     opt.load_state_dict(state)  # min_lr goes: the group is the saved one
     assert opt.state_dict()["group"] == {"initial_lr": 0.02, "max_lr": 0.1}
     assert opt.param_groups[0]["initial_lr"] == 0.02 and "min_lr" not in opt.param_groups[0]
+
+
+# -- a model's state dict: every entry checked before any is copied in ------------------------
+def _with(**entries):
+    def change(sd):
+        sd.update(entries)
+
+    return change
+
+
+BAD_STATE_DICTS = {  # the bad entry is the last one loaded: the ones before must stay as they were
+    "a shape": (_with(**{"4.bias": torch.zeros(2, dtype=F64)}), ValueError, r"'4.bias'.*\(2,\)"),
+    "a list": (_with(**{"4.bias": [0.5]}), TypeError, "'4.bias'.*tensor.*list"),
+    "a numpy array": (_with(**{"4.weight": np.zeros((1, 8))}), TypeError, "'4.weight'.*ndarray"),
+    "NaN": (
+        _with(**{"4.bias": torch.tensor([math.nan], dtype=F64)}),
+        ValueError,
+        r"'4.bias' holds nan at \[0\]: not a finite.*check_finite=False",
+    ),
+    "infinity": (
+        _with(**{"4.weight": torch.full((1, 8), -math.inf)}),
+        ValueError,
+        r"'4.weight'.*-inf at \[0, 0\]",
+    ),
+    "complex": (_with(**{"4.bias": torch.zeros(1, dtype=torch.complex128)}), TypeError, "complex"),
+    "bool": (_with(**{"4.bias": torch.zeros(1, dtype=torch.bool)}), TypeError, "'4.bias'.*bool"),
+}
+
+
+@pytest.mark.parametrize("what", BAD_STATE_DICTS)
+def test_a_refused_state_dict_leaves_every_tensor_as_it_was(cm, what):
+    """A shape error part-way left the tensors before it loaded; lists, arrays, NaN and
+    infinities were taken."""
+    change, error, words = BAD_STATE_DICTS[what]
+    sd = {k: torch.randn_like(v) for k, v in cm.state_dict().items()}
+    change(sd)
+    before = {k: v.clone() for k, v in cm.state_dict().items()}
+    with pytest.raises(error, match=words):
+        cm.load_state_dict(sd)
+    for k, v in cm.state_dict().items():
+        assert torch.equal(v, before[k]), (what, k)
+
+
+def test_non_finite_weights_load_when_asked_and_strict_false_is_torchs(cm):
+    before = {k: v.clone() for k, v in cm.state_dict().items()}
+    with pytest.raises(TypeError, match="dict"):
+        cm.load_state_dict(list(before.items()))
+    nan = {**before, "2.bias": torch.full((8,), math.nan, dtype=F64)}
+    cm.load_state_dict(nan, check_finite=False)  # a diverged run, loaded to look at it
+    assert torch.isnan(cm.state_dict()["2.bias"]).all()
+    result = cm.load_state_dict({"0.bias": torch.ones(12, dtype=torch.int64)}, strict=False)
+    assert result.missing_keys == ["0.weight", "2.weight", "2.bias", "4.weight", "4.bias"]
+    assert result.unexpected_keys == [] and torch.equal(
+        cm.state_dict()["0.bias"], torch.ones(12, dtype=F64)
+    )
+    with pytest.raises(ValueError, match="'4.bias'"):  # strict=False checks what it loads
+        cm.load_state_dict(
+            {"0.bias": before["0.bias"], "4.bias": torch.tensor([math.inf])}, strict=False
+        )
+    assert torch.equal(cm.state_dict()["0.bias"], torch.ones(12, dtype=F64))
+    cm.load_state_dict(before)
+
+
+class _Stateful(nn.Module):
+    """BatchNorm under two names, one never called, and a constant buffer that masks with -inf."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 4)
+        self.bn = nn.BatchNorm1d(4)
+        self.again = self.bn
+        self.spare = nn.BatchNorm1d(4)
+        self.register_buffer("mask", torch.tensor([[0.0, -math.inf, 0.0, 0.0]]))
+
+    def forward(self, x):
+        return self.again(self.fc(x)) + self.mask
+
+
+@pytest.fixture(scope="module")
+def stateful():
+    """The state every compiled model loads through (ModelBase: CompiledModel and DeviceModel
+    inherit its load_state_dict), float32, over the graph of _Stateful; no library is built."""
+    net = _Stateful()
+    graph = graph_from_module(net, torch.zeros(5, 3), "float32")
+    model = ModelBase(
+        graph, "mse", aliases=parameter_aliases(net), ignored=[n for n, _ in net.named_buffers()]
+    )
+    model.device = torch.device("cpu")
+    n, nb = model.n_param_values, sum(b.numel for b in graph.buffers)
+    model._view_parameters(torch.zeros(n), torch.zeros(n), torch.zeros(nb))
+    with torch.no_grad():
+        net.bn.running_var.fill_(2.0)
+        net.bn.num_batches_tracked.fill_(3)
+    model.load_state_dict(net.state_dict())  # aliases, the unused layer, -inf in the mask
+    return net, model
+
+
+def _value(name, value):
+    return lambda sd: sd.update({name: value})
+
+
+BAD_BUFFERS = {
+    "negative running variance": (
+        _value("bn.running_var", torch.tensor([1.0, -0.5, 1.0, 1.0])),
+        ValueError,
+        r"'bn.running_var'.*negative.*-0.5",
+    ),
+    "NaN running mean": (
+        _value("bn.running_mean", torch.tensor([0.0, 0.0, math.nan, 0.0])),
+        ValueError,
+        r"'bn.running_mean'.*nan at \[2\]",
+    ),
+    "negative batch count": (
+        _value("bn.num_batches_tracked", torch.tensor(-1)),
+        ValueError,
+        "'bn.num_batches_tracked'.*whole",
+    ),
+    "fractional batch count": (
+        _value("bn.num_batches_tracked", torch.tensor(2.5)),
+        ValueError,
+        "'bn.num_batches_tracked'.*2.5",
+    ),
+    "NaN in the mask": (_value("mask", torch.full((1, 4), math.nan)), ValueError, "'mask'.*nan"),
+    "float64 beyond float32": (
+        _value("fc.weight", torch.full((4, 3), 1e300, dtype=F64)),
+        ValueError,
+        "'fc.weight'.*1e\\+300.*float32",
+    ),
+    "names that disagree": (
+        _value("again.weight", torch.full((4,), 7.0)),
+        ValueError,
+        "'again.weight'.*'bn.weight'",
+    ),
+    "another name a list": (_value("again.bias", [0.0] * 4), TypeError, "'again.bias'"),
+    "an unused layer's a list": (_value("spare.running_mean", [0.0] * 4), TypeError, "'spare"),
+}
+
+
+@pytest.mark.parametrize("what", BAD_BUFFERS)
+def test_buffers_and_other_names_are_checked_before_anything_loads(stateful, what):
+    net, model = stateful
+    change, error, words = BAD_BUFFERS[what]
+    sd = {k: v.clone() for k, v in net.state_dict().items() if not k.startswith("again.")}
+    sd["fc.bias"] = torch.full((4,), 9.0)  # loaded before the bad entry, unless refused
+    change(sd)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(error, match=words):
+        model.load_state_dict(sd)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), (what, k)
+    if what in ("NaN running mean", "NaN in the mask", "float64 beyond float32"):
+        model.load_state_dict(sd, check_finite=False)  # the way the message gives
+        model.load_state_dict(before)
+    elif error is ValueError and "names" not in what:  # never a state torch would make
+        with pytest.raises(error, match=words):
+            model.load_state_dict(sd, check_finite=False)
+
+
+def test_the_models_share_one_load_state_dict():
+    from rootclad.torch import CompiledModel, DeviceModel
+
+    assert CompiledModel.load_state_dict is ModelBase.load_state_dict
+    assert DeviceModel.load_state_dict is ModelBase.load_state_dict
