@@ -147,7 +147,8 @@ def choose_loss_output(graph, loss_output) -> None:
 def _take_state(model, module: torch.nn.Module):
     """The compiled ``model`` with ``module``'s parameters, buffers, frozen flags and mode."""
     buffers = {n: b for n, b in module.named_buffers() if n in model._buffer_views}
-    model.load_state_dict({**dict(module.named_parameters()), **buffers})
+    # the user's own module, as it is (a file's weights are checked where they are read)
+    model.load_state_dict({**dict(module.named_parameters()), **buffers}, check_finite=False)
     for name, p in module.named_parameters():  # frozen stays frozen
         model._views[name].requires_grad_(p.requires_grad)
     from rootclad.data.standardize import Standardize

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from rootclad.ir.graph import CLASS_INDEX_LOSSES
+from rootclad.torch.base import _NOT_LOADED
 
 # the loss of each sample, (B,) in float64, as the compiled loss computes it (the mean over
 # the sample's elements); cross_entropy and nll: class indices
@@ -90,7 +91,7 @@ class FitState:
             if calls and "calls" in ckpt:
                 model._set_calls_made(ckpt["calls"])
         except BaseException:
-            model.load_state_dict(before[0])
+            model.load_state_dict(before[0], check_finite=False)  # back as it was, NaN or not
             opt.load_state_dict(before[1])
             if sched is not None:
                 sched.load_state_dict(before[2])
@@ -400,33 +401,17 @@ def _real(where: str, v, low: float = -math.inf) -> float:
 
 
 def _check_weights(where: str, weights, model) -> None:
-    """The tensors of ``model.state_dict()``: the same names and shapes, floating and finite
-    (BatchNorm's running variances >= 0; its batch counts whole numbers >= 0)."""
+    """The checks of ``model.check_state_dict`` (this model's tensors by name and shape, real
+    and finite, running variances >= 0, batch counts whole numbers >= 0), named as the
+    checkpoint's key."""
     if not isinstance(weights, dict):
         raise _bad(where, f"must be a dict of tensors, got {type(weights).__name__}", TypeError)
-    own = model.state_dict()
-    missing = [k for k in own if k not in weights]
-    unexpected = [k for k in weights if k not in own]
-    if missing or unexpected:
-        why = f"missing {missing}, unexpected {unexpected}"
-        raise _bad(where, f"does not hold this model's tensors: {why}")
-    variances = {n.buffers["running_var"] for n in model.graph.nodes if "running_var" in n.buffers}
-    for name, ref in own.items():
-        v, at = weights[name], f"{where}[{name!r}]"
-        if not isinstance(v, torch.Tensor):
-            raise _bad(at, f"must be a tensor, got {type(v).__name__}", TypeError)
-        if tuple(v.shape) != tuple(ref.shape):
-            raise _bad(at, f"has shape {tuple(v.shape)}, this model's is {tuple(ref.shape)}")
-        if not ref.is_floating_point():  # a batch count
-            if v.is_floating_point() or v.is_complex() or v.dtype == torch.bool or (v < 0).any():
-                raise _bad(at, f"must hold whole numbers >= 0, got {v.dtype} {v.tolist()}")
-            continue
-        if not v.is_floating_point():
-            raise _bad(at, f"must be a floating-point tensor, got {v.dtype}", TypeError)
-        if not torch.isfinite(v).all():
-            raise _bad(at, "holds non-finite values (NaN or infinity)")
-        if name in variances and (v < 0).any():
-            raise _bad(at, "is a running variance and holds negative values")
+    try:
+        model.check_state_dict(weights)
+    except (KeyError, TypeError, ValueError) as err:
+        why = str(err.args[0] if err.args else err).removeprefix("load_state_dict: ")
+        kind = TypeError if isinstance(err, TypeError) else ValueError
+        raise _bad(where, why.split(_NOT_LOADED)[0], kind) from None
 
 
 def _check_like(where: str, v, ref) -> None:

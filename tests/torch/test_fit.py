@@ -342,8 +342,11 @@ def _drop(key):
 
 
 BAD_CHECKPOINTS = {  # what is wrong, and the words the error must hold
-    "best weights NaN": (_nan_at("best_model", "0.weight"), r"best_model.*'0.weight'.*non-finite"),
-    "weights NaN": (_nan_at("model", "2.bias"), r"'model'.*'2.bias'.*non-finite"),
+    "best weights NaN": (
+        _nan_at("best_model", "0.weight"),
+        r"best_model.*'0.weight'.*not a finite",
+    ),
+    "weights NaN": (_nan_at("model", "2.bias"), r"'model'.*'2.bias'.*not a finite"),
     "weights of another shape": (
         _set("model", "0.bias", value=torch.zeros(3, dtype=F64)),
         r"'model'.*'0.bias'.*shape \(3,\).*\(8,\)",
