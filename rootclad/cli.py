@@ -74,6 +74,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
     net.eval()
     t0 = time.perf_counter()
     cm = rootclad.compile(net, example_input=example, loss=args.loss, engine=args.engine)
+    if args.weights:  # a file a user may have been sent: its values checked as any state's
+        cm.load_state_dict(state)
     paths = cm.export(args.output)
     print(
         f"built {args.source} ({cm.engine} engine, {args.dtype}, input {shape}) in "

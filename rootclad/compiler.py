@@ -20,6 +20,7 @@ from rootclad.codegen.cpu import emit_model
 from rootclad.codegen.cuda import emit_device
 from rootclad.codegen.standalone import write_header
 from rootclad.frontends.onnx import to_module
+from rootclad.frontends.onnx.limits import EXAMPLE_BATCH
 from rootclad.frontends.programs import program_module
 from rootclad.frontends.torch_fx import graph_from_module, parameter_aliases
 from rootclad.paths import check_outputs
@@ -147,7 +148,8 @@ def choose_loss_output(graph, loss_output) -> None:
 def _take_state(model, module: torch.nn.Module):
     """The compiled ``model`` with ``module``'s parameters, buffers, frozen flags and mode."""
     buffers = {n: b for n, b in module.named_buffers() if n in model._buffer_views}
-    # the user's own module, as it is (a file's weights are checked where they are read)
+    # the user's own module as it is: weights from a file are checked where rootclad reads
+    # them (cm.load_state_dict, rootclad build --weights, the ONNX import)
     model.load_state_dict({**dict(module.named_parameters()), **buffers}, check_finite=False)
     for name, p in module.named_parameters():  # frozen stays frozen
         model._views[name].requires_grad_(p.requires_grad)
@@ -346,7 +348,7 @@ def _compile_module(module, shapes, graph_dtype, loss, engine, pullbacks, dtype,
     dtype = dtype or graph_dtype
     kinds = getattr(module, "input_dtypes", None) or [None] * len(shapes)  # indices: integers
     examples = tuple(
-        torch.zeros(2, *s, dtype=k or dtype) for s, k in zip(shapes, kinds, strict=True)
+        torch.zeros(EXAMPLE_BATCH, *s, dtype=k or dtype) for s, k in zip(shapes, kinds, strict=True)
     )
     example = examples[0] if len(examples) == 1 else examples
     return compile(module.to(dtype), example, loss, engine=engine, pullbacks=pullbacks,
@@ -404,4 +406,4 @@ def emit_file(source, out: Path, name: str | None = None, dtype: torch.dtype | N
             f"{source}: a header takes single-input models; this one has {len(shapes)}"
         )
     dtype = dtype or graph_dtype
-    return emit_header(module, torch.zeros(2, *shapes[0]), out, name, dtype)
+    return emit_header(module, torch.zeros(EXAMPLE_BATCH, *shapes[0]), out, name, dtype)

@@ -132,7 +132,11 @@ def test_build_compiles_and_exports_a_model_with_its_weights(tmp_path):
     stem.parent.mkdir()
     _build_and_check(["mymodels:make_net", "--weights", "state.pt", "--input-shape", "1,10"],
                      stem, net, tmp_path)  # fmt: skip
+    state = net.state_dict()
+    next(iter(state.values())).view(-1)[0] = float("nan")
+    torch.save(state, tmp_path / "nan.pt")
     for args, words in (
+        (["mymodels:make_net", "--weights", "nan.pt", "--input-shape", "1,10"], "nan at [0"),
         (["mymodels:not_a_model", "--input-shape", "1,10"], "not a torch.nn.Module"),
         (["mymodels", "--input-shape", "1,10"], "module:callable"),
         (["nomodule:x", "--input-shape", "1,10"], "cannot load nomodule:x"),

@@ -131,8 +131,8 @@ class _Emitter(Sweeps, Layout):
             name, k = f"{base}_{k}", k + 1
         self.names.add(name)
         self.suffix[base] = k  # names are never freed: the next one tries from here
-        r = Region(name, size, area=area if self.planned else "F", producer=producer,
-                   label=label, **kw)  # fmt: skip
+        area = area if self.planned else "F"
+        r = Region(name, size, area=area, producer=producer, label=label, **kw)
         r.last_read = producer
         self.regions.append(r)
         return r

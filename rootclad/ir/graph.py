@@ -189,8 +189,8 @@ class Graph:
                 if role not in spec.buffers:
                     raise IRError(f"{node.describe()}: has no buffer {role!r}")
             for key, value in node.attrs.items():
-                expect(_plain(value), node, f"attribute {key!r} is {value!r}: an op's "
-                       "attributes are numbers, booleans and words ([A-Za-z0-9_]*)")  # fmt: skip
+                why = "an op's attributes are numbers, booleans and words ([A-Za-z0-9_]*)"
+                expect(_plain(value), node, f"attribute {key!r} is {value!r}: {why}")
             node.in_shapes = [shapes[name] for name in node.inputs]
             node.out_shape = tuple(spec.infer(node, node.in_shapes, self))
             expect(0 not in node.out_shape, node, f"its output has per-sample shape "

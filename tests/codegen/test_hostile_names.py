@@ -10,6 +10,7 @@ the names say."""
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import subprocess
@@ -28,10 +29,10 @@ from rootclad.codegen.cxx import comment_text, string_literal
 from rootclad.codegen.standalone import write_header
 from rootclad.frontends.onnx import to_module
 from rootclad.frontends.torch_fx import graph_from_module
-from rootclad.ir.graph import IRError
+from rootclad.ir.graph import IRError, Param
 from rootclad.toolchain import find_cxx
 
-MARK = "/tmp/rootclad-hostile-name-ran"
+MARK = f"/tmp/rootclad-hostile-name-ran-{os.getpid()}"
 HOSTILE = [
     'fc")\n#define linear_forward(a,b,c,d,e,f,g) linear_forward(a,b,c,d,e,f,g); '
     f'if (::system("touch {MARK}")) {{}}\n#pragma x',
@@ -138,6 +139,30 @@ def onnx_graphs():
     return onnx_graph(onnx_file(hostile)), onnx_graph(onnx_file(plain))
 
 
+def renamed(graph, state, name):
+    """``graph`` with every value, node, parameter and buffer named ``name(i)``, as no
+    front-end would leave them: the emitters alone meet the text."""
+    g = copy.deepcopy(graph)
+    values = {v: name(i) for i, v in enumerate([*g.inputs, *(n.output for n in g.nodes)])}
+    tensors = {p.name: f"{name(100 + i)}.w" for i, p in enumerate(g.params + g.buffers)}
+    g.inputs, g.output = [values[v] for v in g.inputs], values[g.output]
+    for i, n in enumerate(g.nodes):
+        n.name, n.output, n.inputs = name(50 + i), values[n.output], [values[v] for v in n.inputs]
+        n.params = {r: tensors[t] for r, t in n.params.items()}
+        n.buffers = {r: tensors[t] for r, t in n.buffers.items()}
+    g.params = [Param(tensors[p.name], p.shape, p.persistent) for p in g.params]
+    g.buffers = [Param(tensors[p.name], p.shape, p.persistent) for p in g.buffers]
+    g.validate()
+    return g, {tensors[k]: v for k, v in state.items() if k in tensors}
+
+
+@pytest.fixture(scope="module")
+def ir_graphs(onnx_graphs):
+    """The plain file's graph, renamed in the IR with hostile text."""
+    graph, state = onnx_graphs[1]
+    return renamed(graph, state, hostile), (graph, state)
+
+
 # -- a torch module ----------------------------------------------------------------------------
 class Named(nn.Module):
     """A convolution and a linear layer in a ModuleDict, a parameter and a buffer read
@@ -173,7 +198,7 @@ def cpu_sources(graph) -> dict[str, str]:
     }
 
 
-@pytest.mark.parametrize("kind", ["onnx", "torch"])
+@pytest.mark.parametrize("kind", ["onnx", "torch", "ir"])
 def test_the_emitters_write_names_only_as_comments_and_literals(kind, request, tmp_path):
     (bad, bad_state), (good, good_state) = request.getfixturevalue(f"{kind}_graphs")
     sources = {name: [src] for name, src in cpu_sources(bad).items()}
@@ -225,8 +250,8 @@ def test_a_hostile_header_compiles(onnx_graphs, tmp_path):
     (graph, state), _ = onnx_graphs
     header = write_header(graph, state, tmp_path / "net.hxx", "net")["header"]
     cxx, _ = find_cxx()
-    done = subprocess.run([cxx, "-std=c++17", "-fsyntax-only", "-x", "c++", str(header)],
-                          capture_output=True, text=True)  # fmt: skip
+    command = [cxx, "-std=c++17", "-fsyntax-only", "-x", "c++", str(header)]
+    done = subprocess.run(command, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
 
 

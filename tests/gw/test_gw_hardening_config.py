@@ -16,9 +16,23 @@ from rootclad.cli import main
 from rootclad.gw.run.config import ConfigError, RunConfig, resolve
 
 # what a TOML basic string must escape, what it must not, and text that looks like an escape
-HOSTILE = ['"', "\\", "\n", 'x"\nseed = 5\n#', "tcp://h:1\"\nworkers = 7", "\\u0041", "\\n",
-           "'''", '"""', "\t\r\x00\x1f\x7f", "\x08\x0c\x1b", "\u2028\u0085é😀\ufeff", "a\\",
-           " both ends ", ""]  # fmt: skip
+HOSTILE = [
+    '"',
+    "\\",
+    "\n",
+    'x"\nseed = 5\n#',
+    'tcp://h:1"\nworkers = 7',
+    "\\u0041",
+    "\\n",
+    "'''",
+    '"""',
+    "\t\r\x00\x1f\x7f",
+    "\x08\x0c\x1b",
+    "\u2028\u0085é😀\ufeff",
+    "a\\",
+    " both ends ",
+    "",
+]
 
 
 @pytest.mark.parametrize("field", ["approximant", "scheduler"])
@@ -74,7 +88,7 @@ BIG = "1" + "0" * 400
             "scheduler = '" + "x" * 3000 + "'\nepochs = [" + "1, " * 3000 + "]",
             "epochs",
             id="long values",
-        ),  # fmt: skip
+        ),
     ],
 )
 def test_a_value_that_cannot_be_a_configuration_is_one_line_naming_file_and_key(

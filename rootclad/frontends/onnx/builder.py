@@ -463,6 +463,7 @@ def to_module(model) -> tuple[nn.Module, list[tuple[int, ...]], torch.dtype]:
     budget = Budget(where)
     budget.parameters(_tensors(model.graph))
     if base is not None:
+        budget.external(model.graph.initializer, base)
         try:
             onnx.external_data_helper.load_external_data_for_model(model, str(base))
         except Exception as exc:  # a missing or unsafe external-data file, ...

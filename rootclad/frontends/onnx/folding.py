@@ -34,6 +34,10 @@ class ShapeOps:
     """Handlers of the ONNX builder (builder.py) for the shape and layout ops."""
 
     def fold(self, node, value) -> None:
+        """Keep ``value`` as the constant ``node`` computes; every constant folded counts
+        against the import's limits (limits.py: its ops check a result that grows before
+        they make it)."""
+        self.budget.folded(f"node {node.name!r} ({node.op_type})", np.asarray(value))
         self.consts[node.output[0]] = Const(value)
 
     def op_Constant(self, node, a):
@@ -41,7 +45,8 @@ class ShapeOps:
 
         if "value" not in a:
             raise self.fail(node, "only the 'value' form of Constant is supported")
-        self.fold(node, np.array(onnx.numpy_helper.to_array(a["value"])))
+        # counted with the initializers when the file was read (limits.Budget.parameters)
+        self.consts[node.output[0]] = Const(np.array(onnx.numpy_helper.to_array(a["value"])))
 
     def op_Shape(self, node, a):
         x = node.input[0]
@@ -108,9 +113,9 @@ class ShapeOps:
 
     def op_Concat(self, node, a):
         if all(n in self.consts for n in node.input):
-            parts = [
-                np.atleast_1d(np.asarray(self.consts[n].value, dtype=object)) for n in node.input
-            ]
+            parts = [np.atleast_1d(np.asarray(self.consts[n].value)) for n in node.input]
+            self.budget.constant(f"node {node.name!r} (Concat)", (sum(np.size(v) for v in parts),))
+            parts = [v.astype(object) for v in parts]
             return self.fold(node, np.concatenate(parts, axis=a["axis"]))
         xs = [self.tensor(node, i) for i in range(len(node.input))]
         rank = len(self.shapes[xs[0]]) + 1
@@ -174,6 +179,7 @@ class ShapeOps:
         if any(v.dtype == object and any(e is BATCH for e in v.ravel()) for v in values):
             raise self.fail(node, "Mod of a value that depends on the batch size")
         p, q = (v.astype(np.int64) if v.dtype == object else v for v in values)
+        self.budget.constant(f"node {node.name!r} (Mod)", np.broadcast_shapes(p.shape, q.shape))
         self.fold(node, np.fmod(p, q) if a.get("fmod", 0) else np.mod(p, q))
 
     def op_Sqrt(self, node, a):

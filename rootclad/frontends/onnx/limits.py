@@ -53,6 +53,7 @@ class Budget:
         self.where = where
         self.limits = Limits.from_environment()
         self.activation_bytes = 0
+        self.parameter_bytes = 0  # the file's tensors, then what folding adds
 
     def _refuse(self, what: str, asked: float, limit: float, var: str, unit: str) -> IRError:
         return IRError(
@@ -67,30 +68,104 @@ class Budget:
 
         total = 0
         for t in tensors:
-            itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
+            try:
+                itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
+            except (KeyError, TypeError, ValueError):
+                raise IRError(
+                    f"{self.where}: tensor {t.name!r} has data type {t.data_type}, which ONNX "
+                    "does not define"
+                ) from None
+            if any(d < 0 for d in t.dims):
+                raise IRError(f"{self.where}: tensor {t.name!r} has dims {list(t.dims)}")
             total += math.prod(t.dims) * itemsize
+        self.parameter_bytes = total
         if total > self.limits.parameter_bytes:
-            raise self._refuse("its initializers and constants together", total,
-                               self.limits.parameter_bytes, "ROOTCLAD_MAX_PARAMETER_BYTES",
-                               "bytes")  # fmt: skip
+            raise self._refuse(
+                "its initializers and constants together",
+                total,
+                self.limits.parameter_bytes,
+                "ROOTCLAD_MAX_PARAMETER_BYTES",
+                "bytes",
+            )
+
+    def external(self, tensors, base) -> None:
+        """Before an initializer's external data is read: its file lies under the model's
+        directory and holds exactly the bytes its dims and type declare at its offset (onnx
+        would read a missing ``length`` as the rest of the file)."""
+        import onnx
+
+        for t in tensors:
+            if t.data_location != onnx.TensorProto.EXTERNAL:
+                continue
+            info = {e.key: e.value for e in t.external_data}
+            size = (
+                math.prod(t.dims)
+                * np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
+            )
+            where = f"{self.where}: initializer {t.name!r}"
+            path = (base / info.get("location", "")).resolve()
+            if not info.get("location") or not path.is_relative_to(base.resolve()):
+                raise IRError(
+                    f"{where}: its data file {info.get('location')!r} is not in the model's directory"
+                )
+            try:
+                offset = int(info.get("offset", 0))
+                length = int(info.get("length", size))
+            except ValueError:
+                raise IRError(f"{where}: offset or length of its data is not a number") from None
+            if length != size or offset < 0:
+                raise IRError(
+                    f"{where}: its data is declared as {length} bytes at offset {offset}; its "
+                    f"shape {list(t.dims)} holds {size}"
+                )
+            if not path.is_file() or path.stat().st_size < offset + size:
+                raise IRError(f"{where}: {path} does not hold {size} bytes at offset {offset}")
+            if "length" not in info:
+                t.external_data.add(key="length", value=str(size))
 
     def constant(self, what: str, shape) -> None:
         """A constant the graph's shape arithmetic would make, before it is made."""
         n = math.prod(int(d) for d in shape)
         if n > self.limits.sample_elements:
-            raise self._refuse(f"{what} of shape {tuple(shape)}", n,
-                               self.limits.sample_elements, "ROOTCLAD_MAX_SAMPLE_ELEMENTS",
-                               "elements")  # fmt: skip
+            raise self._refuse(
+                f"{what} of shape {tuple(shape)}",
+                n,
+                self.limits.sample_elements,
+                "ROOTCLAD_MAX_SAMPLE_ELEMENTS",
+                "elements",
+            )
+
+    def folded(self, what: str, value: np.ndarray) -> None:
+        """A constant folding made: it counts with the file's tensors (an element of an
+        object array, a Python number, as 40 bytes)."""
+        self.constant(what, value.shape)
+        self.parameter_bytes += value.size * (40 if value.dtype == object else value.itemsize)
+        if self.parameter_bytes > self.limits.parameter_bytes:
+            raise self._refuse(
+                f"with {what}, its tensors and folded constants together",
+                self.parameter_bytes,
+                self.limits.parameter_bytes,
+                "ROOTCLAD_MAX_PARAMETER_BYTES",
+                "bytes",
+            )
 
     def value(self, what: str, shape, itemsize: int) -> None:
         """A value computed per sample (an input, a layer's output), before any is made."""
         n = math.prod(shape)
         if n > self.limits.sample_elements:
-            raise self._refuse(f"{what} of per-sample shape {tuple(shape)}", n,
-                               self.limits.sample_elements, "ROOTCLAD_MAX_SAMPLE_ELEMENTS",
-                               "elements per sample")  # fmt: skip
+            raise self._refuse(
+                f"{what} of per-sample shape {tuple(shape)}",
+                n,
+                self.limits.sample_elements,
+                "ROOTCLAD_MAX_SAMPLE_ELEMENTS",
+                "elements per sample",
+            )
         self.activation_bytes += n * itemsize * EXAMPLE_BATCH
         if self.activation_bytes > self.limits.activation_bytes:
-            raise self._refuse(f"with {what}, the graph's values at a batch of {EXAMPLE_BATCH}",
-                               self.activation_bytes, self.limits.activation_bytes,
-                               "ROOTCLAD_MAX_ACTIVATION_BYTES", "bytes")  # fmt: skip
+            raise self._refuse(
+                f"with {what}, the graph's values at a batch of {EXAMPLE_BATCH}",
+                self.activation_bytes,
+                self.limits.activation_bytes,
+                "ROOTCLAD_MAX_ACTIVATION_BYTES",
+                "bytes",
+            )

@@ -87,7 +87,7 @@ def _checkpoint_best(ckpt: Path) -> tuple[dict[str, np.ndarray], dict, str]:
     if best_epoch is not None and best_epoch < 0:
         raise ConfigError(f"{ckpt}: best_epoch must not be negative, got {best_epoch}")
     # no best epoch (no finite validation loss): the export holds the last weights
-    field = "best_model" if state.get("best_model") else "model"
+    field = "best_model" if state.get("best_model") is not None else "model"
     tensors = state.get(field)
     if not isinstance(tensors, dict) or not tensors:
         raise ConfigError(f"{ckpt}: {field} is not a dict of tensors")
