@@ -21,19 +21,31 @@ from collections.abc import Mapping
 
 import numpy as np
 
-# A column a Define expression may name (RDataFrame finds the columns in the text): C++ names,
-# or such names joined by dots (``a.b``). Anything else could be read as code.
-COLUMN_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", re.ASCII)
+# A column rootclad names in C++: an identifier (a branch it writes: ROOT reads other
+# characters in a branch's name as a leaf list, ``s[64]`` as 64 floats from the address of one),
+# or, read through a Define expression, identifiers joined by dots (RDataFrame finds the columns
+# in the text and replaces ``a.b``). Anything else could be read as code.
+_IDENTIFIER = r"[A-Za-z_]\w*"
+IDENTIFIER = re.compile(_IDENTIFIER, re.ASCII)
+COLUMN_NAME = re.compile(rf"{_IDENTIFIER}(\.{_IDENTIFIER})*", re.ASCII)
 
 
-def check_column_name(name, what: str = "column") -> str:
-    if not isinstance(name, str) or not COLUMN_NAME.fullmatch(name):
+def check_column_name(name, what: str = "column", *, dotted: bool = True) -> str:
+    """``name`` when it is a column name rootclad may put in C++: with ``dotted``, a C++ name or
+    such names joined by dots (a column a Define reads); without, an identifier (a branch
+    rootclad writes). ValueError otherwise, starting with ``what`` and ``name``."""
+    if isinstance(name, str) and (COLUMN_NAME if dotted else IDENTIFIER).fullmatch(name):
+        return name
+    if dotted:
         raise ValueError(
             f"{what} {name!r} is not a C++ name (letters, digits and _, or such names joined by "
             "dots); RDataFrame finds a Define's columns in the expression's text, so it cannot "
             "be used there safely: rename the branch"
         )
-    return name
+    raise ValueError(
+        f"{what} {name!r} is not an identifier (letters, digits and _, not starting with a "
+        "digit): ROOT would read other characters in a branch's name as a leaf list"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,8 +113,12 @@ class Schema:
 
     def replace(self, **changes) -> Schema:
         """A copy with some fields changed: ``it.schema.replace(classes=["bkg", "sig"])``."""
-        fields = {"columns": self.columns, "target": self.target, "weight": self.weight,
-                  "classes": self.classes} | changes  # fmt: skip
+        fields = {
+            "columns": self.columns,
+            "target": self.target,
+            "weight": self.weight,
+            "classes": self.classes,
+        } | changes
         return Schema(fields.pop("columns"), **fields)
 
     def to_json(self) -> dict:
@@ -119,9 +135,12 @@ class Schema:
         """The schema in an export's metadata, or None for an export written without one."""
         if not meta.get("input_columns"):
             return None
-        return cls(list(zip(meta["input_columns"], meta["input_lengths"], strict=True)),
-                   target=meta.get("target"), weight=meta.get("weight"),
-                   classes=meta.get("classes"))  # fmt: skip
+        return cls(
+            list(zip(meta["input_columns"], meta["input_lengths"], strict=True)),
+            target=meta.get("target"),
+            weight=meta.get("weight"),
+            classes=meta.get("classes"),
+        )
 
     @classmethod
     def of(cls, source) -> Schema:
@@ -136,19 +155,29 @@ class Schema:
         )
 
 
-def check_schema(schema: Schema, input_size: int, what: str, *, outputs: int | None = None,
-                 class_index: bool = False) -> Schema:  # fmt: skip
+def check_schema(
+    schema: Schema,
+    input_size: int,
+    what: str,
+    *,
+    outputs: int | None = None,
+    class_index: bool = False,
+) -> Schema:
     """``schema`` against the model: its columns hold the input size; its class names, if any,
     name the model's classes (``outputs`` of a class-index loss, or 2 for one logit)."""
     if schema.size != input_size:
         detail = ", ".join(f"{n} ({k})" for n, k in schema.columns)
-        raise ValueError(f"{what}: the columns {detail} hold {schema.size} values per event; "
-                         f"the model takes {input_size}")  # fmt: skip
+        raise ValueError(
+            f"{what}: the columns {detail} hold {schema.size} values per event; "
+            f"the model takes {input_size}"
+        )
     if schema.classes is not None and outputs is not None:
         want = outputs if class_index else 2 if outputs == 1 else None
         if want is not None and len(schema.classes) != want:
-            raise ValueError(f"{what}: {len(schema.classes)} class names "
-                             f"{list(schema.classes)}; the model's output has {want} classes")  # fmt: skip
+            raise ValueError(
+                f"{what}: {len(schema.classes)} class names "
+                f"{list(schema.classes)}; the model's output has {want} classes"
+            )
     return schema
 
 

@@ -6,12 +6,12 @@ import difflib
 import hashlib
 import operator
 import os
-import re
 from pathlib import Path
 
 from rootclad.data.cling import CLING_LOCK, declare, declare_header, import_root
 from rootclad.data.schema import check_column_name
 from rootclad.ir.graph import CLASS_INDEX_LOSSES
+from rootclad.paths import check_outputs
 from rootclad.root import shipping
 from rootclad.root.errors import ExportError, ScoringError, cpp_errors
 
@@ -65,8 +65,13 @@ _ARRAY_ARGS = {
     "loss_and_grad": ("in", "y", "w"),
     "train_step": ("in", "y", None, "w"),
 }
-_ARRAY_NAMES = {"in": "input", "dx": "input gradient", "out": "output", "y": "target",
-                "w": "weight"}  # fmt: skip
+_ARRAY_NAMES = {
+    "in": "input",
+    "dx": "input gradient",
+    "out": "output",
+    "y": "target",
+    "w": "weight",
+}
 
 
 def _check_array_sizes(cls) -> None:
@@ -108,8 +113,13 @@ def _check_batch(model, method: str, kinds, args) -> None:
         B = operator.index(args[2])
     except TypeError:
         return  # not a batch size: C++ overload resolution refuses the call
-    per = {"in": model.input_size(), "dx": model.input_size(), "out": model.output_size(),
-           "w": 1, "y": 1 if str(model.loss()) in CLASS_INDEX_LOSSES else model.output_size()}  # fmt: skip
+    per = {
+        "in": model.input_size(),
+        "dx": model.input_size(),
+        "out": model.output_size(),
+        "w": 1,
+        "y": 1 if str(model.loss()) in CLASS_INDEX_LOSSES else model.output_size(),
+    }
     for kind, array in zip(kinds, arrays, strict=False):
         if kind is None or _is_null(array):
             continue
@@ -143,9 +153,10 @@ def _slots(stem: str) -> str:
     processing slot, for Define expressions (``(*name)[rdfslot_]``).
 
     Named by a hash of the stem, the slot count and the files' identity (inode, size,
-    modification time), so weights written after a first use (a macro's training) are read. The stem reaches C++ as a value
-    through PyROOT, never as source text: a path may hold any character. The files are checked
-    first through Python (a stale library raises here, not inside Cling)."""
+    modification time), so weights written after a first use (a macro's training) are read.
+    The stem reaches C++ as a value through PyROOT, never as source text: a path may hold any
+    character. The files are checked first through Python (a stale library raises here, not
+    inside Cling)."""
     _cached_model(stem)
     root = import_root()
     n = max(1, int(root.ROOT.GetThreadPoolSize()))
@@ -176,12 +187,44 @@ def _names(cols) -> str:
 
 
 _NUMBERS = {
-    "bool", "char", "signed char", "unsigned char", "short", "unsigned short", "int",
-    "unsigned int", "long", "unsigned long", "long long", "unsigned long long", "float", "double",
-    "Bool_t", "Char_t", "UChar_t", "Short_t", "UShort_t", "Int_t", "UInt_t", "Long_t", "ULong_t",
-    "Long64_t", "ULong64_t", "Float_t", "Double_t", "Float16_t", "Double32_t", "int8_t",
-    "uint8_t", "int16_t", "uint16_t", "int32_t", "uint32_t", "int64_t", "uint64_t",
-}  # fmt: skip
+    "bool",
+    "char",
+    "signed char",
+    "unsigned char",
+    "short",
+    "unsigned short",
+    "int",
+    "unsigned int",
+    "long",
+    "unsigned long",
+    "long long",
+    "unsigned long long",
+    "float",
+    "double",
+    "Bool_t",
+    "Char_t",
+    "UChar_t",
+    "Short_t",
+    "UShort_t",
+    "Int_t",
+    "UInt_t",
+    "Long_t",
+    "ULong_t",
+    "Long64_t",
+    "ULong64_t",
+    "Float_t",
+    "Double_t",
+    "Float16_t",
+    "Double32_t",
+    "int8_t",
+    "uint8_t",
+    "int16_t",
+    "uint16_t",
+    "int32_t",
+    "uint32_t",
+    "int64_t",
+    "uint64_t",
+}
 
 
 def _element_type(type_name: str) -> str | None:
@@ -275,50 +318,13 @@ def _input_expr(df, inputs, stem: str, what: str, names_of=_names) -> str:
     return f"rootclad::event_input({n_in}, rdfentry_, {names_of(cols)}, {', '.join(cols)})"
 
 
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def check_score_column(column, what: str) -> str:
-    """``column``, the name of a column or branch rootclad writes, when it is an identifier:
-    ROOT reads a branch's name as a leaf list (``s[64]``: 64 floats from the address of one,
-    ``x/D``: a double, ``a:b``: two leaves), and RDataFrame's Define takes C++ names only."""
-    if not isinstance(column, str) or not _IDENTIFIER.fullmatch(column):
-        raise ValueError(
-            f"{what}: column {column!r} is not an identifier (letters, digits and _, not "
-            "starting with a digit): ROOT would read other characters in a branch's name as a "
-            "leaf list"
-        )
-    return column
-
-
-def check_outputs(outputs, inputs, stem: str, what: str) -> None:
-    """Refuse, before anything is written, an output that is one of ``inputs`` or of the
-    model's files: the same path, a link to it, another name of the same inode (writing it
-    would replace what is read)."""
-    read = {}
-    for own, f in [*((False, f) for f in inputs), (True, stem + ".so"), (True, stem + ".root")]:
-        try:
-            st = os.stat(f)
-        except OSError:
-            continue
-        read.setdefault((st.st_dev, st.st_ino), (own, f))
-    for out in outputs:
-        try:
-            st = os.stat(out)
-        except OSError:
-            continue  # nothing there yet: nothing to lose
-        own, f = read.get((st.st_dev, st.st_ino), (None, None))
-        if own:
-            raise ValueError(f"{what}: the output {out} is the model's own {f}")
-        if own is not None:
-            raise ValueError(
-                f"{what}: the output {out} is the input {f} (the same file): its trees would be "
-                "replaced by the scores; choose another output"
-            )
+def model_files(stem: str) -> list[str]:
+    """The export's own files, which no output may be: ``STEM.so`` and ``STEM.root``."""
+    return [stem + ".so", stem + ".root"]
 
 
 def _define(df, stem, inputs, column: str, method: str, what: str):
-    check_score_column(column, what)
+    check_column_name(column, f"{what}: column", dotted=False)
     stem = _stem(stem)
     if shipping.backend_of(df) is None:
         expr = _input_expr(df, inputs, stem, what)
@@ -372,13 +378,13 @@ def score_tree(
     ``column`` must be an identifier, and ``output`` may not be the input or the model's own
     files (ValueError, before anything is written). A file that cannot be scored raises
     :class:`ScoringError`, an export that cannot be opened :class:`ExportError`."""
-    check_score_column(column, "score_tree")
+    check_column_name(column, "score_tree: column", dotted=False)
     stem = _stem(stem)
     file = Path(file)
     if not file.is_file():
         raise FileNotFoundError(f"{file}: no such file")
     output = Path(output) if output else file.with_name(file.stem + "_scores.root")
-    check_outputs([output], [file], stem, "score_tree")
+    check_outputs(inputs=[file], outputs=[output], model_files=model_files(stem), what="score_tree")
     if batch_size is not None and batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     inputs = columns_of(stem, inputs, "score_tree")

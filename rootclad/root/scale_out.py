@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rootclad.data.cling import import_root
+from rootclad.data.schema import check_column_name
+from rootclad.paths import check_outputs
 from rootclad.root import shipping
 from rootclad.root.errors import ExportError, ScoringError, cpp_errors, cpp_message
-from rootclad.root.rdf import _stem, check_outputs, check_score_column, columns_of
+from rootclad.root.rdf import _stem, columns_of, model_files
 from rootclad.toolchain.build import file_digest
 
 
@@ -185,10 +187,18 @@ def _score(
 ):
     shipping.open_on_worker(model, want)
     st = os.stat(file)  # a file rewritten with as many entries is another input
-    note = {"model": model.digest, "library_md5": library_md5, "input": file, "tree": tree,
-            "inputs": inputs, "entries": _entries(file, tree), "out_tree": out_tree,
-            "column": column, "input_size": st.st_size,
-            "input_mtime_ns": st.st_mtime_ns}  # fmt: skip
+    note = {
+        "model": model.digest,
+        "library_md5": library_md5,
+        "input": file,
+        "tree": tree,
+        "inputs": inputs,
+        "entries": _entries(file, tree),
+        "out_tree": out_tree,
+        "column": column,
+        "input_size": st.st_size,
+        "input_mtime_ns": st.st_mtime_ns,
+    }
     if complete(output, note):
         return "skipped"
     if not overwrite and _not_ours(output):  # appeared after the client's check
@@ -266,7 +276,7 @@ def score_files(
     the model's own file (ValueError); an output already there that score_files did not write
     (no record) raises FileExistsError naming it, unless ``overwrite=True``."""
     _distributed()
-    check_score_column(column, "score_files")
+    check_column_name(column, "score_files: column", dotted=False)
     stem = _stem(stem)
     files = [Path(f).resolve() for f in ([files] if isinstance(files, (str, Path)) else files)]
     if not files:
@@ -285,7 +295,7 @@ def score_files(
         )
     if output_dir is not None and not Path(output_dir).is_dir():
         raise FileNotFoundError(f"{output_dir}: no such directory (create it first)")
-    check_outputs(outputs, files, stem, "score_files")
+    check_outputs(inputs=files, outputs=outputs, model_files=model_files(stem), what="score_files")
     foreign = [] if overwrite else [o for o in outputs if _not_ours(str(o))]
     if foreign:
         raise FileExistsError(_foreign_message(foreign))
@@ -331,8 +341,9 @@ def _run(client, stem, files, outputs, inputs, tree, out_tree, column, batch, re
     futures = []
     for i, (f, out) in enumerate(zip(files, outputs, strict=True)):
         key = f"rootclad-score-{f.name}-{i}-{token}"  # the file's name shows in Dask's dashboard
-        futures.append(client.submit(score_task, str(f), str(out), *args, key=key, pure=False,
-                                     retries=retries))  # fmt: skip
+        futures.append(
+            client.submit(score_task, str(f), str(out), *args, key=key, pure=False, retries=retries)
+        )
     _distributed().wait(futures)
     done = ScoredFiles(outputs)
     failed = {}
