@@ -19,9 +19,15 @@ from rootclad.data.schema import check_column_name
 from rootclad.data.table import TableIterator
 
 
-def from_rdataframe(df, *, features: str | Sequence[str], target: str,
-                    weight: str | None = None, compiled: bool = False,
-                    **kwargs) -> TableIterator:  # fmt: skip
+def from_rdataframe(
+    df,
+    *,
+    features: str | Sequence[str],
+    target: str,
+    weight: str | None = None,
+    compiled: bool = False,
+    **kwargs,
+) -> TableIterator:
     """A :class:`TableIterator` over an RDataFrame, its filters and defines applied
     (``compiled=True``: a :class:`rootclad.data.CompiledTableIterator`, read in C++).
 
@@ -61,8 +67,7 @@ def from_rdataframe(df, *, features: str | Sequence[str], target: str,
         raise DataError(f"RDataFrame could not write the columns {columns}: {_why(err)}") from err
     cls = _CompiledRDataFrameTable if compiled else _RDataFrameTable
     try:
-        it = cls(path, tree="table", features=feats, target=target, weight=weight,
-                           **kwargs)  # fmt: skip
+        it = cls(path, tree="table", features=feats, target=target, weight=weight, **kwargs)
     except DataError as err:
         shutil.rmtree(tmpdir, ignore_errors=True)
         raise _in_rdataframe(err, entries) from None

@@ -110,9 +110,13 @@ def _schema(cm, schema):
         return None
     from rootclad.ir.graph import CLASS_INDEX_LOSSES
 
-    return check_schema(Schema.of(schema), math.prod(cm.input_shape), "cm.export(schema=...)",
-                        outputs=math.prod(cm.output_shape),
-                        class_index=cm.loss in CLASS_INDEX_LOSSES)  # fmt: skip
+    return check_schema(
+        Schema.of(schema),
+        math.prod(cm.input_shape),
+        "cm.export(schema=...)",
+        outputs=math.prod(cm.output_shape),
+        class_index=cm.loss in CLASS_INDEX_LOSSES,
+    )
 
 
 def _optimizer_tree(f, cm, opt) -> None:
@@ -135,10 +139,13 @@ def _optimizer_tree(f, cm, opt) -> None:
     config = np.frombuffer(opt._cfg, dtype=np.float64).reshape(1, -1)
     tree = f.mktree(
         "rootclad_optimizer",
-        {"config": np.dtype((np.float64, (config.shape[1],))), "step": np.int64,
-         "state": np.dtype((np.float64, (2 * P,)))},
+        {
+            "config": np.dtype((np.float64, (config.shape[1],))),
+            "step": np.int64,
+            "state": np.dtype((np.float64, (2 * P,))),
+        },
         title="rootclad optimizer: hyperparameters, step, state",
-    )  # fmt: skip
+    )
     state = opt._state[: 2 * P].double().reshape(1, -1).numpy()
     tree.extend({"config": config, "step": np.array([steps.pop()], np.int64), "state": state})
 

@@ -24,8 +24,16 @@ def root_flags() -> list[str]:
 
     root = import_root()
     inc, lib = str(root.gROOT.GetIncludeDir()), str(root.gROOT.GetLibDir())
-    return ["-std=c++17", "-pthread", f"-I{get_include()}", f"-I{inc}", f"-L{lib}",
-            f"-Wl,-rpath,{lib}", *(f"-l{name}" for name in _LIBS), "-ldl"]  # fmt: skip
+    return [
+        "-std=c++17",
+        "-pthread",
+        f"-I{get_include()}",
+        f"-I{inc}",
+        f"-L{lib}",
+        f"-Wl,-rpath,{lib}",
+        *(f"-l{name}" for name in _LIBS),
+        "-ldl",
+    ]
 
 
 if __name__ == "__main__":

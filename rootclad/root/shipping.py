@@ -200,8 +200,11 @@ def _place() -> tuple[str, Path] | None:
     if task is not None:
         from pyspark import SparkFiles
 
-        return (f"the Spark executor of stage {task.stageId()} partition {task.partitionId()} "
-                f"(process {os.getpid()})", Path(SparkFiles.getRootDirectory()))  # fmt: skip
+        return (
+            f"the Spark executor of stage {task.stageId()} partition {task.partitionId()} "
+            f"(process {os.getpid()})",
+            Path(SparkFiles.getRootDirectory()),
+        )
     return None
 
 
