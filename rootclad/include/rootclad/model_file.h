@@ -21,6 +21,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -206,7 +208,7 @@ inline std::string resolved(const std::string& path) {
   return cwd + "/" + (path.compare(0, 2, "./") == 0 ? path.substr(2) : path);
 }
 
-// A number per temporary file of the process (write_root_file, checked_library_copy): two
+// A number per temporary file of the process (write_root_file, copy_library): two
 // threads writing one path never share a temporary file.
 inline unsigned long next_write() {
   static std::atomic<unsigned long> count{0};
@@ -283,15 +285,14 @@ inline std::string library_dir() {
   return dir;
 }
 
-// The library `lib` copied to library_dir() as <its MD5>.so, the path that rootclad::Model
-// loads: written to a temporary name, its MD5 computed from the bytes written, compared with
-// `want` (the MD5 the weights `weights` record), then renamed. What is loaded is what was
-// checked, whatever happens to `lib` meanwhile or later (replaced by a rename, which dlopen
-// would not see under the same path, or rewritten in place under a running model); a library
-// of other content has another path, so reopening after a change loads the new one.
-inline std::string checked_library_copy(const std::string& lib, const std::string& want,
-                                        const std::string& weights) {
-  const std::string dir = library_dir();
+// The library `lib` copied into `dir` as <its MD5>.so: written to a temporary name, its MD5
+// computed from the bytes written, compared with `want` (the MD5 the weights `weights` record),
+// then renamed. What is loaded is what was checked, whatever happens to `lib` meanwhile or
+// later (replaced by a rename, which dlopen would not see under the same path, or rewritten in
+// place under a running model); a library of other content has another path, so reopening
+// after a change loads the new one.
+inline std::string copy_library(const std::string& lib, const std::string& want,
+                                const std::string& weights, const std::string& dir) {
   const std::string tmp = dir + "/.library." + std::to_string(::getpid()) + "." +
                           std::to_string(next_write()) + ".partial";
   const int in = ::open(lib.c_str(), O_RDONLY | O_CLOEXEC);
@@ -347,6 +348,46 @@ inline std::string checked_library_copy(const std::string& lib, const std::strin
     ::unlink(tmp.c_str());
     throw std::runtime_error("rootclad: cannot write " + path + ": " + std::strerror(e));
   }
+  return path;
+}
+
+// The copies this process has made and checked: one per library file and the MD5 its weights
+// record, so that the Models of one export (one per RDataFrame slot or worker thread) copy and
+// hash the library once. A key holds the directory, the MD5, the path and the file's identity
+// (device, inode, size, modification and change times): a library replaced or rewritten, or
+// weights that record another MD5, are copied and checked again; a stale library is refused
+// however often it is opened.
+struct CheckedCopies {
+  std::mutex mutex;
+  std::map<std::string, std::string> paths; // key -> <dir>/<MD5>.so
+};
+
+inline CheckedCopies& checked_copies() {
+  static CheckedCopies copies;
+  return copies;
+}
+
+// The path rootclad::Model loads for `lib`, whose weights `weights` record the MD5 `want`: the
+// copy made by copy_library in library_dir(), at most once per process for a file unchanged.
+inline std::string checked_library_copy(const std::string& lib, const std::string& want,
+                                        const std::string& weights) {
+  const std::string dir = library_dir(); // checked at every open: its mode may have changed
+  struct stat st;
+  if (::stat(lib.c_str(), &st) != 0)
+    throw std::runtime_error("rootclad: cannot read " + lib + ": " + std::strerror(errno));
+  std::string key = dir + '\n' + want + '\n' + lib;
+  for (const long long n : {(long long)st.st_dev, (long long)st.st_ino, (long long)st.st_size,
+                            (long long)st.st_mtim.tv_sec, (long long)st.st_mtim.tv_nsec,
+                            (long long)st.st_ctim.tv_sec, (long long)st.st_ctim.tv_nsec})
+    key += '\n' + std::to_string(n);
+  CheckedCopies& copies = checked_copies();
+  std::lock_guard<std::mutex> lock(copies.mutex);
+  const auto it = copies.paths.find(key);
+  struct stat copy;
+  if (it != copies.paths.end() && ::stat(it->second.c_str(), &copy) == 0 && S_ISREG(copy.st_mode))
+    return it->second;
+  const std::string path = copy_library(lib, want, weights, dir);
+  copies.paths[key] = path;
   return path;
 }
 
