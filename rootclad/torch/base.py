@@ -26,6 +26,12 @@ TORCH_DTYPE = {"float32": torch.float32, "float64": torch.float64}
 _NOT_LOADED = "; nothing was loaded"
 
 
+def _key(where: str | None, key: str) -> str:
+    """A state dict's ``key`` as the messages name it: ``load_state_dict: 'fc.bias'``, or
+    within what a caller calls the state dict (``the checkpoint's 'model'['fc.bias']``)."""
+    return f"load_state_dict: {key!r}" if where is None else f"{where}[{key!r}]"
+
+
 class ArenaParameter(torch.nn.Parameter):
     """A parameter that views the compiled model's parameter block.
 
@@ -247,21 +253,34 @@ class ModelBase:
                 view.copy_(value)
         return keys
 
-    def check_state_dict(self, state_dict, strict: bool = True, *, check_finite: bool = True):
+    def check_state_dict(
+        self,
+        state_dict,
+        strict: bool = True,
+        *,
+        check_finite: bool = True,
+        where: str | None = None,
+    ):
         """Raise what :meth:`load_state_dict` would (``TypeError``, ``ValueError`` naming the
         key; ``KeyError`` for missing or unknown keys under ``strict``) and change nothing:
         every entry a tensor of real numbers of its shape (under each of its names, all
         equal), finite in this model's dtype, running variances >= 0, batch counts whole
-        numbers >= 0. Returns ``(missing_keys, unexpected_keys)``."""
-        return self._checked_state(state_dict, strict, check_finite)[1]
+        numbers >= 0. Returns ``(missing_keys, unexpected_keys)``.
 
-    def _checked_state(self, state_dict, strict: bool, check_finite: bool):
+        ``where``: what the messages call the state dict, for a caller that read it from
+        somewhere (``"the checkpoint's 'model'"``: ``the checkpoint's 'model'['2.bias'] holds
+        nan at [0]: ...``); such a caller's users cannot pass ``check_finite``, so its
+        messages do not offer it."""
+        return self._checked_state(state_dict, strict, check_finite, where)[1]
+
+    def _checked_state(self, state_dict, strict: bool, check_finite: bool, where=None):
         """``([(view, value in this model's dtype)], IncompatibleKeys)`` of a state dict that
         passed every check of :meth:`check_state_dict`."""
         if not isinstance(state_dict, Mapping):
+            head = "load_state_dict takes" if where is None else f"{where} must be"
             raise TypeError(
-                "load_state_dict takes a dict of tensors by name (as state_dict() "
-                f"returns), got {type(state_dict).__name__}"
+                f"{head} a dict of tensors by name (as state_dict() returns), got "
+                f"{type(state_dict).__name__}"
             )
         own = {**self._views, **self._buffer_views}
         found = {k: [k] for k in own if k in state_dict}
@@ -274,13 +293,13 @@ class ModelBase:
         unexpected = [k for k in unknown if k not in self._ignored]
         if strict and (missing or unexpected):
             raise KeyError(
-                f"load_state_dict: missing keys {missing}, unexpected keys "
+                f"{where or 'load_state_dict'}: missing keys {missing}, unexpected keys "
                 f"{unexpected}{_NOT_LOADED}"
             )
         for k in unknown:  # an unused layer's buffers are dropped, but must be tensors too
             if k in self._ignored and not isinstance(state_dict[k], torch.Tensor):
                 raise TypeError(
-                    f"load_state_dict: {k!r} must be a tensor, got "
+                    f"{_key(where, k)} must be a tensor, got "
                     f"{type(state_dict[k]).__name__}{_NOT_LOADED}"
                 )
         roles = {name: role for n in self.graph.nodes for role, name in n.buffers.items()}
@@ -288,24 +307,26 @@ class ModelBase:
         for name, keys in found.items():
             view, role = own[name], roles.get(name)
             values = [
-                self._checked_value(k, name, view, state_dict[k], role, check_finite) for k in keys
+                self._checked_value(k, name, view, state_dict[k], role, check_finite, where)
+                for k in keys
             ]
             for k, v in zip(keys[1:], values[1:], strict=True):
                 a, b = values[0], v.to(values[0].device)
                 if not bool(((a == b) | (a.isnan() & b.isnan())).all()):
                     raise ValueError(
-                        f"load_state_dict: {k!r} and {keys[0]!r} name one tensor "
+                        f"{_key(where, k)} and {keys[0]!r} name one tensor "
                         f"of the model and hold different values{_NOT_LOADED}"
                     )
             copies.append((view, values[0]))
         return copies, IncompatibleKeys(missing, unexpected)
 
-    def _checked_value(self, key: str, name: str, view, value, role, check_finite: bool):
-        """``value`` for the model's tensor ``name`` (``view``; given under ``key``), checked,
-        in the model's dtype. ``role``: a buffer's (BatchNorm's "running_var" and
-        "num_batches_tracked"; "value": a constant read as a value, which may mask with an
-        infinity, x + mask; NaN is never meant)."""
-        at = f"load_state_dict: {key!r}" + (f" (another name of {name!r})" if key != name else "")
+    def _checked_value(self, key: str, name: str, view, value, role, check_finite: bool, where):
+        """``value`` for the model's tensor ``name`` (``view``; given under ``key``, in what
+        ``where`` names), checked, in the model's dtype. ``role``: a buffer's (BatchNorm's
+        "running_var" and "num_batches_tracked"; "value": a constant read as a value, which may
+        mask with an infinity, x + mask; NaN is never meant)."""
+        at = _key(where, key) + (f" (another name of {name!r})" if key != name else "")
+        hint = " (check_finite=False loads it anyway)" if where is None else ""
         if not isinstance(value, torch.Tensor):
             raise TypeError(f"{at} must be a tensor, got {type(value).__name__}{_NOT_LOADED}")
         if value.is_complex() or value.dtype == torch.bool or value.layout != torch.strided:
@@ -328,13 +349,13 @@ class ModelBase:
         masked = out.nan_to_num(nan=math.nan, posinf=0, neginf=0) if role == "value" else out
         bad = first_non_finite(masked) if check_finite else None
         if bad is not None:
-            was, where = float(value.reshape(-1)[bad[0]]), flat_index_text(view.shape, bad[0])
+            was, index = float(value.reshape(-1)[bad[0]]), flat_index_text(view.shape, bad[0])
             why = (
-                f"holds {was!r} at {where}, beyond {str(self.dtype)[6:]}'s range"
+                f"holds {was!r} at {index}, beyond {str(self.dtype)[6:]}'s range"
                 if math.isfinite(was)
-                else f"holds {bad[1]} at {where}: not a finite number"
+                else f"holds {bad[1]} at {index}: not a finite number"
             )
-            raise ValueError(f"{at} {why}{_NOT_LOADED} (check_finite=False loads it anyway)")
+            raise ValueError(f"{at} {why}{_NOT_LOADED}{hint}")
         if role == "running_var" and bool((out < 0).any()):
             i = int((out.reshape(-1) < 0).nonzero()[0])
             raise ValueError(

@@ -51,8 +51,10 @@ class _ParamGroup(MutableMapping):
     """The one param group of a rootclad optimizer, as ``torch.optim.lr_scheduler`` reads and
     writes it: its hyperparameters ("lr", "weight_decay", SGD's "momentum", "dampening",
     "nesterov", Adam's "betas", "eps") are the optimizer's configuration, the numbers the C++
-    update reads at the next step (checked as the constructor checks them); other keys (a
-    scheduler's "initial_lr") are kept as given; "params" lists the model's parameters."""
+    update reads at the next step (checked as the constructor checks them); other keys are
+    kept, as torch keeps them, when they are what ``load_state_dict`` takes back (a
+    scheduler's "initial_lr", a "name" of one's own: :func:`_check_group_entry`); "params"
+    lists the model's parameters."""
 
     def __init__(self, opt: Optimizer):
         self._opt = opt
@@ -69,7 +71,9 @@ class _ParamGroup(MutableMapping):
     def __setitem__(self, key, value) -> None:
         if key in self._keys():
             self._opt._set_hyper(key, value)
-        else:
+        else:  # what state_dict() saves must load back
+            if key != "params":
+                _check_group_entry(f"param_groups[0][{key!r}]", key, value)
             self._extra[key] = value
 
     def __delitem__(self, key) -> None:
@@ -228,16 +232,23 @@ class Optimizer(torch.optim.Optimizer):
         """Refuse (ValueError naming the parameter) a state (this optimizer's, by default)
         that holds NaN or infinity: a step with one leaves that parameter NaN, even after its
         values were loaded back."""
-        state = self._state if state is None else state
+        bad = self._non_finite(self._state if state is None else state)
+        if bad is not None:
+            raise ValueError(
+                f"{type(self).__name__}: the state holds {bad}: a step poisoned it; load a "
+                "saved state (opt.load_state_dict) or start afresh (opt.reset())"
+            )
+
+    def _non_finite(self, state: torch.Tensor) -> str | None:
+        """Where the moments ``state`` hold their first NaN or infinity, in words; None."""
         bad = first_non_finite(state)
         if bad is None:
-            return
+            return None
         half, i = divmod(bad[0], len(state) // 2)
         name, off = next((k, off) for k, off in reversed(self._where) if off <= i)
-        raise ValueError(
-            f"{type(self).__name__}: the state holds a non-finite value ({bad[1]}) in the "
-            f"{self.moments[half]} of {name!r} (value {i - off}): a step poisoned it; load a "
-            "saved state (opt.load_state_dict) or start afresh (opt.reset())"
+        return (
+            f"a non-finite value ({bad[1]}) in the {self.moments[half]} of {name!r} "
+            f"(value {i - off})"
         )
 
     def load_state_dict(self, state: dict) -> None:
@@ -245,7 +256,8 @@ class Optimizer(torch.optim.Optimizer):
         model with the same parameters): training then continues exactly. The state is data
         from a file and is checked whole before anything changes (:meth:`check_state_dict`); a
         refused one raises naming the key and leaves this optimizer as it was. ``"group"``
-        (what a scheduler kept in the param group) replaces the group's, as in torch."""
+        (what a scheduler or the user kept in the param group) replaces the group's, as in
+        torch."""
         values, config, step_count, steps, group = self._checked_state(state)
         self._state.copy_(values)
         self._cfg[:] = config
@@ -255,127 +267,115 @@ class Optimizer(torch.optim.Optimizer):
             extra = self.param_groups[0]._extra
             self.param_groups[0]._extra = {"params": extra["params"], **group}
 
-    def check_state_dict(self, state) -> None:
+    def check_state_dict(self, state, *, where: str | None = None) -> None:
         """Raise what :meth:`load_state_dict` would for ``state`` (ValueError or TypeError
-        naming the key), changing nothing."""
-        self._checked_state(state)
+        naming the key), changing nothing. ``where``: what the messages call the state, for a
+        caller that read it from somewhere (``"the checkpoint's 'optimizer'"``: ``the
+        checkpoint's 'optimizer'['config'][1] (lr) must be a number ...``)."""
+        self._checked_state(state, where)
 
-    def _checked_state(self, state) -> tuple:
+    def _checked_state(self, state, where: str | None = None) -> tuple:
         """``(moments in this optimizer's dtype, config, step_count, steps, group or None)``
         of a state (from a file) that passed every check, changing nothing. Refused, naming
         the key: a missing or unknown key; another kind; moments that are not a floating-point
         tensor of this optimizer's size or hold NaN or infinity; a config that is not numbers,
         names another kind, has a hyperparameter outside its constructor's range, or a field
         this kind does not use other than the 0 its constructor leaves there; step counts that
-        are not whole numbers a C long holds; group keys other than the schedulers' (the
-        hyperparameters are the config's, "params" the model's) or values that are not finite
-        numbers >= 0."""
-        name = type(self).__name__
+        are not whole numbers a C long holds; in the group, the hyperparameters (the config's)
+        and "params" (the model's), or what :func:`_check_group_entry` refuses. ``where``: what
+        the messages call the state (None: "the state")."""
+        name, subject = type(self).__name__, where or "the state"
         if not isinstance(state, Mapping):
-            raise TypeError(
-                f"{name}.load_state_dict takes a dict (opt.state_dict()), got "
-                f"{type(state).__name__}"
-            )
+            head = f"{name}.load_state_dict takes" if where is None else f"{where} must be"
+            raise TypeError(f"{head} a dict (opt.state_dict()), got {type(state).__name__}")
         for k in STATE_KEYS[:-1]:
             if k not in state:
                 torch_s = " (a torch.optim optimizer's?)" if "param_groups" in state else ""
                 raise ValueError(
-                    f"the state has no {k!r}{torch_s}: a {name}'s state_dict() holds "
+                    f"{subject} has no {k!r}{torch_s}: a {name}'s state_dict() holds "
                     f"{', '.join(STATE_KEYS)}"
                 )
         for k in state:
             if k not in STATE_KEYS:
                 raise ValueError(
-                    f"the state's {k!r} is not a key of a {name}'s state_dict() "
+                    f"{_key(where, k)} is not a key of a {name}'s state_dict() "
                     f"({', '.join(STATE_KEYS)})"
                 )
         kind = state["kind"]
         if isinstance(kind, bool) or not isinstance(kind, numbers.Integral):
             raise TypeError(
-                f"the state's 'kind' must be a whole number (0 SGD, 1 Adam, 2 AdamW), got {kind!r}"
+                f"{_key(where, 'kind')} must be a whole number (0 SGD, 1 Adam, 2 AdamW), "
+                f"got {kind!r}"
             )
         if kind != self.kind:
             raise ValueError(
-                f"the state is of another kind of optimizer ({kind}), this is {name} ({self.kind})"
+                f"{subject} is of another kind of optimizer ({kind}), this is {name} ({self.kind})"
             )
         values = state["state"]
         if not isinstance(values, torch.Tensor) or not values.is_floating_point():
             got = values.dtype if isinstance(values, torch.Tensor) else type(values).__name__
             raise TypeError(
-                f"the state's 'state' must be a floating-point tensor (the moments), got {got}"
+                f"{_key(where, 'state')} must be a floating-point tensor (the moments), got {got}"
             )
         if values.shape != self._state.shape:
             raise ValueError(
-                f"the state holds {values.numel()} values; this model's optimizer "
+                f"{_key(where, 'state')} holds {values.numel()} values; this model's optimizer "
                 f"needs {self._state.numel()}"
             )
         values = values.detach().to(self._state.device, self._state.dtype)
         config = state["config"]
         if not isinstance(config, (list, tuple)):
             raise TypeError(
-                f"the state's 'config' must be a list of {len(_FIELDS)} numbers "
+                f"{_key(where, 'config')} must be a list of {len(_FIELDS)} numbers "
                 f"({', '.join(_FIELDS)}), got {type(config).__name__}"
             )
         if len(config) != len(_FIELDS):
             raise ValueError(
-                f"the state's config holds {len(config)} values, expected "
+                f"{_key(where, 'config')} holds {len(config)} values, expected "
                 f"{len(_FIELDS)} ({', '.join(_FIELDS)})"
             )
-        config = [
-            _number(f"'config'[{i}] ({f})", v)
-            for i, (f, v) in enumerate(zip(_FIELDS, config, strict=True))
-        ]
+        at = [_key(where, "config", f"[{i}] ({f})") for i, f in enumerate(_FIELDS)]
+        config = [_number(a, v) for a, v in zip(at, config, strict=True)]
         if config[0] != self.kind:
-            raise ValueError(
-                f"the state's 'config'[0] (kind) is {config[0]!r}, this is {name} ({self.kind})"
-            )
+            raise ValueError(f"{at[0]} is {config[0]!r}, this is {name} ({self.kind})")
         for f, rule in self.rules.items():
-            _check(f"{rule[0]} in the loaded state", config[_FIELDS.index(f)], *rule[1:])
+            in_what = f"{rule[0]} in {where or 'the loaded state'}"
+            _check(in_what, config[_FIELDS.index(f)], *rule[1:])
         cfg = dict(zip(_FIELDS, config, strict=True))
         for i, f in enumerate(_FIELDS[1:], 1):
             if f not in self.rules and cfg[f] != 0:
-                raise ValueError(
-                    f"the state's 'config'[{i}] ({f}) is {cfg[f]!r}; {name} does not "
-                    "use it and holds 0 there"
-                )
+                raise ValueError(f"{at[i]} is {cfg[f]!r}; {name} does not use it and holds 0 there")
         if cfg["nesterov"] not in (0.0, 1.0):
-            raise ValueError(
-                f"the state's 'config'[5] (nesterov) is {cfg['nesterov']!r}, must be 0 or 1"
-            )
+            raise ValueError(f"{at[5]} is {cfg['nesterov']!r}, must be 0 or 1")
         if self.kind == 0 and cfg["nesterov"] and (cfg["momentum"] <= 0 or cfg["dampening"] != 0):
             raise ValueError(
-                "the loaded state asks for Nesterov momentum without a momentum or "
-                "with dampening (torch.optim.SGD refuses it)"
+                f"{where or 'the loaded state'} asks for Nesterov momentum without a momentum "
+                "or with dampening (torch.optim.SGD refuses it)"
             )
-        self.check_finite(values)
-        step_count, steps = _step_counts(state, len(self._where))
-        return values, config, step_count, steps, self._checked_group(state.get("group"))
+        bad = self._non_finite(values)
+        if bad is not None:
+            raise ValueError(f"{_key(where, 'state')} holds {bad}")
+        step_count, steps = _step_counts(state, len(self._where), where)
+        return values, config, step_count, steps, self._checked_group(state.get("group"), where)
 
-    def _checked_group(self, group) -> dict | None:
-        """A loaded state's param group extras: the schedulers' numbers only (None: absent)."""
+    def _checked_group(self, group, where: str | None) -> dict | None:
+        """A loaded state's param group, but for the hyperparameters and "params" (None:
+        absent), as torch keeps it."""
         if group is None:
             return None
         if not isinstance(group, Mapping):
             raise TypeError(
-                f"the state's 'group' must be a dict of what a scheduler kept in the "
-                f"param group, got {type(group).__name__}"
+                f"{_key(where, 'group')} must be a dict of what a scheduler or the user kept "
+                f"in the param group, got {type(group).__name__}"
             )
         for k, v in group.items():
             if k == "params" or k in self._group_keys:
                 what = "the model's parameters" if k == "params" else "a hyperparameter"
                 raise ValueError(
-                    f"the state's 'group' holds {k!r}, {what} of the optimizer itself "
+                    f"{_key(where, 'group')} holds {k!r}, {what} of the optimizer itself "
                     "(its config), never loaded from the group"
                 )
-            if k not in SCHEDULER_KEYS:
-                raise ValueError(
-                    f"the state's 'group' holds {k!r}, not a key torch's schedulers "
-                    f"keep in a param group ({', '.join(SCHEDULER_KEYS)})"
-                )
-            if not (math.isfinite(_number(f"'group'[{k!r}]", v)) and v >= 0):
-                raise ValueError(
-                    f"the state's 'group'[{k!r}] is {v!r}, must be a finite number >= 0"
-                )
+            _check_group_entry(_key(where, "group", f"[{k!r}]"), k, v)
         return dict(group)
 
     def __repr__(self) -> str:
@@ -387,42 +387,94 @@ class Optimizer(torch.optim.Optimizer):
 STATE_KEYS = ("kind", "config", "step_count", "steps", "state", "group")
 # the numbers torch's learning-rate schedulers (and swa_utils' SWALR) keep in a param group
 SCHEDULER_KEYS = ("initial_lr", "max_lr", "min_lr", "base_momentum", "max_momentum", "swa_lr")
+_GROUP_ITEMS = 16  # the most values a list of one's own in a param group holds
 
 
-def _number(where: str, v) -> float:
+def _key(where: str | None, key: str, rest: str = "") -> str:
+    """A state's ``key`` as the messages name it: ``the state's 'config'[1]``, or within what
+    a caller calls the state (``the checkpoint's 'optimizer'['config'][1]``)."""
+    return f"the state's {key!r}{rest}" if where is None else f"{where}[{key!r}]{rest}"
+
+
+def _float(v) -> float:
+    """A real number as a float; an integer too large for one as an infinity (refused)."""
+    try:
+        return float(v)
+    except OverflowError:
+        return math.copysign(math.inf, v)
+
+
+def _number(at: str, v) -> float:
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
-        raise TypeError(f"the state's {where} must be a number, got {v!r}")
-    return float(v)
+        raise TypeError(f"{at} must be a number, got {v!r}")
+    return _float(v)
 
 
-def _step_counts(state, tensors: int) -> tuple[int, list[int] | None]:
+def _check_group_entry(at: str, key, value) -> None:
+    """A param-group entry other than the optimizer's hyperparameters and "params", named
+    ``at``: a scheduler's number (:data:`SCHEDULER_KEYS`: finite, >= 0) or, as torch keeps
+    any, plain data of one's own (a string, a bool, None, a finite number, or a list or
+    tuple of at most 16 of those), which state_dict() saves and load_state_dict() takes
+    back; keys are strings."""
+    if not isinstance(key, str):
+        raise TypeError(f"{at}: a param group's keys are strings, got {type(key).__name__}")
+    if key in SCHEDULER_KEYS:
+        if not (math.isfinite(_number(at, value)) and value >= 0):
+            raise ValueError(f"{at} is {value!r}, must be a finite number >= 0")
+        return
+    items = value if isinstance(value, (list, tuple)) else (value,)
+    if len(items) > _GROUP_ITEMS:
+        raise ValueError(
+            f"{at} holds {len(items)} values; a list in a param group holds at most {_GROUP_ITEMS}"
+        )
+    for v in items:
+        if not (v is None or isinstance(v, (str, bool, int, float))):
+            raise TypeError(
+                f"{at} holds a {type(v).__name__}; a param group keeps strings, bools, None, "
+                f"finite numbers and lists or tuples of at most {_GROUP_ITEMS} of those"
+            )
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"{at} holds {v!r}, not a finite number")
+
+
+def _step_counts(state, tensors: int, where: str | None) -> tuple[int, list[int] | None]:
     """A loaded state's step counts, checked: Adam divides by 1 - beta**step, so a step count
     below 1 at the next step (or a tensor's above the optimizer's) would make every parameter
     NaN or skip its bias correction; the C update takes them as C longs."""
 
-    def count(value, what: str) -> int:
+    def count(value, at: str) -> int:
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-            raise ValueError(f"the state's {what} must be a whole number >= 0, got {value!r}")
+            raise ValueError(f"{at} must be a whole number >= 0, got {value!r}")
         if value > 2**63 - 1:
-            raise ValueError(f"the state's {what} is {value}, more than a C long holds")
+            raise ValueError(f"{at} is {value}, more than a C long holds")
         return int(value)
 
-    step_count = count(state["step_count"], "step_count")
+    def label(key: str, plain: str, rest: str = "") -> str:  # plain: where is None
+        return plain if where is None else _key(where, key, rest)
+
+    step_count = count(state["step_count"], label("step_count", "the state's step_count"))
     steps = state["steps"]
     if steps is None:
         return step_count, None
     if not isinstance(steps, (list, tuple)):
         raise TypeError(
-            f"the state's 'steps' must be None or a list of per-tensor step counts, "
+            f"{_key(where, 'steps')} must be None or a list of per-tensor step counts, "
             f"got {type(steps).__name__}"
         )
-    steps = [count(v, "per-tensor step count") for v in steps]
+    steps = [
+        count(v, label("steps", "the state's per-tensor step count", f"[{i}]"))
+        for i, v in enumerate(steps)
+    ]
     if len(steps) != tensors:
-        raise ValueError(f"the state counts steps for {len(steps)} parameter tensors; this "
-                         f"model has {tensors}")  # fmt: skip
+        raise ValueError(
+            f"{where or 'the state'} counts steps for {len(steps)} parameter tensors; this "
+            f"model has {tensors}"
+        )
     if max(steps, default=0) > step_count:
-        raise ValueError(f"a parameter tensor's step count ({max(steps)}) exceeds the "
-                         f"optimizer's ({step_count})")  # fmt: skip
+        raise ValueError(
+            f"{label('steps', '', ': ')}a parameter tensor's step count ({max(steps)}) "
+            f"exceeds the optimizer's ({step_count})"
+        )
     return step_count, steps
 
 

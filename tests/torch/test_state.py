@@ -236,7 +236,14 @@ BAD_OPTIMIZER_STATES = {  # what is wrong: (change, error, the words the error m
     "initial_lr negative": (_put("group", {"initial_lr": -0.1}), ValueError, "'initial_lr'"),
     "initial_lr a string": (_put("group", {"initial_lr": "0.1"}), TypeError, "'initial_lr'"),
     "initial_lr a bool": (_put("group", {"initial_lr": True}), TypeError, "'initial_lr'"),
-    "a key no scheduler writes": (_put("group", {"note": 1.0}), ValueError, "'note'"),
+    "group shadows betas": (_put("group", {"betas": (0.9, 0.99)}), ValueError, "'betas'"),
+    # keys of the user's own are kept as torch keeps them, if they are plain data
+    "a key of one's own NaN": (_put("group", {"note": math.nan}), ValueError, "'note'.*nan"),
+    "a key of one's own a tensor": (_put("group", {"note": torch.ones(1)}), TypeError, "'note'"),
+    "a key of one's own nested": (_put("group", {"note": [[1.0]]}), TypeError, "'note'"),
+    "a key of one's own long": (_put("group", {"note": [0] * 100}), ValueError, "'note'.*100"),
+    "a key of one's own infinite": (_put("group", {"note": (1, math.inf)}), ValueError, "'note'"),
+    "a key not a string": (_put("group", {3: 0.5}), TypeError, "'group'.*3"),
 }
 
 
@@ -258,7 +265,7 @@ def test_an_optimizer_state_is_refused_naming_the_key_and_nothing_changes(cm, wh
 @pytest.mark.parametrize(
     "change, error, words",
     [
-        (_put("group", {"betas": (0.9, 0.99)}), ValueError, "'betas'"),  # Adam's, not SGD's
+        (_put("group", {"momentum": 0.5}), ValueError, "'momentum'"),  # its config's
         (_put_in("config", 5, 0.5), ValueError, r"'config'\[5\].*nesterov"),
         (_put_in("config", 6, 0.9), ValueError, r"'config'\[6\]"),  # beta1, unused by SGD
         ([], TypeError, "dict"),
@@ -284,6 +291,58 @@ def test_a_loaded_group_replaces_the_optimizers_as_torch_does(cm):
     opt.load_state_dict(state)  # min_lr goes: the group is the saved one
     assert opt.state_dict()["group"] == {"initial_lr": 0.02, "max_lr": 0.1}
     assert opt.param_groups[0]["initial_lr"] == 0.02 and "min_lr" not in opt.param_groups[0]
+
+
+def test_a_group_keeps_keys_of_ones_own_through_a_round_trip_as_torch_does(cm):
+    """state_dict() saved a key such as "name" and load_state_dict refused it: a state of an
+    optimizer whose group was named did not load back (nor a fit checkpoint of it)."""
+    ref = torch.optim.Adam([torch.zeros(1, requires_grad=True)])
+    ref.param_groups[0]["name"] = "encoder"
+    ref.load_state_dict(ref.state_dict())  # the reference: torch keeps it
+    assert ref.param_groups[0]["name"] == "encoder"
+    opt = _trained_opt(cm)
+    own = {"name": "encoder", "frozen": False, "tags": ("a", 1, 2.5, None), "note": None}
+    for k, v in own.items():
+        opt.param_groups[0][k] = v
+    state = opt.state_dict()
+    assert state["group"] == {"initial_lr": 1e-2, "min_lr": 1e-4, **own}
+    opt.load_state_dict(state)
+    other = rootclad.optim.Adam(cm)
+    other.load_state_dict(state)
+    assert other.state_dict()["group"] == state["group"]
+    assert other.param_groups[0]["name"] == "encoder"
+    before = _opt_snapshot(other)
+    with pytest.raises(TypeError, match="'note'"):  # what would not load back is refused here
+        other.param_groups[0]["note"] = torch.ones(1)
+    with pytest.raises(ValueError, match="'initial_lr'"):
+        other.param_groups[0]["initial_lr"] = math.nan
+    _assert_opt_unchanged(other, before, "setting the group")
+
+
+def test_a_state_is_named_as_its_caller_names_it(cm):
+    """fit names a checkpoint's keys; it took base.py's message apart to do it. A caller's own
+    name has no hint of check_finite=False, which its users cannot pass."""
+    sd = {k: v.clone() for k, v in cm.state_dict().items()}
+    sd["4.bias"] = torch.tensor([math.nan], dtype=F64)
+    with pytest.raises(ValueError) as err:
+        cm.check_state_dict(sd, where="the file's 'weights'")
+    assert str(err.value) == (
+        "the file's 'weights'['4.bias'] holds nan at [0]: not a finite number; nothing was loaded"
+    )
+    del sd["4.bias"]
+    with pytest.raises(KeyError, match=r"the file's 'weights': missing keys \['4.bias'\]"):
+        cm.check_state_dict(sd, where="the file's 'weights'")
+    with pytest.raises(TypeError, match="^the file's 'weights' must be a dict"):
+        cm.check_state_dict([], where="the file's 'weights'")
+    opt = _trained_opt(cm)
+    state = opt.state_dict()
+    state["state"][1] = math.inf
+    with pytest.raises(ValueError, match=r"^the file's 'opt'\['state'\] holds a non-finite value "):
+        opt.check_state_dict(state, where="the file's 'opt'")
+    state = opt.state_dict()
+    state["config"] = [1.0, 0.01, 0.0, 0.0, 0.0, 0.0, 0.9, 0.999, -1.0]  # eps < 0
+    with pytest.raises(ValueError, match=r"^invalid epsilon value in the file's 'opt': -1.0"):
+        opt.check_state_dict(state, where="the file's 'opt'")
 
 
 # -- a model's state dict: every entry checked before any is copied in ------------------------
