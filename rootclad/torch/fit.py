@@ -30,7 +30,6 @@ import torch
 import torch.nn.functional as F
 
 from rootclad.ir.graph import CLASS_INDEX_LOSSES
-from rootclad.torch.base import _NOT_LOADED
 
 # the loss of each sample, (B,) in float64, as the compiled loss computes it (the mean over
 # the sample's elements); cross_entropy and nll: class indices
@@ -291,6 +290,8 @@ def fit(model, optimizer, train: Iterable, *, epochs: int,
     """
     from tqdm.auto import tqdm
 
+    from rootclad.torch.distributed import known_len
+
     if patience is not None and (isinstance(patience, bool) or int(patience) < 1):
         raise ValueError(f"patience={patience!r}: at least 1 epoch (None: no early stopping)")
     if weight_norm not in ("mean", "sum_w"):
@@ -327,7 +328,8 @@ def fit(model, optimizer, train: Iterable, *, epochs: int,
             train.set_epoch(epoch)
         lr = optimizer.lr
         t0 = time.perf_counter()
-        with tqdm(total=len(train) if hasattr(train, "__len__") else None, unit="batch",
+        total = known_len(train)  # -1: none (a generator, a DataLoader over an IterableDataset)
+        with tqdm(total=None if total < 0 else total, unit="batch",
                   disable=not progress, desc=f"epoch {epoch + 1}/{epochs}") as bar:  # fmt: skip
             train_loss, seen = _train_epoch(model, optimizer, train, transform, weight_norm, bar)
         seconds = time.perf_counter() - t0
@@ -400,18 +402,14 @@ def _real(where: str, v, low: float = -math.inf) -> float:
     return float(v)
 
 
-def _check_weights(where: str, weights, model) -> None:
+def _check_weights(key: str, weights, model) -> None:
     """The checks of ``model.check_state_dict`` (this model's tensors by name and shape, real
     and finite, running variances >= 0, batch counts whole numbers >= 0), named as the
-    checkpoint's key."""
-    if not isinstance(weights, dict):
-        raise _bad(where, f"must be a dict of tensors, got {type(weights).__name__}", TypeError)
+    checkpoint's ``key``."""
     try:
-        model.check_state_dict(weights)
-    except (KeyError, TypeError, ValueError) as err:
-        why = str(err.args[0] if err.args else err).removeprefix("load_state_dict: ")
-        kind = TypeError if isinstance(err, TypeError) else ValueError
-        raise _bad(where, why.split(_NOT_LOADED)[0], kind) from None
+        model.check_state_dict(weights, where=f"the checkpoint's {key}")
+    except KeyError as err:  # names missing or unknown: a ValueError, as every refusal here
+        raise ValueError(err.args[0]) from None
 
 
 def _check_like(where: str, v, ref) -> None:
@@ -454,49 +452,17 @@ def _check_like(where: str, v, ref) -> None:
         raise _bad(where, f"is of a kind fit cannot check ({type(ref).__name__})", TypeError)
 
 
-def _check_optimizer(where: str, state, optimizer) -> None:
-    """The keys and types of ``optimizer.state_dict()``; the optimizer's own load checks the
-    values (kind, hyperparameter ranges, finite moments, step counts) before it changes."""
-    if not isinstance(state, dict):
-        raise _bad(where, f"must be a dict, got {type(state).__name__}", TypeError)
-    own = optimizer.state_dict()
-    for k in own:
-        if k not in state:
-            raise _bad(f"{where}[{k!r}]", "is missing")
-    for k in state:
-        if k not in own:
-            raise _bad(f"{where}[{k!r}]", "is not in this optimizer's state")
-    if not isinstance(state["state"], torch.Tensor) or not state["state"].is_floating_point():
-        raise _bad(f"{where}['state']", "must be a floating-point tensor", TypeError)
-    if not isinstance(state["config"], (list, tuple)):
-        raise _bad(f"{where}['config']", "must be a list of numbers", TypeError)
-    for i, v in enumerate(state["config"]):
-        _real(f"{where}['config'][{i}]", v)
-    _whole(f"{where}['kind']", state["kind"], low=-1)
-    _whole(f"{where}['step_count']", state["step_count"])
-    if state["steps"] is not None:
-        if not isinstance(state["steps"], (list, tuple)):
-            raise _bad(f"{where}['steps']", "must be None or a list of counts", TypeError)
-        for i, v in enumerate(state["steps"]):
-            _whole(f"{where}['steps'][{i}]", v)
-    group, mine = state["group"], own["group"]  # what a scheduler keeps there: "initial_lr"
-    if not isinstance(group, dict) or set(group) != set(mine):
-        got = sorted(group) if isinstance(group, dict) else group
-        raise _bad(f"{where}['group']", f"must hold the keys {sorted(mine)}, got {got!r}")
-    for k, v in group.items():
-        _real(f"{where}['group'][{k!r}]", v)
-
-
 def check_checkpoint(ckpt, model, optimizer, scheduler=None) -> None:
     """Refuse (ValueError or TypeError naming the key) a checkpoint that ``fit(resume=...)``
     should not load into ``model``, ``optimizer`` and ``scheduler``; nothing is changed.
 
     Checked: every key :meth:`FitState.checkpoint` writes is there; the weights and best
-    weights are this model's tensors (names, shapes), finite; the optimizer's and scheduler's
-    states have the keys, types and lengths of this optimizer's and scheduler's (the
-    optimizer's load then checks its values); the counts are whole numbers that agree with
-    each other (``epoch`` is the history's length, the history numbers its epochs, the best
-    epoch is one of them and ``best_val`` its monitored loss, ``bad_epochs`` counts the epochs
+    weights are this model's tensors (names, shapes), finite; the optimizer's state passes
+    the optimizer's own check (:meth:`rootclad.optim.Optimizer.check_state_dict`: keys, kind,
+    hyperparameters, finite moments, step counts, param group); the scheduler's has the keys,
+    types and lengths of this scheduler's; the counts are whole numbers that agree with each
+    other (``epoch`` is the history's length, the history numbers its epochs, the best epoch
+    is one of them and ``best_val`` its monitored loss, ``bad_epochs`` counts the epochs
     since, the scheduler stepped at least once per epoch)."""
     if not isinstance(ckpt, dict):
         raise TypeError(f"a checkpoint is a dict (state.checkpoint()), got {type(ckpt).__name__}")
@@ -546,7 +512,7 @@ def check_checkpoint(ckpt, model, optimizer, scheduler=None) -> None:
         if best == 0:
             raise _bad("'best_model'", "holds weights but 'best_epoch' is 0")
         _check_weights("'best_model'", ckpt["best_model"], model)
-    _check_optimizer("'optimizer'", ckpt["optimizer"], optimizer)
+    optimizer.check_state_dict(ckpt["optimizer"], where="the checkpoint's 'optimizer'")
     if scheduler is not None:
         _check_like("'scheduler'", ckpt["scheduler"], scheduler.state_dict())
         last = ckpt["scheduler"].get("last_epoch")

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import rootclad
-from rootclad.torch.fit import evaluate
+from rootclad.torch.fit import check_checkpoint, evaluate
 
 F64 = torch.float64
 sched = torch.optim.lr_scheduler
@@ -28,6 +28,12 @@ sched = torch.optim.lr_scheduler
 def _mlp():
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 1)).double()
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    """_mlp compiled once for the tests that start it from _mlp's weights (load_state_dict)."""
+    return rootclad.compile(_mlp(), example_input=torch.zeros(1, 6, dtype=F64), engine="pullback")
 
 
 def _batches(n, B, seed, weights=False):
@@ -313,6 +319,50 @@ def test_the_progress_bar_shows_when_asked_and_not_in_a_pipe(capsys):
     assert "validation" not in lines[0]
 
 
+class _Stream(torch.utils.data.IterableDataset):
+    """Batches with no len(): a DataLoader over it has __len__, and len() raises TypeError."""
+
+    def __init__(self, batches):
+        self.batches = batches
+
+    def __iter__(self):
+        return iter(self.batches)
+
+
+def test_a_dataloader_over_an_iterable_dataset_trains_as_its_batches(mlp, capsys):
+    """fit asked the progress bar for len(train), which raised before the first epoch."""
+    train = _batches(48, 16, 1)
+    loader = torch.utils.data.DataLoader(_Stream(train), batch_size=None)
+    with pytest.raises(TypeError):
+        len(loader)
+    start = _mlp().state_dict()
+    mlp.load_state_dict(start)
+    got = rootclad.fit(mlp, rootclad.optim.SGD(mlp, lr=0.1), loader, epochs=2, progress=True)
+    assert "epoch 2/2" in capsys.readouterr().err
+    mlp.load_state_dict(start)
+    ref = rootclad.fit(mlp, rootclad.optim.SGD(mlp, lr=0.1), train, epochs=2, progress=False)
+    assert [h["train_loss"] for h in got.history] == [h["train_loss"] for h in ref.history]
+    assert got.history[1]["train_loss"] < got.history[0]["train_loss"]
+
+
+def test_a_checkpoint_of_an_optimizer_whose_group_has_a_name_resumes(mlp):
+    """A key of the user's own in the param group (torch keeps it) was saved and then refused:
+    no checkpoint of that optimizer could resume."""
+    train = _batches(32, 16, 1)
+    mlp.load_state_dict(_mlp().state_dict())
+    opt = rootclad.optim.Adam(mlp, lr=1e-2)
+    opt.param_groups[0]["name"] = "mlp"
+    saved = []
+
+    def keep(state):
+        saved.append(state.checkpoint())
+
+    rootclad.fit(mlp, opt, train, epochs=1, progress=False, on_epoch_end=keep)
+    again = rootclad.optim.Adam(mlp, lr=1e-2)
+    result = rootclad.fit(mlp, again, train, epochs=2, progress=False, resume=saved[0])
+    assert result.resumed_from == 1 and again.param_groups[0]["name"] == "mlp"
+
+
 # -- a checkpoint is data from a file: every value checked before anything is loaded -----------
 def _ckpt_setup():
     cm = rootclad.compile(_mlp(), example_input=torch.zeros(1, 6, dtype=F64), engine="pullback")
@@ -342,9 +392,10 @@ def _drop(key):
 
 
 BAD_CHECKPOINTS = {  # what is wrong, and the words the error must hold
-    "best weights NaN": (
+    "best weights NaN": (  # named as the checkpoint's key, without a hint fit cannot follow
         _nan_at("best_model", "0.weight"),
-        r"best_model.*'0.weight'.*not a finite",
+        r"^the checkpoint's 'best_model'\['0.weight'\] holds nan at \[0, 0\]: not a finite "
+        "number; nothing was loaded$",
     ),
     "weights NaN": (_nan_at("model", "2.bias"), r"'model'.*'2.bias'.*not a finite"),
     "weights of another shape": (
@@ -383,10 +434,18 @@ BAD_CHECKPOINTS = {  # what is wrong, and the words the error must hold
     ),
     "optimizer's state missing": (
         lambda ck: ck["optimizer"].pop("state"),
-        r"'optimizer'.*'state'.*missing",
+        r"'optimizer' has no 'state'",
     ),
-    # the optimizer's own check (rootclad.optim): the model must not have been loaded before it
-    "optimizer's moments NaN": (_nan_at("optimizer", "state"), r"non-finite"),
+    # the optimizer's own check (rootclad.optim), named as the checkpoint's key
+    "optimizer's moments NaN": (
+        _nan_at("optimizer", "state"),
+        r"'optimizer'\['state'\] holds a non-finite value \(nan\) in the exp_avg of '0.weight'",
+    ),
+    "optimizer's kind another": (_set("optimizer", "kind", value=-1), r"'optimizer'.*kind.*\(-1\)"),
+    "optimizer's config all 7": (
+        _set("optimizer", "config", value=[7.0] * 9),
+        r"'optimizer'\['config'\]\[0\] \(kind\) is 7.0",
+    ),
 }
 
 
@@ -428,6 +487,9 @@ def test_a_checkpoint_is_checked_before_anything_is_loaded():
     for what, (corrupt, words) in BAD_CHECKPOINTS.items():
         ck = read()
         corrupt(ck)
+        # what the ranks agree on before any rank loads anything
+        with pytest.raises((ValueError, TypeError), match=words):
+            check_checkpoint(ck, cm2, opt2, s2)
         with pytest.raises((ValueError, TypeError), match=words):
             rootclad.fit(
                 cm2, opt2, train, epochs=4, validation=val, scheduler=s2, progress=False, resume=ck
