@@ -268,6 +268,9 @@ def compile_graph(graph, loss: str = "bce_with_logits", *, engine: str = "auto",
         aliases=aliases,
         ignored=[n for n in ignored if n not in emitted.buffer_offsets],
         retarget=retarget,
+        self_contained=lambda: cpu_library(
+            emitted.source, emitted.prefix, cxx, engine_flags, pullbacks, self_contained=True
+        )()[0],
     )
 
 

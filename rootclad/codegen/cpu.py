@@ -45,6 +45,7 @@ from rootclad.codegen.cpu_code import (
     CHUNK,
     Code,
     forward_lines,
+    function,
     head_loop,
     indent,
     words,
@@ -401,9 +402,9 @@ class _Emitter(Sweeps, Layout):
 
     def function(self, signature: str, body: list[str], prologue=()) -> list[str]:
         """A static function of the Model struct: its signature line (ending in "{"),
-        ``prologue``, declarations of the region pointers the body uses, the body."""
-        text = "\n".join(body)
-        return [f"static {signature}", *prologue, *self.declare(text), *body, "}", ""]
+        ``prologue``, declarations of the region pointers the body uses, the body; a long one
+        in parts (cpu_code.function)."""
+        return function(signature, body, prologue, self.declare)
 
     # -- the parts of the source --------------------------------------------------------
     def head_and_rest(self) -> tuple[list[Code], list[Code]]:

@@ -188,7 +188,7 @@ def export(cm, stem, optimizer=None, schema=None) -> dict[str, Path]:
     tmp = {k: p.with_name(f".{p.name}.{unique}.partial") for k, p in paths.items()}
     writing = ".so"
     try:
-        shutil.copyfile(cm.library_path, tmp[".so"])
+        shutil.copyfile(cm.self_contained_library(), tmp[".so"])
         writing = ".root"
         md5 = file_digest(tmp[".so"], "md5")  # ROOT's TMD5 checks it in rootclad::Model
         with uproot.recreate(tmp[".root"]) as f:

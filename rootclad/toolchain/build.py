@@ -183,10 +183,12 @@ def build_library(
     shared: bool = True,
     subdir: str | None = None,
     rebuild: bool = False,
+    kind: str | None = None,
 ) -> tuple[Path, bool]:
     """Build ``source`` into ``<cache>/<name>-<key>.so``; returns ``(path, built_now)``.
 
-    ``shared=False`` links a program instead (``<cache>/<subdir>/<name>-<key>``, no suffix).
+    ``shared=False`` links a program instead (``<cache>/<subdir>/<name>-<key>``, no suffix);
+    ``kind="object"`` compiles an object file (``<name>-<key>.o``) for :func:`link_library`.
     A warm cache returns without running the compiler, once the cached file matches the size
     and SHA-256 recorded when it was built (a truncated or overwritten library is rebuilt,
     never loaded); ``rebuild=True`` builds it again all the same. On a compile error the
@@ -194,36 +196,94 @@ def build_library(
     no library is left in the cache. :class:`CacheError` when the cache or the cached file is
     another user's or writable by others.
     """
-    key = source_key(source, cxx, list(flags), list(link_flags))
+    kind = kind or ("shared" if shared else "program")
+    key = source_key(source, cxx, [*flags, kind], list(link_flags))
     root = cache_dir()
     if subdir:
         root = _private_dir(root / subdir)
-    out = root / f"{name}-{key}{'.so' if shared else ''}"
+    out = root / f"{name}-{key}{_SUFFIX[kind]}"
+
+    def make():
+        how = {"kind": kind, "suffix": suffix, "timeout": timeout}
+        _compile(
+            source, out, key=key, name=name, cxx=cxx, flags=flags, link_flags=link_flags, **how
+        )
+
+    return out, _cached(out, f"{name}-{key}", rebuild, make)
+
+
+_SUFFIX = {"shared": ".so", "program": "", "object": ".o", "archive": ".a"}
+
+
+def link_library(
+    objects: list[Path],
+    *,
+    name: str,
+    cxx: str,
+    link_flags: list[str] = (),
+    archive: bool = False,
+    exports: str | None = None,
+    rebuild: bool = False,
+) -> tuple[Path, bool]:
+    """Link object files built by :func:`build_library` into ``<cache>/<name>-<key>.so`` (or
+    archive them: ``archive=True``, ``.a``), cached and checked as a library built from source
+    is; the key hashes the objects' contents and the flags. ``exports``: the symbols the
+    library exports (a version script's ``global:`` entries), under a version named after its
+    key, so that a library linked against it binds to this build alone, whatever else a
+    process has loaded; its soname is its file name."""
+    h = hashlib.sha256()
+    for part in (cxx, _version(cxx), " ".join(link_flags), str(archive), str(exports)):
+        h.update(part.encode() + b"\0")
+    for obj in objects:
+        h.update(file_digest(obj).encode())
+    key = h.hexdigest()[:20]
+    out = cache_dir() / f"{name}-{key}{'.a' if archive else '.so'}"
+
+    def make():
+        work = Path(tempfile.mkdtemp(prefix=f"{name}-{key}.tmp-", dir=out.parent))
+        try:
+            tmp = work / out.name
+            extra = []
+            if exports is not None:
+                script = work / "exports.map"
+                script.write_text(f"ROOTCLAD_{key} {{\n  global: {exports};\n  local: *;\n}};\n")
+                extra = [f"-Wl,--version-script={script}", f"-Wl,-soname,{out.name}"]
+            if archive:
+                cmd = ["ar", "rcs", str(tmp), *map(str, objects)]
+            else:
+                cmd = [cxx, "-shared", "-o", str(tmp), *map(str, objects), *link_flags, *extra]
+            proc = run_tool(cmd, timeout=300, memory=compile_memory_limit())
+            if proc.returncode != 0 or not tmp.is_file():
+                log = out.parent / f"{name}-{key}.log"
+                text = f"$ {' '.join(cmd)}\n\n{proc.stdout}{proc.stderr}"
+                (work / "log").write_text(text)
+                _publish(work / "log", log)
+                raise CompileError(f"linking {name!r} failed; full log: {log}", log)
+            _publish_verified(work, tmp, out)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    return out, _cached(out, f"{name}-{key}", rebuild, make)
+
+
+def _cached(out: Path, stem: str, rebuild: bool, make: Callable[[], None]) -> bool:
+    """Make ``out`` with ``make()`` unless a verified copy is there; under a per-key file lock,
+    so that two processes building it at once leave one good copy. Returns whether it built."""
     if not rebuild and _verified(out):
-        return out, False
+        return False
+    root = out.parent
     # O_NOFOLLOW, no truncation: the lock file is opened, never written
-    lock = os.open(root / f"{name}-{key}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    lock = os.open(root / f"{stem}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not rebuild and _verified(out):  # another process built it while we waited
-            return out, False
+            return False
         out.unlink(missing_ok=True)  # missing, truncated or foreign: build it again
         # a work directory of this key left behind is stale: its builder held this lock
-        for stale in root.glob(f"{name}-{key}.tmp-*"):
+        for stale in root.glob(f"{stem}.tmp-*"):
             shutil.rmtree(stale, ignore_errors=True)
-        _compile(
-            source,
-            out,
-            key=key,
-            name=name,
-            cxx=cxx,
-            flags=flags,
-            link_flags=link_flags,
-            shared=shared,
-            suffix=suffix,
-            timeout=timeout,
-        )
-        return out, True
+        make()
+        return True
     finally:
         os.close(lock)  # and with it the lock
 
@@ -322,7 +382,7 @@ def _failure(proc: subprocess.CompletedProcess, timeout: float, memory: int | No
     return "error", f"failed; first error: {first_error.strip() or '(none printed)'}"
 
 
-def _compile(source, out, *, key, name, cxx, flags, link_flags, suffix, timeout, shared):
+def _compile(source, out, *, key, name, cxx, flags, link_flags, suffix, timeout, kind):
     root = out.parent
     log_path = root / f"{name}-{key}.log"
     kept_src = root / f"{name}-{key}{suffix}"
@@ -334,8 +394,8 @@ def _compile(source, out, *, key, name, cxx, flags, link_flags, suffix, timeout,
         tmp_out = work / out.name
         # nvcc passes host-compiler options through -Xcompiler
         pic = ["-Xcompiler", "-fPIC"] if Path(cxx).name.startswith("nvcc") else ["-fPIC"]
-        kind = ["-shared", *pic] if shared else []
-        cmd = [cxx, *flags, *kind, "-o", str(tmp_out), str(src), *link_flags]
+        how = {"shared": ["-shared", *pic], "object": ["-c", *pic], "program": []}[kind]
+        cmd = [cxx, *flags, *how, "-o", str(tmp_out), str(src), *link_flags]
         t0 = time.perf_counter()
         try:
             proc = run_tool(cmd, timeout=timeout, memory=memory)
@@ -361,10 +421,14 @@ def _compile(source, out, *, key, name, cxx, flags, link_flags, suffix, timeout,
         build = work / "build"
         build.write_text(f"$ {' '.join(cmd)}\nseconds: {elapsed:.2f}\n{proc.stderr}")
         _publish(build, root / f"{name}-{key}.build")
-        # the manifest first, then the file: whoever sees the file can verify it
-        manifest = work / "manifest"
-        manifest.write_text(f"{tmp_out.stat().st_size} {file_digest(tmp_out)}\n")
-        _publish(manifest, _manifest(out))
-        _publish(tmp_out, out, 0o755)  # atomic: readers see no library or a whole one
+        _publish_verified(work, tmp_out, out)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _publish_verified(work: Path, tmp_out: Path, out: Path) -> None:
+    """The manifest first, then the file: whoever sees the file can verify it."""
+    manifest = work / "manifest"
+    manifest.write_text(f"{tmp_out.stat().st_size} {file_digest(tmp_out)}\n")
+    _publish(manifest, _manifest(out))
+    _publish(tmp_out, out, 0o755)  # atomic: readers see no library or a whole one

@@ -9,7 +9,7 @@ import functools
 from pathlib import Path
 
 from rootclad.paths import get_include
-from rootclad.toolchain.build import CompileError, build_library
+from rootclad.toolchain.build import CompileError, build_library, link_library
 from rootclad.toolchain.find import ToolchainError, blas_flags, find_cublas, find_cxx, find_nvcc
 
 # -fvisibility=hidden and the linker's version script (exports.map): a model library exports
@@ -22,23 +22,60 @@ OPT_FLAGS = ["-O3", "-march=native", "-std=c++17", "-fno-math-errno", "-fopenmp-
 EXPORTS_MAP = Path(__file__).resolve().parent / "exports.map"
 
 
-def cpu_library(source: str, name: str, cxx: str, engine_flags: list[str], pullbacks: bool):
+# The runtime library: every CPU kernel for float and double and the model runtime, built once
+# per compiler, flags and CPU (include/rootclad/runtime.cpp). Its symbols keep the default
+# visibility; its version script exports rootclad's own and nothing of libstdc++'s.
+RUNTIME_SOURCE = Path(get_include()) / "rootclad" / "runtime.cpp"
+RUNTIME_EXPORTS = 'extern "C++" { *rootclad::*; }; rootclad_*'
+# A model's own code: calls into the runtime and pointer arithmetic, nothing worth -O3
+GLUE_FLAGS = ["-O1", "-std=c++17", "-fno-math-errno", "-fvisibility=hidden"]
+
+
+def runtime_object(cxx: str) -> Path:
+    """The runtime library's object file (compiled on first use, then cached)."""
+    bc, _, _ = blas_flags()
+    flags = [f for f in OPT_FLAGS if f != "-fvisibility=hidden"]
+    flags += [f"-I{get_include()}/rootclad", f"-I{get_include()}", *bc]
+    obj, _ = build_library(RUNTIME_SOURCE.read_text(), name="rootclad_rt", cxx=cxx, flags=flags,
+                           kind="object", timeout=1800)  # fmt: skip
+    return obj
+
+
+def runtime_library(cxx: str) -> Path:
+    """The shared runtime library models built by ``cxx`` link against."""
+    _, bl, _ = blas_flags()
+    so, _ = link_library([runtime_object(cxx)], name="librootclad_rt", cxx=cxx, link_flags=bl,
+                         exports=RUNTIME_EXPORTS)  # fmt: skip
+    return so
+
+
+def cpu_library(source: str, name: str, cxx: str, engine_flags: list[str], pullbacks: bool,
+                self_contained: bool = False):  # fmt: skip
     """The build of a CPU model library (codegen/cpu.py's source) with ``cxx`` (Clad's clang
-    and its flags for the clad engine): -O3 for this machine, BLAS for the products, the C API
-    exported alone. ``pullbacks=False``: Clad differentiates the kernels, which then skip BLAS
-    and SIMD hints (ROOTCLAD_NO_PULLBACKS). (-O3 is most of a long graph's build: the 798-op
-    LSTM tagger compiles in 26 s, 9 s at -O2, but its step then runs 3.5x slower, its
-    activations no longer vectorised: benchmarks/models/bench_zoo_speed.py, 2026-11-27.)"""
-    flags = [*OPT_FLAGS, f"-I{get_include()}", *engine_flags]
-    link = [f"-Wl,--version-script={EXPORTS_MAP}"]
+    and its flags for the clad engine): the model's own code, which declares the kernels and
+    calls them in the runtime library (built once: :func:`runtime_library`), found beside it
+    ($ORIGIN); the C API exported alone. ``pullbacks=False``: Clad differentiates the kernels,
+    so their definitions are compiled with the model (-O3, ROOTCLAD_NO_PULLBACKS: no BLAS, no
+    SIMD hints); the runtime still runs the batch. ``self_contained``: the runtime linked in
+    (its archive, none of its symbols exported): a library that works wherever it is copied,
+    for exports."""
     if pullbacks:
-        bc, bl, _ = blas_flags()
-        flags += bc
-        link += bl
+        flags = [*GLUE_FLAGS, f"-I{get_include()}", "-DROOTCLAD_DECLARATIONS_ONLY", *engine_flags]
     else:
-        flags.append("-DROOTCLAD_NO_PULLBACKS")
-    return functools.partial(build_library, source, name=name, cxx=cxx, flags=flags,
-                             link_flags=link)  # fmt: skip
+        flags = [*OPT_FLAGS, f"-I{get_include()}", "-DROOTCLAD_NO_PULLBACKS", *engine_flags]
+
+    def build(rebuild: bool = False):
+        exports = f"-Wl,--version-script={EXPORTS_MAP}"
+        if self_contained:
+            obj = runtime_object(cxx)
+            archive, _ = link_library([obj], name="librootclad_rt", cxx=cxx, archive=True)
+            link = [str(archive), *blas_flags()[1], "-Wl,--exclude-libs,ALL", exports]
+        else:
+            link = [str(runtime_library(cxx)), "-Wl,-rpath,$ORIGIN", exports]
+        return build_library(source, name=name, cxx=cxx, flags=flags, link_flags=link,
+                             rebuild=rebuild)  # fmt: skip
+
+    return build
 
 
 def host_device_program(source: str, name: str):

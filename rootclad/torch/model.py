@@ -73,13 +73,16 @@ class CompiledModel(ModelBase):
     """
 
     def __init__(self, emitted, graph, library_path: Path, loss: str, *, compile_seconds: float,
-                 built_now: bool, seed: int = 0, aliases=None, ignored=(), retarget=None):  # fmt: skip
+                 built_now: bool, seed: int = 0, aliases=None, ignored=(), retarget=None,
+                 self_contained=None):  # fmt: skip
         super().__init__(graph, loss, seed=seed, aliases=aliases, ignored=ignored,
                          retarget=retarget)  # fmt: skip
         self._em = emitted
         self.engine = "clad" if emitted.engine == "clad" else "pullback"
         self.pullbacks = emitted.pullbacks
         self.library_path = Path(library_path)
+        # the same model with the runtime linked in, built on first call (exports)
+        self._self_contained = self_contained
         self.source_path = self.library_path.with_suffix(".cpp")
         self.compile_seconds = compile_seconds
         self.built_now = built_now
@@ -366,6 +369,13 @@ class CompiledModel(ModelBase):
                       _INPUTS_ALONE)  # fmt: skip
         grads = self._without_masks(self._input_grads(d_act, B))
         return grads[0] if len(grads) == 1 else grads
+
+    def self_contained_library(self) -> Path:
+        """This model's library with rootclad's runtime linked in (built once, cached): it
+        needs nothing beside it, so an export may be copied anywhere."""
+        if self._self_contained is None:
+            raise RuntimeError("this model was not made by rootclad.compile: no library to export")
+        return Path(self._self_contained())
 
     def export(self, stem, optimizer=None, schema=None):
         """Write ``STEM.so``, ``STEM.root`` (the parameters, and ``optimizer``'s state if

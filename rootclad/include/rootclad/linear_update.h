@@ -12,55 +12,14 @@
 #ifndef ROOTCLAD_LINEAR_UPDATE_H
 #define ROOTCLAD_LINEAR_UPDATE_H
 
-#include <vector>
-
 #include "kernels.h"
 #include "optim.h"
-#include "parallel.h"
 
 namespace rootclad {
 
 // Measured on the MLP 2048-256-64-1 (docs/design.md): the fused pass wins up to about this
 // batch; above it, the d_weight GEMM's blocking is worth its extra traffic.
 constexpr int FUSED_UPDATE_MAX_BATCH = 8;
-
-template <typename T> struct LinearUpdateJob {
-  T* weight;
-  T* m;
-  T* v;
-  const T* d_out;
-  const T* inp;
-  int R, C, OC;
-  const OptimConfig* cfg;
-  long step;
-};
-
-// Rows [o0, o1) of the weight: d_weight[o, :] = sum_r d_out[r, o] * inp[r, :], then the update.
-template <typename T> void linear_update_rows(void* ctx, int t, int n) {
-  const LinearUpdateJob<T>& j = *static_cast<const LinearUpdateJob<T>*>(ctx);
-  int o0, o1;
-  chunk_range(j.OC, n, t, o0, o1);
-  static thread_local std::vector<T> row; // grown once per thread: no allocation after that
-  if (row.size() < (size_t)j.C)
-    row.resize(j.C);
-  T* g = row.data();
-  const int C = j.C;
-  for (int o = o0; o < o1; ++o) {
-    const T d0 = j.d_out[o];
-    ROOTCLAD_SIMD
-    for (int i = 0; i < C; ++i)
-      g[i] = d0 * j.inp[i];
-    for (int r = 1; r < j.R; ++r) {
-      const T d = j.d_out[(long)r * j.OC + o];
-      const T* x = j.inp + (long)r * C;
-      ROOTCLAD_SIMD
-      for (int i = 0; i < C; ++i)
-        g[i] += d * x[i];
-    }
-    const long off = (long)o * C;
-    optim_update(j.weight + off, g, j.m + off, j.v + off, C, *j.cfg, j.step);
-  }
-}
 
 // The backward pass of linear_forward (kernels.h) for R rows, followed by one optimizer step
 // on its weight and bias:
@@ -71,23 +30,7 @@ template <typename T> void linear_update_rows(void* ctx, int t, int n) {
 template <typename T>
 void linear_backward_update(T* d_inp, const T* d_out, const T* inp, T* weight, T* bias, int R,
                             int C, int OC, T* w_m, T* w_v, T* d_bias, T* b_m, T* b_v,
-                            const double* cfg_raw, long step) {
-  if (d_inp)
-    gemm(false, false, R, C, OC, T(1), d_out, OC, weight, C, T(1), d_inp, C);
-  const OptimConfig* cfg = reinterpret_cast<const OptimConfig*>(cfg_raw);
-  if (bias) {
-    for (int o = 0; o < OC; ++o)
-      d_bias[o] = T(0);
-    for (int r = 0; r < R; ++r)
-      for (int o = 0; o < OC; ++o)
-        d_bias[o] += d_out[(long)r * OC + o];
-    optim_update(bias, d_bias, b_m, b_v, OC, *cfg, step);
-  }
-  LinearUpdateJob<T> job{weight, w_m, w_v, d_out, inp, R, C, OC, cfg, step};
-  ThreadPool& pool = ThreadPool::instance();
-  const bool split = !in_pool_task() && (long)OC * C >= OPTIM_SPLIT_MIN;
-  pool.run(linear_update_rows<T>, &job, split ? pool.size() : 1);
-}
+                            const double* cfg_raw, long step);
 
 // train_step at small batches in the clad engine: while one lives (on this thread), the Linear
 // pullback of a layer whose weight starts at one of `fused` (offsets into params) updates its
@@ -145,6 +88,10 @@ void linear_forward_pullback(T* out, const T* inp, const T* weight, const T* bia
 } // namespace rootclad
 } // namespace custom_derivatives
 } // namespace clad
+#endif
+
+#ifndef ROOTCLAD_DECLARATIONS_ONLY // the glue of a model declares; the runtime defines
+#include "linear_update_impl.h"
 #endif
 
 #endif // ROOTCLAD_LINEAR_UPDATE_H

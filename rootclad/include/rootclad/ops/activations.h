@@ -321,4 +321,13 @@ struct PRelu {
 
 } // namespace rootclad
 
+// Every functor, for the runtime library's instantiations of the elementwise kernels
+// (runtime.cpp); tests/codegen/test_runtime.py checks it against the op registry.
+// clang-format off
+#define ROOTCLAD_UNARY_FUNCTORS(X)                                                                 \
+  X(Abs) X(Equal) X(Relu) X(LeakyRelu) X(Tanh) X(Sigmoid) X(Silu) X(Elu) X(Softplus) X(Gelu)       \
+  X(Affine) X(Hardtanh) X(Clamp) X(Hardsigmoid) X(Hardswish) X(Mish) X(Selu)
+// clang-format on
+#define ROOTCLAD_PARAMETRIC_FUNCTORS(X) X(PRelu)
+
 #endif // ROOTCLAD_OPS_ACTIVATIONS_H

@@ -13,106 +13,23 @@ namespace rootclad {
 // the output is an (n0, n1, n2) loop nest; a's element of out[b, i, j, k] is
 //   a[b*na + i*sa0 + j*sa1 + k*sa2]   (stride 0 on an axis a is broadcast along),
 // and b's likewise with sb*, nb. Operands of equal shapes run as one flat loop.
-template <typename T> inline T binary_apply(int kind, T x, T y) {
-  if (kind == 0)
-    return x + y;
-  if (kind == 1)
-    return x - y;
-  if (kind == 2)
-    return x * y;
-  if (kind == 4)
-    return y != T(0) ? -T(INFINITY) : x;
-  if (kind == 5)
-    return y != T(0) ? x : -T(INFINITY);
-  return x / y;
-}
-
-inline bool binary_is_flat(int n0, int n1, int n2, int sa2, int na, int sb2, int nb) {
-  return n0 == 1 && n1 == 1 && sa2 == 1 && sb2 == 1 && na == n2 && nb == n2;
-}
-
 template <typename T>
 void binary_forward(T* out, const T* a, const T* b, int kind, int B, int n0, int n1, int n2,
-                    int sa0, int sa1, int sa2, int na, int sb0, int sb1, int sb2, int nb) {
-  ROOTCLAD_REPLAY_SKIP;
-  if (binary_is_flat(n0, n1, n2, sa2, na, sb2, nb)) {
-    const long N = (long)B * n2;
-    for (long i = 0; i < N; ++i)
-      out[i] = binary_apply(kind, a[i], b[i]);
-    return;
-  }
-  for (int s = 0; s < B; ++s)
-    for (int i = 0; i < n0; ++i)
-      for (int j = 0; j < n1; ++j)
-        for (int k = 0; k < n2; ++k) {
-          const long o = (((long)s * n0 + i) * n1 + j) * n2 + k;
-          const long ia = (long)s * na + (long)i * sa0 + (long)j * sa1 + (long)k * sa2;
-          const long ib = (long)s * nb + (long)i * sb0 + (long)j * sb1 + (long)k * sb2;
-          out[o] = binary_apply(kind, a[ia], b[ib]);
-        }
-}
+                    int sa0, int sa1, int sa2, int na, int sb0, int sb1, int sb2, int nb);
 
 // d_a += d_out * d(a op b)/da, d_b += d_out * d(a op b)/db, summed over broadcast axes.
 // d_a and d_b may be the same buffer (x + x).
-template <typename T> inline void binary_adjoint(int kind, T g, T x, T y, T& da, T& db) {
-  if (kind == 0) {
-    da += g;
-    db += g;
-  } else if (kind == 1) {
-    da += g;
-    db -= g;
-  } else if (kind == 2) {
-    da += g * y;
-    db += g * x;
-  } else if (kind == 4 || kind == 5) { // the mask takes no gradient
-    if ((y != T(0)) == (kind == 5))
-      da += g;
-  } else {
-    da += g / y;
-    db -= g * x / (y * y);
-  }
-}
-
 template <typename T>
 void binary_backward(T* d_a, T* d_b, const T* d_out, const T* a, const T* b, int kind, int B,
                      int n0, int n1, int n2, int sa0, int sa1, int sa2, int na, int sb0, int sb1,
-                     int sb2, int nb) {
-  for (int s = 0; s < B; ++s)
-    for (int i = 0; i < n0; ++i)
-      for (int j = 0; j < n1; ++j)
-        for (int k = 0; k < n2; ++k) {
-          const long o = (((long)s * n0 + i) * n1 + j) * n2 + k;
-          const long ia = (long)s * na + (long)i * sa0 + (long)j * sa1 + (long)k * sa2;
-          const long ib = (long)s * nb + (long)i * sb0 + (long)j * sb1 + (long)k * sb2;
-          binary_adjoint(kind, d_out[o], a[ia], b[ib], d_a[ia], d_b[ib]);
-        }
-}
+                     int sb2, int nb);
 
 // A causal mask on scores x(R, L, S): -inf where key j comes after query i by more than off
 // (j > i + off: torch's triu(ones(L, S), off + 1)), else x; the filled places get no gradient.
-inline bool causal_masked(int i, int j, int off) {
-  return j > i + off;
-}
+template <typename T> void causal_fill_forward(T* out, const T* x, int R, int L, int S, int off);
 
-template <typename T> void causal_fill_forward(T* out, const T* x, int R, int L, int S, int off) {
-  ROOTCLAD_REPLAY_SKIP;
-  for (int r = 0; r < R; ++r)
-    for (int i = 0; i < L; ++i)
-      for (int j = 0; j < S; ++j) {
-        const long k = ((long)r * L + i) * S + j;
-        out[k] = causal_masked(i, j, off) ? T(-INFINITY) : x[k];
-      }
-}
 template <typename T>
-void causal_fill_backward(T* d_x, const T* d_out, int R, int L, int S, int off) {
-  for (int r = 0; r < R; ++r)
-    for (int i = 0; i < L; ++i)
-      for (int j = 0; j < S; ++j) {
-        const long k = ((long)r * L + i) * S + j;
-        if (!causal_masked(i, j, off))
-          d_x[k] += d_out[k];
-      }
-}
+void causal_fill_backward(T* d_x, const T* d_out, int R, int L, int S, int off);
 
 } // namespace rootclad
 
@@ -140,6 +57,10 @@ void binary_forward_pullback(T* out, const T* a, const T* b, int kind, int B, in
 } // namespace rootclad
 } // namespace custom_derivatives
 } // namespace clad
+#endif
+
+#ifndef ROOTCLAD_DECLARATIONS_ONLY // the glue of a model declares; the runtime defines
+#include "binary_impl.h"
 #endif
 
 #endif // ROOTCLAD_OPS_BINARY_H

@@ -20,16 +20,27 @@
 #include <cstdint>
 #include <cstring>
 
+#ifndef ROOTCLAD_DECLARATIONS_ONLY // what the kernels' definitions use
 #include "../blas.h"
 #include "../parallel.h"
+#endif
+
+// What the runtime library (runtime.cpp) exports, though it builds with -fvisibility=hidden.
+#define ROOTCLAD_SHARED __attribute__((visibility("default")))
 
 namespace rootclad {
 // The clad engine (with custom pullbacks) runs the forward once, then executes the reverse
 // sweep Clad generated for the model's forward function. While it does, the forward kernels
 // return at once (the arena already holds their outputs; BatchNorm must not count the batch
 // again) and Clad's sweep calls the pullbacks. Each forward kernel starts with
-// ROOTCLAD_REPLAY_SKIP.
+// ROOTCLAD_REPLAY_SKIP. One flag per thread for the whole process: the kernels in the runtime
+// library read it, the model's library sets it (Replay, below), so it is defined once, in the
+// runtime library (ROOTCLAD_RUNTIME_DEFINITIONS).
+#ifdef ROOTCLAD_STANDALONE // one header, no runtime library (rootclad emit): defined here
 inline thread_local bool replaying = false;
+#else
+ROOTCLAD_SHARED extern thread_local bool replaying;
+#endif
 } // namespace rootclad
 #ifdef ROOTCLAD_NO_PULLBACKS // Clad differentiates the kernels themselves: never replaying
 #define ROOTCLAD_REPLAY_SKIP
@@ -77,8 +88,13 @@ template <typename T> inline void adjoint_start_forward(T*, long) {}
 // Adjoints in [no_grad_lo, no_grad_hi) are not wanted: the model inputs' when no input
 // gradient is asked for. The clad engine's sweep passes Clad's own adjoint pointers, so
 // Linear and Conv skip their d_input half by this range (the pullback engine passes null).
+#ifdef ROOTCLAD_STANDALONE
 inline thread_local const void* no_grad_lo = nullptr;
 inline thread_local const void* no_grad_hi = nullptr;
+#else
+ROOTCLAD_SHARED extern thread_local const void* no_grad_lo;
+ROOTCLAD_SHARED extern thread_local const void* no_grad_hi;
+#endif
 template <typename T> inline T* wanted(T* d) {
   const auto p = reinterpret_cast<std::uintptr_t>(d); // unrelated pointers: compare addresses
   const auto lo = reinterpret_cast<std::uintptr_t>(no_grad_lo);
@@ -101,6 +117,12 @@ struct Replay {
   Replay(const Replay&) = delete;
   Replay& operator=(const Replay&) = delete;
 };
+
+#ifdef ROOTCLAD_RUNTIME_DEFINITIONS // runtime.cpp, and a standalone header: defined once
+ROOTCLAD_SHARED thread_local bool replaying = false;
+ROOTCLAD_SHARED thread_local const void* no_grad_lo = nullptr;
+ROOTCLAD_SHARED thread_local const void* no_grad_hi = nullptr;
+#endif
 
 } // namespace rootclad
 

@@ -12,18 +12,11 @@ namespace rootclad {
 // ---------------------------------------------------------------------------------------
 // Elementwise ops over N elements: the functor's value and derivative (ops/activations.h).
 // out[i] = f(inp[i])
-template <typename T, class F> void unary_forward(T* out, const T* inp, int N, F f) {
-  ROOTCLAD_REPLAY_SKIP;
-  ROOTCLAD_SIMD
-  for (int i = 0; i < N; ++i)
-    out[i] = f.f(inp[i]);
-}
+template <typename T, class F> void unary_forward(T* out, const T* inp, int N, F f);
+
 // d_inp[i] += the functor's grad: d_out[i] times f'(inp[i]), from the input or the output
 template <typename T, class F>
-void unary_backward(T* d_inp, const T* d_out, const T* inp, const T* out, int N, F f) {
-  for (int i = 0; i < N; ++i)
-    d_inp[i] += f.grad(d_out[i], inp[i], out[i]);
-}
+void unary_backward(T* d_inp, const T* d_out, const T* inp, const T* out, int N, F f);
 
 // ---------------------------------------------------------------------------------------
 // Elementwise ops with a parameter per channel (PReLU): inp(B, C, S) and a(A), A = C (one per
@@ -32,69 +25,32 @@ void unary_backward(T* d_inp, const T* d_out, const T* inp, const T* out, int N,
 // no declaration or conditional inside the loops (a conditional index there crashed Clad's
 // tape).
 template <typename T, class F>
-void parametric_forward(T* out, const T* inp, const T* a, int B, int C, int S, int A, F f) {
-  ROOTCLAD_REPLAY_SKIP;
-  const int stride = A == 1 ? 0 : 1; // a's stride over the channels
-  for (int b = 0; b < B; ++b)
-    for (int c = 0; c < C; ++c)
-      for (int s = 0; s < S; ++s)
-        out[((long)b * C + c) * S + s] = f.f(inp[((long)b * C + c) * S + s], a[c * stride]);
-}
+void parametric_forward(T* out, const T* inp, const T* a, int B, int C, int S, int A, F f);
+
 // d_inp += the functor's grad, d_a[c] += its param_grad summed over the batch and positions
 // (null d_inp or d_a: that half is skipped)
 template <typename T, class F>
 void parametric_backward(T* d_inp, T* d_a, const T* d_out, const T* inp, const T* out, const T* a,
-                         int B, int C, int S, int A, F f) {
-  for (int b = 0; b < B; ++b)
-    for (int c = 0; c < C; ++c) {
-      const T ac = a[A == 1 ? 0 : c];
-      const long at = ((long)b * C + c) * S;
-      T sum = 0;
-      for (int s = 0; s < S; ++s) {
-        if (d_inp)
-          d_inp[at + s] += f.grad(d_out[at + s], inp[at + s], out[at + s], ac);
-        sum += f.param_grad(d_out[at + s], inp[at + s], out[at + s], ac);
-      }
-      if (d_a)
-        d_a[A == 1 ? 0 : c] += sum;
-    }
-}
+                         int B, int C, int S, int A, F f);
 
 // ---------------------------------------------------------------------------------------
 // Dropout (training): the mask is dropout_mask.h's, recomputed by the backward pass.
 template <typename T>
-void dropout_forward(T* out, const T* inp, int N, T p, std::uint64_t seed, long i0) {
-  ROOTCLAD_REPLAY_SKIP;
-  for (int i = 0; i < N; ++i)
-    out[i] = inp[i] * dropout_scale(seed, i0 + i, p);
-}
+void dropout_forward(T* out, const T* inp, int N, T p, std::uint64_t seed, long i0);
+
 template <typename T>
-void dropout_backward(T* d_inp, const T* d_out, int N, T p, std::uint64_t seed, long i0) {
-  for (int i = 0; i < N; ++i)
-    d_inp[i] += d_out[i] * dropout_scale(seed, i0 + i, p);
-}
+void dropout_backward(T* d_inp, const T* d_out, int N, T p, std::uint64_t seed, long i0);
 
 // Stochastic depth (training): sample r's whole value (n values) kept with probability 1 - p
 // and scaled by 1 / (1 - p), or dropped; the mask is dropout_mask.h's for the sample's index
 // in the batch (r0 + r), or for index 0 for every sample (whole_batch: torchvision's 'batch').
 template <typename T>
 void sample_dropout_forward(T* out, const T* inp, int R, int n, T p, std::uint64_t seed, long r0,
-                            int whole_batch) {
-  ROOTCLAD_REPLAY_SKIP;
-  for (int r = 0; r < R; ++r)
-    for (int j = 0; j < n; ++j)
-      out[(long)r * n + j] =
-          inp[(long)r * n + j] * dropout_scale(seed, whole_batch ? 0 : r0 + r, p);
-}
+                            int whole_batch);
+
 template <typename T>
 void sample_dropout_backward(T* d_inp, const T* d_out, int R, int n, T p, std::uint64_t seed,
-                             long r0, int whole_batch) {
-  for (int r = 0; r < R; ++r) {
-    const T s = dropout_scale(seed, whole_batch ? 0 : r0 + r, p);
-    for (int j = 0; j < n; ++j)
-      d_inp[(long)r * n + j] += d_out[(long)r * n + j] * s;
-  }
-}
+                             long r0, int whole_batch);
 
 } // namespace rootclad
 
@@ -134,6 +90,10 @@ void sample_dropout_forward_pullback(T* out, const T* inp, int R, int n, T p, ::
 } // namespace rootclad
 } // namespace custom_derivatives
 } // namespace clad
+#endif
+
+#ifndef ROOTCLAD_DECLARATIONS_ONLY // the glue of a model declares; the runtime defines
+#include "elementwise_impl.h"
 #endif
 
 #endif // ROOTCLAD_OPS_ELEMENTWISE_H

@@ -4,196 +4,79 @@
 #define ROOTCLAD_OPS_SHAPE_H
 
 #include "core.h"
-#include "topk_select.h"
 
 namespace rootclad {
-
-// ---------------------------------------------------------------------------------------
-// Output indices are computed, never counted with o++: Clad (differentiating these loops
-// itself with pullbacks=False) mis-handles side effects in a subscript, and the heap was
-// corrupted.
-inline long permute_index(int b, int i0, int i1, int i2, int i3, int n0, int n1, int n2, int n3) {
-  return ((((long)b * n0 + i0) * n1 + i1) * n2 + i2) * n3 + i3;
-}
 
 // Permute the per-sample axes: out[b, i0, i1, i2, i3] = inp[b*N + i0*s0 + i1*s1 + i2*s2 +
 // i3*s3], (n0..n3) the output's axes (padded with 1s), s0..s3 their strides in the input.
 template <typename T>
 void permute_forward(T* out, const T* inp, int B, int N, int n0, int n1, int n2, int n3, int s0,
-                     int s1, int s2, int s3) {
-  ROOTCLAD_REPLAY_SKIP;
-  for (int b = 0; b < B; ++b)
-    for (int i0 = 0; i0 < n0; ++i0)
-      for (int i1 = 0; i1 < n1; ++i1)
-        for (int i2 = 0; i2 < n2; ++i2)
-          for (int i3 = 0; i3 < n3; ++i3)
-            out[permute_index(b, i0, i1, i2, i3, n0, n1, n2, n3)] =
-                inp[(long)b * N + (long)i0 * s0 + (long)i1 * s1 + (long)i2 * s2 + (long)i3 * s3];
-}
+                     int s1, int s2, int s3);
+
 template <typename T>
 void permute_backward(T* d_inp, const T* d_out, int B, int N, int n0, int n1, int n2, int n3,
-                      int s0, int s1, int s2, int s3) {
-  for (int b = 0; b < B; ++b)
-    for (int i0 = 0; i0 < n0; ++i0)
-      for (int i1 = 0; i1 < n1; ++i1)
-        for (int i2 = 0; i2 < n2; ++i2)
-          for (int i3 = 0; i3 < n3; ++i3)
-            d_inp[(long)b * N + (long)i0 * s0 + (long)i1 * s1 + (long)i2 * s2 + (long)i3 * s3] +=
-                d_out[permute_index(b, i0, i1, i2, i3, n0, n1, n2, n3)];
-}
+                      int s0, int s1, int s2, int s3);
 
 // ---------------------------------------------------------------------------------------
 // Concatenation, one input at a time: row r of inp (n_in values) goes to columns
 // [off, off + n_in) of row r of out (n_out values). R = B * (the axes before the cat axis).
 template <typename T>
-void cat_part_forward(T* out, const T* inp, int R, int n_in, int n_out, int off) {
-  ROOTCLAD_REPLAY_SKIP;
-  for (int r = 0; r < R; ++r)
-    for (int j = 0; j < n_in; ++j)
-      out[(long)r * n_out + off + j] = inp[(long)r * n_in + j];
-}
+void cat_part_forward(T* out, const T* inp, int R, int n_in, int n_out, int off);
+
 template <typename T>
-void cat_part_backward(T* d_inp, const T* d_out, int R, int n_in, int n_out, int off) {
-  for (int r = 0; r < R; ++r)
-    for (int j = 0; j < n_in; ++j)
-      d_inp[(long)r * n_in + j] += d_out[(long)r * n_out + off + j];
-}
+void cat_part_backward(T* d_inp, const T* d_out, int R, int n_in, int n_out, int off);
 
 // ---------------------------------------------------------------------------------------
 // A slice along one axis: inp(R, N, I) -> out(R, M, I), out[r, m, i] = inp[r, start + m*step, i]
 // (R = B * the axes before the sliced one, I the values after it): x[:, a:b:s], chunk, split.
-inline long slice_source(int r, int m, int i, int N, int I, int start, int step) {
-  return ((long)r * N + start + (long)m * step) * I + i;
-}
+template <typename T>
+void slice_forward(T* out, const T* inp, int R, int N, int M, int I, int start, int step);
 
 template <typename T>
-void slice_forward(T* out, const T* inp, int R, int N, int M, int I, int start, int step) {
-  ROOTCLAD_REPLAY_SKIP;
-  for (int r = 0; r < R; ++r)
-    for (int m = 0; m < M; ++m)
-      for (int i = 0; i < I; ++i)
-        out[((long)r * M + m) * I + i] = inp[slice_source(r, m, i, N, I, start, step)];
-}
-template <typename T>
-void slice_backward(T* d_inp, const T* d_out, int R, int N, int M, int I, int start, int step) {
-  for (int r = 0; r < R; ++r)
-    for (int m = 0; m < M; ++m)
-      for (int i = 0; i < I; ++i)
-        d_inp[slice_source(r, m, i, N, I, start, step)] += d_out[((long)r * M + m) * I + i];
-}
+void slice_backward(T* d_inp, const T* d_out, int R, int N, int M, int I, int start, int step);
 
 // ---------------------------------------------------------------------------------------
 // Constant padding along one axis, the adjoint of a slice of step 1: inp(R, M, I) -> out(R, N, I),
 // out[r, before + m, i] = inp[r, m, i] and value elsewhere (F.pad and ONNX Pad in constant mode,
 // Swin's windows over a map that is not a multiple of them).
 template <typename T>
-void pad_forward(T* out, const T* inp, int R, int M, int N, int I, int before, T value) {
-  ROOTCLAD_REPLAY_SKIP;
-  for (int r = 0; r < R; ++r)
-    for (int n = 0; n < N; ++n)
-      for (int i = 0; i < I; ++i)
-        out[((long)r * N + n) * I + i] = value;
-  for (int r = 0; r < R; ++r)
-    for (int m = 0; m < M; ++m)
-      for (int i = 0; i < I; ++i)
-        out[((long)r * N + before + m) * I + i] = inp[((long)r * M + m) * I + i];
-}
+void pad_forward(T* out, const T* inp, int R, int M, int N, int I, int before, T value);
+
 template <typename T>
-void pad_backward(T* d_inp, const T* d_out, int R, int M, int N, int I, int before) {
-  for (int r = 0; r < R; ++r)
-    for (int m = 0; m < M; ++m)
-      for (int i = 0; i < I; ++i)
-        d_inp[((long)r * M + m) * I + i] += d_out[((long)r * N + before + m) * I + i];
-}
+void pad_backward(T* d_inp, const T* d_out, int R, int M, int N, int I, int before);
 
 // ---------------------------------------------------------------------------------------
 // A parameter the model reads directly (a layer scale, a class token, a position embedding):
 // out(B, n) = w(n) for every sample; its gradient sums over the batch.
-template <typename T> void parameter_forward(T* out, const T* w, int B, int n) {
-  ROOTCLAD_REPLAY_SKIP;
-  for (int b = 0; b < B; ++b)
-    for (int j = 0; j < n; ++j)
-      out[(long)b * n + j] = w[j];
-}
-template <typename T> void parameter_backward(T* d_w, const T* d_out, int B, int n) {
-  if (!d_w) // frozen
-    return;
-  for (int b = 0; b < B; ++b)
-    for (int j = 0; j < n; ++j)
-      d_w[j] += d_out[(long)b * n + j];
-}
+template <typename T> void parameter_forward(T* out, const T* w, int B, int n);
+
+template <typename T> void parameter_backward(T* d_w, const T* d_out, int B, int n);
 
 // ---------------------------------------------------------------------------------------
 // expand: out(B, d0, d1, d2) = inp[b*n + i0*s0 + i1*s1 + i2*s2] (n values a sample; stride 0
 // on an axis that grows from 1); the backward sums over the copies.
-inline long expand_source(int b, int i0, int i1, int i2, int n, int s0, int s1, int s2) {
-  return (long)b * n + (long)i0 * s0 + (long)i1 * s1 + (long)i2 * s2;
-}
-
 template <typename T>
 void expand_forward(T* out, const T* inp, int B, int n, int d0, int d1, int d2, int s0, int s1,
-                    int s2) {
-  ROOTCLAD_REPLAY_SKIP;
-  for (int b = 0; b < B; ++b)
-    for (int i0 = 0; i0 < d0; ++i0)
-      for (int i1 = 0; i1 < d1; ++i1)
-        for (int i2 = 0; i2 < d2; ++i2)
-          out[(((long)b * d0 + i0) * d1 + i1) * d2 + i2] =
-              inp[expand_source(b, i0, i1, i2, n, s0, s1, s2)];
-}
+                    int s2);
+
 template <typename T>
 void expand_backward(T* d_inp, const T* d_out, int B, int n, int d0, int d1, int d2, int s0, int s1,
-                     int s2) {
-  for (int b = 0; b < B; ++b)
-    for (int i0 = 0; i0 < d0; ++i0)
-      for (int i1 = 0; i1 < d1; ++i1)
-        for (int i2 = 0; i2 < d2; ++i2)
-          d_inp[expand_source(b, i0, i1, i2, n, s0, s1, s2)] +=
-              d_out[(((long)b * d0 + i0) * d1 + i1) * d2 + i2];
-}
+                     int s2);
 
 // ---------------------------------------------------------------------------------------
 // topk's indices: x(R, N, Q) -> out(R, K, Q), the indices along N of the K largest (or
 // smallest) of each row, sorted, as exact integers (topk_select.h). No gradient.
 template <typename T>
-void topk_forward(T* out, const T* x, int R, int N, int K, int Q, int largest) {
-  ROOTCLAD_REPLAY_SKIP;
-  for (int r = 0; r < R; ++r)
-    for (int q = 0; q < Q; ++q)
-      topk_select(out + (long)r * K * Q + q, x + (long)r * N * Q + q, N, K, (long)Q, largest);
-}
+void topk_forward(T* out, const T* x, int R, int N, int K, int Q, int largest);
 
 // gather: x(R, N, Q), index / out(R, M, Q): out[r, m, q] = x[r, idx[r, m, q], q]; an index
 // outside [0, N) or NaN gives NaN, never a read outside x. The backward adds into the
 // gathered places (twice where gathered twice); the indices get no gradient.
-template <typename T> inline bool gather_ok(T v, int N) {
-  return v >= T(0) && v < T(N);
-}
-inline long gather_source(int r, long v, int q, int N, int Q) {
-  return ((long)r * N + v) * Q + q;
-}
+template <typename T>
+void gather_forward(T* out, const T* x, const T* idx, int R, int N, int M, int Q);
 
 template <typename T>
-void gather_forward(T* out, const T* x, const T* idx, int R, int N, int M, int Q) {
-  ROOTCLAD_REPLAY_SKIP;
-  for (int r = 0; r < R; ++r)
-    for (int m = 0; m < M; ++m)
-      for (int q = 0; q < Q; ++q) {
-        const long o = ((long)r * M + m) * Q + q;
-        const bool ok = gather_ok(idx[o], N);
-        out[o] = ok ? x[gather_source(r, ok ? (long)idx[o] : 0, q, N, Q)] : T(NAN);
-      }
-}
-template <typename T>
-void gather_backward(T* d_x, const T* d_out, const T* idx, int R, int N, int M, int Q) {
-  for (int r = 0; r < R; ++r)
-    for (int m = 0; m < M; ++m)
-      for (int q = 0; q < Q; ++q) {
-        const long o = ((long)r * M + m) * Q + q;
-        if (gather_ok(idx[o], N))
-          d_x[gather_source(r, (long)idx[o], q, N, Q)] += d_out[o];
-      }
-}
+void gather_backward(T* d_x, const T* d_out, const T* idx, int R, int N, int M, int Q);
 
 } // namespace rootclad
 
@@ -263,6 +146,10 @@ void parameter_forward_pullback(T* out, const T* w, int B, int n, T* d_out, T* d
 } // namespace rootclad
 } // namespace custom_derivatives
 } // namespace clad
+#endif
+
+#ifndef ROOTCLAD_DECLARATIONS_ONLY // the glue of a model declares; the runtime defines
+#include "shape_impl.h"
 #endif
 
 #endif // ROOTCLAD_OPS_SHAPE_H
