@@ -1,13 +1,16 @@
 """A compiled model's program for the device kernels (include/rootclad/device/, under the
 umbrella device_kernels.h).
 
-The same C++ source runs on the CPU (g++: every kernel a loop over its indices, dev::Host) and
-on an NVIDIA GPU (nvcc: grid-stride kernels on a stream, dev::Cuda); each op says how it is
-called through its entry in codegen/cuda_ops.py (an elementwise op through its functor). ``act`` is flat,
-one region of B x size per value (and per op's per-sample scratch), values that alias their
-input (Flatten, Reshape) sharing it, then the shared scratch, then one workspace that the ops
-use within a call (a chunk of a convolution's columns), as large as the largest asks at that
-batch size (none where no op uses it). ``d_act`` holds the values' adjoints, planned
+The same C++ source runs on the CPU (every kernel a loop over its indices, dev::Host) and on an
+NVIDIA GPU (grid-stride kernels on a stream, dev::Cuda; ROOTCLAD_ON_CUDA). It holds the model's
+launches alone: it declares the kernels (ROOTCLAD_DECLARATIONS_ONLY), which the device runtime
+library holds, built once per executor (include/rootclad/device_runtime.cpp,
+toolchain/recipes.py), so the host compiler builds it for either executor. Each op says how
+it is called through its entry in codegen/cuda_ops.py (an elementwise op through its functor).
+``act`` is flat, one region of B x size per value (and per op's per-sample scratch), values
+that alias their input (Flatten, Reshape) sharing it, then the shared scratch, then one
+workspace that the ops use within a call (a chunk of a convolution's columns), as large as the
+largest asks at that batch size (none where no op uses it). ``d_act`` holds the values' adjoints, planned
 (:func:`plan_adjoints`) from D_ACT_PLAN_MIN_VALUES on (device_kernels.h: at any size on the
 host, from 2^24 values on the GPU), one region each below. The C API takes a stream
 (ignored on the CPU) and, where dropout draws its masks, a seed (as the CPU model's, one per
@@ -38,7 +41,8 @@ call):
 training: 1 (BatchNorm on the batch's statistics, updating the running ones; dropout on),
 0 (eval mode), 2 (as 1, the running statistics left alone: a forward pass run again).
 Each call returns 0, or (on the GPU) the CUDA error its launches met, which
-{name}_error_text(code) names. The inputs go in at the start of act, one after the other
+{name}_error_text(code) names; on the host, {name}_launches() counts the kernel launches so far
+that a GPU would make. The inputs go in at the start of act, one after the other
 (B x per-sample size each); the output is at {name}_output_offset(B).
 Ops come through the registry; losses: BCE with logits, MSE, Huber, cross-entropy and NLL (class
 indices held as T), each the mean as in torch.
@@ -106,6 +110,68 @@ def _loss_lines(loss: str, graph: Graph) -> list[str]:
     K = math.prod(shape)
     return [f"  loss_and_gradient(on, loss, d_output, output, y, w, {K}, (long)B * {K}, T(1), "
             f"{LOSSES[loss]}{{}}{tail});"]  # fmt: skip
+
+
+def _c_api(name: str, T: str) -> list[str]:
+    """The program's C API (the module docstring's), exported alone (ROOTCLAD_DEVICE_API: the
+    recipes build the rest hidden); each call returns launch_status."""
+    api = "ROOTCLAD_DEVICE_API"
+    on = f"  const auto on = {name}::device(stream);"
+    done = ["  return ::rootclad::dev::launch_status(on);", "}"]
+    sizes = [
+        (k, f"{name}::{k}(B)")
+        for k in ("act_size", "workspace_size", "d_act_size", "d_act_store_size")
+    ]
+    sizes.append(("output_offset", f"(long){name}::OUTPUT_OFFSET * B"))
+    return [
+        f"{api} long {name}_n_params() {{ return {name}::N_PARAMS; }}",
+        f"{api} long {name}_n_buffers() {{ return {name}::N_BUFFERS; }}",
+        *[f"{api} long {name}_{k}(int B) {{ return {v}; }}" for k, v in sizes],
+        f"{api} int {name}_forward(void* stream, const {T}* params, {T}* buffers, {T}* act,",
+        "                         int B, int training, unsigned long long seed) {",
+        on,
+        f"  {name}::forward(on, params, buffers, act, B, training, seed);",
+        *done,
+        f"{api} int {name}_loss_and_grad(void* stream, const {T}* params, {T}* buffers,",
+        f"    {T}* act, const {T}* y, const {T}* w, {T}* loss, {T}* d_params, {T}* d_act, int B,",
+        "    int training, unsigned long long seed) {",
+        on,
+        f"  {name}::loss_and_grad(on, params, buffers, act, y, w, loss, d_params, d_act, B,",
+        "                        training, seed);",
+        *done,
+        f"{api} int {name}_input_grad(void* stream, const {T}* params, {T}* buffers, {T}* act,",
+        f"    const {T}* d_out, {T}* d_act, int B, int training, unsigned long long seed) {{",
+        on,
+        f"  {name}::input_grad(on, params, buffers, act, d_out, d_act, B, training, seed);",
+        *done,
+        f"{api} int {name}_optim_step(void* stream, {T}* params, const {T}* d_params,",
+        f"    {T}* state, const double* config, long step, long begin, long count) {{",
+        on,
+        "  ::rootclad::dev::optim_step(on, params + begin, d_params + begin, state + begin,",
+        f"      state + {name}::N_PARAMS + begin, count,",
+        "      *reinterpret_cast<const ::rootclad::OptimConfig*>(config), step);",
+        *done,
+        f"{api} int {name}_optim_step_in_memory(void* stream, {T}* params, const {T}* d_params,",
+        f"    {T}* state, const double* config, long* step, void* constants, long begin,",
+        "    long count) {",
+        on,
+        "  ::rootclad::dev::optim_step_in_memory(on, params + begin, d_params + begin,",
+        f"      state + begin, state + {name}::N_PARAMS + begin, count,",
+        "      reinterpret_cast<const ::rootclad::OptimConfig*>(config), step,",
+        f"      static_cast<::rootclad::OptimStep<{T}>*>(constants));",
+        *done,
+        f"{api} long {name}_optim_constants_size() {{",
+        f"  return sizeof(::rootclad::OptimStep<{T}>);",
+        "}",
+        f"{api} const char* {name}_error_text(int code) {{",
+        f"  return ::rootclad::dev::error_text({name}::device(nullptr), code);",
+        "}",
+        "#if !defined(__CUDACC__) && !defined(ROOTCLAD_ON_CUDA) // the launches a GPU would make",
+        f"{api} long {name}_launches() {{",
+        f"  return ::rootclad::dev::launch_count({name}::device(nullptr));",
+        "}",
+        "#endif",
+    ]
 
 
 @dataclass
@@ -463,70 +529,19 @@ def emit_device(
         "  fill(on, d_act, d_act_size(B), T(0));",
         *poison,
         "  T* const d_output = d_act + (long)B * D_OUTPUT_OFFSET;",
-        "  each_index(on, (long)B * OUTPUT_SIZE, ROOTCLAD_BODY(long i) { d_output[i] = d_out[i]; });",
+        "  copy(on, d_output, d_out, (long)B * OUTPUT_SIZE);",
         "  backward_input(on, params, act, nullptr, d_act, B, training, seed);",
         "}",
         "",
-        "#if defined(__CUDACC__)",
+        "// the executor: ROOTCLAD_ON_CUDA (the recipe's) or nvcc, the GPU; otherwise host loops",
+        "#if defined(__CUDACC__) || defined(ROOTCLAD_ON_CUDA)",
         "inline Cuda device(void* stream) { return Cuda{(cudaStream_t)stream}; }",
         "#else",
         "inline Host device(void*) { return Host{}; }",
         "#endif",
         f"}} // namespace {name}",
         "",
-        'extern "C" {',
-        f"long {name}_n_params() {{ return {name}::N_PARAMS; }}",
-        f"long {name}_n_buffers() {{ return {name}::N_BUFFERS; }}",
-        f"long {name}_act_size(int B) {{ return {name}::act_size(B); }}",
-        f"long {name}_workspace_size(int B) {{ return {name}::workspace_size(B); }}",
-        f"long {name}_d_act_size(int B) {{ return {name}::d_act_size(B); }}",
-        f"long {name}_d_act_store_size(int B) {{ return {name}::d_act_store_size(B); }}",
-        f"long {name}_output_offset(int B) {{ return (long){name}::OUTPUT_OFFSET * B; }}",
-        f"int {name}_forward(void* stream, const {T}* params, {T}* buffers, {T}* act, int B,",
-        "                   int training, unsigned long long seed) {",
-        f"  const auto on = {name}::device(stream);",
-        f"  {name}::forward(on, params, buffers, act, B, training, seed);",
-        "  return ::rootclad::dev::launch_status(on);",
-        "}",
-        f"int {name}_loss_and_grad(void* stream, const {T}* params, {T}* buffers, {T}* act,",
-        f"                         const {T}* y, const {T}* w, {T}* loss, {T}* d_params,",
-        f"                         {T}* d_act, int B, int training, unsigned long long seed) {{",
-        f"  const auto on = {name}::device(stream);",
-        f"  {name}::loss_and_grad(on, params, buffers, act, y, w, loss, d_params, d_act, B,",
-        "                        training, seed);",
-        "  return ::rootclad::dev::launch_status(on);",
-        "}",
-        f"int {name}_input_grad(void* stream, const {T}* params, {T}* buffers, {T}* act,",
-        f"                      const {T}* d_out, {T}* d_act, int B, int training,",
-        "                      unsigned long long seed) {",
-        f"  const auto on = {name}::device(stream);",
-        f"  {name}::input_grad(on, params, buffers, act, d_out, d_act, B, training, seed);",
-        "  return ::rootclad::dev::launch_status(on);",
-        "}",
-        f"int {name}_optim_step(void* stream, {T}* params, const {T}* d_params, {T}* state,",
-        "                      const double* config, long step, long begin, long count) {",
-        f"  const auto on = {name}::device(stream);",
-        "  ::rootclad::dev::optim_step(on, params + begin, d_params + begin, state + begin,",
-        f"      state + {name}::N_PARAMS + begin, count,",
-        "      *reinterpret_cast<const ::rootclad::OptimConfig*>(config), step);",
-        "  return ::rootclad::dev::launch_status(on);",
-        "}",
-        f"int {name}_optim_step_in_memory(void* stream, {T}* params, const {T}* d_params,",
-        f"                                {T}* state, const double* config, long* step,",
-        "                                void* constants, long begin, long count) {",
-        f"  const auto on = {name}::device(stream);",
-        "  ::rootclad::dev::optim_step_in_memory(on, params + begin, d_params + begin,",
-        f"      state + begin, state + {name}::N_PARAMS + begin, count,",
-        "      reinterpret_cast<const ::rootclad::OptimConfig*>(config), step,",
-        f"      static_cast<::rootclad::OptimStep<{T}>*>(constants));",
-        "  return ::rootclad::dev::launch_status(on);",
-        "}",
-        f"long {name}_optim_constants_size() {{ return sizeof(::rootclad::OptimStep<{T}>); }}",
-        f"const char* {name}_error_text(int code) {{ return ::rootclad::dev::error_text(code); }}",
-        "#if defined(ROOTCLAD_COUNT_LAUNCHES) // on the host: the kernel launches so far",
-        f"long {name}_launches() {{ return ::rootclad::dev::launch_count(); }}",
-        "#endif",
-        '} // extern "C"',
+        *_c_api(name, T),
         "",
     ]
     return "\n".join(lines)

@@ -27,6 +27,7 @@ template <class T> void instantiate() {
   T* p = nullptr;
   k::fill(on, p, 1, T(0));
   k::zero(on, p, 1, p, 1, p, 1);
+  k::copy(on, p, p, 1);
   k::linear_forward(on, p, p, p, p, 1, 1, 1);
   k::linear_backward_input(on, p, p, p, 1, 1, 1);
   k::linear_backward_params(on, p, p, p, p, 1, 1, 1);

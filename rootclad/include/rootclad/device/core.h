@@ -1,14 +1,15 @@
 // rootclad/device/core.h — what every family of device kernels shares: filling, fused
-// activations' adjoints (ActGrad), and the chunked sums over the batch.
+// activations' adjoints (ActGrad), and d_act's plan threshold. Each family header declares its
+// kernels (what a device program calls) and the shapes they take; its _impl.h defines them,
+// included unless ROOTCLAD_DECLARATIONS_ONLY (device_runtime.cpp instantiates them once).
 #ifndef ROOTCLAD_DEVICE_CORE_H
 #define ROOTCLAD_DEVICE_CORE_H
 
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
+#include <cstdint>
 
 #include "../device.h"
-#include "../device_gemm.h"
 #include "../dropout_mask.h"
 #include "../ops/activations.h"
 #include "../optim_rule.h"
@@ -22,10 +23,10 @@ namespace dev {
 // more for each such, which a small batch would feel and not gain from; unplanned, one zero
 // at the start of the backward does for all. The host loops launch nothing: planned at any size
 // (a test or a benchmark sets ROOTCLAD_D_ACT_PLAN_MIN_VALUES=ROOTCLAD_GPU_D_ACT_PLAN_MIN_VALUES
-// to lay d_act out as the GPU does).
+// to lay d_act out as the GPU does). A program's own choice: the kernels never read it.
 #define ROOTCLAD_GPU_D_ACT_PLAN_MIN_VALUES (1L << 24)
 #ifndef ROOTCLAD_D_ACT_PLAN_MIN_VALUES
-#if defined(__CUDACC__)
+#if defined(__CUDACC__) || defined(ROOTCLAD_ON_CUDA)
 #define ROOTCLAD_D_ACT_PLAN_MIN_VALUES ROOTCLAD_GPU_D_ACT_PLAN_MIN_VALUES
 #else
 #define ROOTCLAD_D_ACT_PLAN_MIN_VALUES 0L
@@ -34,22 +35,13 @@ namespace dev {
 constexpr long D_ACT_PLAN_MIN_VALUES = ROOTCLAD_D_ACT_PLAN_MIN_VALUES;
 
 // p[0..n) = value (adjoints start at zero: the backward kernels add)
-template <class On, class T> void fill(On on, T* p, long n, T value) {
-  each_index(on, n, ROOTCLAD_BODY(long i) { p[i] = value; });
-}
+template <class On, class T> void fill(On on, T* p, long n, T value);
 
 // a[0..na), b[0..nb) and c[0..nc) = 0, one launch (a training step's loss and adjoints)
-template <class On, class T> void zero(On on, T* a, long na, T* b, long nb, T* c, long nc) {
-  each_index(
-      on, na + nb + nc, ROOTCLAD_BODY(long i) {
-        if (i < na)
-          a[i] = T(0);
-        else if (i < na + nb)
-          b[i - na] = T(0);
-        else
-          c[i - na - nb] = T(0);
-      });
-}
+template <class On, class T> void zero(On on, T* a, long na, T* b, long nb, T* c, long nc);
+
+// dst[0..n) = src[0..n) (input_grad's output adjoint)
+template <class On, class T> void copy(On on, T* dst, const T* src, long n);
 
 // The identity as an activation: what a producer applies when nothing is fused.
 struct NoAct {
@@ -70,40 +62,11 @@ template <class T, class Act> ActGrad<T, Act> act_grad(T* dy, const T* y, Act ac
   return ActGrad<T, Act>{dy, y, act};
 }
 
-// The adjoint as a matrix in memory, for a product that reads it so: a pointer as it is; an
-// ActGrad turned in place (dy = dy f'(y): its activation's adjoint has no other reader then).
-template <class On, class T> const T* as_matrix(On, const T* d, long) {
-  return d;
-}
-template <class On, class T, class Act> const T* as_matrix(On on, ActGrad<T, Act> g, long n) {
-  each_index(on, n, ROOTCLAD_BODY(long i) { g.dy[i] = g.act.grad(g.dy[i], T(0), g.y[i]); });
-  return g.dy;
-}
-
-// A gradient that sums over the batch (a bias's, a convolution's weight) has few elements and
-// long sums: each element's sum is split into this many chunks of the batch, one index each,
-// whose partial sums meet through add_to, so that a GPU gets some 2^16 threads to run them.
-inline long batch_chunks(long elements, long batch) {
-  const long chunks = (1L << 16) / (elements > 0 ? elements : 1);
-  return chunks < 1 ? 1 : (chunks > batch ? batch : chunks);
-}
-
-// d_bias[o] += sum over rows r and positions l of d_out[r, o, l] (d_out: rows x OC x L)
-template <class On, class T, class DY>
-void bias_backward(On on, T* d_bias, DY d_out, long rows, int OC, int L) {
-  const long chunks = batch_chunks(OC, rows);
-  each_index(
-      on, OC * chunks, ROOTCLAD_BODY(long i) {
-        const long o = i % OC, chunk = i / OC;
-        T s = 0;
-        for (long r = rows * chunk / chunks; r < rows * (chunk + 1) / chunks; ++r)
-          for (int l = 0; l < L; ++l)
-            s += d_out[(r * OC + o) * L + l];
-        add_to(d_bias + o, s);
-      });
-}
-
 } // namespace dev
 } // namespace rootclad
+
+#ifndef ROOTCLAD_DECLARATIONS_ONLY // a device program declares; the device runtime defines
+#include "core_impl.h"
+#endif
 
 #endif // ROOTCLAD_DEVICE_CORE_H

@@ -11,91 +11,51 @@ namespace dev {
 // -- elementwise ops: the functors of ops/activations.h, written once for every backend; those
 // whose grad reads y alone (Relu, Tanh, Sigmoid) can be fused into their producer -------------
 template <class On, class T, class Op>
-void unary_forward(On on, T* out, const T* inp, long n, Op op) {
-  each_index(on, n, ROOTCLAD_BODY(long i) { out[i] = op.f(inp[i]); });
-}
+void unary_forward(On on, T* out, const T* inp, long n, Op op);
 
 // d_inp += the functor's grad: d_out times f'(x), from x or y
 template <class On, class T, class Op>
-void unary_backward(On on, T* d_inp, const T* d_out, const T* inp, const T* out, long n, Op op) {
-  each_index(on, n, ROOTCLAD_BODY(long i) { d_inp[i] += op.grad(d_out[i], inp[i], out[i]); });
-}
+void unary_backward(On on, T* d_inp, const T* d_out, const T* inp, const T* out, long n, Op op);
 
 // -- elementwise ops with a parameter per channel (PReLU): inp(B, C, S), a(A), A = C or 1 -------
 template <class On, class T, class Op>
 void parametric_forward(On on, T* out, const T* inp, const T* a, long B, int C, long S, int A,
-                        Op op) {
-  each_index(
-      on, B * C * S, ROOTCLAD_BODY(long i) {
-        const long c = (i / S) % C;
-        out[i] = op.f(inp[i], a[A == 1 ? 0 : c]);
-      });
-}
+                        Op op);
 
 // d_inp += the functor's grad
 template <class On, class T, class DY, class Op>
 void parametric_backward_input(On on, T* d_inp, DY d_out, const T* inp, const T* out, const T* a,
-                               long B, int C, long S, int A, Op op) {
-  each_index(
-      on, B * C * S, ROOTCLAD_BODY(long i) {
-        const long c = (i / S) % C;
-        d_inp[i] += op.grad(d_out[i], inp[i], out[i], a[A == 1 ? 0 : c]);
-      });
-}
+                               long B, int C, long S, int A, Op op);
 
 // d_a[p] += the functor's param_grad over the batch and the positions p reads, each sum split
 // into chunks of the batch (batch_chunks)
 template <class On, class T, class DY, class Op>
 void parametric_backward_param(On on, T* d_a, DY d_out, const T* inp, const T* out, const T* a,
-                               long B, int C, long S, int A, Op op) {
-  const long chunks = batch_chunks(A, B);
-  const long per = A == 1 ? (long)C * S : S; // values of one sample each parameter reads
-  each_index(
-      on, A * chunks, ROOTCLAD_BODY(long i) {
-        const long p = i % A, chunk = i / A;
-        T sum = 0;
-        for (long b = B * chunk / chunks; b < B * (chunk + 1) / chunks; ++b)
-          for (long k = 0; k < per; ++k) {
-            const long j = A == 1 ? b * C * S + k : (b * C + p) * S + k;
-            sum += op.param_grad(d_out[j], inp[j], out[j], a[p]);
-          }
-        add_to(d_a + p, sum);
-      });
-}
+                               long B, int C, long S, int A, Op op);
 
 // -- Dropout: the CPU's mask (dropout_mask.h) for the element's index in the batch; p = 0 (eval
 // mode) keeps every element -------------------------------------------------------------------
 template <class On, class T>
-void dropout_forward(On on, T* out, const T* inp, long n, T p, std::uint64_t seed) {
-  each_index(on, n, ROOTCLAD_BODY(long i) { out[i] = inp[i] * dropout_scale(seed, i, p); });
-}
+void dropout_forward(On on, T* out, const T* inp, long n, T p, std::uint64_t seed);
 
 template <class On, class T>
-void dropout_backward(On on, T* d_inp, const T* d_out, long n, T p, std::uint64_t seed) {
-  each_index(on, n, ROOTCLAD_BODY(long i) { d_inp[i] += d_out[i] * dropout_scale(seed, i, p); });
-}
+void dropout_backward(On on, T* d_inp, const T* d_out, long n, T p, std::uint64_t seed);
 
 // -- Stochastic depth: the CPU's mask for the sample's index in the batch (each sample `per`
 // values), or index 0 for all (whole_batch) ---------------------------------------------------
 template <class On, class T>
 void sample_dropout_forward(On on, T* out, const T* inp, long n, long per, T p, std::uint64_t seed,
-                            int whole_batch) {
-  each_index(
-      on, n, ROOTCLAD_BODY(long i) {
-        out[i] = inp[i] * dropout_scale(seed, whole_batch ? 0 : i / per, p);
-      });
-}
+                            int whole_batch);
 
 template <class On, class T>
 void sample_dropout_backward(On on, T* d_inp, const T* d_out, long n, long per, T p,
-                             std::uint64_t seed, int whole_batch) {
-  each_index(
-      on, n, ROOTCLAD_BODY(long i) {
-        d_inp[i] += d_out[i] * dropout_scale(seed, whole_batch ? 0 : i / per, p);
-      });
-}
+                             std::uint64_t seed, int whole_batch);
 
 } // namespace dev
 } // namespace rootclad
+
+#ifndef ROOTCLAD_DECLARATIONS_ONLY // a device program declares; the device runtime defines
+#include "elementwise_impl.h"
+#endif
 
 #endif // ROOTCLAD_DEVICE_ELEMENTWISE_H

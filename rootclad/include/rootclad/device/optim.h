@@ -12,17 +12,7 @@ namespace dev {
 // SGD's momentum buffer or Adam's first moment, v Adam's second moment (as on the CPU).
 template <class On, class T>
 void optim_step(On on, T* param, const T* grad, T* m, T* v, long n, const OptimConfig& c,
-                long step) {
-  const OptimStep<T> s(c, step);
-  if (s.kind == OPTIM_SGD)
-    each_index(on, n, ROOTCLAD_BODY(long i) { sgd_element(param[i], grad[i], m[i], s); });
-  else if (s.kind == OPTIM_ADAMW)
-    each_index(
-        on, n, ROOTCLAD_BODY(long i) { adam_element<true>(param[i], grad[i], m[i], v[i], s); });
-  else
-    each_index(
-        on, n, ROOTCLAD_BODY(long i) { adam_element<false>(param[i], grad[i], m[i], v[i], s); });
-}
+                long step);
 
 // The same step with its configuration and count in memory (on the GPU, device memory): a
 // first launch forms the step's constants into `s` and advances *step by one, the second
@@ -30,24 +20,13 @@ void optim_step(On on, T* param, const T* grad, T* m, T* v, long n, const OptimC
 // graph replays it step after step (DeviceModel.cuda_graphs).
 template <class On, class T>
 void optim_step_in_memory(On on, T* param, const T* grad, T* m, T* v, long n, const OptimConfig* c,
-                          long* step, OptimStep<T>* s) {
-  each_index(
-      on, 1, ROOTCLAD_BODY(long) {
-        *s = OptimStep<T>(*c, *step);
-        *step += 1;
-      });
-  each_index(
-      on, n, ROOTCLAD_BODY(long i) {
-        if (s->kind == OPTIM_SGD)
-          sgd_element(param[i], grad[i], m[i], *s);
-        else if (s->kind == OPTIM_ADAMW)
-          adam_element<true>(param[i], grad[i], m[i], v[i], *s);
-        else
-          adam_element<false>(param[i], grad[i], m[i], v[i], *s);
-      });
-}
+                          long* step, OptimStep<T>* s);
 
 } // namespace dev
 } // namespace rootclad
+
+#ifndef ROOTCLAD_DECLARATIONS_ONLY // a device program declares; the device runtime defines
+#include "optim_impl.h"
+#endif
 
 #endif // ROOTCLAD_DEVICE_OPTIM_H
