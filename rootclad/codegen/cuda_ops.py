@@ -553,12 +553,20 @@ def device_op(node: Node) -> DeviceOp | None:
     return op
 
 
+def _fusable(spec) -> bool:
+    return bool(spec.functor) and not spec.params and spec.saves == ("out",)
+
+
 def fusable_activation(node: Node) -> str:
     """The functor a producer may apply for ``node`` (an elementwise op whose derivative reads
     only its output), or "" when it is no such op."""
-    spec = OPS[node.op]
-    plain = spec.functor and not spec.params and spec.saves == ("out",)
-    return functor_value(node) if plain else ""
+    return functor_value(node) if _fusable(OPS[node.op]) else ""
+
+
+def fusable_functors() -> set[str]:
+    """The functors a producer may apply (the device runtime keeps its fusing kernels for each:
+    include/rootclad/device_runtime.cpp, ROOTCLAD_FUSABLE_ACTIVATIONS)."""
+    return {spec.functor for spec in OPS.values() if _fusable(spec)}
 
 
 def device_ops() -> list[str]:

@@ -6,11 +6,21 @@ one source into the cache (:func:`rootclad.toolchain.build.build_library`) for
 from __future__ import annotations
 
 import functools
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rootclad.paths import get_include
 from rootclad.toolchain.build import CompileError, build_library, link_library
-from rootclad.toolchain.find import ToolchainError, blas_flags, find_cublas, find_cxx, find_nvcc
+from rootclad.toolchain.find import (
+    ToolchainError,
+    blas_flags,
+    find_cublas,
+    find_cxx,
+    find_nvcc,
+    run_tool,
+)
 
 # -fvisibility=hidden and the linker's version script (exports.map): a model library exports
 # its C API only (model_runtime.h), nothing of the header-only runtime or of libstdc++'s
@@ -78,39 +88,110 @@ def cpu_library(source: str, name: str, cxx: str, engine_flags: list[str], pullb
     return build
 
 
-def host_device_program(source: str, name: str):
-    """The build of a device program (codegen/cuda.py's source) as loops on the host."""
-    return functools.partial(build_library, source, name=name, cxx=find_cxx()[0],
-                             flags=["-O2", "-std=c++17", f"-I{get_include()}"])  # fmt: skip
+# The device runtime library: every device kernel for float and double, for one executor (the
+# host loops, or one GPU architecture), built once into the cache in DEVICE_PARTS translation
+# units side by side (include/rootclad/device_runtime.cpp). A model's device program declares
+# the kernels and holds its launches alone: the host compiler builds it, for the GPU too.
+DEVICE_RUNTIME_SOURCE = Path(get_include()) / "rootclad" / "device_runtime.cpp"
+DEVICE_EXPORTS = 'extern "C++" { *rootclad::dev::*; }'
+HOST_DEVICE_FLAGS = ["-O2", "-std=c++17"]
+CUDA_DEVICE_FLAGS = ["-O3", "-std=c++17", "--extended-lambda"]
+# a device program's own code: its launches and C API, nothing worth more than -O1
+DEVICE_PROGRAM_FLAGS = ["-O1", "-std=c++17", "-fvisibility=hidden", "-DROOTCLAD_DECLARATIONS_ONLY"]
+
+
+def device_parts() -> int:
+    """The translation units of the device runtime (its ROOTCLAD_DEVICE_PARTS)."""
+    return int(
+        re.search(r"#define ROOTCLAD_DEVICE_PARTS (\d+)", DEVICE_RUNTIME_SOURCE.read_text())[1]
+    )
+
+
+def device_runtime(arch: str | None = None, defines: tuple[str, ...] = ()) -> Path:
+    """The device runtime library for the host loops (``arch=None``: the C++ compiler) or for a
+    GPU of architecture ``arch`` (nvcc, linked to cuDART and cuBLAS), compiled on first use,
+    then cached; ``defines``: -D flags the kernels read (a test's ROOTCLAD_CONV_GEMM_MAX_COLUMNS),
+    which the program gets too. Its symbols are exported under a version named after its key,
+    so a program binds to the very library it was linked against."""
+    cxx = find_cxx()[0]
+    include = [f"-I{get_include()}/rootclad", f"-I{get_include()}", *defines]
+    if arch is None:
+        compiler, flags, suffix, link = cxx, [*HOST_DEVICE_FLAGS, *include], ".cpp", []
+        name = "rootclad_dev_host"
+    else:
+        compiler, suffix, name = find_nvcc()[0], ".cu", f"rootclad_dev_{arch}"
+        flags = [*CUDA_DEVICE_FLAGS, f"-arch={arch}", *include, *_cublas_include()]
+        link = [*_cudart_flags(compiler), *_cublas_link()]
+    source = DEVICE_RUNTIME_SOURCE.read_text()
+
+    def part(k: int) -> Path:
+        obj, _ = build_library(
+            source,
+            name=f"{name}_{k}",
+            cxx=compiler,
+            suffix=suffix,
+            flags=[*flags, f"-DROOTCLAD_DEVICE_PART={k}"],
+            kind="object",
+            timeout=1800,
+        )
+        return obj
+
+    with ThreadPoolExecutor(max_workers=min(device_parts(), os.cpu_count() or 1)) as pool:
+        objects = list(pool.map(part, range(device_parts())))
+    lib, _ = link_library(
+        objects, name=f"lib{name}", cxx=cxx, link_flags=link, exports=DEVICE_EXPORTS
+    )
+    return lib
+
+
+def _device_program(source: str, name: str, runtime, flags: list[str]):
+    """The build of a device program against the device runtime ``runtime()`` returns, found
+    beside it ($ORIGIN); a kernel the library lacks fails the link, naming it."""
+
+    def build(rebuild: bool = False):
+        lib = runtime()
+        link = [str(lib), "-Wl,-rpath,$ORIGIN", "-Wl,--no-undefined"]
+        return build_library(
+            source,
+            name=name,
+            cxx=find_cxx()[0],
+            link_flags=link,
+            flags=[*DEVICE_PROGRAM_FLAGS, f"-I{get_include()}", *flags],
+            rebuild=rebuild,
+        )
+
+    return build
+
+
+def host_device_program(
+    source: str, name: str, defines: tuple[str, ...] = (), flags: tuple[str, ...] = ()
+):
+    """The build of a device program (codegen/cuda.py's source) as loops on the host: the C++
+    compiler builds its launches, the host device runtime runs them (:func:`device_runtime`
+    with ``defines``); ``flags``: the program's own (a test's
+    ROOTCLAD_D_ACT_PLAN_MIN_VALUES)."""
+    runtime = functools.partial(device_runtime, None, tuple(defines))
+    return _device_program(source, name, runtime, [*defines, *flags])
 
 
 def cuda_device_program(source: str, name: str, arch: str):
-    """The build of a device program for an NVIDIA GPU of architecture ``arch`` (``sm_XY``)
-    with nvcc, linked to cuBLAS; a toolkit too old for it is named in the error."""
+    """The build of a device program for an NVIDIA GPU of architecture ``arch`` (``sm_XY``):
+    the C++ compiler builds its launches (ROOTCLAD_ON_CUDA), which run the kernels of the
+    device runtime nvcc builds once for ``arch``, linked to cuBLAS; a toolkit too old for it is
+    named in the error."""
     if int(arch.removeprefix("sm_").rstrip("af")) < 60:  # atomicAdd on double
         raise ToolchainError(f"device programs need a GPU of compute capability 6.0 (Pascal) or "
                              f"newer; this one is {arch}")  # fmt: skip
     nvcc, version = find_nvcc()
-    cublas = find_cublas()
-    if cublas is None:
+    if find_cublas() is None:
         raise ToolchainError(
             "device='cuda' multiplies matrices with cuBLAS and found none: install the CUDA "
             "toolkit's, or `pip install nvidia-cublas` (torch's CUDA wheels bring it along)"
         )
-    lib = Path(cublas)
-    flags = ["-O3", "-std=c++17", "--extended-lambda", f"-arch={arch}", f"-I{get_include()}"]
-    if lib.is_absolute():
-        if (lib.parent.parent / "include" / "cublas_v2.h").is_file():  # the wheel's header
-            flags.append(f"-I{lib.parent.parent / 'include'}")
-        # by path (a wheel has libcublas.so.13, no libcublas.so), found again at run time
-        link = ["-Xlinker", str(lib), "-Xlinker", "-rpath", "-Xlinker", str(lib.parent)]
-    else:  # a name the dynamic loader knows (a system package's)
-        link = ["-Xlinker", f"-l:{lib.name}"]
 
-    def build(rebuild: bool = False):
+    def runtime():
         try:
-            return build_library(source, name=name, cxx=nvcc, flags=flags, link_flags=link,
-                                 suffix=".cu", rebuild=rebuild)  # fmt: skip
+            return device_runtime(arch)
         except CompileError as exc:
             log = exc.log_path.read_text() if exc.log_path.is_file() else str(exc)
             if "Unsupported gpu architecture" in log:
@@ -121,4 +202,34 @@ def cuda_device_program(source: str, name: str, arch: str):
                 ) from exc
             raise
 
-    return build
+    return _device_program(source, name, runtime, ["-DROOTCLAD_ON_CUDA"])
+
+
+def _cublas_include() -> list[str]:
+    """The nvidia-cublas wheel's include directory, where its cuBLAS is the one linked."""
+    lib = Path(find_cublas() or "")
+    header = lib.parent.parent / "include"
+    return [f"-I{header}"] if lib.is_absolute() and (header / "cublas_v2.h").is_file() else []
+
+
+def _cublas_link() -> list[str]:
+    lib = Path(find_cublas())
+    if lib.is_absolute():  # by path (a wheel has libcublas.so.13, no libcublas.so), found
+        return [str(lib), f"-Wl,-rpath,{lib.parent}"]  # again at run time
+    return [f"-l:{lib.name}"]  # a name the dynamic loader knows (a system package's)
+
+
+@functools.cache
+def _cudart_flags(nvcc: str) -> list[str]:
+    """What nvcc links a program's CUDA runtime with (its static cuDART and the directories
+    that hold it), read from `nvcc --dryrun`: the objects it compiled are linked by the C++
+    compiler, whose linker options the version script needs."""
+    proc = run_tool([nvcc, "--dryrun", "-shared", "-o", "x.so", "x.o"], timeout=60)
+    dirs = re.findall(r'"?-L([^"\s]+)"?', proc.stdout + proc.stderr)
+    return [
+        *(f"-L{d}" for d in dict.fromkeys(dirs) if not d.rstrip("/").endswith("stubs")),
+        "-lcudart_static",
+        "-lrt",
+        "-lpthread",
+        "-ldl",
+    ]

@@ -1,7 +1,9 @@
 """``DeviceModel``: a compiled model whose every step runs as device kernels on a GPU.
 
 ``rootclad.compile(net, example_input=x.cuda())`` (or ``cm.to("cuda")``) builds the model's
-device program (rootclad/codegen/cuda.py) with nvcc and runs it on torch's current stream:
+device program (rootclad/codegen/cuda.py: its launches, built by the host compiler in well under
+a second) against the device runtime library (every kernel, built by nvcc once per GPU
+architecture into the cache) and runs it on torch's current stream:
 the parameters, the optimizer's state, the activations and their adjoints live in device
 memory, and a training step (forward, loss gradient, backward, optimizer update) copies
 nothing between host and device; its loss stays a device tensor until read.
@@ -185,8 +187,10 @@ class DeviceModel(ModelBase):
             text = self._fn["error_text"](code).decode()
             hint = ""
             if code == 209:  # cudaErrorNoKernelImageForDevice
-                hint = (f"; the library ({self.library_path}) holds no code for this GPU: it was "
-                        "built for another architecture")  # fmt: skip
+                hint = (
+                    f"; the device runtime library that {self.library_path} runs holds no code "
+                    "for this GPU: it was built for another architecture"
+                )
             raise RuntimeError(f"CUDA error {code} in the device program's {fn}: {text}{hint}")
 
     # -- running ------------------------------------------------------------------------------

@@ -1,19 +1,17 @@
 """Whole models on the device kernels (rootclad/codegen/cuda.py): the GW MLP and CNN's
 device program, run on the CPU (g++, dev::Host), against torch: the forward pass, the loss
 and every parameter's gradient, and 20 Adam steps against torch.optim (float64); and the
-same source at full size compiled for the GPU by nvcc (skipped without nvcc)."""
+same source at full size built for the GPU (skipped without nvcc)."""
 
 from __future__ import annotations
 
 import ctypes
 import re
-import subprocess
 
 import pytest
 import torch
 from torch.nn import functional as F
 
-import rootclad
 from rootclad.codegen import cuda_ops
 from rootclad.codegen.cuda import emit_device, fused_activations
 from rootclad.codegen.cuda_ops import device_ops
@@ -22,7 +20,7 @@ from rootclad.frontends.torch_fx import graph_from_module
 from rootclad.gw.models import gw_cnn, gw_mlp, gw_resnet
 from rootclad.ir.graph import IRError
 from rootclad.nets import digits_cnn
-from rootclad.toolchain import find_cxx, find_nvcc
+from rootclad.toolchain.recipes import host_device_program
 
 F64 = torch.float64
 MODELS = {
@@ -40,13 +38,11 @@ def _program(net, shape, dtype="float64"):
     return g, emit_device(g, "net")
 
 
-def _build(tmp_path, source, *flags):
-    cxx, _ = find_cxx()
-    src, so = tmp_path / "net.cpp", tmp_path / "net.so"
-    src.write_text(source)
-    subprocess.run([cxx, "-O2", "-std=c++17", "-shared", "-fPIC", f"-I{rootclad.get_include()}",
-                    *flags, str(src), "-o", str(so)], check=True)  # fmt: skip
-    return ctypes.CDLL(str(so))
+def _build(tmp_path, source, *flags, defines=()):
+    """The program ``net`` as DeviceModel builds it for the host loops (the host device runtime
+    with the kernels' ``defines``; ``flags``: the program's own)."""
+    path, _ = host_device_program(source, "net", defines=defines, flags=flags)()
+    return ctypes.CDLL(str(path))
 
 
 def _p(t):
@@ -147,22 +143,16 @@ FULL_SIZE = {  # (make, per-sample shape, loss)
 
 
 @pytest.mark.parametrize("model", FULL_SIZE)
-def test_model_device_source_compiles_with_nvcc(model, tmp_path):
+def test_model_programs_build_for_the_gpu(model, gpu_build):
     """The GW models at full size (2048 samples), with and without BatchNorm, and the 2-D
-    digits CNN, float32, as CUDA."""
-    found = find_nvcc()
-    if found is None:
-        pytest.skip("nvcc not found: set ROOTCLAD_NVCC or put nvcc on PATH")
+    digits CNN, float32, built for the GPU (the host compiler against nvcc's device runtime)
+    and loaded."""
     make, shape, loss = FULL_SIZE[model]
-    example = torch.zeros(2, *shape)
-    graph = graph_from_module(make(), example, "float32")
+    net = make()
+    graph = graph_from_module(net, torch.zeros(2, *shape), "float32")
     graph.validate()
-    src = tmp_path / "net.cu"
-    src.write_text(emit_device(graph, "net", loss))
-    res = subprocess.run([found[0], "-std=c++17", "--extended-lambda", "-arch=sm_90",
-                          f"-I{rootclad.get_include()}", "-c", str(src), "-o",
-                          str(tmp_path / "net.o")], capture_output=True, text=True)  # fmt: skip
-    assert res.returncode == 0, res.stderr[-3000:]
+    lib = gpu_build.program(emit_device(graph, "net", loss), "net")
+    assert lib.net_n_params() == sum(p.numel() for p in net.parameters())
 
 
 ACTIVATIONS = {
@@ -298,8 +288,8 @@ def test_gw_cnn_convolutions_choose_products_by_batch(tmp_path, chunk):
     _, source = _program(net, (1, 512))
     assert source.count(", work);") == 3 * 2  # forward, backward, backward_input
     per_sample = int(re.search(r"ACT_PER_SAMPLE = (\d+), SCRATCH = 0;", source)[1])
-    flags = [f"-DROOTCLAD_CONV_GEMM_MAX_COLUMNS={chunk * 117}"] if chunk else []
-    lib = _build(tmp_path, source, *flags)
+    defines = (f"-DROOTCLAD_CONV_GEMM_MAX_COLUMNS={chunk * 117}",) if chunk else ()
+    lib = _build(tmp_path, source, defines=defines)  # the kernels built with it too
     for fn in (lib.net_act_size, lib.net_d_act_size, lib.net_output_offset, lib.net_workspace_size):
         fn.restype = ctypes.c_long
     for B, as_products in ((41, True), (5, False)):
@@ -329,7 +319,7 @@ def test_gw_resnet_fused_convolutions_as_products_in_chunks(tmp_path):
     _, source = _program(net, (1, 256))
     forward = source[source.index("void forward(") : source.index("void backward(")]
     assert forward.count("Relu{}, work);") == 3  # the third block's runs directly at 140
-    lib = _build(tmp_path, source, f"-DROOTCLAD_CONV_GEMM_MAX_COLUMNS={3 * 30}")
+    lib = _build(tmp_path, source, defines=(f"-DROOTCLAD_CONV_GEMM_MAX_COLUMNS={3 * 30}",))
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(140, 1, 256, generator=gen, dtype=F64)
     y = torch.randint(0, 2, (140,), generator=gen).to(F64)
@@ -345,13 +335,8 @@ GPU_PLAN = "-DROOTCLAD_D_ACT_PLAN_MIN_VALUES=ROOTCLAD_GPU_D_ACT_PLAN_MIN_VALUES"
 
 def _launches_per_step(tmp_path, source, shape, B=4, plan=GPU_PLAN):
     """Kernel launches of one loss_and_grad + optimizer step, counted on the host (the launches
-    a GPU would make: -DROOTCLAD_COUNT_LAUNCHES, d_act planned as on the GPU)."""
-    cxx, _ = find_cxx()
-    src, so = tmp_path / "count.cpp", tmp_path / f"count{abs(hash((source, plan)))}.so"
-    src.write_text(source)
-    subprocess.run([cxx, "-O1", "-std=c++17", "-shared", "-fPIC", "-DROOTCLAD_COUNT_LAUNCHES",
-                    plan, f"-I{rootclad.get_include()}", str(src), "-o", str(so)], check=True)  # fmt: skip
-    lib = ctypes.CDLL(str(so))
+    a GPU would make: {name}_launches, d_act planned as on the GPU)."""
+    lib = _build(tmp_path, source, plan)
     lib.net_act_size.restype = lib.net_launches.restype = ctypes.c_long
     n = lib.net_n_params()
     params, d_params, state = torch.zeros(n), torch.zeros(n), torch.zeros(2 * n)
