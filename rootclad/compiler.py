@@ -186,7 +186,8 @@ def compile(
     parameters, which of them are frozen (``requires_grad``) and its training mode
     (``model.training``) are copied into the compiled model.
     ``device`` defaults to the example input's: a CUDA example (or ``device="cuda"``) gives a
-    :class:`rootclad.torch.DeviceModel`, whose kernels nvcc builds for the GPU.
+    :class:`rootclad.torch.DeviceModel`, whose kernels nvcc builds once for the GPU (the
+    device runtime library) and whose program the C++ compiler builds.
     A model may return a tuple, list or dict of tensors: ``cm(x)`` returns the same, and the
     loss reads the one ``loss_output`` names (its place, or its dict key; the first by
     default).
@@ -297,9 +298,9 @@ def check_device(device) -> torch.device:
 
 def device_program(graph, loss: str = "bce_with_logits", device="cuda", *, seed: int = 0,
                    aliases=None, ignored=(), arch: str | None = None) -> DeviceModel:  # fmt: skip
-    """The :class:`DeviceModel` of a validated graph (zero parameters): its device program
-    built with nvcc for ``device="cuda"`` (for ``arch``, by default the current GPU's) or with
-    the C++ compiler as host loops for ``device="cpu"``."""
+    """The :class:`DeviceModel` of a validated graph (zero parameters): its device program,
+    linked to the device runtime library that nvcc builds for ``device="cuda"`` (for ``arch``,
+    by default the current GPU's) or the C++ compiler as host loops for ``device="cpu"``."""
     import hashlib
 
     device = check_device(device)
