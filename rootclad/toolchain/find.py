@@ -79,6 +79,17 @@ def _child_setup(memory: int | None):
 
 
 def _version(cmd: str) -> str:
+    """The compiler's version line; asked once per executable as it stands (its path, size and
+    time of change), since every cache key of every build asks."""
+    try:
+        st = os.stat(shutil.which(cmd) or cmd)
+    except OSError:
+        return "unknown"
+    return _version_of(cmd, st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+@functools.lru_cache(maxsize=64)
+def _version_of(cmd: str, *stat) -> str:
     try:
         out = run_tool([cmd, "--version"], timeout=30)
     except (OSError, subprocess.TimeoutExpired):
