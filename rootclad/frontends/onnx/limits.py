@@ -118,7 +118,9 @@ class Budget:
                     f"{where}: its data is declared as {length} bytes at offset {offset}; its "
                     f"shape {list(t.dims)} holds {size}"
                 )
-            if not path.is_file() or path.stat().st_size < offset + size:
+            if not path.is_file():
+                raise IRError(f"{where}: cannot read the ONNX file's external data: no file {path}")
+            if path.stat().st_size < offset + size:
                 raise IRError(f"{where}: {path} does not hold {size} bytes at offset {offset}")
             if "length" not in info:
                 t.external_data.add(key="length", value=str(size))
