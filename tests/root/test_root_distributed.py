@@ -316,8 +316,9 @@ def test_a_killed_worker_is_reported_by_file_and_a_rerun_completes(data, client,
         # part1's, and any other task the dead worker held (Dask counts those too)
         failed = list(err.value.failed)
         assert Path(files[1]) in failed
-        for f in failed:
-            assert f"{f}: its worker died" in str(err.value)
+        assert f"{files[1]}: its worker died" in str(err.value)
+        for f in failed:  # another task the worker held fails as Dask reports it (or was lost)
+            assert f"{f}: " in str(err.value)
             assert not (outdir / f"{f.stem}_scores.root").exists()
         assert sorted(err.value.done.scored + failed) == [Path(f) for f in files]
         for f in err.value.done.scored:

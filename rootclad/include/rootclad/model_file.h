@@ -11,6 +11,7 @@
 #include <TTree.h>
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,7 +23,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -357,14 +357,30 @@ inline std::string copy_library(const std::string& lib, const std::string& want,
 // (device, inode, size, modification and change times): a library replaced or rewritten, or
 // weights that record another MD5, are copied and checked again; a stale library is refused
 // however often it is opened.
+// A pthread mutex, locked and unlocked by hand: with std::mutex and a lock object in the
+// function, a macro that includes this header crashed Cling when run a second time
+// (tests/root/test_root_session.py).
 struct CheckedCopies {
-  std::mutex mutex;
+  pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
   std::map<std::string, std::string> paths; // key -> <dir>/<MD5>.so
 };
 
 inline CheckedCopies& checked_copies() {
   static CheckedCopies copies;
   return copies;
+}
+
+// The copy of `lib` for `key` (below), made unless this process made it and it is still there.
+inline std::string cached_copy(CheckedCopies& copies, const std::string& key,
+                               const std::string& lib, const std::string& want,
+                               const std::string& weights, const std::string& dir) {
+  const auto it = copies.paths.find(key);
+  struct stat copy;
+  if (it != copies.paths.end() && ::stat(it->second.c_str(), &copy) == 0 && S_ISREG(copy.st_mode))
+    return it->second;
+  const std::string path = copy_library(lib, want, weights, dir);
+  copies.paths[key] = path;
+  return path;
 }
 
 // The path rootclad::Model loads for `lib`, whose weights `weights` record the MD5 `want`: the
@@ -381,13 +397,15 @@ inline std::string checked_library_copy(const std::string& lib, const std::strin
                             (long long)st.st_ctim.tv_sec, (long long)st.st_ctim.tv_nsec})
     key += '\n' + std::to_string(n);
   CheckedCopies& copies = checked_copies();
-  std::lock_guard<std::mutex> lock(copies.mutex);
-  const auto it = copies.paths.find(key);
-  struct stat copy;
-  if (it != copies.paths.end() && ::stat(it->second.c_str(), &copy) == 0 && S_ISREG(copy.st_mode))
-    return it->second;
-  const std::string path = copy_library(lib, want, weights, dir);
-  copies.paths[key] = path;
+  pthread_mutex_lock(&copies.mutex);
+  std::string path;
+  try {
+    path = cached_copy(copies, key, lib, want, weights, dir);
+  } catch (...) {
+    pthread_mutex_unlock(&copies.mutex);
+    throw;
+  }
+  pthread_mutex_unlock(&copies.mutex);
   return path;
 }
 
