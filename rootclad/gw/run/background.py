@@ -403,7 +403,7 @@ def _run_local(spec, study, todo, workers):
         while queue or pending:
             while queue and len(pending) < 2 * workers:
                 i = queue.pop(0)
-                pending[pool.submit(run_task, spec, study, i, 1)] = i
+                pending[_submit(pool, spec, study, i)] = i
             done, _ = wait(set(pending), return_when=FIRST_COMPLETED)
             for f in done:
                 i = pending.pop(f)
@@ -416,15 +416,28 @@ def _run_local(spec, study, todo, workers):
         pool.shutdown(wait=True, cancel_futures=True)
 
 
+def _submit(pool, spec, study, task: int):
+    """Submit a task; a pool broken by a worker that died before this task was queued fails
+    it the way a running task fails (named, with the same advice)."""
+    try:
+        return pool.submit(run_task, spec, study, task, 1)
+    except Exception as err:
+        raise _task_failed(task, err) from err
+
+
+def _task_failed(task: int, err: BaseException) -> RuntimeError:
+    return RuntimeError(f"background task {task} failed: {type(err).__name__}: {err} "
+                        "(the finished tasks are kept; run the study again to "
+                        "complete it)")  # fmt: skip
+
+
 def _result(future, task: int):
     """A task's result; its failure raised naming the task (its finished siblings are kept:
     a rerun runs only the missing tasks)."""
     try:
         return future.result()
     except Exception as err:
-        raise RuntimeError(f"background task {task} failed: {type(err).__name__}: {err} "
-                           "(the finished tasks are kept; run the study again to "
-                           "complete it)") from err  # fmt: skip
+        raise _task_failed(task, err) from err
 
 
 def _run_dask(client, spec, study, todo):
