@@ -6,6 +6,7 @@
 //
 // Prints the layout, runs forward (eval) on x with params and writes the output.
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <stdexcept>
@@ -83,6 +84,16 @@ int main(int argc, char** argv) {
   }
   const std::string lib = argv[1], prefix = argv[2];
   const int B = std::stoi(argv[3]);
+  // a model library copied away from the runtime library it links names what it lacks (first:
+  // once the runtime is loaded, the loader finds it by its soname whatever the directory)
+  if (const char* lone = std::getenv("LONE_LIBRARY")) {
+    try {
+      rootclad::load_model(lone, prefix);
+      std::cout << "lone load: not refused\n";
+    } catch (const std::runtime_error& e) {
+      std::cout << "lone load: " << e.what() << "\n";
+    }
+  }
   const rootclad::ModelApi api = rootclad::load_model(lib, prefix);
   print_layout(api);
   if (api.is_double())

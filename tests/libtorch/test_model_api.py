@@ -8,6 +8,8 @@ The layout it reads must be the emitter's, and its forward output the torch modu
 from __future__ import annotations
 
 import ctypes
+import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -49,13 +51,13 @@ def build(tmp_path: Path, cm=None) -> Path:
     return exe
 
 
-def run(exe: Path, cm, x: torch.Tensor, tmp_path: Path) -> tuple[dict, str]:
+def run(exe: Path, cm, x: torch.Tensor, tmp_path: Path, env=None) -> tuple[dict, str]:
     x.numpy().tofile(tmp_path / "x.bin")
     params = torch.cat([p.detach().reshape(-1) for p in cm.parameters()])
     params.numpy().tofile(tmp_path / "params.bin")
     out = tmp_path / "out.bin"
     args = [cm.library_path, cm._em.prefix, str(B), tmp_path / "x.bin", tmp_path / "params.bin"]
-    proc = subprocess.run([exe, *args, out], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([exe, *args, out], capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     layout = {}
     for line in proc.stdout.splitlines():
@@ -89,7 +91,11 @@ def expected_layout(cm) -> dict:
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_dlopen_layout_and_forward(tmp_path, dtype):
     net, x, cm = compiled(dtype)
-    layout, stdout = run(build(tmp_path), cm, x, tmp_path)
+    lone = tmp_path / "lone" / "model.so"  # copied without the runtime library it links
+    lone.parent.mkdir()
+    shutil.copyfile(cm.library_path, lone)
+    env = {**os.environ, "LONE_LIBRARY": str(lone)}
+    layout, stdout = run(build(tmp_path), cm, x, tmp_path, env)
     for key, value in expected_layout(cm).items():
         assert layout[key] == value, f"{key}: C++ read {layout[key]!r}, emitter wrote {value!r}"
     out = np.fromfile(tmp_path / "out.bin", dtype=x.numpy().dtype)
@@ -101,6 +107,8 @@ def test_dlopen_layout_and_forward(tmp_path, dtype):
     # a wrong prefix names the missing symbol; a missing file names the file
     assert f"has no symbol {cm._em.prefix}_nope_n_params (is the prefix right?" in stdout
     assert f"cannot load model library {cm.library_path}.missing.so" in stdout
+    assert f"lone load: rootclad: cannot load model library {lone}: librootclad_rt" in stdout
+    assert "CompiledModel.self_contained_library()" in stdout
 
 
 def test_linked_model_matches_dlopen(tmp_path):

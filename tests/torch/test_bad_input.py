@@ -582,7 +582,9 @@ def test_warm_cache_recompiles_nothing(monkeypatch, tmp_path):
     monkeypatch.setenv("ROOTCLAD_CACHE_DIR", str(tmp_path / "cache"))
     other = rootclad.compile(_small_cnn().float(), example_input=x.float(), engine="pullback")
     assert other.built_now and other.library_path != first.library_path
-    assert len(list((tmp_path / "cache").glob("*.so"))) == 2
+    # two model libraries, and one runtime library (float and double) that both link
+    assert len(list((tmp_path / "cache").glob("rc_*.so"))) == 2
+    assert len(list((tmp_path / "cache").glob("librootclad_rt-*.so"))) == 1
 
 
 _CHILD = """
@@ -654,7 +656,8 @@ def test_two_processes_compiling_one_model_at_once(tmp_path):
     assert results[0]["lib"] == results[1]["lib"]
     assert sorted(r["built_now"] for r in results) == [False, True]
     assert all(r["err"] < 1e-12 for r in results)
-    assert [p.name for p in cache.glob("*.so")] == [Path(results[0]["lib"]).name]
+    assert [p.name for p in cache.glob("rc_*.so")] == [Path(results[0]["lib"]).name]
+    assert len(list(cache.glob("librootclad_rt-*.so"))) == 1  # the runtime, built once too
     assert [p for p in cache.iterdir() if p.is_dir()] == []
 
 

@@ -217,8 +217,13 @@ inline ModelApi load_model(const std::string& library_path, const std::string& p
   void* handle = dlopen(library_path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     const char* err = dlerror();
-    throw std::runtime_error("rootclad: cannot load model library " + library_path + ": " +
-                             (err ? err : "unknown dlopen error"));
+    std::string why = err ? err : "unknown dlopen error";
+    if (why.find("librootclad_rt") != std::string::npos)
+      why += " (a model library links rootclad's runtime library, which the loader looks for "
+             "beside it: copy the model with CompiledModel.self_contained_library(), which "
+             "holds the runtime, or compile the model again with rootclad, which rebuilds "
+             "both in its cache)";
+    throw std::runtime_error("rootclad: cannot load model library " + library_path + ": " + why);
   }
   return make_model_api(library_path, prefix, [handle](const std::string& symbol) {
     return dlsym(handle, symbol.c_str());
