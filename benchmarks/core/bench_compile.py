@@ -80,7 +80,8 @@ else:
 import rootclad
 t0 = time.perf_counter()
 cm = rootclad.compile(net, x, loss, engine=engine)
-print(json.dumps({"seconds": time.perf_counter() - t0, "engine": cm.engine}))
+print(json.dumps({"seconds": time.perf_counter() - t0, "engine": cm.engine,
+                  "rootclad": rootclad.__file__}))
 """
 
 RUNTIME = """
@@ -94,11 +95,12 @@ print(time.perf_counter() - t0)
 """
 
 
-def child(code: str, args: list[str], env: dict, timeout: float) -> str | None:
-    """The last line a fresh process prints, or None when it runs past ``timeout``."""
+def child(code: str, args: list[str], env: dict, timeout: float, cwd: Path) -> str | None:
+    """The last line a fresh process prints, or None when it runs past ``timeout``; run in
+    ``cwd`` (``python -c`` puts it first on the path: that tree's rootclad is imported)."""
     try:
         proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
-                              text=True, env=env, timeout=timeout, cwd=REPO)  # fmt: skip
+                              text=True, env=env, timeout=timeout, cwd=cwd)  # fmt: skip
     except subprocess.TimeoutExpired:
         return None
     if proc.returncode:
@@ -128,14 +130,17 @@ def build_all(tree: Path, engines, timeout: float, runtime: bool) -> dict:
     out = {"runtime": {}, "models": {}}
     try:
         for engine in engines if runtime else ():
-            line = child(RUNTIME, [engine], env, 3600)
+            line = child(RUNTIME, [engine], env, 3600, tree)
             out["runtime"][engine] = round(float(line), 2)
             print("runtime", engine, out["runtime"][engine], flush=True)
         for name in MODELS:
             out["models"][name] = {}
             for engine in engines:
-                line = child(CHILD, [name, engine, str(REPO / "tests")], env, timeout)
-                got = None if line is None else round(json.loads(line)["seconds"], 2)
+                line = child(CHILD, [name, engine, str(REPO / "tests")], env, timeout, tree)
+                got = None if line is None else json.loads(line)
+                if got is not None:  # the tree's own rootclad, not an installed one
+                    assert Path(got["rootclad"]).resolve().is_relative_to(tree.resolve()), got
+                    got = round(got["seconds"], 2)
                 out["models"][name][engine] = got
                 print(tree.name, name, engine, got, flush=True)
     finally:
@@ -151,18 +156,26 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", help="a commit from before the runtime library, built side by side")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per build of --base")
+    ap.add_argument(
+        "--base-engines",
+        default="pullback,clad",
+        help="the engines --base builds (each build there takes up to --timeout)",
+    )
     ap.add_argument("--out", type=Path, default=RESULT)
     args = ap.parse_args(argv)
     clad = find_clad()[0]
     engines = ["pullback"] + (["clad"] if clad else [])
-    report = run_header(engines=engines, floor=round(floor_seconds(), 3), base=args.base)
+    base_engines = [e for e in engines if e in args.base_engines.split(",")]
+    report = run_header(
+        engines=engines, floor=round(floor_seconds(), 3), base=args.base, base_engines=base_engines
+    )
     report.update(build_all(REPO, engines, 3600, runtime=True))
     if args.base:
         with tempfile.TemporaryDirectory() as d:
             archive = subprocess.run(["git", "archive", args.base], cwd=REPO, check=True,
                                      capture_output=True).stdout  # fmt: skip
             subprocess.run(["tar", "-x", "-C", d], input=archive, check=True)
-            base = build_all(Path(d), engines, args.timeout, runtime=False)
+            base = build_all(Path(d), base_engines, args.timeout, runtime=False)
         report["base_models"] = base["models"]
         report["base_timeout"] = args.timeout
     return write_report(report, args.out, RESULT, TABLE, render)
@@ -190,16 +203,17 @@ def render(report: dict) -> str:
         + ("" if "clad" in engines else " Clad was not found: the clad engine is not timed."),
         "",
     ]  # fmt: skip
+    based = report.get("base_engines", engines) if base else []
     head = "| model | " + " | ".join(
-        f"{e} | x floor" + (f" | {e}, {report['base']}" if base else "") for e in engines
+        f"{e} | x floor" + (f" | {e}, {report['base']}" if e in based else "") for e in engines
     )
-    lines += [head + " |", "| --- |" + " ---: |" * (len(engines) * (3 if base else 2))]
+    lines += [head + " |", "| --- |" + " ---: |" * (2 * len(engines) + len(based))]
     for name, times in report["models"].items():
         cells = []
         for e in engines:
             s = times[e]
             cells += [cell(s), f"x{s / floor:.1f}"]
-            if base:
+            if e in based:
                 cells.append(cell(base[name][e]))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
