@@ -23,7 +23,7 @@ RESULT = REPO / "benchmarks" / "results" / "test_suite.json"
 TABLE = REPO / "docs" / "benchmarks" / "test_suite.md"
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-DURATION = re.compile(r"^(\d+\.\d+)s (setup|call|teardown)\s+(\S+)$")
+DURATION = re.compile(r"^(\d+\.\d+)s (setup|call|teardown)\s+(.+?)\s*$")  # ids hold spaces
 SUMMARY = re.compile(r"^=*\s*((?:\d+ \w+(?:, )?)+) in (\d+\.\d+)s")  # with -q: no "="
 
 

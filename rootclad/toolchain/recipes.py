@@ -41,10 +41,20 @@ RUNTIME_EXPORTS = 'extern "C++" { *rootclad::*; }; rootclad_*'
 GLUE_FLAGS = ["-O1", "-std=c++17", "-fno-math-errno", "-fvisibility=hidden"]
 
 
+def no_gnu_unique(cxx: str) -> list[str]:
+    """g++ gives an inline function's static locals (the thread pool) STB_GNU_UNIQUE binding,
+    which the dynamic loader resolves by name alone, whatever the symbol's version: two runtime
+    libraries in one process would share one pool built from two layouts. Off for g++; clang
+    does not emit them."""
+    from rootclad.toolchain.find import _version
+
+    return [] if "clang" in _version(cxx).lower() else ["-fno-gnu-unique"]
+
+
 def runtime_object(cxx: str) -> Path:
     """The runtime library's object file (compiled on first use, then cached)."""
     bc, _, _ = blas_flags()
-    flags = [f for f in OPT_FLAGS if f != "-fvisibility=hidden"]
+    flags = [f for f in OPT_FLAGS if f != "-fvisibility=hidden"] + no_gnu_unique(cxx)
     flags += [f"-I{get_include()}/rootclad", f"-I{get_include()}", *bc]
     obj, _ = build_library(RUNTIME_SOURCE.read_text(), name="rootclad_rt", cxx=cxx, flags=flags,
                            kind="object", timeout=1800)  # fmt: skip
@@ -116,7 +126,8 @@ def device_runtime(arch: str | None = None, defines: tuple[str, ...] = ()) -> Pa
     cxx = find_cxx()[0]
     include = [f"-I{get_include()}/rootclad", f"-I{get_include()}", *defines]
     if arch is None:
-        compiler, flags, suffix, link = cxx, [*HOST_DEVICE_FLAGS, *include], ".cpp", []
+        flags = [*HOST_DEVICE_FLAGS, *no_gnu_unique(cxx), *include]
+        compiler, suffix, link = cxx, ".cpp", []
         name = "rootclad_dev_host"
     else:
         compiler, suffix, name = find_nvcc()[0], ".cu", f"rootclad_dev_{arch}"

@@ -189,7 +189,8 @@ def test_batchnorm_over_a_batch_split_between_threads_matches_torch(engine, requ
     batch's, as in torch."""
     if engine == "clad":
         request.getfixturevalue("clad")
-    # two threads even on a one-core machine: this model's library starts its pool here
+    # two threads where this process's pool (one per runtime library, made on first use) is
+    # made here; CI's machines have two cores, so the batch is split there in any case
     monkeypatch.setenv("ROOTCLAD_NUM_THREADS", "2")
     torch.manual_seed(0)
     net = gw_resnet(n=256, channels=4, batch_norm=True).double()

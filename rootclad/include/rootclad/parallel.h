@@ -4,10 +4,13 @@
 // forward and backward pass on its chunk with single-threaded BLAS, and the parameter
 // gradients are summed afterwards. Every op (im2col, pooling, activations) is then parallel,
 // not only the GEMMs. The pool is created on first use and reused, so a training step
-// allocates nothing after the first call. Each model library has its own pool: libraries are
-// built with -fvisibility=hidden, so their copies of this header never bind to each other's
-// (two libraries' ThreadPool::run and gemm with different in_pool_task flags deadlocked).
-// ROOTCLAD_NUM_THREADS overrides the thread count (default: the hardware's).
+// allocates nothing after the first call. The pool lives in the runtime library, one per
+// runtime library and process: every model linked to it shares it, their steps taking turns.
+// Its statics must never bind to another runtime library's (two libraries' ThreadPool::run and
+// gemm with different in_pool_task flags deadlocked): the runtime is built with
+// -fno-gnu-unique by g++, so its symbols stay under its own version, and a model library or
+// an export keeps its copies hidden. ROOTCLAD_NUM_THREADS overrides the thread count when the
+// pool is made (default: the hardware's).
 #ifndef ROOTCLAD_PARALLEL_H
 #define ROOTCLAD_PARALLEL_H
 

@@ -11,7 +11,7 @@
 #include "optim.h"
 
 // Taking each kernel's address for float and double instantiates it here; the library's
-// version script (toolchain/runtime.map) exports every rootclad:: symbol, under a version
+// version script (RUNTIME_EXPORTS in toolchain/recipes.py) exports every rootclad:: symbol, under a version
 // named after the library's content, so a model binds to the runtime it was built with.
 #define ROOTCLAD_KEEP(f) (void*)&::rootclad::f<float>, (void*)&::rootclad::f<double>,
 #define ROOTCLAD_KEEP_UNARY(F)                                                                     \

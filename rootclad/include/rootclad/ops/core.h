@@ -118,7 +118,7 @@ struct Replay {
   Replay& operator=(const Replay&) = delete;
 };
 
-#ifdef ROOTCLAD_RUNTIME_DEFINITIONS // runtime.cpp, and a standalone header: defined once
+#ifdef ROOTCLAD_RUNTIME_DEFINITIONS // runtime.cpp: defined once
 ROOTCLAD_SHARED thread_local bool replaying = false;
 ROOTCLAD_SHARED thread_local const void* no_grad_lo = nullptr;
 ROOTCLAD_SHARED thread_local const void* no_grad_hi = nullptr;
