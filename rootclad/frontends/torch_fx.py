@@ -12,6 +12,7 @@ module path or fx node, and what is supported.
 from __future__ import annotations
 
 import operator
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -62,6 +63,10 @@ _NAMED_OPS = {f: name for name, spec in OPS.items() for f in spec.functions
 
 def _dotted(target) -> str:
     return f"{getattr(target, '__module__', '')}.{getattr(target, '__name__', '')}"
+
+
+class _Value(NamedTuple):  # a value the lowering made itself, read by name as fx nodes are
+    name: str
 
 
 _ARITH = {
@@ -585,6 +590,9 @@ class _FxLowering:
             if c == 0:
                 raise IRError(f"{where}: division by the constant 0")
             scale, shift = 1.0 / c, 0.0
-        else:
-            raise IRError(f"{where}: a number divided by a tensor is not supported")
+        else:  # c / x: c times x's reciprocal
+            self.add(f"{fx_node.name}_reciprocal", "reciprocal", [x])
+            if c == 1.0:
+                return self.add(fx_node.name, "identity", [_Value(f"{fx_node.name}_reciprocal")])
+            x, scale, shift = _Value(f"{fx_node.name}_reciprocal"), c, 0.0
         self.add(fx_node.name, "affine", [x], {"scale": scale, "shift": shift})

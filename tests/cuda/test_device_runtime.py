@@ -105,6 +105,7 @@ class _Fusions(nn.Module):
         x = torch.relu(self.avg1d(torch.sigmoid(self.conv1d(x))))  # max pool moves after it)
         h = torch.relu(self.linear(x.reshape(x.shape[0], 4)))
         h = torch.tanh(torch.sigmoid(h + h) - h)
+        h = torch.exp(h - h) + torch.sqrt(h * h) + torch.rsqrt(h + h) + torch.reciprocal(h * h)
         return self.head(torch.relu(torch.tanh(h * h) / (h + 2)))
 
 

@@ -31,7 +31,7 @@ OPS = {
     "Constant", "Shape", "Gather", "Cast", "ReduceSum", "ReduceMean", "Sqrt", "InstanceNormalization", "Resize",
     "ConvTranspose", "Expand", "Tile", "TopK", "GatherElements", "Pow", "ConstantOfShape",
     "Equal", "Where", "LSTM", "GRU", "Einsum", "Trilu", "Not", "Abs", "ReduceMax", "ReduceMin",
-    "Pad", "Mod",
+    "Pad", "Mod", "Exp", "Log", "Sign", "Reciprocal",
 }  # fmt: skip
 
 

@@ -42,7 +42,7 @@ NOT_IMPORTED.update(dict.fromkeys(
 # torch's exporter writes a roll by a whole turn as an empty Slice and the whole tensor
 NOT_IMPORTED["roll-whole-turn"] = "is empty"
 # torch writes cdist as differences, a Pow by p, a sum and a Pow by 1 / p
-NOT_IMPORTED["cdist-self-and-other"] = "an exponent other than the constant 2"
+NOT_IMPORTED["cdist-self-and-other"] = "an exponent other than the constants"
 # case -> why torch's exporter writes no file for it
 NOT_EXPORTED = {"batchnorm1d-untracked": "torch's exporter cannot write a BatchNorm without "
                                          "running statistics in eval mode"}  # fmt: skip

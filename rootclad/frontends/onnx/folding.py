@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from rootclad.frontends.onnx.common import BATCH, Const
+from rootclad.ir.ops.shape import MAX_PERMUTE_AXES
 
 # the attributes each handler reads (opset 13 and later): any other is refused by name
 ATTRIBUTES = {
@@ -183,9 +184,9 @@ class ShapeOps:
         self.fold(node, np.fmod(p, q) if a.get("fmod", 0) else np.mod(p, q))
 
     def op_Sqrt(self, node, a):
-        if node.input[0] not in self.consts:
-            raise self.fail(node, "Sqrt of a tensor is not supported (of a constant it is "
-                            "folded: attention's scale)")  # fmt: skip
+        if node.input[0] not in self.consts:  # of a tensor: torch.sqrt; of a constant, folded
+            x = self.tensor(node)
+            return self.emit(node.output, lambda env, root, x=x: torch.sqrt(env[x]), self.shapes[x])
         v = np.asarray(self.consts[node.input[0]].value)
         if v.dtype == object and any(e is BATCH for e in v.ravel()):
             raise self.fail(node, "Sqrt of a value that depends on the batch size")
@@ -294,8 +295,10 @@ class ShapeOps:
                 ) from exc
         x = self.tensor(node)
         spec = list(np.asarray(self.const(node, 1, "shape"), dtype=object).ravel())
-        if a.get("allowzero", 0):
-            raise self.fail(node, "allowzero=1 is not supported")
+        # allowzero=1 (torch's dynamo exporter writes it on every view) changes only what a 0
+        # means: an empty axis instead of the input's size, which no model here has
+        if a.get("allowzero", 0) and any(not isinstance(d, str) and d == 0 for d in spec):
+            raise self.fail(node, "allowzero=1 with a 0 in the shape: an empty axis")
         n = math.prod(self.shapes[x])
         head, rest = spec[0], spec[1:]
         rest = [self.shapes[x][i] if d == 0 else d for i, d in enumerate(rest)]
@@ -322,6 +325,9 @@ class ShapeOps:
         perm = list(a.get("perm", range(rank - 1, -1, -1)))
         if perm[0] != 0:
             raise self.fail(node, f"perm={perm} moves the batch axis")
+        if len(perm) - 1 > MAX_PERMUTE_AXES and perm != sorted(perm):
+            why = f"perm={perm}: at most {MAX_PERMUTE_AXES} per-sample axes can be permuted"
+            raise self.fail(node, why)
         shape = [self.shapes[x][p - 1] for p in perm[1:]]
         self.emit(node.output, lambda env, root, x=x, p=perm: env[x].permute(*p), shape)
 

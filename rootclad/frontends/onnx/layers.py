@@ -19,13 +19,17 @@ from rootclad.frontends.onnx.common import BATCH, Renamed, text
 # the builder: a float64 file keeps its weights to the last bit
 F64 = torch.float64
 
+# Pow by a constant exponent: the ones with an op of their own
+_POWERS = {2.0: lambda x: x * x, 0.5: torch.sqrt, -0.5: torch.rsqrt}
+
 SUPPORTED = (
     "Gemm, MatMul (by a weight, with a following Add of a bias folded in; of two tensors), "
     "Einsum (of one or two tensors, the batch axis the first letter of each), "
     "ReduceSum and ReduceMean (over per-sample axes), ReduceMax and ReduceMin, Add, Sub, Mul, Div "
     "(two tensors with broadcasting, a tensor and a number, or a tensor and a constant tensor, "
-    "which becomes a parameter), Pow (by 2), Abs, Neg, Equal of a tensor and a number and Not "
-    "of it (a mask), Cast of tensors to float types, Relu, LeakyRelu, Elu, "
+    "which becomes a parameter), Pow (by 2, 0.5 or -0.5), Exp, Log, Sqrt, Reciprocal, Sign, "
+    "Abs, Neg, Equal of a tensor and a number and Not of it (a mask), Cast of tensors to float "
+    "types, Relu, LeakyRelu, Elu, "
     "Sigmoid, Tanh, Softplus, Gelu (and the Erf form exporters write), HardSwish, HardSigmoid, "
     "Clip, Mish, Selu, PRelu (one slope or one per channel), Softmax, LogSoftmax, Conv (1-d, "
     "2-d, 3-d), ConvTranspose (1-d, 2-d), Gather of a weight by integer inputs (an embedding), "
@@ -47,6 +51,10 @@ SUPPORTED = (
 ATTRIBUTES = {
     "Pow": set(),
     "Abs": set(),
+    "Exp": set(),
+    "Log": set(),
+    "Sign": set(),
+    "Reciprocal": set(),
     "Gemm": {"alpha", "beta", "transA", "transB"},
     "Einsum": {"equation"},
     "LeakyRelu": {"alpha"},
@@ -80,7 +88,7 @@ ATTRIBUTES = {
 class LayerOps:
     """Handlers of the ONNX builder (builder.py) for the ops that compute."""
 
-    def binary(self, node, fn, number_on_left: bool = True):
+    def binary(self, node, fn):
         a_name, b_name = node.input[0], node.input[1]
         if a_name in self.consts and b_name in self.consts:
             a_v, b_v = np.asarray(self.consts[a_name].value), np.asarray(self.consts[b_name].value)
@@ -122,10 +130,7 @@ class LayerOps:
                 m, float("-inf")), shape)  # fmt: skip
         if c.size != 1:
             return self.tensor_operand(node, fn, x, c_name, c, tensor_first)
-        if not tensor_first and not number_on_left:
-            raise self.fail(node, f"a number ({c_name!r}) on the left of {node.op_type} is not "
-                            "supported")  # fmt: skip
-        c = float(c.reshape(()))
+        c = float(c.reshape(()))  # c / x: fx lowers it as c times x's reciprocal
         f = (lambda env, root, x=x, c=c: fn(env[x], c)) if tensor_first else (
             lambda env, root, x=x, c=c: fn(c, env[x]))  # fmt: skip
         self.emit(node.output, f, self.shapes[x])
@@ -157,9 +162,26 @@ class LayerOps:
 
     def op_Pow(self, node, a):
         x = self.tensor(node)
-        if self.number(node.input[1]) != 2.0:
-            raise self.fail(node, "an exponent other than the constant 2")
-        self.emit(node.output, lambda env, root, x=x: env[x] * env[x], self.shapes[x])
+        fn = _POWERS.get(self.number(node.input[1]))
+        if fn is None:
+            raise self.fail(node, f"an exponent other than the constants {sorted(_POWERS)}")
+        self.emit(node.output, lambda env, root, x=x, fn=fn: fn(env[x]), self.shapes[x])
+
+    def op_Exp(self, node, a):
+        self.unary(node, torch.exp)
+
+    def op_Log(self, node, a):
+        self.unary(node, torch.log)
+
+    def op_Sign(self, node, a):
+        self.unary(node, torch.sign)
+
+    def op_Reciprocal(self, node, a):
+        self.unary(node, torch.reciprocal)
+
+    def unary(self, node, fn) -> None:
+        x = self.tensor(node)
+        self.emit(node.output, lambda env, root, x=x, fn=fn: fn(env[x]), self.shapes[x])
 
     def op_Abs(self, node, a):
         x = self.tensor(node)
@@ -171,7 +193,7 @@ class LayerOps:
 
     def op_Div(self, node, a):
         if not self.erf_gelu(node):
-            self.binary(node, lambda p, q: p / q, number_on_left=False)
+            self.binary(node, lambda p, q: p / q)
 
     def erf_gelu(self, div) -> bool:
         """x * 0.5 * (1 + erf(x / sqrt(2))) (torch's exporter writes GELU so before opset 20):

@@ -55,7 +55,7 @@
 #define ROOTCLAD_DEVICE_FUSING_3(X) X(conv2d)
 #define ROOTCLAD_DEVICE_FUSING_4(X) X(maxpool2d) X(avgpool2d)
 // the activations a producer can fuse: the functors whose grad reads y alone
-#define ROOTCLAD_FUSABLE_ACTIVATIONS(X) X(Relu) X(Tanh) X(Sigmoid)
+#define ROOTCLAD_FUSABLE_ACTIVATIONS(X) X(Relu) X(Tanh) X(Sigmoid) X(Exp) X(Sqrt) X(Rsqrt) X(Reciprocal)
 // the elementwise losses' functors (device/loss.h)
 #define ROOTCLAD_DEVICE_LOSSES(X) X(BceWithLogits) X(Mse) X(Huber)
 // clang-format on

@@ -52,6 +52,41 @@ elementwise("sigmoid", "Sigmoid", "Sigmoid", ("Sigmoid",),
 elementwise("silu", "SiLU (x * sigmoid(x))", "Silu", ("SiLU",), (F + "silu",))
 elementwise("abs", "torch.abs: |x|, the gradient sign(x) (0 at 0)", "Abs", (),
             ("torch.abs", "Tensor.abs"))  # fmt: skip
+# standalone math: torch's functions and methods. exp and sign commute with a max pool; log,
+# log1p and sqrt do not where a window holds a value outside their domain (torch's pool of
+# their NaN is NaN), so they are not marked monotone.
+elementwise(
+    "exp", "torch.exp", "Exp", (), ("torch.exp", "Tensor.exp"), saves=("out",), monotone=_always
+)
+elementwise(
+    "log", "torch.log (NaN below 0, -inf at 0, as torch)", "Log", (), ("torch.log", "Tensor.log")
+)
+elementwise("log1p", "torch.log1p", "Log1p", (), ("torch.log1p", "Tensor.log1p"))
+elementwise("sqrt", "torch.sqrt", "Sqrt", (), ("torch.sqrt", "Tensor.sqrt"), saves=("out",))
+elementwise(
+    "rsqrt",
+    "torch.rsqrt: 1 / sqrt(x)",
+    "Rsqrt",
+    (),
+    ("torch.rsqrt", "Tensor.rsqrt"),
+    saves=("out",),
+)
+elementwise(
+    "reciprocal",
+    "torch.reciprocal: 1 / x (and a number divided by a tensor)",
+    "Reciprocal",
+    (),
+    ("torch.reciprocal", "Tensor.reciprocal"),
+    saves=("out",),
+)
+elementwise(
+    "sign",
+    "torch.sign: -1, 0 or 1; no gradient",
+    "Sign",
+    (),
+    ("torch.sign", "Tensor.sign"),
+    monotone=_always,
+)
 elementwise(
     "equal",
     "x == value (or !=, negate) as a mask of 1s and 0s: ids == PAD; no gradient",

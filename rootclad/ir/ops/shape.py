@@ -10,6 +10,8 @@ from rootclad.ir.ops.binary import MAX_BROADCAST_DIMS, broadcast_geometry
 from rootclad.ir.ops.common import numel, same_shape
 from rootclad.ir.registry import OpSpec, register
 
+MAX_PERMUTE_AXES = 4  # the permute kernels' (ops/shape.h) most per-sample axes
+
 
 def _reshape_infer(node, shapes, graph):
     (shape,) = shapes
@@ -80,7 +82,11 @@ def _permute_infer(node, shapes, graph):
         node,
         f"permutation {tuple(perm)} of the per-sample axes does not fit shape {shape}",
     )
-    expect(len(shape) <= 4, node, f"at most 4 per-sample axes can be permuted, got {shape}")
+    expect(
+        len(shape) <= MAX_PERMUTE_AXES,
+        node,
+        f"at most {MAX_PERMUTE_AXES} per-sample axes can be permuted, got {shape}",
+    )
     return tuple(shape[p] for p in perm)
 
 

@@ -132,6 +132,47 @@ struct Abs {
   }
 };
 
+// Standalone math (torch.exp, log, log1p, sqrt, rsqrt, sign), torch's values and gradients:
+// log and sqrt of a negative number are NaN, of 0 -inf and 0, and their gradients there inf,
+// as torch's; sign's gradient is 0 everywhere.
+struct Exp {
+  template <class T> ROOTCLAD_HD T f(T x) const { return std::exp(x); }
+  template <class T> ROOTCLAD_HD T grad(T g, T, T y) const { return g * y; }
+};
+
+struct Log {
+  template <class T> ROOTCLAD_HD T f(T x) const { return std::log(x); }
+  template <class T> ROOTCLAD_HD T grad(T g, T x, T) const { return g / x; }
+};
+
+struct Log1p {
+  template <class T> ROOTCLAD_HD T f(T x) const { return std::log1p(x); }
+  template <class T> ROOTCLAD_HD T grad(T g, T x, T) const { return g / (T(1) + x); }
+};
+
+struct Sqrt {
+  template <class T> ROOTCLAD_HD T f(T x) const { return std::sqrt(x); }
+  template <class T> ROOTCLAD_HD T grad(T g, T, T y) const { return g / (T(2) * y); }
+};
+
+struct Rsqrt {
+  template <class T> ROOTCLAD_HD T f(T x) const { return T(1) / std::sqrt(x); }
+  template <class T> ROOTCLAD_HD T grad(T g, T, T y) const { return T(-0.5) * g * y * y * y; }
+};
+
+// 1 / x  =>  dx = -g y^2 (torch.reciprocal, and a number divided by a tensor)
+struct Reciprocal {
+  template <class T> ROOTCLAD_HD T f(T x) const { return T(1) / x; }
+  template <class T> ROOTCLAD_HD T grad(T g, T, T y) const { return -g * y * y; }
+};
+
+struct Sign {
+  template <class T> ROOTCLAD_HD T f(T x) const {
+    return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0));
+  }
+  template <class T> ROOTCLAD_HD T grad(T, T, T) const { return T(0); }
+};
+
 // x == c (negate: x != c) as 1 or 0: a mask from token ids (ids == PAD) or from values; no
 // gradient, as torch's comparisons give none.
 struct Equal {
@@ -326,7 +367,8 @@ struct PRelu {
 // clang-format off
 #define ROOTCLAD_UNARY_FUNCTORS(X)                                                                 \
   X(Abs) X(Equal) X(Relu) X(LeakyRelu) X(Tanh) X(Sigmoid) X(Silu) X(Elu) X(Softplus) X(Gelu)       \
-  X(Affine) X(Hardtanh) X(Clamp) X(Hardsigmoid) X(Hardswish) X(Mish) X(Selu)
+  X(Affine) X(Hardtanh) X(Clamp) X(Hardsigmoid) X(Hardswish) X(Mish) X(Selu) X(Exp) X(Log)       \
+  X(Log1p) X(Sqrt) X(Rsqrt) X(Reciprocal) X(Sign)
 // clang-format on
 #define ROOTCLAD_PARAMETRIC_FUNCTORS(X) X(PRelu)
 
