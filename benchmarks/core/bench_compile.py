@@ -31,8 +31,16 @@ REPO = HERE.parents[1]
 RESULT = REPO / "benchmarks" / "results" / "compile.json"
 TABLE = REPO / "docs" / "benchmarks" / "compile.md"
 sys.path.insert(0, str(REPO / "benchmarks"))
-MODELS = ("gw-mlp", "gw-cnn", "resnet18", "densenet121", "chain-400", "chain-1500",
-          "lstm-tagger", "cnn-bilstm")  # fmt: skip
+MODELS = (
+    "gw-mlp",
+    "gw-cnn",
+    "resnet18",
+    "densenet121",
+    "chain-400",
+    "chain-1500",
+    "lstm-tagger",
+    "cnn-bilstm",
+)
 
 CHILD = """
 import json, sys, time
@@ -99,8 +107,14 @@ def child(code: str, args: list[str], env: dict, timeout: float, cwd: Path) -> s
     """The last line a fresh process prints, or None when it runs past ``timeout``; run in
     ``cwd`` (``python -c`` puts it first on the path: that tree's rootclad is imported)."""
     try:
-        proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
-                              text=True, env=env, timeout=timeout, cwd=cwd)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-c", code, *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+            cwd=cwd,
+        )
     except subprocess.TimeoutExpired:
         return None
     if proc.returncode:
@@ -172,8 +186,9 @@ def main(argv=None) -> int:
     report.update(build_all(REPO, engines, 3600, runtime=True))
     if args.base:
         with tempfile.TemporaryDirectory() as d:
-            archive = subprocess.run(["git", "archive", args.base], cwd=REPO, check=True,
-                                     capture_output=True).stdout  # fmt: skip
+            archive = subprocess.run(
+                ["git", "archive", args.base], cwd=REPO, check=True, capture_output=True
+            ).stdout
             subprocess.run(["tar", "-x", "-C", d], input=archive, check=True)
             base = build_all(Path(d), base_engines, args.timeout, runtime=False)
         report["base_models"] = base["models"]
@@ -198,11 +213,15 @@ def render(report: dict) -> str:
         + ", ".join(f"{s:.1f} s ({e} engine)" for e, s in report["runtime"].items())
         + "; each model then in a fresh process whose cache holds it and nothing of the model: "
         "`rootclad.compile` from the module to the loaded library, float32."
-        + (f" Beside it, commit {report['base']} (each model's C++ with the whole header-only "
-           "runtime, compiled at -O3), in a cache of its own." if base else "")
+        + (
+            f" Beside it, commit {report['base']} (each model's C++ with the whole header-only "
+            "runtime, compiled at -O3), in a cache of its own."
+            if base
+            else ""
+        )
         + ("" if "clad" in engines else " Clad was not found: the clad engine is not timed."),
         "",
-    ]  # fmt: skip
+    ]
     based = report.get("base_engines", engines) if base else []
     head = "| model | " + " | ".join(
         f"{e} | x floor" + (f" | {e}, {report['base']}" if e in based else "") for e in engines

@@ -32,8 +32,12 @@ BATCHES = (1, 64)
 
 def instructions(out_file: Path) -> tuple[int, int]:
     """(all instructions, the model library's) of a callgrind output."""
-    text = subprocess.run(["callgrind_annotate", "--inclusive=no", "--threshold=100",
-                           str(out_file)], capture_output=True, text=True, check=True).stdout  # fmt: skip
+    text = subprocess.run(
+        ["callgrind_annotate", "--inclusive=no", "--threshold=100", str(out_file)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     total = own = 0
     for line in text.splitlines():
         m = re.match(r"\s*([\d,]+)\s+\(\s*[\d.]+%\)\s+(\S+):(.*)", line)
@@ -64,18 +68,29 @@ def main(argv=None) -> int:
             f.replace("-march=native", "-march=x86-64-v3") for f in recipes.OPT_FLAGS
         ]
         driver = Path(d) / "glue_driver"
-        subprocess.run([find_cxx()[0], "-O2", str(HERE / "glue_driver.cpp"), "-o", str(driver),
-                        "-ldl"], check=True)  # fmt: skip
+        subprocess.run(
+            [find_cxx()[0], "-O2", str(HERE / "glue_driver.cpp"), "-o", str(driver), "-ldl"],
+            check=True,
+        )
         report = run_header(steps=args.steps, models={})
         for name, make in (("gw-mlp", gw_mlp), ("gw-cnn", gw_cnn)):
             torch.manual_seed(0)
-            cm = rootclad.compile(make(), torch.zeros(2, 1, 2048), "bce_with_logits",
-                                  engine="pullback")  # fmt: skip
+            cm = rootclad.compile(
+                make(), torch.zeros(2, 1, 2048), "bce_with_logits", engine="pullback"
+            )
             report["models"][name] = {}
             for B in BATCHES:
                 cg = Path(d) / f"{name}-{B}.out"
-                cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={cg}", str(driver),
-                       str(cm.library_path), cm._em.prefix, str(B), str(args.steps)]  # fmt: skip
+                cmd = [
+                    "valgrind",
+                    "--tool=callgrind",
+                    f"--callgrind-out-file={cg}",
+                    str(driver),
+                    str(cm.library_path),
+                    cm._em.prefix,
+                    str(B),
+                    str(args.steps),
+                ]
                 subprocess.run(cmd, check=True, capture_output=True)
                 total, own = instructions(cg)
                 report["models"][name][str(B)] = {"instructions": total, "model_code": own}
@@ -100,8 +115,9 @@ def render(report: dict) -> str:
     for name, by_batch in report["models"].items():
         for B, r in by_batch.items():
             share = 100 * r["model_code"] / r["instructions"]
-            lines.append(f"| {name} | {B} | {r['instructions']:,} | {r['model_code']:,} | "
-                         f"{share:.3f}% |")  # fmt: skip
+            lines.append(
+                f"| {name} | {B} | {r['instructions']:,} | {r['model_code']:,} | {share:.3f}% |"
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -41,9 +41,12 @@ def parse(text: str) -> dict:
     modules = defaultdict(float)
     for test, seconds in tests.items():
         modules[test.split("::")[0]] += seconds
-    return {"wall_s": float(summary[-1][2]), "counts": counts,
-            "modules": dict(sorted(modules.items(), key=lambda kv: -kv[1])),
-            "slowest": dict(sorted(tests.items(), key=lambda kv: -kv[1])[:25])}  # fmt: skip
+    return {
+        "wall_s": float(summary[-1][2]),
+        "counts": counts,
+        "modules": dict(sorted(modules.items(), key=lambda kv: -kv[1])),
+        "slowest": dict(sorted(tests.items(), key=lambda kv: -kv[1])[:25]),
+    }
 
 
 def render(report: dict) -> str:
@@ -64,8 +67,13 @@ def render(report: dict) -> str:
     ]
     for module, s in list(report["modules"].items())[:30]:
         lines.append(f"| `{module}` | {s:.0f} | {s / listed:.1%} |")
-    lines += ["", "The slowest tests (setup, call and teardown together):", "",
-              "| test | seconds |", "| --- | ---: |"]  # fmt: skip
+    lines += [
+        "",
+        "The slowest tests (setup, call and teardown together):",
+        "",
+        "| test | seconds |",
+        "| --- | ---: |",
+    ]
     for test, s in report["slowest"].items():
         lines.append(f"| `{test}` | {s:.1f} |")
     return "\n".join(lines) + "\n"

@@ -86,8 +86,9 @@ def main(argv=None) -> int:
         (Path(d) / "macro.C").write_text(MACRO)
         (Path(d) / "empty.C").write_text("int empty() { return 0; }\n")
         for _ in range(args.repeats):
-            proc = subprocess.run([sys.executable, "-c", SCORE, d], capture_output=True,
-                                  text=True, check=True)  # fmt: skip
+            proc = subprocess.run(
+                [sys.executable, "-c", SCORE, d], capture_output=True, text=True, check=True
+            )
             for k, v in json.loads(proc.stdout.strip().splitlines()[-1]).items():
                 runs[k].append(v)
             runs["macro"].append(timed(["root", "-b", "-q", "-l", "macro.C"], d))
@@ -96,28 +97,33 @@ def main(argv=None) -> int:
                 built.unlink() if built.is_file() else shutil.rmtree(built)
             runs["aclic"].append(timed(["root", "-b", "-q", "-l", "macro.C+"], d))
             print({k: round(v[-1], 2) for k, v in runs.items()}, flush=True)
-    report = run_header(repeats=args.repeats, median={k: round(statistics.median(v), 2)
-                                                      for k, v in runs.items()}, runs=runs)  # fmt: skip
+    report = run_header(
+        repeats=args.repeats,
+        median={k: round(statistics.median(v), 2) for k, v in runs.items()},
+        runs=runs,
+    )
     return write_report(report, args.out, RESULT, TABLE, render)
 
 
 def render(report: dict) -> str:
     m = report["median"]
-    return "\n".join([
-        "# ROOT's JIT of the model host",
-        "",
-        f"`benchmarks/root/bench_jit.py`, {report['date']}, {report['machine']}, medians of "
-        f"{report['repeats']} runs, each in a fresh process; an exported MLP (4-8-1).",
-        "",
-        "| what | seconds |",
-        "| --- | ---: |",
-        f"| PyROOT: `define_score` (Cling declares the host) | {m['define_score']:.1f} |",
-        f"| PyROOT: the first event loop after it (the column's code JIT-compiled) | {m['first_loop']:.1f} |",
-        f"| `root -b -q macro.C`: open the export, predict (the whole process) | {m['macro']:.1f} |",
-        f"| `root -b -q empty.C`: ROOT's own start, for comparison | {m['empty_macro']:.1f} |",
-        f"| `root -b -q macro.C+` (ACLiC: dictionary and g++ of the macro with the header) | {m['aclic']:.1f} |",
-        "",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            "# ROOT's JIT of the model host",
+            "",
+            f"`benchmarks/root/bench_jit.py`, {report['date']}, {report['machine']}, medians of "
+            f"{report['repeats']} runs, each in a fresh process; an exported MLP (4-8-1).",
+            "",
+            "| what | seconds |",
+            "| --- | ---: |",
+            f"| PyROOT: `define_score` (Cling declares the host) | {m['define_score']:.1f} |",
+            f"| PyROOT: the first event loop after it (the column's code JIT-compiled) | {m['first_loop']:.1f} |",
+            f"| `root -b -q macro.C`: open the export, predict (the whole process) | {m['macro']:.1f} |",
+            f"| `root -b -q empty.C`: ROOT's own start, for comparison | {m['empty_macro']:.1f} |",
+            f"| `root -b -q macro.C+` (ACLiC: dictionary and g++ of the macro with the header) | {m['aclic']:.1f} |",
+            "",
+        ]
+    )
 
 
 if __name__ == "__main__":

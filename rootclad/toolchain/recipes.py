@@ -56,21 +56,38 @@ def runtime_object(cxx: str) -> Path:
     bc, _, _ = blas_flags()
     flags = [f for f in OPT_FLAGS if f != "-fvisibility=hidden"] + no_gnu_unique(cxx)
     flags += [f"-I{get_include()}/rootclad", f"-I{get_include()}", *bc]
-    obj, _ = build_library(RUNTIME_SOURCE.read_text(), name="rootclad_rt", cxx=cxx, flags=flags,
-                           kind="object", timeout=1800)  # fmt: skip
+    obj, _ = build_library(
+        RUNTIME_SOURCE.read_text(),
+        name="rootclad_rt",
+        cxx=cxx,
+        flags=flags,
+        kind="object",
+        timeout=1800,
+    )
     return obj
 
 
 def runtime_library(cxx: str) -> Path:
     """The shared runtime library models built by ``cxx`` link against."""
     _, bl, _ = blas_flags()
-    so, _ = link_library([runtime_object(cxx)], name="librootclad_rt", cxx=cxx, link_flags=bl,
-                         exports=RUNTIME_EXPORTS)  # fmt: skip
+    so, _ = link_library(
+        [runtime_object(cxx)],
+        name="librootclad_rt",
+        cxx=cxx,
+        link_flags=bl,
+        exports=RUNTIME_EXPORTS,
+    )
     return so
 
 
-def cpu_library(source: str, name: str, cxx: str, engine_flags: list[str], pullbacks: bool,
-                self_contained: bool = False):  # fmt: skip
+def cpu_library(
+    source: str,
+    name: str,
+    cxx: str,
+    engine_flags: list[str],
+    pullbacks: bool,
+    self_contained: bool = False,
+):
     """The build of a CPU model library (codegen/cpu.py's source) with ``cxx`` (Clad's clang
     and its flags for the clad engine): the model's own code, which declares the kernels and
     calls them in the runtime library (built once: :func:`runtime_library`), found beside it
@@ -92,8 +109,9 @@ def cpu_library(source: str, name: str, cxx: str, engine_flags: list[str], pullb
             link = [str(archive), *blas_flags()[1], "-Wl,--exclude-libs,ALL", exports]
         else:
             link = [str(runtime_library(cxx)), "-Wl,-rpath,$ORIGIN", exports]
-        return build_library(source, name=name, cxx=cxx, flags=flags, link_flags=link,
-                             rebuild=rebuild)  # fmt: skip
+        return build_library(
+            source, name=name, cxx=cxx, flags=flags, link_flags=link, rebuild=rebuild
+        )
 
     return build
 

@@ -72,9 +72,21 @@ class CompiledModel(ModelBase):
     or use the fused C++ paths: :meth:`loss_and_grad` and :meth:`train_step`.
     """
 
-    def __init__(self, emitted, graph, library_path: Path, loss: str, *, compile_seconds: float,
-                 built_now: bool, seed: int = 0, aliases=None, ignored=(), retarget=None,
-                 self_contained=None):  # fmt: skip
+    def __init__(
+        self,
+        emitted,
+        graph,
+        library_path: Path,
+        loss: str,
+        *,
+        compile_seconds: float,
+        built_now: bool,
+        seed: int = 0,
+        aliases=None,
+        ignored=(),
+        retarget=None,
+        self_contained=None,
+    ):
         super().__init__(graph, loss, seed=seed, aliases=aliases, ignored=ignored,
                          retarget=retarget)  # fmt: skip
         self._em = emitted

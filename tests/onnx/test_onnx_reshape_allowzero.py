@@ -46,8 +46,10 @@ COMPUTED = (
     ],
     [_ints("zero", 0), _ints("axes", [0]), _ints("rest", [3, 4])],
 )
-CONSTANT = ([helper.make_node("Reshape", ["x", "shape"], ["r"], allowzero=1)],
-            [_ints("shape", [-1, 3, 4])])  # fmt: skip
+CONSTANT = (
+    [helper.make_node("Reshape", ["x", "shape"], ["r"], allowzero=1)],
+    [_ints("shape", [-1, 3, 4])],
+)
 
 
 @pytest.mark.parametrize("form", [COMPUTED, CONSTANT], ids=["computed-shape", "constant-shape"])
