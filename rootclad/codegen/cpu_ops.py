@@ -19,7 +19,7 @@ from rootclad.ir.graph import Graph, IRError, Node
 from rootclad.ir.ops.binary import MAX_BROADCAST_DIMS, WINDOW_ATTRS, broadcast_geometry
 from rootclad.ir.ops.dense import matmul_geometry
 from rootclad.ir.ops.pool import upsample_scales
-from rootclad.ir.ops.shape import gather_geometry
+from rootclad.ir.ops.shape import gather_geometry, merged_permutation
 from rootclad.ir.registry import OPS
 
 # Conv1d runs directly (no im2col scratch) for stride 1 or at most this many taps C*K;
@@ -414,8 +414,8 @@ def _binary_calls(node, graph, site):
 
 # -- shape ----------------------------------------------------------------------------------
 def permute_geometry(node):
-    """The output's dims and, per output axis, the input's stride; padded to 4 axes."""
-    shape, perm = node.in_shape, node.attrs["perm"]
+    """Output dims and per-axis input strides over the fewest axes, padded to 4 axes."""
+    shape, perm = merged_permutation(node.in_shape, node.attrs["perm"])
     strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
     dims = [shape[p] for p in perm]
     st = [strides[p] for p in perm]

@@ -12,6 +12,7 @@ a graph (its output feeds one more op, so it is not the model's output), against
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from fixtures.core import check_against_torch, perturbed
@@ -128,3 +129,27 @@ def test_plan_check_fails_without_the_adjoint_markers(monkeypatch):
     net = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 2)).double()
     with pytest.raises(AssertionError, match="d_input|vjp"):
         check_against_torch(net, sample_input((6,)), F64)
+
+
+def test_a_permutation_merged_to_fewer_axes_moves_every_element_as_numpy_does():
+    """merged_permutation (size-1 axes dropped, neighbours that stay in order merged) against
+    numpy's transpose on random shapes and permutations of up to 6 axes; and a permutation
+    that needs 5 axes stays 5."""
+    from rootclad.ir.ops.shape import merged_permutation
+
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        rank = int(rng.integers(1, 7))
+        shape = tuple(int(v) for v in rng.integers(1, 4, rank))
+        perm = tuple(int(v) for v in rng.permutation(rank))
+        x = rng.standard_normal(shape)
+        merged, mperm = merged_permutation(shape, perm)
+        assert len(merged) <= rank
+        np.testing.assert_array_equal(
+            x.transpose(perm).ravel(), x.reshape(merged).transpose(mperm).ravel()
+        )
+    assert merged_permutation((2, 3, 4, 5, 6), (4, 3, 2, 1, 0)) == (
+        (2, 3, 4, 5, 6),
+        (4, 3, 2, 1, 0),
+    )
+    assert merged_permutation((2, 3, 4, 5, 6), (0, 2, 1, 3, 4)) == ((2, 3, 4, 30), (0, 2, 1, 3))

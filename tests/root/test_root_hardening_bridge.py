@@ -258,23 +258,28 @@ def test_the_loaded_copy_is_private_and_named_by_its_hash(models, tmp_path, monk
 def test_the_models_of_one_export_copy_and_check_its_library_once(models, tmp_path, monkeypatch):
     """Each rootclad::Model copied and hashed the whole library, so SlotModels (one Model per
     slot) made one copy per slot. Now a process checks a library file once: the copy keeps its
-    inode however many Models open it. A library rewritten (even with the same bytes) is copied
-    and checked again, and a stale one is still refused."""
+    inode however many Models open it. A library rewritten in a later second (even with the
+    same bytes; the key holds TSystem's modification time, in seconds) is copied and checked
+    again, and a stale one is still refused."""
     monkeypatch.setenv("ROOTCLAD_CACHE_DIR", str(tmp_path / "cache"))
     stem = tmp_path / "m"
     for ext in (".so", ".root"):
         shutil.copyfile(f"{models.a}{ext}", f"{stem}{ext}")
     md5 = json.loads(str(uproot.open(f"{stem}.root")["rootclad_metadata"]))["library_md5"]
     copy = tmp_path / "cache" / "exports" / f"{md5}.so"
+    first_mtime = os.stat(f"{stem}.so").st_mtime
     assert rootclad.root.load(stem).input_size() == 3
     first = copy.stat().st_ino
     slots = ROOT.rootclad.SlotModels(str(stem), 4)
     assert slots.size() == 4 and all(slots[i].input_size() == 3 for i in range(4))
     assert copy.stat().st_ino == first
     shutil.copyfile(f"{models.a}.so", f"{stem}.so")  # in place, as cp does: checked again
+    later = os.stat(f"{stem}.so").st_mtime + 2
+    os.utime(f"{stem}.so", (later, later))
     assert rootclad.root.load(stem).input_size() == 3
     assert copy.stat().st_ino != first
-    shutil.copyfile(f"{models.b}.so", f"{stem}.so")  # a stale library under the same weights
+    shutil.copyfile(f"{models.b}.so", f"{stem}.so")  # a stale library under the same weights,
+    os.utime(f"{stem}.so", (first_mtime, first_mtime))  # as it was at the first check: refused
     with pytest.raises(rootclad.root.ExportError, match=r"m\.so is not the library"):
         rootclad.root.load(stem)
     del slots

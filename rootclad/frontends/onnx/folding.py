@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from rootclad.frontends.onnx.common import BATCH, Const
-from rootclad.ir.ops.shape import MAX_PERMUTE_AXES
+from rootclad.ir.ops.shape import MAX_PERMUTE_AXES, merged_permutation
 
 # the attributes each handler reads (opset 13 and later): any other is refused by name
 ATTRIBUTES = {
@@ -325,8 +325,12 @@ class ShapeOps:
         perm = list(a.get("perm", range(rank - 1, -1, -1)))
         if perm[0] != 0:
             raise self.fail(node, f"perm={perm} moves the batch axis")
-        if len(perm) - 1 > MAX_PERMUTE_AXES and perm != sorted(perm):
-            why = f"perm={perm}: at most {MAX_PERMUTE_AXES} per-sample axes can be permuted"
+        merged, _ = merged_permutation(self.shapes[x], [p - 1 for p in perm[1:]])
+        if len(merged) > MAX_PERMUTE_AXES:
+            why = (
+                f"perm={perm} of {tuple(self.shapes[x])}: at most {MAX_PERMUTE_AXES} "
+                "per-sample axes can be permuted (after merging neighbours)"
+            )
             raise self.fail(node, why)
         shape = [self.shapes[x][p - 1] for p in perm[1:]]
         self.emit(node.output, lambda env, root, x=x, p=perm: env[x].permute(*p), shape)

@@ -8,11 +8,15 @@
 #include <TFile.h>
 #include <TLeaf.h>
 #include <TMD5.h>
+#include <TSystem.h>
 #include <TTree.h>
 
-#include <fcntl.h>
+// Files are asked about through TSystem (GetPathInfo) and written through <cstdio>, not
+// <sys/stat.h> and <fcntl.h>: Cling parses those two as text, and a macro that included them
+// failed when run again in one session ("#else after #else" in sys/stat.h, depending on where
+// its text fell; tests/root/test_root_session.py). <pthread.h> and <cstdio> come from Cling's
+// modules, and <unistd.h> (getcwd) was there before without harm.
 #include <pthread.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -219,23 +223,23 @@ inline unsigned long next_write() {
 // group or others can write to it: they could put their code where it is loaded (as the
 // compile cache, rootclad/toolchain/build.py: _check_trusted).
 inline void check_private_dir(const std::string& dir) {
-  struct stat st;
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+  FileStat_t st;
+  if (gSystem->GetPathInfo(dir.c_str(), st) != 0 || !R_ISDIR(st.fMode))
     throw std::runtime_error("rootclad: " + dir + " is not a directory");
   const std::string fix = "set ROOTCLAD_CACHE_DIR to a directory of your own";
-  const uid_t me = ::geteuid();
-  if (st.st_uid != me && st.st_uid != 0)
-    throw std::runtime_error("rootclad: " + dir + " is owned by uid " + std::to_string(st.st_uid) +
+  const int me = gSystem->GetEffectiveUid();
+  if (st.fUid != me && st.fUid != 0)
+    throw std::runtime_error("rootclad: " + dir + " is owned by uid " + std::to_string(st.fUid) +
                              ", not by you (uid " + std::to_string(me) +
                              "): another user could put code there that rootclad would load and "
                              "run as you; " +
                              fix);
-  if (st.st_mode & 022) {
-    const char* who = (st.st_mode & 022) == 022 ? "group and others"
-                      : (st.st_mode & 020)      ? "group"
-                                                : "others";
+  if (st.fMode & 022) {
+    const char* who = (st.fMode & 022) == 022 ? "group and others"
+                      : (st.fMode & 020)      ? "group"
+                                              : "others";
     char mode[8];
-    std::snprintf(mode, sizeof mode, "%o", (unsigned)(st.st_mode & 07777));
+    std::snprintf(mode, sizeof mode, "%o", (unsigned)(st.fMode & 07777));
     throw std::runtime_error("rootclad: " + dir + " is writable by " + who + " (mode " + mode +
                              "): they could put code there that rootclad would load and run as "
                              "you; `chmod 700 " +
@@ -245,20 +249,21 @@ inline void check_private_dir(const std::string& dir) {
 
 // `dir` and its missing parents, made 0700 whatever the umask.
 inline void make_private_dir(const std::string& dir) {
-  struct stat st;
-  if (::stat(dir.c_str(), &st) == 0)
+  FileStat_t st;
+  if (gSystem->GetPathInfo(dir.c_str(), st) == 0)
     return;
   const auto slash = dir.find_last_of('/');
   if (slash != std::string::npos && slash > 0)
     make_private_dir(dir.substr(0, slash));
-  if (::mkdir(dir.c_str(), 0700) != 0) {
-    if (errno == EEXIST) // made by another process meanwhile: checked like any other
+  if (gSystem->MakeDirectory(dir.c_str()) != 0) {
+    const int err = TSystem::GetErrno();
+    if (err == EEXIST) // made by another process meanwhile: checked like any other
       return;
-    throw std::runtime_error("rootclad: cannot make " + dir + " (" + std::strerror(errno) +
+    throw std::runtime_error("rootclad: cannot make " + dir + " (" + std::strerror(err) +
                              "), where rootclad keeps a copy of each library it loads; set "
                              "ROOTCLAD_CACHE_DIR to a directory of your own");
   }
-  ::chmod(dir.c_str(), 0700); // mkdir's mode is masked by the umask
+  gSystem->Chmod(dir.c_str(), 0700); // mkdir's mode is masked by the umask
 }
 
 // Where rootclad::Model keeps the libraries it loads: "exports" in the compile cache
@@ -295,49 +300,44 @@ inline std::string copy_library(const std::string& lib, const std::string& want,
                                 const std::string& weights, const std::string& dir) {
   const std::string tmp = dir + "/.library." + std::to_string(::getpid()) + "." +
                           std::to_string(next_write()) + ".partial";
-  const int in = ::open(lib.c_str(), O_RDONLY | O_CLOEXEC);
-  if (in < 0)
+  // "e": close on exec; "x": created here or not at all (a link or file put there is refused)
+  std::FILE* in = std::fopen(lib.c_str(), "rbe");
+  if (!in)
     throw std::runtime_error("rootclad: cannot read " + lib + ": " + std::strerror(errno));
-  const int out = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0700);
-  if (out < 0) {
+  std::FILE* out = std::fopen(tmp.c_str(), "wbxe");
+  if (!out) {
     const int err = errno;
-    ::close(in);
+    std::fclose(in);
     throw std::runtime_error("rootclad: cannot write in " + dir + ": " + std::strerror(err));
   }
   TMD5 md5;
   std::vector<char> buf(1 << 20);
   int err = 0;
-  while (!err) {
-    const ssize_t n = ::read(in, buf.data(), buf.size());
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0) {
-      err = n < 0 ? errno : 0;
+  errno = 0; // what a failed read or write leaves here names the cause
+  for (;;) {
+    const std::size_t n = std::fread(buf.data(), 1, buf.size(), in);
+    if (n == 0) {
+      err = std::ferror(in) ? (errno ? errno : EIO) : 0;
       break;
     }
     md5.Update(reinterpret_cast<const UChar_t*>(buf.data()), (UInt_t)n);
-    for (ssize_t done = 0; done < n && !err;) {
-      const ssize_t w = ::write(out, buf.data() + done, (size_t)(n - done));
-      if (w < 0 && errno == EINTR)
-        continue;
-      if (w <= 0)
-        err = w < 0 ? errno : EIO;
-      else
-        done += w;
+    if (std::fwrite(buf.data(), 1, n, out) != n) {
+      err = errno ? errno : EIO;
+      break;
     }
   }
-  ::close(in);
-  if (::close(out) != 0 && !err)
-    err = errno;
+  std::fclose(in);
+  if (std::fclose(out) != 0 && !err)
+    err = errno ? errno : EIO;
   if (err) {
-    ::unlink(tmp.c_str());
+    std::remove(tmp.c_str());
     throw std::runtime_error("rootclad: cannot copy " + lib + " to " + dir + ": " +
                              std::strerror(err));
   }
   md5.Final();
   const std::string have = md5.AsString();
   if (have != want) {
-    ::unlink(tmp.c_str());
+    std::remove(tmp.c_str());
     throw std::runtime_error("rootclad: " + lib + " is not the library " + weights +
                              " was exported with (MD5 " + have + ", expected " + want +
                              "): a stale or foreign library");
@@ -345,24 +345,31 @@ inline std::string copy_library(const std::string& lib, const std::string& want,
   const std::string path = dir + "/" + have + ".so";
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int e = errno;
-    ::unlink(tmp.c_str());
+    std::remove(tmp.c_str());
     throw std::runtime_error("rootclad: cannot write " + path + ": " + std::strerror(e));
   }
   return path;
 }
 
 // The copies this process has made and checked: one per library file and the MD5 its weights
-// record, so that the Models of one export (one per RDataFrame slot or worker thread) copy and
-// hash the library once. A key holds the directory, the MD5, the path and the file's identity
-// (device, inode, size, modification and change times): a library replaced or rewritten, or
-// weights that record another MD5, are copied and checked again; a stale library is refused
-// however often it is opened.
+// record (the key: directory, MD5 and path), so that the Models of one export (one per
+// RDataFrame slot or worker thread) copy and hash the library once. Each entry keeps the
+// file's identity when it was checked (device, inode, size and modification time in seconds,
+// as TSystem::GetPathInfo gives them): a library replaced, rewritten to another size or in
+// another second than at its last check, or weights that record another MD5, are copied and
+// checked again, so a stale library is refused however often it is opened. (Rewritten at the
+// same size within the second of its last check, the copy already checked against the weights
+// is what runs.)
 // A pthread mutex, locked and unlocked by hand: with std::mutex and a lock object in the
 // function, a macro that includes this header crashed Cling when run a second time
 // (tests/root/test_root_session.py).
 struct CheckedCopies {
+  struct Copy {
+    std::string identity; // of the file when it was checked
+    std::string path;     // <dir>/<MD5>.so
+  };
   pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
-  std::map<std::string, std::string> paths; // key -> <dir>/<MD5>.so
+  std::map<std::string, Copy> copies; // <dir>\n<MD5>\n<path> -> the last copy checked
 };
 
 inline CheckedCopies& checked_copies() {
@@ -370,16 +377,20 @@ inline CheckedCopies& checked_copies() {
   return copies;
 }
 
-// The copy of `lib` for `key` (below), made unless this process made it and it is still there.
-inline std::string cached_copy(CheckedCopies& copies, const std::string& key,
-                               const std::string& lib, const std::string& want,
-                               const std::string& weights, const std::string& dir) {
-  const auto it = copies.paths.find(key);
-  struct stat copy;
-  if (it != copies.paths.end() && ::stat(it->second.c_str(), &copy) == 0 && S_ISREG(copy.st_mode))
-    return it->second;
+// The copy of `lib` for `key` (below), made unless this process made it from the file as it is
+// now (`identity`) and the copy is still there; a failed check forgets the file.
+inline std::string cached_copy(CheckedCopies& checked, const std::string& key,
+                               const std::string& identity, const std::string& lib,
+                               const std::string& want, const std::string& weights,
+                               const std::string& dir) {
+  const auto it = checked.copies.find(key);
+  FileStat_t copy;
+  if (it != checked.copies.end() && it->second.identity == identity &&
+      gSystem->GetPathInfo(it->second.path.c_str(), copy) == 0 && R_ISREG(copy.fMode))
+    return it->second.path;
+  checked.copies.erase(key);
   const std::string path = copy_library(lib, want, weights, dir);
-  copies.paths[key] = path;
+  checked.copies[key] = {identity, path};
   return path;
 }
 
@@ -388,24 +399,24 @@ inline std::string cached_copy(CheckedCopies& copies, const std::string& key,
 inline std::string checked_library_copy(const std::string& lib, const std::string& want,
                                         const std::string& weights) {
   const std::string dir = library_dir(); // checked at every open: its mode may have changed
-  struct stat st;
-  if (::stat(lib.c_str(), &st) != 0)
-    throw std::runtime_error("rootclad: cannot read " + lib + ": " + std::strerror(errno));
-  std::string key = dir + '\n' + want + '\n' + lib;
-  for (const long long n : {(long long)st.st_dev, (long long)st.st_ino, (long long)st.st_size,
-                            (long long)st.st_mtim.tv_sec, (long long)st.st_mtim.tv_nsec,
-                            (long long)st.st_ctim.tv_sec, (long long)st.st_ctim.tv_nsec})
-    key += '\n' + std::to_string(n);
-  CheckedCopies& copies = checked_copies();
-  pthread_mutex_lock(&copies.mutex);
+  FileStat_t st;
+  if (gSystem->GetPathInfo(lib.c_str(), st) != 0)
+    throw std::runtime_error("rootclad: cannot read " + lib + ": " +
+                             std::strerror(TSystem::GetErrno()));
+  std::string identity;
+  for (const long long n :
+       {(long long)st.fDev, (long long)st.fIno, (long long)st.fSize, (long long)st.fMtime})
+    identity += std::to_string(n) + ' ';
+  CheckedCopies& checked = checked_copies();
+  pthread_mutex_lock(&checked.mutex);
   std::string path;
   try {
-    path = cached_copy(copies, key, lib, want, weights, dir);
+    path = cached_copy(checked, dir + '\n' + want + '\n' + lib, identity, lib, want, weights, dir);
   } catch (...) {
-    pthread_mutex_unlock(&copies.mutex);
+    pthread_mutex_unlock(&checked.mutex);
     throw;
   }
-  pthread_mutex_unlock(&copies.mutex);
+  pthread_mutex_unlock(&checked.mutex);
   return path;
 }
 

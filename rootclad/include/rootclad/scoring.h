@@ -5,9 +5,9 @@
 #define ROOTCLAD_SCORING_H
 
 #include <TNamed.h>
+#include <TSystem.h>
 
-#include <pthread.h>
-#include <sys/stat.h>
+#include <pthread.h> // <sys/stat.h> is not included: model_file.h says why
 
 #include <cctype>
 #include <cstdint>
@@ -48,12 +48,13 @@ inline void check_scoring(const Model& m, const std::string& file, const std::st
     throw std::invalid_argument("rootclad::score_tree: column '" + column +
                                 "' is not an identifier (letters, digits and _, not starting "
                                 "with a digit): ROOT would read it as a leaf list");
-  struct stat out;
-  if (::stat(out_file.c_str(), &out) != 0)
+  FileStat_t out;
+  if (gSystem->GetPathInfo(out_file.c_str(), out) != 0)
     return; // nothing there yet: nothing to lose
   auto same = [&](const std::string& path) {
-    struct stat st;
-    return ::stat(path.c_str(), &st) == 0 && st.st_dev == out.st_dev && st.st_ino == out.st_ino;
+    FileStat_t st;
+    return gSystem->GetPathInfo(path.c_str(), st) == 0 && st.fDev == out.fDev &&
+           st.fIno == out.fIno;
   };
   if (same(file))
     throw std::invalid_argument("rootclad::score_tree: the output " + out_file + " is the input " +

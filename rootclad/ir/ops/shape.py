@@ -74,6 +74,27 @@ register(
 )
 
 
+def merged_permutation(shape, perm):
+    """The same copy over the fewest axes: size-1 axes dropped, and axes that stay neighbours in
+    order merged into one (Swin's (0, 2, 1, 3, 4) of 5 axes is (0, 2, 1, 3) of 4). The data are
+    laid out alike, so the kernels run the merged form."""
+    kept = [a for a in range(len(shape)) if shape[a] != 1]
+    renumber = {a: i for i, a in enumerate(kept)}
+    shape = [shape[a] for a in kept]
+    perm = [renumber[p] for p in perm if p in renumber]
+    runs = []  # runs of input axes, in output order
+    for p in perm:
+        if runs and runs[-1][-1] + 1 == p:
+            runs[-1].append(p)
+        else:
+            runs.append([p])
+    by_input = sorted(range(len(runs)), key=lambda r: runs[r][0])
+    merged_shape = tuple(math.prod(shape[a] for a in runs[r]) for r in by_input)
+    position = {r: i for i, r in enumerate(by_input)}
+    merged_perm = tuple(position[r] for r in range(len(runs)))
+    return (merged_shape or (1,)), (merged_perm or (0,))
+
+
 def _permute_infer(node, shapes, graph):
     (shape,) = shapes
     perm = node.attrs["perm"]
@@ -82,10 +103,12 @@ def _permute_infer(node, shapes, graph):
         node,
         f"permutation {tuple(perm)} of the per-sample axes does not fit shape {shape}",
     )
+    merged, _ = merged_permutation(shape, perm)
     expect(
-        len(shape) <= MAX_PERMUTE_AXES,
+        len(merged) <= MAX_PERMUTE_AXES,
         node,
-        f"at most {MAX_PERMUTE_AXES} per-sample axes can be permuted, got {shape}",
+        f"at most {MAX_PERMUTE_AXES} per-sample axes can be permuted (after merging the axes "
+        f"that stay neighbours and dropping those of size 1), got {tuple(perm)} of {shape}",
     )
     return tuple(shape[p] for p in perm)
 
