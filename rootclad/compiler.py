@@ -19,6 +19,7 @@ import torch
 from rootclad.codegen.cpu import emit_model
 from rootclad.codegen.cuda import emit_device
 from rootclad.codegen.standalone import write_header
+from rootclad.frontends.aten import graph_from_export
 from rootclad.frontends.onnx import to_module
 from rootclad.frontends.onnx.limits import EXAMPLE_BATCH
 from rootclad.frontends.programs import program_module
@@ -171,6 +172,7 @@ def compile(
     seed: int = 0,
     device: str | torch.device | None = None,
     loss_output: int | str = 0,
+    frontend: str = "fx",
 ):
     """Compile ``model`` into a :class:`rootclad.torch.CompiledModel`.
 
@@ -191,9 +193,15 @@ def compile(
     A model may return a tuple, list or dict of tensors: ``cm(x)`` returns the same, and the
     loss reads the one ``loss_output`` names (its place, or its dict key; the first by
     default).
+    ``frontend``: ``"fx"`` (torch.fx, the default) or ``"export"`` (torch.export and the core
+    ATen ops, CPU only, being built: :mod:`rootclad.frontends.aten` lists what it takes).
     """
+    if frontend not in ("fx", "export"):
+        raise ValueError(f"frontend must be 'fx' or 'export', got {frontend!r}")
     examples, dtype, example_device = _examples(example_input, dtype, model)
     device = torch.device(device if device is not None else example_device)
+    if device.type == "cuda" and frontend != "fx":
+        raise ValueError("frontend='export' compiles for the CPU only so far")
     if device.type == "cuda":
         _device_engine(engine, pullbacks)
         return compile_device(model, example_input, device, loss=loss, dtype=dtype, seed=seed,
@@ -202,8 +210,8 @@ def compile(
         raise ValueError(f"device {str(device)!r}: rootclad compiles for 'cpu' and 'cuda'")
     t0 = time.perf_counter()
     several = isinstance(example_input, (tuple, list))
-    graph = graph_from_module(model, example_input if several else examples[0],
-                              _DTYPE_NAMES[dtype])  # fmt: skip
+    trace = graph_from_module if frontend == "fx" else graph_from_export
+    graph = trace(model, example_input if several else examples[0], _DTYPE_NAMES[dtype])
     choose_loss_output(graph, loss_output)
     cm = compile_graph(graph, loss, engine=engine, pullbacks=pullbacks, seed=seed, t0=t0,
                        aliases=parameter_aliases(model),

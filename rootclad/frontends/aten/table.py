@@ -1,0 +1,33 @@
+"""The table of ATen lowerings: each family's file registers its ops with ``@lowers``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+# ATen overload name ("aten.relu.default") -> lowering(low, node, args, kwargs)
+LOWERINGS: dict[str, Callable] = {}
+
+# the ATen ops of the layers rootclad runs as one fused op, kept out of torch's decompositions
+# (filled by the lowerings registered with kept=True)
+KEPT: set[str] = set()
+
+
+def lowers(*names: str, kept: bool = False):
+    def register(fn):
+        for name in names:
+            if name in LOWERINGS:
+                raise ValueError(f"{name} is lowered twice")
+            LOWERINGS[name] = fn
+            if kept:
+                KEPT.add(name)
+        return fn
+
+    return register
+
+
+def op_name(target) -> str:
+    """``aten.relu.default`` for an OpOverload, the function's name otherwise."""
+    name = getattr(target, "name", None)
+    if callable(name):  # OpOverload.name() -> "aten::relu" (overload: .default)
+        return f"{target.namespace}.{target._opname}.{target._overloadname}"
+    return getattr(target, "__name__", str(target))

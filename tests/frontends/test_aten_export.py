@@ -1,0 +1,157 @@
+"""The torch.export front-end (``frontend="export"``, issue 44): models lowered from core ATen
+ops against torch autograd in float64 (output, input and every parameter gradient), a model
+torch.fx cannot trace, and refusals naming the ATen op and the module it came from."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from fixtures.core import check_against_torch
+from torch import nn
+
+from rootclad.frontends.aten import graph_from_export
+from rootclad.frontends.torch_fx import graph_from_module
+from rootclad.ir.graph import IRError
+
+F64 = torch.float64
+
+
+class Mixed(nn.Module):
+    """Layers kept whole (conv, BatchNorm in training, max pool, LayerNorm, Linear, softmax)
+    between decomposed ATen ops: clamp, transpose, cat, mean, exp, neg, arithmetic with
+    numbers, sqrt."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv1d(2, 4, 3), nn.BatchNorm1d(4)
+        self.ln, self.fc, self.pool = nn.LayerNorm(4), nn.Linear(4, 3), nn.MaxPool1d(2)
+
+    def forward(self, x):
+        h = self.pool(torch.relu(self.bn(self.conv(x)))).clamp(-0.5, 2.0)
+        h = self.ln(h.transpose(1, 2))
+        h = torch.cat([h, torch.exp(-h)], 1).mean(1)
+        h = self.fc(h).softmax(-1)
+        return (1 - h / 2) * torch.sqrt(h + 1) + 3 / (h + 1)
+
+
+class WithAux(nn.Module):  # a block returning (value, auxiliary), as recurrent layers do
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+
+    def forward(self, x):
+        return torch.tanh(self.fc(x)), x.sum(-1)
+
+
+class TupleIdiom(nn.Module):
+    """``out = out[0] if isinstance(out, tuple) else out``: torch.fx sees a proxy, not a
+    tuple, and fails; torch.export runs the Python."""
+
+    def __init__(self):
+        super().__init__()
+        self.block, self.head = WithAux(), nn.Linear(6, 2)
+
+    def forward(self, x):
+        out = self.block(x)
+        out = out[0] if isinstance(out, tuple) else out
+        return self.head(nn.functional.gelu(out)).log_softmax(-1)
+
+
+def test_a_model_of_kept_layers_and_core_aten_ops_matches_torch_autograd():
+    torch.manual_seed(0)
+    net = Mixed().train()
+    x = torch.randn(5, 2, 10, dtype=F64)
+    # the conv bias before BatchNorm has no gradient (torch: rounding): against the largest
+    cm = check_against_torch(
+        net, x, engine="pullback", loss="mse", frontend="export", against_all=True
+    )
+    kept = {"conv1d", "batch_norm", "maxpool1d", "layer_norm", "linear", "softmax"}
+    assert {n.op for n in cm.graph.nodes} >= kept
+
+
+class Layout(nn.Module):
+    """Slices, constant padding, a transposed convolution, adaptive max and average pools and
+    a sum over two axes, as core ATen ops and kept layers."""
+
+    def __init__(self):
+        super().__init__()
+        self.up, self.pool = nn.ConvTranspose1d(3, 2, 3, stride=2), nn.AdaptiveMaxPool1d(4)
+        self.conv, self.avg = nn.Conv2d(1, 2, 3), nn.AvgPool2d(2, ceil_mode=True)
+
+    def forward(self, x):  # (B, 3, 8)
+        h = nn.functional.pad(x[:, :, 1:7:2], (2, 1), value=0.5)  # (B, 3, 6)
+        h = self.pool(nn.functional.elu(self.up(h)))  # (B, 2, 4)
+        img = self.avg(self.conv(h.reshape(-1, 1, 2, 4).repeat_interleave(2, 2)))
+        return 1 - img.sum((2, 3)) + h.sum(-1)
+
+
+def test_a_model_of_layout_ops_matches_torch_autograd():
+    torch.manual_seed(2)
+    x = torch.randn(4, 3, 8, dtype=F64)
+    check_against_torch(Layout(), x, engine="pullback", loss="mse", frontend="export")
+
+
+class Held(nn.Module):
+    """Parameters and buffers read as values: a scale, a shift buffer, a class token expanded
+    to the batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale, self.cls = nn.Parameter(torch.randn(4)), nn.Parameter(torch.randn(1, 1, 4))
+        self.register_buffer("shift", torch.randn(1, 3, 1))
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):  # (B, 3, 4)
+        h = x * self.scale + self.shift
+        h = torch.cat([self.cls.expand(x.shape[0], -1, -1), h], 1)
+        return self.fc(h).mean(1)
+
+
+def test_parameters_and_buffers_read_as_values_match_torch_autograd():
+    torch.manual_seed(3)
+    x = torch.randn(5, 3, 4, dtype=F64)
+    check_against_torch(Held(), x, engine="pullback", loss="mse", frontend="export")
+
+
+def test_a_model_fx_cannot_trace_compiles_through_export():
+    torch.manual_seed(1)
+    net = TupleIdiom()
+    x = torch.randn(4, 3, 6, dtype=F64)
+    with pytest.raises((IRError, TypeError, AttributeError, torch.fx.proxy.TraceError)):
+        graph_from_module(net, x[:1], "float64")
+    check_against_torch(net, x, engine="pullback", loss="mse", frontend="export")
+
+
+class Cumulative(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.cumsum(self.fc(x), 1)
+
+
+def test_an_op_without_a_lowering_is_refused_naming_the_aten_op_and_the_module():
+    outer = nn.Sequential(nn.Linear(4, 4), Cumulative())
+    with pytest.raises(
+        IRError,
+        match=r"ATen op aten\.cumsum\.default \(node 'cumsum' in module "
+        r"'1' \(Cumulative\)\): not supported by the export",
+    ):
+        graph_from_export(outer, torch.randn(1, 4), "float64")
+    dropout = nn.Sequential(nn.Linear(4, 4), nn.Dropout())
+    with pytest.raises(IRError, match=r"aten\.native_dropout\.default .* module '1' \(Dropout"):
+        graph_from_export(dropout.train(), torch.randn(1, 4), "float64")
+    with pytest.raises(IRError, match=r"module '1' \(Dropout\).*frontend='fx'"):
+        graph_from_export(dropout.eval(), torch.randn(1, 4), "float64")  # it would vanish
+
+    class Odd(nn.Conv1d):  # its own forward, calling the op with other hyperparameters
+        def forward(self, x):
+            return nn.functional.conv1d(x, self.weight, self.bias, self.stride, 2, 2)
+
+    with pytest.raises(IRError, match=r"padding=\(2,\) where the layer has padding=\(1,\)"):
+        graph_from_export(Odd(2, 3, 3, padding=1), torch.randn(1, 2, 9), "float64")
+    with pytest.raises(ValueError, match="frontend must be 'fx' or 'export'"):
+        import rootclad
+
+        rootclad.compile(nn.Linear(2, 1), torch.zeros(1, 2), frontend="onnx")
