@@ -4,7 +4,8 @@
 strict, the batch axis dynamic) and decomposed into core ATen ops, except the layers rootclad
 runs fused (linear, convolutions, layer and batch norm, softmax), which stay one op each. Every
 ATen op lowers through one table (:data:`table.LOWERINGS`), each entry in its family's file:
-:mod:`.pointwise` (unary math, arithmetic), :mod:`.layers` (the fused layers, views, reductions).
+:mod:`.pointwise` (unary math, arithmetic), :mod:`.layers` (the fused layers),
+:mod:`.layout` (views, pieces, reductions).
 The interface a lowering gets is :class:`lowering.Lowering`. This front-end is being built
 (issue 44); ``frontend="fx"`` stays the default until it passes every test the fx one does.
 """

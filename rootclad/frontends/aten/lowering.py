@@ -16,7 +16,7 @@ import warnings
 import torch
 from torch import nn
 
-from rootclad.frontends.aten import layers, pointwise  # noqa: F401  (they fill LOWERINGS)
+from rootclad.frontends.aten import layers, layout, pointwise  # noqa: F401  (fill LOWERINGS)
 from rootclad.frontends.aten.table import KEPT, LOWERINGS, op_name
 from rootclad.ir.graph import Graph, IRError, Node, Param
 from rootclad.ir.optimize import drop_identities, global_pools, pool_before_activation
@@ -41,6 +41,9 @@ class Lowering:
         self.batch = placeholders[self.user_inputs[0]].meta["val"].shape[0]
         self.expected: dict[str, tuple[int, ...]] = {}
         self.held_values: dict[tuple, str] = {}  # (parameter, per-sample shape) -> its value
+        # a permutation moving the batch axis whose users take pieces of its first axis: the
+        # value it permutes and the permutation, lowered by each piece (layers._select_moved)
+        self.moved: dict[str, tuple] = {}
 
     # -- what a lowering reads ------------------------------------------------------------
     def where(self, node) -> str:
@@ -115,26 +118,46 @@ class Lowering:
             "layer reads them, so far)",
         )
 
-    def shape(self, node, arg=None) -> tuple[int, ...]:
-        """The per-sample shape of ``arg`` (default: of ``node``'s result), checked to start
-        with the batch axis and to hold numbers only."""
+    def rows(self, node, arg=None) -> int:
+        """How many rows of the value's first axis each sample holds: 1 where that axis is
+        the batch, k where torch merged it with another of size k (x.view(B * k, ...)), whose
+        rows b*k ... b*k + k - 1 are sample b's. Anything else is refused."""
         subject = node if arg is None else arg
-        val = subject.meta.get("val")
-        dims = tuple(getattr(val, "shape", ()))
-        if not dims or not _is_batch(dims[0], self.batch):
+        dims = tuple(getattr(subject.meta.get("val"), "shape", ()))
+        k = _batch_rows(dims[0], self.batch) if dims else None
+        if k is None:
             raise self.refuse(
                 node,
-                f"{subject.name!r} has shape {dims}, whose first axis is "
-                "not the batch (so far every value must carry it first)",
+                f"{subject.name!r} has shape {dims}, whose first axis is not "
+                "the batch (or the batch times a number)",
             )
+        return k
+
+    def merged(self, node, arg=None) -> bool:
+        return self.rows(node, arg) > 1
+
+    def shape(self, node, arg=None) -> tuple[int, ...]:
+        """The per-sample shape of ``arg`` (default: of ``node``'s result): torch's shape
+        without the batch axis, or with the rows of a sample first where it is merged."""
+        subject = node if arg is None else arg
+        k = self.rows(node, arg)
+        dims = tuple(subject.meta["val"].shape)
         try:
-            return tuple(int(d) for d in dims[1:])
+            return ((k,) if k > 1 else ()) + tuple(int(d) for d in dims[1:])
         except TypeError as exc:  # a symbolic size past the batch axis
             raise self.refuse(
                 node,
                 f"{subject.name!r} has shape {dims}: a per-sample size "
                 "that depends on the batch size",
             ) from exc
+
+    def axis(self, node, arg, dim: int) -> int:
+        """The per-sample axis of torch's ``dim`` of ``arg`` (refused: the batch axis)."""
+        rank = len(arg.meta["val"].shape)
+        full = dim + rank if dim < 0 else dim
+        if not 1 <= full < rank:
+            raise self.refuse(node, f"dim={dim} is the batch axis or out of range")
+        return full if self.merged(node, arg) else full - 1
 
     def number(self, node, arg, what: str) -> float:
         if isinstance(arg, bool) or not isinstance(arg, (int, float)):
@@ -233,10 +256,13 @@ class Lowering:
             self.expected[self.names[node.name]] = self.shape(node)
 
 
-def _is_batch(size, batch) -> bool:
-    """``size`` is the batch size itself (the same symbol, not a number that equals the
-    example's batch)."""
-    return isinstance(size, torch.SymInt) and size.node.expr == batch.node.expr
+def _batch_rows(size, batch) -> int | None:
+    """k where ``size`` is k times the batch size (the symbol itself, not a number that equals
+    the example's batch), else None."""
+    if not isinstance(size, torch.SymInt):
+        return None
+    ratio = size.node.expr / batch.node.expr
+    return int(ratio) if ratio.is_Integer and int(ratio) >= 1 else None
 
 
 def _is_shape_arithmetic(node) -> bool:
@@ -261,11 +287,12 @@ def export_program(module: nn.Module, example_input):
     without it (in training it is captured, and refused until it has a lowering)."""
     import copy
 
-    for path, mod in module.named_modules():
+    for path, mod in module.named_modules():  # (in training: native_dropout, a layer)
         if isinstance(mod, _TRAINING_ONLY) and not module.training:
             raise IRError(
-                f"module {path!r} ({type(mod).__name__}): the export front-end does "
-                "not take dropout yet; use frontend='fx'"
+                f"module {path!r} ({type(mod).__name__}): in eval mode torch.export drops "
+                "dropout; compile the model in training mode (model.train(); the compiled "
+                "model's eval() turns it off) or use frontend='fx'"
             )
     xs = _examples(example_input)
     batch = torch.export.Dim("batch", min=1)
