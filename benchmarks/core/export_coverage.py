@@ -1,6 +1,7 @@
-"""How many of the fx front-end's op cases the export front-end (frontend="export") compiles
-and matches, float64, against torch autograd (output, input and parameter gradients), and
-what it refuses, by ATen op. Writes benchmarks/results/export_coverage.json.
+"""How many of the fx front-end's op cases, and of the model zoo's torchvision/timm
+classifiers, the export front-end (frontend="export") compiles and matches, float64, against
+torch autograd (output, input and parameter gradients, as tests/models/test_zoo.py checks the
+fx front-end), and what it refuses, by ATen op. Writes benchmarks/results/export_coverage.json.
 
     python benchmarks/core/export_coverage.py
 """
@@ -57,7 +58,9 @@ def main() -> None:
             wrong[name] = str(exc)[:300]
         except Exception as exc:
             crashed[name] = repr(exc)[:300]
+    zoo = _zoo()
     out = {
+        "zoo": zoo,
         "cases": len(CASES),
         "matched": len(matched),
         "wrong": wrong,
@@ -67,9 +70,51 @@ def main() -> None:
     }
     RESULT.write_text(json.dumps(out, indent=1) + "\n")
     print(
+        f"zoo: {len(zoo['matched'])} of {zoo['models']} match, {len(zoo['wrong'])} wrong, "
+        f"{len(zoo['crashed'])} crashed, refused: {zoo['refused']}"
+    )
+    print(
         f"{len(matched)} of {len(CASES)} match, {len(wrong)} wrong, {len(crashed)} crashed, "
         f"{sum(refused.values())} refused; {RESULT}"
     )
+
+
+def _zoo() -> dict:
+    from fixtures.zoo import RTOL
+    from models.test_zoo import ZOO, _build
+
+    matched, wrong, crashed, refused = [], {}, {}, {}
+    for name in ZOO:
+        net = _build(name).eval()
+        x = torch.randn(
+            2, 3, 32, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(1)
+        )
+        try:
+            check_against_torch(
+                net,
+                x,
+                torch.float64,
+                engine="pullback",
+                rtol=RTOL.get(name, 1e-9),
+                loss="cross_entropy",
+                against_all=True,
+                frontend="export",
+            )
+            matched.append(name)
+        except IRError as exc:
+            found = re.search(r"ATen op \S+|module '[^']*' \(\w+\)|torch\.export[^:]*", str(exc))
+            refused[name] = found.group(0) if found else str(exc)[:80]
+        except AssertionError as exc:
+            wrong[name] = str(exc)[:300]
+        except Exception as exc:
+            crashed[name] = repr(exc)[:300]
+    return {
+        "models": len(ZOO),
+        "matched": matched,
+        "wrong": wrong,
+        "crashed": crashed,
+        "refused": refused,
+    }
 
 
 if __name__ == "__main__":

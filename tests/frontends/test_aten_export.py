@@ -8,6 +8,7 @@ import pytest
 import torch
 from fixtures.core import check_against_torch
 from torch import nn
+from torch.nn import functional as F
 
 from rootclad.frontends.aten import graph_from_export
 from rootclad.frontends.torch_fx import graph_from_module
@@ -54,7 +55,7 @@ class TupleIdiom(nn.Module):
     def forward(self, x):
         out = self.block(x)
         out = out[0] if isinstance(out, tuple) else out
-        return self.head(nn.functional.gelu(out)).log_softmax(-1)
+        return self.head(F.gelu(out)).log_softmax(-1)
 
 
 def test_a_model_of_kept_layers_and_core_aten_ops_matches_torch_autograd():
@@ -71,7 +72,8 @@ def test_a_model_of_kept_layers_and_core_aten_ops_matches_torch_autograd():
 
 class Layout(nn.Module):
     """Slices, constant padding, a transposed convolution, adaptive max and average pools,
-    bilinear upsampling and a sum over two axes, as core ATen ops and kept layers."""
+    bilinear upsampling and a sum over two axes, as core ATen ops and kept layers; pools
+    called as functions."""
 
     def __init__(self):
         super().__init__()
@@ -80,10 +82,13 @@ class Layout(nn.Module):
         self.zoom = nn.Upsample(scale_factor=2, mode="bilinear")
 
     def forward(self, x):  # (B, 3, 8)
-        h = nn.functional.pad(x[:, :, 1:7:2], (2, 1), value=0.5)  # (B, 3, 6)
-        h = self.pool(nn.functional.elu(self.up(h)))  # (B, 2, 4)
+        h = F.pad(x[:, :, 1:7:2], (2, 1), value=0.5)  # (B, 3, 6)
+        h = self.pool(F.elu(self.up(h)))  # (B, 2, 4)
         img = self.avg(self.conv(self.zoom(h.reshape(-1, 1, 2, 4))))
-        return 1 - img.sum((2, 3)) + h.sum(-1)
+        pooled = F.adaptive_avg_pool1d(h, 1).flatten(1) + F.max_pool1d(h, 2, 1, ceil_mode=True).sum(
+            -1
+        )
+        return 1 - img.sum((2, 3)) + h.sum(-1) * pooled
 
 
 def test_a_model_of_layout_ops_matches_torch_autograd():
@@ -179,6 +184,29 @@ def test_a_model_fx_cannot_trace_compiles_through_export():
     check_against_torch(net, x, engine="pullback", loss="mse", frontend="export")
 
 
+class Cut(nn.Module):
+    def forward(self, x):
+        return x[: x.shape[0]] * 2
+
+
+class Tied(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+        self.b.weight = self.a.weight
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+
+def test_a_weight_two_layers_hold_is_each_layers_own():
+    graph = graph_from_export(Tied(), torch.randn(1, 4), "float64")
+    assert [n.params for n in graph.nodes] == [
+        {"weight": "a.weight", "bias": "a.bias"},
+        {"weight": "a.weight", "bias": "b.bias"},
+    ]
+
+
 class Cumulative(nn.Module):
     def __init__(self):
         super().__init__()
@@ -196,19 +224,39 @@ def test_an_op_without_a_lowering_is_refused_naming_the_aten_op_and_the_module()
         r"'1' \(Cumulative\)\): not supported by the export",
     ):
         graph_from_export(outer, torch.randn(1, 4), "float64")
-    dropout = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.3))
-    train = graph_from_export(dropout.train(), torch.randn(1, 4), "float64")
-    assert [(n.op, n.attrs) for n in train.nodes][1] == ("dropout", {"p": 0.3})
-    with pytest.raises(IRError, match=r"module '1' \(Dropout\): in eval mode torch.export drops"):
-        graph_from_export(dropout.eval(), torch.randn(1, 4), "float64")
 
     class Odd(nn.Conv1d):  # its own forward, calling the op with other hyperparameters
         def forward(self, x):
-            return nn.functional.conv1d(x, self.weight, self.bias, self.stride, 2, 2)
+            return F.conv1d(x, self.weight, self.bias, self.stride, 2, 2)
 
     with pytest.raises(IRError, match=r"padding=\(2,\) where the layer has padding=\(1,\)"):
         graph_from_export(Odd(2, 3, 3, padding=1), torch.randn(1, 2, 9), "float64")
+
+    class NoBias(nn.Linear):  # its own forward, leaving out the layer's bias
+        def forward(self, x):
+            return F.linear(x, self.weight)
+
+    with pytest.raises(IRError, match=r"argument 2 is None where the layer '0' has bias 0\.bias"):
+        graph_from_export(nn.Sequential(NoBias(4, 3)), torch.randn(1, 4), "float64")
+
+    class Rows(nn.Module):  # an output of B * 3 rows: torch's shape is not (B, ...)
+        def forward(self, x):
+            return torch.flatten(x, 0, 1).sum(-1)
+
+    with pytest.raises(IRError, match="first axis is not the batch axis alone"):
+        graph_from_export(Rows(), torch.randn(1, 3, 4), "float64")
+    with pytest.raises(IRError, match=r"aten\.slice\.Tensor .*not understood \(TypeError"):
+        graph_from_export(Cut(), torch.randn(1, 4), "float64")  # an IRError, not a bare one
     with pytest.raises(ValueError, match="frontend must be 'fx' or 'export'"):
         import rootclad
 
         rootclad.compile(nn.Linear(2, 1), torch.zeros(1, 2), frontend="onnx")
+
+
+def test_dropout_is_captured_in_either_mode_and_obeys_the_compiled_models_mode():
+    """In eval mode torch.export would drop it: captured as in training, it is the IR's
+    dropout, which cm.train() and cm.eval() turn on and off."""
+    net = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.3))
+    for mode in (net.train, net.eval):
+        graph = graph_from_export(mode(), torch.randn(1, 4), "float64")
+        assert [(n.op, n.attrs) for n in graph.nodes] == [("linear", {}), ("dropout", {"p": 0.3})]

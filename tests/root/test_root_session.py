@@ -116,6 +116,92 @@ def test_model_h_runs_again_wherever_its_text_falls(tmp_path):
         assert out.stdout.count("ran 1") == 2, (pad, out.stdout + out.stderr)
 
 
+@pytest.mark.slow
+def test_the_macros_twice_in_one_session(gw_file, exported, tmp_path):
+    """score_gw.C through ACLiC twice (the same AUC), read_gw_batches.C loaded twice and
+    called twice, and run with .x three times in a ProcessLine loop."""
+    _, stem = exported
+    score = f'.x {REPO}/macros/score_gw.C+("{gw_file}", "{stem}", "{tmp_path}/s")'
+    read = f"{REPO}/macros/read_gw_batches.C"
+    call = f'read_gw_batches("{gw_file}", 64, 1)'
+    loop = f'for (int i = 0; i < 3; ++i) gROOT->ProcessLine(".x {read}(\\"{gw_file}\\", 64, 1)");'
+    out = _root(score, score, f".L {read}", f".L {read}", call, call, loop, cwd=tmp_path)
+    text = out.stdout + out.stderr
+    assert not _crashed(out) and out.returncode == 0, text
+    aucs = re.findall(r"AUC (\S+) on", out.stdout)
+    assert len(aucs) == 2 and aucs[0] == aucs[1], text
+    sums = re.findall(r"checksum (\S+)", out.stdout)
+    assert len(sums) == 5 and len(set(sums)) == 1, text
+
+
+def test_an_export_moved_elsewhere_works_from_cling_aclic_and_gpp(exported, tmp_path):
+    """STEM.h names no path of the checkout: the three files copied to a new directory work
+    with .x, ACLiC and a g++ program built with ROOT's flags alone (no rootclad include
+    path); the relative stem is resolved against the working directory (dlopen alone would
+    search the library path for "gwnet.so")."""
+    cm, stem = exported
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    for ext in (".h", ".so", ".root"):
+        shutil.copy(f"{stem}{ext}", moved)
+    header = (moved / "gwnet.h").read_text()
+    assert str(REPO) not in header and str(INCLUDE) not in header
+    body = ('  rootclad::Model m("gwnet");\n  ROOT::RVec<float> x(256, 1.0f);\n'
+            '  std::printf("score %.7f\\n", m.score(x));\n')  # fmt: skip
+    (moved / "use.C").write_text(f'#include "gwnet.h"\n#include <cstdio>\nint use() {{\n{body}'
+                                 "  return 0;\n}\n")  # fmt: skip
+    (moved / "prog.cpp").write_text(f'#include "gwnet.h"\n#include <cstdio>\nint main() {{\n'
+                                    f"{body}}}\n")  # fmt: skip
+    want = cm.predict(torch.ones(1, 1, N)).item()
+    out = _root(".x use.C", ".x use.C+", ".x use.C+", cwd=moved)
+    scores = [float(s) for s in re.findall(r"score (\S+)", out.stdout)]
+    assert len(scores) == 3 and max(abs(s - want) for s in scores) <= 1e-6, out.stdout + out.stderr
+    from rootclad.root.flags import root_flags
+
+    flags = [f for f in root_flags() if not f.startswith(f"-I{rootclad.get_include()}")]
+    cxx = shutil.which("g++") or pytest.skip("no g++")
+    subprocess.run([cxx, "-O1", "prog.cpp", "-o", "prog", *flags], cwd=moved, check=True,
+                   capture_output=True, timeout=600)  # fmt: skip
+    run = subprocess.run(["./prog"], cwd=moved, capture_output=True, text=True, timeout=60)
+    assert abs(float(re.search(r"score (\S+)", run.stdout).group(1)) - want) <= 1e-6, run
+
+
+@pytest.mark.parametrize("aclic", [False, True], ids=["cling", "aclic"])
+def test_an_uncaught_exception_in_root_b_q_is_a_root_error_and_exit_code_1(tmp_path, aclic):
+    """root -b -q has no handler: an exception leaving a macro aborted with "terminate called"
+    (exit code 250). rootclad's hosts report it as a ROOT error and exit with 1, naming the
+    file as resolved against the working directory."""
+    (tmp_path / "bad.C").write_text(
+        f'#include "{INCLUDE / "model.h"}"\n'
+        'int bad() { rootclad::Model m("no_such_model"); return 0; }\n'
+    )
+    cmd = ["root", "-l", "-b", "-q", "-e", f'gSystem->SetBuildDir("{tmp_path}/aclic", true);',
+           "bad.C+" if aclic else "bad.C"]  # fmt: skip
+    out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    text = out.stdout + out.stderr
+    assert out.returncode == 1 and "terminate called" not in text, text
+    assert f"Error in <rootclad>: uncaught exception, the macro stopped: rootclad: cannot open " \
+           f"{tmp_path}/no_such_model.root" in text, text  # fmt: skip
+
+
+def test_the_handler_outlives_a_macro_until_it_is_unloaded(exported, tmp_path):
+    """The handler a Model installed reports an exception of a later macro; once the code that
+    installed it is unloaded (.U), C++'s own handler is back (before: a handler left in freed
+    code, and the process ended silently with exit code 245)."""
+    _, stem = exported
+    (tmp_path / "ok.C").write_text(
+        f'#include "{INCLUDE / "model.h"}"\nint ok() {{ rootclad::Model m("{stem}"); return 0; }}\n'
+    )
+    (tmp_path / "boom.C").write_text(
+        '#include <stdexcept>\nint boom() { throw std::runtime_error("boom"); return 0; }\n'
+    )
+    out = _root(".x ok.C", ".x boom.C", cwd=tmp_path)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "Error in <rootclad>: uncaught exception, the macro stopped: boom" in out.stderr
+    out = _root(".x ok.C", ".U ok.C", ".x boom.C", cwd=tmp_path)
+    assert out.returncode == 250 and "terminate called" in out.stderr, out.stdout + out.stderr
+
+
 # what rootclad's headers for macros may include of the system's C headers: Cling parses these
 # as text (they are in none of its modules), and a header it parsed as text can break on the
 # macro's second run (above). With these three model.h ran again at each of 30 lengths of the

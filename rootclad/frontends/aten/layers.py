@@ -1,6 +1,6 @@
 """ATen ops of layers: the fused layers torch.export keeps whole (and BatchNorm's and dropout's
 core ops), lowered as the module that called them through the registry's ``from_module``, each
-hyperparameter of the call checked against the layer's; and softmax."""
+hyperparameter and tensor of the call checked against the layer's; and softmax."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from torch import nn
 from rootclad.frontends.aten.table import lowers
 
 # a kept ATen op -> the module classes that call it, and its weight's argument position (None:
-# a layer without parameters, lowered when its own forward called it)
+# a layer without parameters; the tensors each op takes from its layer: _TENSORS)
 _LAYERS = {
     "linear": ((nn.Linear,), 1),
     "conv1d": ((nn.Conv1d,), 1),
@@ -37,6 +37,39 @@ _LAYERS = {
     "upsample_bilinear2d": ((nn.Upsample,), None),
     "native_dropout": ((nn.Dropout,), None),
 }
+_ADAPTIVE = [(k, d, getattr(nn, f"Adaptive{k}Pool{d}d")) for k in ("Avg", "Max") for d in (1, 2, 3)]
+
+# the parameter-free layers a forward may call as functions: the layer the call's arguments
+# make (as torch's functional form takes them), lowered as that layer
+_FUNCTIONAL = {
+    **{
+        f"max_pool{d}d": lambda k, s=None, p=0, dil=1, ceil=False, c=c: c(
+            k, s or None, p, dil, ceil_mode=ceil
+        )
+        for d, c in ((1, nn.MaxPool1d), (2, nn.MaxPool2d), (3, nn.MaxPool3d))
+    },
+    **{
+        f"avg_pool{d}d": lambda k, s=None, p=0, ceil=False, inc=True, div=None, c=c: c(
+            k, s or None, p, ceil, inc, *([div] if div is not None else [])
+        )
+        for d, c in ((1, nn.AvgPool1d), (2, nn.AvgPool2d), (3, nn.AvgPool3d))
+    },
+    **{f"adaptive_{kind.lower()}_pool{d}d": c for kind, d, c in _ADAPTIVE},
+}
+
+# the tensors a layer op takes from its layer, by argument position
+_OWN = {1: "weight", 2: "bias"}
+_STATISTICS = {1: "weight", 2: "bias", 3: "running_mean", 4: "running_var"}
+_TENSORS = {
+    **{
+        a: _OWN
+        for a in ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d")
+    },
+    "layer_norm": {2: "weight", 3: "bias"},
+    "_native_batch_norm_legit_no_training": _STATISTICS,
+    "_native_batch_norm_legit_functional": _STATISTICS,
+}
+
 # overloads other than "default"
 _OVERLOADS = {
     "conv_transpose2d": "input",
@@ -54,15 +87,27 @@ def _layer(low, node, args, kw):
     aten = node.target._opname
     classes, at = _LAYERS[aten]
     path, mod = low.module_of(node)
-    prefix = f"{path}." if path else ""
-    weight = low.param_name(args[at]) if at is not None and len(args) > at else None
-    own = f"{prefix}weight" if getattr(mod, "weight", None) is not None else None
-    if not isinstance(mod, classes) or (at is not None and weight != own):
+    if not isinstance(mod, classes) and aten in _FUNCTIONAL:  # F.max_pool2d(x, 3) and the like
+        path, mod = "", _FUNCTIONAL[aten](*args[1:])
+    if not isinstance(mod, classes):
         raise low.refuse(
             node,
-            f"a {aten} that is not the forward of a torch.nn layer with its "
-            "own weight (a functional call) is not supported yet",
+            f"a {aten} that is not the forward of a torch.nn layer (a "
+            "functional call with tensors of its own) is not supported yet",
         )
+    prefix = f"{path}." if path else ""
+    for at, name in _TENSORS.get(aten, {}).items():  # the layer's own, or None where it has none
+        called = low.tensor_name(args[at]) if at < len(args) else None
+        own = low.canonical(prefix + name) if getattr(mod, name, None) is not None else None
+        if called != own:
+            raise low.refuse(
+                node,
+                f"argument {at} is {called or 'None'} where the layer "
+                f"{path!r} has {name} {own or 'None'} (a forward of its "
+                "own calling the op otherwise)",
+            )
+    if aten == "_native_batch_norm_legit_functional" and args[5] != mod.training:
+        raise low.refuse(node, "batch statistics where the layer would use its running ones")
     if low.merged(node, args[0]) and aten not in ("linear", "layer_norm"):
         raise low.refuse(node, f"a {aten} of a value whose batch axis torch merged with another")
     for key, called, own in _hyperparameters(aten, args, mod):

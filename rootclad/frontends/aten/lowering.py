@@ -21,8 +21,11 @@ from rootclad.frontends.aten.table import KEPT, LOWERINGS, op_name
 from rootclad.ir.graph import Graph, IRError, Node, Param
 from rootclad.ir.optimize import drop_identities, global_pools, pool_before_activation
 
-# modules whose training behaviour an eval-mode capture loses (they vanish from the graph)
-_TRAINING_ONLY = (nn.modules.dropout._DropoutNd,)
+
+def _training_only(mod: nn.Module) -> bool:
+    """A module that acts in training only, and vanishes from an eval-mode capture: dropout,
+    torchvision's stochastic depth."""
+    return isinstance(mod, nn.modules.dropout._DropoutNd) or type(mod).__name__ == "StochasticDepth"
 
 
 class Lowering:
@@ -34,6 +37,9 @@ class Lowering:
         self.params = dict(signature.inputs_to_parameters)  # placeholder -> parameter name
         self.buffers = dict(signature.inputs_to_buffers)
         self.user_inputs = list(signature.user_inputs)
+        from rootclad.frontends.torch_fx import parameter_aliases
+
+        self.aliases = parameter_aliases(module)
         self.nodes: list[Node] = []
         self.names: dict[str, str] = {}  # ATen node name -> IR value name
         self.tuples: dict[str, list[str | None]] = {}  # ATen node of several results -> values
@@ -69,6 +75,15 @@ class Lowering:
         if isinstance(arg, torch.fx.Node):
             return self.params.get(arg.name)
         return None
+
+    def tensor_name(self, arg) -> str | None:
+        """The parameter or buffer ``arg`` is, by its first name (a tensor two layers hold has
+        one), or None."""
+        name = self.param_name(arg) or self.buffer_name(arg)
+        return self.canonical(name) if name else None
+
+    def canonical(self, name: str) -> str:
+        return self.aliases.get(name, name)
 
     def buffer_name(self, arg) -> str | None:
         return self.buffers.get(arg.name) if isinstance(arg, torch.fx.Node) else None
@@ -199,7 +214,8 @@ class Lowering:
         running statistics BatchNorm updates, which the compiled model updates itself)."""
         every = self.program.graph.nodes
         user = set(self.program.graph_signature.user_outputs)
-        outs = [o for o in next(n for n in every if n.op == "output").args[0] if o.name in user]
+        results = next(n for n in every if n.op == "output").args[0]
+        outs = [o for o in results if getattr(o, "name", None) in user]
         if len(outs) != 1:
             raise IRError(
                 "torch.export: the export front-end compiles models of one output "
@@ -226,8 +242,16 @@ class Lowering:
                 self.names[node.name] = node.name
             elif node.op == "call_function" and node.name in needed:
                 self._call(node)
-        if not self.is_value(outs[0]):
-            raise IRError("torch.export: the model's output is not a value of the batch")
+        if len(results) - len(outs) != len(self.program.graph_signature.buffers_to_mutate):
+            raise IRError(
+                "torch.export: the export front-end compiles models of one output "
+                "tensor so far; this one returns others (None or numbers) too"
+            )
+        if not self.is_value(outs[0]) or self.merged(outs[0]):
+            raise IRError(
+                "torch.export: the model's output is not a value of the batch (its "
+                "first axis is not the batch axis alone)"
+            )
         return Graph(inputs, shapes, self.nodes, self.names[outs[0].name], [], self.dtype)
 
     def _call(self, node) -> None:
@@ -251,7 +275,14 @@ class Lowering:
                 f"{len(LOWERINGS)} ATen ops, listed in rootclad.frontends."
                 "aten.table.LOWERINGS); frontend='fx' may take the model",
             )
-        lowering(self, node, node.args, node.kwargs)
+        try:
+            lowering(self, node, node.args, node.kwargs)
+        except IRError:
+            raise
+        except (TypeError, AttributeError, KeyError, IndexError, ValueError) as exc:
+            raise self.refuse(
+                node, f"arguments {node.args} {dict(node.kwargs)} not understood ({exc!r})"
+            ) from exc
         if node.name in self.names and not isinstance(node.meta.get("val"), (tuple, list)):
             self.expected[self.names[node.name]] = self.shape(node)
 
@@ -282,21 +313,17 @@ def _examples(example_input) -> tuple[torch.Tensor, ...]:
 
 def export_program(module: nn.Module, example_input):
     """``module`` captured by torch.export (batch axis dynamic) in its own mode, as torch.fx
-    traces it, and decomposed into core ATen ops but for the layers in :data:`KEPT`. In eval
-    mode dropout vanishes from the capture: a model holding it is refused rather than compiled
-    without it (in training it is captured, and refused until it has a lowering)."""
+    traces it, but for dropout and stochastic depth, captured as in training (in eval mode
+    they would vanish; compiled, they obey cm.train() and cm.eval()); decomposed into core ATen
+    ops but for the layers in :data:`KEPT`."""
     import copy
 
-    for path, mod in module.named_modules():  # (in training: native_dropout, a layer)
-        if isinstance(mod, _TRAINING_ONLY) and not module.training:
-            raise IRError(
-                f"module {path!r} ({type(mod).__name__}): in eval mode torch.export drops "
-                "dropout; compile the model in training mode (model.train(); the compiled "
-                "model's eval() turns it off) or use frontend='fx'"
-            )
     xs = _examples(example_input)
     batch = torch.export.Dim("batch", min=1)
     model = copy.deepcopy(module)
+    for mod in model.modules():  # captured as in training: their ops obey cm.train()/eval()
+        if _training_only(mod):
+            mod.train()
     table = torch.export.default_decompositions()
     for kept in KEPT:
         _, packet, overload = kept.split(".")

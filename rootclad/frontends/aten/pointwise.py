@@ -37,8 +37,8 @@ def _unary(low, node, args, kw):
     low.emit(node, op, [low.value(node, args[0])], attrs)
 
 
-for _aten in _UNARY:
-    lowers(f"aten.{_aten}.default")(_unary)
+for _aten in _UNARY:  # kept: torch would decompose silu, mish, softplus, hardswish, ...
+    lowers(f"aten.{_aten}.default", kept=True)(_unary)
 
 
 @lowers("aten.elu.default")

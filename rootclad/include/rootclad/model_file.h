@@ -263,7 +263,11 @@ inline void make_private_dir(const std::string& dir) {
                              "), where rootclad keeps a copy of each library it loads; set "
                              "ROOTCLAD_CACHE_DIR to a directory of your own");
   }
-  gSystem->Chmod(dir.c_str(), 0700); // mkdir's mode is masked by the umask
+  // TSystem makes it 0755 (masked by the umask): private before anything is put there
+  if (gSystem->Chmod(dir.c_str(), 0700) != 0)
+    throw std::runtime_error("rootclad: cannot make " + dir +
+                             " private (chmod 700: " + std::strerror(TSystem::GetErrno()) +
+                             "); set ROOTCLAD_CACHE_DIR to a directory of your own");
 }
 
 // Where rootclad::Model keeps the libraries it loads: "exports" in the compile cache
@@ -343,7 +347,8 @@ inline std::string copy_library(const std::string& lib, const std::string& want,
                              "): a stale or foreign library");
   }
   const std::string path = dir + "/" + have + ".so";
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+  // fopen made it 0666 less the umask: the copy is as private as its directory (0700)
+  if (gSystem->Chmod(tmp.c_str(), 0700) != 0 || std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int e = errno;
     std::remove(tmp.c_str());
     throw std::runtime_error("rootclad: cannot write " + path + ": " + std::strerror(e));
