@@ -48,7 +48,8 @@ class Lowering:
         self.expected: dict[str, tuple[int, ...]] = {}
         self.held_values: dict[tuple, str] = {}  # (parameter, per-sample shape) -> its value
         # a permutation moving the batch axis whose users take pieces of its first axis: the
-        # value it permutes and the permutation, lowered by each piece (layers._select_moved)
+        # value it permutes, the permutation and the rows taken, lowered by each piece
+        # (layout._select_moved)
         self.moved: dict[str, tuple] = {}
 
     # -- what a lowering reads ------------------------------------------------------------
@@ -128,9 +129,9 @@ class Lowering:
         what = "a parameter" if self.param_name(arg) else repr(getattr(arg, "name", arg))
         raise self.refuse(
             node,
-            f"operand {what} is not a value of the batch (the export "
-            "front-end takes parameters and constants only where a "
-            "layer reads them, so far)",
+            f"operand {what} is not a value of the batch (the export front-end takes "
+            "parameters and buffers as operands of arithmetic and expand, and where a layer "
+            "reads them; tensors made in forward not yet)",
         )
 
     def rows(self, node, arg=None) -> int:
