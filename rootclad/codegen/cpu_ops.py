@@ -372,10 +372,10 @@ BINARY_KINDS = {"add": 0, "sub": 1, "mul": 2, "div": 3}
 
 
 def binary_kind(node) -> int:
-    """The kernels' kind (ops/binary.h): BINARY_KINDS, or a mask's 4 (fill where nonzero) and
-    5 (keep where nonzero)."""
+    """The kernels' kind (ops/binary.h): BINARY_KINDS, or a mask's (4 to 7)."""
     if node.op == "masked_fill":
-        return 5 if node.attrs["keep"] else 4
+        zero = node.attrs.get("fill", "-inf") == "0"
+        return (6 if zero else 5) if node.attrs["keep"] else (7 if zero else 4)
     return BINARY_KINDS[node.op]
 
 

@@ -86,6 +86,10 @@ class Graph:
     parts: tuple[tuple[int | str, tuple[int, ...]], ...] = ()
     container: str = ""  # "tuple", "list" or "dict" (with parts)
     loss_part: int = 0
+    # values the model computes from no input and no parameter (the export front-end's folded
+    # constants: torch.arange, masks), by buffer name: buffers (not persistent) the compiled
+    # model fills itself
+    constants: dict = field(default_factory=dict, repr=False, compare=False)
     # params and buffers by name, set by validate(): param() runs once per node
     by_name: dict[str, Param] = field(default_factory=dict, repr=False, compare=False)
 

@@ -200,6 +200,8 @@ class ModelBase:
         off = 0
         for b in self.graph.buffers:
             self._buffer_views[b.name] = buffers[off : off + b.numel].view(b.shape)
+            if b.name in self.graph.constants:  # a constant of the model's own (not loaded)
+                self._buffer_views[b.name].copy_(self.graph.constants[b.name].reshape(b.shape))
             off += b.numel
 
     @property

@@ -285,7 +285,7 @@ class DataParallel:
         model, P, comm = self.model, calls.P, calls.buf
         if weight_norm not in ("mean", "sum_w"):
             raise ValueError(f'weight_norm={weight_norm!r}; expected "mean" or "sum_w"')
-        if self.model.graph.buffers and not model.training:
+        if self.model.graph.batch_statistics and not model.training:
             raise ValueError("train_step runs BatchNorm on the batch's statistics: call "
                              "train() first")  # fmt: skip
         t0 = time.perf_counter()

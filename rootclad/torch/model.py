@@ -275,7 +275,7 @@ class CompiledModel(ModelBase):
         :meth:`rootclad.optim.Optimizer.reset`). ``check_finite=False`` skips the scan of
         inputs and targets for speed; weights are always checked."""
         self._check_optimizer(opt)
-        if self.graph.buffers and not self.training:
+        if self.graph.batch_statistics and not self.training:
             raise ValueError(
                 "train_step runs BatchNorm on the batch's statistics (training mode); this "
                 "model is in eval mode: call cm.train() first, or use loss_and_grad and "

@@ -135,13 +135,64 @@ class TimmAttention(nn.Module):
         return self.proj(x).amax(1) + x[:, 0] - (a * b).amin(-1).sum(-1, keepdim=True)
 
 
+class Made(nn.Module):
+    """Tensors made in forward (constants: positions from torch.arange read from an
+    embedding, a causal mask from torch.triu, zeros of the batch's size) and masks of values:
+    comparisons, torch.where, logical ops, roll, max over an axis, and a comparison of two
+    values."""
+
+    def __init__(self):
+        super().__init__()
+        self.pos, self.fc = nn.Embedding(3, 8), nn.Linear(8, 8)
+
+    def forward(self, x):  # (B, 3, 8)
+        B, T, _ = x.shape
+        h = self.fc(x + self.pos(torch.arange(T)))
+        mask = torch.triu(torch.ones(T, T), 1).bool()
+        att = (h @ h.transpose(1, 2)).masked_fill(mask, float("-inf")).softmax(-1)
+        h = torch.where(h > 0.1, att @ h, 0.5 * h)
+        both = (h > 0) & ~(x < -1.0)
+        h = torch.cat([torch.zeros(B, 1, 8), h.roll(1, -1), both.float()], 1)
+        return h.max(1).values + (x > h[:, 1:4]).float().sum(1)
+
+
+class OwnForward(nn.Module):
+    """Layer ops called with other hyperparameters or tensors of their own: a convolution of
+    other padding and dilation, a linear leaving out its bias, F.layer_norm and F.linear of
+    weights computed in forward (a product then), attention through nn.MultiheadAttention
+    (which moves the batch axis), GroupNorm and InstanceNorm."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.fc = nn.Conv1d(3, 2, 3, padding=1), nn.Linear(8, 3)
+        self.w, self.g = nn.Parameter(torch.randn(4, 8)), nn.Parameter(torch.randn(8))
+        self.mha = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.gn, self.inorm = nn.GroupNorm(1, 3), nn.InstanceNorm1d(3, affine=True)
+
+    def forward(self, x):  # (B, 3, 8)
+        c = F.conv1d(x, self.conv.weight, self.conv.bias, 1, 2, 2).mean(-1)
+        h = F.layer_norm(x, (8,), self.g, None)
+        h = F.linear(h, self.fc.weight) + F.linear(h, 2 * self.w).sum(-1, keepdim=True)
+        a = self.mha(x, x, x, need_weights=False)[0] + self.gn(x) + self.inorm(x)
+        return torch.cat([c, h.mean(1), a.mean(1)], -1)
+
+
 class Everything(nn.Module):
     """The models above side by side on one input (B, 3, 8): one build."""
 
     def __init__(self):
         super().__init__()
         self.parts = nn.ModuleList(
-            [Mixed(), TupleIdiom(), Layout(), Held(), Heads(), TimmAttention()]
+            [
+                Mixed(),
+                TupleIdiom(),
+                Layout(),
+                Held(),
+                Heads(),
+                TimmAttention(),
+                Made(),
+                OwnForward(),
+            ]
         )
 
     def forward(self, x):
@@ -160,7 +211,19 @@ def test_models_of_core_aten_ops_and_kept_layers_match_torch_autograd():
     cm = check_against_torch(
         net, x, engine="pullback", loss="mse", frontend="export", against_all=True
     )
-    kept = {"conv1d", "batch_norm", "maxpool1d", "layer_norm", "linear", "softmax", "upsample"}
+    kept = {
+        "conv1d",
+        "batch_norm",
+        "maxpool1d",
+        "layer_norm",
+        "linear",
+        "softmax",
+        "upsample",
+        "compare",
+        "masked_fill",
+        "gather",
+        "parameter",
+    }
     assert {n.op for n in cm.graph.nodes} >= kept
 
 
@@ -205,19 +268,26 @@ def test_an_op_without_a_lowering_is_refused_naming_the_aten_op_and_the_module()
     ):
         graph_from_export(outer, torch.randn(1, 4), "float64")
 
-    class Odd(nn.Conv1d):  # its own forward, calling the op with other hyperparameters
+    class Noisy(nn.Module):  # a random tensor is no constant
         def forward(self, x):
-            return F.conv1d(x, self.weight, self.bias, self.stride, 2, 2)
+            return x + torch.randn(x.shape[0], 4)
 
-    with pytest.raises(IRError, match=r"padding=\(2,\) where the layer has padding=\(1,\)"):
-        graph_from_export(Odd(2, 3, 3, padding=1), torch.randn(1, 2, 9), "float64")
+    with pytest.raises(IRError, match=r"ATen op aten\.randn\.default"):
+        graph_from_export(Noisy(), torch.randn(1, 4), "float64")
 
-    class NoBias(nn.Linear):  # its own forward, leaving out the layer's bias
+    class Picked(nn.Module):  # indices computed from the values (not topk's): unchecked
         def forward(self, x):
-            return F.linear(x, self.weight)
+            return torch.gather(x, 1, (x > 0).long().sum(1, keepdim=True))
 
-    with pytest.raises(IRError, match=r"argument 2 is None where the layer '0' has bias 0\.bias"):
-        graph_from_export(nn.Sequential(NoBias(4, 3)), torch.randn(1, 4), "float64")
+    with pytest.raises(IRError, match=r"aten\.gather\.default .*computed from the inputs"):
+        graph_from_export(Picked(), torch.randn(2, 4), "float64")
+
+    class Mixing(nn.Module):  # a sum over the batch
+        def forward(self, x):
+            return x - x.sum(0)
+
+    with pytest.raises(IRError, match=r"aten\.sum\.dim_IntList .*batch axis"):
+        graph_from_export(Mixing(), torch.randn(2, 4), "float64")
 
     class Rows(nn.Module):  # an output of B * 3 rows: torch's shape is not (B, ...)
         def forward(self, x):

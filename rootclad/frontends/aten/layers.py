@@ -17,6 +17,7 @@ _LAYERS = {
     "layer_norm": ((nn.LayerNorm,), 2),
     "_native_batch_norm_legit_no_training": ((nn.modules.batchnorm._BatchNorm,), 1),
     "_native_batch_norm_legit_functional": ((nn.modules.batchnorm._BatchNorm,), 1),
+    "_native_batch_norm_legit": ((nn.modules.batchnorm._BatchNorm,), 1),  # no_stats (norms.py)
     "conv3d": ((nn.Conv3d,), 1),
     "conv_transpose1d": ((nn.ConvTranspose1d,), 1),
     "conv_transpose2d": ((nn.ConvTranspose2d,), 1),
@@ -55,7 +56,20 @@ _FUNCTIONAL = {
         for d, c in ((1, nn.AvgPool1d), (2, nn.AvgPool2d), (3, nn.AvgPool3d))
     },
     **{f"adaptive_{kind.lower()}_pool{d}d": c for kind, d, c in _ADAPTIVE},
+    **{
+        f"upsample_nearest{d}d": lambda size, scale: _upsample(size, scale, "nearest")
+        for d in (1, 2)
+    },
+    "upsample_linear1d": lambda size, align, scale: _upsample(size, scale, "linear", align),
+    "upsample_bilinear2d": lambda size, align, scale: _upsample(size, scale, "bilinear", align),
 }
+
+
+def _upsample(size, scale, mode, align=None) -> nn.Upsample:
+    """The nn.Upsample of F.interpolate's call (torch's op takes a size or the scales)."""
+    size, scale = (tuple(v) if v is not None else None for v in (size, scale))
+    return nn.Upsample(size, scale, mode, align)
+
 
 # the tensors a layer op takes from its layer, by argument position
 _OWN = {1: "weight", 2: "bias"}
@@ -68,6 +82,7 @@ _TENSORS = {
     "layer_norm": {2: "weight", 3: "bias"},
     "_native_batch_norm_legit_no_training": _STATISTICS,
     "_native_batch_norm_legit_functional": _STATISTICS,
+    "_native_batch_norm_legit": {1: "weight", 2: "bias"},
 }
 
 # overloads other than "default"
@@ -89,6 +104,9 @@ def _layer(low, node, args, kw):
     path, mod = low.module_of(node)
     if not isinstance(mod, classes) and aten in _FUNCTIONAL:  # F.max_pool2d(x, 3) and the like
         path, mod = "", _FUNCTIONAL[aten](*args[1:])
+    if aten in _STAND_IN and not _own_tensors(low, node, args, path, mod, classes):
+        _functional(low, node, args, aten)  # F.linear(x, w, b) and the like
+        return
     if not isinstance(mod, classes):
         raise low.refuse(
             node,
@@ -108,8 +126,10 @@ def _layer(low, node, args, kw):
             )
     if aten == "_native_batch_norm_legit_functional" and args[5] != mod.training:
         raise low.refuse(node, "batch statistics where the layer would use its running ones")
-    if low.merged(node, args[0]) and aten not in ("linear", "layer_norm"):
-        raise low.refuse(node, f"a {aten} of a value whose batch axis torch merged with another")
+    if aten not in ("linear", "layer_norm", "native_dropout"):  # those act on any sample rows
+        low.batch_first(node, args[0], aten)
+    elif aten != "native_dropout":
+        _over_batch(low, node, args, aten)
     for key, called, own in _hyperparameters(aten, args, mod):
         if called != own:
             raise low.refuse(
@@ -125,6 +145,96 @@ def _layer(low, node, args, kw):
         low.tuples[node.name] = [made.output] + [None] * (len(results) - 1)
     else:
         low.names[node.name] = made.output
+
+
+def _own_tensors(low, node, args, path, mod, classes) -> bool:
+    """Whether the op is the forward of layer ``mod``: its class, its tensors, its
+    hyperparameters."""
+    if not isinstance(mod, classes):
+        return False
+    aten, prefix = node.target._opname, f"{path}." if path else ""
+    for at, name in _TENSORS[aten].items():
+        called = low.tensor_name(args[at]) if at < len(args) else None
+        if called != (
+            low.canonical(prefix + name) if getattr(mod, name, None) is not None else None
+        ):
+            return False
+    return all(called == own for _, called, own in _hyperparameters(aten, args, mod))
+
+
+# the layers a functional call with tensors of its own stands for (F.linear(x, w, b), F.conv2d,
+# F.layer_norm): a layer of the call's hyperparameters reading the call's tensors
+_STAND_IN = {
+    "linear": lambda w, b=None: nn.Linear(w.shape[1], w.shape[0], b is not None, device="meta"),
+    **{
+        f"conv{d}d": lambda w, b, stride=1, padding=0, dilation=1, groups=1, c=c: c(
+            w.shape[1] * groups,
+            w.shape[0],
+            tuple(w.shape[2:]),
+            stride,
+            padding,
+            dilation,
+            groups,
+            b is not None,
+            device="meta",
+        )
+        for d, c in ((1, nn.Conv1d), (2, nn.Conv2d), (3, nn.Conv3d))
+    },
+    "layer_norm": lambda shape, w=None, b=None, eps=1e-5, *_: nn.LayerNorm(
+        shape, eps, w is not None, b is not None, device="meta"
+    ),
+}
+
+
+def _functional(low, node, args, aten):
+    """A layer op called with tensors of its own: the layer it stands for, reading them where
+    they are parameters or buffers; a linear of weights computed in forward (a slice of a
+    packed projection, a transpose) as a product with them."""
+    from rootclad.frontends.torch_fx import _module_node
+
+    tensors = _TENSORS[aten]
+    held = {at: args[at] if at < len(args) else None for at in tensors}
+    if all(t is None or low.tensor_name(t) for t in held.values()):
+        shapes = [
+            args[at].meta["val"] if at in held and args[at] is not None else args[at]
+            for at in range(1, len(args))
+        ]
+        if aten == "layer_norm":
+            shapes[0] = tuple(shapes[0])
+        made = _module_node("", _STAND_IN[aten](*shapes), node.name)
+        made.params = {r: low.tensor_name(held[at]) for at, r in tensors.items() if held[at]}
+        if aten.startswith("conv"):
+            low.batch_first(node, args[0], aten)
+        else:
+            _over_batch(low, node, args, aten)
+        made.inputs = [low.value(node, args[0])]
+        low.nodes.append(made)
+        low.names[node.name] = made.output
+        return
+    if aten != "linear":
+        raise low.refuse(node, f"a {aten} of tensors computed in forward is not supported yet")
+    _over_batch(low, node, args, aten)
+    x, w, b = (list(args) + [None])[:3]
+    shape = low.shape(node, x)
+    src = low.value(node, x)
+    if len(shape) == 1:  # a vector: a one-row matrix
+        src = low.emit(node, "reshape", [src], {"shape": (1, *shape)}, part="row")
+    weight = low.emit(node, "permute", [low.value(node, w)], {"perm": (1, 0)}, part="weight_t")
+    out = low.shape(node)
+    last = b is None and len(shape) > 1
+    src = low.emit(node, "matmul", [src, weight], part="" if last else "product")
+    if len(shape) == 1:
+        src = low.emit(node, "reshape", [src], {"shape": out}, part="" if b is None else "rows")
+    if b is not None:
+        low.emit(node, "add", [src, low.operand(node, b)])
+
+
+def _over_batch(low, node, args, aten) -> None:
+    """Refuse a linear or layer norm whose axes include the batch axis."""
+    at = low.layout(node, args[0])
+    acts = 1 if aten == "linear" else len(args[1])
+    if at is not None and at[0] >= len(args[0].meta["val"].shape) - acts:
+        raise low.refuse(node, f"a {aten} over the batch axis")
 
 
 # the hyperparameters of an ATen layer op, by argument position, and the layer attribute each
@@ -146,6 +256,7 @@ _ARGS = {
     "layer_norm": {1: "normalized_shape", 4: "eps"},
     "_native_batch_norm_legit_no_training": {5: "momentum", 6: "eps"},
     "_native_batch_norm_legit_functional": {6: "momentum", 7: "eps"},
+    "_native_batch_norm_legit": {4: "momentum", 5: "eps"},
     "upsample_linear": {2: "align_corners"},
     "upsample_bilinear": {2: "align_corners"},
     "native_dropout": {1: "p"},
@@ -177,6 +288,8 @@ def _hyperparameters(aten, args, mod):
             own = False
         if name == "p":
             own = float(own)
+        if name == "output_size" and isinstance(own, (tuple, list)):  # None: the input's size
+            own = tuple(c if o is None else o for o, c in zip(own, called, strict=False))
         out.append((name, _norm(called, dims), _norm(own, dims)))
     return out
 
@@ -190,15 +303,19 @@ def _norm(v, dims):
 
 
 for _aten in _LAYERS:  # (BatchNorm's and dropout's ops are core ATen ops: nothing to keep)
+    if _aten == "_native_batch_norm_legit":  # lowered in norms.py (instance norm's too)
+        continue
     _kept = not _aten.startswith(("_native_batch_norm", "native_dropout"))
     lowers(f"aten.{_aten}.{_OVERLOADS.get(_aten, 'default')}", kept=_kept)(_layer)
 
 
-@lowers("aten.softmax.int", "aten.log_softmax.int", kept=True)
+@lowers("aten.softmax.int", "aten.log_softmax.int", "aten._safe_softmax.default", kept=True)
 @lowers("aten._softmax.default", "aten._log_softmax.default")
 def _softmax(low, node, args, kw):
+    """Softmax and its log; the safe softmax (rows of -inf only give 0s) of attention."""
     if len(args) > 2 and args[2] not in (None, False) or kw.get("dtype") is not None:
         raise low.refuse(node, "a softmax into another dtype")
-    op = "log_softmax" if "log" in node.target._opname else "softmax"
+    aten = node.target._opname
+    op = "log_softmax" if "log" in aten else "safe_softmax" if "safe" in aten else "softmax"
     axis = low.axis(node, args[0], args[1])
     low.emit(node, op, [low.value(node, args[0])], {"axis": axis})

@@ -1,13 +1,13 @@
-"""ATen ops of layout and reduction: views (a sample's rows where torch merged the batch axis
-with another), expand, permute (kept aside, and lowered by the pieces taken, where it moves the
-batch axis), cat, slice, select, split, unbind, constant padding, mean/sum/amax/amin over
-per-sample axes, and bmm between values."""
+"""ATen ops of layout and reduction: views and permutations (per sample, wherever torch moves
+the batch axis or merges it with another: Lowering.layout), expand, cat, slice, select, split,
+unbind, constant padding, mean/sum/amax/amin over per-sample axes, and bmm between values."""
 
 from __future__ import annotations
 
 import math
 
-from rootclad.frontends.aten.table import lowers
+from rootclad.frontends.aten.table import batch_rows, lowers
+from rootclad.ir.ops.shape import MAX_PERMUTE_AXES, merged_permutation
 
 
 @lowers(
@@ -20,17 +20,23 @@ from rootclad.frontends.aten.table import lowers
     "aten.flatten.using_ints",
 )
 def _view(low, node, args, kw):
-    """A new shape of the same values: per sample, the shape torch gives (its batch axis
-    checked to stay first and whole)."""
+    """A new shape of the same values. Torch's batch axis holds, in order, O blocks (the
+    product of the axes before it and its rows outside the batch) of B samples' rows: a view
+    keeping O keeps each sample's values together and in order, a reshape per sample; any
+    other moves values between samples."""
     x = args[0]
-    if x.name in low.moved:  # the squeeze of dim 0 of one row of a permuted value
-        _, _, first, last = low.moved[x.name]
-        if last - first != 1:
-            raise low.refuse(node, "a view of rows of a value whose batch axis was moved")
-        _select_moved(low, x.name, node, 0, "")
+    if low.layout(node, x) is None:  # the same for every sample
+        low.emit(node, "reshape", [low.value(node, x)], {"shape": low.shape(node)})
         return
-    if math.prod(low.shape(node, x)) != math.prod(low.shape(node)):
+    p, o, _ = low.layout(node, x)
+    blocks = math.prod(int(d) for d in x.meta["val"].shape[:p]) * o
+    dims = tuple(node.meta["val"].shape)
+    found = [(i, k) for i, d in enumerate(dims) if (k := batch_rows(d, low.batch))]
+    before = math.prod(int(d) for d in dims[: found[0][0]]) if len(found) == 1 else 0
+    if not before or blocks % before or found[0][1] % (blocks // before):
         raise low.refuse(node, "a view that moves values between samples")
+    q, rows = found[0]
+    low.layouts[node.name] = (q, blocks // before, rows // (blocks // before))
     low.emit(node, "reshape", [low.value(node, x)], {"shape": low.shape(node)})
 
 
@@ -38,8 +44,12 @@ def _view(low, node, args, kw):
 def _expand(low, node, args, kw):
     """Axes of size 1 repeated (the batch axis stays as it is)."""
     x, out = args[0], low.shape(node)
-    if low.is_held(x):  # a parameter to the batch: p.expand(B, -1, ...)
-        low.emit(node, "expand", [low.held(node, x, len(out))], {"shape": out})
+    if low.is_held(x):  # a parameter to the batch (p.expand(B, -1, ...)), or a mask to heads
+        src, shape = low.operand(node, x), low.shape(node, x)
+        if low.layout(node) is None and len(shape) < len(out):
+            shape = (1,) * (len(out) - len(shape)) + shape
+            src = low.emit(node, "reshape", [src], {"shape": shape}, part="axes")
+        low.emit(node, "expand", [src], {"shape": out})
         return
     if len(low.shape(node, x)) != len(out):
         raise low.refuse(node, "an expand that adds axes (unsqueeze first)")
@@ -48,16 +58,42 @@ def _expand(low, node, args, kw):
 
 @lowers("aten.permute.default")
 def _permute(low, node, args, kw):
-    perm = [p + len(args[1]) if p < 0 else p for p in args[1]]
-    if perm[0] != 0 and perm[1] == 0 and _pieces_taken(node) and not low.merged(node, args[0]):
-        size = args[0].meta["val"].shape[perm[0]]  # qkv.permute(2, 0, ...).unbind(0)
-        low.moved[node.name] = (args[0], perm, 0, int(size))  # lowered by each piece taken
+    """Torch's permutation of the axes, per sample: the batch axis goes where torch puts it
+    (kept as the sample's axis of rows where it holds several, else dropped)."""
+    rank = len(args[1])
+    perm = [d + rank if d < 0 else d for d in args[1]]
+    at = low.layout(node, args[0])
+    p, o, k = at or (None, 1, 2)  # the same for every sample: torch's permutation
+    low.layouts[node.name] = at and (perm.index(p), o, k)
+    if o * k > 1:
+        sample = tuple(perm)
+    else:
+        sample = tuple(d - (d > p) for d in perm if d != p)
+    if sample == tuple(range(len(sample))):
+        low.emit(node, "identity", [low.value(node, args[0])])
         return
-    if perm[0] != 0:
-        raise low.refuse(node, f"permutation {tuple(perm)} moves the batch axis")
-    kept = (0,) if low.merged(node, args[0]) else ()  # a sample's rows stay first
-    sample = kept + tuple(p - (not kept) for p in perm[1:])
-    low.emit(node, "permute", [low.value(node, args[0])], {"perm": sample})
+    src, shape = low.value(node, args[0]), low.shape(node, args[0])
+    if len(merged_permutation(shape, sample)[0]) <= MAX_PERMUTE_AXES:
+        low.emit(node, "permute", [src], {"perm": sample})
+        return
+    steps = _single_moves(sample)  # more axes than the kernels take: one moved at a time
+    for i, step in enumerate(steps):
+        last = i == len(steps) - 1
+        src = low.emit(node, "permute", [src], {"perm": step}, part="" if last else f"move{i}")
+
+
+def _single_moves(perm) -> list[tuple[int, ...]]:
+    """Permutations whose chain is ``perm``, each moving one axis to its place (at most four
+    runs of axes that stay neighbours: before, the axis, those it passes, after)."""
+    current, steps = list(range(len(perm))), []
+    for place, axis in enumerate(perm):
+        at = current.index(axis)
+        if at != place:
+            step = list(range(len(perm)))
+            step.insert(place, step.pop(at))
+            steps.append(tuple(step))
+            current = [current[s] for s in step]
+    return steps
 
 
 @lowers("aten.cat.default")
@@ -73,15 +109,22 @@ def _reduce(low, node, args, kw):
     """A mean, sum, amax or amin over per-sample axes: the axes moved last, the rest and them
     made two axes, each row averaged (global_avgpool, scaled for a sum) or its maximum taken
     (amax, whose gradient ties share as torch's; amin is -amax(-x)), in torch's shape."""
-    x, aten = args[0], node.target._opname
     dims = args[1] if len(args) > 1 else kw.get("dim")
-    if kw.get("dtype") is not None or dims in (None, [], ()):
-        raise low.refuse(node, "a reduction over every axis or into another dtype")
+    if kw.get("dtype") is not None:
+        raise low.refuse(node, "a reduction into another dtype")
+    reduce_over(low, node, args[0], dims, node.target._opname)
+
+
+def reduce_over(low, node, x, dims, aten: str, src=None, part: str = "") -> str:
+    """``node``'s value (or its step ``part``): ``aten`` (mean, sum, amax or amin) of ``x``
+    (or of value ``src`` of its shape) over torch's ``dims``."""
+    if dims in (None, [], ()):
+        raise low.refuse(node, "a reduction over every axis, the batch's too")
     shape = low.shape(node, x)
     axes = sorted({low.axis(node, x, d) for d in ([dims] if isinstance(dims, int) else dims)})
     rest = [a for a in range(len(shape)) if a not in axes]
     inner, outer = math.prod(shape[a] for a in axes), math.prod(shape[a] for a in rest)
-    src = low.value(node, x)
+    src = low.value(node, x) if src is None else src
     negate = {"scale": -1.0, "shift": 0.0}
     if aten == "amin":
         src = low.emit(node, "affine", [src], negate, part="negated")
@@ -93,19 +136,17 @@ def _reduce(low, node, args, kw):
     if aten in ("sum", "amin"):
         scale = {"scale": float(inner), "shift": 0.0} if aten == "sum" else negate
         src = low.emit(node, "affine", [src], scale, part="scaled")
-    low.emit(node, "reshape", [src], {"shape": low.shape(node)})
+    return low.emit(node, "reshape", [src], {"shape": low.shape(node)}, part=part)
 
 
 @lowers("aten.slice.Tensor")
 def _slice(low, node, args, kw):
     x, dim = args[0], args[1] if len(args) > 1 else 0
-    if x.name in low.moved and dim == 0:  # rows of a permuted value's first axis: moved too
-        source, perm, first, last = low.moved[x.name]
-        a, b, _ = slice(*(list(args[2:4]) + [None] * 2)[:2]).indices(last - first)
-        low.moved[node.name] = (source, perm, first + a, first + b)
-        return
     size = low.shape(node, x)
-    if dim in (0, -len(size) - 1):  # x[:, ...]: the whole batch axis, as a view
+    rank = len(x.meta["val"].shape)
+    if (
+        low.layout(node, x) and dim % rank == low.layout(node, x)[0]
+    ):  # x[:, ...]: the whole batch axis, as a view
         whole = (list(args[2:]) + [0, None, 1][len(args) - 2 :])[:3]
         if whole[0] in (0, None) and whole[2] == 1 and (whole[1] is None or whole[1] >= 2**62):
             low.emit(node, "identity", [low.value(node, x)])
@@ -130,12 +171,24 @@ def _pad(low, node, args, kw):
     of the counts); negative counts (cropping) are refused."""
     x, counts = args[0], list(args[1])
     value = low.number(node, args[2] if len(args) > 2 else kw.get("value", 0.0), "value")
-    rank = len(low.shape(node, x))
-    torch_rank = len(x.meta["val"].shape)
-    if len(counts) % 2 or len(counts) // 2 >= torch_rank or min(counts, default=0) < 0:
-        raise low.refuse(node, f"padding {counts}: pairs of counts >= 0 for per-sample axes")
+    rank = len(x.meta["val"].shape)
+    if len(counts) % 2 or len(counts) // 2 >= rank:
+        raise low.refuse(node, f"padding {counts}: pairs of counts for per-sample axes")
     src = low.value(node, x)
-    pairs = [(rank - 1 - i, counts[2 * i], counts[2 * i + 1]) for i in range(len(counts) // 2)]
+    pairs = [
+        (low.axis(node, x, rank - 1 - i), counts[2 * i], counts[2 * i + 1])
+        for i in range(len(counts) // 2)
+    ]
+    shape = list(low.shape(node, x))
+    for axis, before, after in pairs:  # negative counts crop first
+        if before < 0 or after < 0:
+            start, stop = max(-before, 0), shape[axis] - max(-after, 0)
+            if stop <= start:
+                raise low.refuse(node, f"padding {counts} crops every value of an axis")
+            attrs = {"axis": axis, "start": start, "stop": stop, "step": 1}
+            src = low.emit(node, "slice", [src], attrs, part=f"crop{axis}")
+            shape[axis] = stop - start
+    pairs = [(a, max(b, 0), max(c, 0)) for a, b, c in pairs]
     pairs = [p for p in pairs if p[1] or p[2]]
     for i, (axis, before, after) in enumerate(pairs):
         attrs = {"axis": axis, "before": before, "after": after, "value": value}
@@ -144,34 +197,35 @@ def _pad(low, node, args, kw):
         low.emit(node, "identity", [src])
 
 
+@lowers("aten.mm.default")
+def _mm(low, node, args, kw):
+    """A value's rows times a matrix the same for every sample (x @ W)."""
+    a, b = args[:2]
+    if low.layout(node, b) is not None or low.layout(node, a) is None:
+        raise low.refuse(node, "a product whose right operand differs from sample to sample")
+    shape = low.shape(node, a)
+    src = low.value(node, a)
+    if len(shape) == 1:  # a vector per sample: a one-row matrix
+        src = low.emit(node, "reshape", [src], {"shape": (1, *shape)}, part="row")
+    src = low.emit(node, "matmul", [src, low.value(node, b)], part="product")
+    low.emit(node, "reshape", [src], {"shape": low.shape(node)})
+
+
+@lowers("aten._cdist_forward.default")
+def _cdist(low, node, args, kw):
+    """torch.cdist with p=2 between two values of points (P, M), (R, M)."""
+    if args[2] != 2:
+        raise low.refuse(node, f"p={args[2]} (the Euclidean distance, p=2, is supported)")
+    low.emit(node, "cdist", [low.value(node, args[0]), low.value(node, args[1])])
+
+
 @lowers("aten.bmm.default")
 def _bmm(low, node, args, kw):
     """A product of two values, per sample (their merged rows the product's batch)."""
     a, b = (low.value(node, v) for v in args[:2])
-    if low.rows(node, args[0]) != low.rows(node, args[1]):
-        raise low.refuse(node, "operands of different rows per sample")
+    if low.layout(node, args[0]) != low.layout(node, args[1]) or low.layout(node)[0] != 0:
+        raise low.refuse(node, "operands whose batch axes differ or are not the first")
     low.emit(node, "matmul", [a, b])
-
-
-def _pieces_taken(node) -> bool:
-    """Every user of ``node`` takes pieces of its first axis: select or unbind of dim 0, a
-    slice of dim 0 (step 1) whose users do too, or the squeeze of dim 0 of a piece of one."""
-
-    def dim(u, at=1):
-        return u.args[at] if len(u.args) > at else u.kwargs.get("dim", 0)
-
-    def takes(u):
-        op = getattr(u.target, "_opname", "")
-        if op in ("select", "unbind"):
-            return dim(u) == 0
-        if op == "slice":
-            step = u.args[4] if len(u.args) > 4 else 1
-            return dim(u) == 0 and step == 1 and _pieces_taken(u)
-        if op == "squeeze":
-            return list(dim(u)) == [0] if isinstance(dim(u), (list, tuple)) else dim(u) == 0
-        return False
-
-    return bool(node.users) and all(takes(u) for u in node.users)
 
 
 def _piece(low, node, x, axis: int, start: int, stop: int, drop: bool, part: str) -> str:
@@ -185,27 +239,9 @@ def _piece(low, node, x, axis: int, start: int, stop: int, drop: bool, part: str
     return low.emit(node, "reshape", [src], {"shape": out}, part=part)
 
 
-def _select_moved(low, source, node, index: int, part: str) -> str:
-    """Piece ``index`` of a permuted value (``source``, in ``low.moved``) whose first axis
-    (perm[0] of the value before) is not the batch's: that axis's row of the value before the
-    permutation, its other axes then permuted."""
-    x, perm, start, stop = low.moved[source]
-    index = index + (stop - start) if index < 0 else index
-    axis = low.axis(node, x, perm[0])
-    piece = _piece(low, node, x, axis, start + index, start + index + 1, True, f"{part}row")
-    rest = [p - (p > perm[0]) for p in perm[1:]]  # torch's axes of the piece, batch first
-    sample = tuple(p - 1 for p in rest[1:])
-    if sample == tuple(range(len(sample))):
-        return low.emit(node, "identity", [piece], part=part)
-    return low.emit(node, "permute", [piece], {"perm": sample}, part=part)
-
-
 @lowers("aten.select.int")
 def _select(low, node, args, kw):
     x, dim, index = args[0], args[1], args[2]
-    if x.name in low.moved and dim == 0:
-        _select_moved(low, x.name, node, index, "")
-        return
     axis = low.axis(node, x, dim)
     size = low.shape(node, x)[axis]
     index = index + size if index < 0 else index
@@ -215,12 +251,6 @@ def _select(low, node, args, kw):
 @lowers("aten.unbind.int")
 def _unbind(low, node, args, kw):
     x, dim = args[0], args[1] if len(args) > 1 else kw.get("dim", 0)
-    if x.name in low.moved and dim == 0:
-        count = len(node.meta["val"])
-        low.tuples[node.name] = [
-            _select_moved(low, x.name, node, i, f"piece{i}") for i in range(count)
-        ]
-        return
     axis = low.axis(node, x, dim)
     pieces = range(low.shape(node, x)[axis])
     low.tuples[node.name] = [

@@ -11,13 +11,14 @@ nothing, or raises :class:`IRError` through ``low.refuse``.
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
 from torch import nn
 
-from rootclad.frontends.aten import layers, layout, pointwise  # noqa: F401  (fill LOWERINGS)
-from rootclad.frontends.aten.table import KEPT, LOWERINGS, op_name
+from rootclad.frontends.aten import indexing, layers, layout, logic, norms, pointwise  # noqa: F401
+from rootclad.frontends.aten.table import KEPT, LOWERINGS, batch_rows, op_name
 from rootclad.ir.graph import Graph, IRError, Node, Param
 from rootclad.ir.optimize import drop_identities, global_pools, pool_before_activation
 
@@ -31,8 +32,9 @@ def _training_only(mod: nn.Module) -> bool:
 class Lowering:
     """The exported program being lowered: the IR nodes so far and what they are made from."""
 
-    def __init__(self, module: nn.Module, program, dtype: str):
+    def __init__(self, module: nn.Module, program, dtype: str, examples=()):
         self.module, self.program, self.dtype = module, program, dtype
+        self.examples = tuple(examples)  # the inputs torch.export captured the model with
         signature = program.graph_signature
         self.params = dict(signature.inputs_to_parameters)  # placeholder -> parameter name
         self.buffers = dict(signature.inputs_to_buffers)
@@ -47,10 +49,12 @@ class Lowering:
         self.batch = placeholders[self.user_inputs[0]].meta["val"].shape[0]
         self.expected: dict[str, tuple[int, ...]] = {}
         self.held_values: dict[tuple, str] = {}  # (parameter, per-sample shape) -> its value
-        # a permutation moving the batch axis whose users take pieces of its first axis: the
-        # value it permutes, the permutation and the rows taken, lowered by each piece
-        # (layout._select_moved)
-        self.moved: dict[str, tuple] = {}
+        self.layouts: dict[str, tuple[int, int, int] | None] = {}  # ATen node -> layout()
+        # the constants: ATen node -> its value (_fold); those read, by buffer name
+        self.folded: dict[str, torch.Tensor] = {}
+        self.constants: dict[str, torch.Tensor] = {}
+        self.constant_names: dict[str, str] = {}  # folded ATen node -> its buffer
+        self.data: set[str] = set()  # the nodes computed from the model's inputs
 
     # -- what a lowering reads ------------------------------------------------------------
     def where(self, node) -> str:
@@ -92,88 +96,204 @@ class Lowering:
     def is_value(self, arg) -> bool:
         return isinstance(arg, torch.fx.Node) and arg.name in self.names
 
-    def held(self, node, arg, rank: int) -> str:
-        """A parameter or buffer read as a value (the same for every sample) next to values of
-        ``rank`` per-sample axes: its shape aligned as torch broadcasts it, a leading axis of 1
-        standing for the batch axis."""
-        name = self.param_name(arg) or self.buffer_name(arg)
-        shape = tuple(int(d) for d in arg.meta["val"].shape)
-        if len(shape) == rank + 1:
-            if shape[0] != 1:
-                raise self.refuse(
-                    node, f"{name!r} of shape {shape} meets the batch axis with {shape[0]} rows"
-                )
-            shape = shape[1:]
+    def is_held(self, arg) -> bool:
+        """Whether ``arg`` is the same for every sample: a parameter, a buffer, a constant
+        (folded: computed from neither), or a value computed from them (its shape has no batch
+        axis; it is computed for each sample and its gradient summed over the batch)."""
+        return isinstance(arg, torch.fx.Node) and (
+            self.param_name(arg) is not None
+            or self.buffer_name(arg) is not None
+            or arg.name in self.folded
+            or arg.name in self.names
+            and self.layout(arg, arg) is None
+        )
+
+    def constant(self, arg):
+        """The value of a constant tensor ``arg`` (torch's, as it computed it on the example;
+        see :meth:`_fold`), or None where ``arg`` is not one."""
+        return self.folded.get(arg.name) if isinstance(arg, torch.fx.Node) else None
+
+    def value(self, node, arg) -> str:
+        """The IR value of tensor argument ``arg``, in its own shape (a sample's: see
+        :meth:`shape`)."""
+        if self.is_value(arg):
+            return self.names[arg.name]
+        if self.is_held(arg):
+            return self._read(node, arg, self.shape(node, arg))
+        raise self.refuse(node, f"operand {getattr(arg, 'name', arg)!r} is not a tensor")
+
+    def operand(self, node, arg) -> str:
+        """``arg``'s value as an operand of ``node``'s op: a value of the batch as it is; one
+        the same for every sample, aligned as torch broadcasts it against ``node``'s result
+        (its size at the batch axis, 1, dropped)."""
+        at = self.layout(node)
+        if at is None or self.layout(node, arg) is not None:
+            return self.value(node, arg)
+        shape = self.shape(node, arg)
+        rank = len(node.meta["val"].shape)
+        where = getattr(arg, "name", arg)
         if len(shape) > rank:
-            raise self.refuse(node, f"{name!r} of shape {shape} has more axes than a sample")
+            raise self.refuse(node, f"{where!r} of shape {shape} has more axes than the result")
         shape = (1,) * (rank - len(shape)) + shape
+        p, o, k = at
+        if shape[p] != 1:
+            raise self.refuse(
+                node, f"{where!r} of shape {shape} meets the batch axis with {shape[p]} rows"
+            )
+        if o * k == 1:
+            shape = shape[:p] + shape[p + 1 :]
+        if self.is_value(arg):
+            src = self.names[arg.name]
+            if shape == self.shape(node, arg):
+                return src
+            return self.emit(node, "reshape", [src], {"shape": shape}, part=f"{arg.name}_aligned")
+        return self._read(node, arg, shape)
+
+    def held_as(self, node, arg, shape: tuple[int, ...], part: str) -> str:
+        """``arg``, the same for every sample, as a value of ``shape`` (its values in order: a
+        channel's weights as (C, 1, 1))."""
+        if self.layout(node, arg) is not None:
+            raise self.refuse(node, f"{arg.name!r} differs from sample to sample")
+        if not self.is_value(arg):
+            return self._read(node, arg, tuple(shape))
+        return self.emit(node, "reshape", [self.names[arg.name]], {"shape": shape}, part=part)
+
+    def _read(self, node, arg, shape: tuple[int, ...]) -> str:
+        """A parameter, buffer or folded constant read whole as a value of ``shape``."""
+        name = self.param_name(arg) or self.buffer_name(arg)
+        role = (
+            {"params": {"weight": name}} if self.param_name(arg) else {"buffers": {"value": name}}
+        )
+        if name is None:
+            name = self._constant_buffer(node, arg)
+            role = {"buffers": {"value": name}}
         key = (name, shape)
         if key not in self.held_values:
-            role = (
-                {"params": {"weight": name}}
-                if self.param_name(arg)
-                else {"buffers": {"value": name}}
-            )
             made = f"{node.name}__{arg.name}"
+            while made in self.held_values.values():  # read in two shapes by one node
+                made += "_"
             self.nodes.append(Node(made, "parameter", [], made, {"shape": shape}, **role))
             self.held_values[key] = made
         return self.held_values[key]
 
-    def is_held(self, arg) -> bool:
-        return self.param_name(arg) is not None or self.buffer_name(arg) is not None
+    def constant_value(self, node, value: torch.Tensor, shape, part: str) -> str:
+        """A constant a lowering makes (an index), read as a value of ``shape``."""
+        name = self._new_constant(f"{node.name}__{part}", value)
+        attrs = {"shape": tuple(shape)}
+        return self.emit(node, "parameter", [], attrs, buffers={"value": name}, part=part)
 
-    def value(self, node, arg) -> str:
-        """The IR value of a tensor argument that carries the batch axis."""
-        if self.is_value(arg):
-            return self.names[arg.name]
-        what = "a parameter" if self.param_name(arg) else repr(getattr(arg, "name", arg))
-        raise self.refuse(
-            node,
-            f"operand {what} is not a value of the batch (the export front-end takes "
-            "parameters and buffers as operands of arithmetic and expand, and where a layer "
-            "reads them; tensors made in forward not yet)",
-        )
+    def _new_constant(self, stem: str, value: torch.Tensor) -> str:
+        made = f"constant.{stem}"
+        taken = dict(self.module.named_parameters()) | dict(self.module.named_buffers())
+        while made in taken or made in self.constants:  # a module may name a buffer so too
+            made += "_"
+        self.constants[made] = value
+        return made
 
-    def rows(self, node, arg=None) -> int:
-        """How many rows of the value's first axis each sample holds: 1 where that axis is
-        the batch, k where torch merged it with another of size k (x.view(B * k, ...)), whose
-        rows b*k ... b*k + k - 1 are sample b's. Anything else is refused."""
+    def _constant_buffer(self, node, arg) -> str:
+        """The name of the compiled model's buffer holding folded constant ``arg`` (a sample's
+        values, where it has the batch axis: every sample's must be equal)."""
+        if arg.name in self.constant_names:
+            return self.constant_names[arg.name]
+        value, at = self.folded[arg.name], self.layout(node, arg)
+        if at is not None:
+            p, o, k = at
+            dims = value.shape
+            rows = value.reshape(math.prod(dims[:p]) * o, -1, k * math.prod(dims[p + 1 :]))
+            if not bool((rows == rows[:, :1]).all()):
+                raise self.refuse(node, f"constant {arg.name!r} differs from sample to sample")
+            value = rows[:, 0]
+        made = self._new_constant(arg.name, value.reshape(self.shape(node, arg)))
+        self.constant_names[arg.name] = made
+        return made
+
+    def layout(self, node, arg=None) -> tuple[int, int, int]:
+        """Where ``arg``'s samples are (default: ``node``'s result's): ``(p, o, k)``, torch's
+        axis p holds o * B * k rows, sample b's at i * B * k + b * k + r (i < o, r < k). The
+        model's inputs are (0, 1, 1); x.view(B * k, ...) gives k rows per sample, and a view
+        of a value whose batch axis a permutation moved may give o > 1. A sample's values are
+        those rows of axis p, the other axes whole, in that order (its per-sample shape: axis
+        p of o * k, dropped where 1)."""
         subject = node if arg is None else arg
+        if subject.name not in self.layouts:
+            self.layouts[subject.name] = self._derived_layout(node, subject)
+        return self.layouts[subject.name]
+
+    def _derived_layout(self, node, subject) -> tuple[int, int, int] | None:
         dims = tuple(getattr(subject.meta.get("val"), "shape", ()))
-        k = _batch_rows(dims[0], self.batch) if dims else None
-        if k is None:
+        found = [(p, k) for p, d in enumerate(dims) if (k := batch_rows(d, self.batch))]
+        if not found and subject.name not in self.data:
+            return None  # the same for every sample
+        if len(found) != 1:
             raise self.refuse(
                 node,
-                f"{subject.name!r} has shape {dims}, whose first axis is not "
-                "the batch (or the batch times a number)",
+                f"{subject.name!r} has shape {dims}, with no axis of the batch (or the batch "
+                "times a number) though it is computed from the inputs: an op over the "
+                "batch axis mixes the samples",
             )
-        return k
+        (p, rows), outer = found[0], 1
+        # an op that keeps the samples' rows as they are: its operands' arrangement (views and
+        # permutations, which change it, set theirs)
+        reads = list(subject.all_input_nodes)
+        if op_name(subject.target) == "getitem":  # a result of a layer's: the layer's operands
+            reads = list(reads[0].all_input_nodes)
+        operands = {
+            at[1] for a in reads if a.name in self.names and (at := self.layout(subject, a))
+        }
+        if len(operands) > 1:
+            raise self.refuse(node, "operands whose samples' rows are arranged differently")
+        if operands:
+            outer = operands.pop()
+        if rows % outer:
+            raise self.refuse(node, f"{subject.name!r} splits the rows of a sample")
+        return p, outer, rows // outer
+
+    def rows(self, node, arg=None) -> int:
+        """How many rows of the batch axis each sample holds (o * k of :meth:`layout`)."""
+        at = self.layout(node, arg)
+        return 1 if at is None else at[1] * at[2]
 
     def merged(self, node, arg=None) -> bool:
         return self.rows(node, arg) > 1
 
     def shape(self, node, arg=None) -> tuple[int, ...]:
-        """The per-sample shape of ``arg`` (default: of ``node``'s result): torch's shape
-        without the batch axis, or with the rows of a sample first where it is merged."""
+        """The per-sample shape of ``arg`` (default: of ``node``'s result): torch's shape with
+        its batch axis dropped, or holding the rows of a sample where it holds several."""
         subject = node if arg is None else arg
-        k = self.rows(node, arg)
+        at = self.layout(node, arg)
         dims = tuple(subject.meta["val"].shape)
+        if at is None:
+            return tuple(int(d) for d in dims)
+        p, o, k = at
         try:
-            return ((k,) if k > 1 else ()) + tuple(int(d) for d in dims[1:])
+            rest = [int(d) for i, d in enumerate(dims) if i != p]
         except TypeError as exc:  # a symbolic size past the batch axis
             raise self.refuse(
                 node,
                 f"{subject.name!r} has shape {dims}: a per-sample size "
                 "that depends on the batch size",
             ) from exc
+        return tuple(rest[:p] + ([o * k] if o * k > 1 else []) + rest[p:])
 
     def axis(self, node, arg, dim: int) -> int:
         """The per-sample axis of torch's ``dim`` of ``arg`` (refused: the batch axis)."""
         rank = len(arg.meta["val"].shape)
         full = dim + rank if dim < 0 else dim
-        if not 1 <= full < rank:
+        at = self.layout(node, arg)
+        if at is None and 0 <= full < rank:
+            return full
+        p = at[0] if at else 0
+        if not 0 <= full < rank or full == p:
             raise self.refuse(node, f"dim={dim} is the batch axis or out of range")
-        return full if self.merged(node, arg) else full - 1
+        return full if self.merged(node, arg) or full < p else full - 1
+
+    def batch_first(self, node, arg, what: str) -> None:
+        """Refuse ``arg`` unless its batch axis is torch's first, one row per sample."""
+        if self.layout(node, arg) != (0, 1, 1):
+            raise self.refuse(
+                node,
+                f"a {what} of a value whose batch axis torch moved or merged with another",
+            )
 
     def number(self, node, arg, what: str) -> float:
         if isinstance(arg, bool) or not isinstance(arg, (int, float)):
@@ -228,8 +348,11 @@ class Lowering:
             if node.name not in needed:
                 needed.add(node.name)
                 todo.extend(node.all_input_nodes)
+        self._fold(needed)
         inputs, shapes = [], []
         for node in every:
+            if node.name in self.folded:
+                continue  # read where an op takes it
             if node.op == "placeholder" and node.name in self.user_inputs:
                 if not node.meta["val"].dtype.is_floating_point:  # masks, indices: fx's for now
                     raise IRError(
@@ -248,12 +371,92 @@ class Lowering:
                 "torch.export: the export front-end compiles models of one output "
                 "tensor so far; this one returns others (None or numbers) too"
             )
-        if not self.is_value(outs[0]) or self.merged(outs[0]):
+        if not self.is_value(outs[0]) or self.layout(outs[0]) != (0, 1, 1):
             raise IRError(
                 "torch.export: the model's output is not a value of the batch (its "
                 "first axis is not the batch axis alone)"
             )
-        return Graph(inputs, shapes, self.nodes, self.names[outs[0].name], [], self.dtype)
+        graph = Graph(inputs, shapes, self.nodes, self.names[outs[0].name], [], self.dtype)
+        graph.constants = dict(self.constants)
+        return graph
+
+    def _fold(self, needed: set[str]) -> None:
+        """Which nodes the inputs' values reach (:attr:`data`), and the value of each constant
+        the model needs: a tensor computed from neither the inputs' values nor the parameters
+        nor a floating-point buffer (torch.arange, torch.full, a mask, an index buffer and
+        what is computed from them), as torch computes it on the example (the size of its
+        batch axis, if any, the example's). Random ops are never constants."""
+        shaped_only = (
+            "full_like",
+            "zeros_like",
+            "ones_like",
+            "empty_like",
+            "new_zeros",
+            "new_ones",
+            "new_full",
+            "new_empty",
+            "sym_size",
+            "sym_numel",
+        )
+        trained = set(self.params)
+        for node in self.program.graph.nodes:
+            if node.op == "placeholder":
+                val = node.meta.get("val")
+                if node.name in self.user_inputs:
+                    self.data.add(node.name)
+                elif node.name in self.buffers and val.dtype.is_floating_point:
+                    trained.add(node.name)  # read when the model runs: it may be loaded anew
+                continue
+            if node.op != "call_function":
+                continue
+            if getattr(node.target, "_opname", "") in shaped_only:
+                continue  # made from a tensor's shape alone
+            reads = node.all_input_nodes
+            if any(a.name in self.data for a in reads):
+                self.data.add(node.name)
+            if any(a.name in trained for a in reads):
+                trained.add(node.name)
+        values = self._run()
+        for name, value in values.items():
+            if name in needed and name not in self.data and name not in trained:
+                self.folded[name] = value
+
+    def _run(self) -> dict[str, torch.Tensor]:
+        """The value of every tensor of the program that depends on no input's values and is
+        not random, computed by torch on the example."""
+        state, constants = self.program.state_dict, self.program.constants
+        examples = iter(self.examples)
+        args = [
+            next(examples)
+            if spec.kind.name == "USER_INPUT"
+            else state[spec.target]
+            if spec.target in state
+            else constants[spec.target]
+            for spec in self.program.graph_signature.input_specs
+        ]
+        data, random, kept = self.data, set(), {}
+
+        class Run(torch.fx.Interpreter):
+            def run_node(self, n):
+                result = super().run_node(n)
+                tags = getattr(n.target, "tags", ())
+                if torch.Tag.nondeterministic_seeded in tags or any(
+                    a.name in random for a in n.all_input_nodes
+                ):
+                    random.add(n.name)
+                elif isinstance(result, torch.Tensor) and n.name not in data:
+                    kept[n.name] = result.detach()
+                return result
+
+        try:
+            with torch.no_grad():
+                Run(self.program.graph_module).run(*args)
+        except Exception as exc:  # torch's own message names what failed
+            raise IRError(
+                f"torch could not run the captured program on the example (to compute its "
+                f"constants): {type(exc).__name__}: {str(exc)[:1000]}"
+            ) from exc
+        return kept
 
     def _call(self, node) -> None:
         name = op_name(node.target)
@@ -286,15 +489,6 @@ class Lowering:
             ) from exc
         if node.name in self.names and not isinstance(node.meta.get("val"), (tuple, list)):
             self.expected[self.names[node.name]] = self.shape(node)
-
-
-def _batch_rows(size, batch) -> int | None:
-    """k where ``size`` is k times the batch size (the symbol itself, not a number that equals
-    the example's batch), else None."""
-    if not isinstance(size, torch.SymInt):
-        return None
-    ratio = size.node.expr / batch.node.expr
-    return int(ratio) if ratio.is_Integer and int(ratio) >= 1 else None
 
 
 def _is_shape_arithmetic(node) -> bool:
@@ -331,6 +525,8 @@ def export_program(module: nn.Module, example_input):
         table.pop(getattr(getattr(torch.ops.aten, packet), overload), None)
     with warnings.catch_warnings():  # torch.export's own deprecation notices (pytree)
         warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.|copyreg")
+        # the recurrent layers' own weights list, which torch rebuilds in forward
+        warnings.filterwarnings("ignore", message=r"The tensor attributes self\.\S*_flat_weights")
         try:
             program = torch.export.export(
                 model, xs, dynamic_shapes=tuple({0: batch} for _ in xs), strict=False
@@ -340,7 +536,7 @@ def export_program(module: nn.Module, example_input):
                 f"torch.export could not capture {type(module).__name__}: "
                 f"{type(exc).__name__}: {str(exc)[:2000]}"
             ) from exc
-        return program.run_decompositions(table), model
+        return program.run_decompositions(table), model, xs
 
 
 def graph_from_export(module: nn.Module, example_input, dtype: str) -> Graph:
@@ -348,8 +544,8 @@ def graph_from_export(module: nn.Module, example_input, dtype: str) -> Graph:
     op and module, where an op has no lowering."""
     from rootclad.frontends.torch_fx import _persistent, parameter_aliases
 
-    program, model = export_program(module, example_input)
-    low = Lowering(model, program, dtype)
+    program, model, examples = export_program(module, example_input)
+    low = Lowering(model, program, dtype, examples)
     graph = low.graph()
     aliases = parameter_aliases(module)
     for node in graph.nodes:
@@ -361,7 +557,7 @@ def graph_from_export(module: nn.Module, example_input, dtype: str) -> Graph:
         Param(n, tuple(b.shape), _persistent(module, n))
         for n, b in module.named_buffers()
         if n in used
-    ]
+    ] + [Param(n, tuple(c.shape), False) for n, c in graph.constants.items()]
     graph.validate()
     for node in graph.nodes:  # the IR's shapes are torch's: a lowering that differs is a bug
         want = low.expected.get(node.output)

@@ -3,6 +3,8 @@ form reads them), and arithmetic between two values of the batch or a value and 
 
 from __future__ import annotations
 
+import torch
+
 from rootclad.frontends.aten.table import lowers
 from rootclad.ir.ops import OPS
 
@@ -43,10 +45,16 @@ for _aten in _UNARY:  # kept: torch would decompose silu, mish, softplus, hardsw
 
 @lowers("aten.elu.default")
 def _elu(low, node, args, kw):
+    """ELU, and SELU's scaled form: scale * elu(x, alpha)."""
     alpha, scale, input_scale = (list(args[1:]) + [1.0, 1.0, 1.0][len(args) - 1 :])[:3]
-    if scale != 1 or input_scale != 1:
-        raise low.refuse(node, "elu with scale or input_scale other than 1 (selu's form)")
-    low.emit(node, "elu", [low.value(node, args[0])], {"alpha": low.number(node, alpha, "alpha")})
+    if input_scale != 1:
+        raise low.refuse(node, "elu with input_scale other than 1")
+    alpha = {"alpha": low.number(node, alpha, "alpha")}
+    if scale == 1:
+        low.emit(node, "elu", [low.value(node, args[0])], alpha)
+        return
+    src = low.emit(node, "elu", [low.value(node, args[0])], alpha, part="elu")
+    low.emit(node, "affine", [src], {"scale": low.number(node, scale, "scale"), "shift": 0.0})
 
 
 @lowers("aten.neg.default")
@@ -77,22 +85,12 @@ def _arithmetic(low, node, args, kw):
         raise low.refuse(node, "alpha other than 1")
     if op == "rsub":  # b - a
         a, b, op = b, a, "sub"
-    if low.is_value(a) and low.is_held(b) or low.is_held(a) and low.is_value(b):
-        rank = len(low.shape(node))
-        a, b = (low.held(node, v, rank) if low.is_held(v) else low.value(node, v) for v in (a, b))
-        low.emit(node, op, [a, b])
+    if isinstance(a, torch.fx.Node) and isinstance(b, torch.fx.Node):
+        if not low.is_held(a) and not low.is_held(b):
+            aligned(low, node, a, b)
+        low.emit(node, op, [low.operand(node, a), low.operand(node, b)])
         return
-    if low.is_value(a) and low.is_value(b):
-        ra, rb = len(low.shape(node, a)), len(low.shape(node, b))
-        if ra != rb:
-            raise low.refuse(
-                node,
-                f"operands of per-sample ranks {ra} and {rb}; rootclad keeps "
-                "the batch axis apart, so both need as many axes",
-            )
-        low.emit(node, op, [low.value(node, a), low.value(node, b)])
-        return
-    x_first = low.is_value(a)
+    x_first = isinstance(a, torch.fx.Node)
     x, c = (a, b) if x_first else (b, a)
     c = low.number(node, c, "operand")
     x = low.value(node, x)
@@ -109,3 +107,53 @@ def _arithmetic(low, node, args, kw):
     else:  # c / x
         x, scale, shift = low.emit(node, "reciprocal", [x], part="reciprocal"), c, 0.0
     low.emit(node, "affine", [x], {"scale": scale, "shift": shift})
+
+
+def aligned(low, node, a, b) -> None:
+    """Refuse two values of the batch whose batch axes torch's broadcasting does not align
+    (counted from the last axis), or whose samples' rows are arranged differently."""
+    (pa, oa, ka), (pb, ob, kb) = low.layout(node, a), low.layout(node, b)
+    ra, rb = len(a.meta["val"].shape), len(b.meta["val"].shape)
+    if ra - pa != rb - pb or (oa, ka) != (ob, kb):
+        raise low.refuse(
+            node,
+            f"operands {a.name!r} and {b.name!r} whose batch axes torch's broadcasting does "
+            "not align",
+        )
+
+
+@lowers("aten.pow.Tensor_Scalar")
+def _pow(low, node, args, kw):
+    """x ** c for c an integer up to 4 in size (products), 0.5 and -0.5 (square roots)."""
+    x, c = low.value(node, args[0]), low.number(node, args[1], "exponent")
+    if c == 0.5:
+        low.emit(node, "sqrt", [x])
+        return
+    if c == -0.5:
+        low.emit(node, "rsqrt", [x])
+        return
+    if c != int(c) or not 1 <= abs(c) <= 4:
+        raise low.refuse(node, f"exponent {c} (integers up to 4 in size, 0.5 and -0.5)")
+    power = x
+    for i in range(int(abs(c)) - 1):
+        last = c > 0 and i == int(abs(c)) - 2
+        power = low.emit(node, "mul", [power, x], part="" if last else f"power{i + 2}")
+    if c < 0:
+        low.emit(node, "reciprocal", [power])
+    elif c == 1:
+        low.emit(node, "identity", [x])
+
+
+@lowers("aten.linalg_vector_norm.default")
+def _norm(low, node, args, kw):
+    """The 2-norm over axes: the square root of the sum of squares (weight norm's)."""
+    from rootclad.frontends.aten.layout import reduce_over
+
+    x = args[0]
+    order = args[1] if len(args) > 1 else kw.get("ord", 2)
+    dims = args[2] if len(args) > 2 else kw.get("dim")
+    if order != 2 or kw.get("dtype") is not None:
+        raise low.refuse(node, f"ord={order} (the 2-norm is supported)")
+    squares = low.emit(node, "mul", [low.value(node, x), low.value(node, x)], part="squares")
+    dims = [dims] if isinstance(dims, int) else dims
+    low.emit(node, "sqrt", [reduce_over(low, node, x, dims, "sum", squares, "sum")])

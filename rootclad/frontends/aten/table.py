@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
+
 # ATen overload name ("aten.relu.default") -> lowering(low, node, args, kwargs)
 LOWERINGS: dict[str, Callable] = {}
 
@@ -31,3 +33,12 @@ def op_name(target) -> str:
     if callable(name):  # OpOverload.name() -> "aten::relu" (overload: .default)
         return f"{target.namespace}.{target._opname}.{target._overloadname}"
     return getattr(target, "__name__", str(target))
+
+
+def batch_rows(size, batch) -> int | None:
+    """k where ``size`` is k times the batch size (the symbol itself, not a number that equals
+    the example's batch), else None."""
+    if not isinstance(size, torch.SymInt):
+        return None
+    ratio = size.node.expr / batch.node.expr
+    return int(ratio) if ratio.is_Integer and int(ratio) >= 1 else None

@@ -70,6 +70,11 @@ def _mask_infer(node, shapes, graph):
         node,
         "masked_fill needs attr 'keep': True fills where the mask is 0, False where it is not",
     )
+    expect(
+        node.attrs.get("fill", "-inf") in ("-inf", "0"),
+        node,
+        "masked_fill's attr 'fill' is '-inf' (the default) or '0'",
+    )
     out = _binary_infer(node, shapes, graph)
     expect(
         out == tuple(shapes[0]),
@@ -85,7 +90,8 @@ register(
         "masked_fill",
         "binary",
         "a with -inf where the mask b is nonzero (keep=False: masked_fill(b, -inf), a key "
-        "padding mask) or zero (keep=True: a boolean attn_mask); no gradient reaches b",
+        "padding mask) or zero (keep=True: a boolean attn_mask); fill='0': 0 there "
+        "(torch.where(b, a, c) is the sum of two); no gradient reaches b",
         _mask_infer,
         arity=2,
     )

@@ -93,6 +93,28 @@ elementwise(
     "Equal",
     functor_args=lambda a: (float(a["value"]), int(a["negate"])),
 )
+# torch.lt, le, gt, ge of a value and a number, in the functor's order
+COMPARISONS = ("lt", "le", "gt", "ge")
+
+
+def _compare_infer(node, shapes, graph):
+    op, value = node.attrs.get("op"), node.attrs.get("value")
+    expect(op in COMPARISONS, node, f"compare's attr 'op' is one of {COMPARISONS}, not {op!r}")
+    expect(
+        isinstance(value, (int, float)) and not isinstance(value, bool) and value == value,
+        node,
+        f"compare's attr 'value' is a number (not NaN), not {value!r}",
+    )
+    return same_shape(node, shapes, graph)
+
+
+elementwise(
+    "compare",
+    "x < value (op 'lt'; or 'le', 'gt', 'ge') as a mask of 1s and 0s; no gradient",
+    "Compare",
+    functor_args=lambda a: (float(a["value"]), COMPARISONS.index(a["op"])),
+    infer=_compare_infer,
+)
 elementwise(
     "leaky_relu",
     "LeakyReLU",

@@ -18,15 +18,15 @@ template <class On, class T, class DY> void add_backward(On on, T* d_x, DY d_out
 }
 
 template <class T> ROOTCLAD_HD inline T binary_value(int kind, T a, T b) {
-  if (kind >= 4)
-    return (b != T(0)) == (kind == 5) ? a : -T(INFINITY);
+  if (kind >= 4) // a mask (ops/binary.h): a where it keeps, else -inf (kinds 4, 5) or 0 (6, 7)
+    return (b != T(0)) == (kind == 5 || kind == 6) ? a : kind < 6 ? -T(INFINITY) : T(0);
   return kind == 0 ? a + b : kind == 1 ? a - b : kind == 2 ? a * b : a / b;
 }
 
 // d (a op b) / d a (which = 0) or / d b (which = 1); a mask takes none
 template <class T> ROOTCLAD_HD inline T binary_partial(int kind, int which, T a, T b) {
   if (kind >= 4)
-    return !which && (b != T(0)) == (kind == 5) ? T(1) : T(0);
+    return !which && (b != T(0)) == (kind == 5 || kind == 6) ? T(1) : T(0);
   if (kind == 0)
     return T(1);
   if (kind == 1)

@@ -184,6 +184,18 @@ struct Equal {
   template <class T> ROOTCLAD_HD T grad(T, T, T) const { return T(0); }
 };
 
+// x compared with c as a mask of 1s and 0s (op: 0 <, 1 <=, 2 >, 3 >=, as torch.lt, le, gt, ge
+// with a number); NaN compares false, as in torch. No gradient.
+struct Compare {
+  double c;
+  int op;
+  template <class T> ROOTCLAD_HD T f(T x) const {
+    const bool r = op == 0 ? x < T(c) : op == 1 ? x <= T(c) : op == 2 ? x > T(c) : x >= T(c);
+    return r ? T(1) : T(0);
+  }
+  template <class T> ROOTCLAD_HD T grad(T, T, T) const { return T(0); }
+};
+
 // ReLU, written "x <= 0 ? 0 : x": a NaN input stays NaN, as in torch (the other form made it 0,
 // so a NaN input gave a finite loss while the parameters turned NaN). The gradient passes where
 // the output is not <= 0 (0 at 0), as torch's.
@@ -368,7 +380,7 @@ struct PRelu {
 #define ROOTCLAD_UNARY_FUNCTORS(X)                                                                 \
   X(Abs) X(Equal) X(Relu) X(LeakyRelu) X(Tanh) X(Sigmoid) X(Silu) X(Elu) X(Softplus) X(Gelu)       \
   X(Affine) X(Hardtanh) X(Clamp) X(Hardsigmoid) X(Hardswish) X(Mish) X(Selu) X(Exp) X(Log)       \
-  X(Log1p) X(Sqrt) X(Rsqrt) X(Reciprocal) X(Sign)
+  X(Log1p) X(Sqrt) X(Rsqrt) X(Reciprocal) X(Sign) X(Compare)
 // clang-format on
 #define ROOTCLAD_PARAMETRIC_FUNCTORS(X) X(PRelu)
 

@@ -9,7 +9,8 @@ namespace rootclad {
 // ---------------------------------------------------------------------------------------
 // Binary ops with broadcasting. kind: 0 a + b, 1 a - b, 2 a * b, 3 a / b, and attention's
 // masks, b a mask of 0s and 1s that takes no gradient: 4 -inf where b is nonzero, else a
-// (masked_fill(b, -inf)); 5 a where b is nonzero, else -inf (a boolean attn_mask). Per sample
+// (masked_fill(b, -inf)); 5 a where b is nonzero, else -inf (a boolean attn_mask); 6 a where b
+// is nonzero, else 0; 7 0 where b is nonzero, else a (torch.where as 6 + 7). Per sample
 // the output is an (n0, n1, n2) loop nest; a's element of out[b, i, j, k] is
 //   a[b*na + i*sa0 + j*sa1 + k*sa2]   (stride 0 on an axis a is broadcast along),
 // and b's likewise with sb*, nb. Operands of equal shapes run as one flat loop.

@@ -8,6 +8,11 @@
 
 namespace rootclad {
 
+// whether mask kind 4..7 keeps a where the mask is nonzero (5 and 6) or where it is 0
+inline bool binary_keeps_nonzero(int kind) {
+  return kind == 5 || kind == 6;
+}
+
 template <typename T> inline T binary_apply(int kind, T x, T y) {
   if (kind == 0)
     return x + y;
@@ -15,10 +20,8 @@ template <typename T> inline T binary_apply(int kind, T x, T y) {
     return x - y;
   if (kind == 2)
     return x * y;
-  if (kind == 4)
-    return y != T(0) ? -T(INFINITY) : x;
-  if (kind == 5)
-    return y != T(0) ? x : -T(INFINITY);
+  if (kind >= 4) // a mask: x where it keeps, else the fill (-inf for kinds 4 and 5, 0 after)
+    return (y != T(0)) == binary_keeps_nonzero(kind) ? x : kind < 6 ? -T(INFINITY) : T(0);
   return x / y;
 }
 
@@ -57,8 +60,8 @@ template <typename T> inline void binary_adjoint(int kind, T g, T x, T y, T& da,
   } else if (kind == 2) {
     da += g * y;
     db += g * x;
-  } else if (kind == 4 || kind == 5) { // the mask takes no gradient
-    if ((y != T(0)) == (kind == 5))
+  } else if (kind >= 4) { // the mask takes no gradient
+    if ((y != T(0)) == binary_keeps_nonzero(kind))
       da += g;
   } else {
     da += g / y;

@@ -1,0 +1,189 @@
+"""ATen ops that take values by index: index_select, advanced indexing by one index tensor
+(x[:, idx], a relative-position table read by an index buffer), gather, embedding of constant
+positions, torch.roll (an index_select of constant indices), topk and max/min over an axis
+(the IR's topk indices, the values a gather by them), and repeat (tiles of a sample's values).
+
+Indices are constants (computed from neither the inputs nor the parameters: torch.arange, an
+index buffer) or topk's; indices computed from the inputs' values otherwise are refused."""
+
+from __future__ import annotations
+
+import torch
+
+from rootclad.frontends.aten.table import batch_rows, lowers
+
+
+def take(low, node, x, dim: int, index: torch.Tensor, part: str = "") -> str:
+    """``x``'s values at positions ``index`` (a constant of integers, any shape) of torch's
+    axis ``dim``: the index's axes where that axis was (torch.index_select, x[..., index])."""
+    axis = low.axis(node, x, dim)
+    shape = low.shape(node, x)
+    size = shape[axis]
+    if index.dtype.is_floating_point or index.dtype == torch.bool or index.numel() == 0:
+        raise low.refuse(node, f"an index of {index.dtype} and {index.numel()} values")
+    if bool(((index < -size) | (index >= size)).any()):
+        raise low.refuse(node, f"an index out of range for an axis of {size}")
+    flat = (index.reshape(-1) % size).to(torch.float64)
+    n = flat.numel()
+    out = shape[:axis] + (n,) + shape[axis + 1 :]
+    src = low.value(node, x)
+    if torch.equal(flat, torch.arange(size, dtype=torch.float64)):
+        taken = low.emit(node, "identity", [src], part=f"{part}taken")
+    else:
+        held = (1,) * axis + (n,) + (1,) * (len(shape) - axis - 1)
+        idx = low.constant_value(node, flat, held, f"{part}index")
+        if held != out:
+            idx = low.emit(node, "expand", [idx], {"shape": out}, part=f"{part}index_full")
+        taken = low.emit(node, "gather", [src, idx], {"axis": axis}, part=f"{part}taken")
+    want = shape[:axis] + tuple(index.shape) + shape[axis + 1 :]
+    return low.emit(node, "reshape", [taken], {"shape": want}, part=part)
+
+
+def _index(low, node, arg) -> torch.Tensor:
+    value = low.constant(arg)
+    if value is None:
+        raise low.refuse(
+            node,
+            f"index {getattr(arg, 'name', arg)!r} is computed from the inputs' values "
+            "(indices must be constants: torch.arange, an index buffer)",
+        )
+    return value
+
+
+@lowers("aten.index_select.default")
+def _index_select(low, node, args, kw):
+    take(low, node, args[0], args[1], _index(low, node, args[2]))
+
+
+@lowers("aten.index.Tensor")
+def _index_tensor(low, node, args, kw):
+    """x[..., idx, ...]: one index tensor (the other axes whole)."""
+    x, indices = args[0], list(args[1])
+    found = [i for i, t in enumerate(indices) if t is not None]
+    if len(found) != 1:
+        raise low.refuse(node, f"indexing by {len(found)} index tensors (one is supported)")
+    index = _index(low, node, indices[found[0]])
+    if index.dtype == torch.bool:
+        raise low.refuse(node, "boolean masking (its result's shape depends on the values)")
+    take(low, node, x, found[0], index)
+
+
+@lowers("aten.embedding.default")
+def _embedding(low, node, args, kw):
+    """F.embedding of constant positions (a position table read at torch.arange)."""
+    weight, index = args[0], _index(low, node, args[1])
+    take(low, node, weight, 0, index)
+
+
+@lowers("aten.gather.default")
+def _gather(low, node, args, kw):
+    """torch.gather by topk's indices or by a constant."""
+    x, dim, index = args[0], args[1], args[2]
+    axis = low.axis(node, x, dim)
+    value = low.constant(index)
+    if value is None and not _from_topk(index):
+        _index(low, node, index)
+    size = low.shape(node, x)[axis]
+    if value is not None and bool(((value < 0) | (value >= size)).any()):
+        raise low.refuse(node, f"an index out of range for an axis of {size}")
+    low.emit(node, "gather", [low.value(node, x), low.value(node, index)], {"axis": axis})
+
+
+# ops that move or copy indices without changing them
+_CARRY = {
+    "view",
+    "_unsafe_view",
+    "reshape",
+    "unsqueeze",
+    "squeeze",
+    "expand",
+    "clone",
+    "permute",
+    "slice",
+    "select",
+    "alias",
+}
+
+
+def _from_topk(index) -> bool:
+    """Whether ``index`` is indices topk (or max, min) found, moved or copied: exact and in
+    range by construction (any other index computed from the values is refused)."""
+    while getattr(index.target, "_opname", "") in _CARRY:
+        index = index.args[0]
+    if getattr(index.target, "__name__", "") != "getitem" or index.args[1] != 1:
+        return False
+    return getattr(index.args[0].target, "_opname", "") in ("topk", "max", "min")
+
+
+@lowers("aten.topk.default")
+def _topk(low, node, args, kw):
+    """The indices (the IR's topk), the values a gather by them."""
+    x, k = args[0], args[1]
+    dim = args[2] if len(args) > 2 else kw.get("dim", -1)
+    largest = args[3] if len(args) > 3 else kw.get("largest", True)
+    axis = low.axis(node, x, dim)
+    src = low.value(node, x)
+    attrs = {"axis": axis, "k": int(k), "largest": bool(largest)}
+    idx = low.emit(node, "topk", [src], attrs, part="indices")
+    values = low.emit(node, "gather", [src, idx], {"axis": axis}, part="values")
+    low.tuples[node.name] = [values, idx]
+
+
+@lowers("aten.max.dim", "aten.min.dim")
+def _max_dim(low, node, args, kw):
+    """torch.max(x, dim): the value and index of the largest (topk of 1, then the axis dropped
+    unless keepdim)."""
+    x, dim = args[0], args[1]
+    keep = args[2] if len(args) > 2 else kw.get("keepdim", False)
+    axis = low.axis(node, x, dim)
+    src = low.value(node, x)
+    attrs = {"axis": axis, "k": 1, "largest": node.target._opname == "max"}
+    idx = low.emit(node, "topk", [src], attrs, part="indices")
+    values = low.emit(node, "gather", [src, idx], {"axis": axis}, part="values")
+    if not keep:
+        shape = low.shape(node, x)
+        dropped = shape[:axis] + shape[axis + 1 :]
+        values = low.emit(node, "reshape", [values], {"shape": dropped}, part="value")
+        idx = low.emit(node, "reshape", [idx], {"shape": dropped}, part="index")
+    low.tuples[node.name] = [values, idx]
+
+
+@lowers("aten.repeat.default")
+def _repeat(low, node, args, kw):
+    """x.repeat(...): each per-sample axis tiled (a new axis of the count before it, expanded,
+    the two merged); a tensor the same for every sample repeated along the batch axis first
+    (p.repeat(B), as instance norm's weights) is each sample's."""
+    x, rank = args[0], len(node.meta["val"].shape)
+    counts = [c.meta["val"] if isinstance(c, torch.fx.Node) else c for c in args[1]]
+    at, mine = low.layout(node), low.layout(node, x)
+    if at is not None and mine is None:  # p.repeat(B, ...)
+        if (
+            at[0] != 0
+            or low.rows(node)
+            != int(x.meta["val"].shape[0] if rank == len(x.meta["val"].shape) else 1)
+            or batch_rows(counts[0], low.batch) != 1
+        ):
+            raise low.refuse(node, "a repeat along the batch axis other than p.repeat(B, ...)")
+        counts = [1] + counts[1:]
+        shape = (1,) * (rank - len(x.meta["val"].shape)) + low.shape(node, x)
+    else:
+        shape = low.shape(node, x)
+        if at is not None:
+            if counts[at[0]] != 1:
+                raise low.refuse(node, "a repeat along the batch axis")
+            if low.rows(node) == 1:
+                counts = counts[: at[0]] + counts[at[0] + 1 :]
+    src = low.value(node, x)
+    current = [1] * (len(counts) - len(shape)) + list(shape)
+    if tuple(current) != tuple(shape):
+        src = low.emit(node, "reshape", [src], {"shape": tuple(current)}, part="axes")
+    for i, c in enumerate(int(c) for c in counts):
+        if c == 1:
+            continue
+        split = current[:i] + [1, current[i]] + current[i + 1 :]
+        src = low.emit(node, "reshape", [src], {"shape": tuple(split)}, part=f"split{i}")
+        split[i] = c
+        src = low.emit(node, "expand", [src], {"shape": tuple(split)}, part=f"tiles{i}")
+        current[i] *= c
+        src = low.emit(node, "reshape", [src], {"shape": tuple(current)}, part=f"merged{i}")
+    low.emit(node, "reshape", [src], {"shape": low.shape(node)})

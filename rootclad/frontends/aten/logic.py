@@ -1,0 +1,181 @@
+"""ATen ops of masks: comparisons (a mask of 1s and 0s, no gradient), logical ops on masks,
+any/all, torch.where and masked_fill (each branch kept where the mask says, never multiplied by
+it: an infinity in the branch not taken stays out), and dtype conversions.
+
+Masks are values of 0s and 1s in the model's dtype; a comparison of two tensors compares their
+difference with 0 (the same answer but where both are the same infinity: torch says equal,
+their difference is NaN)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from rootclad.frontends.aten.layout import reduce_over
+from rootclad.frontends.aten.table import lowers
+from rootclad.ir.ops.elementwise import COMPARISONS
+
+_SCALAR = {"eq": None, "ne": None, **{c: c for c in COMPARISONS}}
+
+
+def _number(low, node, arg):
+    """``arg`` as a number where it is one, or a constant tensor of one value; else None."""
+    if isinstance(arg, (int, float)) and not isinstance(arg, bool):
+        return float(arg)
+    if isinstance(arg, bool):
+        return float(arg)
+    value = low.constant(arg)
+    if value is not None and value.numel() == 1:
+        return float(value.reshape(()).item())
+    return None
+
+
+def _compare(low, node, x: str, op: str, value: float, part: str = "") -> str:
+    if math.isnan(value):
+        raise low.refuse(node, "a comparison with NaN")
+    if op in ("eq", "ne"):
+        return low.emit(node, "equal", [x], {"value": value, "negate": op == "ne"}, part=part)
+    return low.emit(node, "compare", [x], {"op": op, "value": value}, part=part)
+
+
+@lowers(*(f"aten.{c}.{o}" for c in _SCALAR for o in ("Scalar", "Tensor")))
+def _comparison(low, node, args, kw):
+    op = node.target._opname
+    a, b = args[0], args[1]
+    number = _number(low, node, b)
+    if number is not None:
+        _compare(low, node, low.value(node, a), op, number)
+        return
+    flipped = _number(low, node, a)
+    if flipped is not None:  # c < x is x > c
+        turned = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}.get(op, op)
+        _compare(low, node, low.value(node, b), turned, flipped)
+        return
+    difference = low.emit(node, "sub", [low.operand(node, a), low.operand(node, b)], part="diff")
+    _compare(low, node, difference, op, 0.0)
+
+
+@lowers("aten.logical_not.default", "aten.bitwise_not.default")
+def _not(low, node, args, kw):
+    _mask_only(low, node, args[0])
+    low.emit(node, "affine", [low.value(node, args[0])], {"scale": -1.0, "shift": 1.0})
+
+
+@lowers(
+    "aten.logical_and.default",
+    "aten.bitwise_and.Tensor",
+    "aten.logical_or.default",
+    "aten.bitwise_or.Tensor",
+    "aten.logical_xor.default",
+    "aten.bitwise_xor.Tensor",
+)
+def _logical(low, node, args, kw):
+    for arg in args[:2]:
+        _mask_only(low, node, arg)
+    a, b = (low.operand(node, v) for v in args[:2])
+    op = node.target._opname.split("_")[-1]
+    if op == "and":
+        low.emit(node, "mul", [a, b])
+    elif op == "or":  # a + b is 1 or 2 where either is
+        _compare(low, node, low.emit(node, "add", [a, b], part="sum"), "gt", 0.0)
+    else:
+        _compare(low, node, low.emit(node, "sub", [a, b], part="diff"), "ne", 0.0)
+
+
+def _mask_only(low, node, arg) -> None:
+    if arg.meta["val"].dtype != torch.bool:
+        raise low.refuse(node, f"a logical op on {arg.name!r} of {arg.meta['val'].dtype}")
+
+
+@lowers("aten.any.dim", "aten.any.dims", "aten.all.dim", "aten.all.dims")
+def _any(low, node, args, kw):
+    """any / all of a mask over axes: its largest / smallest value there."""
+    _mask_only(low, node, args[0])
+    dims = args[1] if len(args) > 1 else kw.get("dim")
+    dims = [dims] if isinstance(dims, int) else dims
+    reduce_over(low, node, args[0], dims, "amax" if node.target._opname == "any" else "amin")
+
+
+@lowers("aten.where.self", "aten.where.ScalarSelf", "aten.where.ScalarOther", "aten.where.Scalar")
+def _where(low, node, args, kw):
+    cond, a, b = args[:3]
+    _branches(low, node, cond, a, b)
+
+
+@lowers("aten.masked_fill.Scalar", "aten.masked_fill.Tensor")
+def _masked_fill(low, node, args, kw):
+    x, mask, value = args[:3]
+    number = _number(low, node, value)
+    if number == -math.inf and low.layout(node) is not None:  # attention's mask: one op
+        out = low.shape(node)
+        if low.shape(node, x) == out:
+            low.emit(
+                node,
+                "masked_fill",
+                [low.value(node, x), _full(low, node, mask, "mask")],
+                {"keep": False},
+            )
+            return
+    _branches(low, node, mask, value, x)
+
+
+def _branches(low, node, cond, a, b) -> None:
+    """torch.where(cond, a, b): a where cond holds, b elsewhere, each branch's value filled
+    with 0 where it is not taken (no gradient reaches it there), the two added."""
+    if cond.meta["val"].dtype != torch.bool:
+        raise low.refuse(node, f"a condition {cond.name!r} of {cond.meta['val'].dtype}")
+    mask = _full(low, node, cond, "cond")
+    kept = []
+    for i, branch in enumerate((a, b)):
+        number = _number(low, node, branch)
+        if number is not None:
+            if math.isnan(number):
+                raise low.refuse(node, "a branch of NaN")
+            src = low.emit(node, "affine", [mask], {"scale": 0.0, "shift": number}, part=f"c{i}")
+        else:
+            src = _full(low, node, branch, f"b{i}")
+        attrs = {"keep": i == 0, "fill": "0"}
+        kept.append(low.emit(node, "masked_fill", [src, mask], attrs, part=f"kept{i}"))
+    low.emit(node, "add", kept)
+
+
+def _full(low, node, arg, part: str) -> str:
+    """``arg`` as an operand of ``node`` of the result's per-sample shape (broadcast)."""
+    src, out = low.operand(node, arg), low.shape(node)
+    shape = (
+        low.shape(node, arg)
+        if low.layout(node, arg) is not None or low.layout(node) is None
+        else None
+    )
+    if shape is None:  # aligned by operand(): its shape is the result's rank
+        shape = _aligned(low, node, arg)
+    if len(shape) < len(out):
+        shape = (1,) * (len(out) - len(shape)) + tuple(shape)
+        src = low.emit(node, "reshape", [src], {"shape": shape}, part=f"{part}_axes")
+    if tuple(shape) != tuple(out):
+        src = low.emit(node, "expand", [src], {"shape": out}, part=f"{part}_full")
+    return src
+
+
+def _aligned(low, node, arg) -> tuple[int, ...]:
+    """The shape :meth:`Lowering.operand` gives a value the same for every sample."""
+    shape = low.shape(node, arg)
+    rank = len(node.meta["val"].shape)
+    shape = (1,) * (rank - len(shape)) + tuple(shape)
+    p, o, k = low.layout(node)
+    return shape if o * k > 1 else shape[:p] + shape[p + 1 :]
+
+
+@lowers("aten._to_copy.default", "aten.to.dtype", "aten.type_as.default")
+def _to(low, node, args, kw):
+    """A change of dtype: the same values, a mask where it becomes bool (x != 0); floats made
+    integers are refused (torch truncates them)."""
+    source, target = args[0].meta["val"].dtype, node.meta["val"].dtype
+    x = low.value(node, args[0])
+    if target == torch.bool and source != torch.bool:
+        _compare(low, node, x, "ne", 0.0)
+    elif source.is_floating_point and not target.is_floating_point:
+        raise low.refuse(node, f"{source} made {target} (torch truncates)")
+    else:
+        low.emit(node, "identity", [x])
