@@ -1,5 +1,6 @@
-"""How many of the fx front-end's op cases, and of the model zoo's torchvision/timm
-classifiers, the export front-end (frontend="export") compiles and matches, float64, against
+"""How many of the fx front-end's op cases, of the model zoo's torchvision/timm classifiers
+and of architectures no issue names (tests/fixtures/fresh_models.py), the export front-end
+(frontend="export") compiles and matches, float64, against
 torch autograd (output, input and parameter gradients, as tests/models/test_zoo.py checks the
 fx front-end), and what it refuses, by ATen op. Writes benchmarks/results/export_coverage.json.
 
@@ -58,9 +59,10 @@ def main() -> None:
             wrong[name] = str(exc)[:300]
         except Exception as exc:
             crashed[name] = repr(exc)[:300]
-    zoo = _zoo()
+    zoo, fresh = _zoo(), _fresh()
     out = {
         "zoo": zoo,
+        "fresh": fresh,
         "cases": len(CASES),
         "matched": len(matched),
         "wrong": wrong,
@@ -74,6 +76,10 @@ def main() -> None:
         f"{len(zoo['crashed'])} crashed, refused: {zoo['refused']}"
     )
     print(
+        f"fresh: {len(fresh['matched'])} of {fresh['models']} match, {len(fresh['wrong'])} "
+        f"wrong, {len(fresh['crashed'])} crashed, refused: {fresh['refused']}"
+    )
+    print(
         f"{len(matched)} of {len(CASES)} match, {len(wrong)} wrong, {len(crashed)} crashed, "
         f"{sum(refused.values())} refused; {RESULT}"
     )
@@ -83,23 +89,54 @@ def _zoo() -> dict:
     from fixtures.zoo import RTOL
     from models.test_zoo import ZOO, _build
 
-    matched, wrong, crashed, refused = [], {}, {}, {}
-    for name in ZOO:
+    def check(name):
         net = _build(name).eval()
         x = torch.randn(
             2, 3, 32, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(1)
         )
+        check_against_torch(
+            net,
+            x,
+            torch.float64,
+            engine="pullback",
+            rtol=RTOL.get(name, 1e-9),
+            loss="cross_entropy",
+            against_all=True,
+            frontend="export",
+        )
+
+    return _family(list(ZOO), check)
+
+
+def _fresh() -> dict:
+    """tests/fixtures/fresh_models.py: architectures no issue names, as their authors wrote
+    them (as tests/frontends/test_aten_fresh.py checks them)."""
+    from fixtures.fresh_models import FRESH, fresh_inputs
+
+    builds = {name: (build, shapes) for name, build, shapes, _ in FRESH}
+
+    def check(name):
+        torch.manual_seed(0)
+        build, shapes = builds[name]
+        xs = fresh_inputs(shapes)
+        check_against_torch(
+            build().double(),
+            xs if len(xs) > 1 else xs[0],
+            engine="pullback",
+            loss="mse",
+            against_all=True,
+            frontend="export",
+        )
+
+    return _family(list(builds), check)
+
+
+def _family(names, check) -> dict:
+    """Each model of ``names`` checked by ``check(name)``: matched, wrong, crashed, refused."""
+    matched, wrong, crashed, refused = [], {}, {}, {}
+    for name in names:
         try:
-            check_against_torch(
-                net,
-                x,
-                torch.float64,
-                engine="pullback",
-                rtol=RTOL.get(name, 1e-9),
-                loss="cross_entropy",
-                against_all=True,
-                frontend="export",
-            )
+            check(name)
             matched.append(name)
         except IRError as exc:
             found = re.search(r"ATen op \S+|module '[^']*' \(\w+\)|torch\.export[^:]*", str(exc))
@@ -109,7 +146,7 @@ def _zoo() -> dict:
         except Exception as exc:
             crashed[name] = repr(exc)[:300]
     return {
-        "models": len(ZOO),
+        "models": len(names),
         "matched": matched,
         "wrong": wrong,
         "crashed": crashed,

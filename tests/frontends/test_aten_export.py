@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from fixtures.core import check_against_torch
+from fixtures.core import assert_close_rel, check_against_torch
 from torch import nn
 from torch.nn import functional as F
 
@@ -310,3 +310,58 @@ def test_dropout_is_captured_in_either_mode_and_obeys_the_compiled_models_mode()
     for mode in (net.train, net.eval):
         graph = graph_from_export(mode(), torch.randn(1, 4), "float64")
         assert [(n.op, n.attrs) for n in graph.nodes] == [("linear", {}), ("dropout", {"p": 0.3})]
+
+
+class Tokens(nn.Module):
+    """A GPT-style block on token ids (an integer input read by an embedding, positions at
+    torch.arange, a causal mask) beside a BERT-style one (a position_ids buffer sliced, an
+    attention mask given as integers and made floats)."""
+
+    def __init__(self, vocab=11, T=6, D=8):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, D, padding_idx=0), nn.Embedding(T, D)
+        self.block = nn.TransformerEncoderLayer(D, 2, 16, dropout=0.0, batch_first=True)
+        self.register_buffer("position_ids", torch.arange(T).expand((1, -1)))
+        self.ln, self.head = nn.LayerNorm(D), nn.Linear(D, 2)
+
+    def forward(self, ids, attention_mask):
+        T = ids.shape[1]
+        x = self.tok(ids) + self.pos(torch.arange(T))
+        causal = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+        gpt = self.block(x, src_mask=causal, is_causal=True).mean(1)
+        y = self.ln(self.tok(ids) + self.pos(self.position_ids[:, :T]))
+        ext = (1.0 - attention_mask[:, None, :].to(y.dtype)) * -1e4
+        bert = (torch.softmax(y @ y.transpose(1, 2) / 8**0.5 + ext, -1) @ y)[:, 0]
+        return self.head(gpt + bert)
+
+
+def test_token_ids_and_an_integer_mask_are_inputs_and_their_bounds_are_checked():
+    """Against torch autograd in float64 (output and every parameter gradient); the ids'
+    bounds are the embedding's rows, checked on every call; arithmetic on ids is refused."""
+    import rootclad
+
+    torch.manual_seed(0)
+    net = Tokens().double()
+    ids, mask = torch.randint(0, 11, (3, 6)), (torch.rand(3, 6) > 0.3).long()
+    cm = rootclad.compile(net, (ids, mask), loss="mse", engine="pullback", frontend="export")
+    assert cm.graph.indices == ((11,) * 6, (0,) * 6)
+    out, ref = cm(ids, mask), net(ids, mask)
+    d_out = torch.randn_like(ref)
+    got = torch.autograd.grad(out, list(cm.parameters()), d_out)
+    want = torch.autograd.grad(ref, list(net.parameters()), d_out)
+    assert_close_rel(out.detach(), ref.detach(), 1e-10, "forward")
+    for (name, _), g, w in zip(net.named_parameters(), got, want, strict=True):
+        assert_close_rel(g, w, 1e-9, name)
+    with pytest.raises(ValueError, match="11"):
+        cm(torch.full((3, 6), 11), mask)
+
+    class Shifted(nn.Module):  # ids + 1: integers computed, not indices moved
+        def __init__(self):
+            super().__init__()
+            self.tok = nn.Embedding(12, 4)
+
+        def forward(self, ids):
+            return self.tok(ids + 1).sum(1)
+
+    with pytest.raises(IRError, match=r"aten\.add\.Tensor .*computes with integer inputs"):
+        graph_from_export(Shifted(), torch.randint(0, 11, (1, 6)), "float64")

@@ -70,9 +70,100 @@ def _index_tensor(low, node, args, kw):
 
 @lowers("aten.embedding.default")
 def _embedding(low, node, args, kw):
-    """F.embedding of constant positions (a position table read at torch.arange)."""
-    weight, index = args[0], _index(low, node, args[1])
-    take(low, node, weight, 0, index)
+    """An embedding of an integer input of the model (token ids: the IR's embedding, whose
+    indices the compiled model checks against index_bounds), or of constant positions (a
+    position table read at torch.arange)."""
+    weight, index = args[0], args[1]
+    if low.constant(index) is not None:
+        take(low, node, weight, 0, low.constant(index))
+        return
+    name = low.tensor_name(weight)
+    if index.name not in low.integers or name is None:
+        raise low.refuse(
+            node,
+            "an embedding of indices that are not an integer input of the model (sliced or "
+            "reshaped) or a constant, or of a weight that is not a parameter",
+        )
+    rows, dim = (int(d) for d in weight.meta["val"].shape)
+    pad = args[2] if len(args) > 2 else kw.get("padding_idx", -1)
+    if (args[3] if len(args) > 3 else kw.get("scale_grad_by_freq", False)) is True:
+        raise low.refuse(node, "scale_grad_by_freq=True")
+    attrs = {"padding_idx": -1 if pad is None or pad < 0 else int(pad)}
+    params = {"weight": name}
+    low.emit(node, "embedding", [low.value(node, index)], attrs, params=params)
+
+
+# integers a type holds exactly
+EXACT = {"float32": 1 << 24, "float64": 1 << 53}
+# what may come between an integer input and an embedding: ops moving values, comparisons
+_COMPARE = {"eq", "ne", "lt", "le", "gt", "ge"}
+
+
+def index_bounds(low, sizes: dict) -> tuple[tuple[int, ...], ...]:
+    """Per model input: () for a float or mask input; for an integer input (the indices of
+    embeddings), per position of a sample (flat), the fewest rows of the embeddings reading it
+    (0: read by none), against which the compiled model checks every call's indices. Between
+    the input and the embeddings only ops moving values (slices, views, permutations) may
+    touch the integers (followed by running them on the positions' numbers), comparisons
+    (masks) and conversions to floats (an attention mask of 0s and 1s given as integers);
+    anything else computed from them is refused, naming the node."""
+    pos, rows, origin = {}, {}, {}
+    for n in low.program.graph.nodes:
+        val = n.meta.get("val")
+        if n.op == "placeholder" and n.name in low.user_inputs:
+            if val.dtype.is_floating_point or val.dtype == torch.bool:
+                continue
+            example = low.examples[low.user_inputs.index(n.name)]
+            count = example[0].numel()
+            pos[n.name] = torch.arange(count).repeat(example.shape[0]).view(example.shape)
+            rows[n.name], origin[n.name] = (
+                torch.full((count,), torch.iinfo(torch.int64).max),
+                n.name,
+            )
+            continue
+        reads = [a for a in n.all_input_nodes if a.name in pos]
+        if n.op != "call_function" or not reads:
+            continue
+        op = getattr(n.target, "_opname", "")
+        if not isinstance(val, torch.Tensor):
+            continue  # a size (ids.shape[1])
+        if op == "embedding" and n.args[1].name in pos:
+            weight_rows = int(n.args[0].meta["val"].shape[0])
+            if weight_rows > EXACT[low.dtype] or weight_rows >= 1 << 31:
+                raise low.refuse(
+                    n,
+                    f"{weight_rows} rows: more than {low.dtype} (or the "
+                    "kernels) index exactly; compile in float64",
+                )
+            held = rows[origin[n.args[1].name]]
+            at = pos[n.args[1].name].reshape(-1).unique()
+            held[at] = torch.minimum(held[at], torch.tensor(weight_rows))
+        elif op in _CARRY and n.args[0].name in pos and len(reads) == 1:
+            args, kw = torch.fx.node.map_arg(
+                (n.args, n.kwargs), lambda a: pos.get(a.name, sizes.get(a.name))
+            )
+            pos[n.name], origin[n.name] = n.target(*args, **kw), origin[n.args[0].name]
+        elif (
+            op in _COMPARE
+            or op == "_to_copy"
+            and (val.dtype.is_floating_point or val.dtype == torch.bool)
+        ):
+            continue  # a mask of the indices (ids == PAD), or integers made values
+        else:
+            raise low.refuse(
+                n,
+                "computes with integer inputs; rootclad takes them as the indices of "
+                "embeddings (sliced or reshaped), and compares them with numbers",
+            )
+    low.integers = set(pos)
+    out = []
+    for name in low.user_inputs:
+        if name not in rows:
+            out.append(())
+            continue
+        unread = rows[name] == torch.iinfo(torch.int64).max
+        out.append(tuple(int(r) for r in rows[name].masked_fill(unread, 0)))
+    return tuple(out) if rows else ()
 
 
 @lowers("aten.gather.default")

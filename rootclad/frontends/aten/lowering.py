@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from rootclad.frontends.aten import indexing, layers, layout, logic, norms, pointwise  # noqa: F401
+from rootclad.frontends.aten.indexing import index_bounds
 from rootclad.frontends.aten.table import KEPT, LOWERINGS, batch_rows, op_name
 from rootclad.ir.graph import Graph, IRError, Node, Param
 from rootclad.ir.optimize import drop_identities, global_pools, pool_before_activation
@@ -55,6 +56,8 @@ class Lowering:
         self.constants: dict[str, torch.Tensor] = {}
         self.constant_names: dict[str, str] = {}  # folded ATen node -> its buffer
         self.data: set[str] = set()  # the nodes computed from the model's inputs
+        self.sizes: dict[str, int] = {}  # each size torch computed on the example (_run)
+        self.integers: set[str] = set()  # integer inputs and what moves their values
 
     # -- what a lowering reads ------------------------------------------------------------
     def where(self, node) -> str:
@@ -349,18 +352,12 @@ class Lowering:
                 needed.add(node.name)
                 todo.extend(node.all_input_nodes)
         self._fold(needed)
+        indices = index_bounds(self, self.sizes)
         inputs, shapes = [], []
         for node in every:
             if node.name in self.folded:
                 continue  # read where an op takes it
             if node.op == "placeholder" and node.name in self.user_inputs:
-                if not node.meta["val"].dtype.is_floating_point:  # masks, indices: fx's for now
-                    raise IRError(
-                        f"torch.export: input {node.name!r} is of type "
-                        f"{node.meta['val'].dtype}; the export front-end takes "
-                        "floating-point inputs so far (frontend='fx' takes masks "
-                        "and indices)"
-                    )
                 inputs.append(node.name)
                 shapes.append(self.shape(node))
                 self.names[node.name] = node.name
@@ -376,7 +373,21 @@ class Lowering:
                 "torch.export: the model's output is not a value of the batch (its "
                 "first axis is not the batch axis alone)"
             )
-        graph = Graph(inputs, shapes, self.nodes, self.names[outs[0].name], [], self.dtype)
+        masks = tuple(
+            self.program.graph.find_nodes(op="placeholder", target=n)[0].meta["val"].dtype
+            == torch.bool
+            for n in inputs
+        )
+        graph = Graph(
+            inputs,
+            shapes,
+            self.nodes,
+            self.names[outs[0].name],
+            [],
+            self.dtype,
+            masks=masks if any(masks) else (),
+            indices=indices,
+        )
         graph.constants = dict(self.constants)
         return graph
 
@@ -434,7 +445,7 @@ class Lowering:
             else constants[spec.target]
             for spec in self.program.graph_signature.input_specs
         ]
-        data, random, kept = self.data, set(), {}
+        data, random, kept, sizes = self.data, set(), {}, self.sizes
 
         class Run(torch.fx.Interpreter):
             def run_node(self, n):
@@ -446,6 +457,8 @@ class Lowering:
                     random.add(n.name)
                 elif isinstance(result, torch.Tensor) and n.name not in data:
                     kept[n.name] = result.detach()
+                elif isinstance(result, int):
+                    sizes[n.name] = result
                 return result
 
         try:
