@@ -129,7 +129,10 @@ def _run(n, pos):
     return fn(*args[0], **args[1])
 
 
-COMPARISONS = ("eq", "ne", "__eq__", "__ne__")
+# x == c, x != c (the IR's equal), and x < c, <=, >, >= (its compare)
+ORDERS = {"lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "__lt__": "lt", "__le__": "le",
+          "__gt__": "gt", "__ge__": "ge"}  # fmt: skip
+COMPARISONS = ("eq", "ne", "__eq__", "__ne__", *ORDERS)
 
 
 def is_comparison(n) -> bool:
@@ -141,12 +144,16 @@ def is_comparison(n) -> bool:
 
 
 def lower_comparison(low, fx_node, name, args, where) -> None:
-    """``x == c`` / ``x != c``: the IR's ``equal`` (a mask of 1s and 0s, no gradient)."""
+    """``x == c`` / ``x != c``: the IR's ``equal``; ``x < c`` and the other orders: its
+    ``compare`` (a mask of 1s and 0s, no gradient)."""
     if not is_comparison(fx_node) or not low.is_tensor(args[0]):
         raise IRError(f"{where}: a comparison rootclad compiles is of a tensor and a number "
                       "(ids == PAD, x != 0): a mask")  # fmt: skip
     if args[1] != args[1]:
         raise IRError(f"{where}: a comparison with NaN (never equal); compare with a number")
+    if name in ORDERS:
+        low.add(fx_node.name, "compare", [args[0]], {"op": ORDERS[name], "value": float(args[1])})
+        return
     low.add(fx_node.name, "equal", [args[0]],
             {"value": float(args[1]), "negate": name in ("ne", "__ne__")})  # fmt: skip
 

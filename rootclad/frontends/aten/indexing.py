@@ -13,9 +13,10 @@ import torch
 from rootclad.frontends.aten.table import batch_rows, lowers
 
 
-def take(low, node, x, dim: int, index: torch.Tensor, part: str = "") -> str:
-    """``x``'s values at positions ``index`` (a constant of integers, any shape) of torch's
-    axis ``dim``: the index's axes where that axis was (torch.index_select, x[..., index])."""
+def take(low, node, x, dim: int, index: torch.Tensor, part: str = "", src=None) -> str:
+    """``x``'s values (or value ``src``'s, of ``x``'s shape) at positions ``index`` (a constant
+    of integers, any shape) of torch's axis ``dim``: the index's axes where that axis was
+    (torch.index_select, x[..., index])."""
     axis = low.axis(node, x, dim)
     shape = low.shape(node, x)
     size = shape[axis]
@@ -26,7 +27,7 @@ def take(low, node, x, dim: int, index: torch.Tensor, part: str = "") -> str:
     flat = (index.reshape(-1) % size).to(torch.float64)
     n = flat.numel()
     out = shape[:axis] + (n,) + shape[axis + 1 :]
-    src = low.value(node, x)
+    src = low.value(node, x) if src is None else src
     if torch.equal(flat, torch.arange(size, dtype=torch.float64)):
         taken = low.emit(node, "identity", [src], part=f"{part}taken")
     else:
@@ -278,3 +279,15 @@ def _repeat(low, node, args, kw):
         current[i] *= c
         src = low.emit(node, "reshape", [src], {"shape": tuple(current)}, part=f"merged{i}")
     low.emit(node, "reshape", [src], {"shape": low.shape(node)})
+
+
+@lowers("aten.flip.default")
+def _flip(low, node, args, kw):
+    """torch.flip: each axis taken in reverse order (a gather by constant indices)."""
+    x, dims = args[0], list(args[1])
+    src = low.value(node, x)
+    for i, dim in enumerate(dims):
+        size = low.shape(node, x)[low.axis(node, x, dim)]
+        reverse = torch.arange(size - 1, -1, -1)
+        src = take(low, node, x, dim, reverse, f"flip{i}", src)
+    low.emit(node, "identity", [src])

@@ -58,8 +58,14 @@ def _comparison(low, node, args, kw):
 
 @lowers("aten.logical_not.default", "aten.bitwise_not.default")
 def _not(low, node, args, kw):
-    _mask_only(low, node, args[0])
-    low.emit(node, "affine", [low.value(node, args[0])], {"scale": -1.0, "shift": 1.0})
+    """Not a mask (1 - m); of numbers, x == 0."""
+    x = low.value(node, args[0])
+    if args[0].meta["val"].dtype == torch.bool:
+        low.emit(node, "affine", [x], {"scale": -1.0, "shift": 1.0})
+    elif node.target._opname == "logical_not":
+        _compare(low, node, x, "eq", 0.0)
+    else:
+        raise low.refuse(node, f"bitwise not of {args[0].meta['val'].dtype}")
 
 
 @lowers(

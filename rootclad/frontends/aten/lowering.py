@@ -484,6 +484,9 @@ class Lowering:
             return
         if name.startswith("aten.sym_") or _is_shape_arithmetic(node):
             return  # sizes: torch.export keeps them symbolic; the lowerings read shapes
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and any(d == 0 for d in val.shape):
+            raise self.refuse(node, f"an empty result of shape {tuple(val.shape)}")
         lowering = LOWERINGS.get(name)
         if lowering is None:
             raise self.refuse(

@@ -81,15 +81,20 @@ def _copy(low, node, args, kw):  # a copy or a view: the same values
 def _arithmetic(low, node, args, kw):
     op = node.target._opname
     a, b = args[0], args[1] if len(args) > 1 else kw.get("other")
-    if kw.get("alpha", args[2] if len(args) > 2 else 1) != 1:
-        raise low.refuse(node, "alpha other than 1")
-    if op == "rsub":  # b - a
+    alpha = low.number(node, kw.get("alpha", args[2] if len(args) > 2 else 1), "alpha")
+    if op == "rsub":  # b - alpha a
         a, b, op = b, a, "sub"
     if isinstance(a, torch.fx.Node) and isinstance(b, torch.fx.Node):
         if not low.is_held(a) and not low.is_held(b):
             aligned(low, node, a, b)
-        low.emit(node, op, [low.operand(node, a), low.operand(node, b)])
+        second = low.operand(node, b)
+        if alpha != 1:  # torch.add(a, b, alpha=2): a + 2 b
+            attrs = {"scale": alpha, "shift": 0.0}
+            second = low.emit(node, "affine", [second], attrs, part="scaled")
+        low.emit(node, op, [low.operand(node, a), second])
         return
+    if alpha != 1 and not isinstance(b, torch.fx.Node):  # x + alpha c
+        b = low.number(node, b, "operand") * alpha
     x_first = isinstance(a, torch.fx.Node)
     x, c = (a, b) if x_first else (b, a)
     c = low.number(node, c, "operand")
@@ -106,6 +111,8 @@ def _arithmetic(low, node, args, kw):
         scale, shift = 1.0 / c, 0.0
     else:  # c / x
         x, scale, shift = low.emit(node, "reciprocal", [x], part="reciprocal"), c, 0.0
+    if not x_first:  # c + alpha x, c - alpha x
+        scale *= alpha
     low.emit(node, "affine", [x], {"scale": scale, "shift": shift})
 
 
