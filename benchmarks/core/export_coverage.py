@@ -22,9 +22,10 @@ RESULT = REPO / "benchmarks" / "results" / "export_coverage.json"
 sys.path.insert(0, str(REPO / "tests"))
 
 import torch  # noqa: E402
-from fixtures.core import check_against_torch  # noqa: E402
+from fixtures.core import check_against_torch, perturbed  # noqa: E402
 from fixtures.op_cases import CASES, TORCH_RTOL_F64, sample_input  # noqa: E402
 
+import rootclad  # noqa: E402
 from rootclad.frontends.aten import graph_from_export  # noqa: E402
 from rootclad.ir.graph import IRError  # noqa: E402
 
@@ -59,10 +60,12 @@ def main() -> None:
             wrong[name] = str(exc)[:300]
         except Exception as exc:
             crashed[name] = repr(exc)[:300]
-    zoo, fresh = _zoo(), _fresh()
+    zoo, fresh, hep, recurrent = _zoo(), _fresh(), _hep(), _recurrent()
     out = {
         "zoo": zoo,
         "fresh": fresh,
+        "hep": hep,
+        "recurrent": recurrent,
         "cases": len(CASES),
         "matched": len(matched),
         "wrong": wrong,
@@ -75,10 +78,11 @@ def main() -> None:
         f"zoo: {len(zoo['matched'])} of {zoo['models']} match, {len(zoo['wrong'])} wrong, "
         f"{len(zoo['crashed'])} crashed, refused: {zoo['refused']}"
     )
-    print(
-        f"fresh: {len(fresh['matched'])} of {fresh['models']} match, {len(fresh['wrong'])} "
-        f"wrong, {len(fresh['crashed'])} crashed, refused: {fresh['refused']}"
-    )
+    for family, got in (("fresh", fresh), ("hep", hep), ("recurrent", recurrent)):
+        print(
+            f"{family}: {len(got['matched'])} of {got['models']} match, {len(got['wrong'])} "
+            f"wrong, {len(got['crashed'])} crashed, refused: {got['refused']}"
+        )
     print(
         f"{len(matched)} of {len(CASES)} match, {len(wrong)} wrong, {len(crashed)} crashed, "
         f"{sum(refused.values())} refused; {RESULT}"
@@ -129,6 +133,87 @@ def _fresh() -> dict:
         )
 
     return _family(list(builds), check)
+
+
+def _hep() -> dict:
+    """tests/models/test_hep.py's architectures (masks as bool inputs), in eval mode: output,
+    float inputs' and parameters' gradients (as that test checks the fx front-end)."""
+    from models.test_hep import MODELS
+
+    def check(name):
+        build, inputs = MODELS[name]
+        torch.manual_seed(0)
+        net = perturbed(build().double()).eval()
+        xs, _, loss = inputs(3, torch.Generator().manual_seed(1))
+        cm = rootclad.compile(
+            copy.deepcopy(net),
+            xs if len(xs) > 1 else xs[0],
+            loss=loss,
+            engine="pullback",
+            frontend="export",
+        )
+        _compare(net, cm, xs)
+
+    return _family(list(MODELS), check)
+
+
+def _recurrent() -> dict:
+    """tests/torch/test_recurrent.py's LSTM and GRU taggers (layers, directions, time first,
+    no bias, an initial state computed from the input)."""
+    import importlib.util
+
+    from torch import nn
+
+    # tests/torch/ is no package ("torch" is torch's): the file read by its path
+    spec = importlib.util.spec_from_file_location(
+        "recurrent_cases", REPO / "tests" / "torch" / "test_recurrent.py"
+    )
+    cases = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cases)
+    CONFIGS, Tagger = cases.CONFIGS, cases.Tagger
+
+    def check(name):
+        kind, config = name.split(":")
+        torch.manual_seed(0)
+        net = perturbed(Tagger(getattr(nn, kind), **CONFIGS[config]).double()).eval()
+        x = torch.randn(3, 4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+        cm = rootclad.compile(
+            copy.deepcopy(net), x, loss="mse", engine="pullback", frontend="export"
+        )
+        _compare(net, cm, (x,))
+
+    return _family([f"{k}:{c}" for k in ("LSTM", "GRU") for c in CONFIGS], check)
+
+
+def _compare(net, cm, xs) -> None:
+    """Output, the float inputs' and the parameters' gradients against torch's, float64."""
+    from fixtures.core import assert_close_rel, assert_grads_close
+    from models.test_hep import _vjp
+
+    out_ref = net(*xs)
+    d_out = torch.randn(
+        out_ref.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(4)
+    )
+    out_ref, dx_ref, dp_ref = _vjp(net, list(net.parameters()), xs, d_out)
+    out, dx, dp = _vjp(cm, list(cm.parameters()), xs, d_out)
+    assert_close_rel(out, out_ref, 1e-9, "forward")
+    for a, e in zip(dx, dx_ref, strict=True):
+        if e is None:
+            assert a is None or float(a.abs().max()) == 0
+        else:
+            assert_close_rel(a, e, 1e-9, "d_input")
+    names = [n for n, _ in net.named_parameters()]
+    zero = [torch.zeros_like(p) for p in net.parameters()]
+    dp, dp_ref = (
+        [z if g is None else g for g, z in zip(d, zero, strict=True)] for d in (dp, dp_ref)
+    )
+    assert_grads_close(
+        dict(zip(names, dp, strict=True)),
+        dict(zip(names, dp_ref, strict=True)),
+        1e-9,
+        "parameters",
+        against_all=True,
+    )
 
 
 def _family(names, check) -> dict:

@@ -312,6 +312,31 @@ def test_dropout_is_captured_in_either_mode_and_obeys_the_compiled_models_mode()
         assert [(n.op, n.attrs) for n in graph.nodes] == [("linear", {}), ("dropout", {"p": 0.3})]
 
 
+def test_stochastic_depth_drops_whole_samples_in_training_and_none_in_eval():
+    """torchvision's StochasticDepth (p=0.25, per sample): its bernoulli is the IR's dropout of
+    ones, so in training each sample is dropped whole or scaled by 1/0.75, about a quarter
+    dropped, the backward through the same mask; in eval mode the model is torch's."""
+    from fixtures.op_cases import _stochastic_depth
+
+    import rootclad
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 4), _stochastic_depth(0.25)).double()
+    x = torch.randn(400, 4, dtype=F64)
+    cm = rootclad.compile(net.train(), x, loss="mse", engine="pullback", frontend="export")
+    h = net[0](x).detach()
+    xr = x.clone().requires_grad_(True)
+    out = cm(xr)
+    (dx,) = torch.autograd.grad(out, xr, torch.randn_like(out))  # through the same draw
+    out = out.detach()
+    dropped = (out == 0).all(1)
+    assert torch.allclose(out[~dropped], h[~dropped] / 0.75, rtol=1e-12, atol=0)
+    assert 0.15 < float(dropped.double().mean()) < 0.35
+    assert bool((dx[dropped] == 0).all()) and bool((dx[~dropped] != 0).all())
+    cm.eval()
+    assert_close_rel(cm(x).detach(), net.eval()(x).detach(), 1e-12, "eval")
+
+
 class Tokens(nn.Module):
     """A GPT-style block on token ids (an integer input read by an embedding, positions at
     torch.arange, a causal mask) beside a BERT-style one (a position_ids buffer sliced, an
@@ -365,3 +390,37 @@ def test_token_ids_and_an_integer_mask_are_inputs_and_their_bounds_are_checked()
 
     with pytest.raises(IRError, match=r"aten\.add\.Tensor .*computes with integer inputs"):
         graph_from_export(Shifted(), torch.randint(0, 11, (1, 6)), "float64")
+
+
+class Several(nn.Module):
+    """A VAE's encoder as written: (reconstruction, mu, logvar), sampling in training only."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc, self.mu, self.logvar = nn.Linear(6, 8), nn.Linear(8, 2), nn.Linear(8, 2)
+        self.dec = nn.Linear(2, 6)
+
+    def forward(self, x):
+        h = torch.relu(self.enc(x))
+        mu, logvar = self.mu(h), self.logvar(h)
+        z = mu + torch.randn_like(mu) * torch.exp(0.5 * logvar) if self.training else mu
+        return {"recon": self.dec(z).view(-1, 2, 3), "mu": mu, "logvar": logvar}
+
+
+def test_a_dict_of_outputs_is_the_compiled_models_and_the_loss_reads_the_one_named():
+    import rootclad
+
+    torch.manual_seed(0)
+    net, x = Several().double().eval(), torch.randn(3, 6, dtype=F64)
+    cm = rootclad.compile(
+        net, x, loss="mse", engine="pullback", frontend="export", loss_output="mu"
+    )
+    got, want = cm(x), net(x)
+    assert list(got) == ["recon", "mu", "logvar"] and got["recon"].shape == (3, 2, 3)
+    for key in want:
+        assert_close_rel(got[key].detach(), want[key].detach(), 1e-12, key)
+    y = torch.randn(3, 2, dtype=F64)
+    value, grads = cm.loss_and_grad(x, y)
+    assert abs(value - F.mse_loss(want["mu"], y).item()) < 1e-12
+    with pytest.raises(IRError, match=r"aten\.randn"):  # sampling: a random op, refused
+        graph_from_export(Several().train(), torch.randn(1, 6), "float64")

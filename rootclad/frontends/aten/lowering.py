@@ -337,13 +337,13 @@ class Lowering:
         """The IR of what the model's outputs read (in training, torch.export also returns the
         running statistics BatchNorm updates, which the compiled model updates itself)."""
         every = self.program.graph.nodes
-        user = set(self.program.graph_signature.user_outputs)
         results = next(n for n in every if n.op == "output").args[0]
-        outs = [o for o in results if getattr(o, "name", None) in user]
-        if len(outs) != 1:
+        specs = self.program.graph_signature.output_specs
+        outs = [r for r, o in zip(results, specs, strict=True) if o.kind.name == "USER_OUTPUT"]
+        if not all(isinstance(o, torch.fx.Node) for o in outs):
             raise IRError(
-                "torch.export: the export front-end compiles models of one output "
-                f"tensor so far; this one returns {len(outs)}"
+                "torch.export: the model returns None or numbers beside its tensors; "
+                "rootclad compiles models that return tensors"
             )
         needed, todo = set(), list(outs)
         while todo:
@@ -363,16 +363,7 @@ class Lowering:
                 self.names[node.name] = node.name
             elif node.op == "call_function" and node.name in needed:
                 self._call(node)
-        if len(results) - len(outs) != len(self.program.graph_signature.buffers_to_mutate):
-            raise IRError(
-                "torch.export: the export front-end compiles models of one output "
-                "tensor so far; this one returns others (None or numbers) too"
-            )
-        if not self.is_value(outs[0]) or self.layout(outs[0]) != (0, 1, 1):
-            raise IRError(
-                "torch.export: the model's output is not a value of the batch (its "
-                "first axis is not the batch axis alone)"
-            )
+        output, parts, container = self._outputs(outs)
         masks = tuple(
             self.program.graph.find_nodes(op="placeholder", target=n)[0].meta["val"].dtype
             == torch.bool
@@ -382,14 +373,54 @@ class Lowering:
             inputs,
             shapes,
             self.nodes,
-            self.names[outs[0].name],
+            output,
             [],
             self.dtype,
             masks=masks if any(masks) else (),
             indices=indices,
+            parts=parts,
+            container=container,
         )
         graph.constants = dict(self.constants)
         return graph
+
+    def _outputs(self, outs) -> tuple[str, tuple, str]:
+        """(the graph's output value, its parts, their container): one tensor, or a tuple,
+        list or dict of them (each flattened per sample, then concatenated; the compiled
+        model splits them back, as the fx front-end's)."""
+        tree = self.program.call_spec.out_spec
+        if tree.is_leaf():
+            items, container = [(0, outs[0])], ""
+        elif tree.type in (tuple, list, dict) and all(c.is_leaf() for c in tree.children()):
+            keys = tree.context if tree.type is dict else range(len(outs))
+            items, container = list(zip(keys, outs, strict=True)), tree.type.__name__
+        else:
+            raise IRError(
+                f"torch.export: the model returns {tree}; rootclad compiles models that "
+                "return a tensor, or a tuple, list or dict of tensors (not nested)"
+            )
+        for key, out in items:
+            if not self.is_value(out) or self.layout(out) != (0, 1, 1):
+                what = "output" if not container else f"output {key!r}"
+                raise IRError(
+                    f"torch.export: the model's {what} is not a value of the batch (its "
+                    "first axis is not the batch axis alone)"
+                )
+        if not container:
+            return self.names[outs[0].name], (), ""
+        made, flat, parts = "rc_outputs", [], []
+        while any(n.output.startswith(made) for n in self.nodes):
+            made += "_"
+        for i, (key, out) in enumerate(items):
+            shape, name = self.shape(out), self.names[out.name]
+            if len(shape) != 1:
+                name = f"{made}_{i}"
+                attrs = {"shape": (math.prod(shape),)}
+                self.nodes.append(Node(name, "reshape", [self.names[out.name]], name, attrs))
+            flat.append(name)
+            parts.append((key, shape))
+        self.nodes.append(Node(made, "cat", flat, made, {"axis": 0}))
+        return made, tuple(parts), container
 
     def _fold(self, needed: set[str]) -> None:
         """Which nodes the inputs' values reach (:attr:`data`), and the value of each constant
