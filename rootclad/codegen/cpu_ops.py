@@ -15,11 +15,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rootclad.codegen.cxx import functor_value
+from rootclad.codegen.shape_geometry import (
+    cat_parts,
+    pad_geometry,
+    permute_geometry,
+    slice_geometry,
+)
 from rootclad.ir.graph import Graph, IRError, Node
 from rootclad.ir.ops.binary import MAX_BROADCAST_DIMS, WINDOW_ATTRS, broadcast_geometry
 from rootclad.ir.ops.dense import matmul_geometry
 from rootclad.ir.ops.pool import upsample_scales
-from rootclad.ir.ops.shape import gather_geometry, merged_permutation
+from rootclad.ir.ops.shape import gather_geometry
 from rootclad.ir.registry import OPS
 
 # Conv1d runs directly (no im2col scratch) for stride 1 or at most this many taps C*K;
@@ -357,6 +363,12 @@ def _dropout_calls(node, graph, site):
     return [Call("dropout", (OUT, IN(0), INT(f"B * {n}"), p, seed, LONG(f"(long)b0 * {n}")))]
 
 
+def _normal_calls(node, graph, site):
+    n = _n(node.in_shape)
+    seed = U64(f"::rootclad::dropout_hash(seed, {site.index})")
+    return [Call("normal", (OUT, IN(0), INT(f"B * {n}"), seed, LONG(f"(long)b0 * {n}")))]
+
+
 def _stochastic_depth_calls(node, graph, site):
     """One mask entry per sample (its index in the whole batch: b0 + r), as dropout's."""
     n = _n(node.in_shape)
@@ -374,7 +386,7 @@ BINARY_KINDS = {"add": 0, "sub": 1, "mul": 2, "div": 3}
 def binary_kind(node) -> int:
     """The kernels' kind (ops/binary.h): BINARY_KINDS, or a mask's (4 to 7)."""
     if node.op == "masked_fill":
-        zero = node.attrs.get("fill", "-inf") == "0"
+        zero = node.attrs.get("zero", False)
         return (6 if zero else 5) if node.attrs["keep"] else (7 if zero else 4)
     return BINARY_KINDS[node.op]
 
@@ -413,30 +425,10 @@ def _binary_calls(node, graph, site):
 
 
 # -- shape ----------------------------------------------------------------------------------
-def permute_geometry(node):
-    """Output dims and per-axis input strides over the fewest axes, padded to 4 axes."""
-    shape, perm = merged_permutation(node.in_shape, node.attrs["perm"])
-    strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
-    dims = [shape[p] for p in perm]
-    st = [strides[p] for p in perm]
-    pad = 4 - len(dims)
-    return [1] * pad + dims, [0] * pad + st
-
-
 def _permute_calls(node, graph, site):
     dims, st = permute_geometry(node)
     args = (OUT, IN(0), INT("B"), INT(_n(node.in_shape)), *map(INT, dims), *map(INT, st))
     return [Call("permute", args)]
-
-
-def cat_parts(node):
-    """Rows per sample, the output's row length, and (row length, offset) of each input."""
-    dim = node.attrs["axis"]
-    parts, off = [], 0
-    for s in node.in_shapes:
-        parts.append((_n(s[dim:]), off))
-        off += _n(s[dim:])
-    return _n(node.out_shape[:dim]), _n(node.out_shape[dim:]), parts
 
 
 def _cat_calls(node, graph, site):
@@ -448,24 +440,9 @@ def _cat_calls(node, graph, site):
     ]
 
 
-def slice_geometry(node):
-    """Rows per sample, then N, M, I, start, step of slice_forward (ops/shape.h)."""
-    shape, a = node.in_shape, node.attrs
-    axis = a["axis"]
-    rows, inner = _n(shape[:axis]), _n(shape[axis + 1 :])
-    return rows, (shape[axis], node.out_shape[axis], inner, a["start"], a["step"])
-
-
 def _slice_calls(node, graph, site):
     rows, geo = slice_geometry(node)
     return [Call("slice", (OUT, IN(0), INT(f"B * {rows}"), *map(INT, geo)))]
-
-
-def pad_geometry(node):
-    """Rows per sample, then M, N, I, before of pad_forward (ops/shape.h)."""
-    shape, axis = node.in_shape, node.attrs["axis"]
-    rows, inner = _n(shape[:axis]), _n(shape[axis + 1 :])
-    return rows, (shape[axis], node.out_shape[axis], inner, node.attrs["before"])
 
 
 def _pad_calls(node, graph, site):
@@ -553,6 +530,7 @@ CPU_OPS: dict[str, CpuOp] = {
     "upsample": CpuOp(_upsample_calls),
     "dropout": CpuOp(_dropout_calls),
     "stochastic_depth": CpuOp(_stochastic_depth_calls),
+    "normal": CpuOp(_normal_calls),
     "add": CpuOp(_binary_calls),
     "sub": CpuOp(_binary_calls),
     "mul": CpuOp(_binary_calls),

@@ -16,20 +16,22 @@ from rootclad.codegen.cpu_ops import (
     adaptive_geometry,
     binary_kind,
     broadcast_padded,
-    cat_parts,
     causal_geometry,
     conv1d_geometry,
     conv_transpose_geometry,
     layer_norm_rows,
     matmul_args,
-    pad_geometry,
     parametric_geometry,
-    permute_geometry,
-    slice_geometry,
     upsample_geometry,
     volume_geometry,
 )
 from rootclad.codegen.cxx import functor_value
+from rootclad.codegen.shape_geometry import (
+    cat_parts,
+    pad_geometry,
+    permute_geometry,
+    slice_geometry,
+)
 from rootclad.ir.graph import IRError, Node
 from rootclad.ir.ops.binary import WINDOW_ATTRS
 from rootclad.ir.ops.shape import gather_geometry
@@ -351,6 +353,13 @@ def _dropout_device(node, graph, d):
     return fwd, bwd
 
 
+def _normal_device(node, graph, d):
+    """The CPU's draws (dropout_mask.h): the same node seed, each element's index in the batch;
+    no gradient."""
+    n = f"(long)B * {_n(node.out_shape)}"
+    return [f"normal_forward(on, {d.out}, {n}, ::rootclad::dropout_hash(seed, {d.index}));"], []
+
+
 def _binary_device(node, graph, d):
     """Same-shape add / sub: add_forward; the rest (mul, div, broadcasting): binary_forward."""
     a, b = node.in_shapes
@@ -519,6 +528,7 @@ DEVICE_OPS: dict[str, DeviceOp] = {
     "amax": DeviceOp(_amax_device),
     "dropout": DeviceOp(_dropout_device),
     "stochastic_depth": DeviceOp(_stochastic_depth_device),
+    "normal": DeviceOp(_normal_device),
     "add": DeviceOp(_binary_device, fuses_activation=True),
     "sub": DeviceOp(_binary_device, fuses_activation=True),
     "mul": DeviceOp(_binary_device, fuses_activation=True),

@@ -130,8 +130,10 @@ def _run(n, pos):
 
 
 # x == c, x != c (the IR's equal), and x < c, <=, >, >= (its compare)
-ORDERS = {"lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "__lt__": "lt", "__le__": "le",
-          "__gt__": "gt", "__ge__": "ge"}  # fmt: skip
+ORDERS = {
+    **{c: c for c in ("lt", "le", "gt", "ge")},
+    **{f"__{c}__": c for c in ("lt", "le", "gt", "ge")},
+}
 COMPARISONS = ("eq", "ne", "__eq__", "__ne__", *ORDERS)
 
 

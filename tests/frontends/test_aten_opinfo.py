@@ -18,11 +18,28 @@ NOT_TAKEN = {
     "clamp": "tensor bounds (aten.clamp.Tensor): no lowering yet",
     "cdist": "p other than 2",
     "pow": "a tensor exponent (aten.pow.Tensor_Tensor): no lowering yet",
-    "linalg.vector_norm": "orders other than 2",
     "cat": "its sample is a list of tensors (no batch of one tensor to vmap over)",
     "stack": "its sample is a list of tensors",
 }
-CAPTURE = "torch.export could not capture"  # torch's limit: vmap specialises the batch size
+# ops torch.export cannot capture under vmap with a dynamic batch (vmap's batching rules
+# specialise the batch size: torch's limit, not rootclad's; other tests cover their lowering)
+UNCAPTURED = {
+    "chunk",
+    "gather",
+    "index_select",
+    "max.reduction_with_dim",
+    "min.reduction_with_dim",
+    "nn.functional.conv1d",
+    "nn.functional.conv2d",
+    "nn.functional.embedding",
+    "nn.functional.group_norm",
+    "nn.functional.layer_norm",
+    "split",
+    "take_along_dim",
+    "topk",
+    "unbind",
+}
+CAPTURE = "torch.export could not capture"
 
 
 def test_opinfo_samples_of_each_op_match_torch_autograd():
@@ -51,7 +68,8 @@ def test_opinfo_samples_of_each_op_match_torch_autograd():
         if op not in taken and (op in refused or op not in uncaptured)
     }
     assert set(missing) <= set(NOT_TAKEN), f"not compiled: {missing}"
-    assert len(taken) >= len(OPS) // 2, f"only {sorted(taken)} taken"
+    only_uncaptured = {op for op in OPS if op not in taken and op not in missing}
+    assert only_uncaptured <= UNCAPTURED, f"torch.export fails on {only_uncaptured}"
     net, x = Together(parts), Together.input(parts)
     cm = rootclad.compile(net, x, loss="mse", engine="pullback", frontend="export")
     out_ref, d_out, dx_ref, _ = torch_vjp(net, x)

@@ -41,14 +41,15 @@ def take(low, node, x, dim: int, index: torch.Tensor, part: str = "", src=None) 
 
 
 def _index(low, node, arg) -> torch.Tensor:
-    value = low.constant(arg)
-    if value is None:
+    """A constant index, a sample's where it has the batch axis (position ids expanded to
+    the batch)."""
+    if low.constant(arg) is None:
         raise low.refuse(
             node,
             f"index {getattr(arg, 'name', arg)!r} is computed from the inputs' values "
             "(indices must be constants: torch.arange, an index buffer)",
         )
-    return value
+    return low.sample_constant(node, arg)
 
 
 @lowers("aten.index_select.default")
@@ -76,7 +77,7 @@ def _embedding(low, node, args, kw):
     position table read at torch.arange)."""
     weight, index = args[0], args[1]
     if low.constant(index) is not None:
-        take(low, node, weight, 0, low.constant(index))
+        take(low, node, weight, 0, _index(low, node, index))
         return
     name = low.tensor_name(weight)
     if index.name not in low.integers or name is None:
@@ -106,8 +107,9 @@ def index_bounds(low, sizes: dict) -> tuple[tuple[int, ...], ...]:
     (0: read by none), against which the compiled model checks every call's indices. Between
     the input and the embeddings only ops moving values (slices, views, permutations) may
     touch the integers (followed by running them on the positions' numbers), comparisons
-    (masks) and conversions to floats (an attention mask of 0s and 1s given as integers);
-    anything else computed from them is refused, naming the node."""
+    (masks) and conversions to floats (an attention mask of 0s and 1s given as integers),
+    whose positions must hold integers the model's type holds exactly (0 <= i < 2^24 in
+    float32); anything else computed from them is refused, naming the node."""
     pos, rows, origin = {}, {}, {}
     for n in low.program.graph.nodes:
         val = n.meta.get("val")
@@ -148,8 +150,11 @@ def index_bounds(low, sizes: dict) -> tuple[tuple[int, ...], ...]:
             op in _COMPARE
             or op == "_to_copy"
             and (val.dtype.is_floating_point or val.dtype == torch.bool)
-        ):
-            continue  # a mask of the indices (ids == PAD), or integers made values
+        ):  # a mask of the indices (ids == PAD), or integers made values: held exactly
+            for a in reads:
+                held = rows[origin[a.name]]
+                at = pos[a.name].reshape(-1).unique()
+                held[at] = torch.minimum(held[at], torch.tensor(EXACT[low.dtype]))
         else:
             raise low.refuse(
                 n,

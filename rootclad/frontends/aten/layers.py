@@ -4,7 +4,6 @@ hyperparameter and tensor of the call checked against the layer's; and softmax."
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from rootclad.frontends.aten.table import lowers
@@ -195,7 +194,7 @@ def _functional(low, node, args, aten):
 
     tensors = _TENSORS[aten]
     held = {at: args[at] if at < len(args) else None for at in tensors}
-    if all(t is None or low.tensor_name(t) for t in held.values()):
+    if all(t is None or low.param_name(t) for t in held.values()):
         shapes = [
             args[at].meta["val"] if at in held and args[at] is not None else args[at]
             for at in range(1, len(args))
@@ -320,18 +319,3 @@ def _softmax(low, node, args, kw):
     op = "log_softmax" if "log" in aten else "safe_softmax" if "safe" in aten else "softmax"
     axis = low.axis(node, args[0], args[1])
     low.emit(node, op, [low.value(node, args[0])], {"axis": axis})
-
-
-@lowers("aten.bernoulli.p")
-def _bernoulli(low, node, args, kw):
-    """Stochastic depth's mask (torchvision draws bernoulli(empty(B, 1, ...), keep) and
-    divides by keep): the IR's dropout of ones times keep, drawn per sample and following
-    cm.train()/eval() as the layer does. Elsewhere torch draws in either mode: refused."""
-    _, mod = low.module_of(node)
-    if type(mod).__name__ != "StochasticDepth":
-        raise low.refuse(node, "a random draw outside dropout and stochastic depth")
-    keep = low.number(node, args[1] if len(args) > 1 else kw.get("p", 0.5), "p")
-    shape = low.shape(node)
-    ones = low.constant_value(node, torch.ones(shape), shape, "ones")
-    mask = low.emit(node, "dropout", [ones], {"p": 1.0 - keep}, part="mask")
-    low.emit(node, "affine", [mask], {"scale": keep, "shift": 0.0})

@@ -141,7 +141,7 @@ def _branches(low, node, cond, a, b) -> None:
             src = low.emit(node, "affine", [mask], {"scale": 0.0, "shift": number}, part=f"c{i}")
         else:
             src = _full(low, node, branch, f"b{i}")
-        attrs = {"keep": i == 0, "fill": "0"}
+        attrs = {"keep": i == 0, "zero": True}
         kept.append(low.emit(node, "masked_fill", [src, mask], attrs, part=f"kept{i}"))
     low.emit(node, "add", kept)
 

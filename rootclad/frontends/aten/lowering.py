@@ -17,7 +17,16 @@ import warnings
 import torch
 from torch import nn
 
-from rootclad.frontends.aten import indexing, layers, layout, logic, norms, pointwise  # noqa: F401
+from rootclad.frontends.aten import (  # noqa: F401 (the lowerings, by family)
+    draws,
+    indexing,
+    layers,
+    layout,
+    logic,
+    norms,
+    pointwise,
+)
+from rootclad.frontends.aten.constants import fold
 from rootclad.frontends.aten.indexing import index_bounds
 from rootclad.frontends.aten.table import KEPT, LOWERINGS, batch_rows, op_name
 from rootclad.ir.graph import Graph, IRError, Node, Param
@@ -111,6 +120,19 @@ class Lowering:
             and self.layout(arg, arg) is None
         )
 
+    def sample_constant(self, node, arg) -> torch.Tensor:
+        """A sample's values of constant ``arg`` (all of it where it has no batch axis; where
+        it has, every sample's must be equal), in its per-sample shape."""
+        value, at = self.folded[arg.name], self.layout(node, arg)
+        if at is not None:
+            p, o, k = at
+            dims = value.shape
+            rows = value.reshape(math.prod(dims[:p]) * o, -1, k * math.prod(dims[p + 1 :]))
+            if not bool((rows == rows[:, :1]).all()):
+                raise self.refuse(node, f"constant {arg.name!r} differs from sample to sample")
+            value = rows[:, 0]
+        return value.reshape(self.shape(node, arg))
+
     def constant(self, arg):
         """The value of a constant tensor ``arg`` (torch's, as it computed it on the example;
         see :meth:`_fold`), or None where ``arg`` is not one."""
@@ -198,15 +220,7 @@ class Lowering:
         values, where it has the batch axis: every sample's must be equal)."""
         if arg.name in self.constant_names:
             return self.constant_names[arg.name]
-        value, at = self.folded[arg.name], self.layout(node, arg)
-        if at is not None:
-            p, o, k = at
-            dims = value.shape
-            rows = value.reshape(math.prod(dims[:p]) * o, -1, k * math.prod(dims[p + 1 :]))
-            if not bool((rows == rows[:, :1]).all()):
-                raise self.refuse(node, f"constant {arg.name!r} differs from sample to sample")
-            value = rows[:, 0]
-        made = self._new_constant(arg.name, value.reshape(self.shape(node, arg)))
+        made = self._new_constant(arg.name, self.sample_constant(node, arg))
         self.constant_names[arg.name] = made
         return made
 
@@ -339,6 +353,14 @@ class Lowering:
         every = self.program.graph.nodes
         results = next(n for n in every if n.op == "output").args[0]
         specs = self.program.graph_signature.output_specs
+        for spec in specs:  # the state the compiled model keeps is BatchNorm's, updated by it
+            if spec.kind.name != "USER_OUTPUT" and not self._batch_norm_state(spec.target):
+                raise IRError(
+                    f"torch.export: the model writes {spec.target or spec.arg.name!r} in "
+                    f"forward ({spec.kind.name.lower()}); the compiled model would not: "
+                    "rootclad compiles models whose forward writes only BatchNorm's running "
+                    "statistics"
+                )
         outs = [r for r, o in zip(results, specs, strict=True) if o.kind.name == "USER_OUTPUT"]
         if not all(isinstance(o, torch.fx.Node) for o in outs):
             raise IRError(
@@ -351,7 +373,7 @@ class Lowering:
             if node.name not in needed:
                 needed.add(node.name)
                 todo.extend(node.all_input_nodes)
-        self._fold(needed)
+        fold(self, needed)
         indices = index_bounds(self, self.sizes)
         inputs, shapes = [], []
         for node in every:
@@ -383,6 +405,16 @@ class Lowering:
         )
         graph.constants = dict(self.constants)
         return graph
+
+    def _batch_norm_state(self, name) -> bool:
+        """Whether buffer ``name`` is a BatchNorm layer's running statistics or batch count."""
+        path, _, leaf = (name or "").rpartition(".")
+        try:
+            mod = self.module.get_submodule(path)
+        except AttributeError:
+            return False
+        stats = ("running_mean", "running_var", "num_batches_tracked")
+        return isinstance(mod, nn.modules.batchnorm._BatchNorm) and leaf in stats
 
     def _outputs(self, outs) -> tuple[str, tuple, str]:
         """(the graph's output value, its parts, their container): one tensor, or a tuple,
@@ -421,86 +453,6 @@ class Lowering:
             parts.append((key, shape))
         self.nodes.append(Node(made, "cat", flat, made, {"axis": 0}))
         return made, tuple(parts), container
-
-    def _fold(self, needed: set[str]) -> None:
-        """Which nodes the inputs' values reach (:attr:`data`), and the value of each constant
-        the model needs: a tensor computed from neither the inputs' values nor the parameters
-        nor a floating-point buffer (torch.arange, torch.full, a mask, an index buffer and
-        what is computed from them), as torch computes it on the example (the size of its
-        batch axis, if any, the example's). Random ops are never constants."""
-        shaped_only = (
-            "full_like",
-            "zeros_like",
-            "ones_like",
-            "empty_like",
-            "new_zeros",
-            "new_ones",
-            "new_full",
-            "new_empty",
-            "sym_size",
-            "sym_numel",
-        )
-        trained = set(self.params)
-        for node in self.program.graph.nodes:
-            if node.op == "placeholder":
-                val = node.meta.get("val")
-                if node.name in self.user_inputs:
-                    self.data.add(node.name)
-                elif node.name in self.buffers and val.dtype.is_floating_point:
-                    trained.add(node.name)  # read when the model runs: it may be loaded anew
-                continue
-            if node.op != "call_function":
-                continue
-            if getattr(node.target, "_opname", "") in shaped_only:
-                continue  # made from a tensor's shape alone
-            reads = node.all_input_nodes
-            if any(a.name in self.data for a in reads):
-                self.data.add(node.name)
-            if any(a.name in trained for a in reads):
-                trained.add(node.name)
-        values = self._run()
-        for name, value in values.items():
-            if name in needed and name not in self.data and name not in trained:
-                self.folded[name] = value
-
-    def _run(self) -> dict[str, torch.Tensor]:
-        """The value of every tensor of the program that depends on no input's values and is
-        not random, computed by torch on the example."""
-        state, constants = self.program.state_dict, self.program.constants
-        examples = iter(self.examples)
-        args = [
-            next(examples)
-            if spec.kind.name == "USER_INPUT"
-            else state[spec.target]
-            if spec.target in state
-            else constants[spec.target]
-            for spec in self.program.graph_signature.input_specs
-        ]
-        data, random, kept, sizes = self.data, set(), {}, self.sizes
-
-        class Run(torch.fx.Interpreter):
-            def run_node(self, n):
-                result = super().run_node(n)
-                tags = getattr(n.target, "tags", ())
-                if torch.Tag.nondeterministic_seeded in tags or any(
-                    a.name in random for a in n.all_input_nodes
-                ):
-                    random.add(n.name)
-                elif isinstance(result, torch.Tensor) and n.name not in data:
-                    kept[n.name] = result.detach()
-                elif isinstance(result, int):
-                    sizes[n.name] = result
-                return result
-
-        try:
-            with torch.no_grad():
-                Run(self.program.graph_module).run(*args)
-        except Exception as exc:  # torch's own message names what failed
-            raise IRError(
-                f"torch could not run the captured program on the example (to compute its "
-                f"constants): {type(exc).__name__}: {str(exc)[:1000]}"
-            ) from exc
-        return kept
 
     def _call(self, node) -> None:
         name = op_name(node.target)

@@ -7,6 +7,7 @@
 #ifndef ROOTCLAD_DROPOUT_MASK_H
 #define ROOTCLAD_DROPOUT_MASK_H
 
+#include <cmath>
 #include <cstdint>
 
 #include "device.h"
@@ -25,6 +26,16 @@ ROOTCLAD_HD inline std::uint64_t dropout_hash(std::uint64_t seed, std::uint64_t 
 template <typename T> ROOTCLAD_HD inline T dropout_scale(std::uint64_t seed, long i, T p) {
   double u = (double)(dropout_hash(seed, (std::uint64_t)i) >> 11) * (1.0 / 9007199254740992.0);
   return u < (double)p ? T(0) : T(1) / (T(1) - p);
+}
+
+// A standard normal draw for element i (Box-Muller on the hashes of (seed, 2i) and (seed, 2i+1):
+// u1 in (0, 1], u2 in [0, 1)), the same on any thread or device.
+template <typename T> ROOTCLAD_HD inline T normal_draw(std::uint64_t seed, long i) {
+  const double scale = 1.0 / 9007199254740992.0;
+  const std::uint64_t k = 2 * (std::uint64_t)i;
+  const double u1 = ((double)(dropout_hash(seed, k) >> 11) + 1.0) * scale;
+  const double u2 = (double)(dropout_hash(seed, k + 1) >> 11) * scale;
+  return T(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
 // The seed of a model's `call`-th call (its dropout masks), from the model's seed: the same

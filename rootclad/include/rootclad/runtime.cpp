@@ -11,8 +11,8 @@
 #include "optim.h"
 
 // Taking each kernel's address for float and double instantiates it here; the library's
-// version script (RUNTIME_EXPORTS in toolchain/recipes.py) exports every rootclad:: symbol, under a version
-// named after the library's content, so a model binds to the runtime it was built with.
+// version script (RUNTIME_EXPORTS in toolchain/recipes.py) exports every rootclad:: symbol, under a
+// version named after the library's content, so a model binds to the runtime it was built with.
 #define ROOTCLAD_KEEP(f) (void*)&::rootclad::f<float>, (void*)&::rootclad::f<double>,
 #define ROOTCLAD_KEEP_UNARY(F)                                                                     \
   ROOTCLAD_KEEP_FUNCTOR(unary_forward, F) ROOTCLAD_KEEP_FUNCTOR(unary_backward, F)
@@ -31,6 +31,7 @@
   X(embedding_forward) X(embedding_backward)                                                       \
   X(cdist_forward) X(cdist_backward)                                                               \
   X(dropout_forward) X(dropout_backward) X(sample_dropout_forward) X(sample_dropout_backward)      \
+  X(normal_forward)                                                                                \
   X(bce_with_logits_forward) X(bce_with_logits_backward) X(mse_forward) X(mse_backward)            \
   X(cross_entropy_forward) X(cross_entropy_backward) X(nll_forward) X(nll_backward)                \
   X(huber_forward) X(huber_backward) X(column_loss) X(weighted_loss)                               \

@@ -71,9 +71,9 @@ def _mask_infer(node, shapes, graph):
         "masked_fill needs attr 'keep': True fills where the mask is 0, False where it is not",
     )
     expect(
-        node.attrs.get("fill", "-inf") in ("-inf", "0"),
+        isinstance(node.attrs.get("zero", False), bool),
         node,
-        "masked_fill's attr 'fill' is '-inf' (the default) or '0'",
+        "masked_fill's attr 'zero' is a bool (True: fill with 0, not -inf)",
     )
     out = _binary_infer(node, shapes, graph)
     expect(
@@ -90,7 +90,7 @@ register(
         "masked_fill",
         "binary",
         "a with -inf where the mask b is nonzero (keep=False: masked_fill(b, -inf), a key "
-        "padding mask) or zero (keep=True: a boolean attn_mask); fill='0': 0 there "
+        "padding mask) or zero (keep=True: a boolean attn_mask); zero=True: 0 there "
         "(torch.where(b, a, c) is the sum of two); no gradient reaches b",
         _mask_infer,
         arity=2,

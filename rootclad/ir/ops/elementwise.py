@@ -291,6 +291,30 @@ register(
 )
 
 
+def _normal_call(args, kw, where):
+    """torch.randn_like(x): only x's shape and type are read."""
+    extra = {k: v for k, v in kw.items() if k not in ("dtype", "device", "layout", "pin_memory")}
+    if len(args) > 1 or extra or kw.get("requires_grad"):
+        raise IRError(f"{where}: torch.randn_like takes the tensor alone here, got {args} {kw}")
+    return {}
+
+
+register(
+    OpSpec(
+        "normal",
+        "elementwise",
+        "torch.randn_like: a standard normal draw per element (counter-based: the same on any "
+        "thread or device, drawn again each call, in training and eval as torch's); the input "
+        "gives the shape only and takes no gradient",
+        same_shape,
+        saves=(),
+        random=True,
+        functions=("torch.randn_like",),
+        from_call=_normal_call,
+    )
+)
+
+
 def _stochastic_depth_call(args, kw, where):
     """torchvision.ops.stochastic_depth(input, p, mode, training): its training flag is the
     value fx saw when tracing (the module's self.training); the compiled model follows its own

@@ -41,6 +41,10 @@ void dropout_forward(On on, T* out, const T* inp, long n, T p, std::uint64_t see
 template <class On, class T>
 void dropout_backward(On on, T* d_inp, const T* d_out, long n, T p, std::uint64_t seed);
 
+// -- torch.randn_like: the CPU's draw (dropout_mask.h's normal_draw) for the element's index in
+// the batch ----------------------------------------------------------------------------------
+template <class On, class T> void normal_forward(On on, T* out, long n, std::uint64_t seed);
+
 // -- Stochastic depth: the CPU's mask for the sample's index in the batch (each sample `per`
 // values), or index 0 for all (whole_batch) ---------------------------------------------------
 template <class On, class T>

@@ -66,6 +66,10 @@ void dropout_backward(On on, T* d_inp, const T* d_out, long n, T p, std::uint64_
   each_index(on, n, ROOTCLAD_BODY(long i) { d_inp[i] += d_out[i] * dropout_scale(seed, i, p); });
 }
 
+template <class On, class T> void normal_forward(On on, T* out, long n, std::uint64_t seed) {
+  each_index(on, n, ROOTCLAD_BODY(long i) { out[i] = normal_draw<T>(seed, i); });
+}
+
 template <class On, class T>
 void sample_dropout_forward(On on, T* out, const T* inp, long n, long per, T p, std::uint64_t seed,
                             int whole_batch) {

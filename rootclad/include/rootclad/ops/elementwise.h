@@ -41,6 +41,11 @@ void dropout_forward(T* out, const T* inp, int N, T p, std::uint64_t seed, long 
 template <typename T>
 void dropout_backward(T* d_inp, const T* d_out, int N, T p, std::uint64_t seed, long i0);
 
+// torch.randn_like: a standard normal draw per element (dropout_mask.h's normal_draw of its
+// index in the batch, i0 + i), in training and eval alike (torch draws in either); inp gives
+// the shape only, and takes no gradient.
+template <typename T> void normal_forward(T* out, const T* inp, int N, std::uint64_t seed, long i0);
+
 // Stochastic depth (training): sample r's whole value (n values) kept with probability 1 - p
 // and scaled by 1 / (1 - p), or dropped; the mask is dropout_mask.h's for the sample's index
 // in the batch (r0 + r), or for index 0 for every sample (whole_batch: torchvision's 'batch').
@@ -79,6 +84,10 @@ void dropout_forward_pullback(T* out, const T* inp, int N, T p, ::std::uint64_t 
                               long* d_i0) {
   ::rootclad::dropout_backward(d_inp, d_out, N, p, seed, i0);
 }
+
+template <typename T>
+void normal_forward_pullback(T* out, const T* inp, int N, ::std::uint64_t seed, long i0, T* d_out,
+                             T* d_inp, int*, ::std::uint64_t*, long*) {} // no gradient
 
 template <typename T>
 void sample_dropout_forward_pullback(T* out, const T* inp, int R, int n, T p, ::std::uint64_t seed,

@@ -62,6 +62,14 @@ void dropout_backward(T* d_inp, const T* d_out, int N, T p, std::uint64_t seed, 
 }
 
 template <typename T>
+void normal_forward(T* out, const T* inp, int N, std::uint64_t seed, long i0) {
+  ROOTCLAD_REPLAY_SKIP;
+  (void)inp;
+  for (int i = 0; i < N; ++i)
+    out[i] = normal_draw<T>(seed, i0 + i);
+}
+
+template <typename T>
 void sample_dropout_forward(T* out, const T* inp, int R, int n, T p, std::uint64_t seed, long r0,
                             int whole_batch) {
   ROOTCLAD_REPLAY_SKIP;

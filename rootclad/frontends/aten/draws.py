@@ -1,0 +1,45 @@
+"""ATen ops that draw random numbers: torch.randn_like and torch.randn of the batch's shape
+(the IR's normal: a counter-based draw per element, again on every call, in training and eval
+as torch's), and stochastic depth's bernoulli (the IR's dropout of ones). A draw the same for
+every sample (torch.randn(3)) is refused: the IR draws per sample."""
+
+from __future__ import annotations
+
+import torch
+
+from rootclad.frontends.aten.table import lowers
+
+
+@lowers("aten.randn_like.default", "aten.randn.default")
+def _normal(low, node, args, kw):
+    if kw.get("dtype") not in (None, node.meta["val"].dtype) or kw.get("generator") is not None:
+        raise low.refuse(node, "a draw with a generator of its own")
+    if low.layout(node) is None:
+        raise low.refuse(node, "a draw the same for every sample (no batch axis)")
+    if node.target._opname == "randn_like" and not low.is_held(args[0]):
+        like = low.value(node, args[0])
+    else:  # the shape of a batch value: a constant of ones stands for it
+        shape = low.shape(node)
+        like = low.constant_value(node, torch.ones(shape), shape, "shape")
+    low.emit(node, "normal", [like])
+
+
+@lowers("aten.bernoulli.p")
+def _bernoulli(low, node, args, kw):
+    """Stochastic depth's mask (torchvision draws bernoulli(empty(B, 1, ...), keep) and
+    divides by keep): the IR's dropout of ones times keep, drawn per sample and following
+    cm.train()/eval() as the layer does. Elsewhere torch draws in either mode: refused."""
+    _, mod = low.module_of(node)
+    if type(mod).__name__ != "StochasticDepth":
+        raise low.refuse(node, "a random draw outside dropout and stochastic depth")
+    keep = low.number(node, args[1] if len(args) > 1 else kw.get("p", 0.5), "p")
+    if low.layout(node) != (0, 1, 1) or not 0 < keep <= 1:
+        raise low.refuse(
+            node,
+            "stochastic depth other than one draw per sample (mode='row') of p < 1 "
+            "(mode='batch': one draw for the batch)",
+        )
+    shape = low.shape(node)
+    ones = low.constant_value(node, torch.ones(shape), shape, "ones")
+    mask = low.emit(node, "dropout", [ones], {"p": 1.0 - keep}, part="mask")
+    low.emit(node, "affine", [mask], {"scale": keep, "shift": 0.0})
