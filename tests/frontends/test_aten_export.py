@@ -331,6 +331,10 @@ def test_dropout_is_captured_in_either_mode_and_obeys_the_compiled_models_mode()
     for mode in (net.train, net.eval):
         graph = graph_from_export(mode(), torch.randn(1, 4), "float64")
         assert [(n.op, n.attrs) for n in graph.nodes] == [("linear", {}), ("dropout", {"p": 0.3})]
+    inplace = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.3, inplace=True))
+    for mode in (inplace.train, inplace.eval):  # torch draws bernoulli into empty for it
+        graph = graph_from_export(mode(), torch.randn(1, 4), "float64")
+        assert [n.attrs["p"] for n in graph.nodes if n.op == "dropout"] == [pytest.approx(0.3)]
 
 
 def test_stochastic_depth_drops_whole_samples_in_training_and_none_in_eval():
@@ -478,3 +482,21 @@ def test_randn_like_draws_standard_normals_again_each_call_in_either_mode():
     critical = 1.95 * (2 / len(ours)) ** 0.5
     assert distance(ours, theirs) < critical, distance(ours, theirs)
     assert distance(ours * 1.1, theirs) > critical  # the check tells a wider spread
+
+
+def test_the_gw_models_lower_to_the_graphs_the_fx_front_end_gives():
+    """The same ops in the same order (a flatten is a reshape), so the same kernels run, as
+    fast: what the fused layers gave fx, the export front-end keeps."""
+    from rootclad.gw.models import gw_cnn, gw_mlp, gw_resnet
+
+    for net, shape in (
+        (gw_mlp(256), (256,)),
+        (gw_cnn(256), (1, 256)),
+        (gw_resnet(256, batch_norm=True), (1, 256)),
+    ):
+        x = torch.zeros(2, *shape)
+        ops = [
+            ["reshape" if n.op == "flatten" else n.op for n in make(net, x, "float32").nodes]
+            for make in (graph_from_module, graph_from_export)
+        ]
+        assert ops[0] == ops[1]

@@ -25,7 +25,7 @@ def fold(low, needed: set[str]) -> None:
     batch = len(low.examples[0])
     # torch.empty's values are whatever memory held: only its shape counts (stochastic depth
     # draws into it)
-    empty = ("empty", "empty_like", "new_empty", "empty_strided")
+    empty = ("empty", "empty_like", "new_empty", "empty_strided", "empty_permuted")
     unset = {n.name for n in low.program.graph.nodes if getattr(n.target, "_opname", "") in empty}
     moving: set[str] = set()  # what depends on the batch size
     while True:

@@ -6,6 +6,7 @@ every sample (torch.randn(3)) is refused: the IR draws per sample."""
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from rootclad.frontends.aten.table import lowers
 
@@ -27,13 +28,16 @@ def _normal(low, node, args, kw):
 @lowers("aten.bernoulli.p")
 def _bernoulli(low, node, args, kw):
     """Stochastic depth's mask (torchvision draws bernoulli(empty(B, 1, ...), keep) and
-    divides by keep): the IR's dropout of ones times keep, drawn per sample and following
-    cm.train()/eval() as the layer does. Elsewhere torch draws in either mode: refused."""
+    divides by keep), and in-place dropout's (per element): the IR's dropout of ones times
+    keep, following cm.train()/eval() as the layer does. Elsewhere torch draws in either
+    mode: refused."""
     _, mod = low.module_of(node)
-    if type(mod).__name__ != "StochasticDepth":
+    dropout = isinstance(mod, nn.modules.dropout._DropoutNd)  # in place: torch draws so
+    if type(mod).__name__ != "StochasticDepth" and not dropout:
         raise low.refuse(node, "a random draw outside dropout and stochastic depth")
     keep = low.number(node, args[1] if len(args) > 1 else kw.get("p", 0.5), "p")
-    if low.layout(node) != (0, 1, 1) or not 0 < keep <= 1:
+    one_per_sample = low.layout(node) == (0, 1, 1)
+    if not (one_per_sample or dropout and low.layout(node)) or not 0 < keep <= 1:
         raise low.refuse(
             node,
             "stochastic depth other than one draw per sample (mode='row') of p < 1 "

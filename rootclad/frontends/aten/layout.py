@@ -26,7 +26,7 @@ def _view(low, node, args, kw):
     other moves values between samples."""
     x = args[0]
     if low.layout(node, x) is None:  # the same for every sample
-        low.emit(node, "reshape", [low.value(node, x)], {"shape": low.shape(node)})
+        _reshape(low, node, x)
         return
     p, o, _ = low.layout(node, x)
     blocks = math.prod(int(d) for d in x.meta["val"].shape[:p]) * o
@@ -37,7 +37,14 @@ def _view(low, node, args, kw):
         raise low.refuse(node, "a view that moves values between samples")
     q, rows = found[0]
     low.layouts[node.name] = (q, blocks // before, rows // (blocks // before))
-    low.emit(node, "reshape", [low.value(node, x)], {"shape": low.shape(node)})
+    _reshape(low, node, x)
+
+
+def _reshape(low, node, x) -> None:
+    """``x``'s values in ``node``'s per-sample shape (the same value where it is x's)."""
+    same = low.shape(node) == low.shape(node, x)
+    op, attrs = ("identity", {}) if same else ("reshape", {"shape": low.shape(node)})
+    low.emit(node, op, [low.value(node, x)], attrs)
 
 
 @lowers("aten.expand.default")
@@ -53,6 +60,9 @@ def _expand(low, node, args, kw):
         return
     if len(low.shape(node, x)) != len(out):
         raise low.refuse(node, "an expand that adds axes (unsqueeze first)")
+    if low.shape(node, x) == out:  # torch's expand before a product: nothing to repeat
+        low.emit(node, "identity", [low.value(node, x)])
+        return
     low.emit(node, "expand", [low.value(node, x)], {"shape": out})
 
 
