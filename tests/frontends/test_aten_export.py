@@ -175,6 +175,8 @@ class OwnForward(nn.Module):
         h = F.layer_norm(x, (8,), self.g, None)
         h = F.linear(h, self.fc.weight) + F.linear(h, 2 * self.w).sum(-1, keepdim=True)
         h = h + F.linear(h.tanh().repeat(1, 1, 3)[..., :8], self.proj)
+        g = self.g[:3]
+        h = torch.clamp(h, g - 1, g) + torch.clamp(h, g, g - 0.5)  # lo > hi: torch gives hi
         a = self.mha(x, x, x, need_weights=False)[0] + self.gn(x) + self.inorm(x)
         return torch.cat([c, h.mean(1), a.mean(1)], -1)
 

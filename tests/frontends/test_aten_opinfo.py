@@ -15,7 +15,6 @@ from rootclad.ir.graph import IRError
 
 # ops none of whose first samples the export front-end takes, and why
 NOT_TAKEN = {
-    "clamp": "tensor bounds (aten.clamp.Tensor): no lowering yet",
     "cdist": "p other than 2",
     "pow": "a tensor exponent (aten.pow.Tensor_Tensor): no lowering yet",
     "cat": "its sample is a list of tensors (no batch of one tensor to vmap over)",

@@ -132,18 +132,54 @@ def _branches(low, node, cond, a, b) -> None:
     if cond.meta["val"].dtype != torch.bool:
         raise low.refuse(node, f"a condition {cond.name!r} of {cond.meta['val'].dtype}")
     mask = _full(low, node, cond, "cond")
-    kept = []
+    values = []
     for i, branch in enumerate((a, b)):
         number = _number(low, node, branch)
         if number is not None:
             if math.isnan(number):
                 raise low.refuse(node, "a branch of NaN")
-            src = low.emit(node, "affine", [mask], {"scale": 0.0, "shift": number}, part=f"c{i}")
+            values.append(
+                low.emit(node, "affine", [mask], {"scale": 0.0, "shift": number}, part=f"c{i}")
+            )
         else:
-            src = _full(low, node, branch, f"b{i}")
-        attrs = {"keep": i == 0, "zero": True}
-        kept.append(low.emit(node, "masked_fill", [src, mask], attrs, part=f"kept{i}"))
-    low.emit(node, "add", kept)
+            values.append(_full(low, node, branch, f"b{i}"))
+    _select(low, node, mask, *values)
+
+
+def _select(low, node, mask: str, a: str, b: str, part: str = "") -> str:
+    """a where the mask (IR values of the result's shape) is 1, else b: each kept or 0."""
+    kept = [
+        low.emit(
+            node, "masked_fill", [v, mask], {"keep": i == 0, "zero": True}, part=f"{part}kept{i}"
+        )
+        for i, v in enumerate((a, b))
+    ]
+    return low.emit(node, "add", kept, part=part)
+
+
+@lowers("aten.clamp.Tensor")
+def _clamp(low, node, args, kw):
+    """clamp(x, min, max) with tensor bounds, as torch's min(max(x, min), max): y = min where
+    x - min < 0, else x; then max where y - max > 0, else y (max where min > max, as torch;
+    the gradient to what is selected; NaN stays)."""
+    x = _full(low, node, args[0], "x")
+    bounds = [
+        (args[1] if len(args) > 1 else kw.get("min"), "lt"),
+        (args[2] if len(args) > 2 else kw.get("max"), "gt"),
+    ]
+    bounds = [(b, op) for b, op in bounds if b is not None]
+    out = x
+    for i, (bound, op) in enumerate(bounds):
+        number = _number(low, node, bound)
+        if number is not None:
+            limit = low.emit(node, "affine", [x], {"scale": 0.0, "shift": number}, part=f"n{i}")
+        else:
+            limit = _full(low, node, bound, f"bound{i}")
+        past = low.emit(node, "sub", [out, limit], part=f"past{i}")  # max(x, min), then
+        mask = _compare(low, node, past, op, 0.0, part=f"mask{i}")
+        out = _select(low, node, mask, limit, out, "" if i == len(bounds) - 1 else f"at{i}")
+    if not bounds:
+        low.emit(node, "identity", [x])
 
 
 def _full(low, node, arg, part: str) -> str:
