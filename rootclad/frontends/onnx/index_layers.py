@@ -53,6 +53,26 @@ class IndexOps:
         self.budget.constant(f"node {node.name!r} (Equal)", np.broadcast_shapes(p.shape, q.shape))
         self.fold(node, np.asarray(p == q))
 
+    def _order(self, node, compare):
+        """Greater, Less and their OrEqual forms of a tensor and a number: a mask."""
+        x, c = self.tensor(node), self.number(node.input[1])
+        if c is None or node.input[0] not in self.shapes:
+            raise self.fail(node, f"{node.op_type} of anything but a tensor and one number")
+        self.masks.add(node.output[0])
+        self.emit(node.output, lambda env, root, x=x, c=c: compare(env[x], c), self.shapes[x])
+
+    def op_Greater(self, node, a):
+        self._order(node, lambda t, c: t > c)
+
+    def op_Less(self, node, a):
+        self._order(node, lambda t, c: t < c)
+
+    def op_GreaterOrEqual(self, node, a):
+        self._order(node, lambda t, c: t >= c)
+
+    def op_LessOrEqual(self, node, a):
+        self._order(node, lambda t, c: t <= c)
+
     def op_Not(self, node, a):
         x = self.tensor(node)
         if x not in self.masks:
