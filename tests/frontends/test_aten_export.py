@@ -181,6 +181,22 @@ class OwnForward(nn.Module):
         return torch.cat([c, h.mean(1), a.mean(1)], -1)
 
 
+class Recurrent(nn.Module):
+    """A two-layer bidirectional GRU and a time-first LSTM, decomposed by torch into their
+    cells: the final states of the layers concatenated along the batch axis, then viewed."""
+
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(8, 4, num_layers=2, bidirectional=True, batch_first=True)
+        self.lstm = nn.LSTM(8, 3)
+
+    def forward(self, x):  # (B, 3, 8)
+        out, h = self.gru(x)
+        seq, (h_n, c_n) = self.lstm(x.transpose(0, 1))
+        states = h.transpose(0, 1).reshape(x.shape[0], 2, 8).sum(1)
+        return torch.cat([out.mean(1) + states, seq[-1] * c_n[0]], -1)
+
+
 class Everything(nn.Module):
     """The models above side by side on one input (B, 3, 8): one build."""
 
@@ -196,6 +212,7 @@ class Everything(nn.Module):
                 TimmAttention(),
                 Made(),
                 OwnForward(),
+                Recurrent(),
             ]
         )
 

@@ -110,8 +110,34 @@ def _single_moves(perm) -> list[tuple[int, ...]]:
 def _cat(low, node, args, kw):
     parts = args[0]
     dim = args[1] if len(args) > 1 else kw.get("dim", 0)
+    if len(parts) == 1:  # one piece, along any axis (a recurrent layer's last state): itself
+        low.emit(node, "identity", [low.value(node, parts[0])])
+        return
+    layouts = [low.layout(node, q) for q in parts]
+    rank = len(parts[0].meta["val"].shape)
+    if layouts[0] and dim % rank == layouts[0][0]:
+        _cat_batches(low, node, parts, layouts)
+        return
     axis = low.axis(node, parts[0], dim)
     low.emit(node, "cat", [low.value(node, p) for p in parts], {"axis": axis})
+
+
+def _cat_batches(low, node, parts, layouts) -> None:
+    """torch.cat along the batch axis (a recurrent layer's states of several layers): block i
+    of the result is part i, so each sample's rows are its rows of every part in turn (the
+    result's layout holds the parts' blocks)."""
+    p, _, k = layouts[0]
+    if any(at is None or at[0] != p or at[2] != k for at in layouts):
+        raise low.refuse(node, "a cat along the batch axis of parts arranged differently")
+    low.layouts[node.name] = (p, sum(at[1] for at in layouts), k)
+    values = []
+    for i, (q, (_, o, _)) in enumerate(zip(parts, layouts, strict=True)):
+        src, shape = low.value(node, q), low.shape(node, q)
+        if o * k == 1:  # its rows: an axis of one
+            shape = shape[:p] + (1,) + shape[p:]
+            src = low.emit(node, "reshape", [src], {"shape": shape}, part=f"rows{i}")
+        values.append(src)
+    low.emit(node, "cat", values, {"axis": p})
 
 
 @lowers("aten.mean.dim", "aten.sum.dim_IntList", "aten.amax.default", "aten.amin.default")
