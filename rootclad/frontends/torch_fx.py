@@ -329,7 +329,10 @@ class _FxLowering:
         try:
             self.traced.eval()
             module.eval()
-            with torch.no_grad():  # copies of the inputs: a layer may overwrite its input
+            # copies of the inputs: a layer may overwrite its input; the same random draws in
+            # each run (torch.randn_like), the caller's random state left as it was
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
                 traced = _ShapeProp(self.traced).run(*(x.clone() for x in xs))
                 # once more with one sample more: which numbers depend on the batch size
                 more = tuple(torch.cat([x, x[:1]]) for x in xs)
@@ -337,6 +340,7 @@ class _FxLowering:
                     _ShapeProp(self.traced, "rc_value_alt").run(*more)
                 except IRError:  # a model bound to its batch size: the checks below say so
                     pass
+                torch.manual_seed(0)
                 eager = module(*(x.clone() for x in xs))
         finally:
             for m, mode in modes.items():

@@ -93,7 +93,8 @@ class IncompatibleKeys(NamedTuple):
 def check_indices(which: str, t: torch.Tensor, rows: tuple[int, ...], limits: dict) -> None:
     """An input of Embedding indices: an integer type, each index in [0, the rows of the
     Embeddings reading its position) (``rows``: per position of a sample, 0 for one no
-    Embedding reads; ``limits``: the model's cache of them as arrays, by device). On the CPU
+    Embedding reads, -n for one compared with numbers only, which must be below n in size;
+    ``limits``: the model's cache of them as arrays, by device). On the CPU
     numpy scans it on one thread and a bad index is named; on a GPU the check is queued
     (torch._assert_async), so that a loop never waits for it."""
     if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
@@ -108,15 +109,26 @@ def check_indices(which: str, t: torch.Tensor, rows: tuple[int, ...], limits: di
     limit = limits[key]
     if not t.is_cpu:
         flat = t.reshape(t.shape[0], -1)
-        ok = ((flat >= 0) & ((flat < limit) | (limit == 0))).all()
-        torch._assert_async(ok, f"{which}: an index outside the rows of the Embedding reading it")
+        ok = (((flat >= 0) & ((flat < limit) | (limit == 0))) | (limit < 0)) & (
+            (limit >= 0) | (flat.abs() < -limit)
+        )
+        torch._assert_async(
+            ok.all(),
+            f"{which}: an index outside the rows of the Embedding "
+            "reading it, or an integer compared beyond what the model holds",
+        )
         return
     flat = t.detach().reshape(t.shape[0], -1).numpy()
-    bad = ((flat < 0) | (flat >= limit)) & (limit > 0)
+    bad = ((flat < 0) | (flat >= limit)) & (limit > 0) | (limit < 0) & (np.abs(flat) >= -limit)
     if bad.any():
         b, i = (int(v) for v in np.argwhere(bad)[0])
         at = np.unravel_index(i, tuple(t.shape[1:]))
         where = ", ".join(str(v) for v in (b, *(int(a) for a in at)))
+        if rows[i] < 0:  # compared with numbers only (the export front-end)
+            raise ValueError(
+                f"{which}[{where}] = {int(flat[b, i])}: the model compares it "
+                f"in a type that holds integers exactly below {-rows[i]} in size"
+            )
         raise ValueError(f"{which}[{where}] = {int(flat[b, i])}: the Embedding reading it has "
                          f"{rows[i]} rows; indices must lie in [0, {rows[i]})")  # fmt: skip
 

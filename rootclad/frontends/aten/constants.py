@@ -97,8 +97,10 @@ def _same_per_sample(first: torch.Tensor, again: torch.Tensor, batch: int) -> bo
         return torch.equal(first, again) or bool(
             (first.isnan() & again.isnan() | (first == again)).all()
         )
+    if first.dim() != again.dim():
+        return False
     moved = [i for i, (a, b) in enumerate(zip(first.shape, again.shape, strict=True)) if a != b]
-    if first.dim() != again.dim() or len(moved) != 1:
+    if len(moved) != 1:
         return False
     p = moved[0]
     k = first.shape[p] // batch

@@ -13,8 +13,6 @@ from rootclad.frontends.aten.table import lowers
 
 @lowers("aten.randn_like.default", "aten.randn.default")
 def _normal(low, node, args, kw):
-    if kw.get("dtype") not in (None, node.meta["val"].dtype) or kw.get("generator") is not None:
-        raise low.refuse(node, "a draw with a generator of its own")
     if low.layout(node) is None:
         raise low.refuse(node, "a draw the same for every sample (no batch axis)")
     if node.target._opname == "randn_like" and not low.is_held(args[0]):
@@ -32,10 +30,20 @@ def _bernoulli(low, node, args, kw):
     keep, following cm.train()/eval() as the layer does. Elsewhere torch draws in either
     mode: refused."""
     _, mod = low.module_of(node)
-    dropout = isinstance(mod, nn.modules.dropout._DropoutNd)  # in place: torch draws so
+    dropout = type(mod) in (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)  # in place
     if type(mod).__name__ != "StochasticDepth" and not dropout:
-        raise low.refuse(node, "a random draw outside dropout and stochastic depth")
+        raise low.refuse(
+            node,
+            f"a random draw outside dropout and stochastic depth ({type(mod).__name__}: "
+            "alpha dropout is not supported)",
+        )
     keep = low.number(node, args[1] if len(args) > 1 else kw.get("p", 0.5), "p")
+    divides = all(
+        getattr(u.target, "_opname", "") == "div" and u.args[0] is node and u.args[1] == keep
+        for u in node.users
+    )
+    if not divides:  # the mask scaled by 1 / keep: in eval, ones (as the IR's dropout gives)
+        raise low.refuse(node, "a draw not divided by its keep probability")
     one_per_sample = low.layout(node) == (0, 1, 1)
     if not (one_per_sample or dropout and low.layout(node)) or not 0 < keep <= 1:
         raise low.refuse(

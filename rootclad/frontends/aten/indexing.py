@@ -108,9 +108,9 @@ def index_bounds(low, sizes: dict) -> tuple[tuple[int, ...], ...]:
     the input and the embeddings only ops moving values (slices, views, permutations) may
     touch the integers (followed by running them on the positions' numbers), comparisons
     (masks) and conversions to floats (an attention mask of 0s and 1s given as integers),
-    whose positions must hold integers the model's type holds exactly (0 <= i < 2^24 in
-    float32); anything else computed from them is refused, naming the node."""
-    pos, rows, origin = {}, {}, {}
+    whose positions must hold integers the model's type holds exactly (|i| < 2^24 in float32:
+    a bound of -2^24); anything else computed from them is refused, naming the node."""
+    pos, rows, origin, compared = {}, {}, {}, {}
     for n in low.program.graph.nodes:
         val = n.meta.get("val")
         if n.op == "placeholder" and n.name in low.user_inputs:
@@ -123,6 +123,7 @@ def index_bounds(low, sizes: dict) -> tuple[tuple[int, ...], ...]:
                 torch.full((count,), torch.iinfo(torch.int64).max),
                 n.name,
             )
+            compared[n.name] = torch.zeros(count, dtype=torch.bool)
             continue
         reads = [a for a in n.all_input_nodes if a.name in pos]
         if n.op != "call_function" or not reads:
@@ -152,9 +153,7 @@ def index_bounds(low, sizes: dict) -> tuple[tuple[int, ...], ...]:
             and (val.dtype.is_floating_point or val.dtype == torch.bool)
         ):  # a mask of the indices (ids == PAD), or integers made values: held exactly
             for a in reads:
-                held = rows[origin[a.name]]
-                at = pos[a.name].reshape(-1).unique()
-                held[at] = torch.minimum(held[at], torch.tensor(EXACT[low.dtype]))
+                compared[origin[a.name]][pos[a.name].reshape(-1).unique()] = True
         else:
             raise low.refuse(
                 n,
@@ -168,7 +167,9 @@ def index_bounds(low, sizes: dict) -> tuple[tuple[int, ...], ...]:
             out.append(())
             continue
         unread = rows[name] == torch.iinfo(torch.int64).max
-        out.append(tuple(int(r) for r in rows[name].masked_fill(unread, 0)))
+        held = rows[name].masked_fill(unread, 0)  # 0: any value; -n: |i| < n, compared only
+        held = held.masked_fill(unread & compared[name], -EXACT[low.dtype])
+        out.append(tuple(int(r) for r in held))
     return tuple(out) if rows else ()
 
 

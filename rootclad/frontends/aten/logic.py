@@ -161,7 +161,8 @@ def _select(low, node, mask: str, a: str, b: str, part: str = "") -> str:
 def _clamp(low, node, args, kw):
     """clamp(x, min, max) with tensor bounds, as torch's min(max(x, min), max): y = min where
     x - min < 0, else x; then max where y - max > 0, else y (max where min > max, as torch;
-    the gradient to what is selected; NaN stays)."""
+    the gradient to what is selected, where torch gives none to either bound at min == max;
+    NaN stays)."""
     x = _full(low, node, args[0], "x")
     bounds = [
         (args[1] if len(args) > 1 else kw.get("min"), "lt"),
@@ -171,12 +172,13 @@ def _clamp(low, node, args, kw):
     out = x
     for i, (bound, op) in enumerate(bounds):
         number = _number(low, node, bound)
-        if number is not None:
-            limit = low.emit(node, "affine", [x], {"scale": 0.0, "shift": number}, part=f"n{i}")
+        if number is not None:  # compared as it is (x - c is NaN at an infinite x)
+            mask = _compare(low, node, out, op, number, part=f"mask{i}")
+            limit = low.emit(node, "affine", [mask], {"scale": 0.0, "shift": number}, part=f"n{i}")
         else:
             limit = _full(low, node, bound, f"bound{i}")
-        past = low.emit(node, "sub", [out, limit], part=f"past{i}")  # max(x, min), then
-        mask = _compare(low, node, past, op, 0.0, part=f"mask{i}")
+            past = low.emit(node, "sub", [out, limit], part=f"past{i}")  # max(x, min), then
+            mask = _compare(low, node, past, op, 0.0, part=f"mask{i}")
         out = _select(low, node, mask, limit, out, "" if i == len(bounds) - 1 else f"at{i}")
     if not bounds:
         low.emit(node, "identity", [x])

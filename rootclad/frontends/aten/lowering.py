@@ -517,6 +517,8 @@ def export_program(module: nn.Module, example_input):
     model = copy.deepcopy(module)
     for mod in model.modules():  # captured as in training: their ops obey cm.train()/eval()
         if _training_only(mod):
+            if float(getattr(mod, "p", 0)) >= 1:  # torch writes zeros, no draw to switch off
+                raise IRError(f"{type(mod).__name__}(p={mod.p}): every value dropped")
             mod.train()
     table = torch.export.default_decompositions()
     for kept in KEPT:
