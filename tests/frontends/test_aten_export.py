@@ -5,6 +5,8 @@ and the module it came from."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from fixtures.core import assert_close_rel, check_against_torch
@@ -315,6 +317,10 @@ def test_an_op_without_a_lowering_is_refused_naming_the_aten_op_and_the_module()
     with pytest.raises(IRError, match=r"aten\.gather\.default .*computed from the inputs"):
         graph_from_export(Picked(), torch.randn(2, 4), "float64")
 
+    alpha = nn.Sequential(nn.Linear(4, 4), nn.AlphaDropout(0.2, inplace=True))  # not dropout's
+    with pytest.raises(IRError, match=r"aten\.bernoulli\.p .*alpha dropout is not supported"):
+        graph_from_export(alpha, torch.randn(1, 4), "float64")
+
     class Counts(nn.Module):  # the batch size made a tensor: no constant, a sum over the batch
         def forward(self, x):
             return x / torch.ones(x.shape[0], 4).sum(0)
@@ -529,3 +535,22 @@ def test_the_gw_models_lower_to_the_graphs_the_fx_front_end_gives():
         assert [o if o[0] != "reshape" else o[0] for o in ops[0]] == [
             o if o[0] != "reshape" else o[0] for o in ops[1]
         ]
+
+
+def test_clamp_by_tensor_bounds_takes_infinities_as_torch_does():
+    """Bounds of one value (a folded constant) and of many, at -inf, +inf and NaN inputs."""
+    import rootclad
+
+    class Bounded(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.hi = nn.Parameter(torch.tensor([0.5, 1.0, 2.0, 3.0]))
+
+        def forward(self, x):
+            return torch.clamp(x, min=torch.tensor(-1.0)) + torch.clamp(x, -self.hi, self.hi)
+
+    x = torch.tensor([[-math.inf, math.inf, 0.3, -5.0], [math.nan, 1.5, -0.7, 2.5]], dtype=F64)
+    cm = rootclad.compile(Bounded().double(), x, loss="mse", engine="pullback", frontend="export")
+    got, want = cm(x).detach(), Bounded().double()(x).detach()
+    assert torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(got.nan_to_num(), want.nan_to_num())

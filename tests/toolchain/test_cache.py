@@ -138,12 +138,12 @@ def test_the_cache_is_private_whatever_the_umask(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("who", ["another user", "group-writable"])
-def test_a_library_swapped_in_the_cache_never_runs(tmp_path, who):
+def test_a_library_swapped_in_the_cache_never_runs(tmp_path, runtime_cache, who):
     """The probe's attack: another user replaced a cached library and rewrote its manifest;
     the next compile ran the replacement's constructor. Now it is refused, never loaded."""
     if who == "another user" and os.geteuid() != 0:
         pytest.skip("a file owned by another user needs root to chown it")
-    cache, marker = tmp_path / "cache", tmp_path / "attacked"
+    cache, marker = runtime_cache, tmp_path / "attacked"
     env = {**os.environ, "ROOTCLAD_CACHE_DIR": str(cache), "RC_MARKER": str(marker)}
     lib = Path(_result(_compile_child(env))["lib"])
     attacker = tmp_path / "attacker.so"
@@ -162,10 +162,10 @@ def test_a_library_swapped_in_the_cache_never_runs(tmp_path, who):
     assert not marker.exists(), "the replaced library was loaded and its code ran"
 
 
-def test_a_cached_library_that_does_not_load_is_rebuilt_with_a_warning(tmp_path):
+def test_a_cached_library_that_does_not_load_is_rebuilt_with_a_warning(tmp_path, runtime_cache):
     """A garbage library with a matching manifest failed every compile ("invalid ELF
     header") until deleted by hand; it is now built again, once, with a warning."""
-    cache = tmp_path / "cache"
+    cache = runtime_cache
     env = {**os.environ, "ROOTCLAD_CACHE_DIR": str(cache)}
     first = _result(_compile_child(env))
     lib = Path(first["lib"])

@@ -490,12 +490,12 @@ def test_compile_error_keeps_the_log_and_leaves_no_library(monkeypatch, tmp_path
 
 
 @pytest.mark.parametrize("damage", ["truncated", "empty", "garbage"])
-def test_a_damaged_cached_library_is_rebuilt_not_loaded(tmp_path, damage):
+def test_a_damaged_cached_library_is_rebuilt_not_loaded(tmp_path, runtime_cache, damage):
     """A truncated library crashed every later compile of the model with SIGBUS (in the
     dynamic loader); a 0-byte or garbage one failed forever. Each is verified against the
     size and hash recorded at build, and rebuilt. Run in child processes: a regression kills
     the interpreter that loads the library."""
-    cache = tmp_path / "cache"
+    cache = runtime_cache
     env = {**os.environ, "ROOTCLAD_CACHE_DIR": str(cache)}
     code = (
         "import json, torch, rootclad\n"
