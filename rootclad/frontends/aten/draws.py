@@ -32,11 +32,8 @@ def _bernoulli(low, node, args, kw):
     _, mod = low.module_of(node)
     dropout = type(mod) in (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)  # in place
     if type(mod).__name__ != "StochasticDepth" and not dropout:
-        raise low.refuse(
-            node,
-            f"a random draw outside dropout and stochastic depth ({type(mod).__name__}: "
-            "alpha dropout is not supported)",
-        )
+        alpha = " (alpha dropout is not supported)" if "Alpha" in type(mod).__name__ else ""
+        raise low.refuse(node, f"a random draw outside dropout and stochastic depth{alpha}")
     keep = low.number(node, args[1] if len(args) > 1 else kw.get("p", 0.5), "p")
     divides = all(
         getattr(u.target, "_opname", "") == "div" and u.args[0] is node and u.args[1] == keep
