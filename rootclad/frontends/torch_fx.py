@@ -329,8 +329,7 @@ class _FxLowering:
         try:
             self.traced.eval()
             module.eval()
-            # copies of the inputs: a layer may overwrite its input; the same random draws in
-            # each run (torch.randn_like), the caller's random state left as it was
+            # input copies (a layer may overwrite one); the same draws in each run, the caller's
             with torch.no_grad(), torch.random.fork_rng(devices=[]):
                 torch.manual_seed(0)
                 traced = _ShapeProp(self.traced).run(*(x.clone() for x in xs))
@@ -340,8 +339,7 @@ class _FxLowering:
                     _ShapeProp(self.traced, "rc_value_alt").run(*more)
                 except IRError:  # a model bound to its batch size: the checks below say so
                     pass
-                torch.manual_seed(0)
-                eager = module(*(x.clone() for x in xs))
+                eager = torch.manual_seed(0) and module(*(x.clone() for x in xs))
         finally:
             for m, mode in modes.items():
                 m.training = mode
