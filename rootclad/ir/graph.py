@@ -186,9 +186,15 @@ class Graph:
                 raise IRError(f"{node.describe()}: takes {arity} inputs, got {len(node.inputs)}")
             if arity is None and not node.inputs:
                 raise IRError(f"{node.describe()}: takes at least one input")
-            for role in node.params:
+            for role, name in node.params.items():
                 if role not in spec.params:
                     raise IRError(f"{node.describe()}: has no parameter {role!r}")
+                computed = (
+                    f"its {role} {name!r} is no parameter of the model (a tensor computed "
+                    "from its parameters, as the old torch.nn.utils.weight_norm leaves it: "
+                    "frontend='export' takes those)"
+                )
+                expect(name in self.by_name, node, computed)
             for role in node.buffers:
                 if role not in spec.buffers:
                     raise IRError(f"{node.describe()}: has no buffer {role!r}")

@@ -4,6 +4,7 @@ hyperparameter and tensor of the call checked against the layer's; and softmax."
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from rootclad.frontends.aten.table import lowers
@@ -211,8 +212,14 @@ def _functional(low, node, args, aten):
         low.nodes.append(made)
         low.names[node.name] = made.output
         return
+    if aten.startswith("conv") and _scaled_conv(low, node, args, aten):
+        return
     if aten != "linear":
-        raise low.refuse(node, f"a {aten} of tensors computed in forward is not supported yet")
+        raise low.refuse(
+            node,
+            f"a {aten} of tensors computed in forward is not supported yet (but for a "
+            "parameter scaled per output channel, as weight norm makes it)",
+        )
     _over_batch(low, node, args, aten)
     x, w, b = (list(args) + [None])[:3]
     shape = low.shape(node, x)
@@ -227,6 +234,58 @@ def _functional(low, node, args, aten):
         src = low.emit(node, "reshape", [src], {"shape": out}, part="" if b is None else "rows")
     if b is not None:
         low.emit(node, "add", [src, low.operand(node, b)])
+
+
+def _per_channel(low, weight):
+    """(v, s, op) where ``weight`` is parameter v times (op "mul") or over (op "div") s, the
+    same for every sample and one value per output channel or one for all (weight norm's
+    g / ||v||), else None."""
+    if not isinstance(weight, torch.fx.Node) or weight.target not in _SCALINGS:
+        return None
+    op = _SCALINGS[weight.target]
+    pairs = [weight.args[:2]] + ([weight.args[1::-1]] if op == "mul" else [])
+    for v, s in pairs:
+        if not (low.param_name(v) and isinstance(s, torch.fx.Node) and low.is_held(s)):
+            continue
+        vs, ss = tuple(v.meta["val"].shape), tuple(s.meta["val"].shape)
+        if len(ss) <= len(vs) and all(d == 1 for d in ss[1:]) and (ss[:1] in ((), (1,), vs[:1])):
+            if len(ss) == len(vs) or all(d == 1 for d in ss):
+                return v, s, op
+    return None
+
+
+def _scaled_conv(low, node, args, aten) -> bool:
+    """conv(x, v * s) + b as conv(x, v) * s + b, where s is one factor per output channel (a
+    convolution is linear in its weight): the convolution reads parameter v, its gradient
+    reaches s through the product. False where the weight is not of that form."""
+    from rootclad.frontends.torch_fx import _module_node
+
+    found = _per_channel(low, args[1])
+    if found is None:
+        return False
+    v, s, op = found
+    b = args[2] if len(args) > 2 else None
+    if b is not None and not low.param_name(b):
+        return False
+    low.batch_first(node, args[0], aten)
+    rest = [v.meta["val"], None, *args[3:]]
+    made = _module_node("", _STAND_IN[aten](*rest), f"{node.name}__unscaled")
+    made.params = {"weight": low.tensor_name(v)}
+    made.inputs = [low.value(node, args[0])]
+    low.nodes.append(made)
+    out = low.shape(node)
+    column = (out[0] if s.meta["val"].numel() > 1 else 1,) + (1,) * (len(out) - 1)
+    scale = low.held_as(node, s, column, part="scale")
+    if b is None:
+        low.emit(node, op, [made.output, scale])
+        return True
+    scaled = low.emit(node, op, [made.output, scale], part="scaled")
+    bias = low.held_as(node, b, (out[0],) + (1,) * (len(out) - 1), part="bias")
+    low.emit(node, "add", [scaled, bias])
+    return True
+
+
+_SCALINGS = {torch.ops.aten.mul.Tensor: "mul", torch.ops.aten.div.Tensor: "div"}
 
 
 def _over_batch(low, node, args, aten) -> None:

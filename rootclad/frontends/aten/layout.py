@@ -154,9 +154,11 @@ def _reduce(low, node, args, kw):
 def reduce_over(low, node, x, dims, aten: str, src=None, part: str = "") -> str:
     """``node``'s value (or its step ``part``): ``aten`` (mean, sum, amax or amin) of ``x``
     (or of value ``src`` of its shape) over torch's ``dims``."""
-    if dims in (None, [], ()):
-        raise low.refuse(node, "a reduction over every axis, the batch's too")
     shape = low.shape(node, x)
+    if dims in (None, [], ()):
+        if low.layout(node, x) is not None:
+            raise low.refuse(node, "a reduction over every axis, the batch's too")
+        dims = list(range(len(shape)))  # a value the same for every sample: all of it
     axes = sorted({low.axis(node, x, d) for d in ([dims] if isinstance(dims, int) else dims)})
     rest = [a for a in range(len(shape)) if a not in axes]
     inner, outer = math.prod(shape[a] for a in axes), math.prod(shape[a] for a in rest)

@@ -386,6 +386,7 @@ class Lowering:
             elif node.op == "call_function" and node.name in needed:
                 self._call(node)
         output, parts, container = self._outputs(outs)
+        self.nodes = _read_by(self.nodes, output)
         masks = tuple(
             self.program.graph.find_nodes(op="placeholder", target=n)[0].meta["val"].dtype
             == torch.bool
@@ -490,6 +491,17 @@ class Lowering:
             self.expected[self.names[node.name]] = self.shape(node)
 
 
+def _read_by(nodes: list[Node], output: str) -> list[Node]:
+    """``nodes`` but those the output does not read (a value a later lowering read otherwise:
+    the weight a convolution of a scaled parameter reads unscaled)."""
+    needed, keep = {output}, []
+    for n in reversed(nodes):
+        if n.output in needed:
+            keep.append(n)
+            needed.update(n.inputs)
+    return keep[::-1]
+
+
 def _is_shape_arithmetic(node) -> bool:
     val = node.meta.get("val")
     return (
@@ -510,16 +522,16 @@ def export_program(module: nn.Module, example_input):
     traces it, but for dropout and stochastic depth, captured as in training (in eval mode
     they would vanish; compiled, they obey cm.train() and cm.eval()); decomposed into core ATen
     ops but for the layers in :data:`KEPT`."""
-    import copy
-
     xs = _examples(example_input)
     batch = torch.export.Dim("batch", min=1)
-    model = copy.deepcopy(module)
-    for mod in model.modules():  # captured as in training: their ops obey cm.train()/eval()
-        if _training_only(mod):
-            if float(getattr(mod, "p", 0)) >= 1:  # torch writes zeros, no draw to switch off
-                raise IRError(f"{type(mod).__name__}(p={mod.p}): every value dropped")
-            mod.train()
+    # captured as in training: their ops obey cm.train()/eval() (switched for the capture,
+    # not on a copy: a module holding tensors computed from its parameters, as the old
+    # nn.utils.weight_norm leaves them, cannot be copied)
+    switched = [m for m in module.modules() if _training_only(m) and not m.training]
+    for mod in module.modules():
+        if _training_only(mod) and float(getattr(mod, "p", 0)) >= 1:
+            # torch writes zeros, no draw to switch off
+            raise IRError(f"{type(mod).__name__}(p={mod.p}): every value dropped")
     table = torch.export.default_decompositions()
     for kept in KEPT:
         _, packet, overload = kept.split(".")
@@ -528,16 +540,23 @@ def export_program(module: nn.Module, example_input):
         warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.|copyreg")
         # the recurrent layers' own weights list, which torch rebuilds in forward
         warnings.filterwarnings("ignore", message=r"The tensor attributes self\.\S*_flat_weights")
+        # the old nn.utils.weight_norm's weight, which its hook computes in the captured graph
+        warnings.filterwarnings("ignore", message=r"The tensor attribute self\.\S+ was assigned")
         try:
+            for mod in switched:
+                mod.training = True
             program = torch.export.export(
-                model, xs, dynamic_shapes=tuple({0: batch} for _ in xs), strict=False
+                module, xs, dynamic_shapes=tuple({0: batch} for _ in xs), strict=False
             )
         except Exception as exc:  # torch's own message names the line that failed
             raise IRError(
                 f"torch.export could not capture {type(module).__name__}: "
                 f"{type(exc).__name__}: {str(exc)[:2000]}"
             ) from exc
-        return program.run_decompositions(table), model, xs
+        finally:
+            for mod in switched:
+                mod.training = False
+        return program.run_decompositions(table), module, xs
 
 
 def graph_from_export(module: nn.Module, example_input, dtype: str) -> Graph:
