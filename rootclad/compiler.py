@@ -117,7 +117,11 @@ def _examples(example_input, dtype=None, model=None) -> tuple[tuple, torch.dtype
     return examples, dtype, torch.device(getattr(first, "device", "cpu"))
 
 
-def _module_graph(model: torch.nn.Module, examples: tuple, dtype, several: bool):
+# the front-ends: how a module becomes a graph
+_FRONTENDS = {"fx": graph_from_module, "export": graph_from_export}
+
+
+def _module_graph(model: torch.nn.Module, examples: tuple, dtype, several: bool, frontend="fx"):
     """The module's graph, traced on the CPU (the caller's module stays where it is)."""
     if any(t.device.type != "cpu" for t in (*model.parameters(), *model.buffers())):
         import copy
@@ -125,7 +129,8 @@ def _module_graph(model: torch.nn.Module, examples: tuple, dtype, several: bool)
         model = copy.deepcopy(model).cpu()
     example = tuple(t.detach().cpu().to(dtype if t.dtype.is_floating_point else t.dtype)
                     for t in examples)  # fmt: skip
-    return model, graph_from_module(model, example if several else example[0], _DTYPE_NAMES[dtype])
+    trace = _FRONTENDS[frontend]
+    return model, trace(model, example if several else example[0], _DTYPE_NAMES[dtype])
 
 
 def choose_loss_output(graph, loss_output) -> None:
@@ -194,24 +199,23 @@ def compile(
     loss reads the one ``loss_output`` names (its place, or its dict key; the first by
     default).
     ``frontend``: ``"fx"`` (torch.fx, the default) or ``"export"`` (torch.export and the core
-    ATen ops, CPU only, being built: :mod:`rootclad.frontends.aten` lists what it takes).
+    ATen ops, being built: :mod:`rootclad.frontends.aten` lists what it takes).
     """
-    if frontend not in ("fx", "export"):
+    if frontend not in _FRONTENDS:
         raise ValueError(f"frontend must be 'fx' or 'export', got {frontend!r}")
     examples, dtype, example_device = _examples(example_input, dtype, model)
     device = torch.device(device if device is not None else example_device)
-    if device.type == "cuda" and frontend != "fx":
-        raise ValueError("frontend='export' compiles for the CPU only so far")
     if device.type == "cuda":
         _device_engine(engine, pullbacks)
         return compile_device(model, example_input, device, loss=loss, dtype=dtype, seed=seed,
-                              loss_output=loss_output)  # fmt: skip
+                              loss_output=loss_output, frontend=frontend)  # fmt: skip
     if device.type != "cpu":
         raise ValueError(f"device {str(device)!r}: rootclad compiles for 'cpu' and 'cuda'")
     t0 = time.perf_counter()
     several = isinstance(example_input, (tuple, list))
-    trace = graph_from_module if frontend == "fx" else graph_from_export
-    graph = trace(model, example_input if several else examples[0], _DTYPE_NAMES[dtype])
+    graph = _FRONTENDS[frontend](
+        model, example_input if several else examples[0], _DTYPE_NAMES[dtype]
+    )
     choose_loss_output(graph, loss_output)
     cm = compile_graph(graph, loss, engine=engine, pullbacks=pullbacks, seed=seed, t0=t0,
                        aliases=parameter_aliases(model),
@@ -329,15 +333,15 @@ def device_program(graph, loss: str = "bce_with_logits", device="cuda", *, seed:
 
 def compile_device(model: torch.nn.Module, example_input, device="cuda",
                    loss: str = "bce_with_logits", dtype=None, seed: int = 0,
-                   loss_output: int | str = 0) -> DeviceModel:  # fmt: skip
+                   loss_output: int | str = 0, frontend: str = "fx") -> DeviceModel:  # fmt: skip
     """The device model of ``model`` with its current parameters (``model`` stays as it is):
     on a GPU (``device="cuda"``), or its kernels as loops on the CPU (``device="cpu"``, the
     reference the GPU build is checked against). ``example_input``: a tensor, or a tuple of
-    one per input of ``model.forward``."""
+    one per input of ``model.forward``; ``frontend`` as :func:`compile` takes it."""
     several = isinstance(example_input, (tuple, list))
     examples, dtype, _ = _examples(example_input, dtype, model)
     device = check_device(device)
-    module, graph = _module_graph(model, examples, dtype, several)
+    module, graph = _module_graph(model, examples, dtype, several, frontend)
     choose_loss_output(graph, loss_output)
     dm = device_program(graph, loss, device, seed=seed, aliases=parameter_aliases(module),
                         ignored=[n for n, _ in module.named_buffers()])  # fmt: skip
