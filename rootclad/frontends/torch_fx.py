@@ -37,7 +37,7 @@ from rootclad.frontends import (
 )
 from rootclad.ir.graph import Graph, IRError, Node, Param
 from rootclad.ir.ops import OPS, supported_modules
-from rootclad.ir.optimize import drop_identities, global_pools, pool_before_activation
+from rootclad.ir.optimize import simplify
 
 _MODULE_OPS = {m: name for name, spec in OPS.items() for m in spec.modules}
 
@@ -177,7 +177,7 @@ def graph_from_module(module: nn.Module, example_input, dtype: str) -> Graph:
                 f"{node.describe()}: rootclad infers the per-sample shape {node.out_shape}, "
                 f"torch gives {want}; this form of the operation is not supported"
             )
-    return pool_before_activation(global_pools(drop_identities(graph)))
+    return simplify(graph)
 
 
 def parameter_aliases(module: nn.Module) -> dict[str, str]:

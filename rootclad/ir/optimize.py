@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
-from rootclad.ir.graph import Graph, Node
+from rootclad.ir.graph import Graph, IRError, Node
 from rootclad.ir.registry import OPS
 
 
@@ -88,3 +88,80 @@ def global_pools(graph: Graph) -> Graph:
             node = dataclasses.replace(node, op=node.op.replace("adaptive_", "global_"), attrs={})
         nodes.append(node)
     return _with_nodes(graph, nodes)
+
+
+def _producers(nodes: list[Node | None]) -> dict[str, int]:
+    return {n.output: i for i, n in enumerate(nodes) if n is not None}
+
+
+def _permutes(graph: Graph, value: str, perm: tuple, node: Node) -> bool:
+    """Whether the permute kernels take ``perm`` of ``value`` (at most 4 axes moved)."""
+    made = dataclasses.replace(node, attrs={"perm": perm})
+    try:
+        OPS["permute"].infer(made, [graph.shapes[value]], graph)
+    except IRError:
+        return False
+    return True
+
+
+def merge_permutes(graph: Graph) -> Graph:
+    """A permute of a permute's output, where it is that permute's only reader, as one permute
+    of the first one's input (an identity where they undo each other, which drop_identities
+    removes): torch.export writes attention's transposes back and forth as such pairs."""
+    readers = Counter(v for n in graph.nodes for v in n.inputs)
+    nodes: list[Node | None] = []
+    made: dict[str, int] = {}  # value -> its node's place in nodes
+    for node in graph.nodes:
+        at = made.get(node.inputs[0]) if node.op == "permute" else None
+        first = nodes[at] if at is not None else None
+        if (
+            first is not None
+            and first.op == "permute"
+            and readers[first.output] == 1
+            and first.output != graph.output
+        ):
+            perm = tuple(first.attrs["perm"][i] for i in node.attrs["perm"])
+            if perm == tuple(range(len(perm))):
+                nodes[at] = None
+                node = dataclasses.replace(node, op="identity", inputs=list(first.inputs), attrs={})
+            elif _permutes(graph, first.inputs[0], perm, node):
+                nodes[at] = None
+                node = dataclasses.replace(node, inputs=list(first.inputs), attrs={"perm": perm})
+        made[node.output] = len(nodes)
+        nodes.append(node)
+    return _with_nodes(graph, [n for n in nodes if n is not None])
+
+
+def _scaling(node: Node | None) -> float | None:
+    """The factor of an affine map without shift, else None."""
+    if node is None or node.op != "affine" or node.attrs.get("shift", 0.0) != 0.0:
+        return None
+    return float(node.attrs["scale"])
+
+
+def one_scale(graph: Graph) -> Graph:
+    """A product of two scaled values, each scaled for it alone, as the product of the first
+    scaled by both factors and the second as it is (s a) (t b) = (s t a) b: torch's attention
+    scales the queries and the keys each by the square root of its scale."""
+    readers = Counter(v for n in graph.nodes for v in n.inputs)
+    nodes: list[Node | None] = list(graph.nodes)
+    made = _producers(nodes)
+    for i, node in enumerate(nodes):
+        if node is None or node.op != "matmul" or node.inputs[0] == node.inputs[1]:
+            continue
+        a, b = (nodes[made[v]] if v in made else None for v in node.inputs)
+        s, t = _scaling(a), _scaling(b)
+        if s is None or t is None:
+            continue
+        if any(readers[n.output] != 1 or n.output == graph.output for n in (a, b)):
+            continue
+        nodes[made[a.output]] = dataclasses.replace(a, attrs={"scale": s * t, "shift": 0.0})
+        nodes[made[b.output]] = None
+        nodes[i] = dataclasses.replace(node, inputs=[a.output, b.inputs[0]])
+    return _with_nodes(graph, [n for n in nodes if n is not None])
+
+
+def simplify(graph: Graph) -> Graph:
+    """Every rewrite above, as each front-end's graph gets them."""
+    graph = drop_identities(one_scale(merge_permutes(drop_identities(graph))))
+    return pool_before_activation(global_pools(graph))

@@ -30,7 +30,7 @@ from rootclad.frontends.aten.constants import fold
 from rootclad.frontends.aten.indexing import index_bounds
 from rootclad.frontends.aten.table import KEPT, LOWERINGS, batch_rows, op_name
 from rootclad.ir.graph import Graph, IRError, Node, Param
-from rootclad.ir.optimize import drop_identities, global_pools, pool_before_activation
+from rootclad.ir.optimize import simplify
 
 
 def _training_only(mod: nn.Module) -> bool:
@@ -586,4 +586,4 @@ def graph_from_export(module: nn.Module, example_input, dtype: str) -> Graph:
                 f"{node.describe()}: rootclad infers the per-sample shape "
                 f"{node.out_shape}, torch gives {want}"
             )
-    return pool_before_activation(global_pools(drop_identities(graph)))  # as torch_fx's
+    return simplify(graph)  # as torch_fx's
