@@ -21,7 +21,9 @@ from rootclad.codegen.cuda import emit_device
 from rootclad.codegen.standalone import write_header
 from rootclad.frontends.aten import graph_from_export
 from rootclad.frontends.onnx import to_module
+from rootclad.frontends.onnx.builder import read as read_onnx
 from rootclad.frontends.onnx.limits import EXAMPLE_BATCH
+from rootclad.frontends.onnx.replay import to_replay
 from rootclad.frontends.programs import program_module
 from rootclad.frontends.torch_fx import graph_from_module, parameter_aliases
 from rootclad.paths import check_outputs
@@ -360,7 +362,7 @@ def retarget(model, device: torch.device):
 
 # -- model files ----------------------------------------------------------------------------
 def _compile_module(module, shapes, graph_dtype, loss, engine, pullbacks, dtype, seed,
-                    loss_output=0):  # fmt: skip
+                    loss_output=0, frontend="fx"):  # fmt: skip
     dtype = dtype or graph_dtype
     kinds = getattr(module, "input_dtypes", None) or [None] * len(shapes)  # indices: integers
     examples = tuple(
@@ -368,7 +370,7 @@ def _compile_module(module, shapes, graph_dtype, loss, engine, pullbacks, dtype,
     )
     example = examples[0] if len(examples) == 1 else examples
     return compile(module.to(dtype), example, loss, engine=engine, pullbacks=pullbacks,
-                   dtype=dtype, seed=seed, loss_output=loss_output)  # fmt: skip
+                   dtype=dtype, seed=seed, loss_output=loss_output, frontend=frontend)  # fmt: skip
 
 
 def load(path, loss: str = "bce_with_logits", *, example_input=None, engine: str = "auto",
@@ -387,14 +389,20 @@ def load(path, loss: str = "bce_with_logits", *, example_input=None, engine: str
 
 def load_onnx(model, loss: str = "bce_with_logits", *, engine: str = "auto",
               pullbacks: bool = True, dtype: torch.dtype | None = None, seed: int = 0,
-              loss_output: int | str = 0):  # fmt: skip
+              loss_output: int | str = 0, frontend: str = "fx"):  # fmt: skip
     """Compile an ONNX file (or ``ModelProto``) into a :class:`rootclad.torch.CompiledModel`:
     the same API as :func:`rootclad.compile` (``cm(x)``, ``input_grad``, ``loss_and_grad``,
     ``train_step``). The first input axis is the batch; the others must be fixed. dtype
-    defaults to the graph's (float64 if an input is float64, else float32)."""
-    module, shapes, graph_dtype = to_module(model)
+    defaults to the graph's (float64 if an input is float64, else float32). ``frontend``:
+    ``"fx"`` (the file rebuilt as torch layers, traced by torch.fx; the default) or
+    ``"export"`` (its nodes run through one table of ONNX ops and lowered by the export
+    front-end: rootclad/frontends/onnx/replay.py; being built)."""
+    if frontend == "export":
+        module, shapes, graph_dtype = to_replay(*read_onnx(model))
+    else:
+        module, shapes, graph_dtype = to_module(model)
     return _compile_module(module, shapes, graph_dtype, loss, engine, pullbacks, dtype, seed,
-                           loss_output)  # fmt: skip
+                           loss_output, frontend)  # fmt: skip
 
 
 # -- standalone headers ---------------------------------------------------------------------

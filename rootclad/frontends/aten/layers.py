@@ -168,7 +168,7 @@ def _own_tensors(low, node, args, path, mod, classes) -> bool:
 _STAND_IN = {
     "linear": lambda w, b=None: nn.Linear(w.shape[1], w.shape[0], b is not None, device="meta"),
     **{
-        f"conv{d}d": lambda w, b, stride=1, padding=0, dilation=1, groups=1, c=c: c(
+        f"conv{d}d": lambda w, b=None, stride=1, padding=0, dilation=1, groups=1, c=c: c(
             w.shape[1] * groups,
             w.shape[0],
             tuple(w.shape[2:]),
@@ -180,6 +180,23 @@ _STAND_IN = {
             device="meta",
         )
         for d, c in ((1, nn.Conv1d), (2, nn.Conv2d), (3, nn.Conv3d))
+    },
+    **{
+        f"conv_transpose{d}d": lambda w, b=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1, c=c: (
+            c(
+                w.shape[0],
+                w.shape[1] * groups,
+                tuple(w.shape[2:]),
+                stride,
+                padding,
+                output_padding,
+                groups,
+                b is not None,
+                dilation,
+                device="meta",
+            )
+        )
+        for d, c in ((1, nn.ConvTranspose1d), (2, nn.ConvTranspose2d))
     },
     "layer_norm": lambda shape, w=None, b=None, eps=1e-5, *_: nn.LayerNorm(
         shape, eps, w is not None, b is not None, device="meta"
@@ -212,7 +229,7 @@ def _functional(low, node, args, aten):
         low.nodes.append(made)
         low.names[node.name] = made.output
         return
-    if aten.startswith("conv") and _scaled_conv(low, node, args, aten):
+    if aten in ("conv1d", "conv2d", "conv3d") and _scaled_conv(low, node, args, aten):
         return
     if aten != "linear":
         raise low.refuse(
@@ -237,20 +254,25 @@ def _functional(low, node, args, aten):
 
 
 def _per_channel(low, weight):
-    """(v, s, op) where ``weight`` is parameter v times (op "mul") or over (op "div") s, the
-    same for every sample and one value per output channel or one for all (weight norm's
-    g / ||v||), else None."""
+    """(v, [(s, op), ...]) where ``weight`` is parameter v multiplied (op "mul") or divided
+    (op "div") in turn by each s, the same for every sample and one value per output channel
+    or one for all (weight norm's g / ||v||, or v / ||v|| * g), else None."""
+    if low.param_name(weight):
+        return weight, []
     if not isinstance(weight, torch.fx.Node) or weight.target not in _SCALINGS:
         return None
     op = _SCALINGS[weight.target]
     pairs = [weight.args[:2]] + ([weight.args[1::-1]] if op == "mul" else [])
-    for v, s in pairs:
-        if not (low.param_name(v) and isinstance(s, torch.fx.Node) and low.is_held(s)):
+    for w, s in pairs:
+        if not (isinstance(w, torch.fx.Node) and isinstance(s, torch.fx.Node) and low.is_held(s)):
             continue
-        vs, ss = tuple(v.meta["val"].shape), tuple(s.meta["val"].shape)
-        if len(ss) <= len(vs) and all(d == 1 for d in ss[1:]) and (ss[:1] in ((), (1,), vs[:1])):
-            if len(ss) == len(vs) or all(d == 1 for d in ss):
-                return v, s, op
+        ws, ss = tuple(w.meta["val"].shape), tuple(s.meta["val"].shape)
+        per_channel = len(ss) == len(ws) and ss[:1] in ((1,), ws[:1]) and set(ss[1:]) <= {1}
+        if not (per_channel or all(d == 1 for d in ss)):
+            continue
+        inner = _per_channel(low, w)
+        if inner is not None:
+            return inner[0], [*inner[1], (s, op)]
     return None
 
 
@@ -261,9 +283,9 @@ def _scaled_conv(low, node, args, aten) -> bool:
     from rootclad.frontends.torch_fx import _module_node
 
     found = _per_channel(low, args[1])
-    if found is None:
+    if found is None or not found[1]:
         return False
-    v, s, op = found
+    v, factors = found
     b = args[2] if len(args) > 2 else None
     if b is not None and not low.param_name(b):
         return False
@@ -273,15 +295,15 @@ def _scaled_conv(low, node, args, aten) -> bool:
     made.params = {"weight": low.tensor_name(v)}
     made.inputs = [low.value(node, args[0])]
     low.nodes.append(made)
-    out = low.shape(node)
-    column = (out[0] if s.meta["val"].numel() > 1 else 1,) + (1,) * (len(out) - 1)
-    scale = low.held_as(node, s, column, part="scale")
-    if b is None:
-        low.emit(node, op, [made.output, scale])
-        return True
-    scaled = low.emit(node, op, [made.output, scale], part="scaled")
-    bias = low.held_as(node, b, (out[0],) + (1,) * (len(out) - 1), part="bias")
-    low.emit(node, "add", [scaled, bias])
+    out, src = low.shape(node), made.output
+    for i, (s, op) in enumerate(factors):
+        column = (out[0] if s.meta["val"].numel() > 1 else 1,) + (1,) * (len(out) - 1)
+        scale = low.held_as(node, s, column, part=f"scale{i}")
+        last = b is None and i == len(factors) - 1
+        src = low.emit(node, op, [src, scale], part="" if last else f"scaled{i}")
+    if b is not None:
+        bias = low.held_as(node, b, (out[0],) + (1,) * (len(out) - 1), part="bias")
+        low.emit(node, "add", [src, bias])
     return True
 
 

@@ -517,6 +517,16 @@ def _examples(example_input) -> tuple[torch.Tensor, ...]:
     return tuple(torch.cat([x, x]) if x.shape[0] == 1 else x for x in xs)
 
 
+def _dynamic(module: nn.Module, xs: tuple, batch) -> tuple:
+    """torch.export's dynamic shapes: every input's first axis is the batch (a forward taking
+    ``*xs`` takes them as one tuple)."""
+    import inspect
+
+    axes = tuple({0: batch} for _ in xs)
+    kinds = [p.kind for p in inspect.signature(module.forward).parameters.values()]
+    return (axes,) if kinds and kinds[0] == inspect.Parameter.VAR_POSITIONAL else axes
+
+
 def export_program(module: nn.Module, example_input):
     """``module`` captured by torch.export (batch axis dynamic) in its own mode, as torch.fx
     traces it, but for dropout and stochastic depth, captured as in training (in eval mode
@@ -546,8 +556,10 @@ def export_program(module: nn.Module, example_input):
             for mod in switched:
                 mod.training = True
             program = torch.export.export(
-                module, xs, dynamic_shapes=tuple({0: batch} for _ in xs), strict=False
+                module, xs, dynamic_shapes=_dynamic(module, xs, batch), strict=False
             )
+        except IRError:  # a forward of rootclad's own (an ONNX file's) refusing a node
+            raise
         except Exception as exc:  # torch's own message names the line that failed
             raise IRError(
                 f"torch.export could not capture {type(module).__name__}: "

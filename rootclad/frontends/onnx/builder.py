@@ -443,6 +443,12 @@ def _module_class(n: int) -> type:
 def to_module(model) -> tuple[nn.Module, list[tuple[int, ...]], torch.dtype]:
     """An ONNX ``ModelProto`` (or a path, or a file's bytes) as (torch module, per-sample input
     shapes, dtype)."""
+    return Builder(*read(model)).build()
+
+
+def read(model):
+    """(the checked ``ModelProto``, where it is from, its :class:`Budget`) of a ModelProto, a
+    path or a file's bytes: its sizes bounded before its external data is read."""
     import onnx
 
     where = "ONNX model"
@@ -472,7 +478,7 @@ def to_module(model) -> tuple[nn.Module, list[tuple[int, ...]], torch.dtype]:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
         raise IRError(f"{where}: not a valid ONNX model: {exc}") from exc
-    return Builder(model, where, budget).build()
+    return model, where, budget
 
 
 def _tensors(graph) -> list:

@@ -1,0 +1,320 @@
+"""The ONNX table's layout, shape, reduction and index ops (see ops.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from rootclad.frontends.onnx.common import text
+from rootclad.frontends.onnx.ops import ints, is_number, onnx_op, positive_axis, tensor
+
+
+# -- layout ------------------------------------------------------------------------------------
+def _shape_of(node, x, shape: list, allowzero: bool) -> list:
+    """ONNX's Reshape sizes: 0 copies the input's size (unless allowzero), -1 is inferred."""
+    return [x.shape[i] if s == 0 and not allowzero else s for i, s in enumerate(shape)]
+
+
+@onnx_op("Reshape")
+def _reshape(node, ins):
+    x, shape = ins
+    shape = ints(node, shape, "sizes")
+    if is_number(x):
+        return np.reshape(x, [int(s) for s in _shape_of(node, x, shape, False)])
+    return x.reshape(_shape_of(node, x, shape, bool(node.attr("allowzero", 0))))
+
+
+@onnx_op("Flatten")
+def _flatten(node, ins):
+    x = ins[0]
+    axis = positive_axis(node.attr("axis", 1), x.dim())
+    return x.reshape(math.prod(x.shape[:axis]), -1) if axis else x.reshape(1, -1)
+
+
+@onnx_op("Transpose")
+def _transpose(node, ins):
+    x = ins[0]
+    perm = node.attr("perm") or list(range(x.ndim))[::-1]
+    return np.transpose(x, perm) if is_number(x) else x.permute(perm)
+
+
+def _axes(node, ins, at: int = 1) -> list | None:
+    """An op's axes: its attribute (older opsets) or its input."""
+    axes = node.attr("axes")
+    if axes is None and len(ins) > at and ins[at] is not None:
+        axes = ints(node, ins[at], "axes")
+    return axes
+
+
+@onnx_op("Squeeze")
+def _squeeze(node, ins):
+    x, axes = ins[0], _axes(node, ins)
+    if axes is None:
+        axes = [i for i, d in enumerate(x.shape) if d == 1]
+    axes = sorted(positive_axis(a, x.ndim) for a in axes)
+    if is_number(x):
+        return np.squeeze(x, tuple(axes))
+    for a in reversed(axes):
+        x = x.squeeze(a)
+    return x
+
+
+@onnx_op("Unsqueeze")
+def _unsqueeze(node, ins):
+    x, axes = ins[0], _axes(node, ins)
+    rank = x.ndim + len(axes)
+    for a in sorted(positive_axis(a, rank) for a in axes):
+        x = np.expand_dims(x, a) if is_number(x) else x.unsqueeze(a)
+    return x
+
+
+@onnx_op("Concat")
+def _concat(node, ins):
+    axis = node.attr("axis")
+    parts = [v for v in ins if v is not None]
+    if all(is_number(v) for v in parts):
+        return np.concatenate(parts, axis)
+    like = next(v for v in parts if isinstance(v, torch.Tensor))
+    return torch.cat([tensor(node, v, like) for v in parts], axis)
+
+
+@onnx_op("Slice")
+def _slice(node, ins):
+    x = ins[0]
+    starts, ends = ints(node, ins[1], "starts"), ints(node, ins[2], "ends")
+    axes = ints(node, ins[3], "axes") if len(ins) > 3 and ins[3] is not None else None
+    steps = ints(node, ins[4], "steps") if len(ins) > 4 and ins[4] is not None else None
+    axes = axes or list(range(len(starts)))
+    steps = steps or [1] * len(starts)
+    index = [slice(None)] * x.ndim
+    for a, s, e, st in zip(axes, starts, ends, steps, strict=True):
+        big = 2**62
+        index[positive_axis(a, x.ndim)] = slice(
+            None if st > 0 and s <= -big else s, None if abs(e) >= big else e, st
+        )
+    if is_number(x):
+        return x[tuple(index)]
+    if any(st < 0 for st in steps):
+        raise node.refuse("a negative step")
+    return x[tuple(index)]
+
+
+@onnx_op("Split")
+def _split(node, ins):
+    x, axis = ins[0], node.attr("axis", 0)
+    sizes = node.attr("split") or (
+        ints(node, ins[1], "sizes") if len(ins) > 1 and ins[1] is not None else None
+    )
+    if sizes is None:
+        parts = node.attr("num_outputs") or len(node.outputs)
+        size = x.shape[positive_axis(axis, x.ndim)]
+        sizes = [-(-size // parts)] * (parts - 1)
+        sizes.append(size - sum(sizes))
+    if is_number(x):
+        return np.split(x, np.cumsum(sizes)[:-1], axis)
+    return list(torch.split(x, sizes, axis))
+
+
+@onnx_op("Expand")
+def _expand(node, ins):
+    x, shape = ins[0], ints(node, ins[1], "sizes")
+    rank = max(x.ndim, len(shape))
+    have = [1] * (rank - x.ndim) + list(x.shape)
+    want = [1] * (rank - len(shape)) + shape
+    out = [h if w == 1 else w for h, w in zip(have, want, strict=True)]
+    if is_number(x):
+        return np.broadcast_to(x, [int(d) for d in out]).copy()
+    return x.reshape(have).expand(out)
+
+
+@onnx_op("Tile")
+def _tile(node, ins):
+    reps = ints(node, ins[1], "repeats")
+    return np.tile(ins[0], reps) if is_number(ins[0]) else ins[0].repeat(reps)
+
+
+@onnx_op("Pad")
+def _pad(node, ins):
+    x = ins[0]
+    mode = text(node.attr("mode", "constant"))
+    pads = ints(node, ins[1], "pads") if len(ins) > 1 else node.attr("pads")
+    value = float(np.asarray(ins[2]).reshape(())) if len(ins) > 2 and ins[2] is not None else 0.0
+    axes = ints(node, ins[3], "axes") if len(ins) > 3 and ins[3] is not None else None
+    axes = [positive_axis(a, x.ndim) for a in axes] if axes else list(range(x.ndim))
+    n = len(axes)
+    begin, end = dict(zip(axes, pads[:n], strict=True)), dict(zip(axes, pads[n:], strict=True))
+    flat = [p for a in reversed(range(x.ndim)) for p in (begin.get(a, 0), end.get(a, 0))]
+    if mode not in ("constant", "reflect", "edge"):
+        raise node.refuse(f"mode {mode!r}")
+    mode = {"edge": "replicate"}.get(mode, mode)
+    while flat and flat[-2:] == [0, 0]:
+        flat = flat[:-2]
+    return F.pad(x, flat, mode, value) if mode == "constant" else F.pad(x, flat, mode)
+
+
+# -- shapes, constants, reductions, indices -----------------------------------------------------
+@onnx_op("Shape")
+def _shape(node, ins):
+    shape = np.array(list(ins[0].shape), dtype=object)
+    start, end = node.attr("start", 0), node.attr("end")
+    return shape[start:end]
+
+
+@onnx_op("Size")
+def _size(node, ins):
+    return np.array(math.prod(ins[0].shape), dtype=object)
+
+
+@onnx_op("Constant")
+def _constant(node, ins):
+    import onnx
+
+    for key, value in node.attrs.items():
+        if key == "value":
+            array = np.array(onnx.numpy_helper.to_array(value))
+            return torch.from_numpy(array) if array.dtype.kind == "f" else array
+        if key in ("value_float", "value_floats"):
+            return torch.tensor(value, dtype=torch.float32)
+        if key in ("value_int", "value_ints"):
+            return np.array(value, dtype=np.int64)
+    raise node.refuse(f"a constant given as {sorted(node.attrs)}")
+
+
+@onnx_op("ConstantOfShape")
+def _constant_of_shape(node, ins):
+    import onnx
+
+    shape = ints(node, ins[0], "sizes")
+    value = node.attrs.get("value")
+    fill = np.array(onnx.numpy_helper.to_array(value)).reshape(()) if value is not None else 0.0
+    if (
+        isinstance(fill, np.ndarray)
+        and fill.dtype.kind != "f"
+        and not any(isinstance(s, torch.SymInt) for s in shape)
+    ):
+        return np.full(shape, fill)
+    dtype = torch.bool if np.asarray(fill).dtype == bool else None
+    kind = torch.int64 if np.asarray(fill).dtype.kind in "iu" else dtype
+    return torch.full(shape, float(fill) if kind is None else fill.item(), dtype=kind)
+
+
+@onnx_op("Range")
+def _range(node, ins):
+    if any(isinstance(v, torch.Tensor) for v in ins):
+        raise node.refuse("bounds computed from the data")
+    start, limit, delta = (np.asarray(v).reshape(()).item() for v in ins)
+    if any(isinstance(v, torch.SymInt) for v in (start, limit, delta)):  # over the batch size
+        return torch.arange(start, limit, delta)
+    return np.arange(start, limit, delta)
+
+
+@onnx_op("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceL2", "ReduceSumSquare")
+def _reduce(node, ins):
+    x = ins[0]
+    axes = _axes(node, ins)
+    keep = bool(node.attr("keepdims", 1))
+    if not axes:
+        if node.attr("noop_with_empty_axes", 0):
+            return x
+        axes = list(range(x.ndim))
+    if is_number(x):
+        fn = {"ReduceSum": np.sum, "ReduceMax": np.max, "ReduceMin": np.min}.get(node.op)
+        if fn is None:
+            raise node.refuse("of numbers")
+        return fn(x, axis=tuple(axes), keepdims=keep)
+    if node.op == "ReduceSum":
+        return x.sum(axes, keepdim=keep)
+    if node.op == "ReduceMean":
+        return x.mean(axes, keepdim=keep)
+    if node.op == "ReduceSumSquare":
+        return (x * x).sum(axes, keepdim=keep)
+    if node.op == "ReduceL2":
+        return torch.linalg.vector_norm(x, 2, axes, keepdim=keep)
+    return x.amax(axes, keep) if node.op == "ReduceMax" else x.amin(axes, keep)
+
+
+@onnx_op("Gather")
+def _gather(node, ins):
+    x, index = ins
+    axis = node.attr("axis", 0)
+    if is_number(x) and is_number(index):
+        return np.take(x, index.astype(np.int64) if index.dtype != object else index, axis)
+    x = tensor(node, x)
+    if is_number(index):
+        size = x.shape[positive_axis(axis, x.dim())]
+        index = np.where(index < 0, index + size, index)  # ONNX counts from the end too
+        return torch.index_select(x, axis, tensor(node, index.reshape(-1))).reshape(
+            [
+                *x.shape[: positive_axis(axis, x.dim())],
+                *index.shape,
+                *x.shape[positive_axis(axis, x.dim()) + 1 :],
+            ]
+        )
+    if axis == 0 and x.dim() == 2 and not index.is_floating_point():  # an embedding
+        return F.embedding(index, x)
+    return torch.index_select(x, axis, index.reshape(-1)).reshape(
+        [*x.shape[:axis], *index.shape, *x.shape[axis + 1 :]]
+    )
+
+
+@onnx_op("GatherElements")
+def _gather_elements(node, ins):
+    return torch.gather(ins[0], node.attr("axis", 0), tensor(node, ins[1]))
+
+
+@onnx_op("TopK")
+def _topk(node, ins):
+    k = ints(node, ins[1], "k")[0]
+    values, indices = torch.topk(
+        ins[0],
+        k,
+        node.attr("axis", -1),
+        bool(node.attr("largest", 1)),
+        bool(node.attr("sorted", 1)),
+    )
+    return [values, indices]
+
+
+@onnx_op("Trilu")
+def _trilu(node, ins):
+    k = ints(node, ins[1], "k")[0] if len(ins) > 1 and ins[1] is not None else 0
+    x = ins[0]
+    if is_number(x):
+        return np.triu(x, k) if node.attr("upper", 1) else np.tril(x, k)
+    return torch.triu(x, k) if node.attr("upper", 1) else torch.tril(x, k)
+
+
+@onnx_op("CumSum")
+def _cumsum(node, ins):
+    if node.attr("exclusive", 0) or node.attr("reverse", 0):
+        raise node.refuse("exclusive or reverse")
+    return torch.cumsum(ins[0], ints(node, ins[1], "axis")[0])
+
+
+@onnx_op("Resize")
+def _resize(node, ins):
+    x = ins[0]
+    mode = text(node.attr("mode", "nearest"))
+    how = text(node.attr("coordinate_transformation_mode", "half_pixel"))
+    scales = ins[2] if len(ins) > 2 and ins[2] is not None and np.asarray(ins[2]).size else None
+    sizes = ints(node, ins[3], "sizes") if len(ins) > 3 and ins[3] is not None else None
+    kw = {}
+    if sizes is not None:
+        kw["size"] = sizes[2:]
+    elif scales is not None:
+        kw["scale_factor"] = [float(s) for s in np.asarray(scales).reshape(-1)[2:]]
+    else:
+        raise node.refuse("neither scales nor sizes")
+    if mode == "nearest":
+        if how != "asymmetric" or text(node.attr("nearest_mode", "round_prefer_floor")) != "floor":
+            raise node.refuse(f"nearest with {how} coordinates (torch's is asymmetric, floor)")
+        return F.interpolate(x, mode="nearest", **kw)
+    if mode != "linear" or how not in ("half_pixel", "pytorch_half_pixel", "align_corners"):
+        raise node.refuse(f"mode {mode!r} with {how} coordinates")
+    kind = {3: "linear", 4: "bilinear"}.get(x.dim())
+    if kind is None:
+        raise node.refuse(f"linear resizing of {x.dim() - 2}-d data")
+    return F.interpolate(x, mode=kind, align_corners=how == "align_corners", **kw)

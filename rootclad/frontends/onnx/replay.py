@@ -1,0 +1,192 @@
+"""An ONNX graph run node by node through one table (:data:`rootclad.frontends.onnx.ops.OPS`:
+ONNX op -> what torch computes for it), captured by torch.export and lowered by the ATen
+front-end like any model (``rootclad.onnx.load(path, frontend="export")``).
+
+No layer is rebuilt and no source is generated: :class:`Replay` holds the file's float
+initializers as parameters (integer ones, shapes and indices, stay numbers) and its forward
+runs the table over the nodes. Shape arithmetic (Shape, Gather, Concat, ... on integers) runs
+on numbers, the batch size as torch.export's symbol, so a Reshape reads its sizes, never a
+tensor of them. A node whose op the table lacks is refused before anything runs, naming the
+node, its op and the opset; one the table cannot take as written, when it runs."""
+
+from __future__ import annotations
+
+import keyword
+import re
+
+import numpy as np
+import torch
+from torch import nn
+
+from rootclad.frontends.onnx import ops_shapes  # noqa: F401 (registers its ops)
+from rootclad.frontends.onnx.common import attributes
+from rootclad.frontends.onnx.ops import OPS, STATIC, Node
+from rootclad.ir.graph import IRError
+
+_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_FLOATS = {np.dtype(t) for t in ("float16", "float32", "float64")}
+
+
+class Replay(nn.Module):
+    """The ONNX graph as a torch module that holds its initializers and runs its nodes."""
+
+    def __init__(self, model, where: str, opset: int):
+        import onnx
+
+        super().__init__()
+        self._where, self._opset = where, opset
+        graph = model.graph
+        # where each value is read: a float initializer or constant read only as sizes, axes
+        # or bounds (ops.STATIC) is a number, any other a parameter (or, from a Constant
+        # node, a buffer)
+        reads: dict[str, set] = {}
+        for proto in graph.node:
+            for at, name in enumerate(proto.input):
+                reads.setdefault(name, set()).add(at in STATIC.get(proto.op_type, ()))
+        self._static = {name for name, kinds in reads.items() if kinds == {True}}
+        self._numbers: dict[str, np.ndarray] = {}  # integer and boolean initializers
+        self._tensors: dict[str, str] = {}  # float initializer -> its attribute path
+        for init in graph.initializer:
+            value = np.array(onnx.numpy_helper.to_array(init))
+            if value.dtype in _FLOATS and init.name not in self._static:
+                self._tensors[init.name] = self._hold(init.name, torch.from_numpy(value), True)
+            else:
+                self._numbers[init.name] = value
+        self._nodes = []
+        for i, proto in enumerate(graph.node):
+            node = Node(
+                proto.name or f"#{i}",
+                proto.op_type,
+                list(proto.input),
+                list(proto.output),
+                attributes(proto),
+                where,
+                opset,
+            )
+            if proto.domain not in ("", "ai.onnx") or proto.op_type not in OPS:
+                raise node.refuse(
+                    f"rootclad's ONNX table has no {proto.domain + '.' if proto.domain else ''}"
+                    f"{proto.op_type}; it takes: {', '.join(sorted(OPS))}"
+                )
+            if proto.op_type == "Constant":  # made once: a number, or a buffer of floats
+                value = OPS["Constant"](node, [])
+                if isinstance(value, torch.Tensor) and proto.output[0] in self._static:
+                    value = value.numpy()
+                elif isinstance(value, torch.Tensor):
+                    value = self._hold(f"constant_{i}", value, False)
+                node.value = value
+            self._nodes.append(node)
+        self._inputs = [i.name for i in graph.input if i.name not in self._numbers]
+        self._inputs = [n for n in self._inputs if n not in self._tensors]
+        self._outputs = [o.name for o in graph.output]
+
+    def _hold(self, name: str, value: torch.Tensor, parameter: bool) -> str:
+        """Register ``value`` at the path ``name`` spells where its parts are plain names (a
+        torch export's ``fc1.weight``), else at a flat name made from it; returns the path."""
+        parts = name.split(".")
+        if not all(_PLAIN.fullmatch(p) and not keyword.iskeyword(p) for p in parts):
+            flat = re.sub(r"\W", "_", name).strip("_") or "initializer"
+            plain = _PLAIN.fullmatch(flat) and not keyword.iskeyword(flat)
+            parts = [flat if plain else f"i_{flat}"]
+        owner = self
+        for part in parts[:-1]:
+            child = owner._modules.get(part)
+            if child is None and not hasattr(owner, part):
+                child = nn.Module()
+                owner.add_module(part, child)
+            if type(child) is not nn.Module:
+                return self._hold(f"i_{len(self._tensors)}_{parts[-1]}", value, parameter)
+            owner = child
+        last = parts[-1]
+        while hasattr(owner, last):
+            last += "_"
+        if parameter:
+            owner.register_parameter(last, nn.Parameter(value))
+        else:
+            owner.register_buffer(last, value, persistent=False)
+        return ".".join([*parts[:-1], last])
+
+    def forward(self, *xs):
+        env: dict = dict(zip(self._inputs, xs, strict=True))
+        env.update(self._numbers)
+        held = dict(self.named_parameters()) | dict(self.named_buffers())
+        env.update({name: held[path] for name, path in self._tensors.items()})
+        for node in self._nodes:
+            if node.op == "Constant":
+                value = node.value
+                results = [held[value] if isinstance(value, str) else value]
+            else:
+                ins = [env[n] if n else None for n in node.inputs]
+                try:
+                    results = OPS[node.op](node, ins)
+                except IRError:
+                    raise
+                except (TypeError, ValueError, IndexError, KeyError, RuntimeError) as exc:
+                    why = f"not computed as written ({type(exc).__name__}: {exc})"
+                    raise node.refuse(why) from exc
+                if not isinstance(results, (list, tuple)):
+                    results = [results]
+                results = [_held(r) for r in results]
+            for name, value in zip(node.outputs, results, strict=False):
+                if name:
+                    env[name] = value
+        outs = [env[n] for n in self._outputs]
+        for name, out in zip(self._outputs, outs, strict=True):
+            if not isinstance(out, torch.Tensor):
+                raise IRError(f"{self._where}: output {name!r} is a constant, not computed")
+        return outs[0] if len(outs) == 1 else dict(zip(self._outputs, outs, strict=True))
+
+
+def _held(value):
+    """A result as the table takes it: a tensor, or numbers as a numpy array (numpy gives a
+    lone number, the batch size's symbol among them, as a scalar)."""
+    if value is None or isinstance(value, (torch.Tensor, np.ndarray)):
+        return value
+    symbolic = isinstance(value, (torch.SymInt, torch.SymFloat))
+    return np.array(value, dtype=object if symbolic else None)
+
+
+def to_replay(model, where: str, budget) -> tuple[nn.Module, list[tuple[int, ...]], torch.dtype]:
+    """(the file's graph as a :class:`Replay`, per-sample input shapes, dtype), as
+    :func:`rootclad.frontends.onnx.to_module` gives them."""
+    from rootclad.frontends.onnx.builder import MIN_OPSET
+
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is None or opset < MIN_OPSET:
+        raise IRError(
+            f"{where}: ONNX opset {opset} is not supported; rootclad reads opset "
+            f"{MIN_OPSET} and later"
+        )
+    module = Replay(model, where, opset)
+    shapes, dtypes, kinds = [], set(), []
+    inits = {i.name for i in model.graph.initializer}
+    for inp in model.graph.input:
+        if inp.name in inits:
+            continue
+        t = inp.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+        if not dims or any(d is None for d in dims[1:]):
+            raise IRError(
+                f"{where}: input {inp.name!r} has shape {dims}: rootclad needs a batch "
+                "axis first and fixed sizes after it"
+            )
+        budget.value(f"input {inp.name!r}", tuple(dims[1:]), 8)
+        shapes.append(tuple(dims[1:]))
+        kind = _ELEMENT.get(t.elem_type)
+        if kind is None:
+            raise IRError(f"{where}: input {inp.name!r} has element type {t.elem_type}")
+        kinds.append(None if kind.is_floating_point else kind)
+        if kind.is_floating_point:
+            dtypes.add(kind)
+    module.input_dtypes = kinds
+    return module, shapes, torch.float64 if torch.float64 in dtypes else torch.float32
+
+
+_ELEMENT = {
+    1: torch.float32,
+    11: torch.float64,
+    10: torch.float32,
+    7: torch.int64,
+    6: torch.int64,
+    9: torch.bool,
+}

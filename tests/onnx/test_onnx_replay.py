@@ -1,0 +1,115 @@
+"""ONNX files through one table of ONNX ops and the export front-end
+(``rootclad.onnx.load(path, frontend="export")``): a file torch's default (dynamo) exporter
+writes (opset 20: Reshape with allowzero, Gelu, LayerNormalization, MaxPool, Gemm)
+against torch autograd in float64 with the file's weights; an op the table
+lacks and a name no C++ or Python may take, refused or renamed before anything is built."""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from fixtures.core import assert_close_rel, assert_grads_close
+from torch import nn
+
+import rootclad
+from rootclad.ir.graph import IRError
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxscript")  # torch's default exporter
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(2, 4, 3, padding=1)
+        self.pool = nn.MaxPool1d(2)
+        self.norm = nn.LayerNorm(4)
+        self.head = nn.Linear(20, 3)
+
+    def forward(self, x):
+        y = self.pool(torch.relu(self.conv(x)))  # (B, 4, 5)
+        y = self.norm(y.transpose(1, 2))  # (B, 5, 4)
+        return self.head(torch.nn.functional.gelu(y).reshape(x.shape[0], -1))
+
+
+def _file(net, x) -> bytes:
+    f = io.BytesIO()
+    batch = torch.export.Dim("B", min=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        shapes = ({0: batch},)
+        program = torch.onnx.export(
+            net, (x,), dynamo=True, input_names=["x"], dynamic_shapes=shapes, verbose=False
+        )
+        program.save(f)
+    return f.getvalue()
+
+
+def test_a_file_of_torchs_default_exporter_matches_torch_through_the_table(tmp_path):
+    torch.manual_seed(0)
+    net = Net().eval()
+    x = torch.randn(3, 2, 10)
+    path = tmp_path / "net.onnx"
+    path.write_bytes(_file(net, x))
+    model = onnx.load(str(path))
+    assert any(n.op_type == "Reshape" for n in model.graph.node)
+    cm = rootclad.onnx.load(
+        path, loss="mse", engine="pullback", dtype=torch.float64, frontend="export"
+    )
+    # the reference: torch in float64 with the file's (float32) weights
+    ref = Net().double().eval()
+    ref.load_state_dict(net.state_dict())
+    x64 = x.double().requires_grad_(True)
+    out_ref = ref(x64)
+    d_out = torch.randn(out_ref.shape, dtype=torch.float64)
+    dx_ref, *dp_ref = torch.autograd.grad(out_ref, [x64, *ref.parameters()], d_out)
+    xc = x.double().requires_grad_(True)
+    out = cm(xc)
+    dx, *dp = torch.autograd.grad(out, [xc, *cm.parameters()], d_out)
+    assert_close_rel(out.detach(), out_ref.detach(), 1e-10, "forward")
+    assert_close_rel(dx, dx_ref, 1e-10, "d_input")
+    # the file's initializers, by torch's names where they are plain: the same parameters
+    mine = dict(zip([n for n, _ in cm.named_parameters()], dp, strict=True))
+    theirs = dict(zip([n for n, _ in ref.named_parameters()], dp_ref, strict=True))
+    assert set(mine) == set(theirs), (sorted(mine), sorted(theirs))
+    assert_grads_close(mine, theirs, 1e-10, "vjp", against_all=True)
+
+
+def _graph(nodes, inits, out_shape):
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", *out_shape])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_an_op_the_table_lacks_is_refused_naming_the_node_its_op_and_the_opset():
+    model = _graph([helper.make_node("Hardmax", ["x"], ["y"], name="pick")], [], [4])
+    with pytest.raises(IRError, match=r"node 'pick' \(Hardmax, opset 18\): .*no Hardmax"):
+        rootclad.onnx.load(model, frontend="export")
+
+
+def test_initializer_names_no_python_or_cxx_may_take_are_renamed():
+    hostile = ['w"); system("id"); //', "class", "1x", "__init__.weight"]
+    w = np.random.default_rng(0).standard_normal((4, 4)).astype(np.float32)
+    reads = zip(["x", "y0", "y1", "y2"], hostile, strict=True)
+    nodes = [
+        helper.make_node("MatMul", [prev, name], [f"y{i}" if i < 3 else "y"])
+        for i, (prev, name) in enumerate(reads)
+    ]
+    model = _graph(nodes, [numpy_helper.from_array(w, n) for n in hostile], [4])
+    cm = rootclad.onnx.load(model, loss="mse", engine="pullback", frontend="export")
+    names = [n for n, _ in cm.named_parameters()]
+    assert len(names) == 4 and all(n.replace(".", "").replace("_", "").isalnum() for n in names)
+    x = torch.randn(2, 4)
+    m = torch.from_numpy(w)
+    want = x @ m @ m @ m @ m
+    assert_close_rel(cm(x).detach(), want, 1e-5, "forward")
