@@ -113,3 +113,74 @@ def test_initializer_names_no_python_or_cxx_may_take_are_renamed():
     m = torch.from_numpy(w)
     want = x @ m @ m @ m @ m
     assert_close_rel(cm(x).detach(), want, 1e-5, "forward")
+
+
+def _recurrents():
+    """x (B, 3, 3), batch first (layout=1), through a bidirectional LSTM, then a GRU of each
+    form (the reset gate before or after the recurrent product: torch writes the latter), each
+    of hidden size 4 reading the last one's Y (B, 3, 2, 4) as (B, 3, 8): the last Y and the
+    LSTM's final hidden state (B, 2, 4)."""
+    rng = np.random.default_rng(3)
+    nodes, inits, src, features = [], [], "x", 3
+    layers = [
+        ("LSTM", 4, {}),
+        ("GRU", 3, {"linear_before_reset": 0}),
+        ("GRU", 3, {"linear_before_reset": 1}),
+    ]
+    for i, (op, gates, attrs) in enumerate(layers):
+        shapes = {"W": (2, gates * 4, features), "R": (2, gates * 4, 4), "Bias": (2, 8 * gates)}
+        for name, shape in shapes.items():
+            value = rng.standard_normal(shape).astype(np.float32)
+            inits.append(numpy_helper.from_array(value, f"{name}{i}"))
+        both = {"direction": "bidirectional", "layout": 1, "hidden_size": 4, **attrs}
+        outs = [f"y{i}", "yh" if i == 0 else ""]
+        nodes.append(helper.make_node(op, [src, f"W{i}", f"R{i}", f"Bias{i}"], outs, **both))
+        nodes.append(helper.make_node("Reshape", [f"y{i}", "flat"], [f"f{i}"]))
+        src, features = f"f{i}", 8
+    inits.append(numpy_helper.from_array(np.array([0, 3, 8], dtype=np.int64), "flat"))
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 3, 3])],
+        [
+            helper.make_tensor_value_info("f2", TensorProto.FLOAT, ["B", 3, 8]),
+            helper.make_tensor_value_info("yh", TensorProto.FLOAT, ["B", 2, 4]),
+        ],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_recurrent_layers_batch_first_and_both_ways_match_onnxs_reference():
+    from onnx.reference import ReferenceEvaluator  # (onnxruntime takes no layout=1)
+
+    model = _recurrents()
+    x = np.random.default_rng(4).standard_normal((3, 3, 3)).astype(np.float32)
+    want = dict(zip(["f2", "yh"], ReferenceEvaluator(model).run(None, {"x": x}), strict=True))
+    cm = rootclad.onnx.load(model, loss="mse", engine="pullback", frontend="export")
+    got = cm(torch.from_numpy(x))
+    for key in want:
+        assert_close_rel(got[key].detach(), torch.from_numpy(want[key]), 1e-5, key)
+
+
+def test_a_file_asking_for_more_than_the_limits_is_refused_before_it_is_computed():
+    sizes = numpy_helper.from_array(np.array([1, 4, 1 << 30], dtype=np.int64), "sizes")
+    nodes = [
+        helper.make_node("Unsqueeze", ["x", "axis"], ["u"]),
+        helper.make_node("Expand", ["u", "sizes"], ["big"], name="huge"),
+        helper.make_node("ReduceSum", ["big", "axis"], ["y"], keepdims=0),
+    ]
+    axis = numpy_helper.from_array(np.array([-1], dtype=np.int64), "axis")
+    model = _graph(nodes, [sizes, axis], [4])
+    with pytest.raises(IRError, match=r"node 'huge' \(Expand\)'s output .*ROOTCLAD_MAX_SAMPLE"):
+        rootclad.onnx.load(model, frontend="export")
+    values = {"zero": 0, "far": 1 << 40, "one": 1}
+    bounds = [numpy_helper.from_array(np.array(v, dtype=np.int64), k) for k, v in values.items()]
+    counted = [
+        helper.make_node("Range", ["zero", "far", "one"], ["r"], name="count"),
+        helper.make_node("Cast", ["r"], ["rf"], to=TensorProto.FLOAT),
+        helper.make_node("ReduceSum", ["rf"], ["s"], keepdims=1),
+        helper.make_node("Add", ["x", "s"], ["y"]),
+    ]
+    with pytest.raises(IRError, match=r"node 'count' \(Range, opset 18\): .* numbers"):
+        rootclad.onnx.load(_graph(counted, bounds, [4]), frontend="export")

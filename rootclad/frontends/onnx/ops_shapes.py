@@ -9,7 +9,15 @@ import torch
 import torch.nn.functional as F
 
 from rootclad.frontends.onnx.common import text
-from rootclad.frontends.onnx.ops import ints, is_number, onnx_op, positive_axis, tensor
+from rootclad.frontends.onnx.ops import (
+    MAX_NUMBERS,
+    few,
+    ints,
+    is_number,
+    onnx_op,
+    positive_axis,
+    tensor,
+)
 
 
 # -- layout ------------------------------------------------------------------------------------
@@ -126,14 +134,17 @@ def _expand(node, ins):
     want = [1] * (rank - len(shape)) + shape
     out = [h if w == 1 else w for h, w in zip(have, want, strict=True)]
     if is_number(x):
-        return np.broadcast_to(x, [int(d) for d in out]).copy()
+        return np.broadcast_to(x, few(node, out)).copy()
     return x.reshape(have).expand(out)
 
 
 @onnx_op("Tile")
 def _tile(node, ins):
     reps = ints(node, ins[1], "repeats")
-    return np.tile(ins[0], reps) if is_number(ins[0]) else ins[0].repeat(reps)
+    if is_number(ins[0]):
+        few(node, [ins[0].size, *reps])
+        return np.tile(ins[0], reps)
+    return ins[0].repeat(reps)
 
 
 @onnx_op("Pad")
@@ -189,13 +200,10 @@ def _constant_of_shape(node, ins):
 
     shape = ints(node, ins[0], "sizes")
     value = node.attrs.get("value")
-    fill = np.array(onnx.numpy_helper.to_array(value)).reshape(()) if value is not None else 0.0
-    if (
-        isinstance(fill, np.ndarray)
-        and fill.dtype.kind != "f"
-        and not any(isinstance(s, torch.SymInt) for s in shape)
-    ):
-        return np.full(shape, fill)
+    fill = np.array(onnx.numpy_helper.to_array(value) if value is not None else 0.0).reshape(())
+    concrete = not any(isinstance(s, torch.SymInt) for s in shape)
+    if fill.dtype.kind != "f" and concrete and math.prod(shape) <= MAX_NUMBERS:
+        return np.full(shape, fill)  # numbers (the rest: a tensor, bounded as every value)
     dtype = torch.bool if np.asarray(fill).dtype == bool else None
     kind = torch.int64 if np.asarray(fill).dtype.kind in "iu" else dtype
     return torch.full(shape, float(fill) if kind is None else fill.item(), dtype=kind)
@@ -208,6 +216,7 @@ def _range(node, ins):
     start, limit, delta = (np.asarray(v).reshape(()).item() for v in ins)
     if any(isinstance(v, torch.SymInt) for v in (start, limit, delta)):  # over the batch size
         return torch.arange(start, limit, delta)
+    few(node, [max(0, math.ceil((limit - start) / delta)) if delta else math.inf])
     return np.arange(start, limit, delta)
 
 

@@ -30,11 +30,11 @@ _FLOATS = {np.dtype(t) for t in ("float16", "float32", "float64")}
 class Replay(nn.Module):
     """The ONNX graph as a torch module that holds its initializers and runs its nodes."""
 
-    def __init__(self, model, where: str, opset: int):
+    def __init__(self, model, where: str, opset: int, budget):
         import onnx
 
         super().__init__()
-        self._where, self._opset = where, opset
+        self._where, self._opset, self._budget = where, opset, budget
         graph = model.graph
         # where each value is read: a float initializer or constant read only as sizes, axes
         # or bounds (ops.STATIC) is a number, any other a parameter (or, from a Constant
@@ -107,6 +107,7 @@ class Replay(nn.Module):
         return ".".join([*parts[:-1], last])
 
     def forward(self, *xs):
+        self._budget.activation_bytes = 0  # (torch.export runs it on tensors of no storage)
         env: dict = dict(zip(self._inputs, xs, strict=True))
         env.update(self._numbers)
         held = dict(self.named_parameters()) | dict(self.named_buffers())
@@ -127,6 +128,7 @@ class Replay(nn.Module):
                 if not isinstance(results, (list, tuple)):
                     results = [results]
                 results = [_held(r) for r in results]
+                self._bounded(node, results)
             for name, value in zip(node.outputs, results, strict=False):
                 if name:
                     env[name] = value
@@ -135,6 +137,16 @@ class Replay(nn.Module):
             if not isinstance(out, torch.Tensor):
                 raise IRError(f"{self._where}: output {name!r} is a constant, not computed")
         return outs[0] if len(outs) == 1 else dict(zip(self._outputs, outs, strict=True))
+
+    def _bounded(self, node, results) -> None:
+        """Each tensor a node makes within the limits (per sample: an axis of the batch's size,
+        a symbol while torch.export runs the forward, is not counted), before torch computes
+        it on real data."""
+        for value in results:
+            if isinstance(value, torch.Tensor):
+                shape = [d for d in value.shape if not isinstance(d, torch.SymInt)]
+                what = f"node {node.name!r} ({node.op})'s output"
+                self._budget.value(what, shape, value.element_size())
 
 
 def _held(value):
@@ -157,7 +169,7 @@ def to_replay(model, where: str, budget) -> tuple[nn.Module, list[tuple[int, ...
             f"{where}: ONNX opset {opset} is not supported; rootclad reads opset "
             f"{MIN_OPSET} and later"
         )
-    module = Replay(model, where, opset)
+    module = Replay(model, where, opset, budget)
     shapes, dtypes, kinds = [], set(), []
     inits = {i.name for i in model.graph.initializer}
     for inp in model.graph.input:
