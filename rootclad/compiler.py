@@ -340,6 +340,8 @@ def compile_device(model: torch.nn.Module, example_input, device="cuda",
     on a GPU (``device="cuda"``), or its kernels as loops on the CPU (``device="cpu"``, the
     reference the GPU build is checked against). ``example_input``: a tensor, or a tuple of
     one per input of ``model.forward``; ``frontend`` as :func:`compile` takes it."""
+    if frontend not in _FRONTENDS:
+        raise ValueError(f"frontend must be 'fx' or 'export', got {frontend!r}")
     several = isinstance(example_input, (tuple, list))
     examples, dtype, _ = _examples(example_input, dtype, model)
     device = check_device(device)

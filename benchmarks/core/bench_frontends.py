@@ -29,14 +29,28 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 RESULT = REPO / "benchmarks" / "results" / "frontend_speed.json"
 TABLE = REPO / "docs" / "benchmarks" / "frontend_speed.md"
-for p in (REPO / "benchmarks", REPO / "benchmarks" / "models", HERE, REPO / "tests",
-          REPO / "tests" / "models"):  # fmt: skip
+for p in (
+    REPO / "benchmarks",
+    REPO / "benchmarks" / "models",
+    HERE,
+    REPO / "tests",
+    REPO / "tests" / "models",
+):
     sys.path.insert(0, str(p))
 BATCHES = (1, 32)
 ROUNDS = 3
 FRONTENDS = ("fx", "export")
-MODELS = ("gw-cnn", "gw-resnet", "gw-mlp", "resnet18", "mobilenet_v2", "transformer",
-          "lstm-tagger", "particle-transformer", "deepsets")  # fmt: skip
+MODELS = (
+    "gw-cnn",
+    "gw-resnet",
+    "gw-mlp",
+    "resnet18",
+    "mobilenet_v2",
+    "transformer",
+    "lstm-tagger",
+    "particle-transformer",
+    "deepsets",
+)
 
 
 class Encoder(nn.Module):
@@ -77,8 +91,13 @@ def _compile(net, xs, loss, frontend):
     t = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cm = rootclad.compile(copy.deepcopy(net).train(), xs if len(xs) > 1 else xs[0],
-                              loss=loss, engine="pullback", frontend=frontend)  # fmt: skip
+        cm = rootclad.compile(
+            copy.deepcopy(net).train(),
+            xs if len(xs) > 1 else xs[0],
+            loss=loss,
+            engine="pullback",
+            frontend=frontend,
+        )
     return cm, time.perf_counter() - t
 
 
@@ -105,8 +124,9 @@ def bench_model(report, name, min_time) -> None:
         models = {fe: _compile(net, xs, loss, fe)[0] for fe in FRONTENDS}
         arg = xs if len(xs) > 1 else xs[0]
         ref = models["fx"].eval().predict(*xs).numpy()
-        np.testing.assert_allclose(models["export"].eval().predict(*xs).numpy(), ref,
-                                   rtol=1e-4, atol=1e-5)  # fmt: skip
+        np.testing.assert_allclose(
+            models["export"].eval().predict(*xs).numpy(), ref, rtol=1e-4, atol=1e-5
+        )
         opts = {fe: rootclad.optim.Adam(cm, lr=1e-4) for fe, cm in models.items()}
         calls = {
             "train": {

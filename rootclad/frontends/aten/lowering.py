@@ -518,13 +518,14 @@ def _examples(example_input) -> tuple[torch.Tensor, ...]:
 
 
 def _dynamic(module: nn.Module, xs: tuple, batch) -> tuple:
-    """torch.export's dynamic shapes: every input's first axis is the batch (a forward taking
-    ``*xs`` takes them as one tuple)."""
+    """torch.export's dynamic shapes: every input's first axis is the batch (those a forward
+    takes as ``*rest`` as one tuple)."""
     import inspect
 
-    axes = tuple({0: batch} for _ in xs)
     kinds = [p.kind for p in inspect.signature(module.forward).parameters.values()]
-    return (axes,) if kinds and kinds[0] == inspect.Parameter.VAR_POSITIONAL else axes
+    rest = next((i for i, k in enumerate(kinds) if k == inspect.Parameter.VAR_POSITIONAL), None)
+    axes = tuple({0: batch} for _ in xs)
+    return axes if rest is None or rest >= len(xs) else (*axes[:rest], axes[rest:])
 
 
 def export_program(module: nn.Module, example_input):
@@ -534,13 +535,11 @@ def export_program(module: nn.Module, example_input):
     ops but for the layers in :data:`KEPT`."""
     xs = _examples(example_input)
     batch = torch.export.Dim("batch", min=1)
-    # captured as in training: their ops obey cm.train()/eval() (switched for the capture,
-    # not on a copy: a module holding tensors computed from its parameters, as the old
-    # nn.utils.weight_norm leaves them, cannot be copied)
+    # captured as in training (switched for the capture, not on a copy: the old weight norm's
+    # modules cannot be copied); p >= 1: torch writes zeros, no draw to switch off
     switched = [m for m in module.modules() if _training_only(m) and not m.training]
     for mod in module.modules():
         if _training_only(mod) and float(getattr(mod, "p", 0)) >= 1:
-            # torch writes zeros, no draw to switch off
             raise IRError(f"{type(mod).__name__}(p={mod.p}): every value dropped")
     table = torch.export.default_decompositions()
     for kept in KEPT:

@@ -1,5 +1,6 @@
 """The ONNX table: each ONNX op (opset 13 and later) as what torch computes for it, written
-once (pointwise ops and layers here, layout, shapes and indices in ops_shapes.py). ``OPS[op](node, inputs)`` returns the node's outputs; an input is a torch tensor (the
+once (pointwise ops and layers here; layout, shapes and indices in ops_shapes.py; recurrent
+layers in ops_recurrent.py). ``OPS[op](node, inputs)`` returns the node's outputs; an input is a torch tensor (the
 data, a parameter, a buffer) or a numpy array of numbers known without the data (integer
 initializers, shapes: the batch size is torch.export's symbol in them), and integer ops on
 numbers stay numbers. What an op does not take as written is refused with ``node.refuse``."""
@@ -25,6 +26,7 @@ class Node:
     def __init__(self, name, op, inputs, outputs, attrs, where, opset):
         self.name, self.op, self.inputs, self.outputs = name, op, inputs, outputs
         self.attrs, self.where, self.opset, self.value = attrs, where, opset, None
+        self.dtype = torch.float32  # the model's float type (Replay sets it)
 
     def refuse(self, why: str) -> IRError:
         return IRError(f"{self.where}: node {self.name!r} ({self.op}, opset {self.opset}): {why}")
@@ -52,9 +54,9 @@ def tensor(node: Node, v, like: torch.Tensor | None = None) -> torch.Tensor:
     if isinstance(v, torch.Tensor):
         return v
     if v.dtype == object:
-        if any(isinstance(e, torch.SymInt) for e in v.flat):
+        if any(isinstance(e, (torch.SymInt, torch.SymFloat)) for e in v.flat):
             raise node.refuse("a tensor of sizes that depend on the batch size")
-        v = v.astype(np.int64)
+        v = plain(v)
     out = torch.as_tensor(v)
     if like is not None and like.is_floating_point() and not out.is_floating_point():
         out = out.to(like.dtype)
@@ -72,6 +74,14 @@ def few(node: Node, shape) -> list:
     if any(isinstance(d, torch.SymInt) for d in shape) or math.prod(shape) > MAX_NUMBERS:
         raise node.refuse(f"{list(shape)} numbers known when it compiles (at most {MAX_NUMBERS})")
     return [int(d) for d in shape]
+
+
+def plain(v: np.ndarray) -> np.ndarray:
+    """Numbers held as Python objects (a shape's) as numpy's own ints or floats, where no
+    symbol is among them."""
+    if v.dtype != object or any(isinstance(e, (torch.SymInt, torch.SymFloat)) for e in v.flat):
+        return v
+    return np.array(v.tolist())
 
 
 def ints(node: Node, v, what: str) -> list:
@@ -169,13 +179,13 @@ def _hardsigmoid(node, ins):
 
 @onnx_op("Clip")
 def _clip(node, ins):
+    for v in ins[1:]:
+        if isinstance(v, torch.Tensor):
+            raise node.refuse("bounds computed from the data")
     bounds = [
         float(np.asarray(v).reshape(())) if v is not None else None
         for v in (list(ins) + [None, None])[1:3]
     ]
-    for v in ins[1:]:
-        if isinstance(v, torch.Tensor):
-            raise node.refuse("bounds computed from the data")
     return torch.clamp(ins[0], *bounds)
 
 
@@ -211,22 +221,32 @@ def _binary(node, ins):
     if node.op in ("Max", "Min") and len(ins) != 2:
         raise node.refuse(f"{len(ins)} operands (rootclad takes two)")
     if is_number(a) and is_number(b):
+        a, b = plain(a), plain(b)
+        few(node, np.broadcast_shapes(a.shape, b.shape))
         if node.op == "Div":
-            integer = all(
-                np.issubdtype(np.asarray(v).dtype, np.integer) or v.dtype == object for v in (a, b)
-            )
+            integer = all(np.issubdtype(v.dtype, np.integer) or v.dtype == object for v in (a, b))
             return (a // b) if integer else np.true_divide(a, b)
         return on_numbers(a, b)
     if on_tensors is None:
         raise node.refuse("of tensors (rootclad takes it of integers known when it compiles)")
     like = a if isinstance(a, torch.Tensor) else b
-    if is_number(b) and b.size == 1 and b.dtype != object and node.op not in ("Max", "Min"):
+    b = plain(b) if is_number(b) else b
+    scalar = is_number(b) and b.size == 1 and b.dtype != object and b.ndim <= like.dim()
+    if scalar and isinstance(a, torch.Tensor) and node.op not in ("Max", "Min"):
         b = b.item()  # a number: torch's op with a scalar (x ** 2, x * 0.5)
         b = float(b) if like.is_floating_point() else b
-        return on_tensors(a, b) if not is_number(a) else on_tensors(tensor(node, a, like), b)
-    a, b = tensor(node, a, like), tensor(node, b, like)
-    if node.op == "Pow" and not b.is_floating_point():
+    else:
+        a, b = tensor(node, a, like), tensor(node, b, like)
+    if node.op == "Pow" and isinstance(b, torch.Tensor) and not b.is_floating_point():
         b = b.to(a.dtype)
+    if (
+        node.op == "Div"
+        and not a.is_floating_point()
+        and not torch.is_floating_point(
+            torch.as_tensor(b) if not isinstance(b, torch.Tensor) else b
+        )
+    ):
+        return torch.div(a, b, rounding_mode="trunc")  # ONNX's integer division
     return on_tensors(a, b)
 
 
@@ -240,7 +260,8 @@ def _where(node, ins):
     cond, a, b = ins
     if all(is_number(v) for v in ins):
         return np.where(cond, a, b)
-    like = next(v for v in (a, b) if isinstance(v, torch.Tensor) and v.is_floating_point())
+    few(node, np.broadcast_shapes(*(tuple(v.shape) for v in ins if is_number(v))))
+    like = next((v for v in (a, b) if isinstance(v, torch.Tensor)), None)
     return torch.where(tensor(node, cond).bool(), tensor(node, a, like), tensor(node, b, like))
 
 
@@ -254,11 +275,16 @@ def _cast(node, ins):
     if dtype is None:
         raise node.refuse(f"to element type {node.attr('to')}")
     if is_number(x):
+        x = plain(x)
         if dtype == torch.bool:
             return x.astype(bool)
-        return x.astype(np.float64) if dtype.is_floating_point and x.dtype != object else x
-    if dtype.is_floating_point:  # one float type in a compiled model: the data's
-        return x if x.is_floating_point() else x.to(torch.get_default_dtype())
+        if x.dtype == object:  # the batch size's symbol: a float of it
+            return np.array(
+                [float(e) if dtype.is_floating_point else e for e in x.flat], dtype=object
+            ).reshape(x.shape)
+        return x.astype(np.float64 if dtype.is_floating_point else np.int64)
+    if dtype.is_floating_point:  # one float type in a compiled model: the model's
+        return x if x.is_floating_point() else x.to(node.dtype)
     return x.to(dtype)
 
 
@@ -298,6 +324,76 @@ STATIC = {
 }
 
 
+# the inputs of an op that are state, not weights: an initializer read only there is a buffer
+STATE = {"BatchNormalization": (3, 4)}  # the running mean and variance
+
+_REDUCE = {"axes", "keepdims", "noop_with_empty_axes"}
+_POOL = {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "strides"}
+_RECURRENT = {"activations", "clip", "direction", "hidden_size", "layout"}
+# the attributes each op's entry reads (any other the file sets is refused: an attribute the
+# table would not read could change what the op computes)
+ATTRIBUTES = {
+    "LeakyRelu": {"alpha"},
+    "Elu": {"alpha"},
+    "Selu": {"alpha", "gamma"},
+    "Gelu": {"approximate"},
+    "HardSigmoid": {"alpha", "beta"},
+    "Cast": {"to", "saturate"},
+    "CastLike": {"saturate"},
+    "Gemm": {"alpha", "beta", "transA", "transB"},
+    "Conv": {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"},
+    "ConvTranspose": {
+        "auto_pad",
+        "dilations",
+        "group",
+        "kernel_shape",
+        "pads",
+        "strides",
+        "output_padding",
+        "output_shape",
+    },
+    "MaxPool": _POOL | {"storage_order"},
+    "AveragePool": _POOL | {"count_include_pad"},
+    "BatchNormalization": {"epsilon", "momentum", "training_mode"},
+    "InstanceNormalization": {"epsilon"},
+    "LayerNormalization": {"axis", "epsilon", "stash_type"},
+    "Softmax": {"axis"},
+    "LogSoftmax": {"axis"},
+    "Dropout": {"seed"},
+    "Einsum": {"equation"},
+    "Reshape": {"allowzero"},
+    "Flatten": {"axis"},
+    "Transpose": {"perm"},
+    "Squeeze": {"axes"},
+    "Unsqueeze": {"axes"},
+    "Concat": {"axis"},
+    "Split": {"axis", "split", "num_outputs"},
+    "Pad": {"mode"},
+    "Shape": {"start", "end"},
+    "Constant": {"value", "value_float", "value_floats", "value_int", "value_ints"},
+    "ConstantOfShape": {"value"},
+    **{
+        op: _REDUCE
+        for op in (
+            "ReduceSum",
+            "ReduceMean",
+            "ReduceMax",
+            "ReduceMin",
+            "ReduceL2",
+            "ReduceSumSquare",
+        )
+    },
+    "Gather": {"axis"},
+    "GatherElements": {"axis"},
+    "TopK": {"axis", "largest", "sorted"},
+    "Trilu": {"upper"},
+    "CumSum": {"exclusive", "reverse"},
+    "Resize": {"mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a"},
+    "LSTM": _RECURRENT | {"input_forget"},
+    "GRU": _RECURRENT | {"linear_before_reset"},
+}
+
+
 # -- layers ------------------------------------------------------------------------------------
 @onnx_op("MatMul")
 def _matmul(node, ins):
@@ -313,22 +409,23 @@ def _gemm(node, ins):
     a, b, c = (list(ins) + [None])[:3]
     if node.attr("transA", 0):
         a = a.transpose(0, 1)
-    if node.attr("transB", 0):
-        b = b.transpose(0, 1)
+    b = tensor(node, b, a)
     alpha, beta = node.attr("alpha", 1.0), node.attr("beta", 1.0)
-    if alpha == 1.0 and isinstance(b, torch.Tensor) and b.dim() == 2:  # a linear layer
+    if alpha == 1.0 and b.dim() == 2:  # a linear layer, its weight (out, in) as the file has it
         bias = None if c is None else tensor(node, c, a)
         if bias is not None and beta != 1.0:
             bias = beta * bias
         if bias is None or bias.dim() == 1:
-            return F.linear(a, b.transpose(0, 1), bias)
-    out = alpha * torch.matmul(a, tensor(node, b, a))
+            return F.linear(a, b if node.attr("transB", 0) else b.transpose(0, 1), bias)
+    if node.attr("transB", 0):
+        b = b.transpose(0, 1)
+    out = alpha * torch.matmul(a, b)
     return out if c is None else out + beta * tensor(node, c, a)
 
 
 def _pads(node, rank: int):
-    """torch's symmetric padding, or None where the file pads asymmetrically (then padded
-    first); auto_pad SAME as the explicit padding it gives."""
+    """The padding before and after each axis (auto_pad other than NOTSET and VALID is
+    refused: write the pads out)."""
     pads = node.attr("pads") or [0] * (2 * rank)
     if text(node.attr("auto_pad", "NOTSET")) not in ("NOTSET", "VALID"):
         raise node.refuse(f"auto_pad={node.attr('auto_pad')} (write explicit pads)")
@@ -391,7 +488,7 @@ def _pool(node, ins):
             raise node.refuse("its indices output")
         x, pad = _padded(x, begin, end, -math.inf)
         fn = (F.max_pool1d, F.max_pool2d, F.max_pool3d)[rank - 1]
-        return fn(x, kernel, node.attr("strides") or kernel, pad, node.attr("dilations") or 1, ceil)
+        return fn(x, kernel, node.attr("strides") or 1, pad, node.attr("dilations") or 1, ceil)
     if node.attr("dilations") and any(d != 1 for d in node.attr("dilations")):
         raise node.refuse("dilated average pooling")
     if list(begin) != list(end):
@@ -400,7 +497,7 @@ def _pool(node, ins):
     return fn(
         x,
         kernel,
-        node.attr("strides") or kernel,
+        node.attr("strides") or 1,
         list(begin),
         ceil,
         bool(node.attr("count_include_pad", 0)),
@@ -457,98 +554,3 @@ def _dropout(node, ins):
 @onnx_op("Einsum")
 def _einsum(node, ins):
     return torch.einsum(node.attr("equation"), *[tensor(node, v) for v in ins])
-
-
-# -- recurrent layers: their cells written out step by step ------------------------------------
-def _recurrent_inputs(node, ins, gates: int):
-    """(x as (T, B, F), W, R, bias of W, bias of R, hidden size, directions, initial states
-    as (D, B, H)) of an LSTM or GRU node, what it does not take refused."""
-    if node.attr("clip") is not None or (len(ins) > 4 and ins[4] is not None):
-        raise node.refuse("a clip or sequence lengths")
-    acts = [text(a) for a in node.attr("activations") or []]
-    if acts and acts != (["Sigmoid", "Tanh", "Tanh"] * 2)[: len(acts)]:
-        raise node.refuse(f"activations {acts}")
-    x, w, r = ins[:3]
-    if node.attr("layout", 0):  # batch first: (B, T, F), initial states (B, D, H)
-        x = x.transpose(0, 1)
-        ins = [s.transpose(0, 1) if i >= 5 and s is not None else s for i, s in enumerate(ins)]
-    hidden = r.shape[-1]
-    b = ins[3] if len(ins) > 3 and ins[3] is not None else None
-    wb = b[:, : gates * hidden] if b is not None else None
-    rb = b[:, gates * hidden :] if b is not None else None
-    direction = text(node.attr("direction", "forward"))
-    if direction not in ("forward", "reverse", "bidirectional"):
-        raise node.refuse(f"direction {direction!r}")
-    order = {"forward": [False], "reverse": [True], "bidirectional": [False, True]}[direction]
-    states = (list(ins[5:7]) + [None, None])[:2]
-    return x, w, r, wb, rb, hidden, order, states
-
-
-def _run(node, x, order, step, states):
-    """Each direction's steps over x (T, B, F): (Y (T, D, B, H), final states (D, B, H)...)."""
-    outs, finals = [], []
-    for d, backwards in enumerate(order):
-        state = [s[d] if s is not None else None for s in states]
-        ys = [None] * x.shape[0]
-        steps = range(x.shape[0] - 1, -1, -1) if backwards else range(x.shape[0])
-        for t in steps:
-            state = step(d, x[t], state)
-            ys[t] = state[0]
-        outs.append(torch.stack(ys))
-        finals.append(state)
-    y = torch.stack(outs, 1)
-    return [y, *(torch.stack([f[i] for f in finals]) for i in range(len(states)))]
-
-
-def _zeros_like_state(x, hidden):
-    return x.new_zeros(x.shape[1], hidden)
-
-
-@onnx_op("LSTM")
-def _lstm(node, ins):
-    if len(ins) > 7 and ins[7] is not None or node.attr("input_forget", 0):
-        raise node.refuse("peepholes or coupled input and forget gates")
-    x, w, r, wb, rb, hidden, order, (h0, c0) = _recurrent_inputs(node, ins, 4)
-
-    def step(d, xt, state):
-        h, c = state
-        h = _zeros_like_state(x, hidden) if h is None else h
-        c = _zeros_like_state(x, hidden) if c is None else c
-        g = xt @ w[d].t() + h @ r[d].t()
-        if wb is not None:
-            g = g + wb[d] + rb[d]
-        i, o, f, cand = g.chunk(4, -1)  # ONNX's order: input, output, forget, cell
-        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(cand)
-        return [torch.sigmoid(o) * torch.tanh(c), c]
-
-    return _laid_out(node, _run(node, x, order, step, [h0, c0]))
-
-
-@onnx_op("GRU")
-def _gru(node, ins):
-    x, w, r, wb, rb, hidden, order, (h0, _) = _recurrent_inputs(node, ins, 3)
-    before = bool(node.attr("linear_before_reset", 0))
-
-    def step(d, xt, state):
-        h = _zeros_like_state(x, hidden) if state[0] is None else state[0]
-        gx = xt @ w[d].t() + (wb[d] if wb is not None else 0)
-        (zx, rx, nx), (zr, rr, nr) = gx.chunk(3, -1), r[d].chunk(3, 0)
-        rbz, rbr, rbn = rb[d].chunk(3, -1) if rb is not None else (0, 0, 0)
-        z = torch.sigmoid(zx + h @ zr.t() + rbz)
-        reset = torch.sigmoid(rx + h @ rr.t() + rbr)
-        if before:  # torch's form: the reset gate scales the recurrent product
-            n = torch.tanh(nx + reset * (h @ nr.t() + rbn))
-        else:
-            n = torch.tanh(nx + (reset * h) @ nr.t() + rbn)
-        return [(1 - z) * n + z * h]
-
-    return _laid_out(node, _run(node, x, order, step, [h0]))
-
-
-def _laid_out(node, results):
-    """Y (T, D, B, H) and the final states (D, B, H), batch first where layout=1: (B, T, D,
-    H) and (B, D, H)."""
-    if not node.attr("layout", 0):
-        return results
-    y, *states = results
-    return [y.permute(2, 0, 1, 3), *(s.transpose(0, 1) for s in states)]

@@ -31,7 +31,8 @@ def _reshape(node, ins):
     x, shape = ins
     shape = ints(node, shape, "sizes")
     if is_number(x):
-        return np.reshape(x, [int(s) for s in _shape_of(node, x, shape, False)])
+        allow = bool(node.attr("allowzero", 0))
+        return np.reshape(x, [int(s) for s in _shape_of(node, x, shape, allow)])
     return x.reshape(_shape_of(node, x, shape, bool(node.attr("allowzero", 0))))
 
 
@@ -63,6 +64,8 @@ def _squeeze(node, ins):
     if axes is None:
         axes = [i for i, d in enumerate(x.shape) if d == 1]
     axes = sorted(positive_axis(a, x.ndim) for a in axes)
+    if any(not isinstance(x.shape[a], int) or x.shape[a] != 1 for a in axes):
+        raise node.refuse(f"axes {axes} of shape {tuple(x.shape)}: an axis squeezed must be 1")
     if is_number(x):
         return np.squeeze(x, tuple(axes))
     for a in reversed(axes):
@@ -84,6 +87,7 @@ def _concat(node, ins):
     axis = node.attr("axis")
     parts = [v for v in ins if v is not None]
     if all(is_number(v) for v in parts):
+        few(node, [sum(v.size for v in parts)])
         return np.concatenate(parts, axis)
     like = next(v for v in parts if isinstance(v, torch.Tensor))
     return torch.cat([tensor(node, v, like) for v in parts], axis)
@@ -100,9 +104,10 @@ def _slice(node, ins):
     index = [slice(None)] * x.ndim
     for a, s, e, st in zip(axes, starts, ends, steps, strict=True):
         big = 2**62
-        index[positive_axis(a, x.ndim)] = slice(
-            None if st > 0 and s <= -big else s, None if abs(e) >= big else e, st
-        )
+        # ends past either end: the whole axis (or none of it: an end before a positive step's
+        # start)
+        end = None if e >= big or (e <= -big and st < 0) else 0 if e <= -big else e
+        index[positive_axis(a, x.ndim)] = slice(None if st > 0 and s <= -big else s, end, st)
     if is_number(x):
         return x[tuple(index)]
     if any(st < 0 for st in steps):
@@ -248,19 +253,16 @@ def _reduce(node, ins):
 @onnx_op("Gather")
 def _gather(node, ins):
     x, index = ins
-    axis = node.attr("axis", 0)
+    rank = x.ndim if is_number(x) else x.dim()
+    axis = positive_axis(node.attr("axis", 0), rank)
     if is_number(x) and is_number(index):
+        few(node, [*x.shape[:axis], *index.shape, *x.shape[axis + 1 :]])
         return np.take(x, index.astype(np.int64) if index.dtype != object else index, axis)
     x = tensor(node, x)
     if is_number(index):
-        size = x.shape[positive_axis(axis, x.dim())]
-        index = np.where(index < 0, index + size, index)  # ONNX counts from the end too
+        index = np.where(index < 0, index + x.shape[axis], index)  # ONNX counts from the end
         return torch.index_select(x, axis, tensor(node, index.reshape(-1))).reshape(
-            [
-                *x.shape[: positive_axis(axis, x.dim())],
-                *index.shape,
-                *x.shape[positive_axis(axis, x.dim()) + 1 :],
-            ]
+            [*x.shape[:axis], *index.shape, *x.shape[axis + 1 :]]
         )
     if axis == 0 and x.dim() == 2 and not index.is_floating_point():  # an embedding
         return F.embedding(index, x)
@@ -312,11 +314,18 @@ def _resize(node, ins):
     sizes = ints(node, ins[3], "sizes") if len(ins) > 3 and ins[3] is not None else None
     kw = {}
     if sizes is not None:
+        if list(sizes[:2]) != list(x.shape[:2]):
+            raise node.refuse(f"sizes {sizes} that change the batch or the channels")
         kw["size"] = sizes[2:]
     elif scales is not None:
-        kw["scale_factor"] = [float(s) for s in np.asarray(scales).reshape(-1)[2:]]
+        scales = [float(s) for s in np.asarray(scales).reshape(-1)]
+        if scales[:2] != [1.0, 1.0]:
+            raise node.refuse(f"scales {scales} that change the batch or the channels")
+        kw["scale_factor"] = scales[2:]
     else:
         raise node.refuse("neither scales nor sizes")
+    if how == "pytorch_half_pixel" and 1 in (kw.get("size") or []):  # half_pixel's but there
+        raise node.refuse("pytorch_half_pixel coordinates to a size of 1")
     if mode == "nearest":
         if how != "asymmetric" or text(node.attr("nearest_mode", "round_prefer_floor")) != "floor":
             raise node.refuse(f"nearest with {how} coordinates (torch's is asymmetric, floor)")

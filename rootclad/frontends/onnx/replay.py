@@ -12,15 +12,16 @@ node, its op and the opset; one the table cannot take as written, when it runs."
 from __future__ import annotations
 
 import keyword
+import math
 import re
 
 import numpy as np
 import torch
 from torch import nn
 
-from rootclad.frontends.onnx import ops_shapes  # noqa: F401 (registers its ops)
+from rootclad.frontends.onnx import ops_recurrent, ops_shapes  # noqa: F401 (their ops)
 from rootclad.frontends.onnx.common import attributes
-from rootclad.frontends.onnx.ops import OPS, STATIC, Node
+from rootclad.frontends.onnx.ops import ATTRIBUTES, MAX_NUMBERS, OPS, STATE, STATIC, Node
 from rootclad.ir.graph import IRError
 
 _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -42,14 +43,18 @@ class Replay(nn.Module):
         reads: dict[str, set] = {}
         for proto in graph.node:
             for at, name in enumerate(proto.input):
-                reads.setdefault(name, set()).add(at in STATIC.get(proto.op_type, ()))
-        self._static = {name for name, kinds in reads.items() if kinds == {True}}
+                kind = "static" if at in STATIC.get(proto.op_type, ()) else "tensor"
+                kind = "state" if at in STATE.get(proto.op_type, ()) else kind
+                reads.setdefault(name, set()).add(kind)
+        self._static = {name for name, kinds in reads.items() if kinds == {"static"}}
+        state = {name for name, kinds in reads.items() if kinds == {"state"}}
         self._numbers: dict[str, np.ndarray] = {}  # integer and boolean initializers
         self._tensors: dict[str, str] = {}  # float initializer -> its attribute path
         for init in graph.initializer:
             value = np.array(onnx.numpy_helper.to_array(init))
             if value.dtype in _FLOATS and init.name not in self._static:
-                self._tensors[init.name] = self._hold(init.name, torch.from_numpy(value), True)
+                weight = init.name not in state  # (BatchNorm's statistics: buffers)
+                self._tensors[init.name] = self._hold(init.name, torch.from_numpy(value), weight)
             else:
                 self._numbers[init.name] = value
         self._nodes = []
@@ -68,24 +73,32 @@ class Replay(nn.Module):
                     f"rootclad's ONNX table has no {proto.domain + '.' if proto.domain else ''}"
                     f"{proto.op_type}; it takes: {', '.join(sorted(OPS))}"
                 )
+            unknown = sorted(set(node.attrs) - ATTRIBUTES.get(proto.op_type, set()))
+            if unknown:
+                raise node.refuse(f"attribute {', '.join(unknown)} is not supported")
             if proto.op_type == "Constant":  # made once: a number, or a buffer of floats
                 value = OPS["Constant"](node, [])
                 if isinstance(value, torch.Tensor) and proto.output[0] in self._static:
                     value = value.numpy()
                 elif isinstance(value, torch.Tensor):
-                    value = self._hold(f"constant_{i}", value, False)
+                    value = self._hold(f"constant_{i}", value, False)  # (not a file's name: no dot)
                 node.value = value
             self._nodes.append(node)
         self._inputs = [i.name for i in graph.input if i.name not in self._numbers]
         self._inputs = [n for n in self._inputs if n not in self._tensors]
         self._outputs = [o.name for o in graph.output]
+        self._declared = {  # the output shapes the file declares (None: a symbol)
+            o.name: [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+            for o in graph.output
+            if (t := o.type.tensor_type).HasField("shape")
+        }
 
     def _hold(self, name: str, value: torch.Tensor, parameter: bool) -> str:
         """Register ``value`` at the path ``name`` spells where its parts are plain names (a
         torch export's ``fc1.weight``), else at a flat name made from it; returns the path."""
         parts = name.split(".")
         if not all(_PLAIN.fullmatch(p) and not keyword.iskeyword(p) for p in parts):
-            flat = re.sub(r"\W", "_", name).strip("_") or "initializer"
+            flat = re.sub(r"\W", "_", name, flags=re.ASCII).strip("_") or "initializer"
             plain = _PLAIN.fullmatch(flat) and not keyword.iskeyword(flat)
             parts = [flat if plain else f"i_{flat}"]
         owner = self
@@ -102,13 +115,17 @@ class Replay(nn.Module):
             last += "_"
         if parameter:
             owner.register_parameter(last, nn.Parameter(value))
-        else:
-            owner.register_buffer(last, value, persistent=False)
+        else:  # the file's state (BatchNorm's statistics) is saved; a Constant node's is not
+            owner.register_buffer(last, value, persistent=not name.startswith("constant_"))
         return ".".join([*parts[:-1], last])
 
     def forward(self, *xs):
         self._budget.activation_bytes = 0  # (torch.export runs it on tensors of no storage)
         env: dict = dict(zip(self._inputs, xs, strict=True))
+        floats = [x for x in xs if x.is_floating_point()] + list(self.parameters())
+        dtype = floats[0].dtype if floats else torch.float32
+        first = xs[0].shape[0] if xs and xs[0].dim() else 1
+        self._batch = int(first.node.hint) if isinstance(first, torch.SymInt) else int(first)
         env.update(self._numbers)
         held = dict(self.named_parameters()) | dict(self.named_buffers())
         env.update({name: held[path] for name, path in self._tensors.items()})
@@ -117,12 +134,24 @@ class Replay(nn.Module):
                 value = node.value
                 results = [held[value] if isinstance(value, str) else value]
             else:
-                ins = [env[n] if n else None for n in node.inputs]
+                node.dtype = dtype
                 try:
+                    ins = [env[n] if n else None for n in node.inputs]
                     results = OPS[node.op](node, ins)
                 except IRError:
                     raise
-                except (TypeError, ValueError, IndexError, KeyError, RuntimeError) as exc:
+                except KeyError as exc:
+                    raise node.refuse(f"reads {exc}, which no node makes before it") from exc
+                except (
+                    TypeError,
+                    ValueError,
+                    IndexError,
+                    RuntimeError,
+                    AttributeError,
+                    ArithmeticError,
+                    StopIteration,
+                    MemoryError,
+                ) as exc:
                     why = f"not computed as written ({type(exc).__name__}: {exc})"
                     raise node.refuse(why) from exc
                 if not isinstance(results, (list, tuple)):
@@ -136,17 +165,34 @@ class Replay(nn.Module):
         for name, out in zip(self._outputs, outs, strict=True):
             if not isinstance(out, torch.Tensor):
                 raise IRError(f"{self._where}: output {name!r} is a constant, not computed")
+            want = self._declared.get(name)
+            got = [d if isinstance(d, int) else None for d in out.shape]
+            if want is not None and (
+                len(want) != len(got)
+                or any(w not in (None, g) for w, g in zip(want, got, strict=True))
+            ):
+                raise IRError(
+                    f"{self._where}: output {name!r} has shape {got}, the file "
+                    f"declares {want} (None: the batch or a symbol)"
+                )
         return outs[0] if len(outs) == 1 else dict(zip(self._outputs, outs, strict=True))
 
     def _bounded(self, node, results) -> None:
         """Each tensor a node makes within the limits (per sample: an axis of the batch's size,
         a symbol while torch.export runs the forward, is not counted), before torch computes
         it on real data."""
+        what = f"node {node.name!r} ({node.op})'s output"
         for value in results:
+            if isinstance(value, np.ndarray) and value.size > MAX_NUMBERS:
+                raise node.refuse(f"{value.size} numbers (at most {MAX_NUMBERS})")
             if isinstance(value, torch.Tensor):
-                shape = [d for d in value.shape if not isinstance(d, torch.SymInt)]
-                what = f"node {node.name!r} ({node.op})'s output"
-                self._budget.value(what, shape, value.element_size())
+                sizes = [
+                    int(d.node.hint) if isinstance(d, torch.SymInt) else d for d in value.shape
+                ]
+                n = math.prod(sizes)
+                if any(isinstance(d, torch.SymInt) for d in value.shape):
+                    n = -(-n // self._batch)  # per sample: a value of the batch
+                self._budget.value(what, [n], value.element_size())
 
 
 def _held(value):
@@ -177,10 +223,10 @@ def to_replay(model, where: str, budget) -> tuple[nn.Module, list[tuple[int, ...
             continue
         t = inp.type.tensor_type
         dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
-        if not dims or any(d is None for d in dims[1:]):
+        if not dims or any(d is None or d == 0 for d in dims[1:]):
             raise IRError(
                 f"{where}: input {inp.name!r} has shape {dims}: rootclad needs a batch "
-                "axis first and fixed sizes after it"
+                "axis first and fixed sizes (not 0) after it"
             )
         budget.value(f"input {inp.name!r}", tuple(dims[1:]), 8)
         shapes.append(tuple(dims[1:]))
