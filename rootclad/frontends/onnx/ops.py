@@ -384,6 +384,8 @@ ATTRIBUTES = {
         )
     },
     "Gather": {"axis"},
+    "GatherND": {"batch_dims"},
+    "ScatterND": {"reduction"},
     "GatherElements": {"axis"},
     "TopK": {"axis", "largest", "sorted"},
     "Trilu": {"upper"},

@@ -336,3 +336,27 @@ def _resize(node, ins):
     if kind is None:
         raise node.refuse(f"linear resizing of {x.dim() - 2}-d data")
     return F.interpolate(x, mode=kind, align_corners=how == "align_corners", **kw)
+
+
+@onnx_op("GatherND")
+def _gather_nd(node, ins):
+    data, index = tensor(node, ins[0]), tensor(node, ins[1])
+    if node.attr("batch_dims", 0):
+        raise node.refuse(f"batch_dims={node.attr('batch_dims')}")
+    k = index.shape[-1]
+    return data[tuple(index[..., i] for i in range(k))]
+
+
+@onnx_op("ScatterND")
+def _scatter_nd(node, ins):
+    data, index, updates = ins
+    if text(node.attr("reduction", "none")) != "none":
+        raise node.refuse(f"reduction {node.attr('reduction')!r}")
+    data, index = tensor(node, data), tensor(node, index)
+    k = index.shape[-1]
+    flat = index.reshape(-1, k)
+    out = data.clone()
+    out[tuple(flat[:, i] for i in range(k))] = tensor(node, updates, data).reshape(
+        flat.shape[0], *data.shape[k:]
+    )
+    return out
