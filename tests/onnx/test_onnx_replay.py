@@ -97,6 +97,15 @@ def test_an_op_the_table_lacks_is_refused_naming_the_node_its_op_and_the_opset()
         rootclad.onnx.load(model, frontend="export")
 
 
+def test_an_attribute_the_table_does_not_read_or_a_shape_the_file_misdeclares_is_refused():
+    fmod = _graph([helper.make_node("Mod", ["x", "x"], ["y"], name="m", fmod=1)], [], [4])
+    with pytest.raises(IRError, match=r"node 'm' \(Mod, opset 18\): attribute fmod"):
+        rootclad.onnx.load(fmod, frontend="export")
+    wrong = _graph([helper.make_node("Relu", ["x"], ["y"])], [], [5])
+    with pytest.raises(IRError, match=r"output 'y' has shape \[None, 4\], the file declares"):
+        rootclad.onnx.load(wrong, frontend="export")
+
+
 def test_initializer_names_no_python_or_cxx_may_take_are_renamed():
     hostile = ['w"); system("id"); //', "class", "1x", "__init__.weight"]
     w = np.random.default_rng(0).standard_normal((4, 4)).astype(np.float32)

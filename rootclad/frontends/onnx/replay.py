@@ -169,7 +169,7 @@ class Replay(nn.Module):
             got = [d if isinstance(d, int) else None for d in out.shape]
             if want is not None and (
                 len(want) != len(got)
-                or any(w not in (None, g) for w, g in zip(want, got, strict=True))
+                or any(None not in (w, g) and w != g for w, g in zip(want, got, strict=True))
             ):
                 raise IRError(
                     f"{self._where}: output {name!r} has shape {got}, the file "
