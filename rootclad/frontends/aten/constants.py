@@ -104,8 +104,8 @@ def _same_per_sample(first: torch.Tensor, again: torch.Tensor, batch: int) -> bo
         return False
     p = moved[0]
     k = first.shape[p] // batch
-    if first.shape[p] != k * batch or again.shape[p] != k * (batch + 1):
-        return False
+    if first.shape[p] != k * batch or again.shape[p] != k * (batch + 1) or not first.numel():
+        return False  # (an empty value: no sample's values to compare, and no constant)
     rows = [
         v.reshape(
             int(torch.tensor(v.shape[:p]).prod()),
