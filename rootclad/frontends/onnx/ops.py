@@ -542,8 +542,9 @@ def _layer_norm(node, ins):
 
 @onnx_op("Softmax", "LogSoftmax")
 def _softmax(node, ins):
-    fn = torch.softmax if node.op == "Softmax" else torch.log_softmax
-    return fn(ins[0], node.attr("axis", -1))
+    if node.op == "Softmax":  # a row of -inf only gives 0s, as onnx's reference (not NaNs)
+        return torch.ops.aten._safe_softmax(ins[0], node.attr("axis", -1))
+    return torch.log_softmax(ins[0], node.attr("axis", -1))
 
 
 @onnx_op("Dropout")
