@@ -103,7 +103,7 @@ def _compile(net, xs, loss, frontend):
 
 def bench_model(report, name, min_time) -> None:
     import numpy as np
-    from bench_train_step import time_steps
+    from bench_train_step import taking_turns
 
     import rootclad
     from rootclad.compiler import _FRONTENDS
@@ -139,10 +139,7 @@ def bench_model(report, name, min_time) -> None:
         for kind, impls in calls.items():
             for cm in models.values():
                 (cm.train if kind == "train" else cm.eval)()
-            times = {k: [] for k in impls}
-            for _ in range(ROUNDS):
-                for k, fn in impls.items():
-                    times[k] += time_steps(fn, min_time / ROUNDS)
+            times = taking_turns(impls, min_time, ROUNDS)
             med = {k: statistics.median(v) for k, v in times.items()}
             result[kind] = {
                 "median_ms": {k: round(v, 4) for k, v in med.items()},

@@ -138,6 +138,16 @@ def time_steps(step, min_time: float, min_reps: int = 5, max_reps: int = 300) ->
     return times
 
 
+def taking_turns(impls: dict, min_time: float, rounds: int) -> dict[str, list[float]]:
+    """Each implementation's call times (ms), the implementations taking turns for ``rounds``
+    rounds of ``min_time / rounds`` seconds each (a machine that slows down slows them all)."""
+    times: dict[str, list[float]] = {k: [] for k in impls}
+    for _ in range(rounds):
+        for k, fn in impls.items():
+            times[k] += time_steps(fn, min_time / rounds)
+    return times
+
+
 def torch_step(net, x, y, compiled: bool = False):
     model = torch.compile(net, dynamic=False) if compiled else net
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
