@@ -218,9 +218,10 @@ def _net():
 
 
 @pytest.fixture
-def fake_clad(tmp_path, monkeypatch, cache):
+def fake_clad(tmp_path, monkeypatch, runtime_cache):
     """A Clad install whose builds fail as ``fake_clad.cause`` says; the pullback engine's
-    builds run for real."""
+    builds run for real (in a cache of their own that already holds the runtime)."""
+    monkeypatch.setenv("ROOTCLAD_CACHE_DIR", str(runtime_cache))
     plugin = tmp_path / "clad.so"
     plugin.write_bytes(b"")
     install = CladInstall(cxx=find_cxx()[0], plugin=str(plugin), include=str(tmp_path),

@@ -449,7 +449,7 @@ def test_num_threads_outside_1_to_256_is_an_error_naming_it(monkeypatch):
     assert num_threads() == 3
 
 
-def test_a_huge_thread_count_does_not_abort_a_host_that_skips_the_check(tmp_path):
+def test_a_huge_thread_count_does_not_abort_a_host_that_skips_the_check(runtime_cache):
     """A C++ host (a macro, LibTorch) reads ROOTCLAD_NUM_THREADS without Python's check: the
     pool caps it (it used to abort the process trying to start 100000 threads)."""
     code = (
@@ -463,7 +463,7 @@ def test_a_huge_thread_count_does_not_abort_a_host_that_skips_the_check(tmp_path
         "err = (cm.predict(x) - net(x)).abs().max().item()\n"
         "print('ok', err)\n"
     )
-    env = {**os.environ, "ROOTCLAD_CACHE_DIR": str(tmp_path / "cache")}
+    env = {**os.environ, "ROOTCLAD_CACHE_DIR": str(runtime_cache)}
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -559,8 +559,8 @@ def test_a_killed_build_leaves_no_work_directory_behind(tmp_path, monkeypatch):
     assert [p for p in cache.iterdir() if p.is_dir()] == []
 
 
-def test_warm_cache_recompiles_nothing(monkeypatch, tmp_path):
-    monkeypatch.setenv("ROOTCLAD_CACHE_DIR", str(tmp_path / "cache"))
+def test_warm_cache_recompiles_nothing(monkeypatch, runtime_cache):
+    monkeypatch.setenv("ROOTCLAD_CACHE_DIR", str(runtime_cache))
     x = _x()
     first = rootclad.compile(_small_cnn(), example_input=x, engine="pullback")
     assert first.built_now
@@ -579,12 +579,12 @@ def test_warm_cache_recompiles_nothing(monkeypatch, tmp_path):
     assert second.library_path == first.library_path
     assert_close_rel(second.predict(x), net(x).detach(), 1e-10)
     monkeypatch.undo()
-    monkeypatch.setenv("ROOTCLAD_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ROOTCLAD_CACHE_DIR", str(runtime_cache))
     other = rootclad.compile(_small_cnn().float(), example_input=x.float(), engine="pullback")
     assert other.built_now and other.library_path != first.library_path
     # two model libraries, and one runtime library (float and double) that both link
-    assert len(list((tmp_path / "cache").glob("rc_*.so"))) == 2
-    assert len(list((tmp_path / "cache").glob("librootclad_rt-*.so"))) == 1
+    assert len(list(runtime_cache.glob("rc_*.so"))) == 2
+    assert len(list(runtime_cache.glob("librootclad_rt-*.so"))) == 1
 
 
 _CHILD = """
