@@ -561,6 +561,8 @@ def test_a_killed_build_leaves_no_work_directory_behind(tmp_path, monkeypatch):
 
 def test_warm_cache_recompiles_nothing(monkeypatch, runtime_cache):
     monkeypatch.setenv("ROOTCLAD_CACHE_DIR", str(runtime_cache))
+    (runtime,) = runtime_cache.glob("librootclad_rt-*.so")
+    built = (runtime.stat().st_ino, runtime.stat().st_mtime_ns)
     x = _x()
     first = rootclad.compile(_small_cnn(), example_input=x, engine="pullback")
     assert first.built_now
@@ -585,6 +587,7 @@ def test_warm_cache_recompiles_nothing(monkeypatch, runtime_cache):
     # two model libraries, and one runtime library (float and double) that both link
     assert len(list(runtime_cache.glob("rc_*.so"))) == 2
     assert len(list(runtime_cache.glob("librootclad_rt-*.so"))) == 1
+    assert (runtime.stat().st_ino, runtime.stat().st_mtime_ns) == built  # never built again
 
 
 _CHILD = """

@@ -225,7 +225,11 @@ def _binary(node, ins):
         few(node, np.broadcast_shapes(a.shape, b.shape))
         if node.op == "Div":
             integer = all(np.issubdtype(v.dtype, np.integer) or v.dtype == object for v in (a, b))
-            return (a // b) if integer else np.true_divide(a, b)
+            if not integer:
+                return np.true_divide(a, b)
+            if a.dtype == object or b.dtype == object:  # sizes: not negative
+                return a // b
+            return np.trunc(np.true_divide(a, b)).astype(np.int64)  # ONNX's: toward zero
         return on_numbers(a, b)
     if on_tensors is None:
         raise node.refuse("of tensors (rootclad takes it of integers known when it compiles)")
@@ -280,7 +284,8 @@ def _cast(node, ins):
             return x.astype(bool)
         if x.dtype == object:  # the batch size's symbol: a float of it
             return np.array(
-                [float(e) if dtype.is_floating_point else e for e in x.flat], dtype=object
+                [torch.sym_float(e) if dtype.is_floating_point else e for e in x.flat],
+                dtype=object,
             ).reshape(x.shape)
         return x.astype(np.float64 if dtype.is_floating_point else np.int64)
     if dtype.is_floating_point:  # one float type in a compiled model: the model's
@@ -542,7 +547,7 @@ def _layer_norm(node, ins):
 
 @onnx_op("Softmax", "LogSoftmax")
 def _softmax(node, ins):
-    if node.op == "Softmax":  # a row of -inf only gives 0s, as onnx's reference (not NaNs)
+    if node.op == "Softmax":  # a row of -inf only gives 0s, as torch's attention (ONNX: NaNs)
         return torch.ops.aten._safe_softmax(ins[0], node.attr("axis", -1))
     return torch.log_softmax(ins[0], node.attr("axis", -1))
 

@@ -106,7 +106,7 @@ def _slice(node, ins):
         big = 2**62
         # ends past either end: the whole axis (or none of it: an end before a positive step's
         # start)
-        end = None if e >= big or (e <= -big and st < 0) else 0 if e <= -big else e
+        end = None if e <= -big and st < 0 else e  # (numpy and torch clamp the others)
         index[positive_axis(a, x.ndim)] = slice(None if st > 0 and s <= -big else s, end, st)
     if is_number(x):
         return x[tuple(index)]
@@ -354,6 +354,11 @@ def _scatter_nd(node, ins):
         raise node.refuse(f"reduction {node.attr('reduction')!r}")
     data, index = tensor(node, data), tensor(node, index)
     k = index.shape[-1]
+    if tuple(tensor(node, updates).shape) != (*index.shape[:-1], *data.shape[k:]):
+        raise node.refuse(
+            f"updates of shape {tuple(updates.shape)} for indices of shape "
+            f"{tuple(index.shape)} into {tuple(data.shape)}"
+        )
     flat = index.reshape(-1, k)
     out = data.clone()
     out[tuple(flat[:, i] for i in range(k))] = tensor(node, updates, data).reshape(

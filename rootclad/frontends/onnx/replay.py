@@ -135,13 +135,16 @@ class Replay(nn.Module):
                 results = [held[value] if isinstance(value, str) else value]
             else:
                 node.dtype = dtype
+                missing = [n for n in node.inputs if n and n not in env]
+                if missing:
+                    raise node.refuse(f"reads {missing}, which no node makes before it")
                 try:
                     ins = [env[n] if n else None for n in node.inputs]
                     results = OPS[node.op](node, ins)
                 except IRError:
                     raise
                 except KeyError as exc:
-                    raise node.refuse(f"reads {exc}, which no node makes before it") from exc
+                    raise node.refuse(f"not computed as written (KeyError: {exc})") from exc
                 except (
                     TypeError,
                     ValueError,
