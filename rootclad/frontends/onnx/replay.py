@@ -35,7 +35,7 @@ class Replay(nn.Module):
         import onnx
 
         super().__init__()
-        self._where, self._opset, self._budget = where, opset, budget
+        self._where, self._budget = where, budget
         graph = model.graph
         # where each value is read: a float initializer or constant read only as sizes, axes
         # or bounds (ops.STATIC) is a number, any other a parameter (or, from a Constant
