@@ -6,8 +6,7 @@ op registry (:mod:`rootclad.ir.registry`: each op lists the ``torch.nn`` classes
 it stands for); the structure of a graph (arithmetic between values, ``torch.cat``,
 ``reshape``/``view``/``flatten``, ``permute``/``transpose``) is lowered here. Lazy modules
 (``LazyLinear``) are materialised by one forward pass first. Anything else is refused with the
-module path or fx node, and what is supported.
-"""
+module path or fx node, and what is supported."""
 
 from __future__ import annotations
 
@@ -211,8 +210,7 @@ def _module_node(path: str, mod: nn.Module, name: str) -> Node:
     )
     if op is None:
         raise IRError(f"{where} is not supported; supported layers: {supported_layers()}")
-    # inplace=True: a new value all the same (fx_values.check_inplace makes sure nothing reads
-    # the overwritten one)
+    # inplace=True: a new value all the same (fx_values.check_inplace: nothing reads the old)
     spec = OPS[op]
     attrs = spec.from_module(mod, where)
     prefix = f"{path}." if path else ""  # the root layer's parameters have no prefix
@@ -507,9 +505,11 @@ class _FxLowering:
             return self.arithmetic(fx_node, _ARITH.get(name, name), args, kw, where)
         if name in ("pow", "__pow__", "square") and args and self.is_tensor(args[0]):
             power = 2 if name == "square" else (args[1] if len(args) > 1 else kw.get("exponent"))
-            if power != 2:
-                raise IRError(f"{where}: a power {power!r}; rootclad computes x ** 2 only")
-            return self.add(fx_node.name, "mul", [args[0], args[0]])
+            if type(power) not in (int, float):
+                raise IRError(f"{where}: a power {power!r}; rootclad computes x ** a number")
+            if power == 2:
+                return self.add(fx_node.name, "mul", [args[0], args[0]])
+            return self.add(fx_node.name, "power", [args[0]], {"exponent": float(power)})
         if t in (torch.cat, torch.concat) or name == "cat":
             tensors = args[0] if args else kw.get("tensors")
             dim = args[1] if len(args) > 1 else kw.get("dim", 0)

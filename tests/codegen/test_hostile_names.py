@@ -79,7 +79,12 @@ def test_cpp_tokens_sees_code_that_a_name_smuggles_in():
     assert cpp_tokens('f("a");') != cpp_tokens('f("a") + x;')
 
 
-@pytest.mark.parametrize("text", [*HOSTILE, "\x00\x7f\udcff /*/ **/", "\\", "?" * 5])
+# (ids without the process's number: pytest-xdist's workers must collect the same tests)
+@pytest.mark.parametrize(
+    "text",
+    [*HOSTILE, "\x00\x7f\udcff /*/ **/", "\\", "?" * 5],
+    ids=lambda text: text.replace(MARK, "MARK"),
+)
 def test_comments_and_literals_hold_any_text(text):
     comment = comment_text(text)
     assert re.fullmatch(r"[ -~]*", comment)  # one line of printable ASCII

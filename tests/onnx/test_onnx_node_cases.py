@@ -31,7 +31,7 @@ OPS = {
     "Constant", "Shape", "Gather", "Cast", "ReduceSum", "ReduceMean", "Sqrt", "InstanceNormalization", "Resize",
     "ConvTranspose", "Expand", "Tile", "TopK", "GatherElements", "Pow", "ConstantOfShape",
     "Equal", "Where", "LSTM", "GRU", "Einsum", "Trilu", "Not", "Abs", "ReduceMax", "ReduceMin",
-    "Pad", "Mod", "Exp", "Log", "Sign", "Reciprocal",
+    "Pad", "Mod", "Exp", "Log", "Sign", "Reciprocal", "Erf",
 }  # fmt: skip
 
 
@@ -63,12 +63,19 @@ def _cases() -> dict:
 
 def _is_data(graph, name: str, value, batch: int) -> bool:
     """A graph input the model reads as data (a batch of its own), not as a weight: the first
-    operand of a node, or any operand of arithmetic and Concat, with the batch's length."""
+    operand of a node, any operand of arithmetic and Concat, or an Attention's keys, values
+    and past ones, with the batch's length."""
     if not (isinstance(value, np.ndarray) and value.ndim >= 1 and value.shape[0] == batch):
         return False
+    arithmetic = ("Add", "Sub", "Mul", "Div", "Concat")
     return any(
         name in n.input
-        and (n.input[0] == name or n.op_type in ("Add", "Sub", "Mul", "Div", "Concat"))
+        and (
+            n.input[0] == name
+            or n.op_type in arithmetic
+            or n.op_type == "Attention"
+            and name in [n.input[i] for i in (1, 2, 4, 5) if i < len(n.input)]
+        )
         for n in graph.node
     )
 

@@ -107,12 +107,30 @@ def test_an_op_the_table_lacks_is_refused_naming_the_node_its_op_and_the_opset()
 
 
 def test_an_attribute_the_table_does_not_read_or_a_shape_the_file_misdeclares_is_refused():
-    fmod = _graph([helper.make_node("Mod", ["x", "x"], ["y"], name="m", fmod=1)], [], [4])
-    with pytest.raises(IRError, match=r"node 'm' \(Mod, opset 18\): attribute fmod"):
-        rootclad.onnx.load(fmod, frontend="export")
+    scales = numpy_helper.from_array(np.array([1.0, 1.0], np.float32), "scales")
+    resize = helper.make_node("Resize", ["x", "", "scales"], ["y"], name="m", antialias=1)
+    with pytest.raises(IRError, match=r"node 'm' \(Resize, opset 18\): attribute antialias"):
+        rootclad.onnx.load(_graph([resize], [scales], [4]), frontend="export")
     wrong = _graph([helper.make_node("Relu", ["x"], ["y"])], [], [5])
     with pytest.raises(IRError, match=r"output 'y' has shape \[None, 4\], the file declares"):
         rootclad.onnx.load(wrong, frontend="export")
+
+
+def test_what_the_export_front_end_refuses_is_named_by_the_files_node():
+    """A node that fixes the batch size (torch.export's own message names no node), gathers
+    along the batch axis, or becomes an ATen op rootclad does not lower is refused naming
+    the file's node, its op and opset."""
+    shape = numpy_helper.from_array(np.array([2, 2, 2], np.int64), "shape")
+    fixed = _graph([helper.make_node("Reshape", ["x", "shape"], ["y"], name="r")], [shape], [2, 2])
+    with pytest.raises(IRError, match=r"node 'r' \(Reshape, opset 18\): fixes the batch size to 2"):
+        rootclad.onnx.load(fixed, frontend="export")  # (the example batch is 2)
+    first = numpy_helper.from_array(np.array([0], np.int64), "first")
+    gather = _graph([helper.make_node("Gather", ["x", "first"], ["y"], name="g")], [first], [4])
+    with pytest.raises(IRError, match=r"node 'g' \(Gather, opset 18\): gathers along the batch"):
+        rootclad.onnx.load(gather, frontend="export")
+    floor = _graph([helper.make_node("Floor", ["x"], ["y"], name="f")], [], [4])
+    with pytest.raises(IRError, match=r"node 'f' \(Floor, opset 18\), as ATen op aten\.floor"):
+        rootclad.onnx.load(floor, frontend="export")
 
 
 def test_initializer_names_no_python_or_cxx_may_take_are_renamed():
@@ -202,3 +220,62 @@ def test_a_file_asking_for_more_than_the_limits_is_refused_before_it_is_computed
     ]
     with pytest.raises(IRError, match=r"node 'count' \(Range, opset 18\): .* numbers"):
         rootclad.onnx.load(_graph(counted, bounds, [4]), frontend="export")
+
+
+def _attention(**attrs):
+    """q (B, 5, 12) attending to k and v (B, 6, 6): 4 query heads of size 3 over 2 key and
+    value heads (grouped), through ONNX's Attention (opset 23)."""
+    inputs = ["q", "k", "v", *(["mask"] if "mask" in attrs else [])]
+    given = {k: v for k, v in attrs.items() if k != "mask"}
+    node = helper.make_node("Attention", inputs, ["y"], q_num_heads=4, kv_num_heads=2, **given)
+    inits = []
+    if "mask" in attrs:  # True attends (a key masked for every query, one for the first two)
+        keep = np.ones((5, 6), bool)
+        keep[:, 4] = False
+        keep[:2, 1] = False
+        inits.append(numpy_helper.from_array(keep, "mask"))
+    info = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            info(n, TensorProto.FLOAT, ["B", *s])
+            for n, s in (("q", (5, 12)), ("k", (6, 6)), ("v", (6, 6)))
+        ],
+        [info("y", TensorProto.FLOAT, ["B", 5, 12])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [{"is_causal": 1}, {"mask": True, "scale": 0.7, "softcap": 2.0}],
+    ids=["causal", "bool-mask-scale-softcap"],
+)
+def test_attention_nodes_match_onnxs_reference_and_torch_autograd(attrs):
+    """ONNX's Attention node (opset 23): the forward against onnx's reference, the gradients
+    against torch autograd through the table's own torch ops (float64)."""
+    from onnx.reference import ReferenceEvaluator
+
+    from rootclad.frontends.onnx.builder import read
+    from rootclad.frontends.onnx.replay import to_replay
+
+    model = _attention(**attrs)
+    rng = np.random.default_rng(5)
+    xs = [rng.standard_normal(s).astype(np.float32) for s in ((3, 5, 12), (3, 6, 6), (3, 6, 6))]
+    (want,) = ReferenceEvaluator(model).run(None, dict(zip("qkv", xs, strict=True)))
+    cm = rootclad.onnx.load(model, loss="mse", engine="pullback", frontend="export")
+    got = cm(*(torch.from_numpy(x) for x in xs))
+    assert_close_rel(got.detach(), torch.from_numpy(want), 1e-5, "forward")
+    cm64 = rootclad.onnx.load(
+        model, loss="mse", engine="pullback", frontend="export", dtype=torch.float64
+    )
+    ref = to_replay(*read(model))[0].double()
+    ins = [torch.from_numpy(x).double().requires_grad_(True) for x in xs]
+    d_out = torch.randn(3, 5, 12, dtype=torch.float64)
+    want_grads = torch.autograd.grad(ref(*ins), ins, d_out)
+    ins = [x.detach().requires_grad_(True) for x in ins]
+    got_grads = torch.autograd.grad(cm64(*ins), ins, d_out)
+    for name, g, w in zip("qkv", got_grads, want_grads, strict=True):
+        assert_close_rel(g, w, 1e-10, f"d_{name}")

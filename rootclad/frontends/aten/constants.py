@@ -134,8 +134,11 @@ def _run(low, examples) -> tuple[dict[str, torch.Tensor], dict[str, int]]:
     skip = set(low.data) | set(low.params)  # never constants: not kept
     random, kept, sizes = set(), {}, {}
 
+    at = []  # the node running
+
     class Run(torch.fx.Interpreter):
         def run_node(self, n):
+            at[:] = [n]
             result = super().run_node(n)
             tags = getattr(n.target, "tags", ())
             if torch.Tag.nondeterministic_seeded in tags or any(
@@ -152,8 +155,9 @@ def _run(low, examples) -> tuple[dict[str, torch.Tensor], dict[str, int]]:
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
             Run(low.program.graph_module).run(*args)
     except Exception as exc:  # torch's own message names what failed
+        where = f"{low.where(at[0])}: " if at else ""
         raise IRError(
-            f"torch could not run the captured program on the example (to compute its "
+            f"{where}torch could not run the captured program on the example (to compute its "
             f"constants): {type(exc).__name__}: {str(exc)[:1000]}"
         ) from exc
     return kept, sizes

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from rootclad.frontends.aten.table import lowers
+from rootclad.ir.graph import IRError
 
 # a kept ATen op -> the module classes that call it, and its weight's argument position (None:
 # a layer without parameters; the tensors each op takes from its layer: _TENSORS)
@@ -138,7 +139,10 @@ def _layer(low, node, args, kw):
                 f"{key}={called} where the layer has {key}={own} (a "
                 "forward of its own calling the op otherwise)",
             )
-    made = _module_node(path, mod, node.name)
+    try:
+        made = _module_node(path, mod, node.name)
+    except IRError as exc:  # (a setting the layer's op refuses: named with the ATen node)
+        raise low.refuse(node, str(exc)) from exc
     made.inputs = [low.value(node, args[0])]
     low.nodes.append(made)
     results = node.meta.get("val")
@@ -230,6 +234,22 @@ def _functional(low, node, args, aten):
         low.names[node.name] = made.output
         return
     if aten in ("conv1d", "conv2d", "conv3d") and _scaled_conv(low, node, args, aten):
+        return
+    if aten == "layer_norm":  # weights that are no parameters: the plain norm, then them
+        _over_batch(low, node, args, aten)
+        shape, w, b, eps = (list(args[1:]) + [None, None, 1e-5])[:4]
+        plain = _STAND_IN[aten](tuple(shape), None, None, eps)
+        made = _module_node("", plain, f"{node.name}__plain")
+        made.inputs = [low.value(node, args[0])]
+        low.nodes.append(made)
+        src = made.output
+        if w is not None:
+            src = low.emit(
+                node, "mul", [src, low.operand(node, w)], part="" if b is None else "scaled"
+            )
+        if b is not None:
+            src = low.emit(node, "add", [src, low.operand(node, b)])
+        low.names[node.name] = src
         return
     if aten != "linear":
         raise low.refuse(

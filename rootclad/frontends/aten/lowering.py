@@ -12,7 +12,6 @@ nothing, or raises :class:`IRError` through ``low.refuse``.
 from __future__ import annotations
 
 import math
-import warnings
 
 import torch
 from torch import nn
@@ -26,17 +25,12 @@ from rootclad.frontends.aten import (  # noqa: F401 (the lowerings, by family)
     norms,
     pointwise,
 )
+from rootclad.frontends.aten.capture import export_program
 from rootclad.frontends.aten.constants import fold
 from rootclad.frontends.aten.indexing import index_bounds
-from rootclad.frontends.aten.table import KEPT, LOWERINGS, batch_rows, op_name
+from rootclad.frontends.aten.table import LOWERINGS, batch_rows, op_name
 from rootclad.ir.graph import Graph, IRError, Node, Param
 from rootclad.ir.optimize import simplify
-
-
-def _training_only(mod: nn.Module) -> bool:
-    """A module that acts in training only, and vanishes from an eval-mode capture: dropout,
-    torchvision's stochastic depth."""
-    return isinstance(mod, nn.modules.dropout._DropoutNd) or type(mod).__name__ == "StochasticDepth"
 
 
 class Lowering:
@@ -72,7 +66,9 @@ class Lowering:
     def where(self, node) -> str:
         path, mod = self.module_of(node)
         inside = f" in module {path!r} ({type(mod).__name__})" if path else ""
-        return f"ATen op {op_name(node.target)} (node {node.name!r}{inside})"
+        aten = f"ATen op {op_name(node.target)} (node {node.name!r}{inside})"
+        onnx = (node.meta.get("custom") or {}).get("onnx")  # an ONNX file's node (its replay)
+        return f"{onnx}, as {aten}" if onnx else aten
 
     def module_of(self, node) -> tuple[str, nn.Module]:
         """The innermost module whose forward made ``node`` ('' and the root: the model's)."""
@@ -435,6 +431,8 @@ class Lowering:
         for key, out in items:
             if not self.is_value(out) or self.layout(out) != (0, 1, 1):
                 what = "output" if not container else f"output {key!r}"
+                made = isinstance(out, torch.fx.Node) and (out.meta.get("custom") or {}).get("onnx")
+                what += f" (made by {made})" if made else ""
                 raise IRError(
                     f"torch.export: the model's {what} is not a value of the batch (its "
                     "first axis is not the batch axis alone)"
@@ -509,65 +507,6 @@ def _is_shape_arithmetic(node) -> bool:
         or val is None
         and not (node.users)
     )
-
-
-def _examples(example_input) -> tuple[torch.Tensor, ...]:
-    xs = tuple(example_input) if isinstance(example_input, (tuple, list)) else (example_input,)
-    # a batch of one would be specialised (torch.export fixes sizes 0 and 1): two of it
-    return tuple(torch.cat([x, x]) if x.shape[0] == 1 else x for x in xs)
-
-
-def _dynamic(module: nn.Module, xs: tuple, batch) -> tuple:
-    """torch.export's dynamic shapes: every input's first axis is the batch (those a forward
-    takes as ``*rest`` as one tuple)."""
-    import inspect
-
-    kinds = [p.kind for p in inspect.signature(module.forward).parameters.values()]
-    rest = next((i for i, k in enumerate(kinds) if k == inspect.Parameter.VAR_POSITIONAL), None)
-    axes = tuple({0: batch} for _ in xs)
-    return axes if rest is None or rest >= len(xs) else (*axes[:rest], axes[rest:])
-
-
-def export_program(module: nn.Module, example_input):
-    """``module`` captured by torch.export (batch axis dynamic) in its own mode, as torch.fx
-    traces it, but for dropout and stochastic depth, captured as in training (in eval mode
-    they would vanish; compiled, they obey cm.train() and cm.eval()); decomposed into core ATen
-    ops but for the layers in :data:`KEPT`."""
-    xs = _examples(example_input)
-    batch = torch.export.Dim("batch", min=1)
-    # captured as in training (switched for the capture, not on a copy: the old weight norm's
-    # modules cannot be copied); p >= 1: torch writes zeros, no draw to switch off
-    switched = [m for m in module.modules() if _training_only(m) and not m.training]
-    for mod in module.modules():
-        if _training_only(mod) and float(getattr(mod, "p", 0)) >= 1:
-            raise IRError(f"{type(mod).__name__}(p={mod.p}): every value dropped")
-    table = torch.export.default_decompositions()
-    for kept in KEPT:
-        _, packet, overload = kept.split(".")
-        table.pop(getattr(getattr(torch.ops.aten, packet), overload), None)
-    with warnings.catch_warnings():  # torch.export's own deprecation notices (pytree)
-        warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.|copyreg")
-        # the recurrent layers' own weights list, which torch rebuilds in forward
-        warnings.filterwarnings("ignore", message=r"The tensor attributes self\.\S*_flat_weights")
-        # the old nn.utils.weight_norm's weight, which its hook computes in the captured graph
-        warnings.filterwarnings("ignore", message=r"The tensor attribute self\.\S+ was assigned")
-        try:
-            for mod in switched:
-                mod.training = True
-            program = torch.export.export(
-                module, xs, dynamic_shapes=_dynamic(module, xs, batch), strict=False
-            )
-        except IRError:  # a forward of rootclad's own (an ONNX file's) refusing a node
-            raise
-        except Exception as exc:  # torch's own message names the line that failed
-            raise IRError(
-                f"torch.export could not capture {type(module).__name__}: "
-                f"{type(exc).__name__}: {str(exc)[:2000]}"
-            ) from exc
-        finally:
-            for mod in switched:
-                mod.training = False
-        return program.run_decompositions(table), module, xs
 
 
 def graph_from_export(module: nn.Module, example_input, dtype: str) -> Graph:

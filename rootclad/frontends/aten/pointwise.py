@@ -18,6 +18,7 @@ _UNARY = {
     "exp": "exp",
     "log": "log",
     "log1p": "log1p",
+    "erf": "erf",
     "sqrt": "sqrt",
     "rsqrt": "rsqrt",
     "reciprocal": "reciprocal",
@@ -131,7 +132,8 @@ def aligned(low, node, a, b) -> None:
 
 @lowers("aten.pow.Tensor_Scalar")
 def _pow(low, node, args, kw):
-    """x ** c for c an integer up to 4 in size (products), 0.5 and -0.5 (square roots)."""
+    """x ** c: products for an integer c up to 4 in size, square roots for 0.5 and -0.5, else
+    the IR's power."""
     x, c = low.value(node, args[0]), low.number(node, args[1], "exponent")
     if c == 0.5:
         low.emit(node, "sqrt", [x])
@@ -140,7 +142,8 @@ def _pow(low, node, args, kw):
         low.emit(node, "rsqrt", [x])
         return
     if c != int(c) or not 1 <= abs(c) <= 4:
-        raise low.refuse(node, f"exponent {c} (integers up to 4 in size, 0.5 and -0.5)")
+        low.emit(node, "power", [x], {"exponent": float(c)})
+        return
     power = x
     for i in range(int(abs(c)) - 1):
         last = c > 0 and i == int(abs(c)) - 2

@@ -27,7 +27,7 @@ SUPPORTED = (
     "Einsum (of one or two tensors, the batch axis the first letter of each), "
     "ReduceSum and ReduceMean (over per-sample axes), ReduceMax and ReduceMin, Add, Sub, Mul, Div "
     "(two tensors with broadcasting, a tensor and a number, or a tensor and a constant tensor, "
-    "which becomes a parameter), Pow (by 2, 0.5 or -0.5), Exp, Log, Sqrt, Reciprocal, Sign, "
+    "which becomes a parameter), Pow (by a number), Exp, Erf, Log, Sqrt, Reciprocal, Sign, "
     "Abs, Neg, Equal, Greater, Less, GreaterOrEqual, LessOrEqual of a tensor and a number and Not "
     "of it (a mask), Cast of tensors to float "
     "types, Relu, LeakyRelu, Elu, "
@@ -53,6 +53,7 @@ ATTRIBUTES = {
     "Pow": set(),
     "Abs": set(),
     "Exp": set(),
+    "Erf": set(),
     "Log": set(),
     "Sign": set(),
     "Reciprocal": set(),
@@ -162,14 +163,17 @@ class LayerOps:
         self.binary(node, lambda p, q: p * q)
 
     def op_Pow(self, node, a):
-        x = self.tensor(node)
-        fn = _POWERS.get(self.number(node.input[1]))
-        if fn is None:
-            raise self.fail(node, f"an exponent other than the constants {sorted(_POWERS)}")
+        x, p = self.tensor(node), self.number(node.input[1])
+        if p is None:
+            raise self.fail(node, "an exponent that is not one number known when it compiles")
+        fn = _POWERS.get(p, lambda x, p=p: x**p)
         self.emit(node.output, lambda env, root, x=x, fn=fn: fn(env[x]), self.shapes[x])
 
     def op_Exp(self, node, a):
         self.unary(node, torch.exp)
+
+    def op_Erf(self, node, a):
+        self.unary(node, torch.erf)
 
     def op_Log(self, node, a):
         self.unary(node, torch.log)

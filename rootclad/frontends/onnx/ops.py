@@ -28,8 +28,11 @@ class Node:
         self.attrs, self.where, self.opset, self.value = attrs, where, opset, None
         self.dtype = torch.float32  # the model's float type (Replay sets it)
 
+    def describe(self) -> str:
+        return f"node {self.name!r} ({self.op}, opset {self.opset})"
+
     def refuse(self, why: str) -> IRError:
-        return IRError(f"{self.where}: node {self.name!r} ({self.op}, opset {self.opset}): {why}")
+        return IRError(f"{self.where}: {self.describe()}: {why}")
 
     def attr(self, key, default=None):
         value = self.attrs.get(key, default)
@@ -210,13 +213,15 @@ _BINARY = {
     "Or": (torch.logical_or, np.logical_or),
     "Max": (torch.maximum, np.maximum),
     "Min": (torch.minimum, np.minimum),
-    "Mod": (None, np.mod),
+    "Mod": (torch.remainder, np.mod),  # (fmod=1: torch.fmod and np.fmod, in _binary)
 }
 
 
 @onnx_op(*_BINARY)
 def _binary(node, ins):
     on_tensors, on_numbers = _BINARY[node.op]
+    if node.op == "Mod" and node.attr("fmod", 0):  # the sign of the dividend, as C's fmod
+        on_tensors, on_numbers = torch.fmod, np.fmod
     a, b = ins[0], ins[1] if len(ins) > 1 else None
     if node.op in ("Max", "Min") and len(ins) != 2:
         raise node.refuse(f"{len(ins)} operands (rootclad takes two)")
@@ -338,6 +343,7 @@ _RECURRENT = {"activations", "clip", "direction", "hidden_size", "layout"}
 # the attributes each op's entry reads (any other the file sets is refused: an attribute the
 # table would not read could change what the op computes)
 ATTRIBUTES = {
+    "Mod": {"fmod"},
     "LeakyRelu": {"alpha"},
     "Elu": {"alpha"},
     "Selu": {"alpha", "gamma"},
@@ -362,6 +368,7 @@ ATTRIBUTES = {
     "BatchNormalization": {"epsilon", "momentum", "training_mode"},
     "InstanceNormalization": {"epsilon"},
     "LayerNormalization": {"axis", "epsilon", "stash_type"},
+    "RMSNormalization": {"axis", "epsilon", "stash_type"},
     "Softmax": {"axis"},
     "LogSoftmax": {"axis"},
     "Dropout": {"seed"},
@@ -490,6 +497,12 @@ def _pool(node, ins):
     rank = len(kernel)
     begin, end = _pads(node, rank)
     ceil = bool(node.attr("ceil_mode", 0))
+    strides = node.attr("strides") or [1] * rank
+    for n, k, st, b, e in zip(x.shape[2:], kernel, strides, begin, end, strict=True):
+        if ceil and ((n + b + e - k + st - 1) // st) * st >= n + b:
+            # a last window starting in the right padding: onnx's shape inference keeps it
+            # (the file may declare it), onnxruntime drops it, as torch and rootclad do
+            node.declares_more = True
     if node.op == "MaxPool":
         if len(node.outputs) > 1 and node.outputs[1]:
             raise node.refuse("its indices output")
@@ -532,17 +545,28 @@ def _batch_norm(node, ins):
 
 @onnx_op("InstanceNormalization")
 def _instance_norm(node, ins):
-    x, scale, bias = ins
-    return F.instance_norm(x, weight=scale, bias=bias, eps=node.attr("epsilon", 1e-5))
+    x, scale, bias = ins  # one group per channel (torch's instance norm refuses one value)
+    return F.group_norm(x, x.shape[1], scale, bias, node.attr("epsilon", 1e-5))
 
 
 @onnx_op("LayerNormalization")
 def _layer_norm(node, ins):
     x, scale, bias = (list(ins) + [None])[:3]
-    axis = positive_axis(node.attr("axis", -1), x.dim())
-    if len([o for o in node.outputs if o]) > 1:
-        raise node.refuse("its mean and inverse deviation outputs")
-    return F.layer_norm(x, x.shape[axis:], scale, bias, node.attr("epsilon", 1e-5))
+    axis, eps = positive_axis(node.attr("axis", -1), x.dim()), node.attr("epsilon", 1e-5)
+    y = F.layer_norm(x, x.shape[axis:], scale, bias, eps)
+    if len([o for o in node.outputs if o]) == 1:
+        return y
+    dims = list(range(axis, x.dim()))  # the mean and 1 / deviation outputs, as ONNX's
+    mean = x.mean(dims, keepdim=True)
+    return y, mean, torch.rsqrt(((x - mean) ** 2).mean(dims, keepdim=True) + eps)
+
+
+@onnx_op("RMSNormalization")
+def _rms_norm(node, ins):
+    x, scale = ins[0], ins[1]
+    axis, eps = positive_axis(node.attr("axis", -1), x.dim()), node.attr("epsilon", 1e-5)
+    dims = list(range(axis, x.dim()))
+    return x * torch.rsqrt((x * x).mean(dims, keepdim=True) + eps) * scale
 
 
 @onnx_op("Softmax", "LogSoftmax")

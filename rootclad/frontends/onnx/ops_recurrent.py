@@ -54,10 +54,6 @@ def _run(node, x, order, step, states):
     return [y, *(torch.stack([f[i] for f in finals]) for i in range(len(states)))]
 
 
-def _zeros_like_state(x, hidden):
-    return x.new_zeros(x.shape[1], hidden)
-
-
 @onnx_op("LSTM")
 def _lstm(node, ins):
     if len(ins) > 7 and ins[7] is not None or node.attr("input_forget", 0):
@@ -65,14 +61,12 @@ def _lstm(node, ins):
     x, w, r, wb, rb, hidden, order, (h0, c0) = _recurrent_inputs(node, ins, 4)
 
     def step(d, xt, state):
-        h, c = state
-        h = _zeros_like_state(x, hidden) if h is None else h
-        c = _zeros_like_state(x, hidden) if c is None else c
-        g = xt @ w[d].t() + h @ r[d].t()
+        h, c = state  # None: zeros (no initial state), whose products are left out
+        g = xt @ w[d].t() if h is None else xt @ w[d].t() + h @ r[d].t()
         if wb is not None:
             g = g + wb[d] + rb[d]
         i, o, f, cand = g.chunk(4, -1)  # ONNX's order: input, output, forget, cell
-        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(cand)
+        c = torch.sigmoid(i) * torch.tanh(cand) + (0 if c is None else torch.sigmoid(f) * c)
         return [torch.sigmoid(o) * torch.tanh(c), c]
 
     return _laid_out(node, _run(node, x, order, step, [h0, c0]))
@@ -84,10 +78,14 @@ def _gru(node, ins):
     before = bool(node.attr("linear_before_reset", 0))
 
     def step(d, xt, state):
-        h = _zeros_like_state(x, hidden) if state[0] is None else state[0]
+        h = state[0]  # None: zeros (no initial state), whose products are left out
         gx = xt @ w[d].t() + (wb[d] if wb is not None else 0)
         (zx, rx, nx), (zr, rr, nr) = gx.chunk(3, -1), r[d].chunk(3, 0)
         rbz, rbr, rbn = rb[d].chunk(3, -1) if rb is not None else (0, 0, 0)
+        if h is None:
+            z = torch.sigmoid(zx + rbz)
+            n = torch.tanh(nx + (torch.sigmoid(rx + rbr) * rbn if before else rbn))
+            return [(1 - z) * n]
         z = torch.sigmoid(zx + h @ zr.t() + rbz)
         reset = torch.sigmoid(rx + h @ rr.t() + rbr)
         if before:  # torch's form: the reset gate scales the recurrent product

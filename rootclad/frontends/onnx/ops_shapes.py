@@ -90,7 +90,10 @@ def _concat(node, ins):
         few(node, [sum(v.size for v in parts)])
         return np.concatenate(parts, axis)
     like = next(v for v in parts if isinstance(v, torch.Tensor))
-    return torch.cat([tensor(node, v, like) for v in parts], axis)
+    parts = [tensor(node, v, like) for v in parts]
+    # an empty part adds nothing (torch's exporter writes a roll by a whole turn as one)
+    kept = [v for v in parts if all(d != 0 for d in v.shape if isinstance(d, int))]
+    return torch.cat(kept or parts, axis)
 
 
 @onnx_op("Slice")
@@ -259,6 +262,8 @@ def _gather(node, ins):
         few(node, [*x.shape[:axis], *index.shape, *x.shape[axis + 1 :]])
         return np.take(x, index.astype(np.int64) if index.dtype != object else index, axis)
     x = tensor(node, x)
+    if isinstance(x.shape[axis], torch.SymInt):
+        raise node.refuse("gathers along the batch axis (rootclad never mixes samples)")
     if is_number(index):
         index = np.where(index < 0, index + x.shape[axis], index)  # ONNX counts from the end
         return torch.index_select(x, axis, tensor(node, index.reshape(-1))).reshape(

@@ -17,9 +17,10 @@ import re
 
 import numpy as np
 import torch
+import torch.fx.traceback as fx_traceback
 from torch import nn
 
-from rootclad.frontends.onnx import ops_recurrent, ops_shapes  # noqa: F401 (their ops)
+from rootclad.frontends.onnx import ops_attention, ops_recurrent, ops_shapes  # noqa: F401
 from rootclad.frontends.onnx.common import attributes
 from rootclad.frontends.onnx.ops import ATTRIBUTES, MAX_NUMBERS, OPS, STATE, STATIC, Node
 from rootclad.ir.graph import IRError
@@ -97,7 +98,10 @@ class Replay(nn.Module):
         """Register ``value`` at the path ``name`` spells where its parts are plain names (a
         torch export's ``fc1.weight``), else at a flat name made from it; returns the path."""
         parts = name.split(".")
-        if not all(_PLAIN.fullmatch(p) and not keyword.iskeyword(p) for p in parts):
+        # a part is a plain name, or a number before the last (a Sequential's 0.weight)
+        plain = [_PLAIN.fullmatch(p) and not keyword.iskeyword(p) for p in parts[-1:]]
+        plain += [_PLAIN.fullmatch(p) or p.isascii() and p.isdigit() for p in parts[:-1]]
+        if not all(plain) or any(keyword.iskeyword(p) for p in parts):
             flat = re.sub(r"\W", "_", name, flags=re.ASCII).strip("_") or "initializer"
             plain = _PLAIN.fullmatch(flat) and not keyword.iskeyword(flat)
             parts = [flat if plain else f"i_{flat}"]
@@ -140,7 +144,8 @@ class Replay(nn.Module):
                     raise node.refuse(f"reads {missing}, which no node makes before it")
                 try:
                     ins = [env[n] if n else None for n in node.inputs]
-                    results = OPS[node.op](node, ins)
+                    with fx_traceback.annotate({"onnx": f"{self._where}: {node.describe()}"}):
+                        results = OPS[node.op](node, ins)
                 except IRError:
                     raise
                 except KeyError as exc:
@@ -161,13 +166,24 @@ class Replay(nn.Module):
                     results = [results]
                 results = [_held(r) for r in results]
                 self._bounded(node, results)
+                if getattr(node, "declares_more", False):  # (ops.py's pools)
+                    self._declared = {
+                        k: v for k, v in self._declared.items() if k not in node.outputs
+                    }
+                _batch_kept(node, first)
             for name, value in zip(node.outputs, results, strict=False):
                 if name:
                     env[name] = value
         outs = [env[n] for n in self._outputs]
         for name, out in zip(self._outputs, outs, strict=True):
-            if not isinstance(out, torch.Tensor):
-                raise IRError(f"{self._where}: output {name!r} is a constant, not computed")
+            if not isinstance(out, torch.Tensor) or any(out is h for h in held.values()):
+                raise IRError(
+                    f"{self._where}: the graph computes nothing from its input: its output "
+                    f"{name!r} is a constant"
+                )
+            if any(out is x for x in xs):
+                why = f"the graph computes nothing: its output {name!r} is its input"
+                raise IRError(f"{self._where}: {why}")
             want = self._declared.get(name)
             got = [d if isinstance(d, int) else None for d in out.shape]
             if want is not None and (
@@ -196,6 +212,27 @@ class Replay(nn.Module):
                 if any(isinstance(d, torch.SymInt) for d in value.shape):
                     n = -(-n // self._batch)  # per sample: a value of the batch
                 self._budget.value(what, [n], value.element_size())
+
+
+def _batch_kept(node, batch) -> None:
+    """Refuse ``node`` where, while torch.export runs the forward, it fixed or bounded the batch
+    size (a Reshape to the example's batch of 2, a Slice of the batch axis): rootclad's model
+    takes a batch of any size, and torch's own message would name no node."""
+    if not isinstance(batch, torch.SymInt):
+        return
+    env, expr = batch.node.shape_env, batch.node.expr
+    size = env.replace(expr)
+    if size.is_number:
+        raise node.refuse(
+            f"fixes the batch size to {size} (it reads the batch axis as a size or mixes it "
+            "with another axis); rootclad compiles a model for a batch of any size"
+        )
+    bounds = env.var_to_range.get(size)
+    if bounds is not None and bounds.upper.is_Integer:  # (torch's int_oo: no bound)
+        raise node.refuse(
+            f"bounds the batch size to at most {bounds.upper} (it reads the batch axis as a "
+            "size); rootclad compiles a model for a batch of any size"
+        )
 
 
 def _held(value):

@@ -62,6 +62,13 @@ elementwise(
     "log", "torch.log (NaN below 0, -inf at 0, as torch)", "Log", (), ("torch.log", "Tensor.log")
 )
 elementwise("log1p", "torch.log1p", "Log1p", (), ("torch.log1p", "Tensor.log1p"))
+elementwise("erf", "torch.erf", "Erf", (), ("torch.erf", "torch.special.erf", "Tensor.erf"))
+elementwise(
+    "power",
+    "x ** p for a number p (x ** 2 is a product; NaN below 0 for p not an integer, as torch)",
+    "Power",
+    functor_args=lambda a: (float(a["exponent"]),),
+)
 elementwise("sqrt", "torch.sqrt", "Sqrt", (), ("torch.sqrt", "Tensor.sqrt"), saves=("out",))
 elementwise(
     "rsqrt",

@@ -132,7 +132,7 @@ struct Abs {
   }
 };
 
-// Standalone math (torch.exp, log, log1p, sqrt, rsqrt, sign), torch's values and gradients:
+// Standalone math (torch.exp, log, log1p, erf, sqrt, rsqrt, sign), torch's values and gradients:
 // log and sqrt of a negative number are NaN, of 0 -inf and 0, and their gradients there inf,
 // as torch's; sign's gradient is 0 everywhere.
 struct Exp {
@@ -148,6 +148,23 @@ struct Log {
 struct Log1p {
   template <class T> ROOTCLAD_HD T f(T x) const { return std::log1p(x); }
   template <class T> ROOTCLAD_HD T grad(T g, T x, T) const { return g / (T(1) + x); }
+};
+
+// erf  =>  dx = g 2/sqrt(pi) exp(-x^2) (torch.erf, ONNX's Erf: the exact GELU's formula)
+struct Erf {
+  template <class T> ROOTCLAD_HD T f(T x) const { return std::erf(x); }
+  template <class T> ROOTCLAD_HD T grad(T g, T x, T) const {
+    return g * T(1.1283791670955126) * std::exp(-x * x);
+  }
+};
+
+// x^p for a number p (torch.pow(x, p)) =>  dx = g p x^(p-1); 0 for p = 0, as torch's
+struct Power {
+  double p;
+  template <class T> ROOTCLAD_HD T f(T x) const { return std::pow(x, T(p)); }
+  template <class T> ROOTCLAD_HD T grad(T g, T x, T) const {
+    return p == 0.0 ? T(0) : g * T(p) * std::pow(x, T(p - 1.0));
+  }
 };
 
 struct Sqrt {
@@ -380,7 +397,7 @@ struct PRelu {
 #define ROOTCLAD_UNARY_FUNCTORS(X)                                                                 \
   X(Abs) X(Equal) X(Relu) X(LeakyRelu) X(Tanh) X(Sigmoid) X(Silu) X(Elu) X(Softplus) X(Gelu)       \
   X(Affine) X(Hardtanh) X(Clamp) X(Hardsigmoid) X(Hardswish) X(Mish) X(Selu) X(Exp) X(Log)       \
-  X(Log1p) X(Sqrt) X(Rsqrt) X(Reciprocal) X(Sign) X(Compare)
+  X(Log1p) X(Erf) X(Power) X(Sqrt) X(Rsqrt) X(Reciprocal) X(Sign) X(Compare)
 // clang-format on
 #define ROOTCLAD_PARAMETRIC_FUNCTORS(X) X(PRelu)
 

@@ -1,0 +1,79 @@
+"""The capture: a torch module as torch.export's program of core ATen ops (the batch axis
+dynamic), which :mod:`rootclad.frontends.aten.lowering` walks."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.fx.traceback as fx_traceback
+from torch import nn
+
+from rootclad.frontends.aten.table import KEPT
+from rootclad.ir.graph import IRError
+
+
+def _training_only(mod: nn.Module) -> bool:
+    """A module that acts in training only, and vanishes from an eval-mode capture: dropout,
+    torchvision's stochastic depth."""
+    return isinstance(mod, nn.modules.dropout._DropoutNd) or type(mod).__name__ == "StochasticDepth"
+
+
+def _examples(example_input) -> tuple[torch.Tensor, ...]:
+    xs = tuple(example_input) if isinstance(example_input, (tuple, list)) else (example_input,)
+    # a batch of one would be specialised (torch.export fixes sizes 0 and 1): two of it
+    return tuple(torch.cat([x, x]) if x.shape[0] == 1 else x for x in xs)
+
+
+def _dynamic(module: nn.Module, xs: tuple, batch) -> tuple:
+    """torch.export's dynamic shapes: every input's first axis is the batch (those a forward
+    takes as ``*rest`` as one tuple)."""
+    import inspect
+
+    kinds = [p.kind for p in inspect.signature(module.forward).parameters.values()]
+    rest = next((i for i, k in enumerate(kinds) if k == inspect.Parameter.VAR_POSITIONAL), None)
+    axes = tuple({0: batch} for _ in xs)
+    return axes if rest is None or rest >= len(xs) else (*axes[:rest], axes[rest:])
+
+
+def export_program(module: nn.Module, example_input):
+    """``module`` captured by torch.export (batch axis dynamic) in its own mode, as torch.fx
+    traces it, but for dropout and stochastic depth, captured as in training (in eval mode
+    they would vanish; compiled, they obey cm.train() and cm.eval()); decomposed into core ATen
+    ops but for the layers in :data:`KEPT`."""
+    xs = _examples(example_input)
+    batch = torch.export.Dim("batch", min=1)
+    # captured as in training (switched for the capture, not on a copy: the old weight norm's
+    # modules cannot be copied); p >= 1: torch writes zeros, no draw to switch off
+    switched = [m for m in module.modules() if _training_only(m) and not m.training]
+    for mod in module.modules():
+        if _training_only(mod) and float(getattr(mod, "p", 0)) >= 1:
+            raise IRError(f"{type(mod).__name__}(p={mod.p}): every value dropped")
+    table = torch.export.default_decompositions()
+    for kept in KEPT:
+        _, packet, overload = kept.split(".")
+        table.pop(getattr(getattr(torch.ops.aten, packet), overload), None)
+    with warnings.catch_warnings():  # torch.export's own deprecation notices (pytree)
+        warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.|copyreg")
+        # the recurrent layers' own weights list, which torch rebuilds in forward
+        warnings.filterwarnings("ignore", message=r"The tensor attributes self\.\S*_flat_weights")
+        # the old nn.utils.weight_norm's weight, which its hook computes in the captured graph
+        warnings.filterwarnings("ignore", message=r"The tensor attribute self\.\S+ was assigned")
+        try:
+            for mod in switched:
+                mod.training = True
+            with fx_traceback.preserve_node_meta():  # (what an ONNX file's replay notes)
+                program = torch.export.export(
+                    module, xs, dynamic_shapes=_dynamic(module, xs, batch), strict=False
+                )
+        except IRError:  # a forward of rootclad's own (an ONNX file's) refusing a node
+            raise
+        except Exception as exc:  # torch's own message names the line that failed
+            raise IRError(
+                f"torch.export could not capture {type(module).__name__}: "
+                f"{type(exc).__name__}: {str(exc)[:2000]}"
+            ) from exc
+        finally:
+            for mod in switched:
+                mod.training = False
+        return program.run_decompositions(table), module, xs
