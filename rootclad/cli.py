@@ -24,6 +24,12 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+FRONTEND_HELP = (
+    "how the model is read: fx (torch.fx; an ONNX file rebuilt as torch layers) or export "
+    "(torch.export's core ATen ops; an ONNX file's nodes run through one table)"
+)
+
+
 def _cmd_build(args: argparse.Namespace) -> int:
     """``rootclad build module:callable -o STEM`` or ``rootclad build model.onnx -o STEM``:
     compile a torch or ONNX model and export it."""
@@ -45,7 +51,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
             raise ValueError("an ONNX file holds its weights and input shape: drop --weights "
                              "and --input-shape")  # fmt: skip
         t0 = time.perf_counter()
-        cm = rootclad.onnx.load(args.source, loss=args.loss, engine=args.engine, dtype=dtype)
+        cm = rootclad.onnx.load(
+            args.source, loss=args.loss, engine=args.engine, dtype=dtype, frontend=args.frontend
+        )
         paths = cm.export(args.output)
         print(f"built {args.source} ({cm.engine} engine, {args.dtype}, input {cm.input_shape}) "
               f"in {time.perf_counter() - t0:.1f} s: " + ", ".join(str(p) for p in paths.values()))  # fmt: skip
@@ -73,7 +81,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
         net.load_state_dict(state)
     net.eval()
     t0 = time.perf_counter()
-    cm = rootclad.compile(net, example_input=example, loss=args.loss, engine=args.engine)
+    cm = rootclad.compile(
+        net, example_input=example, loss=args.loss, engine=args.engine, frontend=args.frontend
+    )
     if args.weights:  # a file a user may have been sent: its values checked as any state's
         cm.load_state_dict(state)
     paths = cm.export(args.output)
@@ -95,8 +105,15 @@ def _cmd_emit(args: argparse.Namespace) -> int:
     if args.input_shape:
         shape = tuple(int(v) for v in args.input_shape.replace(",", " ").split())
         example = torch.zeros((2, *shape))
-    paths = emit_file(args.source, args.output, name=args.name, dtype=dtype, example_input=example,
-                      trusted=args.trusted)  # fmt: skip
+    paths = emit_file(
+        args.source,
+        args.output,
+        name=args.name,
+        dtype=dtype,
+        example_input=example,
+        trusted=args.trusted,
+        frontend=args.frontend,
+    )
     print(f"wrote {paths['header']} and {paths['weights']}")
     return 0
 
@@ -123,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                    choices=list(LOSSES))  # fmt: skip
     p.add_argument("--engine", default="auto", choices=["auto", "clad", "pullback"])
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    p.add_argument("--frontend", default="fx", choices=["fx", "export"], help=FRONTEND_HELP)
     p.set_defaults(func=_cmd_build)
 
     p = sub.add_parser(
@@ -140,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trusted", action="store_true",
                    help="read a .pt2 or .pt file, whose torch loader runs code the file holds: "
                    "only for a file you made or trust")  # fmt: skip
+    p.add_argument("--frontend", default="fx", choices=["fx", "export"], help=FRONTEND_HELP)
     p.set_defaults(func=_cmd_emit)
 
     try:

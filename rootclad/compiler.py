@@ -20,11 +20,8 @@ from rootclad.codegen.cpu import emit_model
 from rootclad.codegen.cuda import emit_device
 from rootclad.codegen.standalone import write_header
 from rootclad.frontends.aten import graph_from_export
-from rootclad.frontends.onnx import to_module
-from rootclad.frontends.onnx.builder import read as read_onnx
 from rootclad.frontends.onnx.limits import EXAMPLE_BATCH
-from rootclad.frontends.onnx.replay import to_replay
-from rootclad.frontends.programs import program_module
+from rootclad.frontends.programs import onnx_module, program_module
 from rootclad.frontends.torch_fx import graph_from_module, parameter_aliases
 from rootclad.paths import check_outputs
 from rootclad.toolchain import (
@@ -123,6 +120,12 @@ def _examples(example_input, dtype=None, model=None) -> tuple[tuple, torch.dtype
 _FRONTENDS = {"fx": graph_from_module, "export": graph_from_export}
 
 
+def _checked(frontend: str) -> str:
+    if frontend not in _FRONTENDS:
+        raise ValueError(f"frontend must be 'fx' or 'export', got {frontend!r}")
+    return frontend
+
+
 def _module_graph(model: torch.nn.Module, examples: tuple, dtype, several: bool, frontend="fx"):
     """The module's graph, traced on the CPU (the caller's module stays where it is)."""
     if any(t.device.type != "cpu" for t in (*model.parameters(), *model.buffers())):
@@ -203,8 +206,7 @@ def compile(
     ``frontend``: ``"fx"`` (torch.fx, the default) or ``"export"`` (torch.export and the core
     ATen ops, being built: :mod:`rootclad.frontends.aten` lists what it takes).
     """
-    if frontend not in _FRONTENDS:
-        raise ValueError(f"frontend must be 'fx' or 'export', got {frontend!r}")
+    _checked(frontend)
     examples, dtype, example_device = _examples(example_input, dtype, model)
     device = torch.device(device if device is not None else example_device)
     if device.type == "cuda":
@@ -340,8 +342,7 @@ def compile_device(model: torch.nn.Module, example_input, device="cuda",
     on a GPU (``device="cuda"``), or its kernels as loops on the CPU (``device="cpu"``, the
     reference the GPU build is checked against). ``example_input``: a tensor, or a tuple of
     one per input of ``model.forward``; ``frontend`` as :func:`compile` takes it."""
-    if frontend not in _FRONTENDS:
-        raise ValueError(f"frontend must be 'fx' or 'export', got {frontend!r}")
+    _checked(frontend)
     several = isinstance(example_input, (tuple, list))
     examples, dtype, _ = _examples(example_input, dtype, model)
     device = check_device(device)
@@ -375,18 +376,32 @@ def _compile_module(module, shapes, graph_dtype, loss, engine, pullbacks, dtype,
                    dtype=dtype, seed=seed, loss_output=loss_output, frontend=frontend)  # fmt: skip
 
 
-def load(path, loss: str = "bce_with_logits", *, example_input=None, engine: str = "auto",
-         pullbacks: bool = True, dtype: torch.dtype | None = None, seed: int = 0,
-         trusted: bool = False, loss_output: int | str = 0):  # fmt: skip
+def load(
+    path,
+    loss: str = "bce_with_logits",
+    *,
+    example_input=None,
+    engine: str = "auto",
+    pullbacks: bool = True,
+    dtype: torch.dtype | None = None,
+    seed: int = 0,
+    trusted: bool = False,
+    loss_output: int | str = 0,
+    frontend: str = "fx",
+):
     """Compile the model in ``path``: an ONNX file (``.onnx``), a ``torch.export`` program
     (``.pt2``, saved with ``torch.export.save``) or a TorchScript module (``.pt``, saved with
     ``torch.jit.save``; give ``example_input``, a batch of the input, since the file does not
     record its shape). Returns a :class:`rootclad.torch.CompiledModel`, as
     :func:`rootclad.compile` does. ``.pt2`` and ``.pt`` files need ``trusted=True``: torch's
-    loaders for them run code the file holds, so never pass it for a file you were sent."""
-    module, shapes, graph_dtype = program_module(path, example_input, trusted=trusted)
-    return _compile_module(module, shapes, graph_dtype, loss, engine, pullbacks, dtype, seed,
-                           loss_output)  # fmt: skip
+    loaders for them run code the file holds, so never pass it for a file you were sent.
+    ``frontend`` as :func:`load_onnx` takes it."""
+    frontend = _checked(frontend)
+    module, shapes, graph_dtype = program_module(
+        path, example_input, trusted=trusted, frontend=frontend
+    )
+    settings = (loss, engine, pullbacks, dtype, seed, loss_output, frontend)
+    return _compile_module(module, shapes, graph_dtype, *settings)
 
 
 def load_onnx(model, loss: str = "bce_with_logits", *, engine: str = "auto",
@@ -399,37 +414,52 @@ def load_onnx(model, loss: str = "bce_with_logits", *, engine: str = "auto",
     ``"fx"`` (the file rebuilt as torch layers, traced by torch.fx; the default) or
     ``"export"`` (its nodes run through one table of ONNX ops and lowered by the export
     front-end: rootclad/frontends/onnx/replay.py; being built)."""
-    if frontend == "export":
-        module, shapes, graph_dtype = to_replay(*read_onnx(model))
-    else:
-        module, shapes, graph_dtype = to_module(model)
+    module, shapes, graph_dtype = onnx_module(model, _checked(frontend))
     return _compile_module(module, shapes, graph_dtype, loss, engine, pullbacks, dtype, seed,
                            loss_output, frontend)  # fmt: skip
 
 
 # -- standalone headers ---------------------------------------------------------------------
-def emit_header(module: torch.nn.Module, example_input: torch.Tensor, out: Path,
-                name: str | None = None, dtype: torch.dtype = torch.float32) -> dict:  # fmt: skip
+def emit_header(
+    module: torch.nn.Module,
+    example_input: torch.Tensor,
+    out: Path,
+    name: str | None = None,
+    dtype: torch.dtype = torch.float32,
+    frontend: str = "fx",
+) -> dict:
     """Write ``out`` (the header) and ``out`` with suffix ``.dat`` (the weights) for ``module``
     (rootclad/codegen/standalone.py); returns their paths. ``name`` (default: the header's
-    stem) is the C++ namespace."""
+    stem) is the C++ namespace; ``frontend`` as :func:`compile` takes it."""
     module = module.to(dtype).eval()
-    graph = graph_from_module(module, example_input.to(dtype), _DTYPE_NAMES[dtype])
+    trace = _FRONTENDS[_checked(frontend)]
+    graph = trace(module, example_input.to(dtype), _DTYPE_NAMES[dtype])
     state = {**dict(module.named_parameters()), **dict(module.named_buffers())}
+    state.update(graph.constants)  # (the export front-end's: arange, masks, a Constant's)
     return write_header(graph, state, Path(out), name)
 
 
-def emit_file(source, out: Path, name: str | None = None, dtype: torch.dtype | None = None,
-              example_input=None, trusted: bool = False) -> dict:  # fmt: skip
+def emit_file(
+    source,
+    out: Path,
+    name: str | None = None,
+    dtype: torch.dtype | None = None,
+    example_input=None,
+    trusted: bool = False,
+    frontend: str = "fx",
+) -> dict:
     """``rootclad emit``: an ONNX file, a torch.export program or a TorchScript module (as
     :func:`load` reads them, ``trusted`` too) as a standalone header and weights. A header or
     weights file that would be the source (or each other) is refused before anything is read."""
     out = Path(out)
     check_outputs([source], [out, out.with_suffix(".dat")])
-    module, shapes, graph_dtype = program_module(source, example_input, trusted=trusted)
+    frontend = _checked(frontend)
+    module, shapes, graph_dtype = program_module(
+        source, example_input, trusted=trusted, frontend=frontend
+    )
     if len(shapes) != 1:
         raise ValueError(
             f"{source}: a header takes single-input models; this one has {len(shapes)}"
         )
     dtype = dtype or graph_dtype
-    return emit_header(module, torch.zeros(EXAMPLE_BATCH, *shapes[0]), out, name, dtype)
+    return emit_header(module, torch.zeros(EXAMPLE_BATCH, *shapes[0]), out, name, dtype, frontend)
