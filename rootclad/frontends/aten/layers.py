@@ -237,7 +237,7 @@ def _functional(low, node, args, aten):
         return
     if aten == "layer_norm":  # weights that are no parameters: the plain norm, then them
         _over_batch(low, node, args, aten)
-        shape, w, b, eps = (list(args[1:]) + [None, None, 1e-5])[:4]
+        shape, w, b, eps = (list(args[1:]) + [None, None, 1e-5][max(len(args) - 2, 0) :])[:4]
         plain = _STAND_IN[aten](tuple(shape), None, None, eps)
         made = _module_node("", plain, f"{node.name}__plain")
         made.inputs = [low.value(node, args[0])]

@@ -528,7 +528,13 @@ def graph_from_export(module: nn.Module, example_input, dtype: str) -> Graph:
         for n, b in module.named_buffers()
         if n in used
     ] + [Param(n, tuple(c.shape), False) for n, c in graph.constants.items()]
-    graph.validate()
+    try:
+        graph.validate()
+    except IRError as exc:  # an IR node's check: named with the ATen node (and file node) too
+        made = {n.name: n for n in program.graph.nodes}.get(str(exc).split(" ")[0].split("__")[0])
+        if made is None:
+            raise
+        raise IRError(f"{low.where(made)}: {exc}") from exc
     for node in graph.nodes:  # the IR's shapes are torch's: a lowering that differs is a bug
         want = low.expected.get(node.output)
         if want is not None and tuple(node.out_shape) != want:

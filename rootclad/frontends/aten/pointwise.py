@@ -3,6 +3,8 @@ form reads them), and arithmetic between two values of the batch or a value and 
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from rootclad.frontends.aten.table import lowers
@@ -141,7 +143,7 @@ def _pow(low, node, args, kw):
     if c == -0.5:
         low.emit(node, "rsqrt", [x])
         return
-    if c != int(c) or not 1 <= abs(c) <= 4:
+    if not math.isfinite(c) or c != int(c) or not 1 <= abs(c) <= 4:
         low.emit(node, "power", [x], {"exponent": float(c)})
         return
     power = x

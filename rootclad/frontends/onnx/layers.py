@@ -164,8 +164,10 @@ class LayerOps:
 
     def op_Pow(self, node, a):
         x, p = self.tensor(node), self.number(node.input[1])
-        if p is None:
-            raise self.fail(node, "an exponent that is not one number known when it compiles")
+        rank = np.ndim(self.consts[node.input[1]].value) if p is not None else 0
+        if p is None or not math.isfinite(p) or rank > len(self.shapes[x]) + 1:
+            # (an exponent of more axes than x would broadcast x's batch axis away)
+            raise self.fail(node, "an exponent that is not one finite number of x's rank or less")
         fn = _POWERS.get(p, lambda x, p=p: x**p)
         self.emit(node.output, lambda env, root, x=x, fn=fn: fn(env[x]), self.shapes[x])
 

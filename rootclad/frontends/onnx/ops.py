@@ -497,8 +497,9 @@ def _pool(node, ins):
     rank = len(kernel)
     begin, end = _pads(node, rank)
     ceil = bool(node.attr("ceil_mode", 0))
-    strides = node.attr("strides") or [1] * rank
-    for n, k, st, b, e in zip(x.shape[2:], kernel, strides, begin, end, strict=True):
+    strides, dilations = node.attr("strides") or [1] * rank, node.attr("dilations") or [1] * rank
+    for n, k, d, st, b, e in zip(x.shape[2:], kernel, dilations, strides, begin, end, strict=True):
+        k = (k - 1) * d + 1  # the window's span
         if ceil and ((n + b + e - k + st - 1) // st) * st >= n + b:
             # a last window starting in the right padding: onnx's shape inference keeps it
             # (the file may declare it), onnxruntime drops it, as torch and rootclad do

@@ -50,10 +50,11 @@ def _attention(node, ins):
             raise node.refuse(f"{q.shape[1]} query heads for {k.shape[1]} key heads")
         group = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    scale = node.attr("scale") or 1 / math.sqrt(q.shape[-1])
+    scale = node.attr("scale")
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale  # (0.0 is a scale too)
     scores = torch.matmul(q * scale, k.transpose(-1, -2))
-    if node.attr("softcap", 0.0):
-        cap = node.attr("softcap")
+    cap = node.attr("softcap", 0.0)
+    if cap > 0:  # as ONNX's reference: a cap of 0 or below caps nothing
         scores = cap * torch.tanh(scores / cap)
     if mask is not None:
         mask = tensor(node, mask, scores if not _is_bool(mask) else None)

@@ -11,6 +11,7 @@ node, its op and the opset; one the table cannot take as written, when it runs."
 
 from __future__ import annotations
 
+import contextlib
 import keyword
 import math
 import re
@@ -25,6 +26,8 @@ from rootclad.frontends.onnx.common import attributes
 from rootclad.frontends.onnx.ops import ATTRIBUTES, MAX_NUMBERS, OPS, STATE, STATIC, Node
 from rootclad.ir.graph import IRError
 
+# each node's torch ops noted with the node (a torch without annotate: refusals name ATen ops)
+_annotate = getattr(fx_traceback, "annotate", lambda _: contextlib.nullcontext())
 _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _FLOATS = {np.dtype(t) for t in ("float16", "float32", "float64")}
 
@@ -126,9 +129,11 @@ class Replay(nn.Module):
     def forward(self, *xs):
         self._budget.activation_bytes = 0  # (torch.export runs it on tensors of no storage)
         env: dict = dict(zip(self._inputs, xs, strict=True))
+        loose: set = set()  # values whose declared shapes are not held against them
         floats = [x for x in xs if x.is_floating_point()] + list(self.parameters())
         dtype = floats[0].dtype if floats else torch.float32
         first = xs[0].shape[0] if xs and xs[0].dim() else 1
+        guards = len(first.node.shape_env.guards) if isinstance(first, torch.SymInt) else 0
         self._batch = int(first.node.hint) if isinstance(first, torch.SymInt) else int(first)
         env.update(self._numbers)
         held = dict(self.named_parameters()) | dict(self.named_buffers())
@@ -144,7 +149,7 @@ class Replay(nn.Module):
                     raise node.refuse(f"reads {missing}, which no node makes before it")
                 try:
                     ins = [env[n] if n else None for n in node.inputs]
-                    with fx_traceback.annotate({"onnx": f"{self._where}: {node.describe()}"}):
+                    with _annotate({"onnx": f"{self._where}: {node.describe()}"}):
                         results = OPS[node.op](node, ins)
                 except IRError:
                     raise
@@ -166,11 +171,11 @@ class Replay(nn.Module):
                     results = [results]
                 results = [_held(r) for r in results]
                 self._bounded(node, results)
-                if getattr(node, "declares_more", False):  # (ops.py's pools)
-                    self._declared = {
-                        k: v for k, v in self._declared.items() if k not in node.outputs
-                    }
-                _batch_kept(node, first)
+                # a pool whose last ceil window onnx's shape inference keeps (ops.py) and what
+                # is computed from it: the file may declare other sizes than torch gives
+                if getattr(node, "declares_more", False) or loose.intersection(node.inputs):
+                    loose.update(node.outputs)
+                guards = _batch_kept(node, first, guards)
             for name, value in zip(node.outputs, results, strict=False):
                 if name:
                     env[name] = value
@@ -184,7 +189,7 @@ class Replay(nn.Module):
             if any(out is x for x in xs):
                 why = f"the graph computes nothing: its output {name!r} is its input"
                 raise IRError(f"{self._where}: {why}")
-            want = self._declared.get(name)
+            want = None if name in loose else self._declared.get(name)
             got = [d if isinstance(d, int) else None for d in out.shape]
             if want is not None and (
                 len(want) != len(got)
@@ -214,12 +219,12 @@ class Replay(nn.Module):
                 self._budget.value(what, [n], value.element_size())
 
 
-def _batch_kept(node, batch) -> None:
+def _batch_kept(node, batch, seen: int) -> int:
     """Refuse ``node`` where, while torch.export runs the forward, it fixed or bounded the batch
     size (a Reshape to the example's batch of 2, a Slice of the batch axis): rootclad's model
     takes a batch of any size, and torch's own message would name no node."""
     if not isinstance(batch, torch.SymInt):
-        return
+        return seen
     env, expr = batch.node.shape_env, batch.node.expr
     size = env.replace(expr)
     if size.is_number:
@@ -227,12 +232,27 @@ def _batch_kept(node, batch) -> None:
             f"fixes the batch size to {size} (it reads the batch axis as a size or mixes it "
             "with another axis); rootclad compiles a model for a batch of any size"
         )
+    for guard in env.guards[seen:]:  # a condition some batch sizes fail (an even batch)
+        cond = guard.expr
+        if expr in cond.free_symbols and not all(_holds(cond.subs(expr, n)) for n in (2, 3, 5, 7)):
+            raise node.refuse(
+                f"needs {cond} of the batch size {expr} (it mixes the batch axis with another "
+                "axis); rootclad compiles a model for a batch of any size"
+            )
     bounds = env.var_to_range.get(size)
     if bounds is not None and bounds.upper.is_Integer:  # (torch's int_oo: no bound)
         raise node.refuse(
             f"bounds the batch size to at most {bounds.upper} (it reads the batch axis as a "
             "size); rootclad compiles a model for a batch of any size"
         )
+    return len(env.guards)
+
+
+def _holds(cond) -> bool:
+    try:
+        return bool(cond)
+    except TypeError:  # (undecided: other symbols in it)
+        return True
 
 
 def _held(value):

@@ -63,11 +63,21 @@ elementwise(
 )
 elementwise("log1p", "torch.log1p", "Log1p", (), ("torch.log1p", "Tensor.log1p"))
 elementwise("erf", "torch.erf", "Erf", (), ("torch.erf", "torch.special.erf", "Tensor.erf"))
+
+
+def _power_infer(node, shapes, graph):
+    p = node.attrs.get("exponent")
+    finite = isinstance(p, (int, float)) and not isinstance(p, bool) and math.isfinite(p)
+    expect(finite, node, f"power's attr 'exponent' is a finite number, not {p!r}")
+    return same_shape(node, shapes, graph)
+
+
 elementwise(
     "power",
     "x ** p for a number p (x ** 2 is a product; NaN below 0 for p not an integer, as torch)",
     "Power",
     functor_args=lambda a: (float(a["exponent"]),),
+    infer=_power_infer,
 )
 elementwise("sqrt", "torch.sqrt", "Sqrt", (), ("torch.sqrt", "Tensor.sqrt"), saves=("out",))
 elementwise(
