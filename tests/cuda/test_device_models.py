@@ -49,6 +49,12 @@ def _p(t):
     return ctypes.c_void_p(t.data_ptr())
 
 
+def _loss_and_grad(lib, params, act, y, loss, d_params, d_act, B):
+    """The program's C API call in training (seed 1: the API takes one, dropout or not)."""
+    p, a, t, out, dp, da = (_p(v) for v in (params, act, y, loss, d_params, d_act))
+    lib.net_loss_and_grad(None, p, None, a, t, None, out, dp, da, B, 1, ctypes.c_ulonglong(1))
+
+
 def _one_step(lib, net, x, y):
     """The program's loss_and_grad on (x, y): its output values and parameter gradient."""
     lib.net_act_size.restype = lib.net_output_offset.restype = ctypes.c_long
@@ -58,8 +64,7 @@ def _one_step(lib, net, x, y):
     act, d_act = torch.zeros(n, dtype=F64), torch.zeros(n, dtype=F64)
     d_params, loss = torch.zeros_like(params), torch.zeros(1, dtype=F64)
     act[: x.numel()] = x.reshape(-1)
-    lib.net_loss_and_grad(None, _p(params), None, _p(act), _p(y), None, _p(loss), _p(d_params),
-                          _p(d_act), B, 1)  # fmt: skip
+    _loss_and_grad(lib, params, act, y, loss, d_params, d_act, B)
     at = lib.net_output_offset(B)
     return act[at : at + B], d_params
 
@@ -93,8 +98,7 @@ def test_device_program_trains_like_torch(model, tmp_path):
         x = torch.randn(B, *shape, generator=gen, dtype=F64)
         y = torch.randint(0, 2, (B,), generator=gen).to(F64)
         act[: x.numel()] = x.reshape(-1)
-        lib.net_loss_and_grad(None, _p(params), None, _p(act), _p(y), None, _p(loss), _p(d_params),
-                              _p(d_act), B, 1)  # fmt: skip
+        _loss_and_grad(lib, params, act, y, loss, d_params, d_act, B)
         opt.zero_grad()
         out = net(x)
         ref = F.binary_cross_entropy_with_logits(out.squeeze(1), y)
