@@ -236,8 +236,6 @@ def _binary(node, ins):
                 return a // b
             return np.trunc(np.true_divide(a, b)).astype(np.int64)  # ONNX's: toward zero
         return on_numbers(a, b)
-    if on_tensors is None:
-        raise node.refuse("of tensors (rootclad takes it of integers known when it compiles)")
     like = a if isinstance(a, torch.Tensor) else b
     b = plain(b) if is_number(b) else b
     scalar = is_number(b) and b.size == 1 and b.dtype != object and b.ndim <= like.dim()
