@@ -6,6 +6,7 @@ and the module it came from."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -554,3 +555,36 @@ def test_clamp_by_tensor_bounds_takes_infinities_as_torch_does():
     got, want = cm(x).detach(), Bounded().double()(x).detach()
     assert torch.equal(got.isnan(), want.isnan())
     assert torch.equal(got.nan_to_num(), want.nan_to_num())
+
+
+class _Counts(nn.Module):
+    """A buffer written in forward: torch.export's program mutates it."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls.add_(1)
+        return self.fc(x)
+
+
+def test_a_program_rootclad_lowers_as_it_stands_is_not_decomposed_again():
+    """The capture's second trace (torch's run_decompositions) is skipped where nothing would
+    change: a program of kept layers and views, mutating nothing. A program that mutates a
+    buffer, or holds an op rootclad lowers only decomposed (softshrink), is decomposed."""
+    from rootclad.frontends.aten import capture
+
+    x = torch.randn(2, 3)
+    table = torch.export.default_decompositions()
+    plain = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Flatten(), nn.Linear(4, 2))
+    dim = {0: torch.export.Dim("batch", min=1)}
+    for net, kept in ((plain, True), (_Counts(), False), (nn.Sequential(nn.Softshrink()), False)):
+        with warnings.catch_warnings():  # (torch.export's own deprecation notices)
+            warnings.simplefilter("ignore", FutureWarning)
+            program = torch.export.export(net, (x,), dynamic_shapes=(dim,), strict=False)
+            assert (capture._decomposed(program, table) is program) == kept, net
+    with capture._cia_ops_listed_once():  # torch's walk, put back after a capture
+        assert torch._export.utils._materialize_cpp_cia_ops.__name__ == "once"
+    assert torch._export.utils._materialize_cpp_cia_ops.__name__ == "_materialize_cpp_cia_ops"
