@@ -25,8 +25,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 FRONTEND_HELP = (
-    "how the model is read: fx (torch.fx; an ONNX file rebuilt as torch layers) or export "
-    "(torch.export's core ATen ops; an ONNX file's nodes run through one table)"
+    "how a torch module is read: fx (torch.fx) or export (torch.export's core ATen ops); an "
+    "ONNX file's nodes always run through rootclad's table of ONNX ops"
 )
 
 
@@ -51,9 +51,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
             raise ValueError("an ONNX file holds its weights and input shape: drop --weights "
                              "and --input-shape")  # fmt: skip
         t0 = time.perf_counter()
-        cm = rootclad.onnx.load(
-            args.source, loss=args.loss, engine=args.engine, dtype=dtype, frontend=args.frontend
-        )
+        cm = rootclad.onnx.load(args.source, loss=args.loss, engine=args.engine, dtype=dtype)
         paths = cm.export(args.output)
         print(f"built {args.source} ({cm.engine} engine, {args.dtype}, input {cm.input_shape}) "
               f"in {time.perf_counter() - t0:.1f} s: " + ", ".join(str(p) for p in paths.values()))  # fmt: skip
@@ -112,7 +110,6 @@ def _cmd_emit(args: argparse.Namespace) -> int:
         dtype=dtype,
         example_input=example,
         trusted=args.trusted,
-        frontend=args.frontend,
     )
     print(f"wrote {paths['header']} and {paths['weights']}")
     return 0
@@ -158,7 +155,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trusted", action="store_true",
                    help="read a .pt2 or .pt file, whose torch loader runs code the file holds: "
                    "only for a file you made or trust")  # fmt: skip
-    p.add_argument("--frontend", default="fx", choices=["fx", "export"], help=FRONTEND_HELP)
     p.set_defaults(func=_cmd_emit)
 
     try:

@@ -20,8 +20,9 @@ from rootclad.codegen.cpu import emit_model
 from rootclad.codegen.cuda import emit_device
 from rootclad.codegen.standalone import write_header
 from rootclad.frontends.aten import graph_from_export
+from rootclad.frontends.onnx import to_module
 from rootclad.frontends.onnx.limits import EXAMPLE_BATCH
-from rootclad.frontends.programs import onnx_module, program_module
+from rootclad.frontends.programs import program_module
 from rootclad.frontends.torch_fx import graph_from_module, parameter_aliases
 from rootclad.paths import check_outputs
 from rootclad.toolchain import (
@@ -387,36 +388,31 @@ def load(
     seed: int = 0,
     trusted: bool = False,
     loss_output: int | str = 0,
-    frontend: str = "fx",
 ):
     """Compile the model in ``path``: an ONNX file (``.onnx``), a ``torch.export`` program
     (``.pt2``, saved with ``torch.export.save``) or a TorchScript module (``.pt``, saved with
     ``torch.jit.save``; give ``example_input``, a batch of the input, since the file does not
     record its shape). Returns a :class:`rootclad.torch.CompiledModel`, as
     :func:`rootclad.compile` does. ``.pt2`` and ``.pt`` files need ``trusted=True``: torch's
-    loaders for them run code the file holds, so never pass it for a file you were sent.
-    ``frontend`` as :func:`load_onnx` takes it."""
-    frontend = _checked(frontend)
-    module, shapes, graph_dtype = program_module(
-        path, example_input, trusted=trusted, frontend=frontend
-    )
-    settings = (loss, engine, pullbacks, dtype, seed, loss_output, frontend)
+    loaders for them run code the file holds, so never pass it for a file you were sent. The
+    file reaches the IR as :func:`load_onnx` reads an ONNX file."""
+    module, shapes, graph_dtype = program_module(path, example_input, trusted=trusted)
+    settings = (loss, engine, pullbacks, dtype, seed, loss_output, "export")
     return _compile_module(module, shapes, graph_dtype, *settings)
 
 
 def load_onnx(model, loss: str = "bce_with_logits", *, engine: str = "auto",
               pullbacks: bool = True, dtype: torch.dtype | None = None, seed: int = 0,
-              loss_output: int | str = 0, frontend: str = "fx"):  # fmt: skip
+              loss_output: int | str = 0):  # fmt: skip
     """Compile an ONNX file (or ``ModelProto``) into a :class:`rootclad.torch.CompiledModel`:
     the same API as :func:`rootclad.compile` (``cm(x)``, ``input_grad``, ``loss_and_grad``,
     ``train_step``). The first input axis is the batch; the others must be fixed. dtype
-    defaults to the graph's (float64 if an input is float64, else float32). ``frontend``:
-    ``"fx"`` (the file rebuilt as torch layers, traced by torch.fx; the default) or
-    ``"export"`` (its nodes run through one table of ONNX ops and lowered by the export
-    front-end: rootclad/frontends/onnx/replay.py; being built)."""
-    module, shapes, graph_dtype = onnx_module(model, _checked(frontend))
+    defaults to the graph's (float64 if an input is float64, else float32). The file's nodes
+    run through one table of ONNX ops (rootclad/frontends/onnx/replay.py), which the export
+    front-end lowers."""
+    module, shapes, graph_dtype = to_module(model)
     return _compile_module(module, shapes, graph_dtype, loss, engine, pullbacks, dtype, seed,
-                           loss_output, frontend)  # fmt: skip
+                           loss_output, "export")  # fmt: skip
 
 
 # -- standalone headers ---------------------------------------------------------------------
@@ -446,20 +442,17 @@ def emit_file(
     dtype: torch.dtype | None = None,
     example_input=None,
     trusted: bool = False,
-    frontend: str = "fx",
 ) -> dict:
     """``rootclad emit``: an ONNX file, a torch.export program or a TorchScript module (as
     :func:`load` reads them, ``trusted`` too) as a standalone header and weights. A header or
     weights file that would be the source (or each other) is refused before anything is read."""
     out = Path(out)
     check_outputs([source], [out, out.with_suffix(".dat")])
-    frontend = _checked(frontend)
-    module, shapes, graph_dtype = program_module(
-        source, example_input, trusted=trusted, frontend=frontend
-    )
+    module, shapes, graph_dtype = program_module(source, example_input, trusted=trusted)
     if len(shapes) != 1:
         raise ValueError(
             f"{source}: a header takes single-input models; this one has {len(shapes)}"
         )
     dtype = dtype or graph_dtype
-    return emit_header(module, torch.zeros(EXAMPLE_BATCH, *shapes[0]), out, name, dtype, frontend)
+    example = torch.zeros(EXAMPLE_BATCH, *shapes[0])
+    return emit_header(module, example, out, name, dtype, "export")

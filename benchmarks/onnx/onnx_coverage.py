@@ -101,7 +101,7 @@ def float32_noise(net, xs) -> float:
         return float((net(*xs).double() - wide).abs().max())
 
 
-def check(data: bytes, xs, noise: float = 0.0, frontend: str = "fx") -> None:
+def check(data: bytes, xs, noise: float = 0.0) -> None:
     import onnxruntime as ort
 
     import rootclad.onnx
@@ -114,9 +114,7 @@ def check(data: bytes, xs, noise: float = 0.0, frontend: str = "fx") -> None:
         path.write_bytes(data)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            cm = rootclad.onnx.load(
-                path, loss="mse", engine="pullback", dtype=torch.float32, frontend=frontend
-            )
+            cm = rootclad.onnx.load(path, loss="mse", engine="pullback", dtype=torch.float32)
     got = cm.predict(*xs)
     got = next(iter(got.values())) if isinstance(got, dict) else got
     got = got[0] if isinstance(got, (tuple, list)) else got
@@ -127,12 +125,12 @@ def check(data: bytes, xs, noise: float = 0.0, frontend: str = "fx") -> None:
         )
 
 
-def _outcome(data, xs, noise, frontend) -> tuple[str, str]:
+def _outcome(data, xs, noise) -> tuple[str, str]:
     """('matched', ''), or ('refused' | 'wrong' | 'crashed', why)."""
     from rootclad.ir.graph import IRError
 
     try:
-        check(data, xs, noise, frontend)
+        check(data, xs, noise)
         return "matched", ""
     except IRError as exc:
         found = re.search(r"\((\w+), opset \d+\)|ATen op \S+", str(exc))
@@ -147,37 +145,26 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--families", default="fresh,zoo,hep")
-    ap.add_argument("--frontends", default="fx,export", help="rootclad.onnx.load's paths")
     ap.add_argument("--out", type=Path, default=RESULT)
     args = ap.parse_args(argv)
-    frontends = args.frontends.split(",")
-    out = {"torch": torch.__version__, "frontends": frontends}
+    out = {"torch": torch.__version__}
     for family in args.families.split(","):
-        runs = [(e, f) for e in EXPORTERS for f in frontends]
-        got = {run: collections.defaultdict(dict) for run in runs}
+        got = {e: collections.defaultdict(dict) for e in EXPORTERS}
         for name, net, xs in globals()[family]():
             noise = float32_noise(net, xs)
             for exporter in EXPORTERS:
                 try:
                     data = export(net, xs, exporter)
                 except Exception as exc:  # torch's exporter: not rootclad's to count
-                    for f in frontends:
-                        got[exporter, f]["not exported"][name] = f"{type(exc).__name__}: {exc}"[
-                            :200
-                        ]
+                    got[exporter]["not exported"][name] = f"{type(exc).__name__}: {exc}"[:200]
                     continue
-                for frontend in frontends:
-                    res = got[exporter, frontend]
-                    kind, why = _outcome(data, xs, noise, frontend)
-                    res[kind][name] = why
-                    outcome = [k for k, v in res.items() if name in v]
-                    print(family, exporter, frontend, name, *outcome, flush=True)
-        out[family] = {
-            f"{e} / {f}": {k: dict(v) for k, v in r.items()} for (e, f), r in got.items()
-        }
-        for (e, f), r in got.items():
+                kind, why = _outcome(data, xs, noise)
+                got[exporter][kind][name] = why
+                print(family, exporter, name, kind, flush=True)
+        out[family] = {e: {k: dict(v) for k, v in r.items()} for e, r in got.items()}
+        for e, r in got.items():
             n = sum(len(v) for v in r.values())
-            print(family, e, f, {k: len(v) for k, v in r.items()}, "of", n, flush=True)
+            print(family, e, {k: len(v) for k, v in r.items()}, "of", n, flush=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     print("wrote", args.out)
     return 0

@@ -70,21 +70,9 @@ def _to_onnx(program, examples: tuple, where: str):
     return model
 
 
-def onnx_module(model, frontend: str = "fx"):
-    """An ONNX model as (torch module, per-sample input shapes, dtype) for ``frontend``: rebuilt
-    as torch layers (``"fx"``, :func:`rootclad.frontends.onnx.to_module`) or its nodes run
-    through the table (``"export"``, :func:`rootclad.frontends.onnx.replay.to_replay`)."""
-    if frontend == "export":
-        from rootclad.frontends.onnx.builder import read
-        from rootclad.frontends.onnx.replay import to_replay
-
-        return to_replay(*read(model))
-    return to_module(model)
-
-
-def program_module(path, example_input=None, *, trusted: bool = False, frontend: str = "fx"):
+def program_module(path, example_input=None, *, trusted: bool = False):
     """The model in ``path`` as (torch module, per-sample input shapes, dtype), through the
-    ONNX importer (:func:`onnx_module`, as ``frontend`` reads it). ``.pt2`` and ``.pt`` files
+    ONNX importer (:func:`rootclad.frontends.onnx.to_module`). ``.pt2`` and ``.pt`` files
     are read only with ``trusted=True``: torch's loaders for them run code the file holds."""
     path = Path(path)
     where = str(path)
@@ -101,7 +89,7 @@ def program_module(path, example_input=None, *, trusted: bool = False, frontend:
             "emit --trusted), or ask for an ONNX file (torch.onnx.export), which holds no code"
         )
     if path.suffix == ".onnx":
-        return onnx_module(path, frontend)
+        return to_module(path)
     if path.suffix == ".pt2":
         ep = torch.export.load(str(path))
         program = _Program(ep.module())
@@ -113,4 +101,4 @@ def program_module(path, example_input=None, *, trusted: bool = False, frontend:
         program = torch.jit.load(str(path), map_location="cpu")  # the exporter takes it as is
         examples = example_input
     examples = tuple(examples) if isinstance(examples, (tuple, list)) else (examples,)
-    return onnx_module(_to_onnx(program, examples, where), frontend)
+    return to_module(_to_onnx(program, examples, where))

@@ -56,26 +56,23 @@ def _export(net, x, path):
                           dynamic_axes={"x": {0: "B"}})  # fmt: skip
 
 
-def _emit(tmp_path, onnx_file, header, frontend="fx"):
+def _emit(tmp_path, onnx_file, header):
     command = [sys.executable, "-m", "rootclad", "emit", str(onnx_file), "-o"]
-    command += [str(tmp_path / header), "--frontend", frontend]
+    command += [str(tmp_path / header)]
     out = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
-@pytest.mark.parametrize("frontend", ["fx", "export"])
-def test_header_compiles_with_gxx_alone_and_matches_torch(tmp_path, frontend):
-    """Either way of reading the file (rebuilt as torch layers, or its nodes through the table)
-    gives the same header's computation."""
+def test_header_compiles_with_gxx_alone_and_matches_torch(tmp_path):
     torch.manual_seed(0)
     net = gw_cnn(256).eval()
     _export(net, torch.zeros(2, 1, 256), tmp_path / "gwnet.onnx")
-    _emit(tmp_path, tmp_path / "gwnet.onnx", "gwnet.hxx", frontend)
+    _emit(tmp_path, tmp_path / "gwnet.onnx", "gwnet.hxx")
     torch.manual_seed(1)
     other = torch.nn.Sequential(torch.nn.Linear(4, 2)).eval()
     _export(other, torch.zeros(2, 4), tmp_path / "other.onnx")
-    _emit(tmp_path, tmp_path / "other.onnx", "other.hxx", frontend)  # another model's weights
+    _emit(tmp_path, tmp_path / "other.onnx", "other.hxx")  # another model's weights
     (tmp_path / "main.cpp").write_text(MAIN)
     build = subprocess.run(["g++", "-std=c++17", "-O2", "main.cpp", "-o", "main"], cwd=tmp_path,
                            capture_output=True, text=True, timeout=600)  # fmt: skip

@@ -1,26 +1,25 @@
-"""Attention in ONNX files from torch's exporter (issue 27; frontends/onnx/attention.py):
-``nn.MultiheadAttention`` and ``nn.TransformerEncoderLayer`` written over the sequence-first
-layout with the batch axis merged into the heads', imported as one layer each. Compared with
-onnxruntime (forward), torch autograd of the exported module (input and every parameter's
-gradient), and refused naming the node where the block is not what it looks like."""
+"""Attention in ONNX files from torch's exporter: ``nn.MultiheadAttention`` and
+``nn.TransformerEncoderLayer`` written over the sequence-first layout with the batch axis
+merged into the heads', run node by node through the table. Compared with onnxruntime
+(forward) and torch autograd of the exported module (input and every parameter's gradient,
+each of the file's weights found among torch's by its value); blocks that are not torch's
+layer (another scale, a bias reversed, keys and values from different inputs, a learned
+temperature) compute as the file says."""
 
 from __future__ import annotations
 
 import copy
 
-import numpy as np
 import pytest
 import torch
 from fixtures.core import assert_close_rel, assert_grads_close, perturbed
 from torch import nn
 
 import rootclad
-from rootclad.frontends.onnx import to_module
-from rootclad.ir.graph import IRError
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
-from fixtures.onnx import export, run_ort  # noqa: E402
+from fixtures.onnx import export, run_ort, torch_named  # noqa: E402
 
 F64 = torch.float64
 
@@ -114,15 +113,9 @@ MODELS = {
 @pytest.mark.parametrize("name", MODELS)
 def test_attention_file_matches_onnxruntime_and_torch(name):
     torch.manual_seed(0)
-    # fresh: the encoder's layers are copies and its biases zeros, which torch's exporter
-    # writes as Identity nodes of one initializer; each is still a parameter of its own
-    net = (
-        MODELS[name]() if name in ("encoder", "default-call") else perturbed(MODELS[name]())
-    ).eval()
+    net = perturbed(MODELS[name]()).eval()  # (each weight's value its own: found by it below)
     xs = _inputs(name)
     model = export(copy.deepcopy(net), xs, opset=18)
-    module, _, _ = to_module(model)  # read as torch's layer, not node by node
-    assert any(isinstance(m, nn.MultiheadAttention) for m in module.modules())
     cm = rootclad.onnx.load(model, loss="mse", engine="pullback")
     want = torch.from_numpy(run_ort(model, *(x.numpy() for x in xs)))
     assert_close_rel(cm.predict(*xs), want, 1e-5, f"{name} forward against onnxruntime")
@@ -134,22 +127,14 @@ def test_attention_file_matches_onnxruntime_and_torch(name):
     dx = cm.input_grad(*xs, d_out=d_out.float())
     dx = dx[0] if isinstance(dx, (tuple, list)) else dx
     assert_close_rel(dx, dx_ref, 1e-4, f"{name} d_x")
-    # every parameter: the attention layer's keep torch's names (the exporter's weights are
-    # read as the layer's in_proj_weight, out_proj.weight, ...)
+    # every parameter of torch's: the file's weights, each found by its value (torch's
+    # exporter writes the projections as MatMuls of transposed blocks of in_proj_weight)
     _, grads = cm.loss_and_grad(xs if len(xs) > 1 else xs[0], d_out.float())
     loss = torch.nn.functional.mse_loss(ref(xs[0].double(), *xs[1:]), d_out)
     by_ref = dict(zip([k for k, _ in ref.named_parameters()],
                       torch.autograd.grad(loss, list(ref.parameters())), strict=True))  # fmt: skip
-    attn = {k: g for k, g in by_ref.items() if "attn" in k}
-    # one parameter for each of torch's (none tied, none frozen); those the file names (the
-    # attention's, the norms', the biases of Gemms) by torch's name, value and gradient
-    assert len(grads) == len(by_ref), f"{sorted(by_ref)} against {sorted(grads)}"
-    named = {k: g for k, g in by_ref.items() if k in grads}
-    assert attn and set(attn) <= set(named), f"{sorted(attn)} not among {sorted(grads)}"
-    assert_grads_close({k: grads[k] for k in named}, named, 1e-4, name, against_all=True)
-    for k, p in cm.named_parameters():
-        if k in named:
-            assert torch.equal(p.detach().double(), dict(ref.named_parameters())[k].detach()), k
+    got = torch_named(cm, grads, ref)
+    assert_grads_close(got, by_ref, 1e-4, name, against_all=True)
 
 
 def test_attention_file_trains_as_torch():
@@ -182,33 +167,22 @@ def _scale_constants(model):
                     for r in model.graph.node)]  # fmt: skip
 
 
-def _blocks(model):
-    from rootclad.frontends.onnx import attention
-    from rootclad.frontends.onnx.builder import Builder
-
-    b = Builder(model, "test")
-    for node in b.nodes:  # what build() does before it looks for blocks
-        if node.op_type == "Constant":
-            b.op_Constant(
-                node, {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-            )
-    return attention.find(b, model)
+def _matches_onnxruntime(model, xs) -> None:
+    cm = rootclad.onnx.load(model, loss="mse", engine="pullback")
+    want = torch.from_numpy(run_ort(model, *(x.numpy() for x in xs)))
+    assert_close_rel(cm.predict(*xs), want, 1e-5, "forward against onnxruntime")
 
 
-def test_a_block_that_is_not_torchs_attention_is_not_read_as_one():
-    """The same nodes with the scores' scale changed by 1%: the evaluation finds that they do
-    not compute nn.MultiheadAttention (the check fails on a wrong answer), the block is left
-    to the node-by-node import, which refuses it naming a node."""
+def test_a_block_with_another_scale_computes_as_the_file_says():
+    """The same nodes with the scores' scale changed by 1%: not torch's layer, computed as
+    the file's nodes say."""
     torch.manual_seed(0)
     xs = _inputs("masked")
     model = export(SelfAttention().eval(), xs, opset=18)
-    assert len(_blocks(model)) == 1
     (const,) = _scale_constants(model)  # 1 / sqrt(d): the numerator of a Div
     value = onnx.numpy_helper.to_array(const.attribute[0].t)
     const.attribute[0].t.CopyFrom(onnx.numpy_helper.from_array(value * 1.01))
-    assert _blocks(model) == []
-    with pytest.raises(IRError, match=r"node '[^']+' \(\w+, opset 18\)"):
-        rootclad.onnx.load(model, loss="mse", engine="pullback")
+    _matches_onnxruntime(model, xs)
 
 
 class Temperature(nn.Module):
@@ -235,7 +209,6 @@ def test_a_learned_temperature_inside_attention_stays_a_parameter():
     net = Temperature().double().eval()
     x = torch.randn(2, 5, 4, dtype=F64)
     model = export(copy.deepcopy(net), x, opset=18)
-    assert _blocks(model) == []
     cm = rootclad.onnx.load(model, loss="mse", engine="pullback")
     y = torch.randn(2, 5, 4, dtype=F64)
     _, grads = cm.loss_and_grad(x, y)
@@ -244,15 +217,13 @@ def test_a_learned_temperature_inside_attention_stays_a_parameter():
     assert_close_rel(grads["temp"], net.temp.grad, 1e-9, "d temp")
 
 
-def test_the_check_draws_the_weights_so_that_a_bias_of_zeros_hides_no_wiring():
-    """A fresh layer's biases are zeros: a file that adds its in_proj_bias reversed computes
-    the same at these values. The check's pass with random weights finds it; the block is
-    left to the node-by-node import, which refuses it."""
+def test_a_bias_added_reversed_computes_as_the_file_says():
+    """A file that adds its in_proj_bias reversed (a Slice of step -1): computed as written."""
     from onnx import helper
 
     torch.manual_seed(0)
-    model = export(SelfAttention(masked=False).eval(), _inputs("unmasked"), opset=18)
-    assert len(_blocks(model)) == 1
+    xs = _inputs("unmasked")
+    model = export(perturbed(SelfAttention(masked=False)).eval(), xs, opset=18)
     add = next(n for n in model.graph.node if n.op_type == "Add" and "attn.in_proj_bias" in n.input)
     rev = [helper.make_tensor(f"rev_{k}", onnx.TensorProto.INT64, (1,), [v])
            for k, v in (("start", -1), ("end", -(2**62)), ("axis", 0), ("step", -1))]  # fmt: skip
@@ -262,9 +233,7 @@ def test_the_check_draws_the_weights_so_that_a_bias_of_zeros_hides_no_wiring():
         "Slice", ["attn.in_proj_bias", *(t.name for t in rev)], ["reversed_bias"]))  # fmt: skip
     add.input[list(add.input).index("attn.in_proj_bias")] = "reversed_bias"
     onnx.checker.check_model(model)
-    assert _blocks(model) == []
-    with pytest.raises(IRError, match=r"node '[^']+' \(\w+, opset 18\)"):
-        rootclad.onnx.load(model, loss="mse", engine="pullback")
+    _matches_onnxruntime(model, xs)
 
 
 class KeyValue(nn.Module):
@@ -276,21 +245,23 @@ class KeyValue(nn.Module):
         return self.attn(q, k, v, need_weights=False)[0]
 
 
-def test_keys_and_values_from_different_inputs_are_refused_naming_a_node():
-    """nn.MultiheadAttention(q, k, v) with three inputs: left to the node-by-node import,
-    which refuses it naming the first node it cannot take."""
+def test_keys_and_values_from_different_inputs_compute():
+    """nn.MultiheadAttention(q, k, v) with three inputs, against onnxruntime."""
     xs = (torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 4))
-    model = export(KeyValue().eval(), xs, opset=18)
-    assert _blocks(model) == []
-    with pytest.raises(IRError, match=r"node '[^']+' \(\w+, opset 18\)"):
-        rootclad.onnx.load(model, loss="mse", engine="pullback")
+    model = export(perturbed(KeyValue()).eval(), xs, opset=18)
+    _matches_onnxruntime(model, xs)
 
 
-def test_the_found_blocks_name_their_layers_as_torch_does():
+def test_the_match_by_value_fails_on_a_weight_torch_does_not_hold():
+    """torch_named is not vacuous: a torch model one weight of which differs from the file's
+    leaves a file's parameter unmatched."""
     torch.manual_seed(0)
-    model = export(Encoder().eval(), _inputs("encoder"), opset=18)
-    module, shapes, dtype = to_module(model)
-    names = {k for k, m in module.named_modules() if isinstance(m, nn.MultiheadAttention)}
-    assert names == {"encoder.layers.0.self_attn", "encoder.layers.1.self_attn"}
-    assert shapes == [(5, 8)]
-    assert np.isfinite(module(torch.randn(2, 5, 8, dtype=dtype)).detach().numpy()).all()
+    net = perturbed(SelfAttention()).eval()
+    cm = rootclad.onnx.load(export(copy.deepcopy(net), _inputs("masked"), opset=18), "mse",
+                            engine="pullback")  # fmt: skip
+    grads = {k: torch.zeros_like(p) for k, p in cm.named_parameters()}
+    assert set(torch_named(cm, grads, net)) == {k for k, _ in net.named_parameters()}
+    with torch.no_grad():
+        net.attn.in_proj_weight[0, 0] += 1e-3
+    with pytest.raises(AssertionError, match="of torch's parameters hold its value"):
+        torch_named(cm, grads, net)

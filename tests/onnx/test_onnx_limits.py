@@ -10,10 +10,10 @@ import pytest
 
 import rootclad
 from rootclad.compiler import emit_file
-from rootclad.frontends.onnx import to_module
 from rootclad.ir.graph import IRError
 
 onnx = pytest.importorskip("onnx")
+from fixtures.onnx import file_graph  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 
@@ -50,9 +50,9 @@ def test_a_constant_of_any_shape_is_refused_before_it_is_made():
         helper.make_node("ConstantOfShape", ["shape"], ["c"], "zeros"),
         helper.make_node("Add", ["x", "c"], ["y"], "add"),
     ]
-    words = r"node 'zeros' \(ConstantOfShape\) of shape \(1000000, 1000000\) asks for 1,000,0"
+    words = r"node 'zeros' \(ConstantOfShape\)'s output of per-sample shape \(1000000, 1000000\)"
     with pytest.raises(IRError, match=words):
-        to_module(_model(nodes, ["B", 4], ["B", 4], [shape]))
+        file_graph(_model(nodes, ["B", 4], ["B", 4], [shape]))
     # two small constants whose broadcast is huge
     a = numpy_helper.from_array(np.zeros((100_000, 1), np.float32), "a")
     b = numpy_helper.from_array(np.zeros((1, 100_000), np.float32), "b")
@@ -60,8 +60,8 @@ def test_a_constant_of_any_shape_is_refused_before_it_is_made():
         helper.make_node("Mul", ["a", "b"], ["c"], "outer"),
         helper.make_node("Add", ["x", "c"], ["y"], "add"),
     ]
-    with pytest.raises(IRError, match=r"node 'outer' \(Mul\) of shape \(100000, 100000\)"):
-        to_module(_model(nodes, ["B", 4], ["B", 4], [a, b]))
+    with pytest.raises(IRError, match=r"node 'outer' \(Mul\)'s output .* \(100000, 100000\)"):
+        file_graph(_model(nodes, ["B", 4], ["B", 4], [a, b]))
 
 
 def test_initializers_are_counted_from_their_declared_size(tmp_path):
@@ -76,7 +76,7 @@ def test_initializers_are_counted_from_their_declared_size(tmp_path):
     path.write_bytes(model.SerializeToString())
     words = r"initializers and constants together asks for 40,000,000,000 bytes"
     with pytest.raises(IRError, match=words + ".*ROOTCLAD_MAX_PARAMETER_BYTES"):
-        to_module(path)
+        file_graph(path)
 
 
 def test_the_values_of_a_graph_are_bounded_together(monkeypatch):
@@ -84,37 +84,40 @@ def test_the_values_of_a_graph_are_bounded_together(monkeypatch):
     nodes = [helper.make_node("Relu", [f"v{i}"], [f"v{i + 1}"], f"r{i}") for i in range(9)]
     nodes[0].input[0], nodes[-1].output[0] = "x", "y"
     model = _model(nodes, ["B", 1000], ["B", 1000])
-    to_module(model)
+    file_graph(model)
     # 2 samples x 1000 x 4 bytes a value: the input and 5 layers fit in 48,000 bytes
     monkeypatch.setenv("ROOTCLAD_MAX_ACTIVATION_BYTES", "48000")
-    with pytest.raises(IRError, match=r"with value 'v6'.* asks for 56,000 bytes"):
-        to_module(model)
+    with pytest.raises(IRError, match=r"with node 'r6' \(Relu\)'s output.* asks for 56,000 bytes"):
+        file_graph(model)
     monkeypatch.setenv("ROOTCLAD_MAX_ACTIVATION_BYTES", "0")  # no limit
-    to_module(model)
+    file_graph(model)
 
 
 @pytest.mark.parametrize("value", ["-1", "lots", "1e9"])
 def test_a_bad_limit_is_named(monkeypatch, value):
     monkeypatch.setenv("ROOTCLAD_MAX_SAMPLE_ELEMENTS", value)
     with pytest.raises(ValueError, match=f"ROOTCLAD_MAX_SAMPLE_ELEMENTS='{value}'"):
-        to_module(_relu(["B", 4]))
+        file_graph(_relu(["B", 4]))
 
 
-def test_folded_constants_are_bounded_one_by_one_and_together(monkeypatch):
-    """A Concat of allowed constants is checked before it is made; every folded constant
-    counts with the file's tensors."""
+def test_constants_made_in_the_graph_are_bounded_one_by_one_and_together(monkeypatch):
+    """A Concat of allowed constants is checked before it is made; every constant counts
+    with the graph's values."""
     monkeypatch.setenv("ROOTCLAD_MAX_SAMPLE_ELEMENTS", "1000")
     shape = numpy_helper.from_array(np.array([600], np.int64), "shape")
     zeros = [helper.make_node("ConstantOfShape", ["shape"], [f"z{i}"], f"z{i}") for i in range(2)]
     cat = helper.make_node("Concat", ["z0", "z1"], ["c"], "cat", axis=0)
     add = helper.make_node("Add", ["x", "c"], ["y"], "add")
-    with pytest.raises(IRError, match=r"node 'cat' \(Concat\) of shape \(1200,\)"):
-        to_module(_model([*zeros, cat, add], ["B", 1], ["B", 1200], [shape]))
+    with pytest.raises(
+        IRError, match=r"node 'cat' \(Concat\)'s output of per-sample shape \(1200,\)"
+    ):
+        file_graph(_model([*zeros, cat, add], ["B", 1], ["B", 1200], [shape]))
     monkeypatch.setenv("ROOTCLAD_MAX_SAMPLE_ELEMENTS", "0")
-    monkeypatch.setenv("ROOTCLAD_MAX_PARAMETER_BYTES", "4000")  # 600 float32 zeros: 2,400 bytes
+    # z0, z1: 600 float32 values each, at the example batch of 2: 4,800 bytes each
+    monkeypatch.setenv("ROOTCLAD_MAX_ACTIVATION_BYTES", "8000")
     add = helper.make_node("Add", ["x", "z1"], ["y"], "add")
-    with pytest.raises(IRError, match=r"with node 'z1' \(ConstantOfShape\).* 4,808 bytes"):
-        to_module(_model([*zeros, add], ["B", 600], ["B", 600], [shape]))
+    with pytest.raises(IRError, match=r"with node 'z1' \(ConstantOfShape\).* 9,600 bytes"):
+        file_graph(_model([*zeros, add], ["B", 1], ["B", 600], [shape]))
 
 
 def _external(tmp_path, dims, data: bytes, **entries):
@@ -144,18 +147,18 @@ def test_external_data_is_read_as_declared_or_refused(tmp_path, dims, size, entr
         tmp_path, dims, np.eye(2, dtype=np.float32).tobytes().ljust(size, b"\0")[:size], **entries
     )
     if words is None:
-        module, _, _ = to_module(path)
+        module, _, _ = rootclad.onnx.to_module(path)
         (w,) = [p for p in module.parameters()]
         assert (
             w.numel() == 4 and w.detach().numpy().tobytes() == np.eye(2, dtype=np.float32).tobytes()
         )
     else:
         with pytest.raises(IRError, match=f"initializer 'w'.*{words}|tensor 'w'.*{words}"):
-            to_module(path)
+            file_graph(path)
 
 
 def test_a_tensor_of_no_onnx_type_is_named():
     w = TensorProto(name="w", data_type=99, dims=[2, 2])
     model = _model([helper.make_node("MatMul", ["x", "w"], ["y"], "mm")], ["B", 2], ["B", 2], [w])
     with pytest.raises(IRError, match="tensor 'w' has data type 99"):
-        to_module(model)
+        file_graph(model)

@@ -20,6 +20,7 @@ import rootclad
 from rootclad.ir.graph import IRError
 
 onnx = pytest.importorskip("onnx")
+from fixtures.onnx import file_graph  # noqa: E402
 from onnx import numpy_helper  # noqa: E402
 
 OPS = {
@@ -152,20 +153,21 @@ def test_onnx_node_cases_are_not_all_refused():
 
 
 @pytest.mark.slow
-def test_every_other_onnx_node_case_is_refused_cleanly():
-    """Every node case of an op rootclad does not import (or with non-float data, or data of
-    one axis: the batch alone)
-    is refused with an IRError at load time: none crashes, none compiles."""
+def test_every_other_onnx_node_case_is_refused_cleanly_or_lowers():
+    """Every node case of an op outside the list above (or with non-float data, or data of
+    one axis: the batch alone) is refused with an IRError naming what it refuses, or lowers
+    to a valid graph (benchmarks/onnx/onnx_node_cases.py runs those against onnx's expected
+    outputs): none crashes."""
     others = [c for c in _all_cases() if c.name not in _cases()]
-    bad = []
+    bad, lowered = [], 0
     for c in others:
         try:
-            rootclad.onnx.to_module(c.model)
+            file_graph(c.model)
+            lowered += 1
         except IRError:
             continue
         except Exception as exc:  # noqa: BLE001 - the point is that nothing else escapes
             bad.append(f"{c.name}: {type(exc).__name__}: {exc}")
-            continue
-        bad.append(f"{c.name}: imported")
-    print(f"ONNX node cases refused cleanly: {len(others) - len(bad)} of {len(others)}")
+    print(f"ONNX node cases: {len(others) - len(bad) - lowered} of {len(others)} refused "
+          f"cleanly, {lowered} lowered")  # fmt: skip
     assert len(others) > 1000 and not bad, "\n".join(bad[:20])

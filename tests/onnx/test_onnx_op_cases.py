@@ -26,25 +26,8 @@ OPSET = 18  # Mish is an ONNX op from opset 18 on
 NOT_IMPORTED = {
     "identity": "the graph computes nothing: its output 'y' is its input",
     # random draws are not imported from ONNX files (the export front-end takes torch's)
-    "randn-like-times-zero": r"\(RandomNormalLike, opset 18\): op not supported",
+    "randn-like-times-zero": r"\(RandomNormalLike, opset 18\): rootclad's ONNX table has no",
 }
-# timm's qkv moves the heads ahead of the batch, and nn.MultiheadAttention with keys and values
-# from different tensors projects them apart: the files transpose the batch axis away and
-# back, which the ONNX import does not follow (the torch front-end compiles these; self- and
-# cross-attention with one key-value input import as the layer: frontends/onnx/attention.py)
-NOT_IMPORTED.update(
-    dict.fromkeys(
-        ["qkv-permute-unbind", "multihead-attention-cross-nobias"], "moves the batch axis"
-    )
-)
-# torchvision's Swin attention: the file merges the batch with the windows (a reshape to
-# B * windows rows; the torch front-end compiles the module). Its padding (Mod of the shapes,
-# Pad) imports: the patch merging of an odd map does
-NOT_IMPORTED.update(dict.fromkeys(
-    ["swin-shifted-window-attention", "swin-window-attention-whole-map",
-     "swin-padded-shifted-window-attention"], "arithmetic on the batch size"))  # fmt: skip
-# torch's exporter writes a roll by a whole turn as an empty Slice and the whole tensor
-NOT_IMPORTED["roll-whole-turn"] = "is empty"
 # case -> why torch's exporter writes no file for it
 NOT_EXPORTED = {"batchnorm1d-untracked": "torch's exporter cannot write a BatchNorm without "
                                          "running statistics in eval mode"}  # fmt: skip

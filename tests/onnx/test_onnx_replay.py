@@ -1,5 +1,5 @@
 """ONNX files through one table of ONNX ops and the export front-end
-(``rootclad.onnx.load(path, frontend="export")``): a file of either of torch's exporters
+(``rootclad.onnx.load(path)``): a file of either of torch's exporters
 (opset 20; the TorchScript one writes the view as Shape, Gather, Unsqueeze, Concat and
 Reshape of the batch's size, the default, dynamo one (with onnxscript) a Reshape with
 allowzero) against torch autograd in float64 with the file's weights;
@@ -67,9 +67,7 @@ def test_a_file_of_either_exporter_matches_torch_through_the_table(tmp_path, dyn
     path.write_bytes(_file(net, x, dynamo))
     model = onnx.load(str(path))
     assert any(n.op_type == "Reshape" for n in model.graph.node)
-    cm = rootclad.onnx.load(
-        path, loss="mse", engine="pullback", dtype=torch.float64, frontend="export"
-    )
+    cm = rootclad.onnx.load(path, loss="mse", engine="pullback", dtype=torch.float64)
     # the reference: torch in float64 with the file's (float32) weights
     ref = Net().double().eval()
     ref.load_state_dict(net.state_dict())
@@ -103,17 +101,17 @@ def _graph(nodes, inits, out_shape):
 def test_an_op_the_table_lacks_is_refused_naming_the_node_its_op_and_the_opset():
     model = _graph([helper.make_node("Hardmax", ["x"], ["y"], name="pick")], [], [4])
     with pytest.raises(IRError, match=r"node 'pick' \(Hardmax, opset 18\): .*no Hardmax"):
-        rootclad.onnx.load(model, frontend="export")
+        rootclad.onnx.load(model)
 
 
 def test_an_attribute_the_table_does_not_read_or_a_shape_the_file_misdeclares_is_refused():
     scales = numpy_helper.from_array(np.array([1.0, 1.0], np.float32), "scales")
     resize = helper.make_node("Resize", ["x", "", "scales"], ["y"], name="m", antialias=1)
     with pytest.raises(IRError, match=r"node 'm' \(Resize, opset 18\): attribute antialias"):
-        rootclad.onnx.load(_graph([resize], [scales], [4]), frontend="export")
+        rootclad.onnx.load(_graph([resize], [scales], [4]))
     wrong = _graph([helper.make_node("Relu", ["x"], ["y"])], [], [5])
-    with pytest.raises(IRError, match=r"output 'y' has shape \[None, 4\], the file declares"):
-        rootclad.onnx.load(wrong, frontend="export")
+    with pytest.raises(IRError, match=r"gives 'y' of shape \(B, 4\), the file declares"):
+        rootclad.onnx.load(wrong)
 
 
 def test_what_the_export_front_end_refuses_is_named_by_the_files_node():
@@ -123,14 +121,14 @@ def test_what_the_export_front_end_refuses_is_named_by_the_files_node():
     shape = numpy_helper.from_array(np.array([2, 2, 2], np.int64), "shape")
     fixed = _graph([helper.make_node("Reshape", ["x", "shape"], ["y"], name="r")], [shape], [2, 2])
     with pytest.raises(IRError, match=r"node 'r' \(Reshape, opset 18\): fixes the batch size to 2"):
-        rootclad.onnx.load(fixed, frontend="export")  # (the example batch is 2)
+        rootclad.onnx.load(fixed)  # (the example batch is 2)
     first = numpy_helper.from_array(np.array([0], np.int64), "first")
     gather = _graph([helper.make_node("Gather", ["x", "first"], ["y"], name="g")], [first], [4])
     with pytest.raises(IRError, match=r"node 'g' \(Gather, opset 18\): gathers along the batch"):
-        rootclad.onnx.load(gather, frontend="export")
+        rootclad.onnx.load(gather)
     floor = _graph([helper.make_node("Floor", ["x"], ["y"], name="f")], [], [4])
     with pytest.raises(IRError, match=r"node 'f' \(Floor, opset 18\), as ATen op aten\.floor"):
-        rootclad.onnx.load(floor, frontend="export")
+        rootclad.onnx.load(floor)
 
 
 def test_initializer_names_no_python_or_cxx_may_take_are_renamed():
@@ -142,7 +140,7 @@ def test_initializer_names_no_python_or_cxx_may_take_are_renamed():
         for i, (prev, name) in enumerate(reads)
     ]
     model = _graph(nodes, [numpy_helper.from_array(w, n) for n in hostile], [4])
-    cm = rootclad.onnx.load(model, loss="mse", engine="pullback", frontend="export")
+    cm = rootclad.onnx.load(model, loss="mse", engine="pullback")
     names = [n for n, _ in cm.named_parameters()]
     assert len(names) == 4 and all(n.replace(".", "").replace("_", "").isalnum() for n in names)
     x = torch.randn(2, 4)
@@ -193,7 +191,7 @@ def test_recurrent_layers_batch_first_and_both_ways_match_onnxs_reference():
     model = _recurrents()
     x = np.random.default_rng(4).standard_normal((3, 3, 3)).astype(np.float32)
     want = dict(zip(["f2", "yh"], ReferenceEvaluator(model).run(None, {"x": x}), strict=True))
-    cm = rootclad.onnx.load(model, loss="mse", engine="pullback", frontend="export")
+    cm = rootclad.onnx.load(model, loss="mse", engine="pullback")
     got = cm(torch.from_numpy(x))
     for key in want:
         assert_close_rel(got[key].detach(), torch.from_numpy(want[key]), 1e-5, key)
@@ -209,7 +207,7 @@ def test_a_file_asking_for_more_than_the_limits_is_refused_before_it_is_computed
     axis = numpy_helper.from_array(np.array([-1], dtype=np.int64), "axis")
     model = _graph(nodes, [sizes, axis], [4])
     with pytest.raises(IRError, match=r"node 'huge' \(Expand\)'s output .*ROOTCLAD_MAX_SAMPLE"):
-        rootclad.onnx.load(model, frontend="export")
+        rootclad.onnx.load(model)
     values = {"zero": 0, "far": 1 << 40, "one": 1}
     bounds = [numpy_helper.from_array(np.array(v, dtype=np.int64), k) for k, v in values.items()]
     counted = [
@@ -219,7 +217,7 @@ def test_a_file_asking_for_more_than_the_limits_is_refused_before_it_is_computed
         helper.make_node("Add", ["x", "s"], ["y"]),
     ]
     with pytest.raises(IRError, match=r"node 'count' \(Range, opset 18\): .* numbers"):
-        rootclad.onnx.load(_graph(counted, bounds, [4]), frontend="export")
+        rootclad.onnx.load(_graph(counted, bounds, [4]))
 
 
 def _attention(**attrs):
@@ -258,20 +256,17 @@ def test_attention_nodes_match_onnxs_reference_and_torch_autograd(attrs):
     against torch autograd through the table's own torch ops (float64)."""
     from onnx.reference import ReferenceEvaluator
 
-    from rootclad.frontends.onnx.builder import read
-    from rootclad.frontends.onnx.replay import to_replay
+    from rootclad.frontends.onnx import to_module
 
     model = _attention(**attrs)
     rng = np.random.default_rng(5)
     xs = [rng.standard_normal(s).astype(np.float32) for s in ((3, 5, 12), (3, 6, 6), (3, 6, 6))]
     (want,) = ReferenceEvaluator(model).run(None, dict(zip("qkv", xs, strict=True)))
-    cm = rootclad.onnx.load(model, loss="mse", engine="pullback", frontend="export")
+    cm = rootclad.onnx.load(model, loss="mse", engine="pullback")
     got = cm(*(torch.from_numpy(x) for x in xs))
     assert_close_rel(got.detach(), torch.from_numpy(want), 1e-5, "forward")
-    cm64 = rootclad.onnx.load(
-        model, loss="mse", engine="pullback", frontend="export", dtype=torch.float64
-    )
-    ref = to_replay(*read(model))[0].double()
+    cm64 = rootclad.onnx.load(model, loss="mse", engine="pullback", dtype=torch.float64)
+    ref = to_module(model)[0].double()
     ins = [torch.from_numpy(x).double().requires_grad_(True) for x in xs]
     d_out = torch.randn(3, 5, 12, dtype=torch.float64)
     want_grads = torch.autograd.grad(ref(*ins), ins, d_out)
@@ -301,5 +296,5 @@ def test_what_follows_a_pool_whose_last_ceil_window_onnx_keeps_may_differ_from_t
 
     want = run_ort(model, x)
     assert want.shape == (2, 1, 3)
-    cm = rootclad.onnx.load(model, loss="mse", engine="pullback", frontend="export")
+    cm = rootclad.onnx.load(model, loss="mse", engine="pullback")
     assert_close_rel(cm(torch.from_numpy(x)).detach(), torch.from_numpy(want), 1e-6, "forward")

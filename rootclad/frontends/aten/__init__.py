@@ -6,8 +6,9 @@ runs fused (linear, convolutions, layer and batch norm, softmax), which stay one
 ATen op lowers through one table (:data:`table.LOWERINGS`), each entry in its family's file:
 :mod:`.pointwise` (unary math, arithmetic), :mod:`.layers` (the fused layers),
 :mod:`.layout` (views, pieces, reductions).
-The interface a lowering gets is :class:`lowering.Lowering`. This front-end is being built
-(issue 44); ``frontend="fx"`` stays the default until it passes every test the fx one does.
+The interface a lowering gets is :class:`lowering.Lowering`. Every ONNX file is lowered here
+(its nodes run by :mod:`rootclad.frontends.onnx.replay`); for torch modules ``frontend="fx"``
+stays the default until this front-end passes every test the fx one does (issue 44).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ dynamic), which :mod:`rootclad.frontends.aten.lowering` walks."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import operator
 import threading
 import warnings
@@ -40,6 +41,18 @@ def _cia_ops_listed_once():
             yield
         finally:
             utils._materialize_cpp_cia_ops = walk
+
+
+@contextlib.contextmanager
+def _quiet(name: str):
+    """The logger ``name`` quiet but for critical messages, while the block runs."""
+    log = logging.getLogger(name)
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def _training_only(mod: nn.Module) -> bool:
@@ -91,7 +104,9 @@ def export_program(module: nn.Module, example_input):
         try:
             for mod in switched:
                 mod.training = True
-            with fx_traceback.preserve_node_meta():  # (what an ONNX file's replay notes)
+            # (what an ONNX file's replay notes; torch's log of a failing op, which the
+            # refusal below names, quiet)
+            with fx_traceback.preserve_node_meta(), _quiet("torch._subclasses.fake_tensor"):
                 program = torch.export.export(
                     module, xs, dynamic_shapes=_dynamic(module, xs, batch), strict=False
                 )

@@ -1,9 +1,20 @@
-"""ONNX files in: an ONNX graph rebuilt as a ``torch.nn`` module (:func:`to_module`), which the
-torch front-end then lowers like any module, so an imported model gets the same IR, checks,
-engines and hosts. ``builder.py`` reads the graph and places the layers, ``folding.py`` folds
-the shape arithmetic, ``layers.py`` maps each computing node to its torch layer."""
+"""ONNX files in: a file read and checked (``reading.py``, its sizes bounded by ``limits.py``),
+then run node by node through one table of ONNX ops (``ops.py``, ``ops_shapes.py``,
+``ops_attention.py``, ``ops_recurrent.py``: what torch computes for each) by a torch module
+that holds the file's initializers (``replay.py``), which the export front-end captures and
+lowers like any model: an imported model gets the same IR, checks, engines and hosts."""
 
-from rootclad.frontends.onnx.builder import MIN_OPSET, to_module
-from rootclad.frontends.onnx.layers import SUPPORTED
+from rootclad.frontends.onnx.ops import OPS
+from rootclad.frontends.onnx.reading import MIN_OPSET, read
+from rootclad.frontends.onnx.replay import to_replay
+
+SUPPORTED = tuple(sorted(OPS))
+
+
+def to_module(model):
+    """An ONNX ``ModelProto`` (or a path, or a file's bytes) as (torch module, per-sample input
+    shapes, dtype): the module runs the file's nodes through the table."""
+    return to_replay(*read(model))
+
 
 __all__ = ["MIN_OPSET", "SUPPORTED", "to_module"]

@@ -53,7 +53,7 @@ class Budget:
         self.where = where
         self.limits = Limits.from_environment()
         self.activation_bytes = 0
-        self.parameter_bytes = 0  # the file's tensors, then what folding adds
+        self.parameter_bytes = 0  # the file's tensors
 
     def _refuse(self, what: str, asked: float, limit: float, var: str, unit: str) -> IRError:
         return IRError(
@@ -124,32 +124,6 @@ class Budget:
                 raise IRError(f"{where}: {path} does not hold {size} bytes at offset {offset}")
             if "length" not in info:
                 t.external_data.add(key="length", value=str(size))
-
-    def constant(self, what: str, shape) -> None:
-        """A constant the graph's shape arithmetic would make, before it is made."""
-        n = math.prod(int(d) for d in shape)
-        if n > self.limits.sample_elements:
-            raise self._refuse(
-                f"{what} of shape {tuple(shape)}",
-                n,
-                self.limits.sample_elements,
-                "ROOTCLAD_MAX_SAMPLE_ELEMENTS",
-                "elements",
-            )
-
-    def folded(self, what: str, value: np.ndarray) -> None:
-        """A constant folding made: it counts with the file's tensors (an element of an
-        object array, a Python number, as 40 bytes)."""
-        self.constant(what, value.shape)
-        self.parameter_bytes += value.size * (40 if value.dtype == object else value.itemsize)
-        if self.parameter_bytes > self.limits.parameter_bytes:
-            raise self._refuse(
-                f"with {what}, its tensors and folded constants together",
-                self.parameter_bytes,
-                self.limits.parameter_bytes,
-                "ROOTCLAD_MAX_PARAMETER_BYTES",
-                "bytes",
-            )
 
     def value(self, what: str, shape, itemsize: int) -> None:
         """A value computed per sample (an input, a layer's output), before any is made."""

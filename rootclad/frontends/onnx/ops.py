@@ -175,7 +175,8 @@ def _gelu(node, ins):
 @onnx_op("HardSigmoid")
 def _hardsigmoid(node, ins):
     alpha, beta = node.attr("alpha", 0.2), node.attr("beta", 0.5)
-    if math.isclose(alpha, 1 / 6) and beta == 0.5:
+    # torch's hardsigmoid: ONNX's attributes are float32, and 1/6 is not one
+    if np.float32(alpha) == np.float32(1 / 6) and beta == 0.5:
         return F.hardsigmoid(ins[0])
     return torch.clamp(alpha * ins[0] + beta, 0.0, 1.0)
 
@@ -458,6 +459,7 @@ def _conv(node, ins):
     rank = w.dim() - 2
     if rank not in (1, 2, 3):
         raise node.refuse(f"a {rank}-d convolution")
+    _kernel_is(node, w)
     begin, end = _pads(node, rank)
     x, pad = _padded(x, begin, end)
     fn = (F.conv1d, F.conv2d, F.conv3d)[rank - 1]
@@ -466,12 +468,20 @@ def _conv(node, ins):
     )
 
 
+def _kernel_is(node, w) -> None:
+    """A kernel_shape the file sets is the weight's (onnx's checker does not compare them)."""
+    kernel = node.attr("kernel_shape")
+    if kernel and list(kernel) != list(w.shape[2:]):
+        raise node.refuse(f"kernel_shape {list(kernel)}, but the weight's is {list(w.shape[2:])}")
+
+
 @onnx_op("ConvTranspose")
 def _conv_transpose(node, ins):
     x, w, b = (list(ins) + [None])[:3]
     rank = w.dim() - 2
     if rank not in (1, 2) or node.attr("output_shape"):
         raise node.refuse("a 3-d transposed convolution or one given its output shape")
+    _kernel_is(node, w)
     begin, end = _pads(node, rank)
     if list(begin) != list(end):
         raise node.refuse(f"asymmetric pads {node.attr('pads')}")
@@ -552,6 +562,8 @@ def _instance_norm(node, ins):
 def _layer_norm(node, ins):
     x, scale, bias = (list(ins) + [None])[:3]
     axis, eps = positive_axis(node.attr("axis", -1), x.dim()), node.attr("epsilon", 1e-5)
+    if node.attr("stash_type", 1) != 1:  # (1: float32 statistics, or the input's float64)
+        raise node.refuse(f"stash_type {node.attr('stash_type')} (statistics of another type)")
     y = F.layer_norm(x, x.shape[axis:], scale, bias, eps)
     if len([o for o in node.outputs if o]) == 1:
         return y
@@ -579,9 +591,6 @@ def _softmax(node, ins):
 def _dropout(node, ins):
     if len(ins) > 2 and ins[2] is not None and bool(np.asarray(ins[2])):
         raise node.refuse("training mode")
+    if len(node.outputs) > 1 and node.outputs[1]:  # the mask: every value kept
+        return ins[0], torch.ones_like(ins[0], dtype=torch.bool)
     return ins[0]
-
-
-@onnx_op("Einsum")
-def _einsum(node, ins):
-    return torch.einsum(node.attr("equation"), *[tensor(node, v) for v in ins])

@@ -1,5 +1,6 @@
 """The ONNX table's attention (see ops.py): ``Attention`` (opset 23 on) written out as torch
-computes it, its products, mask and softmax, which the export front-end lowers as any."""
+computes it, its products, mask and softmax, which the export front-end lowers as any; and
+``Einsum``, the products attention is often written with."""
 
 from __future__ import annotations
 
@@ -78,3 +79,8 @@ def _attention(node, ins):
 
 def _is_bool(mask) -> bool:
     return (mask.dtype == torch.bool) if isinstance(mask, torch.Tensor) else mask.dtype == bool
+
+
+@onnx_op("Einsum")
+def _einsum(node, ins):
+    return torch.einsum(node.attr("equation"), *[tensor(node, v) for v in ins])

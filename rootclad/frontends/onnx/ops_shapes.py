@@ -104,6 +104,8 @@ def _slice(node, ins):
     steps = ints(node, ins[4], "steps") if len(ins) > 4 and ins[4] is not None else None
     axes = axes or list(range(len(starts)))
     steps = steps or [1] * len(starts)
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise node.refuse("starts, ends, axes and steps that differ in length")
     index = [slice(None)] * x.ndim
     for a, s, e, st in zip(axes, starts, ends, steps, strict=True):
         big = 2**62
@@ -113,8 +115,17 @@ def _slice(node, ins):
         index[positive_axis(a, x.ndim)] = slice(None if st > 0 and s <= -big else s, end, st)
     if is_number(x):
         return x[tuple(index)]
-    if any(st < 0 for st in steps):
-        raise node.refuse("a negative step")
+    for axis, part in enumerate(index):  # torch slices forwards: a flipped axis backwards
+        if part.step is not None and part.step < 0:
+            size = x.shape[axis]
+            if isinstance(size, torch.SymInt):
+                raise node.refuse("a negative step along the batch axis")
+            kept = range(*part.indices(int(size)))
+            first = int(size) - 1 - kept[0] if kept else 0
+            x = x.flip(axis)
+            index[axis] = slice(
+                first, first + -part.step * (len(kept) - 1) + 1 if kept else 0, -part.step
+            )
     return x[tuple(index)]
 
 
@@ -127,6 +138,8 @@ def _split(node, ins):
     if sizes is None:
         parts = node.attr("num_outputs") or len(node.outputs)
         size = x.shape[positive_axis(axis, x.ndim)]
+        if size % parts and not node.attr("num_outputs"):  # (opset 18's may leave less last)
+            raise node.refuse(f"an axis of {size} that does not split evenly into {parts}")
         sizes = [-(-size // parts)] * (parts - 1)
         sizes.append(size - sum(sizes))
     if is_number(x):
@@ -164,7 +177,11 @@ def _pad(node, ins):
     axes = ints(node, ins[3], "axes") if len(ins) > 3 and ins[3] is not None else None
     axes = [positive_axis(a, x.ndim) for a in axes] if axes else list(range(x.ndim))
     n = len(axes)
+    if len(pads) != 2 * n:
+        raise node.refuse(f"{len(pads)} pads for {n} axes (two counts per axis)")
     begin, end = dict(zip(axes, pads[:n], strict=True)), dict(zip(axes, pads[n:], strict=True))
+    if not is_number(x) and isinstance(x.shape[0], torch.SymInt) and (begin.get(0) or end.get(0)):
+        raise node.refuse("pads the batch axis")
     flat = [p for a in reversed(range(x.ndim)) for p in (begin.get(a, 0), end.get(a, 0))]
     if mode not in ("constant", "reflect", "edge"):
         raise node.refuse(f"mode {mode!r}")
@@ -214,7 +231,8 @@ def _constant_of_shape(node, ins):
         return np.full(shape, fill)  # numbers (the rest: a tensor, bounded as every value)
     dtype = torch.bool if np.asarray(fill).dtype == bool else None
     kind = torch.int64 if np.asarray(fill).dtype.kind in "iu" else dtype
-    return torch.full(shape, float(fill) if kind is None else fill.item(), dtype=kind)
+    # floats: the model's one float type (as Cast's)
+    return torch.full(shape, float(fill) if kind is None else fill.item(), dtype=kind or node.dtype)
 
 
 @onnx_op("Range")
@@ -265,6 +283,10 @@ def _gather(node, ins):
     if isinstance(x.shape[axis], torch.SymInt):
         raise node.refuse("gathers along the batch axis (rootclad never mixes samples)")
     if is_number(index):
+        size = int(x.shape[axis])
+        wrong = index[(index < -size) | (index >= size)] if index.dtype != object else []
+        if len(wrong):
+            raise node.refuse(f"index {wrong[0]} is out of range for an axis of {size}")
         index = np.where(index < 0, index + x.shape[axis], index)  # ONNX counts from the end
         return torch.index_select(x, axis, tensor(node, index.reshape(-1))).reshape(
             [*x.shape[:axis], *index.shape, *x.shape[axis + 1 :]]
@@ -326,6 +348,14 @@ def _resize(node, ins):
         scales = [float(s) for s in np.asarray(scales).reshape(-1)]
         if scales[:2] != [1.0, 1.0]:
             raise node.refuse(f"scales {scales} that change the batch or the channels")
+        for d, scale in zip(x.shape[2:], scales[2:], strict=True):
+            # onnxruntime counts the output in float32, torch in double
+            ort, own = int(np.float32(d) * np.float32(scale)), math.floor(int(d) * scale)
+            if ort != own:
+                raise node.refuse(
+                    f"scale {scale} of an axis of {d}: onnxruntime makes {ort} values, torch "
+                    f"{own} (float32 and double); give sizes instead"
+                )
         kw["scale_factor"] = scales[2:]
     else:
         raise node.refuse("neither scales nor sizes")

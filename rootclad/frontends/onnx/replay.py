@@ -1,6 +1,6 @@
 """An ONNX graph run node by node through one table (:data:`rootclad.frontends.onnx.ops.OPS`:
 ONNX op -> what torch computes for it), captured by torch.export and lowered by the ATen
-front-end like any model (``rootclad.onnx.load(path, frontend="export")``).
+front-end like any model (``rootclad.onnx.load(path)``).
 
 No layer is rebuilt and no source is generated: :class:`Replay` holds the file's float
 initializers as parameters (integer ones, shapes and indices, stay numbers) and its forward
@@ -24,6 +24,7 @@ from torch import nn
 from rootclad.frontends.onnx import ops_attention, ops_recurrent, ops_shapes  # noqa: F401
 from rootclad.frontends.onnx.common import attributes
 from rootclad.frontends.onnx.ops import ATTRIBUTES, MAX_NUMBERS, OPS, STATE, STATIC, Node
+from rootclad.frontends.onnx.reading import opset
 from rootclad.ir.graph import IRError
 
 # each node's torch ops noted with the node (a torch without annotate: refusals name ATen ops)
@@ -47,7 +48,8 @@ class Replay(nn.Module):
         reads: dict[str, set] = {}
         for proto in graph.node:
             for at, name in enumerate(proto.input):
-                kind = "static" if at in STATIC.get(proto.op_type, ()) else "tensor"
+                static = at in STATIC.get(proto.op_type, ()) or _to_integer(proto)
+                kind = "static" if static else "tensor"
                 kind = "state" if at in STATE.get(proto.op_type, ()) else kind
                 reads.setdefault(name, set()).add(kind)
         self._static = {name for name, kinds in reads.items() if kinds == {"static"}}
@@ -62,7 +64,17 @@ class Replay(nn.Module):
             else:
                 self._numbers[init.name] = value
         self._nodes = []
+        for proto in graph.node:  # torch's exporter writes equal weights (a deep copy's) as an
+            # Identity of the first: each is a parameter of its own, as in torch
+            if proto.op_type != "Identity":
+                continue
+            held = dict(self.named_parameters()).get(self._tensors.get(proto.input[0], ""))
+            if held is not None:
+                copied = held.detach().clone()
+                self._tensors[proto.output[0]] = self._hold(proto.output[0], copied, True)
         for i, proto in enumerate(graph.node):
+            if proto.op_type == "Identity" and proto.output[0] in self._tensors:
+                continue
             node = Node(
                 proto.name or f"#{i}",
                 proto.op_type,
@@ -91,9 +103,9 @@ class Replay(nn.Module):
         self._inputs = [i.name for i in graph.input if i.name not in self._numbers]
         self._inputs = [n for n in self._inputs if n not in self._tensors]
         self._outputs = [o.name for o in graph.output]
-        self._declared = {  # the output shapes the file declares (None: a symbol)
-            o.name: [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
-            for o in graph.output
+        self._declared = {  # the shapes the file declares for its values (a str: a symbol)
+            o.name: [d.dim_value if d.HasField("dim_value") else d.dim_param for d in t.shape.dim]
+            for o in [*graph.value_info, *graph.output]
             if (t := o.type.tensor_type).HasField("shape")
         }
 
@@ -169,12 +181,18 @@ class Replay(nn.Module):
                     raise node.refuse(why) from exc
                 if not isinstance(results, (list, tuple)):
                     results = [results]
+                missing = [n for n in node.outputs[len(results) :] if n]
+                if missing:
+                    raise node.refuse(f"outputs {missing} are not computed")
                 results = [_held(r) for r in results]
                 self._bounded(node, results)
                 # a pool whose last ceil window onnx's shape inference keeps (ops.py) and what
                 # is computed from it: the file may declare other sizes than torch gives
                 if getattr(node, "declares_more", False) or loose.intersection(node.inputs):
                     loose.update(node.outputs)
+                for name, value in zip(node.outputs, results, strict=False):
+                    if name not in loose and isinstance(value, torch.Tensor):
+                        self._as_declared(name, value, node)
                 guards = _batch_kept(node, first, guards)
             for name, value in zip(node.outputs, results, strict=False):
                 if name:
@@ -189,17 +207,25 @@ class Replay(nn.Module):
             if any(out is x for x in xs):
                 why = f"the graph computes nothing: its output {name!r} is its input"
                 raise IRError(f"{self._where}: {why}")
-            want = None if name in loose else self._declared.get(name)
-            got = [d if isinstance(d, int) else None for d in out.shape]
-            if want is not None and (
-                len(want) != len(got)
-                or any(None not in (w, g) and w != g for w, g in zip(want, got, strict=True))
-            ):
-                raise IRError(
-                    f"{self._where}: output {name!r} has shape {got}, the file "
-                    f"declares {want} (None: the batch or a symbol)"
-                )
+            if name not in loose:
+                self._as_declared(name, out, None)
         return outs[0] if len(outs) == 1 else dict(zip(self._outputs, outs, strict=True))
+
+    def _as_declared(self, name: str, value: torch.Tensor, node) -> None:
+        """``value`` has the shape the file declares for ``name`` (a symbol there, or the batch
+        size's here, stands for any size); refused naming both shapes where not."""
+        want = self._declared.get(name)
+        got = [d if isinstance(d, int) else "B" for d in value.shape]
+        if want is None:
+            return
+        if len(want) == len(got) and all(
+            not isinstance(w, int) or not isinstance(g, int) or w == g
+            for w, g in zip(want, got, strict=True)
+        ):
+            return
+        shown = ", ".join(map(str, got)), ", ".join(str(w) if w != "" else "?" for w in want)
+        why = f"gives {name!r} of shape ({shown[0]}), the file declares ({shown[1]})"
+        raise node.refuse(why) if node is not None else IRError(f"{self._where}: output {why}")
 
     def _bounded(self, node, results) -> None:
         """Each tensor a node makes within the limits (per sample: an axis of the batch's size,
@@ -210,13 +236,14 @@ class Replay(nn.Module):
             if isinstance(value, np.ndarray) and value.size > MAX_NUMBERS:
                 raise node.refuse(f"{value.size} numbers (at most {MAX_NUMBERS})")
             if isinstance(value, torch.Tensor):
-                sizes = [
-                    int(d.node.hint) if isinstance(d, torch.SymInt) else d for d in value.shape
-                ]
-                n = math.prod(sizes)
-                if any(isinstance(d, torch.SymInt) for d in value.shape):
-                    n = -(-n // self._batch)  # per sample: a value of the batch
-                self._budget.value(what, [n], value.element_size())
+                shape = [d for d in value.shape if not isinstance(d, torch.SymInt)]
+                if len(shape) < value.dim():  # per sample: a value of the batch
+                    sizes = [
+                        int(d.node.hint) if isinstance(d, torch.SymInt) else d for d in value.shape
+                    ]
+                    n = -(-math.prod(sizes) // self._batch)
+                    shape = shape if math.prod(shape) == n else [n]
+                self._budget.value(what, shape, value.element_size())
 
 
 def _batch_kept(node, batch, seen: int) -> int:
@@ -248,6 +275,15 @@ def _batch_kept(node, batch, seen: int) -> int:
     return len(env.guards)
 
 
+def _to_integer(proto) -> bool:
+    """Whether ``proto`` is a Cast to an integer type (of a float initializer: its value is a
+    number then, as the file's shape arithmetic is, not a parameter that never trains)."""
+    if proto.op_type != "Cast":
+        return False
+    to = next((a.i for a in proto.attribute if a.name == "to"), None)
+    return to in (2, 3, 4, 5, 6, 7, 12, 13)  # (onnx's unsigned and signed integers)
+
+
 def _holds(cond) -> bool:
     try:
         return bool(cond)
@@ -265,17 +301,9 @@ def _held(value):
 
 
 def to_replay(model, where: str, budget) -> tuple[nn.Module, list[tuple[int, ...]], torch.dtype]:
-    """(the file's graph as a :class:`Replay`, per-sample input shapes, dtype), as
-    :func:`rootclad.frontends.onnx.to_module` gives them."""
-    from rootclad.frontends.onnx.builder import MIN_OPSET
-
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
-    if opset is None or opset < MIN_OPSET:
-        raise IRError(
-            f"{where}: ONNX opset {opset} is not supported; rootclad reads opset "
-            f"{MIN_OPSET} and later"
-        )
-    module = Replay(model, where, opset, budget)
+    """(the file's graph as a :class:`Replay`, per-sample input shapes, dtype) of what
+    :func:`rootclad.frontends.onnx.reading.read` gives."""
+    module = Replay(model, where, opset(model, where), budget)
     shapes, dtypes, kinds = [], set(), []
     inits = {i.name for i in model.graph.initializer}
     for inp in model.graph.input:
@@ -292,7 +320,13 @@ def to_replay(model, where: str, budget) -> tuple[nn.Module, list[tuple[int, ...
         shapes.append(tuple(dims[1:]))
         kind = _ELEMENT.get(t.elem_type)
         if kind is None:
-            raise IRError(f"{where}: input {inp.name!r} has element type {t.elem_type}")
+            import onnx
+
+            raise IRError(
+                f"{where}: input {inp.name!r} has element type "
+                f"{onnx.TensorProto.DataType.Name(t.elem_type)}; rootclad takes float32 or "
+                "float64 values, int32 or int64 indices and booleans"
+            )
         kinds.append(None if kind.is_floating_point else kind)
         if kind.is_floating_point:
             dtypes.add(kind)

@@ -1,6 +1,6 @@
 """Elementwise ops. Each is one functor (include/rootclad/ops/activations.h) holding its value
 and its derivative, which every backend runs: adding one is its functor there, a line here,
-its ONNX form (frontends/onnx/layers.py) and a test case (tests/fixtures/op_cases.py).
+its ONNX op (frontends/onnx/ops.py) and a test case (tests/fixtures/op_cases.py).
 
 ``saves`` says what the functor's derivative reads: the input (``("in",)``) or, where that is
 cheaper, only the output (``("out",)``; the GPU then fuses the op into its producer)."""
