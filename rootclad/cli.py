@@ -25,8 +25,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 FRONTEND_HELP = (
-    "how a torch module is read: fx (torch.fx) or export (torch.export's core ATen ops); an "
-    "ONNX file's nodes always run through rootclad's table of ONNX ops"
+    "how a torch module is read: fx (torch.fx, the default) or export (torch.export's core "
+    "ATen ops); not for an ONNX file, whose nodes run through rootclad's table of ONNX ops"
 )
 
 
@@ -47,9 +47,12 @@ def _cmd_build(args: argparse.Namespace) -> int:
         [stem.with_name(stem.name + ext) for ext in (".so", ".root", ".h")],
     )
     if args.source.endswith(".onnx"):
-        if args.weights or args.input_shape:
-            raise ValueError("an ONNX file holds its weights and input shape: drop --weights "
-                             "and --input-shape")  # fmt: skip
+        if args.weights or args.input_shape or args.frontend:
+            raise ValueError(
+                "an ONNX file holds its weights and input shape and is read "
+                "through rootclad's table of ONNX ops: drop --weights, "
+                "--input-shape and --frontend"
+            )
         t0 = time.perf_counter()
         cm = rootclad.onnx.load(args.source, loss=args.loss, engine=args.engine, dtype=dtype)
         paths = cm.export(args.output)
@@ -79,8 +82,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
         net.load_state_dict(state)
     net.eval()
     t0 = time.perf_counter()
+    frontend = args.frontend or "fx"
     cm = rootclad.compile(
-        net, example_input=example, loss=args.loss, engine=args.engine, frontend=args.frontend
+        net, example_input=example, loss=args.loss, engine=args.engine, frontend=frontend
     )
     if args.weights:  # a file a user may have been sent: its values checked as any state's
         cm.load_state_dict(state)
@@ -137,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                    choices=list(LOSSES))  # fmt: skip
     p.add_argument("--engine", default="auto", choices=["auto", "clad", "pullback"])
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    p.add_argument("--frontend", default="fx", choices=["fx", "export"], help=FRONTEND_HELP)
+    p.add_argument("--frontend", choices=["fx", "export"], help=FRONTEND_HELP)
     p.set_defaults(func=_cmd_build)
 
     p = sub.add_parser(

@@ -401,9 +401,16 @@ def load(
     return _compile_module(module, shapes, graph_dtype, *settings)
 
 
-def load_onnx(model, loss: str = "bce_with_logits", *, engine: str = "auto",
-              pullbacks: bool = True, dtype: torch.dtype | None = None, seed: int = 0,
-              loss_output: int | str = 0):  # fmt: skip
+def load_onnx(
+    model,
+    loss: str = "bce_with_logits",
+    *,
+    engine: str = "auto",
+    pullbacks: bool = True,
+    dtype: torch.dtype | None = None,
+    seed: int = 0,
+    loss_output: int | str = 0,
+):
     """Compile an ONNX file (or ``ModelProto``) into a :class:`rootclad.torch.CompiledModel`:
     the same API as :func:`rootclad.compile` (``cm(x)``, ``input_grad``, ``loss_and_grad``,
     ``train_step``). The first input axis is the batch; the others must be fixed. dtype
@@ -411,8 +418,9 @@ def load_onnx(model, loss: str = "bce_with_logits", *, engine: str = "auto",
     run through one table of ONNX ops (rootclad/frontends/onnx/replay.py), which the export
     front-end lowers."""
     module, shapes, graph_dtype = to_module(model)
-    return _compile_module(module, shapes, graph_dtype, loss, engine, pullbacks, dtype, seed,
-                           loss_output, "export")  # fmt: skip
+    return _compile_module(
+        module, shapes, graph_dtype, loss, engine, pullbacks, dtype, seed, loss_output, "export"
+    )
 
 
 # -- standalone headers ---------------------------------------------------------------------

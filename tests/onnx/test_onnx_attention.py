@@ -257,8 +257,9 @@ def test_the_match_by_value_fails_on_a_weight_torch_does_not_hold():
     leaves a file's parameter unmatched."""
     torch.manual_seed(0)
     net = perturbed(SelfAttention()).eval()
-    cm = rootclad.onnx.load(export(copy.deepcopy(net), _inputs("masked"), opset=18), "mse",
-                            engine="pullback")  # fmt: skip
+    cm = rootclad.onnx.load(
+        export(copy.deepcopy(net), _inputs("masked"), opset=18), "mse", engine="pullback"
+    )
     grads = {k: torch.zeros_like(p) for k, p in cm.named_parameters()}
     assert set(torch_named(cm, grads, net)) == {k for k, _ in net.named_parameters()}
     with torch.no_grad():

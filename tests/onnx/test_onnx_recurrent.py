@@ -103,8 +103,9 @@ def test_recurrent_file_matches_onnxruntime_and_torch(name):
     _, grads = cm.loss_and_grad(x, d_out.float())
     nodes = to_module(model)[0].double()
     loss = torch.nn.functional.mse_loss(nodes(x.double()), d_out)
-    want = dict(zip(grads, torch.autograd.grad(loss, [nodes.get_parameter(k) for k in grads]),
-                    strict=True))  # fmt: skip
+    want = dict(
+        zip(grads, torch.autograd.grad(loss, [nodes.get_parameter(k) for k in grads]), strict=True)
+    )
     # (a reverse GRU's weight_hh gets no gradient from the last step alone: against all)
     assert_grads_close(grads, want, 1e-4, name, against_all=True)
 
@@ -133,8 +134,10 @@ def _node_file(op, attrs=None, extra_inputs=(), direction_count=1, H=2):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
-@pytest.mark.parametrize("op, attrs", [("GRU", {"linear_before_reset": 1}), ("GRU", {}),
-                                       ("LSTM", {"direction": "reverse"})])  # fmt: skip
+@pytest.mark.parametrize(
+    "op, attrs",
+    [("GRU", {"linear_before_reset": 1}), ("GRU", {}), ("LSTM", {"direction": "reverse"})],
+)
 def test_a_hand_made_layer_matches_onnxruntime(op, attrs):
     """Layers written by hand (not by torch): ONNX's gate order; a GRU that resets before its
     recurrent product (which torch's GRU does not), an LSTM that runs backwards."""

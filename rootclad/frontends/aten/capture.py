@@ -45,14 +45,18 @@ def _cia_ops_listed_once():
 
 @contextlib.contextmanager
 def _quiet(name: str):
-    """The logger ``name`` quiet but for critical messages, while the block runs."""
+    """The logger ``name`` quiet but for critical messages while the block runs (a filter of
+    its own: another thread's capture adds and removes its own)."""
     log = logging.getLogger(name)
-    level = log.level
-    log.setLevel(logging.CRITICAL)
+
+    def critical(record) -> bool:
+        return record.levelno >= logging.CRITICAL
+
+    log.addFilter(critical)
     try:
         yield
     finally:
-        log.setLevel(level)
+        log.removeFilter(critical)
 
 
 def _training_only(mod: nn.Module) -> bool:

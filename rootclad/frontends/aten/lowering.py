@@ -475,7 +475,7 @@ class Lowering:
                 node,
                 f"not supported by the export front-end yet (it lowers "
                 f"{len(LOWERINGS)} ATen ops, listed in rootclad.frontends."
-                "aten.table.LOWERINGS); frontend='fx' may take the model",
+                "aten.table.LOWERINGS); for a torch module, frontend='fx' may take it",
             )
         try:
             lowering(self, node, node.args, node.kwargs)

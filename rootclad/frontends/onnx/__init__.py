@@ -13,7 +13,9 @@ SUPPORTED = tuple(sorted(OPS))
 
 def to_module(model):
     """An ONNX ``ModelProto`` (or a path, or a file's bytes) as (torch module, per-sample input
-    shapes, dtype): the module runs the file's nodes through the table."""
+    shapes, dtype): the module runs the file's nodes through the table. rootclad captures it
+    with torch.export, on tensors without storage, where each node's result is bounded before
+    anything is computed; run eagerly on data, a node's result is bounded once it is made."""
     return to_replay(*read(model))
 
 

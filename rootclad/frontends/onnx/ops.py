@@ -562,8 +562,8 @@ def _instance_norm(node, ins):
 def _layer_norm(node, ins):
     x, scale, bias = (list(ins) + [None])[:3]
     axis, eps = positive_axis(node.attr("axis", -1), x.dim()), node.attr("epsilon", 1e-5)
-    if node.attr("stash_type", 1) != 1:  # (1: float32 statistics, or the input's float64)
-        raise node.refuse(f"stash_type {node.attr('stash_type')} (statistics of another type)")
+    if node.attr("stash_type", 1) != 1:  # (statistics in float: rootclad's, the input's type)
+        raise node.refuse(f"stash_type {node.attr('stash_type')}")
     y = F.layer_norm(x, x.shape[axis:], scale, bias, eps)
     if len([o for o in node.outputs if o]) == 1:
         return y
@@ -575,6 +575,8 @@ def _layer_norm(node, ins):
 @onnx_op("RMSNormalization")
 def _rms_norm(node, ins):
     x, scale = ins[0], ins[1]
+    if node.attr("stash_type", 1) != 1:
+        raise node.refuse(f"stash_type {node.attr('stash_type')}")
     axis, eps = positive_axis(node.attr("axis", -1), x.dim()), node.attr("epsilon", 1e-5)
     dims = list(range(axis, x.dim()))
     return x * torch.rsqrt((x * x).mean(dims, keepdim=True) + eps) * scale

@@ -108,20 +108,25 @@ def _slice(node, ins):
         raise node.refuse("starts, ends, axes and steps that differ in length")
     index = [slice(None)] * x.ndim
     for a, s, e, st in zip(axes, starts, ends, steps, strict=True):
-        big = 2**62
-        # ends past either end: the whole axis (or none of it: an end before a positive step's
-        # start)
-        end = None if e <= -big and st < 0 else e  # (numpy and torch clamp the others)
-        index[positive_axis(a, x.ndim)] = slice(None if st > 0 and s <= -big else s, end, st)
+        axis = positive_axis(a, x.ndim)
+        if st > 0:  # (Python's slices clamp as ONNX does)
+            index[axis] = slice(None if s <= -(2**62) else s, e, st)
+            continue
+        size = x.shape[axis]
+        if isinstance(size, torch.SymInt):
+            raise node.refuse("a negative step along the batch axis")
+        # backwards, ONNX clamps the start to [0, size - 1] and the end to [-1, size - 1]
+        # (-1: past the first element), where Python's start below -size would take nothing
+        s, e = (v + int(size) if v < 0 else v for v in (s, e))
+        s, e = min(max(s, 0), int(size) - 1), min(max(e, -1), int(size) - 1)
+        index[axis] = slice(s, None if e < 0 else e, st)
     if is_number(x):
         return x[tuple(index)]
     for axis, part in enumerate(index):  # torch slices forwards: a flipped axis backwards
         if part.step is not None and part.step < 0:
-            size = x.shape[axis]
-            if isinstance(size, torch.SymInt):
-                raise node.refuse("a negative step along the batch axis")
-            kept = range(*part.indices(int(size)))
-            first = int(size) - 1 - kept[0] if kept else 0
+            size = int(x.shape[axis])
+            kept = range(*part.indices(size))
+            first = size - 1 - kept[0] if kept else 0
             x = x.flip(axis)
             index[axis] = slice(
                 first, first + -part.step * (len(kept) - 1) + 1 if kept else 0, -part.step

@@ -67,14 +67,19 @@ def opset(model, where: str) -> int:
 
 
 def _tensors(graph) -> list:
-    """The tensors a graph holds: its initializers and its Constant nodes' values."""
-    return [
-        *graph.initializer,
-        *(
-            a.t
-            for node in graph.node
-            if node.op_type == "Constant"
-            for a in node.attribute
-            if a.name == "value"
-        ),
+    """The tensors a graph holds: its initializers, its Constant nodes' values, and an
+    initializer again for each Identity of it (each is a parameter of its own: replay.py)."""
+    held = {t.name: t for t in graph.initializer}
+    copies = []
+    for node in graph.node:
+        if node.op_type == "Identity" and node.input and node.input[0] in held:
+            held[node.output[0]] = held[node.input[0]]
+            copies.append(held[node.input[0]])
+    constants = [
+        a.t
+        for node in graph.node
+        if node.op_type == "Constant"
+        for a in node.attribute
+        if a.name == "value"
     ]
+    return [*graph.initializer, *constants, *copies]

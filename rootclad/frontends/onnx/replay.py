@@ -100,11 +100,17 @@ class Replay(nn.Module):
                     value = self._hold(f"constant_{i}", value, False)  # (not a file's name: no dot)
                 node.value = value
             self._nodes.append(node)
+        # what some node or the graph's output reads
+        self._read = {n for p in graph.node for n in p.input} | {o.name for o in graph.output}
         self._inputs = [i.name for i in graph.input if i.name not in self._numbers]
         self._inputs = [n for n in self._inputs if n not in self._tensors]
         self._outputs = [o.name for o in graph.output]
         self._declared = {  # the shapes the file declares for its values (a str: a symbol)
-            o.name: [d.dim_value if d.HasField("dim_value") else d.dim_param for d in t.shape.dim]
+            # (a dim_value below 0, which some tools write for "any": a symbol too)
+            o.name: [
+                d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else d.dim_param
+                for d in t.shape.dim
+            ]
             for o in [*graph.value_info, *graph.output]
             if (t := o.type.tensor_type).HasField("shape")
         }
@@ -181,7 +187,7 @@ class Replay(nn.Module):
                     raise node.refuse(why) from exc
                 if not isinstance(results, (list, tuple)):
                     results = [results]
-                missing = [n for n in node.outputs[len(results) :] if n]
+                missing = [n for n in node.outputs[len(results) :] if n in self._read]
                 if missing:
                     raise node.refuse(f"outputs {missing} are not computed")
                 results = [_held(r) for r in results]

@@ -14,7 +14,7 @@
 // statement (see docs/design.md, "What Clad taught the emitter").
 //
 // Adding an elementwise op: its functor here, a line in rootclad/ir/ops/elementwise.py, its
-// ONNX form in rootclad/frontends/onnx/layers.py, a case in tests/fixtures/op_cases.py.
+// ONNX op in rootclad/frontends/onnx/ops.py, a case in tests/fixtures/op_cases.py.
 #ifndef ROOTCLAD_OPS_ACTIVATIONS_H
 #define ROOTCLAD_OPS_ACTIVATIONS_H
 
