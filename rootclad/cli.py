@@ -24,12 +24,6 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
-FRONTEND_HELP = (
-    "how a torch module is read: fx (torch.fx, the default) or export (torch.export's core "
-    "ATen ops); not for an ONNX file, whose nodes run through rootclad's table of ONNX ops"
-)
-
-
 def _cmd_build(args: argparse.Namespace) -> int:
     """``rootclad build module:callable -o STEM`` or ``rootclad build model.onnx -o STEM``:
     compile a torch or ONNX model and export it."""
@@ -47,11 +41,11 @@ def _cmd_build(args: argparse.Namespace) -> int:
         [stem.with_name(stem.name + ext) for ext in (".so", ".root", ".h")],
     )
     if args.source.endswith(".onnx"):
-        if args.weights or args.input_shape or args.frontend:
+        if args.weights or args.input_shape:
             raise ValueError(
                 "an ONNX file holds its weights and input shape and is read "
-                "through rootclad's table of ONNX ops: drop --weights, "
-                "--input-shape and --frontend"
+                "through rootclad's table of ONNX ops: drop --weights and "
+                "--input-shape"
             )
         t0 = time.perf_counter()
         cm = rootclad.onnx.load(args.source, loss=args.loss, engine=args.engine, dtype=dtype)
@@ -82,10 +76,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         net.load_state_dict(state)
     net.eval()
     t0 = time.perf_counter()
-    frontend = args.frontend or "fx"
-    cm = rootclad.compile(
-        net, example_input=example, loss=args.loss, engine=args.engine, frontend=frontend
-    )
+    cm = rootclad.compile(net, example_input=example, loss=args.loss, engine=args.engine)
     if args.weights:  # a file a user may have been sent: its values checked as any state's
         cm.load_state_dict(state)
     paths = cm.export(args.output)
@@ -141,7 +132,6 @@ def main(argv: list[str] | None = None) -> int:
                    choices=list(LOSSES))  # fmt: skip
     p.add_argument("--engine", default="auto", choices=["auto", "clad", "pullback"])
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    p.add_argument("--frontend", choices=["fx", "export"], help=FRONTEND_HELP)
     p.set_defaults(func=_cmd_build)
 
     p = sub.add_parser(

@@ -20,10 +20,10 @@ from rootclad.codegen.cpu import emit_model
 from rootclad.codegen.cuda import emit_device
 from rootclad.codegen.standalone import write_header
 from rootclad.frontends.aten import graph_from_export
+from rootclad.frontends.aten.modules import parameter_aliases
 from rootclad.frontends.onnx import to_module
 from rootclad.frontends.onnx.limits import EXAMPLE_BATCH
 from rootclad.frontends.programs import program_module
-from rootclad.frontends.torch_fx import graph_from_module, parameter_aliases
 from rootclad.paths import check_outputs
 from rootclad.toolchain import (
     CompileError,
@@ -117,17 +117,7 @@ def _examples(example_input, dtype=None, model=None) -> tuple[tuple, torch.dtype
     return examples, dtype, torch.device(getattr(first, "device", "cpu"))
 
 
-# the front-ends: how a module becomes a graph
-_FRONTENDS = {"fx": graph_from_module, "export": graph_from_export}
-
-
-def _checked(frontend: str) -> str:
-    if frontend not in _FRONTENDS:
-        raise ValueError(f"frontend must be 'fx' or 'export', got {frontend!r}")
-    return frontend
-
-
-def _module_graph(model: torch.nn.Module, examples: tuple, dtype, several: bool, frontend="fx"):
+def _module_graph(model: torch.nn.Module, examples: tuple, dtype, several: bool):
     """The module's graph, traced on the CPU (the caller's module stays where it is)."""
     if any(t.device.type != "cpu" for t in (*model.parameters(), *model.buffers())):
         import copy
@@ -135,8 +125,7 @@ def _module_graph(model: torch.nn.Module, examples: tuple, dtype, several: bool,
         model = copy.deepcopy(model).cpu()
     example = tuple(t.detach().cpu().to(dtype if t.dtype.is_floating_point else t.dtype)
                     for t in examples)  # fmt: skip
-    trace = _FRONTENDS[frontend]
-    return model, trace(model, example if several else example[0], _DTYPE_NAMES[dtype])
+    return model, graph_from_export(model, example if several else example[0], _DTYPE_NAMES[dtype])
 
 
 def choose_loss_output(graph, loss_output) -> None:
@@ -183,7 +172,6 @@ def compile(
     seed: int = 0,
     device: str | torch.device | None = None,
     loss_output: int | str = 0,
-    frontend: str = "fx",
 ):
     """Compile ``model`` into a :class:`rootclad.torch.CompiledModel`.
 
@@ -204,23 +192,20 @@ def compile(
     A model may return a tuple, list or dict of tensors: ``cm(x)`` returns the same, and the
     loss reads the one ``loss_output`` names (its place, or its dict key; the first by
     default).
-    ``frontend``: ``"fx"`` (torch.fx, the default) or ``"export"`` (torch.export and the core
-    ATen ops, being built: :mod:`rootclad.frontends.aten` lists what it takes).
+    The model is captured by ``torch.export`` and lowered from PyTorch's core ATen ops
+    (:mod:`rootclad.frontends.aten`); what it cannot lower is refused naming the op and module.
     """
-    _checked(frontend)
     examples, dtype, example_device = _examples(example_input, dtype, model)
     device = torch.device(device if device is not None else example_device)
     if device.type == "cuda":
         _device_engine(engine, pullbacks)
-        return compile_device(model, example_input, device, loss=loss, dtype=dtype, seed=seed,
-                              loss_output=loss_output, frontend=frontend)  # fmt: skip
+        settings = dict(loss=loss, dtype=dtype, seed=seed, loss_output=loss_output)
+        return compile_device(model, example_input, device, **settings)
     if device.type != "cpu":
         raise ValueError(f"device {str(device)!r}: rootclad compiles for 'cpu' and 'cuda'")
     t0 = time.perf_counter()
     several = isinstance(example_input, (tuple, list))
-    graph = _FRONTENDS[frontend](
-        model, example_input if several else examples[0], _DTYPE_NAMES[dtype]
-    )
+    graph = graph_from_export(model, example_input if several else examples[0], _DTYPE_NAMES[dtype])
     choose_loss_output(graph, loss_output)
     cm = compile_graph(graph, loss, engine=engine, pullbacks=pullbacks, seed=seed, t0=t0,
                        aliases=parameter_aliases(model),
@@ -336,18 +321,23 @@ def device_program(graph, loss: str = "bce_with_logits", device="cuda", *, seed:
                        ignored=ignored, retarget=retarget)  # fmt: skip
 
 
-def compile_device(model: torch.nn.Module, example_input, device="cuda",
-                   loss: str = "bce_with_logits", dtype=None, seed: int = 0,
-                   loss_output: int | str = 0, frontend: str = "fx") -> DeviceModel:  # fmt: skip
+def compile_device(
+    model: torch.nn.Module,
+    example_input,
+    device="cuda",
+    loss: str = "bce_with_logits",
+    dtype=None,
+    seed: int = 0,
+    loss_output: int | str = 0,
+) -> DeviceModel:
     """The device model of ``model`` with its current parameters (``model`` stays as it is):
     on a GPU (``device="cuda"``), or its kernels as loops on the CPU (``device="cpu"``, the
     reference the GPU build is checked against). ``example_input``: a tensor, or a tuple of
-    one per input of ``model.forward``; ``frontend`` as :func:`compile` takes it."""
-    _checked(frontend)
+    one per input of ``model.forward``."""
     several = isinstance(example_input, (tuple, list))
     examples, dtype, _ = _examples(example_input, dtype, model)
     device = check_device(device)
-    module, graph = _module_graph(model, examples, dtype, several, frontend)
+    module, graph = _module_graph(model, examples, dtype, several)
     choose_loss_output(graph, loss_output)
     dm = device_program(graph, loss, device, seed=seed, aliases=parameter_aliases(module),
                         ignored=[n for n, _ in module.named_buffers()])  # fmt: skip
@@ -365,16 +355,17 @@ def retarget(model, device: torch.device):
 
 
 # -- model files ----------------------------------------------------------------------------
-def _compile_module(module, shapes, graph_dtype, loss, engine, pullbacks, dtype, seed,
-                    loss_output=0, frontend="fx"):  # fmt: skip
+def _compile_module(
+    module, shapes, graph_dtype, loss, engine, pullbacks, dtype, seed, loss_output=0
+):
     dtype = dtype or graph_dtype
     kinds = getattr(module, "input_dtypes", None) or [None] * len(shapes)  # indices: integers
     examples = tuple(
         torch.zeros(EXAMPLE_BATCH, *s, dtype=k or dtype) for s, k in zip(shapes, kinds, strict=True)
     )
     example = examples[0] if len(examples) == 1 else examples
-    return compile(module.to(dtype), example, loss, engine=engine, pullbacks=pullbacks,
-                   dtype=dtype, seed=seed, loss_output=loss_output, frontend=frontend)  # fmt: skip
+    settings = dict(engine=engine, pullbacks=pullbacks, dtype=dtype, seed=seed)
+    return compile(module.to(dtype), example, loss, loss_output=loss_output, **settings)
 
 
 def load(
@@ -397,7 +388,7 @@ def load(
     loaders for them run code the file holds, so never pass it for a file you were sent. The
     file reaches the IR as :func:`load_onnx` reads an ONNX file."""
     module, shapes, graph_dtype = program_module(path, example_input, trusted=trusted)
-    settings = (loss, engine, pullbacks, dtype, seed, loss_output, "export")
+    settings = (loss, engine, pullbacks, dtype, seed, loss_output)
     return _compile_module(module, shapes, graph_dtype, *settings)
 
 
@@ -419,7 +410,7 @@ def load_onnx(
     front-end lowers."""
     module, shapes, graph_dtype = to_module(model)
     return _compile_module(
-        module, shapes, graph_dtype, loss, engine, pullbacks, dtype, seed, loss_output, "export"
+        module, shapes, graph_dtype, loss, engine, pullbacks, dtype, seed, loss_output
     )
 
 
@@ -430,14 +421,12 @@ def emit_header(
     out: Path,
     name: str | None = None,
     dtype: torch.dtype = torch.float32,
-    frontend: str = "fx",
 ) -> dict:
     """Write ``out`` (the header) and ``out`` with suffix ``.dat`` (the weights) for ``module``
     (rootclad/codegen/standalone.py); returns their paths. ``name`` (default: the header's
-    stem) is the C++ namespace; ``frontend`` as :func:`compile` takes it."""
+    stem) is the C++ namespace."""
     module = module.to(dtype).eval()
-    trace = _FRONTENDS[_checked(frontend)]
-    graph = trace(module, example_input.to(dtype), _DTYPE_NAMES[dtype])
+    graph = graph_from_export(module, example_input.to(dtype), _DTYPE_NAMES[dtype])
     state = {**dict(module.named_parameters()), **dict(module.named_buffers())}
     state.update(graph.constants)  # (the export front-end's: arange, masks, a Constant's)
     return write_header(graph, state, Path(out), name)
@@ -463,4 +452,4 @@ def emit_file(
         )
     dtype = dtype or graph_dtype
     example = torch.zeros(EXAMPLE_BATCH, *shapes[0])
-    return emit_header(module, example, out, name, dtype, "export")
+    return emit_header(module, example, out, name, dtype)

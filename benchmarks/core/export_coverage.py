@@ -51,7 +51,6 @@ def main() -> None:
                 x,
                 engine="pullback",
                 loss="mse",
-                frontend="export",
                 against_all=any(True for _ in net.parameters()),
                 rtol=TORCH_RTOL_F64.get(name),
             )
@@ -106,7 +105,6 @@ def _zoo() -> dict:
             rtol=RTOL.get(name, 1e-9),
             loss="cross_entropy",
             against_all=True,
-            frontend="export",
         )
 
     return _family(list(ZOO), check)
@@ -129,7 +127,6 @@ def _fresh() -> dict:
             engine="pullback",
             loss="mse",
             against_all=True,
-            frontend="export",
         )
 
     return _family(list(builds), check)
@@ -150,7 +147,6 @@ def _hep() -> dict:
             xs if len(xs) > 1 else xs[0],
             loss=loss,
             engine="pullback",
-            frontend="export",
         )
         _compare(net, cm, xs)
 
@@ -177,9 +173,7 @@ def _recurrent() -> dict:
         torch.manual_seed(0)
         net = perturbed(Tagger(getattr(nn, kind), **CONFIGS[config]).double()).eval()
         x = torch.randn(3, 4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-        cm = rootclad.compile(
-            copy.deepcopy(net), x, loss="mse", engine="pullback", frontend="export"
-        )
+        cm = rootclad.compile(copy.deepcopy(net), x, loss="mse", engine="pullback")
         _compare(net, cm, (x,))
 
     return _family([f"{k}:{c}" for k in ("LSTM", "GRU") for c in CONFIGS], check)

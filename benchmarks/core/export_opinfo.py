@@ -34,7 +34,7 @@ from rootclad.ir.graph import IRError  # noqa: E402
 def check(mod, x, rtol: float) -> None:
     """Output and input gradient against torch's (an all-zero reference must be met exactly:
     a comparison's output, a sign's gradient)."""
-    cm = rootclad.compile(mod, x, loss="mse", engine="pullback", frontend="export")
+    cm = rootclad.compile(mod, x, loss="mse", engine="pullback")
     out_ref, d_out, dx_ref, _ = torch_vjp(mod, x)
     out, dx, _ = compiled_vjp(cm, x, d_out)
     assert_close_rel(out, out_ref, rtol, "forward", nonzero=False)

@@ -35,10 +35,10 @@ def _sizes(make, tmp: Path) -> dict:
 
     import rootclad
     from rootclad.codegen.cuda import emit_device
-    from rootclad.frontends.torch_fx import graph_from_module
+    from rootclad.frontends.aten import graph_from_export
     from rootclad.toolchain import find_cxx
 
-    graph = graph_from_module(make(LENGTH), torch.zeros(2, 1, LENGTH), "float32")
+    graph = graph_from_export(make(LENGTH), torch.zeros(2, 1, LENGTH), "float32")
     src, so = tmp / f"{make.__name__}.cpp", tmp / f"{make.__name__}.so"
     src.write_text(emit_device(graph, "net"))
     as_gpu = "-DROOTCLAD_D_ACT_PLAN_MIN_VALUES=ROOTCLAD_GPU_D_ACT_PLAN_MIN_VALUES"

@@ -11,7 +11,7 @@ module's ``named_parameters()``, the buffers after them. Activations live in ``a
 adjoints in ``d_act``), one region per value (and per op's scratch), laid out by the arena
 planner (:mod:`rootclad.codegen.arena`): areas F (the inputs, the output and what the head
 hands on, fixed), H (the head's other values, per micro-batch) and R (the rest's, per chunk).
-Views (reshape, flatten, identity) alias their input. Offsets are per-sample constants
+Views (reshape, identity) alias their input. Offsets are per-sample constants
 multiplied by the run-time batch.
 
 Every op's calls come from :mod:`rootclad.codegen.cpu_ops`: a list of kernel calls, from which
@@ -310,7 +310,7 @@ class _Emitter(Sweeps, Layout):
 
     def node(self, idx: int, node: Node, code: Code) -> None:
         spec = OPS[node.op]
-        if spec.view:  # reshape, flatten, identity: the output aliases the input
+        if spec.view:  # reshape, identity: the output aliases the input
             self.value_region[node.output] = self.value_region[node.inputs[0]]
             return
         lowering = cpu_op(node)

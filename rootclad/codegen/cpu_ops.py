@@ -22,7 +22,7 @@ from rootclad.codegen.shape_geometry import (
     slice_geometry,
 )
 from rootclad.ir.graph import Graph, IRError, Node
-from rootclad.ir.ops.binary import MAX_BROADCAST_DIMS, WINDOW_ATTRS, broadcast_geometry
+from rootclad.ir.ops.binary import MAX_BROADCAST_DIMS, broadcast_geometry
 from rootclad.ir.ops.dense import matmul_geometry
 from rootclad.ir.ops.pool import upsample_scales
 from rootclad.ir.ops.shape import gather_geometry
@@ -400,21 +400,6 @@ def broadcast_padded(node):
     return [1] * pad + dims, [0] * pad + sa, [0] * pad + sb
 
 
-def causal_geometry(node) -> tuple[str, int, int, int]:
-    """(rows expression, L, S, offset) of causal_fill over scores (..., L, S)."""
-    *lead, L, S = node.in_shape
-    return f"B * {_n(lead)}", L, S, node.attrs["offset"]
-
-
-def _causal_calls(node, graph, site):
-    return [Call("causal_fill", (OUT, IN(0), *map(INT, causal_geometry(node))))]
-
-
-def _window_calls(node, graph, site):
-    geometry = (INT(node.attrs[k]) for k in WINDOW_ATTRS)
-    return [Call("window_bias", (OUT, IN(0), W("weight"), INT("B"), *geometry))]
-
-
 def _binary_calls(node, graph, site):
     a, b = node.in_shapes
     dims, sa, sb = broadcast_padded(node)
@@ -536,8 +521,6 @@ CPU_OPS: dict[str, CpuOp] = {
     "mul": CpuOp(_binary_calls),
     "div": CpuOp(_binary_calls),
     "masked_fill": CpuOp(_binary_calls),
-    "causal_fill": CpuOp(_causal_calls),
-    "window_bias": CpuOp(_window_calls),
     "permute": CpuOp(_permute_calls),
     "cat": CpuOp(_cat_calls),
     "slice": CpuOp(_slice_calls),

@@ -8,7 +8,7 @@ library holds, built once per executor (include/rootclad/device_runtime.cpp,
 toolchain/recipes.py), so the host compiler builds it for either executor. Each op says how
 it is called through its entry in codegen/cuda_ops.py (an elementwise op through its functor).
 ``act`` is flat, one region of B x size per value (and per op's per-sample scratch), values
-that alias their input (Flatten, Reshape) sharing it, then the shared scratch, then one
+that alias their input (reshape, identity) sharing it, then the shared scratch, then one
 workspace that the ops use within a call (a chunk of a convolution's columns), as large as the
 largest asks at that batch size (none where no op uses it). ``d_act`` holds the values' adjoints, planned
 (:func:`plan_adjoints`) from D_ACT_PLAN_MIN_VALUES on (device_kernels.h: at any size on the

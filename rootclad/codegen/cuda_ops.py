@@ -16,7 +16,6 @@ from rootclad.codegen.cpu_ops import (
     adaptive_geometry,
     binary_kind,
     broadcast_padded,
-    causal_geometry,
     conv1d_geometry,
     conv_transpose_geometry,
     layer_norm_rows,
@@ -33,7 +32,6 @@ from rootclad.codegen.shape_geometry import (
     slice_geometry,
 )
 from rootclad.ir.graph import IRError, Node
-from rootclad.ir.ops.binary import WINDOW_ATTRS
 from rootclad.ir.ops.shape import gather_geometry
 from rootclad.ir.registry import OPS
 
@@ -222,22 +220,6 @@ def _pool2d_device(node, graph, d):
     geo = (H, Wd, *(v for k in ("kernel_size", "stride", "padding") for v in node.attrs[k]),
            node.attrs["ceil_mode"])  # fmt: skip
     return _pool_device(node, d, f"pool2d_shape({', '.join(map(str, geo))})")
-
-
-def _causal_device(node, graph, d):
-    rows, L, S, off = causal_geometry(node)
-    shape = f"(long){rows}, {L}, {S}, {off}"
-    fwd = [f"causal_fill_forward(on, {d.out}, {d.ins[0]}, {shape});"]
-    bwd = [f"causal_fill_backward(on, {d.d_ins[0]}, {d.d_out}, {shape});"]
-    return fwd, bwd if d.d_ins[0] != "nullptr" else []
-
-
-def _window_device(node, graph, d):
-    win = f"::rootclad::Win{{{', '.join(str(node.attrs[k]) for k in WINDOW_ATTRS)}}}"
-    fwd = [f"window_bias_forward(on, {d.out}, {d.ins[0]}, {d.p('weight')}, (long)B, {win});"]
-    d_x = d.d_ins[0] if d.d_ins[0] != "nullptr" else "(T*)nullptr"
-    bwd = [f"window_bias_backward(on, {d_x}, {d.dp('weight')}, {d.d_out}, (long)B, {win});"]
-    return fwd, bwd
 
 
 def _volume(node, graph) -> str:
@@ -534,8 +516,6 @@ DEVICE_OPS: dict[str, DeviceOp] = {
     "mul": DeviceOp(_binary_device, fuses_activation=True),
     "div": DeviceOp(_binary_device, fuses_activation=True),
     "masked_fill": DeviceOp(_binary_device),
-    "causal_fill": DeviceOp(_causal_device),
-    "window_bias": DeviceOp(_window_device),
     "permute": DeviceOp(_permute_device),
     "cat": DeviceOp(_cat_device),
     "slice": DeviceOp(_slice_device),

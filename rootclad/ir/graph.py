@@ -2,7 +2,7 @@
 
 A :class:`Graph` has one or more inputs, nodes in topological order (each reads named values
 and writes one new value) and one output. Shapes here exclude the batch axis, which stays a
-run-time argument. Front-ends (:mod:`rootclad.frontends`: torch.fx, ONNX) build a graph; :meth:`Graph.validate`
+run-time argument. Front-ends (:mod:`rootclad.frontends`: torch.export, ONNX) build a graph; :meth:`Graph.validate`
 checks it and infers every shape through the op registry (:mod:`rootclad.ir.registry`), naming the
 node at fault, so nothing unsupported ever reaches the C++ compiler.
 """
@@ -189,11 +189,7 @@ class Graph:
             for role, name in node.params.items():
                 if role not in spec.params:
                     raise IRError(f"{node.describe()}: has no parameter {role!r}")
-                computed = (
-                    f"its {role} {name!r} is no parameter of the model (a tensor computed "
-                    "from its parameters, as the old torch.nn.utils.weight_norm leaves it: "
-                    "frontend='export' takes those)"
-                )
+                computed = f"its {role} {name!r} is no parameter or buffer of the model"
                 expect(name in self.by_name, node, computed)
             for role in node.buffers:
                 if role not in spec.buffers:

@@ -161,7 +161,84 @@ def one_scale(graph: Graph) -> Graph:
     return _with_nodes(graph, [n for n in nodes if n is not None])
 
 
+# ops whose result is zero where one input is (a product), or where their input is (a view, a
+# permutation, a piece or copies of it)
+_ZERO_IF_ANY = ("mul", "matmul")
+_ZERO_IF_INPUT = ("permute", "slice", "expand")
+
+
+def _zeros(graph: Graph) -> set[str]:
+    """The values that are 0 whatever the inputs and parameters: a read of a constant of zeros
+    (a recurrent layer's initial state, torch.zeros in forward), products with one, views and
+    pieces of one, and a linear map of one without a bias."""
+    zero: set[str] = set()
+    for node in graph.nodes:
+        name = node.buffers.get("value") if node.op == "parameter" else None
+        if name in graph.constants and not graph.constants[name].any():
+            zero.add(node.output)
+        elif node.op in _ZERO_IF_ANY and zero.intersection(node.inputs):
+            zero.add(node.output)
+        elif (
+            node.inputs
+            and node.inputs[0] in zero
+            and (
+                OPS[node.op].view
+                or node.op in _ZERO_IF_INPUT
+                or node.op == "linear"
+                and "bias" not in node.params
+            )
+        ):
+            zero.add(node.output)
+    return zero
+
+
+def zero_products(graph: Graph) -> Graph:
+    """A sum with a value that is always 0 (:func:`_zeros`) as its other term (where that has
+    the sum's shape), and a linear map of one as its bias: the first step of a recurrent layer
+    from its zero state (h W + b, f * c) costs no product with zeros, and what computed only
+    for them (the first forget gate) goes. Values and gradients are unchanged but where a
+    factor of a zero product is not finite (torch's product is then NaN, this one 0)."""
+    zero = _zeros(graph)
+    if not zero:
+        return graph
+    shapes = {**dict(zip(graph.inputs, graph.input_shapes, strict=True)), **graph.shapes}
+    source: dict[str, str] = {}
+    nodes = []
+    for node in graph.nodes:
+        node = dataclasses.replace(node, inputs=[source.get(v, v) for v in node.inputs])
+        out = tuple(node.out_shape)
+        if node.output == graph.output:
+            nodes.append(node)
+            continue
+        if node.op in ("add", "sub"):
+            a, b = node.inputs
+            kept = a if b in zero else b if a in zero and node.op == "add" else None
+            if kept is not None and tuple(shapes[kept]) == out:
+                source[node.output] = kept
+                continue
+        if node.op == "linear" and node.inputs[0] in zero and "bias" in node.params:
+            nodes.extend(_bias_rows(node, out))
+            continue
+        nodes.append(node)
+    read, kept = {graph.output}, []
+    for node in reversed(nodes):  # what computed only for the terms dropped goes too
+        if node.output in read:
+            kept.append(node)
+            read.update(node.inputs)
+    return _with_nodes(graph, kept[::-1])
+
+
+def _bias_rows(node: Node, out: tuple[int, ...]) -> list[Node]:
+    """A linear map of zeros: its bias, copied to every row of ``out``."""
+    row = (1,) * (len(out) - 1) + (out[-1],)
+    bias = {"weight": node.params["bias"]}
+    if row == out:
+        return [Node(node.name, "parameter", [], node.output, {"shape": out}, params=bias)]
+    read = Node(f"{node.name}__bias", "parameter", [], attrs={"shape": row}, params=bias)
+    return [read, Node(node.name, "expand", [read.output], node.output, {"shape": out})]
+
+
 def simplify(graph: Graph) -> Graph:
     """Every rewrite above, as each front-end's graph gets them."""
-    graph = drop_identities(one_scale(merge_permutes(drop_identities(graph))))
+    graph = drop_identities(one_scale(merge_permutes(drop_identities(zero_products(graph)))))
     return pool_before_activation(global_pools(graph))

@@ -17,7 +17,7 @@ from torch import nn
 
 import rootclad
 from rootclad.codegen import emit_model
-from rootclad.frontends.torch_fx import graph_from_module
+from rootclad.frontends.aten import graph_from_export
 
 
 def _chain(n: int) -> nn.Module:
@@ -32,7 +32,7 @@ def test_a_2000_node_chain_is_emitted_in_seconds(engine, pullbacks):
     torch.manual_seed(0)
     net = _chain(2000)
     t0 = time.perf_counter()
-    graph = graph_from_module(net, torch.randn(2, 8, dtype=torch.float64), "float64")
+    graph = graph_from_export(net, torch.randn(2, 8, dtype=torch.float64), "float64")
     emitted = emit_model(graph, "mse", engine, pullbacks)
     seconds = time.perf_counter() - t0
     assert len(graph.nodes) == 2000

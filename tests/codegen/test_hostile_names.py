@@ -29,8 +29,7 @@ from rootclad.codegen.cxx import comment_text, string_literal
 from rootclad.codegen.standalone import write_header
 from rootclad.frontends.aten import graph_from_export
 from rootclad.frontends.onnx import to_module
-from rootclad.frontends.torch_fx import graph_from_module
-from rootclad.ir.graph import IRError, Param
+from rootclad.ir.graph import Param
 from rootclad.toolchain import find_cxx
 
 MARK = f"/tmp/rootclad-hostile-name-ran-{os.getpid()}"
@@ -43,11 +42,12 @@ HOSTILE = [
     "trigraph ??/",
     "line\r\nseparator\u2028and ｆｕｌｌｗｉｄｔｈ",
 ]
-# what a torch module's names may hold (torch.fx refuses quotes, backslashes, non-ASCII)
+# what a torch module's names may hold (anything but a dot): quotes, a line break, a
+# backslash, a trigraph, non-ASCII
 HOSTILE_TORCH = [
-    "end */ int injected = 1; /* start",
-    "#define B 0 ??/",
-    "a_x0",
+    'end */ int injected = 1; /* start"\n#define B 0',
+    "#define B 0 ??/ back\\slash",
+    "a_x0 ｆｃ",
     "params); system(0); (",
 ]
 
@@ -193,12 +193,11 @@ class Named(nn.Module):
 def torch_graphs():
     x = torch.zeros(2, 1, 8)
     nets = Named(HOSTILE_TORCH), Named("abcd")
-    return [(graph_from_module(net, x, "float32"), net.state_dict()) for net in nets]
+    return [(graph_from_export(net, x, "float32"), net.state_dict()) for net in nets]
 
 
 class NamedLayers(nn.Module):
-    """What the export front-end takes so far: a convolution and a linear layer in a
-    ModuleDict under names of ``names``."""
+    """A convolution and a linear layer in a ModuleDict under names of ``names``."""
 
     def __init__(self, names):
         super().__init__()
@@ -238,13 +237,13 @@ def test_the_emitters_write_names_only_as_comments_and_literals(kind, request, t
         for k, g, state in (("bad", bad, bad_state), ("good", good, good_state))
     ]
     for name, (bad_src, good_src) in sources.items():
-        # the names reached the emitter (the device program names no parameter, and the
-        # export front-end's nodes are named by their ATen ops); an ONNX file's reach none
-        # (the replay holds initializers at plain names, its nodes are ATen ops)
+        # the names reached the emitter (the device program names no parameter, and a
+        # module's nodes are named by their ATen ops); an ONNX file's reach none (the replay
+        # holds initializers at plain names, its nodes are ATen ops)
         if kind == "onnx":
             assert "injected" not in bad_src, name
         else:
-            assert "injected" in bad_src or (kind, name) == ("export", "device"), name
+            assert "injected" in bad_src or kind in ("torch", "export") and name == "device", name
         assert cpp_tokens(bad_src) == cpp_tokens(good_src), name
 
 
@@ -296,11 +295,3 @@ def test_a_torch_module_with_hostile_names_trains_as_with_plain_ones():
     np.testing.assert_allclose(cm(x).detach(), bad(x).detach(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(bad(x).detach(), good(x).detach())  # the same weights
     assert set(cm.state_dict()) == set(bad.state_dict())
-
-
-@pytest.mark.parametrize("name", ['a"b', "back\\slash", "new\nline", "ｆｃ"])
-def test_torch_names_fx_cannot_write_are_refused_by_name(name):
-    net = nn.Sequential()
-    net.add_module(name, nn.Linear(2, 1))
-    with pytest.raises(IRError, match=re.escape(repr(name))):
-        graph_from_module(net, torch.zeros(2, 2), "float32")

@@ -20,7 +20,7 @@ from fixtures.op_cases import CASES, TORCH_RTOL_F64, Fn, sample_input
 from torch import nn
 
 from rootclad.codegen import cpu
-from rootclad.frontends.torch_fx import graph_from_module
+from rootclad.frontends.aten import graph_from_export
 from rootclad.gw.models import gw_cnn, gw_resnet
 from rootclad.ir import OPS
 from rootclad.nets import digits_cnn
@@ -36,7 +36,7 @@ MODELS = {
 
 def _emitted(build, shape, engine="pullback"):
     net = build()
-    graph = graph_from_module(net, torch.randn(2, *shape), "float32")
+    graph = graph_from_export(net, torch.randn(2, *shape), "float32")
     em = cpu._Emitter(graph, "bce_with_logits", engine, True)
     em.build()
     return em

@@ -31,7 +31,7 @@ def test_an_exported_graph_runs_on_the_device_kernels_as_torch(name, device):
     net = build().double()
     xs = fresh_inputs(shapes)
     x = xs if len(xs) > 1 else xs[0]
-    dm = compile_device(net, x, device=device, loss="mse", frontend="export")
+    dm = compile_device(net, x, device=device, loss="mse")
     if name == "sinusoidal-transformer":
         assert dm.graph.constants, "the encoding made in forward is a constant of the graph"
     out_ref = net(*xs).detach()

@@ -16,7 +16,7 @@ from rootclad.codegen import cuda_ops
 from rootclad.codegen.cuda import emit_device, fused_activations
 from rootclad.codegen.cuda_ops import device_ops
 from rootclad.compiler import compile_device
-from rootclad.frontends.torch_fx import graph_from_module
+from rootclad.frontends.aten import graph_from_export
 from rootclad.gw.models import gw_cnn, gw_mlp, gw_resnet
 from rootclad.ir.graph import IRError
 from rootclad.nets import digits_cnn
@@ -33,7 +33,7 @@ MODELS = {
 
 def _program(net, shape, dtype="float64"):
     example = torch.zeros(2, *shape, dtype=getattr(torch, dtype))
-    g = graph_from_module(net.to(example.dtype), example, dtype)
+    g = graph_from_export(net.to(example.dtype), example, dtype)
     g.validate()
     return g, emit_device(g, "net")
 
@@ -153,7 +153,7 @@ def test_model_programs_build_for_the_gpu(model, gpu_build):
     and loaded."""
     make, shape, loss = FULL_SIZE[model]
     net = make()
-    graph = graph_from_module(net, torch.zeros(2, *shape), "float32")
+    graph = graph_from_export(net, torch.zeros(2, *shape), "float32")
     graph.validate()
     lib = gpu_build.program(emit_device(graph, "net", loss), "net")
     assert lib.net_n_params() == sum(p.numel() for p in net.parameters())
@@ -253,7 +253,7 @@ def test_fused_activations_match_torch(tmp_path):
     # moves a ReLU behind a pool) and after the first convolution of each of its three blocks
     # (optimize.py drops the Identity that stands for BatchNorm there)
     for make, shape, n in ((gw_mlp, (96,), 2), (gw_cnn, (1, 512), 4), (gw_resnet, (1, 256), 7)):
-        g = graph_from_module(make(shape[-1]), torch.zeros(2, *shape), "float32")
+        g = graph_from_export(make(shape[-1]), torch.zeros(2, *shape), "float32")
         assert sorted(a.op for a in fused_activations(g).values()) == ["relu"] * n
     producers = {n.output: n.op for n in g.nodes}
     assert sorted(producers[v] for v in fused_activations(g)) == (
@@ -361,7 +361,7 @@ def test_fusion_saves_two_launches_per_activation(model, tmp_path):
     (at a batch below GEMM_MIN_ROWS: the products as loops, which read the adjoint through
     the activation)."""
     make, shape = MODELS[model]
-    graph = graph_from_module(make(), torch.zeros(2, *shape), "float32")
+    graph = graph_from_export(make(), torch.zeros(2, *shape), "float32")
     fused = _launches_per_step(tmp_path, emit_device(graph, "net"), shape)
     plain = _launches_per_step(tmp_path, emit_device(graph, "net", fuse=False), shape)
     assert plain - fused == 2 * len(fused_activations(graph)) > 0

@@ -45,7 +45,7 @@ import rootclad
 from rootclad.codegen.cuda import emit_device, fused_activations
 from rootclad.codegen.cuda_ops import BN_CHUNKS, device_ops
 from rootclad.compiler import compile_device
-from rootclad.frontends.torch_fx import graph_from_module
+from rootclad.frontends.aten import graph_from_export
 from rootclad.ir.ops import OPS
 from rootclad.torch import DeviceModel
 
@@ -161,7 +161,7 @@ def test_graph_ir_models_build_for_the_gpu(gpu_build):
     sources = []
     for i, (build, xs, loss) in enumerate(models.values()):
         xs = tuple(x.float() for x in xs)
-        graph = graph_from_module(build().float(), xs if len(xs) > 1 else xs[0], "float32")
+        graph = graph_from_export(build().float(), xs if len(xs) > 1 else xs[0], "float32")
         graph.validate()
         sources.append(emit_device(graph, f"net{i}", loss))
     lib = gpu_build.program("\n".join(sources), "nets")

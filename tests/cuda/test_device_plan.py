@@ -26,7 +26,7 @@ from test_device_models import _build, _p, _program, _step_like_torch
 
 from rootclad.codegen import cuda as device
 from rootclad.codegen.cuda import fused_activations, plan_adjoints
-from rootclad.frontends.torch_fx import graph_from_module
+from rootclad.frontends.aten import graph_from_export
 from rootclad.gw.models import gw_cnn, gw_resnet
 from rootclad.nets import digits_cnn
 
@@ -41,7 +41,7 @@ MODELS = {
 
 def _plans(name):
     build, shape = MODELS[name]
-    graph = graph_from_module(build(), torch.zeros(2, *shape), "float32")
+    graph = graph_from_export(build(), torch.zeros(2, *shape), "float32")
     fused = fused_activations(graph)
     return graph, plan_adjoints(graph, fused, share=False), plan_adjoints(graph, fused)
 

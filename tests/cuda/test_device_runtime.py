@@ -18,7 +18,7 @@ from torch import nn
 
 from rootclad.codegen.cuda import LOSSES, emit_device, fused_activations
 from rootclad.codegen.cuda_ops import DEVICE_OPS, fusable_functors
-from rootclad.frontends.torch_fx import graph_from_module
+from rootclad.frontends.aten import graph_from_export
 from rootclad.ir.registry import OPS
 from rootclad.paths import get_include
 from rootclad.toolchain import recipes
@@ -112,7 +112,7 @@ class _Fusions(nn.Module):
 def emitted_fusions() -> tuple[set[str], set[str], set[str]]:
     """The ops _Fusions fuses an activation into, the activations fused, and the kernels
     called with one (forward) or through one (act_grad, backward) in its program."""
-    graph = graph_from_module(_Fusions(), torch.zeros(2, 1, 4, 4), "float32")
+    graph = graph_from_export(_Fusions(), torch.zeros(2, 1, 4, 4), "float32")
     graph.validate()
     fused = fused_activations(graph)
     producers = {n.op for n in graph.nodes if n.output in fused}

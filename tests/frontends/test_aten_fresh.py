@@ -24,6 +24,6 @@ def test_an_architecture_no_issue_names_compiles_and_matches_torch(name, build, 
     x = xs if len(xs) > 1 else xs[0]
     if name in REFUSED:
         with pytest.raises(IRError, match=REFUSED[name]):
-            rootclad.compile(net, x, loss="mse", engine="pullback", frontend="export")
+            rootclad.compile(net, x, loss="mse", engine="pullback")
         return
-    check_against_torch(net, x, engine="pullback", loss="mse", frontend="export", against_all=True)
+    check_against_torch(net, x, engine="pullback", loss="mse", against_all=True)

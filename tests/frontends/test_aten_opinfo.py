@@ -64,7 +64,7 @@ def test_opinfo_samples_of_each_op_match_torch_autograd():
     }
     assert not missing, f"not compiled: {missing}"
     net, x = Together(parts), Together.input(parts)
-    cm = rootclad.compile(net, x, loss="mse", engine="pullback", frontend="export")
+    cm = rootclad.compile(net, x, loss="mse", engine="pullback")
     out_ref, d_out, dx_ref, _ = torch_vjp(net, x)
     out, dx, _ = compiled_vjp(cm, x, d_out)
     at_out = at_in = 0

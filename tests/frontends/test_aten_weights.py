@@ -42,7 +42,7 @@ def test_a_convolution_of_a_weight_scaled_per_output_channel_matches_torch():
     torch.manual_seed(0)
     net = Normed().double().eval()
     x = torch.randn(3, 2, 10, dtype=torch.float64)
-    cm = rootclad.compile(net, x, loss="mse", engine="pullback", frontend="export")
+    cm = rootclad.compile(net, x, loss="mse", engine="pullback")
     assert not net.drop.training  # switched for the capture only, on the user's model
     convs = [n for n in cm.graph.nodes if n.op == "conv1d"]
     assert len(convs) == 3 and all(set(n.params) == {"weight"} for n in convs), convs
@@ -66,11 +66,4 @@ class AlongInputs(nn.Module):
 
 def test_a_weight_scaled_otherwise_is_refused_naming_the_op():
     with pytest.raises(IRError, match=r"aten\.conv1d\.default .*per output channel"):
-        rootclad.compile(AlongInputs(), torch.randn(2, 2, 8), frontend="export")
-
-
-@pytest.mark.filterwarnings("ignore:`torch.nn.utils.weight_norm` is deprecated:FutureWarning")
-def test_the_fx_front_end_refuses_a_computed_weight_naming_it_and_the_front_end_that_takes_it():
-    net = nn.Sequential(nn.utils.weight_norm(nn.Conv1d(2, 3, 3)), nn.ReLU())
-    with pytest.raises(IRError, match=r"weight '0\.weight' is no parameter .*frontend='export'"):
-        rootclad.compile(net, torch.randn(2, 2, 8), frontend="fx")
+        rootclad.compile(AlongInputs(), torch.randn(2, 2, 8))

@@ -1,11 +1,12 @@
 """Upsampling beyond the op cases (tests/fixtures/op_cases.py, against torch on every backend):
-torch's 1-d nearest forward at scales near 1 and 2, and the forms refused naming the layer or
-call."""
+torch's 1-d nearest forward at scales near 1 and 2, the 1-d nearest-exact mode against torch,
+and the forms refused naming the ATen op and the layer or call that made it."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from fixtures.core import check_against_torch
 from torch import nn
 from torch.nn import functional as F
 
@@ -25,19 +26,35 @@ class Fn(nn.Module):
 @pytest.mark.parametrize(
     "net, shape, words",
     [
-        (nn.Upsample(scale_factor=2, mode="bicubic"), (2, 3, 4), "mode='bicubic'"),
-        (nn.Upsample(scale_factor=2, mode="nearest-exact"), (2, 5), "mode='nearest-exact'"),
+        # torch decomposes bicubic and trilinear into gathers by several index tensors
+        (
+            nn.Upsample(scale_factor=2, mode="bicubic"),
+            (2, 3, 4),
+            r"aten\.index\.Tensor \(node 'index' in module '0' \(Upsample\)\): indexing by 2 index",
+        ),
         (
             Fn(lambda x: F.interpolate(x, scale_factor=2, mode="bilinear", antialias=True)),
             (2, 3, 4),
-            "antialias",
-        ),  # fmt: skip
-        (nn.Upsample(scale_factor=2, mode="trilinear"), (1, 2, 2, 2), "trilinear"),
+            r"aten\._upsample_bilinear2d_aa\.default .*in module '0' \(Fn\)\): not supported",
+        ),
+        (
+            nn.Upsample(scale_factor=2, mode="trilinear"),
+            (1, 2, 2, 2),
+            r"aten\.index\.Tensor \(node 'index' in module '0' \(Upsample\)\): indexing by 3 index",
+        ),
     ],
+    ids=["bicubic", "antialias", "trilinear"],
 )
 def test_upsampling_forms_not_supported_are_refused(net, shape, words):
     with pytest.raises(IRError, match=words):
-        rootclad.compile(net, torch.randn(2, *shape), engine="pullback")
+        rootclad.compile(nn.Sequential(net), torch.randn(2, *shape), engine="pullback")
+
+
+def test_nearest_exact_1d_matches_torch():
+    """mode='nearest-exact' (torch's floor((o + 0.5) / scale)) at twice the size: forward and
+    input gradient against torch."""
+    x = torch.randn(3, 2, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    check_against_torch(nn.Upsample(scale_factor=2, mode="nearest-exact"), x, loss="mse")
 
 
 @pytest.mark.parametrize("scale, n", [(1.01, 10), (2.05, 5), (1.3, 3)])

@@ -184,5 +184,7 @@ def test_a_sequence_read_beside_another_value_is_refused_naming_it():
     model.graph.node[3].op_type = "Mul"
     model.graph.node[3].input[:] = ["two", "s"]
     del model.graph.node[3].attribute[:]
-    with pytest.raises(IRError, match=r"output \(made by .*'#3' \(Mul.* not a value of the batch"):
+    with pytest.raises(
+        IRError, match=r"output \(made by .*'#3' \(Mul.* batch axis at axis 1, not first"
+    ):
         rootclad.onnx.load(model, loss="mse", engine="pullback")

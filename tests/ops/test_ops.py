@@ -37,7 +37,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import rootclad
-from rootclad.frontends.torch_fx import graph_from_module
+from rootclad.frontends.aten import graph_from_export
 from rootclad.ir import OPS
 
 F64, F32 = torch.float64, torch.float32
@@ -79,12 +79,12 @@ def test_every_registered_op_has_a_case_here():
     op without a torch reference case fails here."""
     covered = set()
     for _, build, shape, _ in CASES:
-        graph = graph_from_module(build(), sample_input(shape), "float64")
+        graph = graph_from_export(build(), sample_input(shape), "float64")
         covered |= {node.op for node in graph.nodes}
     for _, build, shapes, kind in MASK_CASES:  # models of two inputs: tests/torch/test_masks.py
-        graph = graph_from_module(build(), mask_input(shapes, kind), "float64")
+        graph = graph_from_export(build(), mask_input(shapes, kind), "float64")
         covered |= {node.op for node in graph.nodes}
-    covered |= {n.op for n in graph_from_module(Tokens().double(), index_input(), "float64").nodes}
+    covered |= {n.op for n in graph_from_export(Tokens().double(), index_input(), "float64").nodes}
     missing = sorted(set(OPS) - covered)
     assert not missing, f"ops without a case in CASES: {missing}"
 

@@ -64,3 +64,47 @@ def test_torchs_attention_scales_the_scores_once_and_transposes_no_value_back_an
     assert [n.attrs["scale"] for n in scales if n.attrs["scale"] != 2.0] == [pytest.approx(0.5)]
     pairs = [n for n in graph.nodes if n.op == "permute" and made.get(n.inputs[0], n).op == n.op]
     assert not pairs, ops
+
+
+class _Cell(nn.Module):
+    """A recurrent loop as people write it: the state starts as zeros made in forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp, self.hid = nn.Linear(3, 4), nn.Linear(4, 4)
+        self.gate = nn.Linear(4, 4, bias=False)
+
+    def forward(self, x):  # (B, T, 3)
+        h = x.new_zeros(x.shape[0], 4)
+        c = x.new_zeros(x.shape[0], 4)
+        for t in range(x.shape[1]):
+            c = torch.sigmoid(self.gate(h)) * c + torch.tanh(self.inp(x[:, t]) + self.hid(h))
+            h = torch.tanh(c)
+        return h
+
+
+@pytest.mark.parametrize("net", [_Cell(), nn.LSTM(3, 4, batch_first=True)], ids=["cell", "lstm"])
+def test_products_with_a_zero_state_are_not_computed_and_sums_keep_the_other_term(net):
+    """The first step from a zero state: h W + b is the bias, f * c and what computed f go,
+    a sum with 0 is its other term. The values and gradients: tests/frontends (LSTM, GRU) and
+    the check against torch below."""
+    from fixtures.core import check_against_torch
+
+    x, net = torch.randn(2, 3, 3), _Readout(net)
+    graph = graph_from_export(net, x, "float32")
+    zeros = {n.output for n in graph.nodes if n.op == "parameter" and n.buffers}
+    assert not zeros, [n.name for n in graph.nodes if n.op == "parameter"]
+    # products of x (an LSTM projects all steps at once) and of h at steps 2 and 3 only
+    cell = isinstance(net.net, _Cell)
+    assert sum(n.op == "linear" for n in graph.nodes) == (3 if cell else 1) + 2 * (2 if cell else 1)
+    check_against_torch(net, x, loss="mse")
+
+
+class _Readout(nn.Module):
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x):
+        out = self.net(x)
+        return out[0][:, -1] if isinstance(out, tuple) else out

@@ -1,25 +1,26 @@
-"""Causal attention masks (issue 27; fx_constants.py): ``is_causal=True``, and constant masks
-built in ``forward`` or held as buffers (``nn.Transformer.generate_square_subsequent_mask``,
+"""Causal attention masks (issue 27): ``is_causal=True``, and constant masks built in
+``forward`` or held as buffers (``nn.Transformer.generate_square_subsequent_mask``,
 ``torch.ones(L, L).triu(1)``, offsets other than 0, key and query lengths that differ),
-through scaled_dot_product_attention, nn.MultiheadAttention, the encoders and masked_fill;
+through scaled_dot_product_attention, nn.MultiheadAttention, the encoders and masked_fill,
+each mask held as a constant of the compiled model (rootclad/frontends/aten/constants.py);
 against torch autograd on both engines, in float32, on the device kernels, beside a padding
-mask, and for 20 Adam steps of a small causal transformer. Constants that are not causal
-masks are refused naming the node."""
+mask, and for 20 Adam steps of a small causal transformer. Constant masks that are not
+causal, and other constants, are held as computed too, and match torch."""
 
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
-from fixtures.core import assert_close_rel, assert_grads_close, perturbed
+from fixtures.core import assert_close_rel, assert_grads_close, check_against_torch, perturbed
 from fixtures.op_cases import Fn
 from torch import nn
 from torch.nn import functional as F
 
 import rootclad
 from rootclad.compiler import compile_device
-from rootclad.ir.graph import IRError
 
 F64 = torch.float64
 
@@ -123,7 +124,8 @@ def test_causal_attention_matches_torch(name, engine, dtype, request):
     net = perturbed(MODELS[name]().double()).eval()
     x = _x(name).to(dtype)
     cm = rootclad.compile(copy.deepcopy(net).to(dtype), x, loss="mse", engine=engine)
-    assert any(n.op == "causal_fill" for n in cm.graph.nodes)
+    masks = [c for c in cm.graph.constants.values() if tuple(c.shape[-2:]) in ((6, 6), (6, 4))]
+    assert masks, "the (L, S) mask, held as a constant"
     _check(cm, net, x, 1e-9 if dtype == F64 else 1e-4, name)
 
 
@@ -156,7 +158,8 @@ def test_a_causal_mask_beside_a_padding_mask_matches_torch():
 
 @pytest.mark.parametrize("name", ["decoder", "mha-buffer-offset-minus-1", "sdpa-cross"])
 def test_causal_attention_on_the_device_kernels(name):
-    """The device program's causal_fill (its host loops here, a GPU where there is one)."""
+    """The device program's masked attention, the mask a constant (its host loops here, a GPU
+    where there is one)."""
     torch.manual_seed(0)
     net = perturbed(MODELS[name]().double()).eval()
     x = _x(name)
@@ -197,18 +200,28 @@ def _bias(x):  # an additive constant that is not 0 / -inf
     return F.scaled_dot_product_attention(x, x, x, attn_mask=torch.ones(6, 6, dtype=x.dtype))
 
 
-REFUSED = [
-    ("sliding-window", _sliding, "not causal"),
-    ("constant-bias", _bias, "other than 0 and -inf"),
-    ("constant-elsewhere", lambda x: x + torch.ones(6, 8, dtype=x.dtype), "a constant tensor"),
-    ("wrong-shape", lambda x: x.masked_fill(torch.ones(1, 8, dtype=torch.bool).triu(1), float("-inf")), "(L, S)"),
-]  # fmt: skip
+def _features(x):  # a (1, F) mask over the features, not the keys
+    return torch.softmax(x.masked_fill(torch.ones(1, 8, dtype=torch.bool).triu(4), -math.inf), -1)
 
 
-@pytest.mark.parametrize("fn, words", [pytest.param(*c[1:], id=c[0]) for c in REFUSED])
-def test_constants_that_are_not_causal_masks_are_refused_naming_the_node(fn, words):
-    with pytest.raises(IRError, match=words.replace("(", r"\(").replace(")", r"\)")):
-        rootclad.compile(Fn(fn), _x("x"), loss="mse", engine="pullback")
+def _one_axis(x):  # a mask of one axis, on a flattened value
+    return torch.softmax(x.flatten(1).masked_fill(torch.arange(48) % 5 == 0, -math.inf), -1)
+
+
+NOT_CAUSAL = {
+    "sliding-window": _sliding,
+    "constant-bias": _bias,
+    "constant-elsewhere": lambda x: x + torch.ones(6, 8, dtype=x.dtype),
+    "mask-over-features": _features,
+    "mask-of-one-axis": _one_axis,
+}
+
+
+@pytest.mark.parametrize("name", NOT_CAUSAL)
+def test_constants_that_are_not_causal_masks_are_held_and_match_torch(name):
+    """Any constant is held as torch computes it (a band, a bias, a mask of another shape)."""
+    cm = check_against_torch(Fn(NOT_CAUSAL[name]), _x("x"), F64, loss="mse")
+    assert cm.graph.constants, "the constant, held"
 
 
 @pytest.mark.parametrize("fn", [_cross, _fill], ids=["sdpa-cross", "masked-fill-offset-1"])
@@ -239,7 +252,7 @@ def test_a_constant_mask_that_is_not_causal_computes_through_onnx():
     x = _x("x").float()
     model = export(Fn(_band_fill), x, opset=18)
     cm = rootclad.onnx.load(model, loss="mse", engine="pullback")
-    assert not any(n.op == "causal_fill" for n in cm.graph.nodes)
+    assert cm.graph.constants, "the band, held"
     assert_close_rel(cm.predict(x), torch.from_numpy(run_ort(model, x.numpy())), 1e-5, "forward")
 
 
@@ -251,9 +264,3 @@ def test_causal_attention_with_clad_differentiating_the_kernels(clad):
     cm = rootclad.compile(copy.deepcopy(net), x, loss="mse", engine="clad", pullbacks=False)
     assert cm.engine == "clad"
     _check(cm, net, x, 1e-9, "decoder")
-
-
-def test_a_constant_mask_on_a_value_of_one_axis_is_refused():
-    fn = lambda x: x.flatten(1).masked_fill(torch.zeros(48, dtype=torch.bool), float("-inf"))  # noqa: E731
-    with pytest.raises(IRError, match=r"a causal mask is \(L, S\)"):
-        rootclad.compile(Fn(fn), _x("x"), loss="mse", engine="pullback")

@@ -17,7 +17,7 @@ from fixtures.training import OPTIMIZERS, SMALL_BATCH_MODELS, batches, training_
 from torch import nn
 
 import rootclad
-from rootclad.compiler import graph_from_module, parameter_aliases
+from rootclad.compiler import graph_from_export, parameter_aliases
 from rootclad.torch.base import ModelBase
 
 F64 = torch.float64
@@ -428,7 +428,7 @@ def stateful():
     """The state every compiled model loads through (ModelBase: CompiledModel and DeviceModel
     inherit its load_state_dict), float32, over the graph of _Stateful; no library is built."""
     net = _Stateful()
-    graph = graph_from_module(net, torch.zeros(5, 3), "float32")
+    graph = graph_from_export(net, torch.zeros(5, 3), "float32")
     model = ModelBase(
         graph, "mse", aliases=parameter_aliases(net), ignored=[n for n, _ in net.named_buffers()]
     )

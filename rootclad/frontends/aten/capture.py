@@ -6,14 +6,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import operator
+import os
 import threading
 import warnings
+from pathlib import Path
 
 import torch
 import torch.fx.traceback as fx_traceback
 from torch import nn
 
-from rootclad.frontends.aten.table import KEPT, LOWERINGS, op_name
+from rootclad.frontends.aten.draws import own_ops
+from rootclad.frontends.aten.table import AS_IS, KEPT, LOWERINGS, op_name
 from rootclad.ir.graph import IRError
 
 _ONCE = threading.Lock()
@@ -61,14 +64,103 @@ def _quiet(name: str):
 
 def _training_only(mod: nn.Module) -> bool:
     """A module that acts in training only, and vanishes from an eval-mode capture: dropout,
-    torchvision's stochastic depth."""
-    return isinstance(mod, nn.modules.dropout._DropoutNd) or type(mod).__name__ == "StochasticDepth"
+    a recurrent layer's between its layers, attention's of its weights (torchvision's
+    stochastic depth is captured
+    as one op in either mode: draws.own_ops)."""
+    return isinstance(mod, nn.modules.dropout._DropoutNd) or (
+        isinstance(mod, (nn.RNNBase, nn.MultiheadAttention)) and mod.dropout > 0
+    )
+
+
+@contextlib.contextmanager
+def _unaliased(module: nn.Module):
+    """Each layer registered under one name while the block runs: a layer held twice
+    (``self.again = self.bn``) is an attribute under its other names, which forward reads as
+    before (torch 2.13's decomposition fails on a buffer written under two names)."""
+    moved = []
+    seen = set()
+    for parent in module.modules():
+        for name, child in list(parent._modules.items()):
+            if child is None:
+                continue
+            if id(child) in seen:
+                moved.append((parent, dict(parent._modules), name, child))
+            seen.add(id(child))
+    for parent, _, name, child in moved:
+        del parent._modules[name]
+        object.__setattr__(parent, name, child)
+    try:
+        yield
+    finally:
+        for parent, order, name, _ in reversed(moved):
+            object.__delattr__(parent, name)
+            parent._modules.clear()
+            parent._modules.update(order)
+
+
+def _check_layer(path: str, mod: nn.Module) -> None:
+    """Refuse, naming the layer, options of torch's layers the compiled model has no kernel
+    for and which torch.export would capture as something else than they are."""
+    where = f"module {path!r} ({type(mod).__name__})"
+    mode = getattr(mod, "padding_mode", "zeros")
+    if isinstance(mod, nn.modules.conv._ConvNd) and mode != "zeros":
+        raise IRError(f"{where}: padding_mode={mode!r} (zero padding is supported)")
+    if isinstance(mod, nn.modules.batchnorm._BatchNorm) and mod.training and mod.momentum is None:
+        raise IRError(f"{where}: momentum=None (a cumulative average) in training")
+
+
+def _layer_by_layer(impl):
+    """torch's decomposition ``impl`` of a recurrent layer of several layers, one layer at a
+    time with torch's dropout between them in training: torch 2.13's own drops it (its test
+    ``num_layers < i - 1`` is never true), which eager torch does not."""
+
+    def decomposed(x, hx, params, biases, layers, dropout, train, bidirectional, batch_first):
+        if not (dropout and train and layers > 1):
+            return impl(x, hx, params, biases, layers, dropout, train, bidirectional, batch_first)
+        lstm = isinstance(hx, (list, tuple))
+        states = list(hx) if lstm else [hx]
+        dirs = 2 if bidirectional else 1
+        projected = lstm and states[0].shape[-1] != states[1].shape[-1]
+        per = (2 + 2 * biases + projected) * dirs  # tensors per layer, as nn.LSTM lists them
+        finals = []
+        for i in range(layers):
+            mine = [s[i * dirs : (i + 1) * dirs] for s in states]
+            weights = params[i * per : (i + 1) * per]
+            first = mine if lstm else mine[0]
+            x, *last = impl(x, first, weights, biases, 1, 0.0, train, bidirectional, batch_first)
+            finals.append(last)
+            if i < layers - 1:
+                x = torch.dropout(x, dropout, True)
+        return (x, *(torch.cat([f[j] for f in finals]) for j in range(len(states))))
+
+    return decomposed
+
+
+def _recurrent_decompositions() -> dict:
+    from torch._decomp import decompositions as d
+
+    aten = torch.ops.aten
+    return {
+        aten.lstm.input: _layer_by_layer(d.lstm_impl),
+        aten.gru.input: _layer_by_layer(d.gru_impl),
+        aten.rnn_tanh.input: _layer_by_layer(d.rnn_tanh_input),
+        aten.rnn_relu.input: _layer_by_layer(d.rnn_relu_input),
+    }
 
 
 def _examples(example_input) -> tuple[torch.Tensor, ...]:
     xs = tuple(example_input) if isinstance(example_input, (tuple, list)) else (example_input,)
     # a batch of one would be specialised (torch.export fixes sizes 0 and 1): two of it
     return tuple(torch.cat([x, x]) if x.shape[0] == 1 else x for x in xs)
+
+
+def _materialise(module: nn.Module, xs: tuple) -> None:
+    """Lazy layers (LazyLinear) given their parameters' shapes: one forward on the example,
+    in the parameters' type, as torch's own first call does."""
+    ready = [p for p in module.parameters() if not isinstance(p, nn.UninitializedParameter)]
+    dtype = ready[0].dtype if ready else None
+    with torch.no_grad():
+        module(*(x.to(dtype) if dtype and x.is_floating_point() else x for x in xs))
 
 
 def _dynamic(module: nn.Module, xs: tuple, batch) -> tuple:
@@ -83,19 +175,23 @@ def _dynamic(module: nn.Module, xs: tuple, batch) -> tuple:
 
 
 def export_program(module: nn.Module, example_input):
-    """``module`` captured by torch.export (batch axis dynamic) in its own mode, as torch.fx
-    traces it, but for dropout and stochastic depth, captured as in training (in eval mode
-    they would vanish; compiled, they obey cm.train() and cm.eval()); decomposed into core ATen
-    ops but for the layers in :data:`KEPT`."""
+    """``module`` captured by torch.export (batch axis dynamic) in its own mode, but for
+    dropout, captured as in training (in eval mode it would vanish; compiled, it obeys
+    cm.train() and cm.eval()); decomposed into core ATen ops but for the layers in
+    :data:`KEPT`."""
     xs = _examples(example_input)
+    if any(isinstance(m, nn.modules.lazy.LazyModuleMixin) for m in module.modules()):
+        _materialise(module, xs)
     batch = torch.export.Dim("batch", min=1)
     # captured as in training (switched for the capture, not on a copy: the old weight norm's
     # modules cannot be copied); p >= 1: torch writes zeros, no draw to switch off
     switched = [m for m in module.modules() if _training_only(m) and not m.training]
-    for mod in module.modules():
+    for path, mod in module.named_modules():
         if _training_only(mod) and float(getattr(mod, "p", 0)) >= 1:
             raise IRError(f"{type(mod).__name__}(p={mod.p}): every value dropped")
+        _check_layer(path, mod)
     table = torch.export.default_decompositions()
+    table.update(_recurrent_decompositions())
     for kept in KEPT:
         _, packet, overload = kept.split(".")
         table.pop(getattr(getattr(torch.ops.aten, packet), overload), None)
@@ -110,7 +206,8 @@ def export_program(module: nn.Module, example_input):
                 mod.training = True
             # (what an ONNX file's replay notes; torch's log of a failing op, which the
             # refusal below names, quiet)
-            with fx_traceback.preserve_node_meta(), _quiet("torch._subclasses.fake_tensor"):
+            quiet = _quiet("torch._subclasses.fake_tensor")
+            with fx_traceback.preserve_node_meta(), quiet, own_ops(module), _unaliased(module):
                 program = torch.export.export(
                     module, xs, dynamic_shapes=_dynamic(module, xs, batch), strict=False
                 )
@@ -118,32 +215,146 @@ def export_program(module: nn.Module, example_input):
             raise
         except Exception as exc:  # torch's own message names the line that failed
             raise IRError(
-                f"torch.export could not capture {type(module).__name__}: "
-                f"{type(exc).__name__}: {str(exc)[:2000]}"
+                f"torch.export could not capture {type(module).__name__}{_failed_in(module, exc)}"
+                f": {_fixed_batch(module, xs, exc)}{type(exc).__name__}: {str(exc)[:2000]}"
             ) from exc
         finally:
             for mod in switched:
                 mod.training = False
-        return _decomposed(program, table), module, xs
+        try:
+            return _decomposed(program, table), module, xs
+        except Exception as exc:  # torch's own decomposition failing (a layer held twice)
+            raise IRError(
+                f"torch.export could not decompose {type(module).__name__} into core ATen "
+                f"ops: {type(exc).__name__}: {str(exc)[:2000]}"
+            ) from exc
+
+
+def _failed_in(module: nn.Module, exc: Exception) -> str:
+    """' (in module 'path' (Class), file:line)': the innermost layer whose forward was running
+    where ``exc`` was raised, or ''."""
+    paths = {id(m): p for p, m in module.named_modules()}
+    found, tb = None, exc.__traceback__
+    while tb is not None:
+        owner = tb.tb_frame.f_locals.get("self")
+        if tb.tb_frame.f_code.co_name == "forward" and id(owner) in paths:
+            found = (paths[id(owner)], owner, tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+        tb = tb.tb_next
+    if found is None:
+        return ""
+    path, owner, file, line = found
+    where = f"module {path!r}" if path else "the model"
+    return f" (in {where} ({type(owner).__name__}), {Path(file).name}:{line})"
+
+
+def _fixed_batch(module: nn.Module, xs: tuple, exc: Exception) -> str:
+    """What makes a forward fix the batch size, where torch.export says it does: the line of
+    the model's that did (an op reading the batch axis as another), and a time-first recurrent
+    layer given a batch-first input."""
+    if "Constraints violated (batch)" not in str(exc):
+        return ""
+    time_first = [
+        f"{path!r} ({type(m).__name__}) has batch_first=False: it reads axis 0 as time; give it "
+        "x.transpose(0, 1) or build it with batch_first=True"
+        for path, m in module.named_modules()
+        if isinstance(m, nn.RNNBase) and not m.batch_first
+    ]
+    line = _fixing_line(module, xs)
+    why = "; ".join(([line] if line else []) + time_first)
+    return f"its forward fixes the batch size ({why or 'an op reads the batch axis'}): "
+
+
+def _fixing_line(module: nn.Module, xs: tuple) -> str:
+    """The model's own line at which torch fixed the batch size to the example's, found by
+    capturing again with torch's log of the guard it added (and its stack), or ''."""
+    import re
+
+    import torch.fx.experimental._config as shapes_config
+
+    def guards(**patch) -> list:
+        log = logging.getLogger("torch.fx.experimental.symbolic_shapes")
+        found, handlers, level = [], log.handlers[:], log.level
+
+        class Keep(logging.Handler):
+            def emit(self, record):
+                found.append(record)
+
+        log.handlers, log.propagate = [Keep()], False
+        log.setLevel(logging.INFO)
+        try:
+            with shapes_config.patch(**patch), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                batch = torch.export.Dim("batch", min=1)
+                dims = _dynamic(module, xs, batch)
+                torch.export.export(module, xs, dynamic_shapes=dims, strict=False)
+        except Exception:
+            pass
+        finally:
+            log.handlers, log.propagate = handlers, True
+            log.setLevel(level)
+        return found
+
+    added = (re.search(r"eval (.*\bs\d+\b.*) \[guard added\]", r.getMessage()) for r in guards())
+    guard = next((m.group(1) for m in added if m), None)  # the first on the batch size
+    if guard is None:
+        return ""
+    stacks = [r.stack_info or "" for r in guards(extended_debug_guard_added=guard)]
+    frames = re.findall(
+        r'File "([^"]+)", line (\d+), in \S+\n(?!\s*File ")\s*(.*)', "".join(stacks)
+    )
+    package = str(Path(__file__).resolve().parents[2])
+    ours = [i for i, f in enumerate(frames) if f[0].startswith(package)]
+    inner = frames[ours[-1] + 1 :] if ours else []  # what rootclad's call to torch ran
+    own = [f for f in inner if f"{os.sep}torch{os.sep}" not in f[0]]
+    if not own:
+        return ""
+    path, number, code = own[-1]
+    return f"at {Path(path).name}:{number}, {code.strip()!r}"
 
 
 def _decomposed(program, table):
     """``program`` in the ops the lowering takes: torch's run_decompositions (a second trace,
     which also makes the program functional), but where the program mutates nothing and
-    rootclad lowers every op in it as it stands (a reshape, a kept layer), which is the program
-    as it is (most ONNX files' and small models': half the capture's time)."""
+    rootclad lowers every op in it as it stands (a reshape, a kept layer) or folds it (a
+    constant: :mod:`rootclad.frontends.aten.constants`), which is the program as it is (most
+    ONNX files' and small models': half the capture's time)."""
     sig = program.graph_signature
+    variable = _variable(program)
     if not (sig.buffers_to_mutate or sig.user_inputs_to_mutate) and all(
-        _lowered_as_is(node) for node in program.graph.nodes if node.op == "call_function"
+        _lowered_as_is(node)
+        for node in program.graph.nodes
+        if node.op == "call_function" and node.name in variable
     ):
         return program
     with _cia_ops_listed_once():
         return program.run_decompositions(table)
 
 
+def _variable(program) -> set[str]:
+    """The nodes computed from the inputs, the parameters, the floating-point buffers (which a
+    compiled model may load anew) or a random draw: the others are constants, which the
+    lowering folds whatever their ops."""
+    sig = program.graph_signature
+    read = {*sig.user_inputs, *sig.inputs_to_parameters}
+    out = set()
+    for node in program.graph.nodes:
+        val = node.meta.get("val")
+        if node.op == "placeholder":
+            floating = isinstance(val, torch.Tensor) and val.is_floating_point()
+            if node.name in read or node.name in sig.inputs_to_buffers and floating:
+                out.add(node.name)
+        elif node.op == "call_function" and (
+            any(a.name in out for a in node.all_input_nodes)
+            or torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
+        ):
+            out.add(node.name)
+    return out
+
+
 def _lowered_as_is(node) -> bool:
     """Whether the lowering takes ``node`` before any decomposition: an op it lowers that
-    writes nothing (not in-place, no out argument), or shape arithmetic."""
+    writes nothing (not in-place, no out argument), shape arithmetic, or a check of torch's
+    (a node nothing reads, which the lowering skips)."""
     target = node.target
     if target is operator.getitem:
         return True
@@ -152,5 +363,9 @@ def _lowered_as_is(node) -> bool:
     schema = target._schema
     if schema.is_mutable or any(a.alias_info and a.alias_info.is_write for a in schema.arguments):
         return False
+    if node.meta.get("val") is None and not node.users:  # a check of torch's: nothing lowered
+        return True
     name = op_name(target)
+    if name in AS_IS:
+        return AS_IS[name](node)
     return name in LOWERINGS or name.startswith("aten.sym_")

@@ -57,13 +57,114 @@ def _index_select(low, node, args, kw):
     take(low, node, args[0], args[1], _index(low, node, args[2]))
 
 
+# ops that keep a tensor's values in order (an offset's or an index's views and copies)
+_VIEWS = {"view", "reshape", "_unsafe_view", "unsqueeze", "squeeze", "flatten", "clone"}
+
+
+def sample_offsets(low) -> None:
+    """Find torch.arange(B), the number of each sample (viewed, and scaled by a count N),
+    added to indices: weaver's ParticleNet takes the neighbours of all samples at once from
+    their points merged into one axis, x.view(B * N, C)[idx + arange(B).view(-1, 1, 1) * N].
+    The sum is the indices within each sample's own N rows (``low.offsets``: the sum -> (the
+    indices, N)); the nodes making the offset are read by nothing else and lowered to
+    nothing. An arange over the batch used otherwise is refused where it is lowered."""
+    for node in low.program.graph.nodes:
+        name = getattr(node.target, "_opname", "")
+        if name != "arange" or node.name not in low.data:
+            continue
+        bounds = [a.meta.get("val", a) if hasattr(a, "meta") else a for a in node.args]
+        if len(bounds) == 1:
+            bounds = [0, *bounds]
+        if (
+            bounds[0] != 0
+            or (len(bounds) > 2 and bounds[2] != 1)
+            or batch_rows(bounds[1], low.batch) != 1
+        ):
+            continue
+        chain, at, count = [node.name], node, 1
+        while len(at.users) == 1:
+            (user,) = at.users
+            op = getattr(user.target, "_opname", "")
+            if op in _VIEWS and user.args[0] is at:
+                chain.append(user.name)
+            elif op == "mul" and isinstance(user.args[1], int) and user.args[0] is at:
+                count *= user.args[1]
+                chain.append(user.name)
+            elif op == "add" and len(user.args) == 2 and not user.kwargs:
+                local = user.args[1] if user.args[0] is at else user.args[0]
+                same = tuple(local.meta["val"].shape) == tuple(user.meta["val"].shape)
+                if same and not local.meta["val"].dtype.is_floating_point:
+                    low.offsets[user.name] = (local, count)
+                    low.offset_nodes.update(chain)
+                break
+            else:
+                break
+            at = user
+
+
+def _offset(low, index) -> int | None:
+    """N where ``index`` is (a view of) indices plus the sample's number times N."""
+    while index.name not in low.offsets:
+        if getattr(index.target, "_opname", "") not in _VIEWS:
+            return None
+        index = index.args[0]
+    return low.offsets[index.name][1]
+
+
+def _index_range(local) -> int | None:
+    """The size of the axis whose topk gave the indices ``local`` (views, permutations and
+    slices of them): they are below it; None where they are not topk's."""
+    moves = _VIEWS | {"permute", "transpose", "slice", "select", "expand"}
+    while getattr(local.target, "__name__", "") == "getitem" or local.target._opname in moves:
+        local = local.args[0]
+    if getattr(local.target, "_opname", "") != "topk":
+        return None
+    dim = local.args[2] if len(local.args) > 2 else local.kwargs.get("dim", -1)
+    return int(local.args[0].meta["val"].shape[dim])
+
+
+def _rows_of_the_sample(low, node, x, index, count: int) -> None:
+    """x[idx + sample * N] of x's batch axis holding N rows of each sample: idx's rows of the
+    sample's own (a gather along the sample's first axis), where idx, a topk's indices, stays
+    below N (torch would read another sample's rows)."""
+    at_sum = index
+    while at_sum.name not in low.offsets:
+        at_sum = at_sum.args[0]
+    bound = _index_range(low.offsets[at_sum.name][0])
+    if bound is None or bound > count:
+        raise low.refuse(
+            node,
+            f"indices offset by the sample's number times {count} that are no topk's over at "
+            f"most {count} values (a topk over {bound}): they may read another sample's rows",
+        )
+    at = low.layout(node, x)
+    if at is None or at[0] != 0 or at[1] * at[2] != count:
+        raise low.refuse(
+            node,
+            f"indices offset by the sample's number times {count} into a value that does not "
+            f"hold {count} rows of each sample in its first axis",
+        )
+    shape, rows = low.shape(node, x), low.shape(node, index)
+    if len(rows) != 1:
+        raise low.refuse(node, "offset indices that are not flat (index.view(-1) first)")
+    idx = low.emit(node, "reshape", [low.value(node, index)], {"shape": (rows[0], 1)}, part="at")
+    if shape[1:] != (1,):
+        idx = low.emit(node, "expand", [idx], {"shape": (rows[0], *shape[1:])}, part="at_rows")
+    low.emit(node, "gather", [low.value(node, x), idx], {"axis": 0})
+
+
 @lowers("aten.index.Tensor")
 def _index_tensor(low, node, args, kw):
-    """x[..., idx, ...]: one index tensor (the other axes whole)."""
+    """x[..., idx, ...]: one index tensor (the other axes whole); indices offset by each
+    sample's number into the batch's merged rows (:func:`sample_offsets`)."""
     x, indices = args[0], list(args[1])
     found = [i for i, t in enumerate(indices) if t is not None]
     if len(found) != 1:
         raise low.refuse(node, f"indexing by {len(found)} index tensors (one is supported)")
+    count = _offset(low, indices[0]) if found == [0] else None
+    if count is not None:
+        _rows_of_the_sample(low, node, x, indices[0], count)
+        return
     index = _index(low, node, indices[found[0]])
     if index.dtype == torch.bool:
         raise low.refuse(node, "boolean masking (its result's shape depends on the values)")
@@ -149,7 +250,7 @@ def index_bounds(low, sizes: dict) -> tuple[tuple[int, ...], ...]:
             pos[n.name], origin[n.name] = n.target(*args, **kw), origin[n.args[0].name]
         elif (
             op in _COMPARE
-            or op == "_to_copy"
+            or op in ("_to_copy", "to", "type_as")
             and (val.dtype.is_floating_point or val.dtype == torch.bool)
         ):  # a mask of the indices (ids == PAD), or integers made values: held exactly
             for a in reads:
@@ -230,14 +331,21 @@ def _topk(low, node, args, kw):
 @lowers("aten.max.dim", "aten.min.dim")
 def _max_dim(low, node, args, kw):
     """torch.max(x, dim): the value and index of the largest (topk of 1, then the axis dropped
-    unless keepdim)."""
+    unless keepdim); torch.min(x, dim) as -max(-x, dim), which picks a NaN as torch.min does
+    (topk's smallest would pass it by)."""
     x, dim = args[0], args[1]
     keep = args[2] if len(args) > 2 else kw.get("keepdim", False)
     axis = low.axis(node, x, dim)
     src = low.value(node, x)
-    attrs = {"axis": axis, "k": 1, "largest": node.target._opname == "max"}
+    negate = {"scale": -1.0, "shift": 0.0}
+    smallest = node.target._opname == "min"
+    if smallest:
+        src = low.emit(node, "affine", [src], negate, part="negated")
+    attrs = {"axis": axis, "k": 1, "largest": True}
     idx = low.emit(node, "topk", [src], attrs, part="indices")
     values = low.emit(node, "gather", [src, idx], {"axis": axis}, part="values")
+    if smallest:
+        values = low.emit(node, "affine", [values], negate, part="smallest")
     if not keep:
         shape = low.shape(node, x)
         dropped = shape[:axis] + shape[axis + 1 :]

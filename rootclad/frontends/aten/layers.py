@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from rootclad.frontends.aten.modules import module_node
 from rootclad.frontends.aten.table import lowers
 from rootclad.ir.graph import IRError
 
@@ -99,13 +100,14 @@ _OVERLOADS = {
 
 def _layer(low, node, args, kw):
     """The op as the layer whose forward called it: its weight must be that layer's own."""
-    from rootclad.frontends.torch_fx import _module_node
-
     aten = node.target._opname
     classes, at = _LAYERS[aten]
     path, mod = low.module_of(node)
     if not isinstance(mod, classes) and aten in _FUNCTIONAL:  # F.max_pool2d(x, 3) and the like
         path, mod = "", _FUNCTIONAL[aten](*args[1:])
+    inner = isinstance(mod, (nn.RNNBase, nn.MultiheadAttention))
+    if aten == "native_dropout" and inner and args[1] == mod.dropout:
+        path, mod = "", nn.Dropout(mod.dropout)  # between recurrent layers, of attention weights
     if aten in _STAND_IN and not _own_tensors(low, node, args, path, mod, classes):
         _functional(low, node, args, aten)  # F.linear(x, w, b) and the like
         return
@@ -140,7 +142,7 @@ def _layer(low, node, args, kw):
                 "forward of its own calling the op otherwise)",
             )
     try:
-        made = _module_node(path, mod, node.name)
+        made = module_node(path, mod, node.name)
     except IRError as exc:  # (a setting the layer's op refuses: named with the ATen node)
         raise low.refuse(node, str(exc)) from exc
     made.inputs = [low.value(node, args[0])]
@@ -212,8 +214,6 @@ def _functional(low, node, args, aten):
     """A layer op called with tensors of its own: the layer it stands for, reading them where
     they are parameters or buffers; a linear of weights computed in forward (a slice of a
     packed projection, a transpose) as a product with them."""
-    from rootclad.frontends.torch_fx import _module_node
-
     tensors = _TENSORS[aten]
     held = {at: args[at] if at < len(args) else None for at in tensors}
     if all(t is None or low.param_name(t) for t in held.values()):
@@ -223,7 +223,7 @@ def _functional(low, node, args, aten):
         ]
         if aten == "layer_norm":
             shapes[0] = tuple(shapes[0])
-        made = _module_node("", _STAND_IN[aten](*shapes), node.name)
+        made = module_node("", _STAND_IN[aten](*shapes), node.name)
         made.params = {r: low.tensor_name(held[at]) for at, r in tensors.items() if held[at]}
         if aten.startswith("conv"):
             low.batch_first(node, args[0], aten)
@@ -239,7 +239,7 @@ def _functional(low, node, args, aten):
         _over_batch(low, node, args, aten)
         shape, w, b, eps = (list(args[1:]) + [None, None, 1e-5][max(len(args) - 2, 0) :])[:4]
         plain = _STAND_IN[aten](tuple(shape), None, None, eps)
-        made = _module_node("", plain, f"{node.name}__plain")
+        made = module_node("", plain, f"{node.name}__plain")
         made.inputs = [low.value(node, args[0])]
         low.nodes.append(made)
         src = made.output
@@ -300,8 +300,6 @@ def _scaled_conv(low, node, args, aten) -> bool:
     """conv(x, v * s) + b as conv(x, v) * s + b, where s is one factor per output channel (a
     convolution is linear in its weight): the convolution reads parameter v, its gradient
     reaches s through the product. False where the weight is not of that form."""
-    from rootclad.frontends.torch_fx import _module_node
-
     found = _per_channel(low, args[1])
     if found is None or not found[1]:
         return False
@@ -311,7 +309,7 @@ def _scaled_conv(low, node, args, aten) -> bool:
         return False
     low.batch_first(node, args[0], aten)
     rest = [v.meta["val"], None, *args[3:]]
-    made = _module_node("", _STAND_IN[aten](*rest), f"{node.name}__unscaled")
+    made = module_node("", _STAND_IN[aten](*rest), f"{node.name}__unscaled")
     made.params = {"weight": low.tensor_name(v)}
     made.inputs = [low.value(node, args[0])]
     low.nodes.append(made)

@@ -1,10 +1,13 @@
 """ATen ops of layout and reduction: views and permutations (per sample, wherever torch moves
 the batch axis or merges it with another: Lowering.layout), expand, cat, slice, select, split,
-unbind, constant padding, mean/sum/amax/amin over per-sample axes, and bmm between values."""
+unbind, constant padding, mean/sum/amax/amin over per-sample axes, and products (bmm, matmul)
+between values."""
 
 from __future__ import annotations
 
 import math
+
+import torch
 
 from rootclad.frontends.aten.table import batch_rows, lowers
 from rootclad.ir.ops.shape import MAX_PERMUTE_AXES, merged_permutation
@@ -29,6 +32,11 @@ def _view(low, node, args, kw):
         _reshape(low, node, x)
         return
     p, o, _ = low.layout(node, x)
+    if node.target._opname == "squeeze":  # x.squeeze(): the batch axis too, at a batch of 1
+        rank = len(x.meta["val"].shape)
+        dims = node.args[1] if len(node.args) > 1 else range(rank)
+        if p in {d % rank for d in ([dims] if isinstance(dims, int) else dims)}:
+            raise low.refuse(node, "a squeeze of the batch axis too (x.squeeze(): name the dims)")
     blocks = math.prod(int(d) for d in x.meta["val"].shape[:p]) * o
     dims = tuple(node.meta["val"].shape)
     found = [(i, k) for i, d in enumerate(dims) if (k := batch_rows(d, low.batch))]
@@ -90,6 +98,15 @@ def _permute(low, node, args, kw):
     for i, step in enumerate(steps):
         last = i == len(steps) - 1
         src = low.emit(node, "permute", [src], {"perm": step}, part="" if last else f"move{i}")
+
+
+@lowers("aten.transpose.int")
+def _transpose(low, node, args, kw):
+    rank = len(node.meta["val"].shape)
+    perm = list(range(rank))
+    a, b = (d % rank for d in args[1:3])
+    perm[a], perm[b] = b, a
+    _permute(low, node, (args[0], perm), kw)
 
 
 def _single_moves(perm) -> list[tuple[int, ...]]:
@@ -203,6 +220,18 @@ def _slice(low, node, args, kw):
     )
 
 
+def _constant_mode(node) -> bool:
+    mode = node.args[2] if len(node.args) > 2 else node.kwargs.get("mode", "constant")
+    return mode == "constant"
+
+
+@lowers("aten.pad.default", as_is=_constant_mode)
+def _pad_of_mode(low, node, args, kw):
+    """F.pad as torch.export keeps it (its other modes decompose: reflect, replicate)."""
+    value = args[3] if len(args) > 3 else kw.get("value")
+    _pad(low, node, (args[0], args[1], 0.0 if value is None else value), {})
+
+
 @lowers("aten.constant_pad_nd.default")
 def _pad(low, node, args, kw):
     """F.pad with a constant: one pad op per padded axis, the last axis first (torch's order
@@ -264,6 +293,44 @@ def _bmm(low, node, args, kw):
     if low.layout(node, args[0]) != low.layout(node, args[1]) or low.layout(node)[0] != 0:
         raise low.refuse(node, "operands whose batch axes differ or are not the first")
     low.emit(node, "matmul", [a, b])
+
+
+def _batched_matrices(node) -> bool:
+    """Whether a matmul is one of the products the lowering takes as it stands: a value's rows
+    (the batch axis not the last) times a matrix the same for every sample, or matrices only,
+    each operand a value with the batch axis first (the batch, or its multiple, and no other
+    axis of it) and two axes more, or one the same for every sample with fewer axes than such
+    a value (its axes align with a sample's); two values with as many axes and the same batch
+    axis."""
+    shapes = [tuple(a.meta["val"].shape) for a in node.args[:2]]
+    batched = [any(_sym(d) for d in s) for s in shapes]
+    if batched == [True, False] and len(shapes[1]) == 2 and not _sym(shapes[0][-1]):
+        return True  # rows times a shared matrix: torch's Linear without a bias
+    if any(len(s) < 2 or any(_sym(d) for d in s[1:]) for s in shapes):
+        return False
+    ranks = [len(s) for s in shapes]
+    if all(batched):
+        return ranks[0] == ranks[1] > 2 and shapes[0][0].node.expr == shapes[1][0].node.expr
+    return any(batched) and 2 < ranks[batched.index(True)] > ranks[batched.index(False)]
+
+
+def _sym(size) -> bool:
+    return isinstance(size, torch.SymInt)
+
+
+@lowers("aten.matmul.default", as_is=_batched_matrices)
+def _matmul(low, node, args, kw):
+    """a @ b of the forms :func:`_batched_matrices` takes (the others go through torch's
+    decomposition, into bmm and mm): rows times a shared matrix, or each sample's matrices
+    multiplied, a shared one broadcast."""
+    a, b = args[:2]
+    if low.layout(node, b) is None and len(b.meta["val"].shape) == 2:
+        _mm(low, node, args, kw)
+        return
+    at = {low.layout(node, a), low.layout(node, b)} - {None}
+    if len(at) != 1 or next(iter(at))[0] != 0 or low.layout(node) not in at:
+        raise low.refuse(node, "a product of values whose batch axes differ or are not the first")
+    low.emit(node, "matmul", [low.value(node, a), low.value(node, b)])
 
 
 def _piece(low, node, x, axis: int, start: int, stop: int, drop: bool, part: str) -> str:

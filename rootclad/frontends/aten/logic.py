@@ -77,10 +77,14 @@ def _not(low, node, args, kw):
     "aten.bitwise_xor.Tensor",
 )
 def _logical(low, node, args, kw):
+    logical(low, node, args, node.target._opname.split("_")[-1])
+
+
+def logical(low, node, args, op: str) -> None:
+    """``op`` (and, or, xor) of two masks (0s and 1s)."""
     for arg in args[:2]:
         _mask_only(low, node, arg)
     a, b = (low.operand(node, v) for v in args[:2])
-    op = node.target._opname.split("_")[-1]
     if op == "and":
         low.emit(node, "mul", [a, b])
     elif op == "or":  # a + b is 1 or 2 where either is
@@ -211,7 +215,10 @@ def _aligned(low, node, arg) -> tuple[int, ...]:
     return shape if o * k > 1 else shape[:p] + shape[p + 1 :]
 
 
-@lowers("aten._to_copy.default", "aten.to.dtype", "aten.type_as.default")
+_ITEMSIZE = {"float32": 4, "float64": 8}
+
+
+@lowers("aten._to_copy.default", "aten.to.dtype")  # (type_as: decomposed, as it reads a dtype)
 def _to(low, node, args, kw):
     """A change of dtype: the same values, a mask where it becomes bool (x != 0); floats made
     integers are refused (torch truncates them)."""
@@ -221,5 +228,11 @@ def _to(low, node, args, kw):
         _compare(low, node, x, "ne", 0.0)
     elif source.is_floating_point and not target.is_floating_point:
         raise low.refuse(node, f"{source} made {target} (torch truncates)")
+    elif source.is_floating_point and target.itemsize < _ITEMSIZE[low.dtype]:
+        raise low.refuse(
+            node,
+            f"{source} rounded to {target}: the compiled model computes in {low.dtype} "
+            "throughout (compile it in the type the model rounds to)",
+        )
     else:
         low.emit(node, "identity", [x])

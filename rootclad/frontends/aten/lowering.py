@@ -15,6 +15,7 @@ import math
 
 import torch
 from torch import nn
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from rootclad.frontends.aten import (  # noqa: F401 (the lowerings, by family)
     draws,
@@ -27,7 +28,9 @@ from rootclad.frontends.aten import (  # noqa: F401 (the lowerings, by family)
 )
 from rootclad.frontends.aten.capture import export_program
 from rootclad.frontends.aten.constants import fold
-from rootclad.frontends.aten.indexing import index_bounds
+from rootclad.frontends.aten.indexing import index_bounds, sample_offsets
+from rootclad.frontends.aten.modules import parameter_aliases, persistent
+from rootclad.frontends.aten.outputs import outputs
 from rootclad.frontends.aten.table import LOWERINGS, batch_rows, op_name
 from rootclad.ir.graph import Graph, IRError, Node, Param
 from rootclad.ir.optimize import simplify
@@ -43,8 +46,6 @@ class Lowering:
         self.params = dict(signature.inputs_to_parameters)  # placeholder -> parameter name
         self.buffers = dict(signature.inputs_to_buffers)
         self.user_inputs = list(signature.user_inputs)
-        from rootclad.frontends.torch_fx import parameter_aliases
-
         self.aliases = parameter_aliases(module)
         self.nodes: list[Node] = []
         self.names: dict[str, str] = {}  # ATen node name -> IR value name
@@ -61,13 +62,19 @@ class Lowering:
         self.data: set[str] = set()  # the nodes computed from the model's inputs
         self.sizes: dict[str, int] = {}  # each size torch computed on the example (_run)
         self.integers: set[str] = set()  # integer inputs and what moves their values
+        # indices plus the sample's number times a count (indexing.sample_offsets): the sum ->
+        # (the indices, the count); the nodes making the offsets, which nothing else reads
+        self.offsets: dict[str, tuple] = {}
+        self.offset_nodes: set[str] = set()
 
     # -- what a lowering reads ------------------------------------------------------------
     def where(self, node) -> str:
         path, mod = self.module_of(node)
-        inside = f" in module {path!r} ({type(mod).__name__})" if path else ""
-        aten = f"ATen op {op_name(node.target)} (node {node.name!r}{inside})"
         onnx = (node.meta.get("custom") or {}).get("onnx")  # an ONNX file's node (its replay)
+        inside = f" in module {path!r} ({type(mod).__name__})" if path else ""
+        if not path and not onnx:
+            inside = f" in the model ({type(mod).__name__})"
+        aten = f"ATen op {op_name(node.target)} (node {node.name!r}{inside})"
         return f"{onnx}, as {aten}" if onnx else aten
 
     def module_of(self, node) -> tuple[str, nn.Module]:
@@ -349,8 +356,12 @@ class Lowering:
         every = self.program.graph.nodes
         results = next(n for n in every if n.op == "output").args[0]
         specs = self.program.graph_signature.output_specs
-        for spec in specs:  # the state the compiled model keeps is BatchNorm's, updated by it
-            if spec.kind.name != "USER_OUTPUT" and not self._batch_norm_state(spec.target):
+        # the state the compiled model keeps is BatchNorm's, updated by it; an input written
+        # in place (nn.ReLU(inplace=True) first) is the caller's tensor, which it leaves as is
+        for spec in specs:
+            if spec.kind.name in ("USER_OUTPUT", "USER_INPUT_MUTATION"):
+                continue
+            if not self._batch_norm_state(spec.target):
                 raise IRError(
                     f"torch.export: the model writes {spec.target or spec.arg.name!r} in "
                     f"forward ({spec.kind.name.lower()}); the compiled model would not: "
@@ -371,6 +382,7 @@ class Lowering:
                 todo.extend(node.all_input_nodes)
         fold(self, needed)
         indices = index_bounds(self, self.sizes)
+        sample_offsets(self)
         inputs, shapes = [], []
         for node in every:
             if node.name in self.folded:
@@ -381,7 +393,7 @@ class Lowering:
                 self.names[node.name] = node.name
             elif node.op == "call_function" and node.name in needed:
                 self._call(node)
-        output, parts, container = self._outputs(outs)
+        output, parts, container = outputs(self, outs)
         self.nodes = _read_by(self.nodes, output)
         masks = tuple(
             self.program.graph.find_nodes(op="placeholder", target=n)[0].meta["val"].dtype
@@ -413,46 +425,6 @@ class Lowering:
         stats = ("running_mean", "running_var", "num_batches_tracked")
         return isinstance(mod, nn.modules.batchnorm._BatchNorm) and leaf in stats
 
-    def _outputs(self, outs) -> tuple[str, tuple, str]:
-        """(the graph's output value, its parts, their container): one tensor, or a tuple,
-        list or dict of them (each flattened per sample, then concatenated; the compiled
-        model splits them back, as the fx front-end's)."""
-        tree = self.program.call_spec.out_spec
-        if tree.is_leaf():
-            items, container = [(0, outs[0])], ""
-        elif tree.type in (tuple, list, dict) and all(c.is_leaf() for c in tree.children()):
-            keys = tree.context if tree.type is dict else range(len(outs))
-            items, container = list(zip(keys, outs, strict=True)), tree.type.__name__
-        else:
-            raise IRError(
-                f"torch.export: the model returns {tree}; rootclad compiles models that "
-                "return a tensor, or a tuple, list or dict of tensors (not nested)"
-            )
-        for key, out in items:
-            if not self.is_value(out) or self.layout(out) != (0, 1, 1):
-                what = "output" if not container else f"output {key!r}"
-                made = isinstance(out, torch.fx.Node) and (out.meta.get("custom") or {}).get("onnx")
-                what += f" (made by {made})" if made else ""
-                raise IRError(
-                    f"torch.export: the model's {what} is not a value of the batch (its "
-                    "first axis is not the batch axis alone)"
-                )
-        if not container:
-            return self.names[outs[0].name], (), ""
-        made, flat, parts = "rc_outputs", [], []
-        while any(n.output.startswith(made) for n in self.nodes):
-            made += "_"
-        for i, (key, out) in enumerate(items):
-            shape, name = self.shape(out), self.names[out.name]
-            if len(shape) != 1:
-                name = f"{made}_{i}"
-                attrs = {"shape": (math.prod(shape),)}
-                self.nodes.append(Node(name, "reshape", [self.names[out.name]], name, attrs))
-            flat.append(name)
-            parts.append((key, shape))
-        self.nodes.append(Node(made, "cat", flat, made, {"axis": 0}))
-        return made, tuple(parts), container
-
     def _call(self, node) -> None:
         name = op_name(node.target)
         if name == "getitem":  # one result of an op of several (a kept layer's first)
@@ -466,16 +438,28 @@ class Lowering:
             return
         if name.startswith("aten.sym_") or _is_shape_arithmetic(node):
             return  # sizes: torch.export keeps them symbolic; the lowerings read shapes
+        if node.name in self.offset_nodes:
+            return
+        if node.name in self.offsets:  # local indices: the value of the sum's other term
+            local = self.offsets[node.name][0]
+            self.names[node.name] = self.names[local.name]
+            self.layouts[node.name] = self.layout(node, local)
+            return
         val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and free_unbacked_symbols(val):
+            raise self.refuse(
+                node,
+                f"a result whose shape depends on the values (torch.nonzero, boolean masking, "
+                f"unique): shape {tuple(val.shape)}",
+            )
         if isinstance(val, torch.Tensor) and any(d == 0 for d in val.shape):
             raise self.refuse(node, f"an empty result of shape {tuple(val.shape)}")
         lowering = LOWERINGS.get(name)
         if lowering is None:
             raise self.refuse(
                 node,
-                f"not supported by the export front-end yet (it lowers "
-                f"{len(LOWERINGS)} ATen ops, listed in rootclad.frontends."
-                "aten.table.LOWERINGS); for a torch module, frontend='fx' may take it",
+                f"not supported (rootclad lowers {len(LOWERINGS)} ATen ops, listed in "
+                "rootclad.frontends.aten.table.LOWERINGS)",
             )
         try:
             lowering(self, node, node.args, node.kwargs)
@@ -509,14 +493,38 @@ def _is_shape_arithmetic(node) -> bool:
     )
 
 
+class _Alone(nn.Module):
+    """A layer compiled alone that returns more than a model built on it reads: a recurrent
+    layer's output sequence (torch returns it beside the last states), multi-head attention
+    of one input attending to itself (its output, not the averaged weights)."""
+
+    def __init__(self, layer: nn.Module):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x):
+        if isinstance(self.layer, nn.MultiheadAttention):
+            return self.layer(x, x, x, need_weights=False)[0]
+        return self.layer(x)[0]
+
+
+def _alone(module: nn.Module, example_input) -> nn.Module:
+    one = not isinstance(example_input, (tuple, list))
+    if isinstance(module, nn.RNNBase) or isinstance(module, nn.MultiheadAttention) and one:
+        return _Alone(module)
+    return module
+
+
 def graph_from_export(module: nn.Module, example_input, dtype: str) -> Graph:
     """The validated graph of ``module`` captured by torch.export; refused, naming the ATen
     op and module, where an op has no lowering."""
-    from rootclad.frontends.torch_fx import _persistent, parameter_aliases
-
-    program, model, examples = export_program(module, example_input)
+    captured = _alone(module, example_input)
+    program, model, examples = export_program(captured, example_input)
     low = Lowering(model, program, dtype, examples)
     graph = low.graph()
+    if captured is not module:  # the layer's own names, not the wrapper's
+        for node in graph.nodes:
+            node.params = {r: n.removeprefix("layer.") for r, n in node.params.items()}
     aliases = parameter_aliases(module)
     for node in graph.nodes:
         node.params = {r: aliases.get(n, n) for r, n in node.params.items()}
@@ -524,7 +532,7 @@ def graph_from_export(module: nn.Module, example_input, dtype: str) -> Graph:
     graph.params = [Param(n, tuple(p.shape)) for n, p in module.named_parameters()]
     used = {b for node in graph.nodes for b in node.buffers.values()}
     graph.buffers = [
-        Param(n, tuple(b.shape), _persistent(module, n))
+        Param(n, tuple(b.shape), persistent(module, n))
         for n, b in module.named_buffers()
         if n in used
     ] + [Param(n, tuple(c.shape), False) for n, c in graph.constants.items()]
@@ -542,4 +550,4 @@ def graph_from_export(module: nn.Module, example_input, dtype: str) -> Graph:
                 f"{node.describe()}: rootclad infers the per-sample shape "
                 f"{node.out_shape}, torch gives {want}"
             )
-    return simplify(graph)  # as torch_fx's
+    return simplify(graph)

@@ -33,13 +33,25 @@ _UNARY = {
     "hardswish": "hardswish",
     "mish": "mish",
     "clamp": "clamp",
+    "selu": "selu",
 }
 
 
 def _unary(low, node, args, kw):
     op = _UNARY[node.target._opname]
     attrs = OPS[op].from_call(args[1:], dict(kw), low.where(node)) if OPS[op].from_call else {}
+    if op == "hardtanh" and (attrs.get("min_val"), attrs.get("max_val")) == (0.0, 6.0):
+        op, attrs = "relu6", {}  # ReLU6 (a Hardtanh in torch), one comparison fewer
     low.emit(node, op, [low.value(node, args[0])], attrs)
+
+
+@lowers("aten.prelu.default", "aten._prelu_kernel.default", kept=True)
+def _prelu(low, node, args, kw):
+    """PReLU's x > 0 ? x : a x, a slope per channel (or one) that is a parameter."""
+    name = low.tensor_name(args[1])
+    if name is None or low.buffer_name(args[1]):
+        raise low.refuse(node, "a PReLU slope that is not a parameter (computed in forward)")
+    low.emit(node, "prelu", [low.value(node, args[0])], params={"weight": name})
 
 
 for _aten in _UNARY:  # kept: torch would decompose silu, mish, softplus, hardswish, ...
@@ -70,6 +82,31 @@ def _copy(low, node, args, kw):  # a copy or a view: the same values
     low.emit(node, "identity", [low.value(node, args[0])])
 
 
+@lowers("aten.detach.default", kept=True)
+def _detach(low, node, args, kw):
+    """x.detach() of what no gradient reaches (a buffer, a constant): the same values; of what
+    is computed from the inputs or parameters, refused: the compiled model's backward has no
+    place where a gradient stops."""
+    todo, seen = [args[0]], set()
+    while todo:  # does a parameter or an input reach it?
+        at = todo.pop()
+        if at.name in seen:
+            continue
+        seen.add(at.name)
+        if low.param_name(at) or at.name in low.user_inputs:
+            break
+        todo.extend(at.all_input_nodes)
+    else:
+        low.emit(node, "identity", [low.value(node, args[0])])
+        return
+    what = low.tensor_name(args[0]) or args[0].name
+    raise low.refuse(
+        node,
+        f"{what!r}.detach() stops the gradient, which the compiled backward cannot do "
+        "(compute it without detach, or pass it as an input)",
+    )
+
+
 @lowers(
     "aten.add.Tensor",
     "aten.sub.Tensor",
@@ -87,14 +124,26 @@ def _arithmetic(low, node, args, kw):
     alpha = low.number(node, kw.get("alpha", args[2] if len(args) > 2 else 1), "alpha")
     if op == "rsub":  # b - alpha a
         a, b, op = b, a, "sub"
+    for arg in (a, b):
+        if isinstance(arg, torch.fx.Node) and not isinstance(arg.meta.get("val"), torch.Tensor):
+            raise low.refuse(
+                node,
+                f"{arg.name!r}, a size (x.size(0), the batch size) as a number: the compiled "
+                "model's batch size is free at every call",
+            )
+    if node.meta["val"].dtype == torch.bool and op in ("add", "mul"):  # masks: or, and
+        from rootclad.frontends.aten.logic import logical
+
+        logical(low, node, (a, b), "or" if op == "add" else "and")
+        return
     if isinstance(a, torch.fx.Node) and isinstance(b, torch.fx.Node):
         if not low.is_held(a) and not low.is_held(b):
             aligned(low, node, a, b)
-        second = low.operand(node, b)
+        second = _whole(low, node, b, "second")
         if alpha != 1:  # torch.add(a, b, alpha=2): a + 2 b
             attrs = {"scale": alpha, "shift": 0.0}
             second = low.emit(node, "affine", [second], attrs, part="scaled")
-        low.emit(node, op, [low.operand(node, a), second])
+        low.emit(node, op, [_whole(low, node, a, "first"), second])
         return
     if alpha != 1 and not isinstance(b, torch.fx.Node):  # x + alpha c
         b = low.number(node, b, "operand") * alpha
@@ -117,6 +166,18 @@ def _arithmetic(low, node, args, kw):
     if not x_first:  # c + alpha x, c - alpha x
         scale *= alpha
     low.emit(node, "affine", [x], {"scale": scale, "shift": shift})
+
+
+def _whole(low, node, x, part: str) -> str:
+    """``x`` as an operand of ``node``'s op; a value of the batch with as many values per
+    sample as the result, but fewer axes (a squeezed step of a recurrent layer's input), is
+    a view in the result's shape: the op then broadcasts nothing."""
+    src = low.operand(node, x)
+    if low.is_value(x) and low.layout(node, x) is not None:
+        shape, out = low.shape(node, x), low.shape(node)
+        if shape != out and math.prod(shape) == math.prod(out):
+            return low.emit(node, "reshape", [src], {"shape": out}, part=part)
+    return src
 
 
 def aligned(low, node, a, b) -> None:

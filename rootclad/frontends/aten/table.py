@@ -13,8 +13,13 @@ LOWERINGS: dict[str, Callable] = {}
 # (filled by the lowerings registered with kept=True)
 KEPT: set[str] = set()
 
+# ATen op -> whether its lowering takes a node of the program torch.export captured, before
+# any decomposition (a composite op, such as matmul, lowered in its common forms only: the
+# others leave the program to torch's decomposition)
+AS_IS: dict[str, Callable] = {}
 
-def lowers(*names: str, kept: bool = False):
+
+def lowers(*names: str, kept: bool = False, as_is: Callable | None = None):
     def register(fn):
         for name in names:
             if name in LOWERINGS:
@@ -22,6 +27,8 @@ def lowers(*names: str, kept: bool = False):
             LOWERINGS[name] = fn
             if kept:
                 KEPT.add(name)
+            if as_is is not None:
+                AS_IS[name] = as_is
         return fn
 
     return register

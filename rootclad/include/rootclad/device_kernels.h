@@ -29,6 +29,5 @@
 #include "device/pool.h"
 #include "device/shape.h"
 #include "device/volume.h"
-#include "device/windows.h"
 
 #endif // ROOTCLAD_DEVICE_KERNELS_H

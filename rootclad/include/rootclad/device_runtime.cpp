@@ -32,8 +32,7 @@
   X(embedding_forward) X(embedding_backward) X(dropout_forward) X(dropout_backward)                \
   X(sample_dropout_forward) X(sample_dropout_backward) X(normal_forward) X(cross_entropy_forward)  \
   X(cross_entropy_backward) X(nll_forward) X(nll_backward) X(optim_step) X(optim_step_in_memory)   \
-  X(cdist_forward) X(cdist_backward_a) X(cdist_backward_b) X(window_bias_forward)                  \
-  X(window_bias_backward) X(causal_fill_forward) X(causal_fill_backward)
+  X(cdist_forward) X(cdist_backward_a) X(cdist_backward_b)
 #define ROOTCLAD_DEVICE_KERNELS_3(X)                                                               \
   X(conv_transpose2d_forward) X(conv_transpose2d_backward_input)                                   \
   X(conv_transpose2d_backward_params) X(conv3d_forward) X(conv3d_backward_input)                   \

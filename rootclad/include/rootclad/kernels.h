@@ -16,7 +16,6 @@
 #include "ops/pool.h"
 #include "ops/shape.h"
 #include "ops/volume.h"
-#include "ops/windows.h"
 
 // Linear's fused backward and optimizer update, and Linear's Clad pullback, which may call it
 #include "linear_update.h"

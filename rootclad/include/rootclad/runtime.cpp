@@ -23,7 +23,7 @@
 
 // clang-format off
 #define ROOTCLAD_KERNELS(X)                                                                        \
-  X(binary_forward) X(binary_backward) X(causal_fill_forward) X(causal_fill_backward)              \
+  X(binary_forward) X(binary_backward)                                                             \
   X(conv1d_forward) X(conv1d_backward)                                                             \
   X(conv2d_forward) X(conv2d_backward) X(conv_transpose2d_forward) X(conv_transpose2d_backward)    \
   X(maxpool2d_forward) X(maxpool2d_backward) X(avgpool2d_forward) X(avgpool2d_backward)            \
@@ -48,7 +48,6 @@
   X(topk_forward) X(gather_forward) X(gather_backward)                                             \
   X(conv3d_forward) X(conv3d_backward) X(maxpool3d_forward) X(maxpool3d_backward)                  \
   X(avgpool3d_forward) X(avgpool3d_backward)                                                       \
-  X(window_bias_forward) X(window_bias_backward)                                                   \
   X(linear_backward_update) X(optim_update) X(optim_step_mv) X(optim_step)                         \
   X(model_forward) X(model_loss_and_grad) X(model_vjp) X(model_vjp_chunk)                          \
   X(model_train_step) X(model_optim_update)

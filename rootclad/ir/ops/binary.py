@@ -1,5 +1,5 @@
 """Binary ops of two tensors with torch's broadcasting (the batch axis is shared), and the
-masks attention takes (a mask value's, and a causal one's)."""
+masks attention takes (a mask value's)."""
 
 from __future__ import annotations
 
@@ -97,58 +97,6 @@ register(
     )
 )
 
-
-def _causal_infer(node, shapes, graph):
-    (shape,) = shapes
-    expect(len(shape) >= 2, node, f"scores of per-sample shape {shape}: (..., L, S) needed")
-    expect(isinstance(node.attrs.get("offset"), int), node, "causal_fill needs attr 'offset'")
-    return tuple(shape)
-
-
-register(
-    OpSpec(
-        "causal_fill",
-        "binary",
-        "a causal mask on scores (..., L, S): -inf where key j > query i + offset (torch's "
-        "is_causal=True, triu(ones(L, S), offset + 1) as a mask), no gradient there",
-        _causal_infer,
-        saves=(),
-    )
-)
-
-WINDOW_ATTRS = ("nh", "nw", "wh", "ww", "heads", "sh", "sw")
-
-
-def _window_infer(node, shapes, graph):
-    (shape,) = shapes
-    a = node.attrs
-    expect(all(isinstance(a.get(k), int) for k in WINDOW_ATTRS), node,
-           f"window_bias needs int attrs {WINDOW_ATTRS}")  # fmt: skip
-    N = a["wh"] * a["ww"]
-    want = (a["nh"] * a["nw"], a["heads"], N, N)
-    expect(tuple(shape) == want, node, f"scores of per-sample shape {shape}, expected {want} "
-           "(windows, heads, tokens, tokens)")  # fmt: skip
-    table = graph.param(node.params["weight"]).shape
-    rows = (2 * a["wh"] - 1) * (2 * a["ww"] - 1)
-    expect(tuple(table) == (rows, a["heads"]), node, f"a relative position bias table of "
-           f"shape {tuple(table)}, expected {(rows, a['heads'])}")  # fmt: skip
-    expect(0 <= a["sh"] < a["wh"] and 0 <= a["sw"] < a["ww"], node,
-           f"shifts {(a['sh'], a['sw'])} must be smaller than the window {(a['wh'], a['ww'])}")  # fmt: skip
-    return tuple(shape)
-
-
-register(
-    OpSpec(
-        "window_bias",
-        "binary",
-        "a Swin Transformer's window attention scores (windows, heads, N, N) plus the relative "
-        "position bias read from its table, and -100 between the regions of shifted windows "
-        "(torchvision's shifted_window_attention)",
-        _window_infer,
-        params=("weight",),
-        saves=(),
-    )
-)
 
 for _name, _sym in (("add", "+"), ("sub", "-"), ("mul", "*"), ("div", "/")):
     register(

@@ -1,11 +1,11 @@
-"""Shape ops: views of their input (reshape, flatten, identity), copies (permute, cat, slice,
+"""Shape ops: views of their input (reshape, identity), copies (permute, cat, slice,
 expand), and indexing by computed indices (topk's indices, gather by them)."""
 
 from __future__ import annotations
 
 import math
 
-from rootclad.ir.graph import IRError, expect
+from rootclad.ir.graph import expect
 from rootclad.ir.ops.binary import MAX_BROADCAST_DIMS, broadcast_geometry
 from rootclad.ir.ops.common import numel, same_shape
 from rootclad.ir.registry import OpSpec, register
@@ -33,12 +33,6 @@ def _reshape_infer(node, shapes, graph):
     return tuple(target)
 
 
-def _flatten_attrs(start, end, where):
-    if (start, end) != (1, -1):
-        raise IRError(f"{where}: only Flatten(start_dim=1, end_dim=-1) is supported")
-    return {}
-
-
 register(
     OpSpec(
         "reshape",
@@ -47,18 +41,6 @@ register(
         _reshape_infer,
         view=True,
         saves=(),
-    )
-)
-register(
-    OpSpec(
-        "flatten",
-        "shape",
-        "Flatten(start_dim=1): (B, ...) -> (B, n)",
-        lambda node, shapes, g: (numel(shapes[0]),),
-        view=True,
-        saves=(),
-        modules=("Flatten",),
-        from_module=lambda mod, where: _flatten_attrs(mod.start_dim, mod.end_dim, where),
     )
 )
 register(

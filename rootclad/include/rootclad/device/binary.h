@@ -34,13 +34,6 @@ template <class On, class T, class DY>
 void binary_backward(On on, T* d_x, DY d_out, const T* a, const T* b, long B, Broadcast g, int kind,
                      int which);
 
-// -- a causal mask on scores x(R, L, S): -inf where j > i + off (ops/binary.h) ----------------
-template <class On, class T>
-void causal_fill_forward(On on, T* out, const T* x, long R, int L, int S, int off);
-
-template <class On, class T>
-void causal_fill_backward(On on, T* d_x, const T* d_out, long R, int L, int S, int off);
-
 } // namespace dev
 } // namespace rootclad
 

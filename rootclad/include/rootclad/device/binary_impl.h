@@ -79,25 +79,6 @@ void binary_backward(On on, T* d_x, DY d_out, const T* a, const T* b, long B, Br
       });
 }
 
-template <class On, class T>
-void causal_fill_forward(On on, T* out, const T* x, long R, int L, int S, int off) {
-  each_index(
-      on, R * L * S, ROOTCLAD_BODY(long k) {
-        const int i = (int)(k / S % L), j = (int)(k % S);
-        out[k] = j > i + off ? T(-INFINITY) : x[k];
-      });
-}
-
-template <class On, class T>
-void causal_fill_backward(On on, T* d_x, const T* d_out, long R, int L, int S, int off) {
-  each_index(
-      on, R * L * S, ROOTCLAD_BODY(long k) {
-        const int i = (int)(k / S % L), j = (int)(k % S);
-        if (j <= i + off)
-          d_x[k] += d_out[k];
-      });
-}
-
 } // namespace dev
 } // namespace rootclad
 

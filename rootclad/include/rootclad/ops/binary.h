@@ -25,13 +25,6 @@ void binary_backward(T* d_a, T* d_b, const T* d_out, const T* a, const T* b, int
                      int n0, int n1, int n2, int sa0, int sa1, int sa2, int na, int sb0, int sb1,
                      int sb2, int nb);
 
-// A causal mask on scores x(R, L, S): -inf where key j comes after query i by more than off
-// (j > i + off: torch's triu(ones(L, S), off + 1)), else x; the filled places get no gradient.
-template <typename T> void causal_fill_forward(T* out, const T* x, int R, int L, int S, int off);
-
-template <typename T>
-void causal_fill_backward(T* d_x, const T* d_out, int R, int L, int S, int off);
-
 } // namespace rootclad
 
 // Clad-convention pullbacks (core.h says how they are written).
@@ -39,12 +32,6 @@ void causal_fill_backward(T* d_x, const T* d_out, int R, int L, int S, int off);
 namespace clad {
 namespace custom_derivatives {
 namespace rootclad {
-
-template <typename T>
-void causal_fill_forward_pullback(T* out, const T* x, int R, int L, int S, int off, T* d_out,
-                                  T* d_x, int*, int*, int*, int*) {
-  ::rootclad::causal_fill_backward(d_x, d_out, R, L, S, off);
-}
 
 template <typename T>
 void binary_forward_pullback(T* out, const T* a, const T* b, int kind, int B, int n0, int n1,

@@ -84,30 +84,6 @@ void binary_backward(T* d_a, T* d_b, const T* d_out, const T* a, const T* b, int
         }
 }
 
-inline bool causal_masked(int i, int j, int off) {
-  return j > i + off;
-}
-
-template <typename T> void causal_fill_forward(T* out, const T* x, int R, int L, int S, int off) {
-  ROOTCLAD_REPLAY_SKIP;
-  for (int r = 0; r < R; ++r)
-    for (int i = 0; i < L; ++i)
-      for (int j = 0; j < S; ++j) {
-        const long k = ((long)r * L + i) * S + j;
-        out[k] = causal_masked(i, j, off) ? T(-INFINITY) : x[k];
-      }
-}
-template <typename T>
-void causal_fill_backward(T* d_x, const T* d_out, int R, int L, int S, int off) {
-  for (int r = 0; r < R; ++r)
-    for (int i = 0; i < L; ++i)
-      for (int j = 0; j < S; ++j) {
-        const long k = ((long)r * L + i) * S + j;
-        if (!causal_masked(i, j, off))
-          d_x[k] += d_out[k];
-      }
-}
-
 } // namespace rootclad
 
 #endif // ROOTCLAD_OPS_BINARY_IMPL_H

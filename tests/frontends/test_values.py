@@ -1,6 +1,6 @@
-"""The torch front-end's numbers and overwrites (rootclad/frontends/fx_values.py): in-place
-forms compile to what torch computes, shape bookkeeping becomes constants, and what would
-compute something else is refused (tests/torch/test_bad_input.py)."""
+"""A model's numbers and overwrites: in-place forms compile to what torch computes (torch.export
+makes them functional), shape bookkeeping becomes constants, and the module and its input are
+left as they were (tests/torch/test_bad_input.py: what would compute something else)."""
 
 from __future__ import annotations
 
@@ -100,11 +100,15 @@ def test_in_place_forms_and_shape_bookkeeping_match_torch(build, shape):
 
 
 def test_the_module_is_left_as_it_was():
-    """The front-end runs the module itself once (to compare with its trace): in eval mode,
-    on copies of the example, and every layer's mode is restored."""
+    """The front-end captures the module and runs its program on the example (for its
+    constants): the example, which the first layer writes in place, and the BatchNorm's
+    statistics stay as they were, and so does every layer's mode. The compiled model computes
+    what torch does (it leaves its own input as it is)."""
     net = nn.Sequential(nn.ReLU(inplace=True), nn.Linear(3, 3), nn.BatchNorm1d(3)).double()
     x = torch.randn(4, 3, dtype=F64)
     before, stats = x.clone(), net[2].running_mean.clone()
-    rootclad.compile(net, x, "mse", engine="pullback")
+    cm = rootclad.compile(net, x, "mse", engine="pullback")
     assert torch.equal(x, before) and torch.equal(net[2].running_mean, stats)
     assert net.training and all(m.training for m in net.modules())
+    with torch.no_grad():
+        assert_close_rel(cm.eval().predict(x), net.eval()(x.clone()), 1e-12, "eval forward")
