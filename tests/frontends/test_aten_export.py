@@ -654,3 +654,49 @@ def test_attention_dropout_is_captured_and_follows_the_compiled_models_mode():
     assert_close_rel(cm.eval().predict(x), layer(x), 1e-12, "eval: no dropout")
     cm.train()
     assert float((cm(x) - cm(x)).detach().abs().max()) > 0  # a mask drawn per call
+
+
+class _Reused(nn.Module):
+    """A layer listed twice in a Sequential, and a constant written after it is read."""
+
+    def __init__(self):
+        super().__init__()
+        act, lin = nn.Tanh(), nn.Linear(4, 4)
+        self.body = nn.Sequential(lin, act, lin, act)
+
+    def forward(self, x):
+        s = torch.ones(4, dtype=x.dtype)
+        y = self.body(x) + s  # (a sum: torch's backward keeps no copy of s)
+        s.mul_(2)
+        return y + x * s
+
+
+def test_a_layer_listed_twice_and_a_constant_written_after_it_is_read_match_torch():
+    check_against_torch(_Reused(), torch.randn(3, 4, dtype=F64), loss="mse")
+
+
+def test_an_lstm_of_every_option_with_dropout_compiled_in_eval_matches_torch():
+    """Two layers, both directions, projections, no biases, dropout between the layers:
+    rootclad's decomposition layer by layer (captured as in training, for the dropout), in
+    eval mode torch's values and gradients."""
+    torch.manual_seed(0)
+    options = dict(bias=False, batch_first=True, dropout=0.5, bidirectional=True, proj_size=2)
+    lstm = nn.LSTM(3, 5, 2, **options).double().eval()
+    from rootclad.frontends.aten.lowering import _Alone
+
+    check_against_torch(_Alone(lstm).eval(), torch.randn(3, 4, 3, dtype=F64), loss="mse")
+
+
+def test_offsets_into_rows_of_another_arrangement_are_refused():
+    """x.permute(1, 0, 2).reshape(N * B, C) holds a sample's rows N apart: torch's
+    idx + arange(B) * N reads other samples' rows there."""
+
+    class Mixed(nn.Module):
+        def forward(self, x):  # (B, N, C)
+            B, N, C = x.shape
+            idx = x.topk(2, dim=1).indices.transpose(1, 2)  # (B, C, 2): positions below N
+            idx = (idx + torch.arange(0, B).view(-1, 1, 1) * N).reshape(-1)
+            return x.permute(1, 0, 2).reshape(N * B, C)[idx].view(B, -1)
+
+    with pytest.raises(IRError, match="does not hold 4 rows of each sample"):
+        graph_from_export(Mixed(), torch.randn(3, 4, 4, dtype=F64), "float64")

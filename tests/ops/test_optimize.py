@@ -86,7 +86,7 @@ class _Cell(nn.Module):
 @pytest.mark.parametrize("net", [_Cell(), nn.LSTM(3, 4, batch_first=True)], ids=["cell", "lstm"])
 def test_products_with_a_zero_state_are_not_computed_and_sums_keep_the_other_term(net):
     """The first step from a zero state: h W + b is the bias, f * c and what computed f go,
-    a sum with 0 is its other term. The values and gradients: tests/frontends (LSTM, GRU) and
+    a sum with 0 is its other term. The values and gradients: tests/torch/test_recurrent.py and
     the check against torch below."""
     from fixtures.core import check_against_torch
 

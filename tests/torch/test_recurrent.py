@@ -195,7 +195,7 @@ class _Use(nn.Module):
         out, (h, c) = self.rnn(x)
         if self.how == "sum-of-states":
             return h.sum(0)
-        return self.rnn(x, (h, c))[0][:, -1]  # "state-from-another-shape" (not reached)
+        return self.rnn(x, (h, c))[0][:, -1]  # the last states as the next run's first
 
 
 def test_a_time_first_layer_given_a_batch_first_input_is_refused_naming_it():
@@ -248,7 +248,7 @@ def test_squeeze_of_h_n_follows_its_dim_at_batch_size_1():
     net = _Squeezed(0).double()
     cm = rootclad.compile(copy.deepcopy(net), _x(B=1), loss="mse", engine="pullback")
     assert_close_rel(cm(_x(B=3)), net(_x(B=3)), 1e-12, "squeeze(dim=0)")
-    with pytest.raises(IRError, match="batch axis is the second"):
+    with pytest.raises(IRError, match="a squeeze of the batch axis"):
         rootclad.compile(_Squeezed(1).double(), _x(B=1), loss="mse", engine="pullback")
 
 

@@ -79,11 +79,13 @@ def _unaliased(module: nn.Module):
     before (torch 2.13's decomposition fails on a buffer written under two names)."""
     moved = []
     seen = set()
+    containers = (nn.Sequential, nn.ModuleList, nn.ModuleDict)  # (they call what they list)
     for parent in module.modules():
         for name, child in list(parent._modules.items()):
             if child is None:
                 continue
-            if id(child) in seen:
+            stateful = next(child.buffers(), None) is not None
+            if id(child) in seen and stateful and not isinstance(parent, containers):
                 moved.append((parent, dict(parent._modules), name, child))
             seen.add(id(child))
     for parent, _, name, child in moved:
@@ -159,8 +161,13 @@ def _materialise(module: nn.Module, xs: tuple) -> None:
     in the parameters' type, as torch's own first call does."""
     ready = [p for p in module.parameters() if not isinstance(p, nn.UninitializedParameter)]
     dtype = ready[0].dtype if ready else None
-    with torch.no_grad():
-        module(*(x.to(dtype) if dtype and x.is_floating_point() else x for x in xs))
+    modes = [(m, m.training) for m in module.modules()]
+    try:  # in eval mode (no running statistics moved), the caller's random state kept
+        with torch.no_grad(), torch.random.fork_rng():
+            module.eval()(*(x.to(dtype) if dtype and x.is_floating_point() else x for x in xs))
+    finally:
+        for m, training in modes:
+            m.training = training
 
 
 def _dynamic(module: nn.Module, xs: tuple, batch) -> tuple:
@@ -321,9 +328,9 @@ def _decomposed(program, table):
     sig = program.graph_signature
     variable = _variable(program)
     if not (sig.buffers_to_mutate or sig.user_inputs_to_mutate) and all(
-        _lowered_as_is(node)
+        _lowered_as_is(node) if node.name in variable else not _writes(node)
         for node in program.graph.nodes
-        if node.op == "call_function" and node.name in variable
+        if node.op == "call_function"
     ):
         return program
     with _cia_ops_listed_once():
@@ -349,6 +356,17 @@ def _variable(program) -> set[str]:
         ):
             out.add(node.name)
     return out
+
+
+def _writes(node) -> bool:
+    """Whether ``node``'s op writes a tensor (in place, or an out argument): a constant
+    written after it is read must be made functional before it is folded."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None or schema.name == "aten::detach_":  # (torch.tensor's: no values written)
+        return False
+    return schema.is_mutable or any(
+        a.alias_info and a.alias_info.is_write for a in schema.arguments
+    )
 
 
 def _lowered_as_is(node) -> bool:

@@ -35,7 +35,11 @@ def _(x, p, mode):
 def own_ops(module: nn.Module):
     """The StochasticDepth layers of ``module`` calling rootclad::stochastic_depth while the
     block runs (an attribute of each layer's own, removed after)."""
-    layers = [m for m in module.modules() if type(m).__name__ == "StochasticDepth"]
+    layers = [
+        m
+        for m in module.modules()
+        if type(m).__name__ == "StochasticDepth" and type(m).__module__.startswith("torchvision")
+    ]
     for layer in layers:
         layer.forward = lambda x, m=layer: stochastic_depth(x, float(m.p), m.mode)
     try:
@@ -48,6 +52,8 @@ def own_ops(module: nn.Module):
 @lowers("rootclad.stochastic_depth.default")
 def _stochastic_depth(low, node, args, kw):
     attrs = OPS["stochastic_depth"].from_call(args[1:], {}, low.where(node))
+    if not attrs["whole_batch"]:  # torchvision draws per row of axis 0: the samples
+        low.batch_first(node, args[0], "stochastic depth")
     low.emit(node, "stochastic_depth", [low.value(node, args[0])], attrs)
 
 

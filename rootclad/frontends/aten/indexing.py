@@ -92,14 +92,35 @@ def sample_offsets(low) -> None:
                 chain.append(user.name)
             elif op == "add" and len(user.args) == 2 and not user.kwargs:
                 local = user.args[1] if user.args[0] is at else user.args[0]
-                same = tuple(local.meta["val"].shape) == tuple(user.meta["val"].shape)
-                if same and not local.meta["val"].dtype.is_floating_point:
+                if _indices_of_rows(low, user, local):
                     low.offsets[user.name] = (local, count)
                     low.offset_nodes.update(chain)
                 break
             else:
                 break
             at = user
+
+
+def _indices_of_rows(low, total, local) -> bool:
+    """Whether ``total`` (``local`` plus offsets) is integer indices of the sample's values,
+    of ``local``'s shape, read only as the index of rows (through views): anything else
+    reading it would miss the offsets."""
+    if not isinstance(local, torch.fx.Node) or local.name not in low.data:
+        return False
+    if local.name in low.folded or local.name in low.offset_nodes:
+        return False
+    val = local.meta.get("val")
+    if val is None or val.dtype.is_floating_point or val.shape != total.meta["val"].shape:
+        return False
+    todo = [(user, total) for user in total.users]
+    while todo:
+        user, read = todo.pop()
+        op = getattr(user.target, "_opname", "")
+        if op in _VIEWS and user.args[0] is read:
+            todo.extend((later, user) for later in user.users)
+        elif op != "index" or list(user.args[1]) != [read]:
+            return False
+    return True
 
 
 def _offset(low, index) -> int | None:
@@ -115,7 +136,12 @@ def _index_range(local) -> int | None:
     """The size of the axis whose topk gave the indices ``local`` (views, permutations and
     slices of them): they are below it; None where they are not topk's."""
     moves = _VIEWS | {"permute", "transpose", "slice", "select", "expand"}
-    while getattr(local.target, "__name__", "") == "getitem" or local.target._opname in moves:
+    while local.op == "call_function":
+        if getattr(local.target, "__name__", "") == "getitem":
+            if local.args[1] != 1:  # topk's values: no indices
+                return None
+        elif getattr(local.target, "_opname", "") not in moves:
+            break
         local = local.args[0]
     if getattr(local.target, "_opname", "") != "topk":
         return None
@@ -138,7 +164,7 @@ def _rows_of_the_sample(low, node, x, index, count: int) -> None:
             f"most {count} values (a topk over {bound}): they may read another sample's rows",
         )
     at = low.layout(node, x)
-    if at is None or at[0] != 0 or at[1] * at[2] != count:
+    if at != (0, 1, count):  # each sample's N rows together, in order
         raise low.refuse(
             node,
             f"indices offset by the sample's number times {count} into a value that does not "

@@ -502,10 +502,10 @@ class _Alone(nn.Module):
         super().__init__()
         self.layer = layer
 
-    def forward(self, x):
+    def forward(self, *xs):
         if isinstance(self.layer, nn.MultiheadAttention):
-            return self.layer(x, x, x, need_weights=False)[0]
-        return self.layer(x)[0]
+            return self.layer(*xs * 3, need_weights=False)[0]
+        return self.layer(*xs)[0]
 
 
 def _alone(module: nn.Module, example_input) -> nn.Module:

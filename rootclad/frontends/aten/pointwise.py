@@ -51,6 +51,8 @@ def _prelu(low, node, args, kw):
     name = low.tensor_name(args[1])
     if name is None or low.buffer_name(args[1]):
         raise low.refuse(node, "a PReLU slope that is not a parameter (computed in forward)")
+    if low.layout(node, args[0]) != (0, 1, 1) and args[1].meta["val"].numel() != 1:
+        raise low.refuse(node, "PReLU slopes per channel of a value whose batch axis is not first")
     low.emit(node, "prelu", [low.value(node, args[0])], params={"weight": name})
 
 
