@@ -700,3 +700,30 @@ def test_offsets_into_rows_of_another_arrangement_are_refused():
 
     with pytest.raises(IRError, match="does not hold 4 rows of each sample"):
         graph_from_export(Mixed(), torch.randn(3, 4, 4, dtype=F64), "float64")
+
+
+class _NoGrad(nn.Module):
+    """A layer whose forward computes under torch.no_grad(): values (``indices=False``: the
+    gradient stops there in torch) or only the indices of the two largest inputs."""
+
+    def __init__(self, indices):
+        super().__init__()
+        self.fc, self.indices = nn.Linear(4, 4).double(), indices
+
+    def forward(self, x):
+        with torch.no_grad():
+            picked = x.topk(2, dim=1).indices if self.indices else self.fc(x)
+        y = self.fc(x)
+        return torch.gather(y, 1, picked) if self.indices else y * picked
+
+
+def test_a_no_grad_block_of_values_is_refused_naming_its_line_and_one_of_indices_computes():
+    x = torch.randn(3, 4, dtype=torch.float64)
+    net = nn.Sequential(_NoGrad(indices=False))
+    with pytest.raises(
+        IRError,
+        match=r"Sequential: a torch\.no_grad\(\) block in module '0' \(_NoGrad\), at "
+        r"test_aten_export\.py:\d+ 'picked = .*' stops the gradient",
+    ):
+        graph_from_export(net, x, "float64")
+    check_against_torch(nn.Sequential(_NoGrad(indices=True)), x, loss="mse")

@@ -87,6 +87,22 @@ def test_unsupported_layer_options_are_refused_with_the_module_path(layer, words
         assert word in msg, msg
 
 
+def test_a_layer_of_unsupported_options_that_forward_never_calls_is_not_refused():
+    class Spare(nn.Module):  # (layers kept for another mode of the model, say)
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 3)
+            self.conv = nn.Conv1d(2, 4, 3, padding=1, padding_mode="circular")
+            self.bn, self.drop = nn.BatchNorm1d(2, momentum=None), nn.Dropout(1.0)
+
+        def forward(self, x):
+            return self.fc(x)
+
+    net, x = Spare().double(), _x()
+    cm = rootclad.compile(net, example_input=x, loss="mse", engine="pullback")
+    assert_close_rel(cm(x), net(x), 1e-14, "forward")
+
+
 def test_layers_the_fx_front_end_refused_match_torch():
     """LocalResponseNorm, Softmin and Flatten(start_dim=2) (a view of what stays 3-d)."""
     check_against_torch(

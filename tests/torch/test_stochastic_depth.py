@@ -118,3 +118,23 @@ def test_device_loops_draw_the_cpu_models_masks():
     (lc, gc), (ld, gd) = cm.loss_and_grad(x, y), dm.loss_and_grad(x, y)
     assert_close_rel(ld, lc, 1e-12, "loss")
     assert_grads_close(gd, gc, 1e-11, "device loops vs CPU model")
+
+
+def test_a_draw_of_a_constant_is_drawn_on_every_call_not_folded_once():
+    """StochasticDepth(mode='batch') of a constant made in forward (no input reaches it): a
+    draw, computed on every call as torch does, not a value folded at compile time."""
+    vision()
+    from torchvision.ops import StochasticDepth
+
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.sd = StochasticDepth(0.5, "batch")
+
+        def forward(self, x):
+            return x * self.sd(torch.ones(x.shape[1:], dtype=x.dtype))
+
+    x = _x()
+    cm = rootclad.compile(Scaled(), example_input=x, loss="mse", engine="pullback")
+    kept = [bool((cm(x) != 0).all()) for _ in range(40)]
+    assert 5 < sum(kept) < 35, f"{sum(kept)} of 40 calls kept at p = 0.5: folded once?"

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import operator
 import os
+import re
 import threading
 import warnings
 from pathlib import Path
@@ -100,10 +101,17 @@ def _unaliased(module: nn.Module):
             parent._modules.update(order)
 
 
+def _stack(node) -> list[tuple[str, str]]:
+    """The layers (path, class) whose forward made ``node``, outermost first."""
+    return list((node.meta.get("nn_module_stack") or {}).values())
+
+
 def _check_layer(path: str, mod: nn.Module) -> None:
     """Refuse, naming the layer, options of torch's layers the compiled model has no kernel
     for and which torch.export would capture as something else than they are."""
     where = f"module {path!r} ({type(mod).__name__})"
+    if _training_only(mod) and float(getattr(mod, "p", 0)) >= 1:
+        raise IRError(f"{type(mod).__name__}(p={mod.p}): every value dropped")
     mode = getattr(mod, "padding_mode", "zeros")
     if isinstance(mod, nn.modules.conv._ConvNd) and mode != "zeros":
         raise IRError(f"{where}: padding_mode={mode!r} (zero padding is supported)")
@@ -193,10 +201,6 @@ def export_program(module: nn.Module, example_input):
     # captured as in training (switched for the capture, not on a copy: the old weight norm's
     # modules cannot be copied); p >= 1: torch writes zeros, no draw to switch off
     switched = [m for m in module.modules() if _training_only(m) and not m.training]
-    for path, mod in module.named_modules():
-        if _training_only(mod) and float(getattr(mod, "p", 0)) >= 1:
-            raise IRError(f"{type(mod).__name__}(p={mod.p}): every value dropped")
-        _check_layer(path, mod)
     table = torch.export.default_decompositions()
     table.update(_recurrent_decompositions())
     for kept in KEPT:
@@ -221,6 +225,9 @@ def export_program(module: nn.Module, example_input):
         except IRError:  # a forward of rootclad's own (an ONNX file's) refusing a node
             raise
         except Exception as exc:  # torch's own message names the line that failed
+            failing = _failing_layer(module, exc)
+            if failing:  # a layer's option torch.export cannot capture (momentum=None)
+                _check_layer(*failing[:2])
             raise IRError(
                 f"torch.export could not capture {type(module).__name__}{_failed_in(module, exc)}"
                 f": {_fixed_batch(module, xs, exc)}{type(exc).__name__}: {str(exc)[:2000]}"
@@ -228,6 +235,11 @@ def export_program(module: nn.Module, example_input):
         finally:
             for mod in switched:
                 mod.training = False
+        used = {p for n in program.graph.nodes for p, _ in _stack(n)}
+        for path, mod in module.named_modules():  # the layers forward calls
+            if path in used:
+                _check_layer(path, mod)
+        _no_gradient_blocks(program, module)
         try:
             return _decomposed(program, table), module, xs
         except Exception as exc:  # torch's own decomposition failing (a layer held twice)
@@ -237,9 +249,41 @@ def export_program(module: nn.Module, example_input):
             ) from exc
 
 
-def _failed_in(module: nn.Module, exc: Exception) -> str:
-    """' (in module 'path' (Class), file:line)': the innermost layer whose forward was running
-    where ``exc`` was raised, or ''."""
+def _no_gradient_blocks(program, module: nn.Module) -> None:
+    """Refuse a ``torch.no_grad()`` block in forward that computes floating-point values from
+    an input or a parameter: the compiled backward has no place where a gradient stops
+    (torch.export keeps the block as one node, which the decomposition inlines without a
+    trace). A block of indices (a k-nearest-neighbour search) stops nothing."""
+    sig = program.graph_signature
+    reached = {*sig.user_inputs, *sig.inputs_to_parameters}
+    for node in program.graph.nodes:
+        if node.op != "call_function" or not any(a.name in reached for a in node.all_input_nodes):
+            continue
+        reached.add(node.name)
+        if node.target is not torch.ops.higher_order.wrap_with_set_grad_enabled or node.args[0]:
+            continue
+        made = node.meta.get("val")
+        made = made if isinstance(made, (tuple, list)) else [made]
+        if any(isinstance(v, torch.Tensor) and v.is_floating_point() for v in made):
+            path, cls = ([("", "")] + _stack(node))[-1]
+            where = f"module {path!r} ({cls.rsplit('.', 1)[-1]})" if path else "the model"
+            block = getattr(program.graph_module, node.args[1].target)  # its first line
+            traces = (n.meta.get("stack_trace") for n in block.graph.nodes)
+            trace = next((t for t in traces if t), "")
+            frames = re.findall(r'File "([^"]+)", line (\d+), in \S+\n\s*(.*)', trace)
+            own = [f for f in frames if f"{os.sep}torch{os.sep}" not in f[0]]
+            line = f", at {Path(own[-1][0]).name}:{own[-1][1]} {own[-1][2]!r}" if own else ""
+            raise IRError(
+                f"{type(module).__name__}: a torch.no_grad() block in {where}{line} "
+                "stops the gradient of what an input or a parameter reaches, which the "
+                "compiled backward cannot do (compute it outside the block, or pass it as an "
+                "input)"
+            )
+
+
+def _failing_layer(module: nn.Module, exc: Exception) -> tuple | None:
+    """(path, layer, file, line): the innermost layer whose forward was running where ``exc``
+    was raised, or None."""
     paths = {id(m): p for p, m in module.named_modules()}
     found, tb = None, exc.__traceback__
     while tb is not None:
@@ -247,6 +291,12 @@ def _failed_in(module: nn.Module, exc: Exception) -> str:
         if tb.tb_frame.f_code.co_name == "forward" and id(owner) in paths:
             found = (paths[id(owner)], owner, tb.tb_frame.f_code.co_filename, tb.tb_lineno)
         tb = tb.tb_next
+    return found
+
+
+def _failed_in(module: nn.Module, exc: Exception) -> str:
+    """' (in module 'path' (Class), file:line)': where :func:`_failing_layer` says, or ''."""
+    found = _failing_layer(module, exc)
     if found is None:
         return ""
     path, owner, file, line = found

@@ -16,7 +16,10 @@ from rootclad.frontends.aten.table import lowers
 from rootclad.ir.ops import OPS
 
 
-@torch.library.custom_op("rootclad::stochastic_depth", mutates_args=())
+# nondeterministic_seeded: a draw, which the lowering never folds (not even of a constant)
+@torch.library.custom_op(
+    "rootclad::stochastic_depth", mutates_args=(), tags=(torch.Tag.nondeterministic_seeded,)
+)
 def stochastic_depth(x: torch.Tensor, p: float, mode: str) -> torch.Tensor:
     """torchvision's stochastic_depth in training (run where the capture computes its
     constants; the compiled op follows cm.train() and cm.eval())."""
