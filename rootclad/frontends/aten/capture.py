@@ -47,6 +47,28 @@ def _cia_ops_listed_once():
             utils._materialize_cpp_cia_ops = walk
 
 
+def _run_decompositions(program, table: dict):
+    """torch's ``program.run_decompositions(table)``, telling torch only of the composite ops
+    it must treat otherwise than the dispatcher would (those kept whole, and those ``table``
+    decomposes its own way; the others decompose as the dispatcher decomposes them either
+    way). torch re-registers the Python kernels of every composite op it is told of around
+    each decomposition (525 ops in torch 2.13): 0.23 s of a small model's 0.1 s otherwise."""
+    from torch.export import exported_program
+
+    with _cia_ops_listed_once():
+        composite = exported_program._collect_all_valid_cia_ops()
+        kept = composite - set(table)
+        ours = _recurrent_decompositions().keys()
+        own = {op: fn for op, fn in table.items() if op in composite and op in ours}
+        rest = {op: fn for op, fn in table.items() if op not in composite}
+        listed = exported_program._collect_all_valid_cia_ops
+        exported_program._collect_all_valid_cia_ops = lambda: kept | set(own)
+        try:
+            return program.run_decompositions({**rest, **own})
+        finally:
+            exported_program._collect_all_valid_cia_ops = listed
+
+
 @contextlib.contextmanager
 def _quiet(name: str):
     """The logger ``name`` quiet but for critical messages while the block runs (a filter of
@@ -383,8 +405,7 @@ def _decomposed(program, table):
         if node.op == "call_function"
     ):
         return program
-    with _cia_ops_listed_once():
-        return program.run_decompositions(table)
+    return _run_decompositions(program, table)
 
 
 def _variable(program) -> set[str]:
