@@ -727,3 +727,34 @@ def test_a_no_grad_block_of_values_is_refused_naming_its_line_and_one_of_indices
     ):
         graph_from_export(net, x, "float64")
     check_against_torch(nn.Sequential(_NoGrad(indices=True)), x, loss="mse")
+
+
+def test_decompositions_told_only_of_the_composite_ops_they_change_give_torchs_program():
+    """capture._run_decompositions names to torch only the composite ops kept whole and the
+    recurrent layers decomposed rootclad's way: the program is the one torch's own
+    run_decompositions of the whole table makes, and torch's op list is put back after."""
+    from torch.export import exported_program
+
+    from rootclad.frontends.aten import capture
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = nn.LSTM(3, 4, num_layers=2, dropout=0.5, batch_first=True)
+            self.bn, self.fc = nn.BatchNorm1d(5), nn.Linear(4, 2)
+
+        def forward(self, x):
+            return F.softshrink(self.fc(F.relu_(self.bn(self.rnn(x)[0]))), 0.1).logsumexp(1)
+
+    x, listed = torch.randn(2, 5, 3), exported_program._collect_all_valid_cia_ops
+    table = torch.export.default_decompositions()
+    table.update(capture._recurrent_decompositions())
+    table.pop(torch.ops.aten.linear.default)
+    with warnings.catch_warnings():  # (torch.export's own notices: pytree, LSTM weights)
+        warnings.simplefilter("ignore")
+        dim = {0: torch.export.Dim("batch", min=1)}
+        program = torch.export.export(Net(), (x,), dynamic_shapes=(dim,), strict=False)
+        theirs = str(program.run_decompositions(dict(table)).graph)
+        ours = str(capture._run_decompositions(program, table).graph)
+    assert ours == theirs and "aten.linear" in ours and "aten.lstm" not in ours
+    assert exported_program._collect_all_valid_cia_ops is listed
