@@ -24,6 +24,7 @@ from rootclad.frontends.aten.modules import parameter_aliases
 from rootclad.frontends.onnx import to_module
 from rootclad.frontends.onnx.limits import EXAMPLE_BATCH
 from rootclad.frontends.programs import program_module
+from rootclad.ir.graph import IRError
 from rootclad.paths import check_outputs
 from rootclad.toolchain import (
     CompileError,
@@ -146,8 +147,9 @@ def choose_loss_output(graph, loss_output) -> None:
     graph.validate()
 
 
-def _take_state(model, module: torch.nn.Module):
-    """The compiled ``model`` with ``module``'s parameters, buffers, frozen flags and mode."""
+def _take_state(model, module: torch.nn.Module, example):
+    """The compiled ``model`` with ``module``'s parameters, buffers, frozen flags and mode (and
+    the check of the other mode where the module's layers read it: :func:`_other_mode`)."""
     buffers = {n: b for n, b in module.named_buffers() if n in model._buffer_views}
     # the user's own module as it is: weights from a file are checked where rootclad reads
     # them (cm.load_state_dict, rootclad build --weights, the ONNX import)
@@ -158,7 +160,47 @@ def _take_state(model, module: torch.nn.Module):
 
     # preprocessing stages, named in an export's metadata (their constants are parameters)
     model._stages = [n for n, m in module.named_modules() if isinstance(m, Standardize)]
-    return model.train(module.training)  # an eval-mode module must not predict with dropout on
+    model.train(module.training)  # an eval-mode module must not predict with dropout on
+    if model.graph.mode_reads:
+        model._mode_check = _other_mode(module, example, model.graph)
+    return model
+
+
+def _other_mode(module: torch.nn.Module, example, graph):
+    """``cm.train(mode)``'s check of a model whose layers read ``self.training`` in the
+    capture (frontends/aten/modes.py): on the first switch to the other mode, ``module``
+    captured in that mode must lower to the same graph, else the switch is refused (the
+    compiled model would compute the captured mode's branch). Holds ``module``."""
+    from rootclad.frontends.aten.modes import canonical
+
+    def check(mode: bool) -> None:
+        if mode == graph.training_mode or check.same:
+            return
+        modes = [(m, m.training) for m in module.modules()]
+        try:
+            module.train(mode)
+            other = graph_from_export(module, example, graph.dtype)
+        except IRError as exc:
+            differs = f"its capture in that mode is refused ({exc})"
+        else:
+            same = canonical(other) == canonical(graph)
+            differs = "" if same else "it computes otherwise in that mode"
+        finally:
+            for m, training in modes:
+                m.training = training
+        if not differs:
+            check.same = True
+            return
+        was, want = ("training", "eval") if graph.training_mode else ("eval", "training")
+        layers = ", ".join(repr(p) for p in graph.mode_reads)
+        raise RuntimeError(
+            f"this model was compiled in {was} mode, and the forward of {layers} reads "
+            f"self.training: {differs}. Compile the model again after "
+            f"net.{'train' if mode else 'eval'}() for {want} mode"
+        )
+
+    check.same = False
+    return check
 
 
 def compile(
@@ -211,7 +253,7 @@ def compile(
                        aliases=parameter_aliases(model),
                        # buffers of layers forward() never calls: accepted by load_state_dict
                        ignored=[n for n, _ in model.named_buffers()])  # fmt: skip
-    return _take_state(cm, model)
+    return _take_state(cm, model, example_input if several else examples[0])
 
 
 def _device_engine(engine: str, pullbacks: bool) -> None:
@@ -342,7 +384,7 @@ def compile_device(
     dm = device_program(graph, loss, device, seed=seed, aliases=parameter_aliases(module),
                         ignored=[n for n, _ in module.named_buffers()])  # fmt: skip
     dm._ignored -= set(dm._buffer_views)
-    return _take_state(dm, module)
+    return _take_state(dm, module, example_input if several else examples[0])
 
 
 def retarget(model, device: torch.device):

@@ -90,6 +90,10 @@ class Graph:
     # constants: torch.arange, masks), by buffer name: buffers (not persistent) the compiled
     # model fills itself
     constants: dict = field(default_factory=dict, repr=False, compare=False)
+    # the model's layers whose forward read self.training in the capture (the export front-end:
+    # frontends/aten/modes.py), captured in the mode ``training_mode``
+    mode_reads: tuple[str, ...] = ()
+    training_mode: bool = True
     # params and buffers by name, set by validate(): param() runs once per node
     by_name: dict[str, Param] = field(default_factory=dict, repr=False, compare=False)
 

@@ -193,6 +193,7 @@ class ModelBase:
         self._ignored = set(ignored)  # the module's unused buffers (see load_state_dict)
         # (model, device) -> the same model for another device; the compiler's
         self._retarget = retarget
+        self._mode_check = None  # compiler._other_mode, where the model's layers read the mode
         self._views: OrderedDict[str, torch.nn.Parameter] = OrderedDict()
         self._grad_views: OrderedDict[str, torch.Tensor] = OrderedDict()
         self._buffer_views: OrderedDict[str, torch.Tensor] = OrderedDict()
@@ -380,6 +381,8 @@ class ModelBase:
         return out
 
     def train(self, mode: bool = True):
+        if self._mode_check is not None:  # a layer of the model's own reads self.training
+            self._mode_check(bool(mode))
         self.training = bool(mode)  # BatchNorm: the batch's statistics (or the running ones)
         return self
 
@@ -400,6 +403,7 @@ class ModelBase:
         for name, p in self._views.items():  # frozen stays frozen
             other._views[name].requires_grad_(p.requires_grad)
         other._stages = list(self._stages)
+        other._mode_check = self._mode_check
         return other.train(self.training)
 
     def _on(self, device: torch.device) -> bool:

@@ -17,6 +17,7 @@ import torch.fx.traceback as fx_traceback
 from torch import nn
 
 from rootclad.frontends.aten.draws import own_ops
+from rootclad.frontends.aten.modes import training_reads
 from rootclad.frontends.aten.table import AS_IS, KEPT, LOWERINGS, op_name
 from rootclad.ir.graph import IRError
 
@@ -211,11 +212,11 @@ def _dynamic(module: nn.Module, xs: tuple, batch) -> tuple:
     return axes if rest is None or rest >= len(xs) else (*axes[:rest], axes[rest:])
 
 
-def export_program(module: nn.Module, example_input):
+def export_program(module: nn.Module, example_input, reads: list | None = None):
     """``module`` captured by torch.export (batch axis dynamic) in its own mode, but for
     dropout, captured as in training (in eval mode it would vanish; compiled, it obeys
     cm.train() and cm.eval()); decomposed into core ATen ops but for the layers in
-    :data:`KEPT`."""
+    :data:`KEPT`. ``reads`` gets the layers whose forward read ``self.training``."""
     xs = _examples(example_input)
     if any(isinstance(m, nn.modules.lazy.LazyModuleMixin) for m in module.modules()):
         _materialise(module, xs)
@@ -240,7 +241,14 @@ def export_program(module: nn.Module, example_input):
             # (what an ONNX file's replay notes; torch's log of a failing op, which the
             # refusal below names, quiet)
             quiet = _quiet("torch._subclasses.fake_tensor")
-            with fx_traceback.preserve_node_meta(), quiet, own_ops(module), _unaliased(module):
+            spied = training_reads(module, [] if reads is None else reads)
+            with (
+                fx_traceback.preserve_node_meta(),
+                quiet,
+                own_ops(module),
+                _unaliased(module),
+                spied,
+            ):
                 program = torch.export.export(
                     module, xs, dynamic_shapes=_dynamic(module, xs, batch), strict=False
                 )

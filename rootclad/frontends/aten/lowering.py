@@ -518,8 +518,8 @@ def _alone(module: nn.Module, example_input) -> nn.Module:
 def graph_from_export(module: nn.Module, example_input, dtype: str) -> Graph:
     """The validated graph of ``module`` captured by torch.export; refused, naming the ATen
     op and module, where an op has no lowering."""
-    captured = _alone(module, example_input)
-    program, model, examples = export_program(captured, example_input)
+    captured, reads = _alone(module, example_input), []
+    program, model, examples = export_program(captured, example_input, reads)
     low = Lowering(model, program, dtype, examples)
     graph = low.graph()
     if captured is not module:  # the layer's own names, not the wrapper's
@@ -550,4 +550,6 @@ def graph_from_export(module: nn.Module, example_input, dtype: str) -> Graph:
                 f"{node.describe()}: rootclad infers the per-sample shape "
                 f"{node.out_shape}, torch gives {want}"
             )
-    return simplify(graph)
+    graph = simplify(graph)
+    graph.mode_reads, graph.training_mode = tuple(reads), module.training
+    return graph
