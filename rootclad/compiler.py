@@ -119,14 +119,16 @@ def _examples(example_input, dtype=None, model=None) -> tuple[tuple, torch.dtype
 
 
 def _module_graph(model: torch.nn.Module, examples: tuple, dtype, several: bool):
-    """The module's graph, traced on the CPU (the caller's module stays where it is)."""
+    """(the module on the CPU, the example it was captured with, its graph): traced on the
+    CPU (the caller's module stays where it is)."""
     if any(t.device.type != "cpu" for t in (*model.parameters(), *model.buffers())):
         import copy
 
         model = copy.deepcopy(model).cpu()
     example = tuple(t.detach().cpu().to(dtype if t.dtype.is_floating_point else t.dtype)
                     for t in examples)  # fmt: skip
-    return model, graph_from_export(model, example if several else example[0], _DTYPE_NAMES[dtype])
+    example = example if several else example[0]
+    return model, example, graph_from_export(model, example, _DTYPE_NAMES[dtype])
 
 
 def choose_loss_output(graph, loss_output) -> None:
@@ -170,7 +172,8 @@ def _other_mode(module: torch.nn.Module, example, graph):
     """``cm.train(mode)``'s check of a model whose layers read ``self.training`` in the
     capture (frontends/aten/modes.py): on the first switch to the other mode, ``module``
     captured in that mode must lower to the same graph, else the switch is refused (the
-    compiled model would compute the captured mode's branch). Holds ``module``."""
+    compiled model would compute the captured mode's branch). Holds ``module``, and captures
+    it as it is at that switch."""
     from rootclad.frontends.aten.modes import canonical
 
     def check(mode: bool) -> None:
@@ -379,12 +382,12 @@ def compile_device(
     several = isinstance(example_input, (tuple, list))
     examples, dtype, _ = _examples(example_input, dtype, model)
     device = check_device(device)
-    module, graph = _module_graph(model, examples, dtype, several)
+    module, example, graph = _module_graph(model, examples, dtype, several)
     choose_loss_output(graph, loss_output)
     dm = device_program(graph, loss, device, seed=seed, aliases=parameter_aliases(module),
                         ignored=[n for n, _ in module.named_buffers()])  # fmt: skip
     dm._ignored -= set(dm._buffer_views)
-    return _take_state(dm, module, example_input if several else examples[0])
+    return _take_state(dm, module, example)
 
 
 def retarget(model, device: torch.device):

@@ -59,8 +59,8 @@ def render(report: dict) -> str:
         f"{report['torch']}: the README's test command (`.ci/run`) with "
         f"`PYTEST_ADDOPTS=--durations=0`. Wall time {wall / 60:.1f} min; "
         + ", ".join(f"{n} {k}" for k, n in counts.items())
-        + f". The tests' own setup, call and teardown add up to {listed / 60:.1f} min "
-        "(over every worker process where the command runs several: pytest-xdist's `-n`).",
+        + f". The tests' own setup, call and teardown add up to {listed / 60:.1f} min; the "
+        "rest is collection and pytest itself.",
         "",
         "| test module | seconds | share |",
         "| --- | ---: | ---: |",

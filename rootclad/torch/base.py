@@ -187,13 +187,11 @@ class ModelBase:
         self._seed = int(seed)
         self._stages: list[str] = []  # rootclad.data.Standardize modules (compiler._take_state)
         self._calls = itertools.count(1)  # next() is atomic: no two threads share a seed
-        # other names of a parameter in the torch module (a layer used twice): its state_dict
-        # lists each; named_parameters() and this model list the first only
+        # a parameter's other names in the module (a layer used twice), listed by state_dict
         self._aliases = dict(aliases or {})
         self._ignored = set(ignored)  # the module's unused buffers (see load_state_dict)
-        # (model, device) -> the same model for another device; the compiler's
-        self._retarget = retarget
-        self._mode_check = None  # compiler._other_mode, where the model's layers read the mode
+        self._retarget = retarget  # (model, device) -> this model for another device
+        self._mode_check = lambda mode: None  # compiler._other_mode: layers read the mode
         self._views: OrderedDict[str, torch.nn.Parameter] = OrderedDict()
         self._grad_views: OrderedDict[str, torch.Tensor] = OrderedDict()
         self._buffer_views: OrderedDict[str, torch.Tensor] = OrderedDict()
@@ -381,8 +379,7 @@ class ModelBase:
         return out
 
     def train(self, mode: bool = True):
-        if self._mode_check is not None:  # a layer of the model's own reads self.training
-            self._mode_check(bool(mode))
+        self._mode_check(bool(mode))  # (a layer of the model's own that reads the mode)
         self.training = bool(mode)  # BatchNorm: the batch's statistics (or the running ones)
         return self
 

@@ -729,6 +729,26 @@ def test_a_no_grad_block_of_values_is_refused_naming_its_line_and_one_of_indices
     check_against_torch(nn.Sequential(_NoGrad(indices=True)), x, loss="mse")
 
 
+class _NoGradOfShapes(nn.Module):
+    """A torch.no_grad() block of zeros of the batch's size, a buffer and a comparison's mask:
+    no gradient stops there, in torch or compiled."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4).double()
+        self.register_buffer("b", torch.ones(4, dtype=torch.float64))
+
+    def forward(self, x):
+        with torch.no_grad():
+            z = torch.zeros(x.shape[0], 4, dtype=x.dtype) + self.b * 2
+            mask = (x > 0).to(x.dtype)
+        return self.fc(x) * mask + z
+
+
+def test_a_no_grad_block_of_shapes_buffers_and_masks_matches_torch():
+    check_against_torch(_NoGradOfShapes(), torch.randn(3, 4, dtype=torch.float64), loss="mse")
+
+
 def test_decompositions_told_only_of_the_composite_ops_they_change_give_torchs_program():
     """capture._run_decompositions names to torch only the composite ops kept whole and the
     recurrent layers decomposed rootclad's way: the program is the one torch's own

@@ -89,4 +89,17 @@ def test_a_layer_reading_the_mode_to_the_same_graph_switches_and_matches_torch_i
 def test_a_mode_read_behind_a_flag_that_is_off_is_not_a_read():
     cm = rootclad.compile(_net(_NeverRead()), _x(), loss="mse", engine="pullback")
     assert cm.graph.mode_reads == ()
-    assert cm._mode_check is None  # nothing held, nothing captured again on a switch
+    assert cm._mode_check.__qualname__.startswith("ModelBase")  # none held, none captured
+
+
+def test_the_device_programs_switch_captures_with_the_example_it_was_compiled_with():
+    """compile_device casts the example to the model's type: the other mode's capture takes
+    that example too (a float32 example of a float64 build switches, and is checked)."""
+    from rootclad.compiler import compile_device
+
+    net, x = _net(_Harmless()), _x()
+    dm = compile_device(net, x.float(), device="cpu", loss="mse", dtype=F64)
+    assert_close_rel(dm.eval().predict(x), net.eval()(x), 1e-12, "eval")
+    shifted = compile_device(_net(_Shifted()), x.float(), device="cpu", loss="mse", dtype=F64)
+    with pytest.raises(RuntimeError, match="computes otherwise in that mode"):
+        shifted.eval()

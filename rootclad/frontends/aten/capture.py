@@ -62,8 +62,12 @@ def _run_decompositions(program, table: dict):
         ours = _recurrent_decompositions().keys()
         own = {op: fn for op, fn in table.items() if op in composite and op in ours}
         rest = {op: fn for op, fn in table.items() if op not in composite}
-        listed = exported_program._collect_all_valid_cia_ops
-        exported_program._collect_all_valid_cia_ops = lambda: kept | set(own)
+        listed, me = exported_program._collect_all_valid_cia_ops, threading.get_ident()
+
+        def told() -> set:  # (another thread's decomposition, outside rootclad: torch's list)
+            return kept | set(own) if threading.get_ident() == me else listed()
+
+        exported_program._collect_all_valid_cia_ops = told
         try:
             return program.run_decompositions({**rest, **own})
         finally:
@@ -279,26 +283,46 @@ def export_program(module: nn.Module, example_input, reads: list | None = None):
             ) from exc
 
 
+def _floats(node) -> bool:
+    """Whether ``node`` makes a floating-point tensor (or a tuple holding one)."""
+    made = node.meta.get("val")
+    made = made if isinstance(made, (tuple, list)) else [made]
+    return any(isinstance(v, torch.Tensor) and v.is_floating_point() for v in made)
+
+
+def _reached(graph, reached: set[str]) -> set[str]:
+    """``reached`` and the floating-point values of ``graph`` computed from them (a shape, an
+    index, a comparison carry no gradient)."""
+    reached = set(reached)
+    for node in graph.nodes:
+        if node.op == "call_function" and _floats(node):
+            if any(a.name in reached for a in node.all_input_nodes):
+                reached.add(node.name)
+    return reached
+
+
 def _no_gradient_blocks(program, module: nn.Module) -> None:
-    """Refuse a ``torch.no_grad()`` block in forward that computes floating-point values from
-    an input or a parameter: the compiled backward has no place where a gradient stops
-    (torch.export keeps the block as one node, which the decomposition inlines without a
-    trace). A block of indices (a k-nearest-neighbour search) stops nothing."""
+    """Refuse a ``torch.no_grad()`` block in forward whose floating-point results are computed
+    from the values of an input or a parameter: the compiled backward has no place where a
+    gradient stops (torch.export keeps the block as one node, which the decomposition inlines
+    without a trace). A block of indices (a k-nearest-neighbour search), of shapes or of
+    buffers stops nothing."""
     sig = program.graph_signature
-    reached = {*sig.user_inputs, *sig.inputs_to_parameters}
+    reached = _reached(program.graph, {*sig.user_inputs, *sig.inputs_to_parameters})
     for node in program.graph.nodes:
-        if node.op != "call_function" or not any(a.name in reached for a in node.all_input_nodes):
-            continue
-        reached.add(node.name)
         if node.target is not torch.ops.higher_order.wrap_with_set_grad_enabled or node.args[0]:
             continue
-        made = node.meta.get("val")
-        made = made if isinstance(made, (tuple, list)) else [made]
-        if any(isinstance(v, torch.Tensor) and v.is_floating_point() for v in made):
+        block = getattr(program.graph_module, node.args[1].target)
+        inner = [n for n in block.graph.nodes if n.op == "placeholder"]
+        args = node.args[2:]
+        named = [getattr(a, "name", None) for a in args]
+        given = {p.name for p, a in zip(inner, named, strict=True) if a in reached}
+        values = _reached(block.graph, given)
+        outputs = block.graph.output_node().all_input_nodes
+        if any(o.name in values and _floats(o) for o in outputs):
             path, cls = ([("", "")] + _stack(node))[-1]
             where = f"module {path!r} ({cls.rsplit('.', 1)[-1]})" if path else "the model"
-            block = getattr(program.graph_module, node.args[1].target)  # its first line
-            traces = (n.meta.get("stack_trace") for n in block.graph.nodes)
+            traces = (n.meta.get("stack_trace") for n in block.graph.nodes)  # its first line
             trace = next((t for t in traces if t), "")
             frames = re.findall(r'File "([^"]+)", line (\d+), in \S+\n\s*(.*)', trace)
             own = [f for f in frames if f"{os.sep}torch{os.sep}" not in f[0]]

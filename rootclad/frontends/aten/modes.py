@@ -16,29 +16,32 @@ from torch import nn
 def training_reads(module: nn.Module, found: list[str]):
     """While the block runs, each layer of ``module`` that is not torch's own records its path
     in ``found`` when its ``training`` is read (the layer's class stands in for a subclass of
-    the same name whose ``training`` is a property; put back after)."""
+    the same name whose ``training`` is a property; put back after, whatever happens)."""
     swapped = []
-    for path, layer in module.named_modules():
-        cls = type(layer)
-        if cls.__module__.startswith("torch.") or "training" not in layer.__dict__:
-            continue
-
-        def read(self, path=path):
-            if path not in found:
-                found.append(path)
-            return self.__dict__["training"]
-
-        def write(self, value):
-            self.__dict__["training"] = value
-
-        try:  # (a class that cannot stand in so, by its slots or its metaclass: not watched)
-            spy = type(cls.__name__, (cls,), {"training": property(read, write)})
-            spy.__module__, spy.__qualname__ = cls.__module__, cls.__qualname__
-            layer.__class__ = spy
-        except TypeError:
-            continue
-        swapped.append((layer, cls))
     try:
+        for path, layer in module.named_modules():
+            cls = type(layer)
+            if cls.__module__.startswith("torch.") or "training" not in layer.__dict__:
+                continue
+            if getattr(cls, "_rootclad_reads", False):  # another capture's, running now
+                continue
+
+            def read(self, path=path):
+                if path not in found:
+                    found.append(path)
+                return self.__dict__["training"]
+
+            def write(self, value):
+                self.__dict__["training"] = value
+
+            body = {"training": property(read, write), "_rootclad_reads": True}
+            try:  # (a class that cannot stand in so, by its slots or metaclass: not watched)
+                spy = type(cls.__name__, (cls,), body)
+                spy.__module__, spy.__qualname__ = cls.__module__, cls.__qualname__
+                layer.__class__ = spy
+            except TypeError:
+                continue
+            swapped.append((layer, cls))
         yield
     finally:
         for layer, cls in swapped:
@@ -65,4 +68,5 @@ def canonical(graph) -> list:
             (node.op, repr(sorted(node.attrs.items())), reads, sorted(node.params.items()), held)
         )
         index[node.output] = f"value{i}"
-    return [*out, index.get(graph.output, graph.output)]
+    shapes = (tuple(map(tuple, graph.input_shapes)), graph.masks, graph.indices)
+    return [*out, index.get(graph.output, graph.output), graph.parts, graph.container, shapes]
