@@ -27,10 +27,19 @@ TOL = {F64: {"rtol": 1e-12, "atol": 1e-12}, F32: {"rtol": 1e-4, "atol": 1e-4}}
 
 
 def _host_kernels(tmp_path_factory, *flags):
+    """The kernels built from the headers, their C entry points exported alone: exported
+    unversioned, rootclad's C++ names would satisfy another library's references to its
+    runtime's versioned ones once this library is in the global scope (ROOT's RDataFrame puts
+    every library loaded there when it compiles an expression, test_data_bad_input.py's), and
+    a device program built with other chunk sizes ran these kernels: a heap overflow, which
+    glibc's checks caught."""
     cxx, _ = find_cxx()
-    so = tmp_path_factory.mktemp("host_kernels") / "host_kernels.so"
-    subprocess.run([cxx, "-O1", "-std=c++17", "-shared", "-fPIC", f"-I{rootclad.get_include()}",
-                    *flags, str(HERE / "host_kernels.cpp"), "-o", str(so)], check=True)  # fmt: skip
+    where = tmp_path_factory.mktemp("host_kernels")
+    so, script = where / "host_kernels.so", where / "exports.map"
+    script.write_text("{ global: *_f32; *_f64; conv_gemm_workspace; local: *; };\n")
+    build = [cxx, "-O1", "-std=c++17", "-shared", "-fPIC", f"-I{rootclad.get_include()}", *flags]
+    build += [str(HERE / "host_kernels.cpp"), "-o", str(so), f"-Wl,--version-script={script}"]
+    subprocess.run(build, check=True)
     lib = ctypes.CDLL(str(so))
     lib.conv_gemm_workspace.restype = ctypes.c_long
     return lib
