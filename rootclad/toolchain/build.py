@@ -229,8 +229,11 @@ def link_library(
     archive them: ``archive=True``, ``.a``), cached and checked as a library built from source
     is; the key hashes the objects' contents and the flags. ``exports``: the symbols the
     library exports (a version script's ``global:`` entries), under a version named after its
-    key, so that a library linked against it binds to this build alone, whatever else a
-    process has loaded; its soname is its file name."""
+    key, so that a library linked against it binds to this build alone, whatever other build
+    a process has loaded (but glibc lets a definition without a version satisfy a versioned
+    reference: a library exporting rootclad's names unversioned, once global, as ROOT's
+    RDataFrame makes every loaded library, would take the calls); its soname is its file
+    name."""
     h = hashlib.sha256()
     for part in (cxx, _version(cxx), " ".join(link_flags), str(archive), str(exports)):
         h.update(part.encode() + b"\0")
