@@ -34,6 +34,8 @@ _UNARY = {
     "mish": "mish",
     "clamp": "clamp",
     "selu": "selu",
+    **{f: f for f in ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh")},
+    **{f: f for f in ("acosh", "atanh")},
 }
 
 

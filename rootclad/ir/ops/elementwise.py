@@ -65,6 +65,15 @@ elementwise("log1p", "torch.log1p", "Log1p", (), ("torch.log1p", "Tensor.log1p")
 elementwise("erf", "torch.erf", "Erf", (), ("torch.erf", "torch.special.erf", "Tensor.erf"))
 
 
+# trigonometric and hyperbolic functions and their inverses (NaN outside an inverse's domain,
+# as torch); tan's derivative reads its output
+_TRIGONOMETRIC = ("sin", "cos", "tan", "asin", "acos", "atan")
+for _name in (*_TRIGONOMETRIC, "sinh", "cosh", "asinh", "acosh", "atanh"):
+    _saves = ("out",) if _name == "tan" else ("in",)
+    _calls = (f"torch.{_name}", f"Tensor.{_name}")
+    elementwise(_name, f"torch.{_name}", _name.capitalize(), (), _calls, saves=_saves)
+
+
 def _power_infer(node, shapes, graph):
     p = node.attrs.get("exponent")
     finite = isinstance(p, (int, float)) and not isinstance(p, bool) and math.isfinite(p)

@@ -150,6 +150,65 @@ struct Log1p {
   template <class T> ROOTCLAD_HD T grad(T g, T x, T) const { return g / (T(1) + x); }
 };
 
+// Trigonometric and hyperbolic functions and their inverses (torch.sin, ..., torch.atanh; ONNX's
+// Sin, ..., Atanh), torch's values and gradients: outside an inverse's domain (asin, acos, atanh
+// beyond 1 in size, acosh below 1) the value is NaN, at its edge the gradient inf, as torch's.
+struct Sin {
+  template <class T> ROOTCLAD_HD T f(T x) const { return std::sin(x); }
+  template <class T> ROOTCLAD_HD T grad(T g, T x, T) const { return g * std::cos(x); }
+};
+
+struct Cos {
+  template <class T> ROOTCLAD_HD T f(T x) const { return std::cos(x); }
+  template <class T> ROOTCLAD_HD T grad(T g, T x, T) const { return -g * std::sin(x); }
+};
+
+// tan  =>  dx = g (1 + y^2)
+struct Tan {
+  template <class T> ROOTCLAD_HD T f(T x) const { return std::tan(x); }
+  template <class T> ROOTCLAD_HD T grad(T g, T, T y) const { return g * (T(1) + y * y); }
+};
+
+struct Asin {
+  template <class T> ROOTCLAD_HD T f(T x) const { return std::asin(x); }
+  template <class T> ROOTCLAD_HD T grad(T g, T x, T) const { return g / std::sqrt(T(1) - x * x); }
+};
+
+struct Acos {
+  template <class T> ROOTCLAD_HD T f(T x) const { return std::acos(x); }
+  template <class T> ROOTCLAD_HD T grad(T g, T x, T) const { return -g / std::sqrt(T(1) - x * x); }
+};
+
+struct Atan {
+  template <class T> ROOTCLAD_HD T f(T x) const { return std::atan(x); }
+  template <class T> ROOTCLAD_HD T grad(T g, T x, T) const { return g / (T(1) + x * x); }
+};
+
+struct Sinh {
+  template <class T> ROOTCLAD_HD T f(T x) const { return std::sinh(x); }
+  template <class T> ROOTCLAD_HD T grad(T g, T x, T) const { return g * std::cosh(x); }
+};
+
+struct Cosh {
+  template <class T> ROOTCLAD_HD T f(T x) const { return std::cosh(x); }
+  template <class T> ROOTCLAD_HD T grad(T g, T x, T) const { return g * std::sinh(x); }
+};
+
+struct Asinh {
+  template <class T> ROOTCLAD_HD T f(T x) const { return std::asinh(x); }
+  template <class T> ROOTCLAD_HD T grad(T g, T x, T) const { return g / std::sqrt(x * x + T(1)); }
+};
+
+struct Acosh {
+  template <class T> ROOTCLAD_HD T f(T x) const { return std::acosh(x); }
+  template <class T> ROOTCLAD_HD T grad(T g, T x, T) const { return g / std::sqrt(x * x - T(1)); }
+};
+
+struct Atanh {
+  template <class T> ROOTCLAD_HD T f(T x) const { return std::atanh(x); }
+  template <class T> ROOTCLAD_HD T grad(T g, T x, T) const { return g / (T(1) - x * x); }
+};
+
 // erf  =>  dx = g 2/sqrt(pi) exp(-x^2) (torch.erf, ONNX's Erf: the exact GELU's formula)
 struct Erf {
   template <class T> ROOTCLAD_HD T f(T x) const { return std::erf(x); }
@@ -397,7 +456,8 @@ struct PRelu {
 #define ROOTCLAD_UNARY_FUNCTORS(X)                                                                 \
   X(Abs) X(Equal) X(Relu) X(LeakyRelu) X(Tanh) X(Sigmoid) X(Silu) X(Elu) X(Softplus) X(Gelu)       \
   X(Affine) X(Hardtanh) X(Clamp) X(Hardsigmoid) X(Hardswish) X(Mish) X(Selu) X(Exp) X(Log)       \
-  X(Log1p) X(Erf) X(Power) X(Sqrt) X(Rsqrt) X(Reciprocal) X(Sign) X(Compare)
+  X(Log1p) X(Erf) X(Power) X(Sqrt) X(Rsqrt) X(Reciprocal) X(Sign) X(Compare) X(Sin) X(Cos)     \
+  X(Tan) X(Asin) X(Acos) X(Atan) X(Sinh) X(Cosh) X(Asinh) X(Acosh) X(Atanh)
 // clang-format on
 #define ROOTCLAD_PARAMETRIC_FUNCTORS(X) X(PRelu)
 
