@@ -359,25 +359,44 @@ def _max_dim(low, node, args, kw):
     """torch.max(x, dim): the value and index of the largest (topk of 1, then the axis dropped
     unless keepdim); torch.min(x, dim) as -max(-x, dim), which picks a NaN as torch.min does
     (topk's smallest would pass it by)."""
-    x, dim = args[0], args[1]
     keep = args[2] if len(args) > 2 else kw.get("keepdim", False)
+    low.tuples[node.name] = _largest(low, node, args[0], args[1], keep, want_values=True)
+
+
+@lowers("aten.argmax.default", "aten.argmin.default")
+def _argmax(low, node, args, kw):
+    """torch.argmax(x, dim) and argmin: torch.max(x, dim)'s index alone (over every axis,
+    dim=None, it would mix the samples: refused)."""
+    dim = args[1] if len(args) > 1 else kw.get("dim")
+    if dim is None:
+        raise low.refuse(node, "dim=None (over the whole batch; rootclad never mixes samples)")
+    keep = args[2] if len(args) > 2 else kw.get("keepdim", False)
+    low.names[node.name] = _largest(low, node, args[0], dim, keep, want_values=False)[1]
+
+
+def _largest(low, node, x, dim, keep, want_values):
+    """[values (None unless wanted), indices] of the largest along ``dim`` (of the smallest for
+    torch's min and argmin)."""
     axis = low.axis(node, x, dim)
     src = low.value(node, x)
     negate = {"scale": -1.0, "shift": 0.0}
-    smallest = node.target._opname == "min"
+    smallest = node.target._opname in ("min", "argmin")
     if smallest:
         src = low.emit(node, "affine", [src], negate, part="negated")
     attrs = {"axis": axis, "k": 1, "largest": True}
     idx = low.emit(node, "topk", [src], attrs, part="indices")
-    values = low.emit(node, "gather", [src, idx], {"axis": axis}, part="values")
-    if smallest:
-        values = low.emit(node, "affine", [values], negate, part="smallest")
+    values = None
+    if want_values:
+        values = low.emit(node, "gather", [src, idx], {"axis": axis}, part="values")
+        if smallest:
+            values = low.emit(node, "affine", [values], negate, part="smallest")
     if not keep:
         shape = low.shape(node, x)
         dropped = shape[:axis] + shape[axis + 1 :]
-        values = low.emit(node, "reshape", [values], {"shape": dropped}, part="value")
+        if want_values:
+            values = low.emit(node, "reshape", [values], {"shape": dropped}, part="value")
         idx = low.emit(node, "reshape", [idx], {"shape": dropped}, part="index")
-    low.tuples[node.name] = [values, idx]
+    return [values, idx]
 
 
 @lowers("aten.repeat.default")
