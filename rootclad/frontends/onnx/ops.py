@@ -121,6 +121,8 @@ _UNARY = {
     "Ceil": torch.ceil,
     "Sin": torch.sin,
     "Cos": torch.cos,
+    **{op: getattr(torch, op.lower()) for op in ("Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh")},
+    **{op: getattr(torch, op.lower()) for op in ("Asinh", "Acosh", "Atanh")},
     "Softsign": F.softsign,
 }
 
@@ -224,8 +226,6 @@ def _binary(node, ins):
     if node.op == "Mod" and node.attr("fmod", 0):  # the sign of the dividend, as C's fmod
         on_tensors, on_numbers = torch.fmod, np.fmod
     a, b = ins[0], ins[1] if len(ins) > 1 else None
-    if node.op in ("Max", "Min") and len(ins) != 2:
-        raise node.refuse(f"{len(ins)} operands (rootclad takes two)")
     if is_number(a) and is_number(b):
         a, b = plain(a), plain(b)
         few(node, np.broadcast_shapes(a.shape, b.shape))

@@ -21,7 +21,7 @@ import torch
 import torch.fx.traceback as fx_traceback
 from torch import nn
 
-from rootclad.frontends.onnx import ops_attention, ops_recurrent, ops_shapes  # noqa: F401
+from rootclad.frontends.onnx import ops_attention, ops_math, ops_recurrent, ops_shapes  # noqa: F401
 from rootclad.frontends.onnx.common import attributes
 from rootclad.frontends.onnx.ops import ATTRIBUTES, MAX_NUMBERS, OPS, STATE, STATIC, Node
 from rootclad.frontends.onnx.reading import opset

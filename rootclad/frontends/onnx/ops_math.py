@@ -1,0 +1,126 @@
+"""The ONNX table's sums of several operands, reductions, arg-extremes and normalizations
+written with the torch ops the other entries use (see ops.py)."""
+
+from __future__ import annotations
+
+import copy
+import functools
+
+import numpy as np
+import torch
+
+from rootclad.frontends.onnx.ops import ATTRIBUTES, OPS, STATIC, is_number, onnx_op, tensor
+from rootclad.frontends.onnx.ops_shapes import _axes
+
+STATIC.update(dict.fromkeys(("ReduceL1", "ReduceLogSum", "ReduceLogSumExp"), (1,)))
+ATTRIBUTES.update(
+    {
+        **dict.fromkeys(("ReduceL1", "ReduceLogSum", "ReduceLogSumExp"), ATTRIBUTES["ReduceSum"]),
+        **dict.fromkeys(("ArgMax", "ArgMin"), {"axis", "keepdims", "select_last_index"}),
+        "Hardmax": {"axis"},
+        "LpNormalization": {"axis", "p"},
+        "ThresholdedRelu": {"alpha"},
+        "SpaceToDepth": {"blocksize", "mode"},
+    }
+)
+
+
+def _as(node, op: str):
+    """``node`` read as the two-operand ``op`` (Add, Max, Min) of the table."""
+    pair = copy.copy(node)
+    pair.op = op
+    return pair
+
+
+@onnx_op("Sum", "Mean")
+def _sum(node, ins):
+    """The sum (or mean) of any number of operands, broadcast as Add's, added left to right
+    as onnx's reference adds them."""
+    add = _as(node, "Add")
+    total = functools.reduce(lambda a, b: OPS["Add"](add, [a, b]), ins)
+    if node.op == "Sum" or len(ins) == 1:
+        return total
+    return np.true_divide(total, len(ins)) if is_number(total) else total / len(ins)
+
+
+_pairwise = OPS["Max"]  # (ops.py's entry of two operands)
+
+
+@onnx_op("Max", "Min")
+def _extremes(node, ins):
+    """Max and Min of any number of operands (one: itself), pairwise."""
+    return functools.reduce(lambda a, b: _pairwise(node, [a, b]), ins)
+
+
+@onnx_op("ReduceL1", "ReduceLogSum", "ReduceLogSumExp")
+def _reduce(node, ins):
+    x = tensor(node, ins[0])
+    axes = _axes(node, ins)
+    keep = bool(node.attr("keepdims", 1))
+    if not axes:
+        if node.attr("noop_with_empty_axes", 0):
+            return x
+        axes = list(range(x.dim()))
+    if node.op == "ReduceL1":
+        return x.abs().sum(axes, keepdim=keep)
+    if node.op == "ReduceLogSum":
+        return torch.log(x.sum(axes, keepdim=keep))
+    return torch.logsumexp(x, axes, keepdim=keep)
+
+
+@onnx_op("ArgMax", "ArgMin")
+def _argmax(node, ins):
+    """The index of the first largest (smallest) along ``axis``, or of the last one
+    (select_last_index: the first of the values reversed, counted from the end)."""
+    x = tensor(node, ins[0])
+    axis, keep = node.attr("axis", 0), bool(node.attr("keepdims", 1))
+    fn = torch.argmax if node.op == "ArgMax" else torch.argmin
+    if not node.attr("select_last_index", 0):
+        return fn(x, axis, keep)
+    return (x.shape[axis] - 1) - fn(x.flip(axis), axis, keep)
+
+
+@onnx_op("Hardmax")
+def _hardmax(node, ins):
+    """1 at the first largest value along ``axis``, 0 elsewhere."""
+    x = tensor(node, ins[0])
+    axis = node.attr("axis", -1)
+    axis = axis + x.dim() if axis < 0 else axis
+    at = torch.argmax(x, axis, keepdim=True)
+    shape = [1] * x.dim()
+    shape[axis] = x.shape[axis]
+    return (torch.arange(x.shape[axis]).reshape(shape) == at).to(x.dtype)
+
+
+@onnx_op("LpNormalization")
+def _lp_normalization(node, ins):
+    """x divided by its 1- or 2-norm along ``axis`` (onnx's: no epsilon)."""
+    x, p = tensor(node, ins[0]), node.attr("p", 2)
+    axis = node.attr("axis", -1)
+    if p == 1:
+        return x / x.abs().sum(axis, keepdim=True)
+    if p == 2:
+        return x / torch.linalg.vector_norm(x, 2, axis, keepdim=True)
+    raise node.refuse(f"p={p} (1 and 2 are ONNX's)")
+
+
+@onnx_op("ThresholdedRelu")
+def _thresholded_relu(node, ins):
+    x = tensor(node, ins[0])
+    return torch.where(x > node.attr("alpha", 1.0), x, 0.0)
+
+
+@onnx_op("SpaceToDepth")
+def _space_to_depth(node, ins):
+    """Each block of b x b pixels to b x b channels: the block's offset major (mode DCR, as
+    DepthToSpace's, reversed) or the channel major (CRD)."""
+    x, b = tensor(node, ins[0]), node.attr("blocksize")
+    mode = node.attr("mode", "DCR")
+    if mode not in ("DCR", "CRD"):
+        raise node.refuse(f"mode {mode!r} (DCR and CRD are ONNX's)")
+    n, c, h, w = x.shape
+    if h % b or w % b:
+        raise node.refuse(f"blocksize {b} does not divide the image's {h} x {w}")
+    order = (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4)
+    x = x.reshape(n, c, h // b, b, w // b, b).permute(order)
+    return x.reshape(n, c * b * b, h // b, w // b)
