@@ -37,7 +37,7 @@ OPS = {
 OPS |= {"Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh"}
 # sums of several operands, reductions, arg-extremes, normalizations (frontends/onnx/ops_math.py)
 OPS |= {"Sum", "Mean", "Max", "Min", "ReduceL1", "ReduceLogSum", "ReduceLogSumExp", "ArgMax"}
-OPS |= {"ArgMin", "Hardmax", "LpNormalization", "ThresholdedRelu", "SpaceToDepth"}
+OPS |= {"ArgMin", "Hardmax", "LpNormalization", "ThresholdedRelu", "SpaceToDepth", "CumSum"}
 
 
 @functools.cache

@@ -278,6 +278,30 @@ def _mm(low, node, args, kw):
     low.emit(node, "reshape", [src], {"shape": low.shape(node)})
 
 
+@lowers("aten.cumsum.default")
+def _cumsum(low, node, args, kw):
+    """torch.cumsum along a per-sample axis: the axis moved last, times the upper triangle of
+    ones (U[i, j] = 1 for i <= j), moved back; the gradient, U's transpose times the output's,
+    is torch's reversed running sum."""
+    x, dim = args[0], args[1]
+    if (args[2] if len(args) > 2 else kw.get("dtype")) not in (None, node.meta["val"].dtype):
+        raise low.refuse(node, "a running sum in another dtype")
+    axis, shape = low.axis(node, x, dim), list(low.shape(node, x))
+    n, rest = shape[axis], [a for a in range(len(shape)) if a != axis]
+    src, moved = low.value(node, x), rest + [axis]
+    if moved != sorted(moved):
+        src = low.emit(node, "permute", [src], {"perm": tuple(moved)}, part="moved")
+    if len(shape) == 1:  # a vector per sample: a one-row matrix
+        src = low.emit(node, "reshape", [src], {"shape": (1, n)}, part="row")
+    triangle = low.constant_value(node, torch.ones(n, n).triu(), (n, n), "triangle")
+    src = low.emit(node, "matmul", [src, triangle], part="sums")
+    if moved != sorted(moved):
+        back = tuple(moved.index(a) for a in range(len(shape)))
+        low.emit(node, "permute", [src], {"perm": back})
+    else:
+        low.emit(node, "reshape", [src], {"shape": tuple(shape)})
+
+
 @lowers("aten._cdist_forward.default")
 def _cdist(low, node, args, kw):
     """torch.cdist with p=2 between two values of points (P, M), (R, M)."""
