@@ -401,7 +401,8 @@ ATTRIBUTES = {
     "TopK": {"axis", "largest", "sorted"},
     "Trilu": {"upper"},
     "CumSum": {"exclusive", "reverse"},
-    "Resize": {"mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a"},
+    "Resize": {"mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a", "axes"}
+    | {"antialias", "exclude_outside", "keep_aspect_ratio_policy", "extrapolation_value"},
     "LSTM": _RECURRENT | {"input_forget"},
     "GRU": _RECURRENT | {"linear_before_reset"},
 }

@@ -346,44 +346,115 @@ def _cumsum(node, ins):
     return out.flip(axis) if reverse else out
 
 
-@onnx_op("Resize")
-def _resize(node, ins):
-    x = ins[0]
-    mode = text(node.attr("mode", "nearest"))
-    how = text(node.attr("coordinate_transformation_mode", "half_pixel"))
+def _resize_target(node, x, ins) -> tuple[list, list, bool]:
+    """(each axis's scale, each axis's size, whether sizes were given) of a Resize: scales or
+    sizes of its ``axes`` (all by default; the others kept), sizes fitted to one scale by
+    ``keep_aspect_ratio_policy``, as onnx's reference reads them."""
+    rank = x.dim()
+    axes = [positive_axis(a, rank) for a in node.attr("axes", list(range(rank)))]
     scales = ins[2] if len(ins) > 2 and ins[2] is not None and np.asarray(ins[2]).size else None
     sizes = ints(node, ins[3], "sizes") if len(ins) > 3 and ins[3] is not None else None
-    kw = {}
+    shape = list(x.shape)
     if sizes is not None:
-        if list(sizes[:2]) != list(x.shape[:2]):
+        size = list(shape)
+        for a, n in zip(axes, sizes, strict=True):
+            size[a] = n
+        if list(size[:2]) != list(shape[:2]):
             raise node.refuse(f"sizes {sizes} that change the batch or the channels")
-        kw["size"] = sizes[2:]
-    elif scales is not None:
-        scales = [float(s) for s in np.asarray(scales).reshape(-1)]
-        if scales[:2] != [1.0, 1.0]:
-            raise node.refuse(f"scales {scales} that change the batch or the channels")
-        for d, scale in zip(x.shape[2:], scales[2:], strict=True):
-            # onnxruntime counts the output in float32, torch in double
-            ort, own = int(np.float32(d) * np.float32(scale)), math.floor(int(d) * scale)
-            if ort != own:
-                raise node.refuse(
-                    f"scale {scale} of an axis of {d}: onnxruntime makes {ort} values, torch "
-                    f"{own} (float32 and double); give sizes instead"
-                )
-        kw["scale_factor"] = scales[2:]
-    else:
+        scale = [1.0, 1.0, *(int(n) / int(d) for n, d in zip(size[2:], shape[2:], strict=True))]
+        policy = text(node.attr("keep_aspect_ratio_policy", "stretch"))
+        if policy in ("not_larger", "not_smaller"):
+            one = (min if policy == "not_larger" else max)(scale[a] for a in axes)
+            scale = [one if a in axes else 1.0 for a in range(rank)]
+            size = [*shape[:2], *(int(one * int(shape[a]) + 0.5) for a in range(2, rank))]
+        elif policy != "stretch":
+            raise node.refuse(f"keep_aspect_ratio_policy {policy!r}")
+        return scale, size, True
+    if scales is None:
         raise node.refuse("neither scales nor sizes")
-    if how == "pytorch_half_pixel" and 1 in (kw.get("size") or []):  # half_pixel's but there
+    scale = [1.0] * rank
+    for a, f in zip(axes, np.asarray(scales).reshape(-1), strict=True):
+        scale[a] = float(f)
+    if scale[:2] != [1.0, 1.0]:
+        raise node.refuse(f"scales {scale} that change the batch or the channels")
+    for d, f in zip(shape[2:], scale[2:], strict=True):
+        # onnxruntime counts the output in float32, torch and onnx's reference in double
+        ort, own = int(np.float32(d) * np.float32(f)), math.floor(int(d) * f)
+        if ort != own:
+            raise node.refuse(
+                f"scale {f} of an axis of {d}: onnxruntime makes {ort} values, torch "
+                f"{own} (float32 and double); give sizes instead"
+            )
+    size = [math.floor(int(d) * f) for d, f in zip(shape[2:], scale[2:], strict=True)]
+    return scale, [*shape[:2], *size], False
+
+
+def _source(how: str, at: int, scale: float, n_in: int, n_out: int) -> float:
+    """The input coordinate ONNX maps output position ``at`` of an axis to."""
+    width = scale * n_in
+    if how == "align_corners":
+        return 0.0 if width == 1 else at * (n_in - 1) / (width - 1)
+    if how == "asymmetric":
+        return at / scale
+    if how == "pytorch_half_pixel" and width == 1:
+        return -0.5
+    offset = n_in / 2 * (1 - n_out / width) if how == "half_pixel_symmetric" else 0.0
+    return offset + (at + 0.5) / scale - 0.5
+
+
+def _nearest(how: str, rounding: str, scale: float, n_in: int, n_out: int) -> list[int]:
+    """The input position each output position of an axis copies (ONNX's nearest_mode: ties
+    of round_prefer_floor go down, of round_prefer_ceil up), kept inside the axis."""
+    out = []
+    for at in range(n_out):
+        x = _source(how, at, scale, n_in, n_out)
+        below = math.floor(x)
+        ratio = x - below
+        up = ratio > 0 and (
+            rounding == "ceil"
+            or rounding == "round_prefer_floor"
+            and ratio > 0.5
+            or rounding == "round_prefer_ceil"
+            and ratio >= 0.5
+        )
+        out.append(min(max(below + up, 0), n_in - 1))
+    return out
+
+
+_COORDINATES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners")
+_ROUNDINGS = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
+@onnx_op("Resize")
+def _resize(node, ins):
+    """nearest: each axis's copies (an index_select of positions known when it compiles, any
+    coordinate transformation and rounding but tf_crop_and_resize's); linear: torch's
+    interpolate (half_pixel, pytorch_half_pixel or aligned corners)."""
+    x = tensor(node, ins[0])
+    mode = text(node.attr("mode", "nearest"))
+    how = text(node.attr("coordinate_transformation_mode", "half_pixel"))
+    for name in ("antialias", "exclude_outside"):
+        if node.attr(name, 0):
+            raise node.refuse(f"{name}={node.attr(name)}")
+    scale, size, given = _resize_target(node, x, ins)
+    if how == "pytorch_half_pixel" and 1 in size[2:]:  # half_pixel's but there
         raise node.refuse("pytorch_half_pixel coordinates to a size of 1")
     if mode == "nearest":
-        if how != "asymmetric" or text(node.attr("nearest_mode", "round_prefer_floor")) != "floor":
-            raise node.refuse(f"nearest with {how} coordinates (torch's is asymmetric, floor)")
-        return F.interpolate(x, mode="nearest", **kw)
+        rounding = text(node.attr("nearest_mode", "round_prefer_floor"))
+        if how not in (*_COORDINATES, "asymmetric") or rounding not in _ROUNDINGS:
+            raise node.refuse(f"nearest with {how} coordinates, {rounding}")
+        for a in range(2, x.dim()):
+            n_in = int(x.shape[a])
+            index = _nearest(how, rounding, scale[a], n_in, int(size[a]))
+            if index != list(range(n_in)):
+                x = torch.index_select(x, a, torch.tensor(index))
+        return x
     if mode != "linear" or how not in ("half_pixel", "pytorch_half_pixel", "align_corners"):
         raise node.refuse(f"mode {mode!r} with {how} coordinates")
     kind = {3: "linear", 4: "bilinear"}.get(x.dim())
     if kind is None:
         raise node.refuse(f"linear resizing of {x.dim() - 2}-d data")
+    kw = {"size": size[2:]} if given else {"scale_factor": scale[2:]}
     return F.interpolate(x, mode=kind, align_corners=how == "align_corners", **kw)
 
 
