@@ -17,10 +17,17 @@ def _rootclad_cache_dir(tmp_path_factory):
     """Compiled libraries of this session go to a tmp dir, never to ~/.cache/rootclad.
 
     Session-scoped, so it sets ``os.environ`` itself (monkeypatch is function-scoped);
-    equal models share one library across the tests of the session.
+    equal models share one library across the tests of the session, and the workers of one
+    pytest-xdist session share the cache (the runtime libraries built once, under the cache's
+    per-key locks), in the directory above their own.
     """
     old = os.environ.get("ROOTCLAD_CACHE_DIR")
-    os.environ["ROOTCLAD_CACHE_DIR"] = str(tmp_path_factory.mktemp("rootclad-cache"))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        cache = tmp_path_factory.getbasetemp().parent / "rootclad-cache"
+        cache.mkdir(mode=0o700, exist_ok=True)
+    else:
+        cache = tmp_path_factory.mktemp("rootclad-cache")
+    os.environ["ROOTCLAD_CACHE_DIR"] = str(cache)
     yield
     if old is None:
         os.environ.pop("ROOTCLAD_CACHE_DIR", None)
