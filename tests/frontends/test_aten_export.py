@@ -276,14 +276,14 @@ class Cumulative(nn.Module):
         self.fc = nn.Linear(4, 4)
 
     def forward(self, x):
-        return torch.cumsum(self.fc(x), 1)
+        return torch.cumprod(self.fc(x), 1)
 
 
 def test_an_op_without_a_lowering_is_refused_naming_the_aten_op_and_the_module():
     outer = nn.Sequential(nn.Linear(4, 4), Cumulative())
     with pytest.raises(
         IRError,
-        match=r"ATen op aten\.cumsum\.default \(node 'cumsum' in module "
+        match=r"ATen op aten\.cumprod\.default \(node 'cumprod' in module "
         r"'1' \(Cumulative\)\): not supported \(rootclad lowers \d+ ATen ops",
     ):
         graph_from_export(outer, torch.randn(1, 4), "float64")
@@ -522,6 +522,30 @@ def test_clamp_by_tensor_bounds_takes_infinities_as_torch_does():
     cm = rootclad.compile(Bounded().double(), x, loss="mse", engine="pullback")
     got, want = cm(x).detach(), Bounded().double()(x).detach()
     assert torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(got.nan_to_num(), want.nan_to_num())
+
+
+class _Larger(nn.Module):
+    """torch.maximum and minimum of two layers of equal weights (every element a tie)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(3, 4), nn.Linear(3, 4)
+        self.b.load_state_dict(self.a.state_dict())
+
+    def forward(self, x):
+        return torch.maximum(self.a(x), self.b(x)) + 3 * torch.minimum(self.b(x), self.a(x))
+
+
+def test_maximum_and_minimum_split_a_ties_gradient_and_keep_nan_as_torch():
+    """At a tie each operand gets half the gradient (given all to one side, the two layers'
+    gradients would differ, 1 and 3 times the output's, not 2 each); where an operand is NaN,
+    the value is NaN."""
+    net, x = _Larger().double(), torch.randn(5, 3, dtype=F64)
+    cm = check_against_torch(net, x, loss="mse")  # (a's and b's gradients: torch's, equal)
+    x[1, 0] = math.nan
+    got, want = cm(x).detach(), net(x).detach()
+    assert torch.equal(got.isnan(), want.isnan()) and got.isnan().any()
     assert torch.equal(got.nan_to_num(), want.nan_to_num())
 
 

@@ -284,7 +284,7 @@ def _cumsum(low, node, args, kw):
     ones (U[i, j] = 1 for i <= j), moved back; the gradient, U's transpose times the output's,
     is torch's reversed running sum."""
     x, dim = args[0], args[1]
-    if (args[2] if len(args) > 2 else kw.get("dtype")) not in (None, node.meta["val"].dtype):
+    if (args[2] if len(args) > 2 else kw.get("dtype")) not in (None, args[0].meta["val"].dtype):
         raise low.refuse(node, "a running sum in another dtype")
     axis, shape = low.axis(node, x, dim), list(low.shape(node, x))
     n, rest = shape[axis], [a for a in range(len(shape)) if a != axis]

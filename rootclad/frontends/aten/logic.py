@@ -163,19 +163,20 @@ def _select(low, node, mask: str, a: str, b: str, part: str = "") -> str:
 
 @lowers("aten.maximum.default", "aten.minimum.default")
 def _maximum(low, node, args, kw):
-    """torch.maximum(a, b) (minimum: a and b exchanged where they differ): a where a - b > 0,
-    b where it is < 0, else a / 2 + b / 2: the value where they are equal, with torch's
-    gradient there (half to each), and NaN where either is NaN, as torch."""
+    """torch.maximum(a, b) (minimum: a and b exchanged where they differ), as torch: a where
+    a - b > 0, b where it is < 0, a / 2 + b / 2 where it is 0 (the value, half the gradient to
+    each), and a + b where it is NaN (NaN, the whole gradient to each)."""
     a, b = (_full(low, node, arg, f"x{i}") for i, arg in enumerate(args[:2]))
     difference = low.emit(node, "sub", [a, b], part="diff")
-    larger = _compare(low, node, difference, "gt", 0.0, part="larger")
-    smaller = _compare(low, node, difference, "lt", 0.0, part="smaller")
+    masks = [_compare(low, node, difference, op, 0.0, part=op) for op in ("gt", "lt", "eq")]
     half = {"scale": 0.5, "shift": 0.0}
     halves = [low.emit(node, "affine", [v], half, part=f"half{i}") for i, v in enumerate((a, b))]
     tie = low.emit(node, "add", halves, part="tie")
+    unordered = low.emit(node, "add", [a, b], part="unordered")
     first, second = (a, b) if node.target._opname == "maximum" else (b, a)
-    rest = _select(low, node, smaller, second, tie, "rest")
-    _select(low, node, larger, first, rest)
+    rest = _select(low, node, masks[2], tie, unordered, "equal")
+    rest = _select(low, node, masks[1], second, rest, "rest")
+    _select(low, node, masks[0], first, rest)
 
 
 @lowers("aten.clamp.Tensor")

@@ -94,14 +94,17 @@ def _hardmax(node, ins):
 
 @onnx_op("LpNormalization")
 def _lp_normalization(node, ins):
-    """x divided by its 1- or 2-norm along ``axis`` (onnx's: no epsilon)."""
+    """x divided by its 1- or 2-norm along ``axis``, no epsilon added; 0 where the norm is 0,
+    as ONNX says."""
     x, p = tensor(node, ins[0]), node.attr("p", 2)
     axis = node.attr("axis", -1)
     if p == 1:
-        return x / x.abs().sum(axis, keepdim=True)
-    if p == 2:
-        return x / torch.linalg.vector_norm(x, 2, axis, keepdim=True)
-    raise node.refuse(f"p={p} (1 and 2 are ONNX's)")
+        norm = x.abs().sum(axis, keepdim=True)
+    elif p == 2:
+        norm = torch.linalg.vector_norm(x, 2, axis, keepdim=True)
+    else:
+        raise node.refuse(f"p={p} (1 and 2 are ONNX's)")
+    return x / torch.where(norm == 0, 1.0, norm)
 
 
 @onnx_op("ThresholdedRelu")
@@ -116,8 +119,8 @@ def _space_to_depth(node, ins):
     DepthToSpace's, reversed) or the channel major (CRD)."""
     x, b = tensor(node, ins[0]), node.attr("blocksize")
     mode = node.attr("mode", "DCR")
-    if mode not in ("DCR", "CRD"):
-        raise node.refuse(f"mode {mode!r} (DCR and CRD are ONNX's)")
+    if mode not in ("DCR", "CRD") or x.dim() != 4 or not isinstance(b, int) or b < 1:
+        raise node.refuse(f"mode {mode!r}, blocksize {b!r} of {x.dim()}-d data")
     n, c, h, w = x.shape
     if h % b or w % b:
         raise node.refuse(f"blocksize {b} does not divide the image's {h} x {w}")

@@ -365,8 +365,10 @@ def _resize_target(node, x, ins) -> tuple[list, list, bool]:
         policy = text(node.attr("keep_aspect_ratio_policy", "stretch"))
         if policy in ("not_larger", "not_smaller"):
             one = (min if policy == "not_larger" else max)(scale[a] for a in axes)
+            if one != 1 and {0, 1} & set(axes):
+                raise node.refuse(f"{policy} would scale the batch and the channels by {one}")
             scale = [one if a in axes else 1.0 for a in range(rank)]
-            size = [*shape[:2], *(int(one * int(shape[a]) + 0.5) for a in range(2, rank))]
+            size = [int(one * int(d) + 0.5) if a in axes else d for a, d in enumerate(shape)]
         elif policy != "stretch":
             raise node.refuse(f"keep_aspect_ratio_policy {policy!r}")
         return scale, size, True
@@ -437,8 +439,6 @@ def _resize(node, ins):
         if node.attr(name, 0):
             raise node.refuse(f"{name}={node.attr(name)}")
     scale, size, given = _resize_target(node, x, ins)
-    if how == "pytorch_half_pixel" and 1 in size[2:]:  # half_pixel's but there
-        raise node.refuse("pytorch_half_pixel coordinates to a size of 1")
     if mode == "nearest":
         rounding = text(node.attr("nearest_mode", "round_prefer_floor"))
         if how not in (*_COORDINATES, "asymmetric") or rounding not in _ROUNDINGS:
@@ -454,6 +454,13 @@ def _resize(node, ins):
     kind = {3: "linear", 4: "bilinear"}.get(x.dim())
     if kind is None:
         raise node.refuse(f"linear resizing of {x.dim() - 2}-d data")
+    for a in range(2, x.dim()):
+        n_in, n_out = int(x.shape[a]), int(size[a])
+        if how == "pytorch_half_pixel" and n_out == 1 and n_in != 1:  # half_pixel's but there
+            raise node.refuse("pytorch_half_pixel coordinates to a size of 1")
+        if given and not math.isclose(scale[a] * n_in, n_out, rel_tol=1e-12):
+            # (torch maps positions by the sizes' ratio, ONNX by the policy's scale)
+            raise node.refuse(f"linear resizing of {n_in} to {n_out} by a scale of {scale[a]}")
     kw = {"size": size[2:]} if given else {"scale_factor": scale[2:]}
     return F.interpolate(x, mode=kind, align_corners=how == "align_corners", **kw)
 
