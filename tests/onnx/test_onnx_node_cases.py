@@ -68,8 +68,8 @@ def _cases() -> dict:
 
 def _is_data(graph, name: str, value, batch: int) -> bool:
     """A graph input the model reads as data (a batch of its own), not as a weight: the first
-    operand of a node, any operand of arithmetic (of several operands too) and Concat, or an Attention's keys, values
-    and past ones, with the batch's length."""
+    operand of a node, any operand of arithmetic (of several operands too) and Concat, or an
+    Attention's keys, values and past ones, with the batch's length."""
     if not (isinstance(value, np.ndarray) and value.ndim >= 1 and value.shape[0] == batch):
         return False
     arithmetic = ("Add", "Sub", "Mul", "Div", "Concat", "Sum", "Mean", "Max", "Min")
@@ -153,7 +153,7 @@ def test_onnx_node_cases_are_not_all_refused():
         pytest.skip("runs after the node cases (run the whole module)")
     print(f"ONNX node cases of supported ops: {len(passed)} passed of {len(names)} attempted, "
           f"{len(names) - len(passed)} refused")  # fmt: skip
-    assert len(passed) >= 90, f"only {len(passed)} of {len(names)} cases passed"  # 94
+    assert len(passed) >= 90, f"only {len(passed)} of {len(names)} cases passed"
 
 
 @pytest.mark.slow

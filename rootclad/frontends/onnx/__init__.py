@@ -1,8 +1,9 @@
 """ONNX files in: a file read and checked (``reading.py``, its sizes bounded by ``limits.py``),
 then run node by node through one table of ONNX ops (``ops.py``, ``ops_shapes.py``,
-``ops_math.py``, ``ops_attention.py``, ``ops_recurrent.py``: what torch computes for each) by a torch module
-that holds the file's initializers (``replay.py``), which the export front-end captures and
-lowers like any model: an imported model gets the same IR, checks, engines and hosts."""
+``ops_math.py``, ``ops_attention.py``, ``ops_recurrent.py``: what torch computes for each) by a
+torch module that holds the file's initializers (``replay.py``), which the export front-end
+captures and lowers like any model: an imported model gets the same IR, checks, engines and
+hosts."""
 
 from rootclad.frontends.onnx.ops import OPS
 from rootclad.frontends.onnx.reading import MIN_OPSET, read

@@ -1,9 +1,10 @@
-"""The ONNX table: each ONNX op (opset 13 and later) as what torch computes for it, written
-once (pointwise ops and layers here; layout, shapes and indices in ops_shapes.py; recurrent
-layers in ops_recurrent.py). ``OPS[op](node, inputs)`` returns the node's outputs; an input is a torch tensor (the
-data, a parameter, a buffer) or a numpy array of numbers known without the data (integer
-initializers, shapes: the batch size is torch.export's symbol in them), and integer ops on
-numbers stay numbers. What an op does not take as written is refused with ``node.refuse``."""
+"""The ONNX table: each ONNX op (opset 13 and later) as what torch computes for it, written once
+(pointwise ops and layers here; layout, shapes and indices in ops_shapes.py; sums of several
+operands, reductions, arg-extremes and normalizations in ops_math.py; recurrent layers in
+ops_recurrent.py). ``OPS[op](node, inputs)`` returns the node's outputs; an input is a torch
+tensor (the data, a parameter, a buffer) or a numpy array of numbers known without the data
+(integer initializers, shapes: the batch size is torch.export's symbol in them), and integer ops
+on numbers stay numbers. What an op does not take as written is refused with ``node.refuse``."""
 
 from __future__ import annotations
 
