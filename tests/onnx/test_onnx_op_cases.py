@@ -36,6 +36,7 @@ NOT_EXPORTED.update(dict.fromkeys(
      "adaptive-maxpool1d-functional", "adaptive-avgpool2d-vgg"],
     "torch's exporter writes no ONNX for adaptive pooling to sizes that do not divide the "
     "input's"))  # fmt: skip
+NOT_EXPORTED["prod-cumprod"] = "torch's exporter (the legacy one, at opset 18) has no cumprod"
 NOT_EXPORTED["hyperbolic"] = (
     "torch's exporter (the legacy one, at opset 18) has no sinh, cosh, asinh, acosh or atanh; "
     "ONNX's own node cases check those ops (tests/onnx/test_onnx_node_cases.py)"

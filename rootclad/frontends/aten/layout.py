@@ -278,28 +278,35 @@ def _mm(low, node, args, kw):
     low.emit(node, "reshape", [src], {"shape": low.shape(node)})
 
 
-@lowers("aten.cumsum.default")
-def _cumsum(low, node, args, kw):
-    """torch.cumsum along a per-sample axis: the axis moved last, times the upper triangle of
-    ones (U[i, j] = 1 for i <= j), moved back; the gradient, U's transpose times the output's,
-    is torch's reversed running sum."""
+# the longest axis a running sum, a product or a running product is written out along (one
+# sum or product per element)
+MAX_RUNNING_AXIS = 256
+
+
+@lowers("aten.cumsum.default", "aten.prod.dim_int", "aten.cumprod.default")
+def _running(low, node, args, kw):
+    """torch.cumsum, torch.prod and torch.cumprod along a per-sample axis: its elements added
+    or multiplied in order, each a slice (the running results joined again for cumsum and
+    cumprod), as torch's loops: the same values (a NaN or an infinity reaches only what
+    follows it) and gradients (zeros among a product's values too)."""
     x, dim = args[0], args[1]
-    if (args[2] if len(args) > 2 else kw.get("dtype")) not in (None, args[0].meta["val"].dtype):
-        raise low.refuse(node, "a running sum in another dtype")
-    axis, shape = low.axis(node, x, dim), list(low.shape(node, x))
-    n, rest = shape[axis], [a for a in range(len(shape)) if a != axis]
-    src, moved = low.value(node, x), rest + [axis]
-    if moved != sorted(moved):
-        src = low.emit(node, "permute", [src], {"perm": tuple(moved)}, part="moved")
-    if len(shape) == 1:  # a vector per sample: a one-row matrix
-        src = low.emit(node, "reshape", [src], {"shape": (1, n)}, part="row")
-    triangle = low.constant_value(node, torch.ones(n, n).triu(), (n, n), "triangle")
-    src = low.emit(node, "matmul", [src, triangle], part="sums")
-    if moved != sorted(moved):
-        back = tuple(moved.index(a) for a in range(len(shape)))
-        low.emit(node, "permute", [src], {"perm": back})
-    else:
-        low.emit(node, "reshape", [src], {"shape": tuple(shape)})
+    op = node.target._opname
+    if kw.get("dtype") not in (None, x.meta["val"].dtype):
+        raise low.refuse(node, f"torch.{op} in another dtype")
+    axis, n = low.axis(node, x, dim), low.shape(node, x)[low.axis(node, x, dim)]
+    if n > MAX_RUNNING_AXIS:
+        raise low.refuse(node, f"torch.{op} along an axis of {n} (at most {MAX_RUNNING_AXIS})")
+    src, step = low.value(node, x), {"axis": axis, "step": 1}
+    out = low.emit(node, "slice", [src], {**step, "start": 0, "stop": 1}, part="e0")
+    products = [out]
+    for i in range(1, n):
+        element = low.emit(node, "slice", [src], {**step, "start": i, "stop": i + 1}, part=f"e{i}")
+        out = low.emit(node, "add" if op == "cumsum" else "mul", [out, element], part=f"p{i}")
+        products.append(out)
+    if op in ("cumsum", "cumprod"):
+        low.emit(node, "cat", products, {"axis": axis})
+    else:  # (the axis dropped unless keepdim)
+        low.emit(node, "reshape", [out], {"shape": low.shape(node)})
 
 
 @lowers("aten._cdist_forward.default")

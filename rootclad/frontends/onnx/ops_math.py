@@ -8,14 +8,17 @@ import functools
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
-from rootclad.frontends.onnx.ops import ATTRIBUTES, OPS, STATIC, is_number, onnx_op, tensor
+from rootclad.frontends.onnx.ops import ATTRIBUTES, OPS, STATIC, ints, is_number, onnx_op, tensor
 from rootclad.frontends.onnx.ops_shapes import _axes
 
-STATIC.update(dict.fromkeys(("ReduceL1", "ReduceLogSum", "ReduceLogSumExp"), (1,)))
+_REDUCTIONS = ("ReduceL1", "ReduceLogSum", "ReduceLogSumExp", "ReduceProd")
+STATIC.update({**dict.fromkeys(_REDUCTIONS, (1,)), "CumProd": (1,)})
 ATTRIBUTES.update(
     {
-        **dict.fromkeys(("ReduceL1", "ReduceLogSum", "ReduceLogSumExp"), ATTRIBUTES["ReduceSum"]),
+        **dict.fromkeys(_REDUCTIONS, ATTRIBUTES["ReduceSum"]),
+        "CumProd": {"exclusive", "reverse"},
         **dict.fromkeys(("ArgMax", "ArgMin"), {"axis", "keepdims", "select_last_index"}),
         "Hardmax": {"axis"},
         "LpNormalization": {"axis", "p"},
@@ -52,7 +55,7 @@ def _extremes(node, ins):
     return functools.reduce(lambda a, b: _pairwise(node, [a, b]), ins)
 
 
-@onnx_op("ReduceL1", "ReduceLogSum", "ReduceLogSumExp")
+@onnx_op(*_REDUCTIONS)
 def _reduce(node, ins):
     x = tensor(node, ins[0])
     axes = _axes(node, ins)
@@ -65,7 +68,29 @@ def _reduce(node, ins):
         return x.abs().sum(axes, keepdim=keep)
     if node.op == "ReduceLogSum":
         return torch.log(x.sum(axes, keepdim=keep))
-    return torch.logsumexp(x, axes, keepdim=keep)
+    if node.op == "ReduceLogSumExp":
+        return torch.logsumexp(x, axes, keepdim=keep)
+    axes = sorted({a + x.dim() if a < 0 else a for a in axes})
+    for a in axes:  # (torch.prod takes one axis)
+        x = torch.prod(x, a, keepdim=True)
+    return x if keep else x.squeeze(axes)
+
+
+@onnx_op("CumProd")
+def _cumprod(node, ins):
+    """The running product along the axis; reverse: from its end; exclusive: the product
+    before each element (a 1 first), as CumSum's."""
+    x = tensor(node, ins[0])
+    axis = ints(node, ins[1], "axis")[0]
+    axis = axis + x.dim() if axis < 0 else axis
+    if isinstance(x.shape[axis], torch.SymInt):
+        raise node.refuse("a running product along the batch axis (rootclad never mixes samples)")
+    reverse = bool(node.attr("reverse", 0))
+    out = torch.cumprod(x.flip(axis) if reverse else x, axis)
+    if node.attr("exclusive", 0):
+        pad = [0, 0] * (x.dim() - 1 - axis) + [1, 0]
+        out = F.pad(out.narrow(axis, 0, out.shape[axis] - 1), pad, value=1.0)
+    return out.flip(axis) if reverse else out
 
 
 @onnx_op("ArgMax", "ArgMin")

@@ -66,12 +66,11 @@ elementwise("erf", "torch.erf", "Erf", (), ("torch.erf", "torch.special.erf", "T
 
 
 # trigonometric and hyperbolic functions and their inverses (NaN outside an inverse's domain,
-# as torch); tan's derivative reads its output
+# as torch)
 _TRIGONOMETRIC = ("sin", "cos", "tan", "asin", "acos", "atan")
 for _name in (*_TRIGONOMETRIC, "sinh", "cosh", "asinh", "acosh", "atanh"):
-    _saves = ("out",) if _name == "tan" else ("in",)
     _calls = (f"torch.{_name}", f"Tensor.{_name}")
-    elementwise(_name, f"torch.{_name}", _name.capitalize(), (), _calls, saves=_saves)
+    elementwise(_name, f"torch.{_name}", _name.capitalize(), (), _calls)
 
 
 def _power_infer(node, shapes, graph):
