@@ -52,8 +52,10 @@ def run(case) -> str:
             data = [d.float() if d.dtype == torch.float16 else d for d in data]
             got = cm(*data)
     except IRError as exc:
-        found = re.search(r"\((\w+), opset \d+\)|ATen op \S+", str(exc))
-        return f"refused: {found.group(0) if found else str(exc)[:120]}"
+        found = re.search(r"\((\w+), opset \d+\)|ATen op \S+|element type \w+", str(exc))
+        found = found or re.search(r"ONNX opset \S+", str(exc))
+        batch = " [the batch axis]" if re.search(r"batch|mixes samples", str(exc)) else ""
+        return f"refused: {found.group(0) if found else str(exc)[:120]}{batch}"
     except Exception as exc:
         return f"crashed: {type(exc).__name__}: {str(exc)[:200]}"
     got = list(got.values()) if isinstance(got, dict) else [got]
@@ -89,7 +91,7 @@ def main(argv=None) -> int:
     reasons = collections.Counter(v for v in outcome.values() if v.startswith("refused"))
     report["table"] = {
         "counts": dict(kinds),
-        "refused_by": dict(reasons.most_common(40)),
+        "refused_by": dict(reasons.most_common()),
         "wrong": {k: v for k, v in outcome.items() if v.startswith("wrong")},
         "crashed": {k: v for k, v in outcome.items() if v.startswith("crashed")},
         "computed": sorted(k for k, v in outcome.items() if v == "computed"),
