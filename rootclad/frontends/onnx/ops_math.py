@@ -1,5 +1,6 @@
-"""The ONNX table's sums of several operands, reductions, arg-extremes and normalizations
-written with the torch ops the other entries use (see ops.py)."""
+"""The ONNX table's sums of several operands, reductions, running sums and products,
+arg-extremes and normalizations, written with the torch ops the other entries use (see
+ops.py)."""
 
 from __future__ import annotations
 
@@ -76,20 +77,20 @@ def _reduce(node, ins):
     return x if keep else x.squeeze(axes)
 
 
-@onnx_op("CumProd")
-def _cumprod(node, ins):
-    """The running product along the axis; reverse: from its end; exclusive: the product
-    before each element (a 1 first), as CumSum's."""
+@onnx_op("CumSum", "CumProd")
+def _running(node, ins):
+    """The running sum (product) along the axis; reverse: from its end; exclusive: the sum
+    (product) before each element, the running one moved one place along, a 0 (1) first."""
     x = tensor(node, ins[0])
     axis = ints(node, ins[1], "axis")[0]
     axis = axis + x.dim() if axis < 0 else axis
     if isinstance(x.shape[axis], torch.SymInt):
-        raise node.refuse("a running product along the batch axis (rootclad never mixes samples)")
-    reverse = bool(node.attr("reverse", 0))
-    out = torch.cumprod(x.flip(axis) if reverse else x, axis)
+        raise node.refuse("a running sum or product along the batch axis (rootclad never mixes)")
+    reverse, product = bool(node.attr("reverse", 0)), node.op == "CumProd"
+    out = (torch.cumprod if product else torch.cumsum)(x.flip(axis) if reverse else x, axis)
     if node.attr("exclusive", 0):
         pad = [0, 0] * (x.dim() - 1 - axis) + [1, 0]
-        out = F.pad(out.narrow(axis, 0, out.shape[axis] - 1), pad, value=1.0)
+        out = F.pad(out.narrow(axis, 0, out.shape[axis] - 1), pad, value=float(product))
     return out.flip(axis) if reverse else out
 
 

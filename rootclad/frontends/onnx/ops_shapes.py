@@ -330,22 +330,6 @@ def _trilu(node, ins):
     return torch.triu(x, k) if node.attr("upper", 1) else torch.tril(x, k)
 
 
-@onnx_op("CumSum")
-def _cumsum(node, ins):
-    """The running sum along the axis; reverse: from its end; exclusive: the sum before each
-    element (the running sum moved one place along, a 0 first)."""
-    x = tensor(node, ins[0])
-    axis = positive_axis(ints(node, ins[1], "axis")[0], x.dim())
-    if isinstance(x.shape[axis], torch.SymInt):
-        raise node.refuse("a running sum along the batch axis (rootclad never mixes samples)")
-    reverse = bool(node.attr("reverse", 0))
-    out = torch.cumsum(x.flip(axis) if reverse else x, axis)
-    if node.attr("exclusive", 0):
-        pad = [0, 0] * (x.dim() - 1 - axis) + [1, 0]
-        out = F.pad(out.narrow(axis, 0, out.shape[axis] - 1), pad)
-    return out.flip(axis) if reverse else out
-
-
 def _resize_target(node, x, ins) -> tuple[list, list, bool]:
     """(each axis's scale, each axis's size, whether sizes were given) of a Resize: scales or
     sizes of its ``axes`` (all by default; the others kept), sizes fitted to one scale by
