@@ -54,7 +54,8 @@ def run(case) -> str:
     except IRError as exc:
         found = re.search(r"\((\w+), opset \d+\)|ATen op \S+|element type \w+", str(exc))
         found = found or re.search(r"ONNX opset \S+", str(exc))
-        batch = " [the batch axis]" if re.search(r"batch|mixes samples", str(exc)) else ""
+        batch = re.search(r"batch|mixes samples", str(exc)) and "batch axis first" not in str(exc)
+        batch = " [the batch axis]" if batch else ""
         return f"refused: {found.group(0) if found else str(exc)[:120]}{batch}"
     except Exception as exc:
         return f"crashed: {type(exc).__name__}: {str(exc)[:200]}"

@@ -642,12 +642,15 @@ class _Masks(nn.Module):
         (lambda s, x: x.float().double(), "torch.float64 rounded to torch.float32"),
         (lambda s, x: x[x > 0].sum().reshape(1), "shape depends on the values"),
         (lambda s, x: x.nonzero().double(), "shape depends on the values"),
+        (lambda s, x: x.repeat(1, 80).cumsum(1), r"torch.cumsum along an axis of 320 \(at most"),
+        (lambda s, x: x.cumprod(1, dtype=torch.float32), "torch.cumprod in another dtype"),
     ],
-    ids=["detach", "rounding-cast", "boolean-mask", "nonzero"],
+    ids=["detach", "rounding-cast", "boolean-mask", "nonzero", "long-cumsum", "cumprod-dtype"],
 )
 def test_what_would_compute_otherwise_than_torch_is_refused_naming_the_op(forward, words):
     """A stopped gradient, a rounding the compiled model would not do, a shape read from the
-    values: refused before any C++ is written, naming the op and the model."""
+    values, a running sum too long to write out: refused before any C++ is written, naming the
+    op and the model."""
 
     class Net(nn.Module):
         def __init__(self):

@@ -98,6 +98,57 @@ def _graph(nodes, inits, out_shape):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
+def test_running_sums_products_and_norms_match_onnxs_reference():
+    """CumSum and CumProd, exclusive and reversed, ReduceProd over two axes without them, a
+    product of Shape's sizes (numbers: the Reshape reads them), and LpNormalization of a row
+    of zeros (0, as ONNX says, and no NaN in the gradient), in one file, against onnx's
+    reference evaluator."""
+    from onnx.reference import ReferenceEvaluator
+
+    def const(name, value):
+        return numpy_helper.from_array(np.asarray(value), name)
+
+    nodes = [
+        helper.make_node("CumSum", ["x", "two"], ["c0"]),
+        helper.make_node("CumSum", ["x", "two"], ["c1"], exclusive=1, reverse=1),
+        helper.make_node("CumProd", ["x", "last"], ["p1"], exclusive=1),
+        helper.make_node("CumProd", ["x", "two"], ["p2"], reverse=1),
+        helper.make_node("ReduceProd", ["x", "axes"], ["r"], keepdims=0),
+        helper.make_node("Mul", ["x", "rows"], ["xm"]),
+        helper.make_node("LpNormalization", ["xm"], ["n2"], axis=2, p=2),
+        helper.make_node("LpNormalization", ["xm"], ["n1"], axis=-1, p=1),
+        helper.make_node("Shape", ["x"], ["s"], start=1),
+        helper.make_node("ReduceProd", ["s"], ["k"], keepdims=1),
+        helper.make_node("Concat", ["minus1", "k"], ["flat_shape"], axis=0),
+        helper.make_node("Reshape", ["x", "flat_shape"], ["flat"]),
+    ]
+    rows = np.array([[[1.0], [0.0], [1.0]]], np.float32)  # the second row: zeros
+    inits = [const("two", np.int64(2)), const("last", np.int64(-1))]
+    inits += [const("minus1", np.array([-1], np.int64))]
+    inits += [const("axes", np.array([1, 2], np.int64)), const("rows", rows)]
+    outs = {"c0": [3, 4], "c1": [3, 4], "p1": [3, 4], "p2": [3, 4], "r": [], "n2": [3, 4]}
+    outs |= {"n1": [3, 4], "flat": [12]}
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 3, 4])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["B", *s]) for n, s in outs.items()],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 26)])
+    x = np.random.default_rng(0).uniform(0.5, 1.5, (2, 3, 4)).astype(np.float32)
+    with np.errstate(invalid="ignore", divide="ignore"):  # (the reference's 0 / 0, then 0)
+        want = dict(zip(outs, ReferenceEvaluator(model).run(None, {"x": x}), strict=True))
+    cm = rootclad.onnx.load(model, engine="pullback", loss="mse", loss_output="n2")
+    xt = torch.from_numpy(x).requires_grad_()
+    got = cm(xt)
+    for name in outs:
+        np.testing.assert_allclose(got[name].detach().numpy(), want[name], rtol=1e-5, atol=1e-6)
+    assert not got["n2"][:, 1].any() and not got["n1"][:, 1].any()  # the row of zeros
+    got["n2"].sum().backward()
+    assert torch.isfinite(xt.grad).all() and not xt.grad[:, 1].any()
+
+
 def test_an_op_the_table_lacks_is_refused_naming_the_node_its_op_and_the_opset():
     model = _graph([helper.make_node("Shrink", ["x"], ["y"], name="pick")], [], [4])
     with pytest.raises(IRError, match=r"node 'pick' \(Shrink, opset 18\): .*no Shrink"):

@@ -165,7 +165,9 @@ def _select(low, node, mask: str, a: str, b: str, part: str = "") -> str:
 def _maximum(low, node, args, kw):
     """torch.maximum(a, b) (minimum: a and b exchanged where they differ), as torch: a where
     a - b > 0, b where it is < 0, a / 2 + b / 2 where it is 0 (the value, half the gradient to
-    each), and a + b where it is NaN (NaN, the whole gradient to each)."""
+    each), and a + b where it is NaN (NaN, the whole gradient to each; but for two equal
+    infinities, whose difference is NaN too: their value, the whole gradient to each, where
+    torch gives half)."""
     a, b = (_full(low, node, arg, f"x{i}") for i, arg in enumerate(args[:2]))
     difference = low.emit(node, "sub", [a, b], part="diff")
     masks = [_compare(low, node, difference, op, 0.0, part=op) for op in ("gt", "lt", "eq")]

@@ -58,13 +58,17 @@ def _extremes(node, ins):
 
 @onnx_op(*_REDUCTIONS)
 def _reduce(node, ins):
-    x = tensor(node, ins[0])
-    axes = _axes(node, ins)
+    x, axes = ins[0], _axes(node, ins)
     keep = bool(node.attr("keepdims", 1))
     if not axes:
         if node.attr("noop_with_empty_axes", 0):
             return x
-        axes = list(range(x.dim()))
+        axes = list(range(x.ndim if is_number(x) else x.dim()))
+    if is_number(x):  # a product of sizes (the batch size's symbol among them) stays numbers
+        if node.op != "ReduceProd":
+            raise node.refuse("of numbers")
+        return np.prod(x, axis=tuple(axes), keepdims=keep)
+    x = tensor(node, x)
     if node.op == "ReduceL1":
         return x.abs().sum(axes, keepdim=keep)
     if node.op == "ReduceLogSum":
@@ -85,10 +89,12 @@ def _running(node, ins):
     axis = ints(node, ins[1], "axis")[0]
     axis = axis + x.dim() if axis < 0 else axis
     if isinstance(x.shape[axis], torch.SymInt):
-        raise node.refuse("a running sum or product along the batch axis (rootclad never mixes)")
+        raise node.refuse("along the batch axis (rootclad never mixes samples)")
     reverse, product = bool(node.attr("reverse", 0)), node.op == "CumProd"
     out = (torch.cumprod if product else torch.cumsum)(x.flip(axis) if reverse else x, axis)
     if node.attr("exclusive", 0):
+        if x.shape[axis] == 1:
+            raise node.refuse("exclusive along an axis of 1 (a constant, no running result)")
         pad = [0, 0] * (x.dim() - 1 - axis) + [1, 0]
         out = F.pad(out.narrow(axis, 0, out.shape[axis] - 1), pad, value=float(product))
     return out.flip(axis) if reverse else out
@@ -124,13 +130,11 @@ def _lp_normalization(node, ins):
     as ONNX says."""
     x, p = tensor(node, ins[0]), node.attr("p", 2)
     axis = node.attr("axis", -1)
-    if p == 1:
-        norm = x.abs().sum(axis, keepdim=True)
-    elif p == 2:
-        norm = torch.linalg.vector_norm(x, 2, axis, keepdim=True)
-    else:
+    if p not in (1, 2):
         raise node.refuse(f"p={p} (1 and 2 are ONNX's)")
-    return x / torch.where(norm == 0, 1.0, norm)
+    total = x.abs().sum(axis, keepdim=True) if p == 1 else (x * x).sum(axis, keepdim=True)
+    total = torch.where(total == 0, 1.0, total)  # (x is 0 there; no 0 reaches sqrt's gradient)
+    return x / (total if p == 1 else torch.sqrt(total))
 
 
 @onnx_op("ThresholdedRelu")
@@ -146,7 +150,10 @@ def _space_to_depth(node, ins):
     x, b = tensor(node, ins[0]), node.attr("blocksize")
     mode = node.attr("mode", "DCR")
     if mode not in ("DCR", "CRD") or x.dim() != 4 or not isinstance(b, int) or b < 1:
-        raise node.refuse(f"mode {mode!r}, blocksize {b!r} of {x.dim()}-d data")
+        raise node.refuse(
+            f"mode {mode!r}, blocksize {b!r}, {x.dim()}-d data (ONNX's: DCR or CRD, a positive "
+            "blocksize, 4-d data)"
+        )
     n, c, h, w = x.shape
     if h % b or w % b:
         raise node.refuse(f"blocksize {b} does not divide the image's {h} x {w}")

@@ -350,7 +350,7 @@ def _resize_target(node, x, ins) -> tuple[list, list, bool]:
         if policy in ("not_larger", "not_smaller"):
             one = (min if policy == "not_larger" else max)(scale[a] for a in axes)
             if one != 1 and {0, 1} & set(axes):
-                raise node.refuse(f"{policy} would scale the batch and the channels by {one}")
+                raise node.refuse(f"{policy} would scale the batch or the channels by {one}")
             scale = [one if a in axes else 1.0 for a in range(rank)]
             size = [int(one * int(d) + 0.5) if a in axes else d for a, d in enumerate(shape)]
         elif policy != "stretch":
