@@ -30,7 +30,7 @@ ATTRIBUTES.update(
 
 
 def _as(node, op: str):
-    """``node`` read as the two-operand ``op`` (Add, Max, Min) of the table."""
+    """``node`` read as the table's two-operand ``op`` (Sum and Mean add as Add)."""
     pair = copy.copy(node)
     pair.op = op
     return pair
