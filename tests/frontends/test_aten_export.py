@@ -16,6 +16,7 @@ from torch.nn import functional as F
 
 import rootclad
 from rootclad.frontends.aten import graph_from_export
+from rootclad.frontends.aten.table import LOWERINGS
 from rootclad.ir.graph import IRError
 
 F64 = torch.float64
@@ -270,21 +271,21 @@ def test_a_weight_two_layers_hold_is_each_layers_own():
     ]
 
 
-class Sorted(nn.Module):
+class LogGamma(nn.Module):
     def __init__(self):
         super().__init__()
         self.fc = nn.Linear(4, 4)
 
     def forward(self, x):
-        return torch.sort(self.fc(x), 1).values
+        return torch.lgamma(self.fc(x))
 
 
-def test_an_op_without_a_lowering_is_refused_naming_the_aten_op_and_the_module():
-    outer = nn.Sequential(nn.Linear(4, 4), Sorted())
+def test_an_op_without_a_lowering_is_refused_naming_the_aten_op_and_the_module(monkeypatch):
+    outer = nn.Sequential(nn.Linear(4, 4), LogGamma())
     with pytest.raises(
         IRError,
-        match=r"ATen op aten\.sort\.default \(node 'sort' in module "
-        r"'1' \(Sorted\)\): not supported \(rootclad lowers \d+ ATen ops",
+        match=r"ATen op aten\.lgamma\.default \(node 'lgamma' in module "
+        r"'1' \(LogGamma\)\): not supported \(rootclad lowers \d+ ATen ops",
     ):
         graph_from_export(outer, torch.randn(1, 4), "float64")
 
@@ -309,7 +310,7 @@ def test_an_op_without_a_lowering_is_refused_naming_the_aten_op_and_the_module()
 
     class Picked(nn.Module):  # indices computed from the values (not topk's): unchecked
         def forward(self, x):
-            return torch.gather(x, 1, (x > 0).long().sum(1, keepdim=True))
+            return torch.gather(x, 1, (x > 0).long()[:, :1])  # (0 or 1: in range)
 
     with pytest.raises(IRError, match=r"aten\.gather\.default .*computed from the inputs"):
         graph_from_export(Picked(), torch.randn(2, 4), "float64")
@@ -338,7 +339,13 @@ def test_an_op_without_a_lowering_is_refused_naming_the_aten_op_and_the_module()
 
     with pytest.raises(IRError, match="rows of each sample in axis 0: the batch axis must stay"):
         graph_from_export(Rows(), torch.randn(1, 3, 4), "float64")
-    with pytest.raises(IRError, match=r"aten\.slice\.Tensor .*not understood \(TypeError"):
+    graph_from_export(Cut(), torch.randn(1, 4), "float64")  # x[: x.shape[0]]: the whole batch
+
+    def mistaken(low, node, args, kw):
+        raise TypeError("a lowering's own mistake")
+
+    monkeypatch.setitem(LOWERINGS, "aten.mul.Tensor", mistaken)
+    with pytest.raises(IRError, match=r"aten\.mul\.Tensor .*not understood \(TypeError"):
         graph_from_export(Cut(), torch.randn(1, 4), "float64")  # an IRError, not a bare one
 
 
@@ -635,6 +642,16 @@ class _Masks(nn.Module):
         return ((x > 0) + (x > 1)).double() * x + ((x > 0) * (x < 1)).double()
 
 
+def _written_twice(s, x):  # torch leaves which of the two writes wins open
+    y = x.clone()
+    y[:, torch.tensor([1, 1])] = x[:, :2]
+    return y
+
+
+def _pairs(x):
+    return torch.tensor([0, 1, 0, 1]).expand(x.shape[0], 4)
+
+
 @pytest.mark.parametrize(
     "forward, words",
     [
@@ -644,8 +661,12 @@ class _Masks(nn.Module):
         (lambda s, x: x.nonzero().double(), "shape depends on the values"),
         (lambda s, x: x.repeat(1, 80).cumsum(1), r"torch.cumsum along an axis of 320 \(at most"),
         (lambda s, x: x.cumprod(1, dtype=torch.float32), "torch.cumprod in another dtype"),
+        (_written_twice, "a position written twice"),
+        (lambda s, x: x.scatter(1, (x > 0).long(), x), r"computed from the inputs' values \(a sc"),
+        (lambda s, x: x.scatter_reduce(1, _pairs(x), x, "prod"), "a scatter reducing by 'prod'"),
     ],
-    ids=["detach", "rounding-cast", "boolean-mask", "nonzero", "long-cumsum", "cumprod-dtype"],
+    ids=["detach", "rounding-cast", "boolean-mask", "nonzero", "long-cumsum", "cumprod-dtype"]
+    + ["written-twice", "scatter-by-values", "scatter-product"],
 )
 def test_what_would_compute_otherwise_than_torch_is_refused_naming_the_op(forward, words):
     """A stopped gradient, a rounding the compiled model would not do, a shape read from the

@@ -38,7 +38,7 @@ OPS |= {"Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "A
 # sums of several operands, reductions, arg-extremes, normalizations (frontends/onnx/ops_math.py)
 OPS |= {"Sum", "Mean", "Max", "Min", "ReduceL1", "ReduceLogSum", "ReduceLogSumExp", "ArgMax"}
 OPS |= {"ArgMin", "Hardmax", "LpNormalization", "ThresholdedRelu", "SpaceToDepth", "CumSum"}
-OPS |= {"ReduceProd", "CumProd"}
+OPS |= {"ReduceProd", "CumProd", "ScatterElements"}
 
 
 @functools.cache

@@ -6,8 +6,9 @@ convolutions, layer and batch norm, softmax), which stay one op each (a program 
 all lowered as captured is not decomposed again). Every ATen op lowers through one table
 (:data:`table.LOWERINGS`), each entry in its family's file: :mod:`.pointwise` (unary math,
 arithmetic), :mod:`.layers` (the fused layers), :mod:`.layout` (views, pieces, reductions,
-products), :mod:`.indexing`, :mod:`.logic`, :mod:`.norms`, :mod:`.draws`; :mod:`.modules`
-makes a torch.nn layer's node. The interface a lowering gets is :class:`lowering.Lowering`.
+products), :mod:`.indexing`, :mod:`.logic`, :mod:`.writes` (in-place assignment, scatter),
+:mod:`.norms`, :mod:`.draws`; :mod:`.modules` makes a torch.nn layer's node. The interface a
+lowering gets is :class:`lowering.Lowering`.
 Every ONNX file is lowered here too (its nodes run by :mod:`rootclad.frontends.onnx.replay`).
 """
 

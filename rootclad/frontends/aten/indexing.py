@@ -450,3 +450,21 @@ def _flip(low, node, args, kw):
         reverse = torch.arange(size - 1, -1, -1)
         src = take(low, node, x, dim, reverse, f"flip{i}", src)
     low.emit(node, "identity", [src])
+
+
+@lowers("aten.sort.default", "aten.sort.stable")
+def _sort(low, node, args, kw):
+    """torch.sort along a per-sample axis: topk of every value (ties in their order, as a stable
+    sort; NaN the largest), the values a gather by its indices."""
+    x = args[0]
+    if node.target._overloadname == "stable":
+        dim, descending = kw.get("dim", -1), kw.get("descending", False)
+    else:
+        dim = args[1] if len(args) > 1 else kw.get("dim", -1)
+        descending = args[2] if len(args) > 2 else kw.get("descending", False)
+    axis = low.axis(node, x, dim)
+    src = low.value(node, x)
+    attrs = {"axis": axis, "k": low.shape(node, x)[axis], "largest": bool(descending)}
+    idx = low.emit(node, "topk", [src], attrs, part="indices")
+    values = low.emit(node, "gather", [src, idx], {"axis": axis}, part="values")
+    low.tuples[node.name] = [values, idx]

@@ -203,7 +203,10 @@ def _slice(low, node, args, kw):
         low.layout(node, x) and dim % rank == low.layout(node, x)[0]
     ):  # x[:, ...]: the whole batch axis, as a view
         whole = (list(args[2:]) + [0, None, 1][len(args) - 2 :])[:3]
-        if whole[0] in (0, None) and whole[2] == 1 and (whole[1] is None or whole[1] >= 2**62):
+        end = whole[1].meta.get("val") if isinstance(whole[1], torch.fx.Node) else whole[1]
+        if isinstance(end, torch.SymInt):  # x[:x.shape[0]]: whole where it is the rows' count
+            end = None if batch_rows(end, low.batch) == low.rows(node, x) else 0
+        if whole[0] in (0, None) and whole[2] == 1 and (end is None or end >= 2**62):
             low.emit(node, "identity", [low.value(node, x)])
             return
     axis = low.axis(node, x, dim)

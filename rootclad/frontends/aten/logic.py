@@ -19,7 +19,7 @@ from rootclad.ir.ops.elementwise import COMPARISONS
 _SCALAR = {"eq": None, "ne": None, **{c: c for c in COMPARISONS}}
 
 
-def _number(low, node, arg):
+def number(low, node, arg):
     """``arg`` as a number where it is one, or a constant tensor of one value; else None."""
     if isinstance(arg, (int, float)) and not isinstance(arg, bool):
         return float(arg)
@@ -43,11 +43,11 @@ def _compare(low, node, x: str, op: str, value: float, part: str = "") -> str:
 def _comparison(low, node, args, kw):
     op = node.target._opname
     a, b = args[0], args[1]
-    number = _number(low, node, b)
-    if number is not None:
-        _compare(low, node, low.value(node, a), op, number)
+    found = number(low, node, b)
+    if found is not None:
+        _compare(low, node, low.value(node, a), op, found)
         return
-    flipped = _number(low, node, a)
+    flipped = number(low, node, a)
     if flipped is not None:  # c < x is x > c
         turned = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}.get(op, op)
         _compare(low, node, low.value(node, b), turned, flipped)
@@ -116,14 +116,14 @@ def _where(low, node, args, kw):
 @lowers("aten.masked_fill.Scalar", "aten.masked_fill.Tensor")
 def _masked_fill(low, node, args, kw):
     x, mask, value = args[:3]
-    number = _number(low, node, value)
-    if number == -math.inf and low.layout(node) is not None:  # attention's mask: one op
+    fill = number(low, node, value)
+    if fill == -math.inf and low.layout(node) is not None:  # attention's mask: one op
         out = low.shape(node)
         if low.shape(node, x) == out:
             low.emit(
                 node,
                 "masked_fill",
-                [low.value(node, x), _full(low, node, mask, "mask")],
+                [low.value(node, x), as_result(low, node, mask, "mask")],
                 {"keep": False},
             )
             return
@@ -135,22 +135,22 @@ def _branches(low, node, cond, a, b) -> None:
     with 0 where it is not taken (no gradient reaches it there), the two added."""
     if cond.meta["val"].dtype != torch.bool:
         raise low.refuse(node, f"a condition {cond.name!r} of {cond.meta['val'].dtype}")
-    mask = _full(low, node, cond, "cond")
+    mask = as_result(low, node, cond, "cond")
     values = []
     for i, branch in enumerate((a, b)):
-        number = _number(low, node, branch)
-        if number is not None:
-            if math.isnan(number):
+        found = number(low, node, branch)
+        if found is not None:
+            if math.isnan(found):
                 raise low.refuse(node, "a branch of NaN")
             values.append(
-                low.emit(node, "affine", [mask], {"scale": 0.0, "shift": number}, part=f"c{i}")
+                low.emit(node, "affine", [mask], {"scale": 0.0, "shift": found}, part=f"c{i}")
             )
         else:
-            values.append(_full(low, node, branch, f"b{i}"))
-    _select(low, node, mask, *values)
+            values.append(as_result(low, node, branch, f"b{i}"))
+    select(low, node, mask, *values)
 
 
-def _select(low, node, mask: str, a: str, b: str, part: str = "") -> str:
+def select(low, node, mask: str, a: str, b: str, part: str = "") -> str:
     """a where the mask (IR values of the result's shape) is 1, else b: each kept or 0."""
     kept = [
         low.emit(
@@ -168,7 +168,7 @@ def _maximum(low, node, args, kw):
     each), and a + b where it is NaN (NaN, the whole gradient to each; but for two equal
     infinities, whose difference is NaN too: their value, the whole gradient to each, where
     torch gives half)."""
-    a, b = (_full(low, node, arg, f"x{i}") for i, arg in enumerate(args[:2]))
+    a, b = (as_result(low, node, arg, f"x{i}") for i, arg in enumerate(args[:2]))
     difference = low.emit(node, "sub", [a, b], part="diff")
     masks = [_compare(low, node, difference, op, 0.0, part=op) for op in ("gt", "lt", "eq")]
     half = {"scale": 0.5, "shift": 0.0}
@@ -176,9 +176,9 @@ def _maximum(low, node, args, kw):
     tie = low.emit(node, "add", halves, part="tie")
     unordered = low.emit(node, "add", [a, b], part="unordered")
     first, second = (a, b) if node.target._opname == "maximum" else (b, a)
-    rest = _select(low, node, masks[2], tie, unordered, "equal")
-    rest = _select(low, node, masks[1], second, rest, "rest")
-    _select(low, node, masks[0], first, rest)
+    rest = select(low, node, masks[2], tie, unordered, "equal")
+    rest = select(low, node, masks[1], second, rest, "rest")
+    select(low, node, masks[0], first, rest)
 
 
 @lowers("aten.clamp.Tensor")
@@ -187,7 +187,7 @@ def _clamp(low, node, args, kw):
     x - min < 0, else x; then max where y - max > 0, else y (max where min > max, as torch;
     the gradient to what is selected, where torch gives none to either bound at min == max;
     NaN stays)."""
-    x = _full(low, node, args[0], "x")
+    x = as_result(low, node, args[0], "x")
     bounds = [
         (args[1] if len(args) > 1 else kw.get("min"), "lt"),
         (args[2] if len(args) > 2 else kw.get("max"), "gt"),
@@ -195,20 +195,20 @@ def _clamp(low, node, args, kw):
     bounds = [(b, op) for b, op in bounds if b is not None]
     out = x
     for i, (bound, op) in enumerate(bounds):
-        number = _number(low, node, bound)
-        if number is not None:  # compared as it is (x - c is NaN at an infinite x)
-            mask = _compare(low, node, out, op, number, part=f"mask{i}")
-            limit = low.emit(node, "affine", [mask], {"scale": 0.0, "shift": number}, part=f"n{i}")
+        found = number(low, node, bound)
+        if found is not None:  # compared as it is (x - c is NaN at an infinite x)
+            mask = _compare(low, node, out, op, found, part=f"mask{i}")
+            limit = low.emit(node, "affine", [mask], {"scale": 0.0, "shift": found}, part=f"n{i}")
         else:
-            limit = _full(low, node, bound, f"bound{i}")
+            limit = as_result(low, node, bound, f"bound{i}")
             past = low.emit(node, "sub", [out, limit], part=f"past{i}")  # max(x, min), then
             mask = _compare(low, node, past, op, 0.0, part=f"mask{i}")
-        out = _select(low, node, mask, limit, out, "" if i == len(bounds) - 1 else f"at{i}")
+        out = select(low, node, mask, limit, out, "" if i == len(bounds) - 1 else f"at{i}")
     if not bounds:
         low.emit(node, "identity", [x])
 
 
-def _full(low, node, arg, part: str) -> str:
+def as_result(low, node, arg, part: str) -> str:
     """``arg`` as an operand of ``node`` of the result's per-sample shape (broadcast)."""
     src, out = low.operand(node, arg), low.shape(node)
     shape = (

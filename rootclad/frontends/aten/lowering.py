@@ -25,6 +25,7 @@ from rootclad.frontends.aten import (  # noqa: F401 (the lowerings, by family)
     logic,
     norms,
     pointwise,
+    writes,
 )
 from rootclad.frontends.aten.capture import export_program
 from rootclad.frontends.aten.constants import fold

@@ -399,6 +399,7 @@ ATTRIBUTES = {
     "GatherND": {"batch_dims"},
     "ScatterND": {"reduction"},
     "GatherElements": {"axis"},
+    "ScatterElements": {"axis", "reduction"},
     "TopK": {"axis", "largest", "sorted"},
     "Trilu": {"upper"},
     "CumSum": {"exclusive", "reverse"},

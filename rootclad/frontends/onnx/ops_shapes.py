@@ -159,9 +159,9 @@ def _expand(node, ins):
     have = [1] * (rank - x.ndim) + list(x.shape)
     want = [1] * (rank - len(shape)) + shape
     out = [h if w == 1 else w for h, w in zip(have, want, strict=True)]
-    if is_number(x):
+    if is_number(x) and not any(isinstance(d, torch.SymInt) for d in out):
         return np.broadcast_to(x, few(node, out)).copy()
-    return x.reshape(have).expand(out)
+    return tensor(node, x).reshape(have).expand(out)  # (numbers to the batch's size: a tensor)
 
 
 @onnx_op("Tile")
@@ -306,6 +306,27 @@ def _gather(node, ins):
 @onnx_op("GatherElements")
 def _gather_elements(node, ins):
     return torch.gather(ins[0], node.attr("axis", 0), tensor(node, ins[1]))
+
+
+@onnx_op("ScatterElements")
+def _scatter_elements(node, ins):
+    """torch.scatter (reduction none) or scatter_add (add) along an axis; indices from the end
+    counted where they are numbers."""
+    data, index, updates = ins
+    reduction = text(node.attr("reduction", "none"))
+    if reduction not in ("none", "add"):
+        raise node.refuse(f"reduction {reduction!r} (none and add are supported)")
+    data = tensor(node, data)
+    axis = positive_axis(node.attr("axis", 0), data.dim())
+    if is_number(index):  # (checked as numbers: a tensor made here is torch.export's)
+        size = int(data.shape[axis])
+        if index.dtype == object or ((index < -size) | (index >= size)).any():
+            raise node.refuse(f"indices out of range for an axis of {size}, or sizes")
+        index = np.where(index < 0, index + size, index)
+    index, updates = tensor(node, index), tensor(node, updates, data)
+    if reduction == "add":
+        return torch.scatter_add(data, axis, index, updates)
+    return torch.scatter(data, axis, index, updates)
 
 
 @onnx_op("TopK")
