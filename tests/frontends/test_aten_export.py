@@ -664,9 +664,10 @@ def _pairs(x):
         (_written_twice, "a position written twice"),
         (lambda s, x: x.scatter(1, (x > 0).long(), x), r"computed from the inputs' values \(a sc"),
         (lambda s, x: x.scatter_reduce(1, _pairs(x), x, "prod"), "a scatter reducing by 'prod'"),
+        (lambda s, x: x.scatter(1, x.topk(1, 1)[1].expand(-1, 3), x), "topk's indices that may"),
     ],
     ids=["detach", "rounding-cast", "boolean-mask", "nonzero", "long-cumsum", "cumprod-dtype"]
-    + ["written-twice", "scatter-by-values", "scatter-product"],
+    + ["written-twice", "scatter-by-values", "scatter-product", "scatter-repeated-topk"],
 )
 def test_what_would_compute_otherwise_than_torch_is_refused_naming_the_op(forward, words):
     """A stopped gradient, a rounding the compiled model would not do, a shape read from the

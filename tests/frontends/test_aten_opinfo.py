@@ -6,7 +6,7 @@ up to 8 samples per op is benchmarks/core/export_opinfo.py's."""
 from __future__ import annotations
 
 import torch
-from fixtures.core import assert_close_rel, compiled_vjp, torch_vjp
+from fixtures.core import assert_close_rel, assert_same_nan, compiled_vjp, torch_vjp
 from fixtures.opinfo import OPS, RTOL, Together, sample_models
 
 import rootclad
@@ -23,6 +23,11 @@ NOT_TAKEN = {
 # ops torch.export cannot capture under vmap with a dynamic batch (vmap's batching rules
 # specialise the batch size: torch's limit, not rootclad's; other tests cover their lowering)
 UNCAPTURED = {
+    "sort",
+    "scatter",
+    "scatter_add",
+    "index_add",
+    "index_copy",
     "chunk",
     "gather",
     "index_select",
@@ -73,7 +78,15 @@ def test_opinfo_samples_of_each_op_match_torch_autograd():
             n_out = mod(sample).reshape(sample.shape[0], -1).shape[1]
         rtol = RTOL.get(name.split("#")[0], 1e-10)
         got, want = out[:, at_out : at_out + n_out], out_ref[:, at_out : at_out + n_out]
-        assert_close_rel(got, want, rtol, f"{name} forward", nonzero=False)
+        _close(got, want, rtol, f"{name} forward")
         got, want = dx[:, at_in : at_in + n_in], dx_ref[:, at_in : at_in + n_in]
-        assert_close_rel(got, want, rtol, f"{name} d_input", nonzero=False)
+        _close(got, want, rtol, f"{name} d_input")
         at_out, at_in = at_out + n_out, at_in + n_in
+
+
+def _close(got, want, rtol: float, what: str) -> None:
+    """NaN where torch gives NaN (a sample outside the op's domain: asin of 1.2), the rest
+    close."""
+    assert_same_nan(got, want, what)
+    kept = ~want.isnan()
+    assert_close_rel(got[kept], want[kept], rtol, what, nonzero=False)

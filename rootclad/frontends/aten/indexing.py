@@ -306,7 +306,7 @@ def _gather(low, node, args, kw):
     x, dim, index = args[0], args[1], args[2]
     axis = low.axis(node, x, dim)
     value = low.constant(index)
-    if value is None and not _from_topk(index):
+    if value is None and not from_topk(index):
         _index(low, node, index)
     size = low.shape(node, x)[axis]
     if value is not None and bool(((value < 0) | (value >= size)).any()):
@@ -330,14 +330,14 @@ _CARRY = {
 }
 
 
-def _from_topk(index) -> bool:
-    """Whether ``index`` is indices topk (or max, min) found, moved or copied: exact and in
+def from_topk(index) -> bool:
+    """Whether ``index`` is indices topk (or sort, max, min) found, moved or copied: exact and in
     range by construction (any other index computed from the values is refused)."""
     while getattr(index.target, "_opname", "") in _CARRY:
         index = index.args[0]
     if getattr(index.target, "__name__", "") != "getitem" or index.args[1] != 1:
         return False
-    return getattr(index.args[0].target, "_opname", "") in ("topk", "max", "min")
+    return getattr(index.args[0].target, "_opname", "") in ("topk", "sort", "max", "min")
 
 
 @lowers("aten.topk.default")

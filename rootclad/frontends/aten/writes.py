@@ -14,6 +14,7 @@ import math
 
 import torch
 
+from rootclad.frontends.aten.indexing import from_topk
 from rootclad.frontends.aten.logic import as_result, number, select
 from rootclad.frontends.aten.table import lowers
 
@@ -148,15 +149,18 @@ def _scatter(low, node, args, kw):
         positions = _positions(shape, axis, along)
         _write(low, node, base, values, positions, adding=adding, onto=adding and onto)
         return
-    found = _topk_dim(index)
-    if found is None:
+    if not from_topk(index):
         raise low.refuse(
             node,
             f"index {index.name!r} is computed from the inputs' values (a scatter's indices "
             "must be constants or topk's)",
         )
-    if not adding and found != dim % len(node.meta["val"].shape):
-        raise low.refuse(node, "a scatter by topk's indices along another axis than topk's")
+    if not adding and _topk_dim(index) != dim % len(node.meta["val"].shape):
+        raise low.refuse(
+            node,
+            "a scatter by topk's indices that may repeat along its axis (copied along it, "
+            "or topk's along another axis): which write wins is left open",
+        )
     if held != shape[:axis] + (held[axis],) + shape[axis + 1 :]:
         raise low.refuse(node, f"topk's indices of per-sample shape {held} for {shape}")
     idx = low.value(node, index)
@@ -164,17 +168,41 @@ def _scatter(low, node, args, kw):
 
 
 def _topk_dim(index) -> int | None:
-    """topk's (or max's, min's with keepdim) dim where ``index`` is its indices, else None."""
-    while getattr(index.target, "_opname", "") in ("clone", "alias"):
+    """The axis of ``index`` along which its values are distinct, where it is topk's (sort's,
+    or max's and min's with keepdim) indices, copied, sliced, unsqueezed or expanded along
+    other axes; else None."""
+    chain = []
+    while getattr(index.target, "_opname", "") in (
+        "clone",
+        "alias",
+        "slice",
+        "unsqueeze",
+        "expand",
+    ):
+        chain.append(index)
         index = index.args[0]
     if getattr(index.target, "__name__", "") != "getitem" or index.args[1] != 1:
         return None
     found, rank = index.args[0], len(index.meta["val"].shape)
     name = getattr(found.target, "_opname", "")
-    if name == "topk":
-        return (found.args[2] if len(found.args) > 2 else found.kwargs.get("dim", -1)) % rank
-    keep = found.args[2] if len(found.args) > 2 else found.kwargs.get("keepdim", False)
-    return found.args[1] % rank if name in ("max", "min") and keep else None
+    if name in ("topk", "sort"):
+        at = 2 if name == "topk" else 1
+        dim = found.args[at] if len(found.args) > at else found.kwargs.get("dim", -1)
+    elif name in ("max", "min") and (found.args[2] if len(found.args) > 2 else False):
+        dim = found.args[1]
+    else:
+        return None
+    dim %= rank
+    for step in reversed(chain):  # the axis followed up through the copies
+        before, after = step.args[0].meta["val"].shape, step.meta["val"].shape
+        if step.target._opname == "unsqueeze":
+            dim += int(step.args[1] % len(after) <= dim)
+        elif step.target._opname == "expand":
+            added = len(after) - len(before)
+            if before[dim] != after[dim + added]:  # copies along it: no longer distinct
+                return None
+            dim += added
+    return dim
 
 
 def _in_range(low, node, along: torch.Tensor, size: int, negative: bool) -> torch.Tensor:
