@@ -87,6 +87,8 @@ def _index_put(low, node, args, kw):
             f"index {index.name!r} is computed from the inputs' values (the positions written "
             "must be constants: torch.arange, an index buffer)",
         )
+    if index.meta["val"].dim() != 1:
+        raise low.refuse(node, f"a write by an index of {index.meta['val'].dim()} axes (1 is)")
     axis, shape = low.axis(node, x, found[0]), low.shape(node)
     along = _in_range(low, node, low.sample_constant(node, index).reshape(-1), shape[axis], True)
     src = _values(low, node, values, _along(shape, axis, len(along)))
