@@ -5,6 +5,7 @@ up to 8 samples per op is benchmarks/core/export_opinfo.py's."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from fixtures.core import assert_close_rel, assert_same_nan, compiled_vjp, torch_vjp
 from fixtures.opinfo import OPS, RTOL, Together, sample_models
@@ -45,10 +46,13 @@ UNCAPTURED = {
 }
 
 
-def test_opinfo_samples_of_each_op_match_torch_autograd():
+@pytest.mark.parametrize("engine", ["pullback", pytest.param("clad", marks=pytest.mark.clad)])
+def test_opinfo_samples_of_each_op_match_torch_autograd(engine, request):
     """The first of each op's first three samples that torch.export captures under vmap and
     rootclad takes; every op but those listed above must have one (the benchmark counts the
-    listed ones' samples too)."""
+    listed ones' samples too). On both engines (Clad's skips, saying why, without Clad)."""
+    if engine == "clad":
+        request.getfixturevalue("clad")
     parts, refused = [], {}
     listed = (*NOT_TAKEN, *UNCAPTURED)  # not probed again (each probe is a torch.export)
     for name, mod, x in sample_models([op for op in OPS if op not in listed], limit=3):
@@ -69,7 +73,8 @@ def test_opinfo_samples_of_each_op_match_torch_autograd():
     }
     assert not missing, f"not compiled: {missing}"
     net, x = Together(parts), Together.input(parts)
-    cm = rootclad.compile(net, x, loss="mse", engine="pullback")
+    cm = rootclad.compile(net, x, loss="mse", engine=engine)
+    assert cm.engine == engine
     out_ref, d_out, dx_ref, _ = torch_vjp(net, x)
     out, dx, _ = compiled_vjp(cm, x, d_out)
     at_out = at_in = 0
