@@ -652,6 +652,18 @@ def _pairs(x):
     return torch.tensor([0, 1, 0, 1]).expand(x.shape[0], 4)
 
 
+def _two_axes_index(s, x):
+    y = x.clone()
+    y[:, torch.tensor([[0, 1], [2, 3]])] = 1.0
+    return y
+
+
+def _floats_into_integers(s, x):
+    y = torch.zeros(x.shape, dtype=torch.long)
+    y[:, 0] = x[:, 0]
+    return y.double() * x
+
+
 @pytest.mark.parametrize(
     "forward, words",
     [
@@ -665,9 +677,12 @@ def _pairs(x):
         (lambda s, x: x.scatter(1, (x > 0).long(), x), r"computed from the inputs' values \(a sc"),
         (lambda s, x: x.scatter_reduce(1, _pairs(x), x, "prod"), "a scatter reducing by 'prod'"),
         (lambda s, x: x.scatter(1, x.topk(1, 1)[1].expand(-1, 3), x), "topk's indices that may"),
+        (_two_axes_index, "a write by an index of several axes"),
+        (_floats_into_integers, r"torch\.float64 made torch\.int64 \(torch truncates\)"),
     ],
     ids=["detach", "rounding-cast", "boolean-mask", "nonzero", "long-cumsum", "cumprod-dtype"]
-    + ["written-twice", "scatter-by-values", "scatter-product", "scatter-repeated-topk"],
+    + ["written-twice", "scatter-by-values", "scatter-product", "scatter-repeated-topk"]
+    + ["index-of-two-axes", "floats-into-integers"],
 )
 def test_what_would_compute_otherwise_than_torch_is_refused_naming_the_op(forward, words):
     """A stopped gradient, a rounding the compiled model would not do, a shape read from the

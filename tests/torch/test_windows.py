@@ -47,7 +47,8 @@ def test_swin_v2_matches_torch():
     scales cosine attention by a clamped, exponentiated parameter."""
     tv, _ = vision()
     net = tv.SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[2], num_heads=[2],
-                             window_size=[4, 4], num_classes=3, stochastic_depth_prob=0.0,
+                             window_size=[4, 4], num_classes=3,
+                             stochastic_depth_prob=0.0,  # (in training: torch's draws, not ours)
                              block=tv.swin_transformer.SwinTransformerBlockV2,
                              downsample_layer=tv.swin_transformer.PatchMergingV2).double()  # fmt: skip
     check_against_torch(perturbed(net), torch.randn(2, 3, 32, 32, dtype=F64), torch.float64,

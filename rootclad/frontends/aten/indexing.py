@@ -269,7 +269,7 @@ def index_bounds(low, sizes: dict) -> tuple[tuple[int, ...], ...]:
             held = rows[origin[n.args[1].name]]
             at = pos[n.args[1].name].reshape(-1).unique()
             held[at] = torch.minimum(held[at], torch.tensor(weight_rows))
-        elif op in _CARRY and n.args[0].name in pos and len(reads) == 1:
+        elif op in CARRY and n.args[0].name in pos and len(reads) == 1:
             args, kw = torch.fx.node.map_arg(
                 (n.args, n.kwargs), lambda a: pos.get(a.name, sizes.get(a.name))
             )
@@ -315,7 +315,7 @@ def _gather(low, node, args, kw):
 
 
 # ops that move or copy indices without changing them
-_CARRY = {
+CARRY = {
     "view",
     "_unsafe_view",
     "reshape",
@@ -333,7 +333,7 @@ _CARRY = {
 def from_topk(index) -> bool:
     """Whether ``index`` is indices topk (or sort, max, min) found, moved or copied: exact and in
     range by construction (any other index computed from the values is refused)."""
-    while getattr(index.target, "_opname", "") in _CARRY:
+    while getattr(index.target, "_opname", "") in CARRY:
         index = index.args[0]
     if getattr(index.target, "__name__", "") != "getitem" or index.args[1] != 1:
         return False
@@ -452,6 +452,10 @@ def _flip(low, node, args, kw):
     low.emit(node, "identity", [src])
 
 
+# the longest axis sorted (topk's selection of every value: n * n comparisons per row)
+MAX_SORTED = 1024
+
+
 @lowers("aten.sort.default", "aten.sort.stable")
 def _sort(low, node, args, kw):
     """torch.sort along a per-sample axis: topk of every value (ties in their order, as a stable
@@ -463,8 +467,11 @@ def _sort(low, node, args, kw):
         dim = args[1] if len(args) > 1 else kw.get("dim", -1)
         descending = args[2] if len(args) > 2 else kw.get("descending", False)
     axis = low.axis(node, x, dim)
+    n = low.shape(node, x)[axis]
+    if n > MAX_SORTED:  # (topk's selection: n * k comparisons per row)
+        raise low.refuse(node, f"a sort along an axis of {n} (at most {MAX_SORTED})")
     src = low.value(node, x)
-    attrs = {"axis": axis, "k": low.shape(node, x)[axis], "largest": bool(descending)}
+    attrs = {"axis": axis, "k": n, "largest": bool(descending)}
     idx = low.emit(node, "topk", [src], attrs, part="indices")
     values = low.emit(node, "gather", [src, idx], {"axis": axis}, part="values")
     low.tuples[node.name] = [values, idx]

@@ -240,10 +240,14 @@ _ITEMSIZE = {"float32": 4, "float64": 8}
 
 @lowers("aten._to_copy.default", "aten.to.dtype")  # (type_as: decomposed, as it reads a dtype)
 def _to(low, node, args, kw):
-    """A change of dtype: the same values, a mask where it becomes bool (x != 0); floats made
-    integers are refused (torch truncates them)."""
-    source, target = args[0].meta["val"].dtype, node.meta["val"].dtype
-    x = low.value(node, args[0])
+    converted(low, node, low.value(node, args[0]), args[0].meta["val"].dtype)
+
+
+def converted(low, node, x: str, source: torch.dtype) -> None:
+    """``node``'s value: value ``x`` of ``source`` in ``node``'s dtype: the same values, a mask
+    where it becomes bool (x != 0); floats made integers are refused (torch truncates them),
+    as are floats rounded to a narrower type than the compiled model's."""
+    target = node.meta["val"].dtype
     if target == torch.bool and source != torch.bool:
         _compare(low, node, x, "ne", 0.0)
     elif source.is_floating_point and not target.is_floating_point:

@@ -5,7 +5,8 @@ scatter, scatter_add, scatter(reduce="add") and scatter_reduce's sum.
 
 Positions known when the model compiles (slices, constant indices) are written with gathers of
 the written values, one for each time a position is written; a scatter's indices may also be
-topk's (max's, min's), each compared with every position of the axis (a mask per index). A
+topk's (sort's, max's, min's), each compared with every position of the axis (a mask per
+index). A
 position written twice without adding is refused: torch leaves which write wins undefined."""
 
 from __future__ import annotations
@@ -14,23 +15,23 @@ import math
 
 import torch
 
-from rootclad.frontends.aten.indexing import from_topk
-from rootclad.frontends.aten.logic import as_result, number, select
+from rootclad.frontends.aten.indexing import CARRY, from_topk
+from rootclad.frontends.aten.logic import as_result, converted, number, select
 from rootclad.frontends.aten.table import lowers
 
 # the most times one position may be written while adding (a gather each), and the most
 # comparisons per sample of a scatter by topk's indices (each index with each position)
 MAX_WRITES = 64
 MAX_COMPARED = 1 << 18
+MAX_SUMMED = 64  # topk's k in such a scatter (the values at a position added one by one)
 
 
 @lowers("aten.copy.default")
 def _copy(low, node, args, kw):
-    """dst.copy_(src): src's values broadcast to dst's shape (dst gives only its shape)."""
-    dst, src = args[0], args[1]
-    if not dst.meta["val"].dtype.is_floating_point and src.meta["val"].dtype.is_floating_point:
-        raise low.refuse(node, f"floats copied into {dst.meta['val'].dtype} (torch truncates)")
-    low.emit(node, "identity", [as_result(low, node, src, "src")])
+    """dst.copy_(src): src's values broadcast to dst's shape (dst gives only its shape and
+    dtype)."""
+    src = args[1]  # (in dst's dtype: converted as .to() converts)
+    converted(low, node, as_result(low, node, src, "src"), src.meta["val"].dtype)
 
 
 @lowers("aten.slice_scatter.default")
@@ -87,8 +88,10 @@ def _index_put(low, node, args, kw):
             f"index {index.name!r} is computed from the inputs' values (the positions written "
             "must be constants: torch.arange, an index buffer)",
         )
-    if index.meta["val"].dim() != 1:
-        raise low.refuse(node, f"a write by an index of {index.meta['val'].dim()} axes (1 is)")
+    if index.meta["val"].dim() != 1 or low.layout(node, index) is not None:
+        raise low.refuse(node, "a write by an index of several axes (one is supported)")
+    if index.meta["val"].dtype not in (torch.int64, torch.int32):
+        raise low.refuse(node, f"a write by an index of {index.meta['val'].dtype}")
     axis, shape = low.axis(node, x, found[0]), low.shape(node)
     along = _in_range(low, node, low.sample_constant(node, index).reshape(-1), shape[axis], True)
     src = _values(low, node, values, _along(shape, axis, len(along)))
@@ -163,10 +166,16 @@ def _scatter(low, node, args, kw):
             "a scatter by topk's indices that may repeat along its axis (copied along it, "
             "or topk's along another axis): which write wins is left open",
         )
-    if held != shape[:axis] + (held[axis],) + shape[axis + 1 :]:
+    if held != shape[:axis] + (held[axis],) + shape[axis + 1 :] or held[axis] > MAX_SUMMED:
         raise low.refuse(node, f"topk's indices of per-sample shape {held} for {shape}")
+    if _topk_range(index) > shape[axis]:
+        raise low.refuse(
+            node,
+            f"topk's indices among {_topk_range(index)} positions written into an axis of "
+            f"{shape[axis]} (torch fails when one is past it)",
+        )
     idx = low.value(node, index)
-    _compared(low, node, base, values, idx, axis, adding=adding, onto=adding and onto)
+    _compared(low, node, base, values, idx, held, axis, adding=adding, onto=adding and onto)
 
 
 def _topk_dim(index) -> int | None:
@@ -207,6 +216,16 @@ def _topk_dim(index) -> int | None:
     return dim
 
 
+def _topk_range(index) -> int:
+    """The size of the axis topk (sort, max, min) chose ``index`` from: its values are below."""
+    while getattr(index.target, "_opname", "") in CARRY:
+        index = index.args[0]
+    found = index.args[0]
+    at = 2 if found.target._opname == "topk" else 1
+    dim = found.args[at] if len(found.args) > at else found.kwargs.get("dim", -1)
+    return int(found.args[0].meta["val"].shape[dim])
+
+
 def _in_range(low, node, along: torch.Tensor, size: int, negative: bool) -> torch.Tensor:
     """Integer positions of an axis of ``size`` (from the end where ``negative`` allows)."""
     low_end = -size if negative else 0
@@ -244,27 +263,24 @@ def _values(low, node, arg, shape: tuple[int, ...], leading: bool = False) -> st
     if low.layout(node, arg) is None:
         if low.layout(node) is not None and not low.is_held(arg):
             raise low.refuse(node, f"values {arg.name!r} are not a tensor")
-        dims = _aligned(low, node, arg, len(shape))
-        src = low.held_as(node, arg, dims, "values_held")
-        if dims == shape:
-            return src
-        return low.emit(node, "expand", [src], {"shape": shape}, part="values")
-    if low.layout(node, arg) != low.layout(node):
+        have = _aligned(low, node, arg, len(shape))
+        src = low.held_as(node, arg, have, "values_held")
+    elif low.layout(node, arg) != low.layout(node):
         raise low.refuse(node, f"values {arg.name!r} whose batch axis is not the written one's")
-    have, src = low.shape(node, arg), low.value(node, arg)
-    if leading and have != shape:
-        if len(have) != len(shape) or any(h < s for h, s in zip(have, shape, strict=True)):
-            raise low.refuse(node, f"values of per-sample shape {have} for an index of {shape}")
-        for i, (h, s) in enumerate(zip(have, shape, strict=True)):
-            if h != s:
-                step = {"axis": i, "start": 0, "stop": s, "step": 1}
-                src = low.emit(node, "slice", [src], step, part=f"values_part{i}")
+    else:
+        have, src = low.shape(node, arg), low.value(node, arg)
+        if len(have) < len(shape):
+            have = (1,) * (len(shape) - len(have)) + tuple(have)
+            src = low.emit(node, "reshape", [src], {"shape": have}, part="values_axes")
+    if len(have) != len(shape) or leading and any(h < s for h, s in zip(have, shape, strict=True)):
+        raise low.refuse(node, f"values of per-sample shape {tuple(have)} written into {shape}")
+    for i, (h, s) in enumerate(zip(have, shape, strict=True)):
+        if leading and h > s:
+            step = {"axis": i, "start": 0, "stop": s, "step": 1}
+            src = low.emit(node, "slice", [src], step, part=f"values_part{i}")
+    if leading or tuple(have) == tuple(shape):
         return src
-    if have != shape:
-        have = (1,) * (len(shape) - len(have)) + tuple(have)
-        src = low.emit(node, "reshape", [src], {"shape": have}, part="values_axes")
-        src = low.emit(node, "expand", [src], {"shape": shape}, part="values_full")
-    return src
+    return low.emit(node, "expand", [src], {"shape": shape}, part="values_full")
 
 
 def _aligned(low, node, arg, rank: int) -> tuple[int, ...]:
@@ -324,11 +340,11 @@ def _write(low, node, base, values, positions, adding=False, onto=False) -> None
     low.emit(node, "reshape", [out], {"shape": shape})
 
 
-def _compared(low, node, base, values, idx, axis, adding=False, onto=False) -> None:
-    """``node``'s value: ``base`` with ``values`` written at topk's indices ``idx`` along
-    ``axis`` (of its shape but along it): each index compared with each position of the axis,
-    each value kept where it is equal, the kept values summed over the indices."""
-    shape, held = low.shape(node), low.shape(node, node.args[2])
+def _compared(low, node, base, values, idx, held, axis, adding=False, onto=False) -> None:
+    """``node``'s value: ``base`` with ``values`` written at topk's indices ``idx`` (of
+    per-sample shape ``held``) along ``axis``: each index compared with each position of the
+    axis, each value kept where it is equal, the kept values added over the indices."""
+    shape = low.shape(node)
     n = shape[axis]
     wide = held[: axis + 1] + (n,) + held[axis + 1 :]  # (..., index, position, ...)
     if math.prod(wide) > MAX_COMPARED:
@@ -360,12 +376,13 @@ def _compared(low, node, base, values, idx, axis, adding=False, onto=False) -> N
 
 
 def _sum_axis(low, node, value, shape, axis: int, part: str) -> str:
-    """``value`` (of per-sample ``shape``) summed over ``axis``, the axis dropped."""
-    outer, k, inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :])
-    src = low.emit(node, "reshape", [value], {"shape": (outer, k, inner)}, part=f"{part}_rows")
-    src = low.emit(node, "permute", [src], {"perm": (0, 2, 1)}, part=f"{part}_moved")
-    src = low.emit(node, "reshape", [src], {"shape": (outer * inner, k)}, part=f"{part}_flat")
-    src = low.emit(node, "global_avgpool", [src], part=f"{part}_mean")
-    src = low.emit(node, "affine", [src], {"scale": float(k), "shift": 0.0}, part=f"{part}_sum")
-    out = shape[:axis] + shape[axis + 1 :]
-    return low.emit(node, "reshape", [src], {"shape": out}, part=part)
+    """``value`` (of per-sample ``shape``) summed over ``axis``, the axis dropped: its slices
+    added in order (a value written once is that value, exactly)."""
+    step = {"axis": axis, "step": 1}
+    out = low.emit(node, "slice", [value], {**step, "start": 0, "stop": 1}, part=f"{part}_0")
+    for i in range(1, shape[axis]):
+        piece = {**step, "start": i, "stop": i + 1}
+        piece = low.emit(node, "slice", [value], piece, part=f"{part}_s{i}")
+        out = low.emit(node, "add", [out, piece], part=f"{part}_{i}")
+    dropped = shape[:axis] + shape[axis + 1 :]
+    return low.emit(node, "reshape", [out], {"shape": dropped}, part=part)

@@ -395,11 +395,8 @@ ATTRIBUTES = {
             "ReduceSumSquare",
         )
     },
-    "Gather": {"axis"},
-    "GatherND": {"batch_dims"},
-    "ScatterND": {"reduction"},
-    "GatherElements": {"axis"},
-    "ScatterElements": {"axis", "reduction"},
+    **{"Gather": {"axis"}, "GatherND": {"batch_dims"}, "ScatterND": {"reduction"}},
+    **{"GatherElements": {"axis"}, "ScatterElements": {"axis", "reduction"}},
     "TopK": {"axis", "largest", "sorted"},
     "Trilu": {"upper"},
     "CumSum": {"exclusive", "reverse"},

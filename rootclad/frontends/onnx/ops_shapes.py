@@ -323,7 +323,7 @@ def _scatter_elements(node, ins):
         if index.dtype == object or ((index < -size) | (index >= size)).any():
             raise node.refuse(f"indices out of range for an axis of {size}, or sizes")
         index = np.where(index < 0, index + size, index)
-    index, updates = tensor(node, index), tensor(node, updates, data)
+    index, updates = tensor(node, index).long(), tensor(node, updates, data)
     if reduction == "add":
         return torch.scatter_add(data, axis, index, updates)
     return torch.scatter(data, axis, index, updates)
