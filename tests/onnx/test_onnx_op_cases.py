@@ -27,10 +27,10 @@ NOT_IMPORTED = {
     "identity": "the graph computes nothing: its output 'y' is its input",
     # random draws are not imported from ONNX files (the export front-end takes torch's)
     "randn-like-times-zero": r"\(RandomNormalLike, opset 18\): rootclad's ONNX table has no",
-    # the legacy exporter writes y[:, 0] = v as a ScatterND at coordinates of every sample,
-    # made from a Range over the batch (rootclad never mixes samples; torch's own graph of it
-    # compiles)
-    "writes-in-place": r"\(Range, opset 18\), as ATen op aten.arange.start_step",
+    # the legacy exporter writes index_copy as a ScatterElements at indices it expands to the
+    # batch size from a Shape, and y[:, 0] = v as a ScatterND at coordinates of every sample
+    # made from a Range over the batch (torch's own graph of the case compiles)
+    "writes-in-place": r"\(ScatterElements, opset 18\): a tensor of sizes that depend on the",
 }
 # case -> why torch's exporter writes no file for it
 NOT_EXPORTED = {"batchnorm1d-untracked": "torch's exporter cannot write a BatchNorm without "
