@@ -658,6 +658,12 @@ def _two_axes_index(s, x):
     return y
 
 
+def _nan_by_mask(s, x):
+    y = x * 2
+    y[y > 0.5] = float("nan")
+    return y
+
+
 def _floats_into_integers(s, x):
     y = torch.zeros(x.shape, dtype=torch.long)
     y[:, 0] = x[:, 0]
@@ -679,10 +685,11 @@ def _floats_into_integers(s, x):
         (lambda s, x: x.scatter(1, x.topk(1, 1)[1].expand(-1, 3), x), "topk's indices that may"),
         (_two_axes_index, "a write by an index of several axes"),
         (_floats_into_integers, r"torch\.float64 made torch\.int64 \(torch truncates\)"),
+        (_nan_by_mask, "a write of NaN by a mask"),
     ],
     ids=["detach", "rounding-cast", "boolean-mask", "nonzero", "long-cumsum", "cumprod-dtype"]
     + ["written-twice", "scatter-by-values", "scatter-product", "scatter-repeated-topk"]
-    + ["index-of-two-axes", "floats-into-integers"],
+    + ["index-of-two-axes", "floats-into-integers", "nan-by-mask"],
 )
 def test_what_would_compute_otherwise_than_torch_is_refused_naming_the_op(forward, words):
     """A stopped gradient, a rounding the compiled model would not do, a shape read from the

@@ -108,6 +108,8 @@ def _masked_write(low, node, x, mask, values, adding: bool) -> None:
         raise low.refuse(node, "a write of many values by a mask (their count depends on it)")
     cond = as_result(low, node, mask, "mask")
     value = number(low, node, values)
+    if value is not None and math.isnan(value):  # (as torch.where's branch: no C++ literal)
+        raise low.refuse(node, "a write of NaN by a mask")
     if value is None:
         fill = as_result(low, node, values, "value")
     else:
