@@ -333,11 +333,17 @@ CARRY = {
 def from_topk(index) -> bool:
     """Whether ``index`` is indices topk (or sort, max, min) found, moved or copied: exact and in
     range by construction (any other index computed from the values is refused)."""
+    return topk_source(index) is not None
+
+
+def topk_source(index):
+    """The topk (sort, max, min) node whose indices ``index`` is, moved or copied; or None."""
     while getattr(index.target, "_opname", "") in CARRY:
         index = index.args[0]
     if getattr(index.target, "__name__", "") != "getitem" or index.args[1] != 1:
-        return False
-    return getattr(index.args[0].target, "_opname", "") in ("topk", "sort", "max", "min")
+        return None
+    found = index.args[0]
+    return found if getattr(found.target, "_opname", "") in ("topk", "sort", "max", "min") else None
 
 
 @lowers("aten.topk.default")
@@ -346,9 +352,13 @@ def _topk(low, node, args, kw):
     x, k = args[0], args[1]
     dim = args[2] if len(args) > 2 else kw.get("dim", -1)
     largest = args[3] if len(args) > 3 else kw.get("largest", True)
-    axis = low.axis(node, x, dim)
+    _selected(low, node, x, low.axis(node, x, dim), int(k), bool(largest))
+
+
+def _selected(low, node, x, axis: int, k: int, largest: bool) -> None:
+    """``node``'s values and indices: the IR's topk along ``axis``, the values a gather by it."""
     src = low.value(node, x)
-    attrs = {"axis": axis, "k": int(k), "largest": bool(largest)}
+    attrs = {"axis": axis, "k": k, "largest": largest}
     idx = low.emit(node, "topk", [src], attrs, part="indices")
     values = low.emit(node, "gather", [src, idx], {"axis": axis}, part="values")
     low.tuples[node.name] = [values, idx]
@@ -470,8 +480,4 @@ def _sort(low, node, args, kw):
     n = low.shape(node, x)[axis]
     if n > MAX_SORTED:  # (topk's selection: n * k comparisons per row)
         raise low.refuse(node, f"a sort along an axis of {n} (at most {MAX_SORTED})")
-    src = low.value(node, x)
-    attrs = {"axis": axis, "k": n, "largest": bool(descending)}
-    idx = low.emit(node, "topk", [src], attrs, part="indices")
-    values = low.emit(node, "gather", [src, idx], {"axis": axis}, part="values")
-    low.tuples[node.name] = [values, idx]
+    _selected(low, node, x, axis, n, bool(descending))

@@ -6,8 +6,8 @@ scatter, scatter_add, scatter(reduce="add") and scatter_reduce's sum.
 Positions known when the model compiles (slices, constant indices) are written with gathers of
 the written values, one for each time a position is written; a scatter's indices may also be
 topk's (sort's, max's, min's), each compared with every position of the axis (a mask per
-index). A
-position written twice without adding is refused: torch leaves which write wins undefined."""
+index). A position written twice without adding is refused: torch leaves which write wins
+undefined."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from rootclad.frontends.aten.indexing import CARRY, from_topk
+from rootclad.frontends.aten.indexing import from_topk, topk_source
 from rootclad.frontends.aten.logic import as_result, converted, number, select
 from rootclad.frontends.aten.table import lowers
 
@@ -180,32 +180,25 @@ def _scatter(low, node, args, kw):
     _compared(low, node, base, values, idx, held, axis, adding=adding, onto=adding and onto)
 
 
+# ops that keep an index's values distinct along the axis they were distinct along
+_DISTINCT = ("clone", "alias", "slice", "unsqueeze", "expand")
+
+
 def _topk_dim(index) -> int | None:
     """The axis of ``index`` along which its values are distinct, where it is topk's (sort's,
     or max's and min's with keepdim) indices, copied, sliced, unsqueezed or expanded along
     other axes; else None."""
     chain = []
-    while getattr(index.target, "_opname", "") in (
-        "clone",
-        "alias",
-        "slice",
-        "unsqueeze",
-        "expand",
-    ):
+    while getattr(index.target, "_opname", "") in _DISTINCT:
         chain.append(index)
         index = index.args[0]
-    if getattr(index.target, "__name__", "") != "getitem" or index.args[1] != 1:
+    found = topk_source(index) if getattr(index.target, "__name__", "") == "getitem" else None
+    if found is None:
         return None
-    found, rank = index.args[0], len(index.meta["val"].shape)
-    name = getattr(found.target, "_opname", "")
-    if name in ("topk", "sort"):
-        at = 2 if name == "topk" else 1
-        dim = found.args[at] if len(found.args) > at else found.kwargs.get("dim", -1)
-    elif name in ("max", "min") and (found.args[2] if len(found.args) > 2 else False):
-        dim = found.args[1]
-    else:
+    rank, name = len(index.meta["val"].shape), found.target._opname
+    if name in ("max", "min") and not (found.args[2] if len(found.args) > 2 else False):
         return None
-    dim %= rank
+    dim = _dim_of(found) % rank
     for step in reversed(chain):  # the axis followed up through the copies
         before, after = step.args[0].meta["val"].shape, step.meta["val"].shape
         if step.target._opname == "unsqueeze":
@@ -218,14 +211,16 @@ def _topk_dim(index) -> int | None:
     return dim
 
 
+def _dim_of(found) -> int:
+    """The dim topk (sort, max, min) node ``found`` ran along."""
+    at = 2 if found.target._opname == "topk" else 1
+    return found.args[at] if len(found.args) > at else found.kwargs.get("dim", -1)
+
+
 def _topk_range(index) -> int:
     """The size of the axis topk (sort, max, min) chose ``index`` from: its values are below."""
-    while getattr(index.target, "_opname", "") in CARRY:
-        index = index.args[0]
-    found = index.args[0]
-    at = 2 if found.target._opname == "topk" else 1
-    dim = found.args[at] if len(found.args) > at else found.kwargs.get("dim", -1)
-    return int(found.args[0].meta["val"].shape[dim])
+    found = topk_source(index)
+    return int(found.args[0].meta["val"].shape[_dim_of(found)])
 
 
 def _in_range(low, node, along: torch.Tensor, size: int, negative: bool) -> torch.Tensor:
