@@ -188,8 +188,9 @@ def _conv1d_scratch(node, graph):
     """im2col's columns and product; the direct paths (stride 1 or few taps) need none.
     Grouped convolutions run as a Conv2d of height 1 (conv2d.h): columns only."""
     C, _, OC, LO, K = conv1d_geometry(node, graph)
-    if node.attrs.get("groups", 1) != 1:
-        return {"cols": C * K * LO}
+    groups = node.attrs.get("groups", 1)
+    if groups != 1:
+        return {"cols": 0 if depthwise(C, groups) else C * K * LO}
     direct = node.attrs["stride"] == 1 or C * K <= CONV1D_DIRECT_MAX_TAPS
     return {"tmp": 0 if direct else OC * LO, "cols": 0 if direct else C * K * LO}
 
@@ -246,8 +247,14 @@ def _conv_transpose_scratch(node, graph):
     return {"cols": OC * KH * KW * H * Wd}
 
 
+def depthwise(C: int, groups: int) -> bool:
+    """conv2d_impl.h's conv2d_dw::applies: one input channel per group, run without columns."""
+    return groups > 1 and C == groups
+
+
 def _conv2d_scratch(node, graph):
-    """im2col's columns, which the direct path (conv2d.h: conv2d_s1::applies) does without."""
+    """im2col's columns, which the direct paths (conv2d_impl.h: conv2d_s1::applies,
+    conv2d_dw::applies) do without."""
     C, _, Wd = node.in_shape
     KH, KW = graph.param(node.params["weight"]).shape[2:]
     a = node.attrs
@@ -257,7 +264,7 @@ def _conv2d_scratch(node, graph):
         and a["groups"] == 1
         and C * KH * KW <= CONV2D_DIRECT_MAX_TAPS
         and OH * (Wd + 2 * a["padding"][1]) >= CONV2D_DIRECT_MIN_ROW
-    )
+    ) or depthwise(C, a["groups"])
     return {"cols": 0 if direct else C * KH * KW * _n(node.out_shape[1:])}
 
 

@@ -26,9 +26,18 @@ from rootclad.toolchain.find import (
 # its C API only (model_runtime.h), nothing of the header-only runtime or of libstdc++'s
 # templates, whose inline functions and statics were otherwise shared between the model
 # libraries of one process: one library's ThreadPool::run met another's gemm and a training
-# step deadlocked
-OPT_FLAGS = ["-O3", "-march=native", "-std=c++17", "-fno-math-errno", "-fopenmp-simd",
-             "-fvisibility=hidden"]  # fmt: skip
+# step deadlocked. -fno-trapping-math: no kernel runs with floating-point traps enabled, and
+# without it g++ may not compute both sides of a select (LeakyReLU's slope * x, Hardtanh's
+# bounds), so those loops stayed scalar; it changes no result (no reassociation).
+OPT_FLAGS = [
+    "-O3",
+    "-march=native",
+    "-std=c++17",
+    "-fno-math-errno",
+    "-fno-trapping-math",
+    "-fopenmp-simd",
+    "-fvisibility=hidden",
+]
 EXPORTS_MAP = Path(__file__).resolve().parent / "exports.map"
 
 

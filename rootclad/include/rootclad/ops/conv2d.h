@@ -2,13 +2,16 @@
 // (included by kernels.h). Same contract as kernels.h: <op>_forward writes, <op>_backward adds.
 //
 // Conv2d over inp(B, C, H, W) -> out(B, OC, OH, OW) with weight(OC, C/G, KH, KW), G groups.
-// Per sample and group, im2col then one GEMM:
+// Per group, im2col then one GEMM:
 //   cols(Cg*KH*KW, OH*OW)[(c*KH + kh)*KW + kw, oh*OW + ow] = inp[b, g*Cg + c, ih, iw],
 //   ih = oh*SH - PH + kh*DH, iw = ow*SW - PW + kw*DW (0 outside the input);
-//   out[b, g*OCg:(g+1)*OCg] = weight_g(OCg, Cg*KH*KW) @ cols + bias.
-// cols is the op's scratch (C*KH*KW*OH*OW values per sample); in the backward its adjoint
-// region holds d_cols = weight_g^T @ d_out, scattered back into d_inp. Conv1d with groups
-// runs here too, as H = KH = 1. With ROOTCLAD_NO_PULLBACKS (Clad writes the whole backward)
+//   out[b, g*OCg:(g+1)*OCg] = weight_g(OCg, Cg*KH*KW) @ cols + bias,
+// per sample, or, for maps of fewer than 1024 outputs, over the samples of the chunk side by
+// side (cols(taps, B*OH*OW): one product per group). cols is the op's scratch (C*KH*KW*OH*OW
+// values per sample); in the backward its adjoint region holds d_cols = weight_g^T @ d_out,
+// scattered back into d_inp. Stride 1 with few taps (conv2d_s1) and depthwise layers
+// (conv2d_dw: one input channel per group) run as direct kernels without cols. Conv1d with
+// groups runs here too, as H = KH = 1. With ROOTCLAD_NO_PULLBACKS (Clad writes the whole backward)
 // the forward is the convolution's definition as plain loops.
 #ifndef ROOTCLAD_OPS_CONV2D_H
 #define ROOTCLAD_OPS_CONV2D_H
