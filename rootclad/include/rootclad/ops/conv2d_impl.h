@@ -277,7 +277,9 @@ void backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, const T* inp, co
 // The backward reads the same windows. No columns are written (cpu_ops.py gives this path none).
 namespace conv2d_dw {
 
-template <typename T> bool applies(const Conv2dShape& s) { return s.G > 1 && s.C == s.G; }
+template <typename T> bool applies(const Conv2dShape& s) {
+  return s.G > 1 && s.C == s.G;
+}
 
 struct Plane {
   int OH, OW, Hp, Wp;
