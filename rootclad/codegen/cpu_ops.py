@@ -252,9 +252,20 @@ def depthwise(C: int, groups: int) -> bool:
     return groups > 1 and C == groups
 
 
+def pointwise(kernel, attrs) -> bool:
+    """conv2d_impl.h's conv2d_pw::applies: 1x1, stride 1, no padding, one group: a product on
+    the activation, without columns."""
+    return (
+        tuple(kernel) == (1, 1)
+        and tuple(attrs["stride"]) == (1, 1)
+        and tuple(attrs["padding"]) == (0, 0)
+        and attrs["groups"] == 1
+    )
+
+
 def _conv2d_scratch(node, graph):
-    """im2col's columns, which the direct paths (conv2d_impl.h: conv2d_s1::applies,
-    conv2d_dw::applies) do without."""
+    """im2col's columns, which the direct paths (conv2d_impl.h: conv2d_s1, conv2d_dw and
+    conv2d_pw's applies) do without."""
     C, _, Wd = node.in_shape
     KH, KW = graph.param(node.params["weight"]).shape[2:]
     a = node.attrs
@@ -264,7 +275,7 @@ def _conv2d_scratch(node, graph):
         and a["groups"] == 1
         and C * KH * KW <= CONV2D_DIRECT_MAX_TAPS
         and OH * (Wd + 2 * a["padding"][1]) >= CONV2D_DIRECT_MIN_ROW
-    ) or depthwise(C, a["groups"])
+    ) or depthwise(C, a["groups"]) or pointwise((KH, KW), a)
     return {"cols": 0 if direct else C * KH * KW * _n(node.out_shape[1:])}
 
 

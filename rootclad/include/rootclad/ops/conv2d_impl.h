@@ -51,18 +51,23 @@ void conv2d_im2col(T* cols, const T* inp, const Conv2dShape& s, int g, long ld =
         for (int oh = 0; oh < OH; ++oh) {
           const int ih = oh * s.SH - s.PH + kh * s.DH;
           T* r = row + (long)oh * OW;
+          // loops, not memcpy/fill: rows are short (2 to 32 values in the models that matter)
           if (ih < 0 || ih >= s.H) {
-            std::fill(r, r + OW, T(0));
+            for (int ow = 0; ow < OW; ++ow)
+              r[ow] = T(0);
             continue;
           }
           const T* xr = x + (long)ih * s.W; // read at ow*SW + off, inside the row
-          std::fill(r, r + lo, T(0));
+          for (int ow = 0; ow < lo; ++ow)
+            r[ow] = T(0);
           if (s.SW == 1)
-            std::memcpy(r + lo, xr + lo + off, sizeof(T) * (hi - lo));
+            for (int ow = lo; ow < hi; ++ow)
+              r[ow] = xr[ow + off];
           else
             for (int ow = lo; ow < hi; ++ow)
               r[ow] = xr[(long)ow * s.SW + off];
-          std::fill(r + hi, r + OW, T(0));
+          for (int ow = hi; ow < OW; ++ow)
+            r[ow] = T(0);
         }
       }
 }
@@ -267,6 +272,130 @@ void backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, const T* inp, co
 
 } // namespace conv2d_s1
 
+// -- small maps: the chunk's samples side by side ------------------------------------------------
+// With small maps (fewer than BATCH_COLS_BELOW outputs per channel) one sample's product has
+// too few columns for the GEMM's efficient shapes (resnet18 at 64x64 ends on 2x2 maps: 4
+// columns), so the chunk's samples are put side by side: cols_g(taps, B*OH*OW), one product per
+// group over the whole chunk into (OC, B*OH*OW), then laid out as (B, OC, OH, OW); the
+// backward's two products likewise, from d_out laid out as (OC, B*OH*OW). The layout of cols
+// and d_cols is the kernel's own (forward and backward agree on it; the size is the same).
+// Measured on resnet18 at batch 32 (64x64, two threads of 16 samples): the train step 632 ->
+// 315 ms with maps below 1024 outputs taken together; taking the stem's 32x32 maps too gained
+// nothing (within the machine's noise), and costs a pass over the output.
+constexpr long BATCH_COLS_BELOW = 1024;
+inline bool batch_cols(const Conv2dShape& s) {
+  return s.B > 1 && (long)s.OH() * s.OW() < BATCH_COLS_BELOW;
+}
+
+// dst(R, B*L) = src(B, R, L) rows side by side; with sums, sums[r] += the row's total
+template <typename T>
+void side_by_side(T* dst, const T* src, int B, int R, long L, T* sums = nullptr) {
+  const long N = (long)B * L;
+  for (int r = 0; r < R; ++r) {
+    T t = 0;
+    for (int b = 0; b < B; ++b) {
+      const T* x = src + ((long)b * R + r) * L;
+      T* d = dst + (long)r * N + (long)b * L;
+      for (long i = 0; i < L; ++i) {
+        d[i] = x[i];
+        t += x[i];
+      }
+    }
+    if (sums)
+      sums[r] += t;
+  }
+}
+
+// dst(B, R, L) = src(R, B*L) (+ bias[r]), or += with add
+template <typename T>
+void from_side_by_side(T* dst, const T* src, int B, int R, long L, const T* bias, bool add) {
+  const long N = (long)B * L;
+  for (int b = 0; b < B; ++b)
+    for (int r = 0; r < R; ++r) {
+      T* y = dst + ((long)b * R + r) * L;
+      const T* s = src + (long)r * N + (long)b * L;
+      const T c = bias ? bias[r] : T(0);
+      if (add)
+        for (long i = 0; i < L; ++i)
+          y[i] += s[i];
+      else
+        for (long i = 0; i < L; ++i)
+          y[i] = s[i] + c;
+    }
+}
+
+// -- pointwise: 1x1, stride 1, no padding, one group ------------------------------------------
+// A product on the activation itself, no columns (cpu_ops.py gives this path none): out_b(OC,
+// HW) = W(OC, C) @ x_b(C, HW) per sample, or, for maps below BATCH_COLS_BELOW, over the chunk's
+// samples side by side (x as (C, B*HW) in scratch, built again in the backward).
+namespace conv2d_pw {
+
+template <typename T> bool applies(const Conv2dShape& s) {
+  return s.KH == 1 && s.KW == 1 && s.SH == 1 && s.SW == 1 && s.PH == 0 && s.PW == 0 && s.G == 1;
+}
+
+template <typename T>
+void forward(T* out, const T* inp, const T* weight, const T* bias, const Conv2dShape& s) {
+  const long HW = (long)s.H * s.W;
+  if (batch_cols(s)) {
+    const long N = s.B * HW;
+    T* xt = conv_s1::scratch<T>(0, (long)s.C * N);
+    T* yt = conv_s1::scratch<T>(1, (long)s.OC * N);
+    side_by_side(xt, inp, s.B, s.C, HW);
+    gemm(false, false, s.OC, (int)N, s.C, T(1), weight, s.C, xt, (int)N, T(0), yt, (int)N);
+    return from_side_by_side(out, yt, s.B, s.OC, HW, bias, false);
+  }
+  for (int b = 0; b < s.B; ++b) {
+    T* y = out + (long)b * s.OC * HW;
+    if (bias)
+      for (int o = 0; o < s.OC; ++o)
+        std::fill(y + o * HW, y + (o + 1) * HW, bias[o]);
+    gemm(false, false, s.OC, (int)HW, s.C, T(1), weight, s.C, inp + (long)b * s.C * HW, (int)HW,
+         bias ? T(1) : T(0), y, (int)HW);
+  }
+}
+
+// d_inp, d_weight, d_bias (each may be null) += the pullback of forward()
+template <typename T>
+void backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, const T* inp, const T* weight,
+              const Conv2dShape& s) {
+  const long HW = (long)s.H * s.W;
+  if (batch_cols(s)) {
+    const long N = s.B * HW;
+    T* gt = conv_s1::scratch<T>(1, (long)s.OC * N);
+    side_by_side(gt, d_out, s.B, s.OC, HW, d_bias);
+    if (d_weight) {
+      T* xt = conv_s1::scratch<T>(0, (long)s.C * N);
+      side_by_side(xt, inp, s.B, s.C, HW);
+      gemm(false, true, s.OC, s.C, (int)N, T(1), gt, (int)N, xt, (int)N, T(1), d_weight, s.C);
+    }
+    if (d_inp) {
+      T* dxt = conv_s1::scratch<T>(2, (long)s.C * N);
+      gemm(true, false, s.C, (int)N, s.OC, T(1), weight, s.C, gt, (int)N, T(0), dxt, (int)N);
+      from_side_by_side(d_inp, dxt, s.B, s.C, HW, (const T*)nullptr, true);
+    }
+    return;
+  }
+  for (int b = 0; b < s.B; ++b) {
+    const T* dy = d_out + (long)b * s.OC * HW;
+    if (d_bias)
+      for (int o = 0; o < s.OC; ++o) {
+        T t = 0;
+        for (long i = 0; i < HW; ++i)
+          t += dy[o * HW + i];
+        d_bias[o] += t;
+      }
+    if (d_weight)
+      gemm(false, true, s.OC, s.C, (int)HW, T(1), dy, (int)HW, inp + (long)b * s.C * HW, (int)HW,
+           T(1), d_weight, s.C);
+    if (d_inp)
+      gemm(true, false, s.C, (int)HW, s.OC, T(1), weight, s.C, dy, (int)HW, T(1),
+           d_inp + (long)b * s.C * HW, (int)HW);
+  }
+}
+
+} // namespace conv2d_pw
+
 // -- depthwise: one input channel per group (C = G, OC = G*m) -----------------------------------
 // im2col + GEMM per group is a product of m rows by KH*KW taps: the wrong shape for a GEMM. Here
 // each input plane is copied once into a zero-padded plane (Hp x Wp, scratch), and each output
@@ -441,27 +570,16 @@ void backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, const T* inp, co
 
 } // namespace conv2d_dw
 
-// -- the general path: im2col + GEMM ----------------------------------------------------------
-// With small maps (fewer than BATCH_COLS_BELOW outputs per channel) one sample's product has
-// too few columns for the GEMM's efficient shapes (resnet18 at 64x64 ends on 2x2 maps: 4
-// columns), so the chunk's samples are put side by side: cols_g(taps, B*OH*OW), one product per
-// group over the whole chunk into (OC, B*OH*OW), then laid out as (B, OC, OH, OW); the
-// backward's two products likewise, from d_out laid out as (OC, B*OH*OW). The layout of cols
-// and d_cols is the kernel's own (forward and backward agree on it; the size is the same).
-// Measured on resnet18 at batch 32 (64x64, two threads of 16 samples): the train step 632 ->
-// 315 ms with maps below 1024 outputs taken together; taking the stem's 32x32 maps too gained
-// nothing (within the machine's noise), and costs a pass over the output.
-constexpr long BATCH_COLS_BELOW = 1024;
-inline bool batch_cols(const Conv2dShape& s) {
-  return s.B > 1 && (long)s.OH() * s.OW() < BATCH_COLS_BELOW;
-}
-
+// -- the general path: im2col + GEMM (per sample, or the samples side by side) ------------------
+// The direct paths first: pointwise, stride 1 with few taps, depthwise.
 template <typename T>
 void conv2d_forward(T* out, T* cols, const T* inp, const T* weight, const T* bias, int B, int C,
                     int H, int W, int OC, int KH, int KW, int SH, int SW, int PH, int PW, int DH,
                     int DW, int G) {
   ROOTCLAD_REPLAY_SKIP;
   const Conv2dShape s{B, C, H, W, OC, KH, KW, SH, SW, PH, PW, DH, DW, G};
+  if (conv2d_pw::applies<T>(s))
+    return conv2d_pw::forward(out, inp, weight, bias, s);
   if (conv2d_s1::applies<T>(s))
     return conv2d_s1::forward(out, inp, weight, bias, s);
   if (conv2d_dw::applies<T>(s))
@@ -477,15 +595,7 @@ void conv2d_forward(T* out, T* cols, const T* inp, const T* weight, const T* bia
       gemm(false, false, OCg, (int)N, taps, T(1), weight + (long)g * OCg * taps, taps, c, (int)N,
            T(0), yt + (long)g * OCg * N, (int)N);
     }
-    for (int b = 0; b < B; ++b)
-      for (int o = 0; o < OC; ++o) {
-        T* y = out + ((long)b * OC + o) * OHW;
-        const T* r = yt + (long)o * N + (long)b * OHW;
-        const T add = bias ? bias[o] : T(0);
-        for (int i = 0; i < OHW; ++i)
-          y[i] = r[i] + add;
-      }
-    return;
+    return from_side_by_side(out, yt, B, OC, (long)OHW, bias, false);
   }
   const long cols_per_sample = (long)C * KH * KW * OHW;
   for (int b = 0; b < B; ++b) {
@@ -509,7 +619,9 @@ void conv2d_backward(T* d_inp, T* d_weight, T* d_bias, T* d_cols, const T* d_out
                      const T* inp, const T* weight, int B, int C, int H, int W, int OC, int KH,
                      int KW, int SH, int SW, int PH, int PW, int DH, int DW, int G) {
   const Conv2dShape s{B, C, H, W, OC, KH, KW, SH, SW, PH, PW, DH, DW, G};
-  if (conv2d_s1::applies<T>(s)) // the forward wrote no cols
+  if (conv2d_pw::applies<T>(s)) // the forward wrote no cols
+    return conv2d_pw::backward(d_inp, d_weight, d_bias, d_out, inp, weight, s);
+  if (conv2d_s1::applies<T>(s)) // nor here
     return conv2d_s1::backward(d_inp, d_weight, d_bias, d_out, inp, weight, s);
   if (conv2d_dw::applies<T>(s)) // nor here
     return conv2d_dw::backward(d_inp, d_weight, d_bias, d_out, inp, weight, s);
@@ -517,19 +629,7 @@ void conv2d_backward(T* d_inp, T* d_weight, T* d_bias, T* d_cols, const T* d_out
   if (batch_cols(s)) {
     const long N = (long)B * OHW;
     T* gt = conv_s1::scratch<T>(0, (long)OC * N); // d_out as (OC, B*OHW)
-    for (int o = 0; o < OC; ++o) {
-      T t = 0;
-      for (int b = 0; b < B; ++b) {
-        const T* dy = d_out + ((long)b * OC + o) * OHW;
-        T* r = gt + (long)o * N + (long)b * OHW;
-        for (int i = 0; i < OHW; ++i) {
-          r[i] = dy[i];
-          t += dy[i];
-        }
-      }
-      if (d_bias)
-        d_bias[o] += t;
-    }
+    side_by_side(gt, d_out, B, OC, (long)OHW, d_bias);
     for (int g = 0; g < G; ++g) {
       const T* c = cols + (long)g * taps * N;
       const T* gg = gt + (long)g * OCg * N;

@@ -196,16 +196,18 @@ void batch_norm_forward(T* out, T* stats, const T* inp, const T* weight, const T
       stats[2 * c + 1] = T(1) / std::sqrt(running_var[c] + eps);
     }
   }
-  for (int c = 0; c < C; ++c) {
-    const T mean = stats[2 * c], rstd = stats[2 * c + 1];
-    const T w = weight ? weight[c] : T(1);
-    const T sh = bias ? bias[c] : T(0);
-    for (int b = 0; b < B; ++b)
-      for (int s = 0; s < S; ++s) {
-        const long i = ((long)b * C + c) * S + s;
-        out[i] = (inp[i] - mean) * rstd * w + sh;
-      }
-  }
+  // out = x * alpha + beta, alpha = rstd * w, beta = shift - mean * alpha (torch's CPU kernel's
+  // form), sample by sample in memory order
+  for (int b = 0; b < B; ++b)
+    for (int c = 0; c < C; ++c) {
+      const T alpha = stats[2 * c + 1] * (weight ? weight[c] : T(1));
+      const T beta = (bias ? bias[c] : T(0)) - stats[2 * c] * alpha;
+      const T* x = inp + ((long)b * C + c) * S;
+      T* y = out + ((long)b * C + c) * S;
+      ROOTCLAD_SIMD
+      for (int s = 0; s < S; ++s)
+        y[s] = x[s] * alpha + beta;
+    }
   if (training && tracked && (!sync || sync->t == 0))
     tracked[0] += T(1);
 }
