@@ -271,11 +271,15 @@ def _conv2d_scratch(node, graph):
     a = node.attrs
     OH = node.out_shape[1]
     direct = (
-        tuple(a["stride"]) == (1, 1)
-        and a["groups"] == 1
-        and C * KH * KW <= CONV2D_DIRECT_MAX_TAPS
-        and OH * (Wd + 2 * a["padding"][1]) >= CONV2D_DIRECT_MIN_ROW
-    ) or depthwise(C, a["groups"]) or pointwise((KH, KW), a)
+        (
+            tuple(a["stride"]) == (1, 1)
+            and a["groups"] == 1
+            and C * KH * KW <= CONV2D_DIRECT_MAX_TAPS
+            and OH * (Wd + 2 * a["padding"][1]) >= CONV2D_DIRECT_MIN_ROW
+        )
+        or depthwise(C, a["groups"])
+        or pointwise((KH, KW), a)
+    )
     return {"cols": 0 if direct else C * KH * KW * _n(node.out_shape[1:])}
 
 
