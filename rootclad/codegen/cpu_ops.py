@@ -31,7 +31,7 @@ from rootclad.ir.registry import OPS
 # Conv1d runs directly (no im2col scratch) for stride 1 or at most this many taps C*K;
 # must match CONV1D_DIRECT_MAX_TAPS in include/rootclad/ops/conv1d.h.
 CONV1D_DIRECT_MAX_TAPS = 32
-# must match MAX_TAPS and MIN_ROW of conv2d_s1 in include/rootclad/ops/conv2d.h
+# must match MAX_TAPS and MIN_ROW of conv2d_s1 in include/rootclad/ops/conv2d_direct.h
 CONV2D_DIRECT_MAX_TAPS = 288
 CONV2D_DIRECT_MIN_ROW = 16
 
@@ -186,7 +186,8 @@ def conv1d_geometry(node, graph):
 
 def _conv1d_scratch(node, graph):
     """im2col's columns and product; the direct paths (stride 1 or few taps) need none.
-    Grouped convolutions run as a Conv2d of height 1 (conv2d.h): columns only."""
+    Grouped convolutions run as a Conv2d of height 1 (conv2d.h): columns only, none for a
+    depthwise one."""
     C, _, OC, LO, K = conv1d_geometry(node, graph)
     groups = node.attrs.get("groups", 1)
     if groups != 1:
@@ -248,12 +249,12 @@ def _conv_transpose_scratch(node, graph):
 
 
 def depthwise(C: int, groups: int) -> bool:
-    """conv2d_impl.h's conv2d_dw::applies: one input channel per group, run without columns."""
+    """conv2d_direct.h's conv2d_dw::applies: one input channel per group, run without columns."""
     return groups > 1 and C == groups
 
 
 def pointwise(kernel, attrs) -> bool:
-    """conv2d_impl.h's conv2d_pw::applies: 1x1, stride 1, no padding, one group: a product on
+    """conv2d_direct.h's conv2d_pw::applies: 1x1, stride 1, no padding, one group: a product on
     the activation, without columns."""
     return (
         tuple(kernel) == (1, 1)
@@ -264,7 +265,7 @@ def pointwise(kernel, attrs) -> bool:
 
 
 def _conv2d_scratch(node, graph):
-    """im2col's columns, which the direct paths (conv2d_impl.h: conv2d_s1, conv2d_dw and
+    """im2col's columns, which the direct paths (conv2d_direct.h: conv2d_s1, conv2d_dw and
     conv2d_pw's applies) do without."""
     C, _, Wd = node.in_shape
     KH, KW = graph.param(node.params["weight"]).shape[2:]

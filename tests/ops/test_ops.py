@@ -108,6 +108,26 @@ def test_every_registered_op_has_a_case_here():
     assert not missing, f"ops without a case in CASES: {missing}"
 
 
+def test_every_convolution_path_over_chunks_of_the_batch():
+    """Each Conv2d path of conv2d_impl.h (pointwise and im2col per sample from 1024 outputs on,
+    side by side below; depthwise strided and over the flat plane) on a batch of 40, which the
+    runtime splits into chunks (a chunk's kernels start past sample 0), against torch."""
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(3, 8, 1),  # pointwise, 64x64: per sample
+        nn.Conv2d(8, 8, 3, stride=2, padding=1),  # im2col, 32x32: per sample
+        nn.Tanh(),
+        nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8),  # depthwise, strided rows
+        nn.Conv2d(8, 8, 3, stride=2, padding=1),  # im2col, 8x8: side by side
+        nn.Conv2d(8, 4, 1),  # pointwise, 8x8: side by side
+        nn.Tanh(),
+        nn.Conv2d(4, 4, 3, padding=1, groups=4),  # depthwise, the flat plane
+        nn.Flatten(),
+        nn.Linear(256, 2),
+    )
+    check_against_torch(net, sample_input((3, 64, 64), B=40))
+
+
 def test_op_compiled_model_serves_other_batch_sizes():
     """The batch is a run-time argument: one library, batches 1, 7 and 2 in that order."""
     torch.manual_seed(0)
@@ -293,7 +313,7 @@ def test_direct_convolution_thresholds_match_the_kernels():
     from rootclad.codegen import cpu_ops as ops
 
     inc = Path(rootclad.get_include()) / "rootclad"
-    conv2d = (inc / "ops" / "conv2d_impl.h").read_text()  # the definitions, built once
+    conv2d = (inc / "ops" / "conv2d_direct.h").read_text()  # the paths without columns
     kernels = (inc / "ops" / "conv1d_impl.h").read_text()
 
     def const(text, name):
@@ -302,3 +322,24 @@ def test_direct_convolution_thresholds_match_the_kernels():
     assert const(conv2d, "MAX_TAPS") == ops.CONV2D_DIRECT_MAX_TAPS
     assert const(conv2d, "MIN_ROW") == ops.CONV2D_DIRECT_MIN_ROW
     assert const(kernels, "CONV1D_DIRECT_MAX_TAPS") == ops.CONV1D_DIRECT_MAX_TAPS
+
+    def applies(space):  # the test conv2d_<space>::applies makes, whitespace folded
+        body = conv2d[conv2d.index(f"namespace conv2d_{space} {{") :]
+        found = re.search(r"bool applies\(const Conv2dShape& s\) \{\s*return ([^;]+);", body)
+        return " ".join(found.group(1).split())
+
+    # the kernels' tests, as cpu_ops.depthwise and cpu_ops.pointwise make them
+    assert applies("dw") == "s.G > 1 && s.C == s.G"
+    assert applies("pw") == (
+        "s.KH == 1 && s.KW == 1 && s.SH == 1 && s.SW == 1 && s.PH == 0 && s.PW == 0 && s.G == 1"
+    )
+    assert ops.depthwise(8, 8) and not ops.depthwise(8, 4) and not ops.depthwise(1, 1)
+    one = {"stride": (1, 1), "padding": (0, 0), "groups": 1}
+    assert ops.pointwise((1, 1), one)
+    for k, other in [
+        ((1, 3), {}),
+        ((1, 1), {"stride": (2, 1)}),
+        ((1, 1), {"padding": (0, 1)}),
+        ((1, 1), {"groups": 2}),
+    ]:
+        assert not ops.pointwise(k, {**one, **other})

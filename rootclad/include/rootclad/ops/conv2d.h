@@ -9,9 +9,10 @@
 // per sample, or, for maps of fewer than 1024 outputs, over the samples of the chunk side by
 // side (cols(taps, B*OH*OW): one product per group). cols is the op's scratch (C*KH*KW*OH*OW
 // values per sample); in the backward its adjoint region holds d_cols = weight_g^T @ d_out,
-// scattered back into d_inp. Stride 1 with few taps (conv2d_s1) and depthwise layers
-// (conv2d_dw: one input channel per group) run as direct kernels without cols. Conv1d with
-// groups runs here too, as H = KH = 1. With ROOTCLAD_NO_PULLBACKS (Clad writes the whole backward)
+// scattered back into d_inp. Pointwise layers (conv2d_pw: 1x1, stride 1, no padding, one
+// group), stride 1 with few taps (conv2d_s1) and depthwise layers (conv2d_dw: one input channel
+// per group) run without cols (conv2d_direct.h). Conv1d with groups runs here too, as
+// H = KH = 1. With ROOTCLAD_NO_PULLBACKS (Clad writes the whole backward)
 // the forward is the convolution's definition as plain loops.
 #ifndef ROOTCLAD_OPS_CONV2D_H
 #define ROOTCLAD_OPS_CONV2D_H
