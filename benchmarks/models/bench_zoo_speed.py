@@ -153,12 +153,10 @@ LAYERS = (
 
 def bench_layers(report, threads, min_time) -> None:
     """Each layer family's GFLOP/s (rootclad, torch eager) against the sgemm peak."""
-    from bench_train_step import sgemm_peak_gflops, taking_turns
+    from bench_train_step import _openblas, sgemm_peak_gflops, taking_turns
     from torch.utils.flop_counter import FlopCounterMode
 
     import rootclad
-
-    from bench_train_step import _openblas
 
     peak = sgemm_peak_gflops(threads)
     _openblas().scipy_openblas_set_num_threads(1)  # rootclad's chunks run single-threaded GEMMs
