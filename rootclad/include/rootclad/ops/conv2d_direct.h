@@ -162,10 +162,10 @@ void backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, const T* inp, co
 // group over the whole chunk into (OC, B*OH*OW), then laid out as (B, OC, OH, OW); the
 // backward's two products likewise, from d_out laid out as (OC, B*OH*OW). The layout of cols
 // and d_cols is the kernel's own (forward and backward agree on it; the size is the same).
-// On resnet18 at batch 32 (64x64, two threads of 16 samples) this and im2col by runs took the
-// train step from 0.58x torch eager's speed to 0.87x (docs/benchmarks/zoo_speed.md, the runs of
-// 2026-11-27 and -30); taking the stem's 32x32 maps too gained nothing measurable here, and
-// costs a pass over the output.
+// On resnet18 at batch 32 (64x64, two threads of 16 samples) this with issue 45's other
+// changes took the train step from 0.58x torch eager's speed to 0.97x
+// (docs/benchmarks/zoo_speed.md, the runs of 2026-11-27 and -30); taking the stem's 32x32 maps
+// too gained nothing measurable here, and costs a pass over the output.
 constexpr long BATCH_COLS_BELOW = 1024;
 inline bool batch_cols(const Conv2dShape& s) {
   return s.B > 1 && (long)s.OH() * s.OW() < BATCH_COLS_BELOW;
