@@ -292,16 +292,16 @@ void conv_transpose2d_backward(T* d_inp, T* d_weight, T* d_bias, T* d_cols, cons
 // along both axes (the window size, or with count_include_pad = 0 its elements inside the
 // input).
 
-#ifndef ROOTCLAD_NO_PULLBACKS
-// Row by row: each window tap updates a run of outputs whose reads lie inside the input
-// (conv_cover), in the same row-major tap order per output as the loops below, so the same
-// value wins (the first maximum; NaN propagates). Clad never differentiates this one.
 template <typename T>
 void maxpool2d_forward(T* out, const T* inp, int R, int H, int W, int KH, int KW, int SH, int SW,
                        int PH, int PW, int ceil_mode) {
   ROOTCLAD_REPLAY_SKIP;
   const int OH = pool_out(H, KH, SH, PH, ceil_mode);
   const int OW = pool_out(W, KW, SW, PW, ceil_mode);
+#ifndef ROOTCLAD_NO_PULLBACKS
+  // Row by row: each window tap updates a run of outputs whose reads lie inside the input
+  // (conv_cover), in the same row-major tap order per output as the loops below, so the same
+  // value wins (the first maximum; NaN propagates). Clad differentiates the loops below.
   for (int r = 0; r < R; ++r)
     for (int oh = 0; oh < OH; ++oh) {
       T* m = out + ((long)r * OH + oh) * OW;
@@ -322,14 +322,7 @@ void maxpool2d_forward(T* out, const T* inp, int R, int H, int W, int KH, int KW
         }
       }
     }
-}
 #else
-template <typename T>
-void maxpool2d_forward(T* out, const T* inp, int R, int H, int W, int KH, int KW, int SH, int SW,
-                       int PH, int PW, int ceil_mode) {
-  ROOTCLAD_REPLAY_SKIP;
-  const int OH = pool_out(H, KH, SH, PH, ceil_mode);
-  const int OW = pool_out(W, KW, SW, PW, ceil_mode);
   for (int r = 0; r < R; ++r)
     for (int oh = 0; oh < OH; ++oh)
       for (int ow = 0; ow < OW; ++ow) {
@@ -347,8 +340,9 @@ void maxpool2d_forward(T* out, const T* inp, int R, int H, int W, int KH, int KW
           }
         out[((long)r * OH + oh) * OW + ow] = m;
       }
-}
 #endif
+}
+
 template <typename T>
 void maxpool2d_backward(T* d_inp, const T* d_out, const T* out, const T* inp, int R, int H, int W,
                         int KH, int KW, int SH, int SW, int PH, int PW, int ceil_mode) {
