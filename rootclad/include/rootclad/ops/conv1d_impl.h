@@ -79,6 +79,9 @@ void conv1d_direct_forward(T* out, const T* inp, const T* weight, const T* bias,
             ROOTCLAD_SIMD
             for (int l = l0; l < l1; ++l)
               dst[l] += w * src[l];
+          } else if (S == 2) { // a stride the compiler knows: two loads and a shuffle a vector
+            for (int l = l0; l < l1; ++l)
+              dst[l] += w * src[2L * l];
           } else {
             for (int l = l0; l < l1; ++l)
               dst[l] += w * src[(long)l * S];
