@@ -28,14 +28,45 @@ using simd::V;
 
 // Where tap k of a channel's row is read, relative to the output position: k*D for a 1-D
 // convolution; for a 2-D one over a flattened zero-padded image, a table (conv2d_s1 below).
+// `taps`: the kernel's length when the compiler knows it (0: the K passed at run time).
 struct Dilated {
+  static constexpr int taps = 0;
   int D;
   int operator()(int k) const { return k * D; }
 };
 struct TapTable {
+  static constexpr int taps = 0;
   const int* offs;
   int operator()(int k) const { return offs[k]; }
 };
+// Undilated taps, KC of them when KC > 0. The runtime is built once for every shape, so the
+// common 1-D kernel lengths get these instances: with K and the tap offsets known, the tap
+// loop of rows_block unrolls and its weight offsets become constants (what the per-model
+// builds got from constant shapes; the GW ResNet's 7-tap blocks were 25% of its train step).
+template <int KC> struct Unit {
+  static constexpr int taps = KC;
+  int operator()(int k) const { return k; }
+};
+
+// f(tap) with the tap policy for kernel length K and dilation D.
+template <class F> void with_taps(int K, int D, F&& f) {
+  if (D != 1)
+    return f(Dilated{D});
+  switch (K) {
+  case 3:
+    return f(Unit<3>{});
+  case 5:
+    return f(Unit<5>{});
+  case 7:
+    return f(Unit<7>{});
+  case 8:
+    return f(Unit<8>{});
+  case 16:
+    return f(Unit<16>{});
+  default:
+    return f(Unit<0>{});
+  }
+}
 
 // Per-thread scratch, grown on first use and then reused: no allocation in steady state.
 template <typename T> T* scratch(int slot, long n) {
@@ -64,7 +95,7 @@ inline void rows_block(T* out, const T* x, const T* w, const T* bias, int C, int
                        int LO, int o0, int l0, int skip) {
   using VT = V<T>;
   constexpr int VL = simd::lanes<T>();
-  const int CK = C * K;
+  const int CK = C * (Tap::taps ? Tap::taps : K);
   VT acc[OB][LB];
   ROOTCLAD_UNROLL
   for (int o = 0; o < OB; ++o) {
@@ -74,10 +105,11 @@ inline void rows_block(T* out, const T* x, const T* w, const T* bias, int C, int
       acc[o][j] = b;
   }
   const T* wo = w + (long)o0 * CK;
+  const int KK = Tap::taps ? Tap::taps : K;
   for (int c = 0; c < C; ++c) {
     const T* xr = x + (long)c * Lx + l0;
-    const T* wc = wo + c * K;
-    for (int k = 0; k < K; ++k) {
+    const T* wc = wo + c * KK;
+    for (int k = 0; k < KK; ++k) {
       VT xv[LB];
       ROOTCLAD_UNROLL
       for (int j = 0; j < LB; ++j)
@@ -156,7 +188,9 @@ bool forward(T* out, const T* inp, const T* weight, const T* bias, int B, int C,
       pad_rows(xp, x, C, L, P);
       x = xp;
     }
-    rows<T, false>(out + (long)b * OC * LO, x, weight, bias, C, Lx, OC, K, Dilated{D}, LO);
+    with_taps(K, D, [&](auto tap) {
+      rows<T, false>(out + (long)b * OC * LO, x, weight, bias, C, Lx, OC, K, tap, LO);
+    });
   }
   return true;
 }
@@ -221,6 +255,8 @@ template <typename T, int OB, class Tap>
 void dweight_rows(T* dw, const T* g, const T* x, int B, int C, int Lx, int OC, int K, Tap tap,
                   int LO, int o0) {
   constexpr int KB = 4;
+  if (Tap::taps)
+    K = Tap::taps;
   for (int c = 0; c < C; ++c) {
     int k0 = 0;
     for (; k0 + KB <= K; k0 += KB)
@@ -284,7 +320,7 @@ bool backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, const T* inp, co
         d_bias[o] += t;
       }
   if (d_weight)
-    dweight(d_weight, d_out, x, B, C, Lx, OC, K, Dilated{D}, LO);
+    with_taps(K, D, [&](auto tap) { dweight(d_weight, d_out, x, B, C, Lx, OC, K, tap, LO); });
   if (!d_inp)
     return true;
   // d_x = d_out, zero-padded by E = (K-1)*D on both sides, convolved with wt[c,o,k] =
@@ -301,9 +337,13 @@ bool backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, const T* inp, co
     pad_rows(gp, d_out + (long)b * OC * LO, OC, LO, E);
     T* dx = d_inp + (long)b * C * L;
     if (P == 0) {
-      rows<T, true>(dx, gp, wt, (const T*)nullptr, OC, Lg, C, K, Dilated{D}, L);
+      with_taps(K, D, [&](auto tap) {
+        rows<T, true>(dx, gp, wt, (const T*)nullptr, OC, Lg, C, K, tap, L);
+      });
     } else {
-      rows<T, false>(dxp, gp, wt, (const T*)nullptr, OC, Lg, C, K, Dilated{D}, Lx);
+      with_taps(K, D, [&](auto tap) {
+        rows<T, false>(dxp, gp, wt, (const T*)nullptr, OC, Lg, C, K, tap, Lx);
+      });
       for (int c = 0; c < C; ++c)
         for (int i = 0; i < L; ++i)
           dx[(long)c * L + i] += dxp[(long)c * Lx + P + i];
