@@ -320,7 +320,7 @@ bool backward(T* d_inp, T* d_weight, T* d_bias, const T* d_out, const T* inp, co
         d_bias[o] += t;
       }
   if (d_weight)
-    with_taps(K, D, [&](auto tap) { dweight(d_weight, d_out, x, B, C, Lx, OC, K, tap, LO); });
+    dweight(d_weight, d_out, x, B, C, Lx, OC, K, Dilated{D}, LO);
   if (!d_inp)
     return true;
   // d_x = d_out, zero-padded by E = (K-1)*D on both sides, convolved with wt[c,o,k] =
