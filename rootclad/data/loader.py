@@ -22,6 +22,8 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+from rootclad.data.columns import open_columns
+from rootclad.data.columns import why as _why
 from rootclad.data.errors import DataError
 from rootclad.data.schedule import (
     Block,
@@ -264,11 +266,12 @@ class _BatchIteratorBase:
 
 
 class BatchIterator(_BatchIteratorBase):
-    """Shuffled batches ``(x, y)`` from the TTree ``tree`` of one or more ROOT files, via uproot.
+    """Shuffled batches ``(x, y)`` from the TTree or RNTuple ``tree`` of one or more ROOT files,
+    via uproot.
 
-    ``x``: float32 (B, 1, N) C-contiguous whitened strain (branch ``strain``,
-    a fixed ``float[N]`` array or a ``vector<float>``/``RVec<float>`` whose
-    entries all have N elements); ``y``: int32 (B,) from branch ``label``
+    ``x``: float32 (B, 1, N) C-contiguous whitened strain (branch or field ``strain``,
+    a fixed ``float[N]`` array (``std::array<float, N>``) or a ``vector<float>``/``RVec<float>``
+    whose entries all have N elements); ``y``: int32 (B,) from branch ``label``
     (torch tensors with ``as_torch=True``, sharing the memory).
 
     ``split``: 'all', 'train' or 'validation' with ``validation_fraction``
@@ -283,35 +286,11 @@ class BatchIterator(_BatchIteratorBase):
     """
 
     def _open(self):
-        import uproot
-
         self._trees = []
         self._fixed = []
         offsets, entries = [], []
         for path in self.files:
-            if not os.path.exists(path):
-                raise DataError("file not found", file=path)
-            try:
-                # no array cache: an epoch must read the file, and memory stays bounded
-                f = uproot.open(path, array_cache=None)
-            except Exception as err:
-                raise DataError(f"cannot open as a ROOT file ({_why(err)})", file=path) from err
-            try:
-                tree = f[self.tree]
-            except KeyError as err:
-                raise DataError("no such tree in the file", file=path, tree=self.tree) from err
-            except Exception as err:
-                raise DataError(
-                    f"cannot read the tree ({_why(err)}); the file may be truncated or corrupt",
-                    file=path,
-                    tree=self.tree,
-                ) from err
-            if not isinstance(tree, uproot.behaviors.TTree.TTree):
-                raise DataError(
-                    f"'{self.tree}' is a {f.classname_of(self.tree)}, not a TTree",
-                    file=path,
-                    tree=self.tree,
-                )
+            tree = open_columns(path, self.tree)
             for name in (self.strain, self.label):
                 if name not in tree.keys():
                     raise DataError("no such branch", file=path, tree=self.tree, branch=name)
@@ -323,22 +302,20 @@ class BatchIterator(_BatchIteratorBase):
                     f"strain arrays have {n} elements, expected {self.length}",
                     file=path, tree=self.tree, branch=self.strain, entry=0,
                 )  # fmt: skip
-            label_interp = tree[self.label].interpretation
-            dtype = getattr(label_interp, "to_dtype", None)
-            if dtype is None or dtype.shape != () or dtype.kind not in "biuf":
+            label = tree.layout(self.label)
+            if label.dtype is None or not label.scalar:
                 raise DataError(
-                    f"label must be a number per entry, found {label_interp}",
+                    f"label must be a number per entry, found {label.text}",
                     file=path, tree=self.tree, branch=self.label,
                 )  # fmt: skip
             self._trees.append(tree)
             self._fixed.append(fixed)
-            br = tree[self.strain]
-            offsets.append(np.asarray(br.entry_offsets, dtype=np.int64))
-            entries.append(int(tree.num_entries))
+            offsets.append(tree.offsets(self.strain))
+            entries.append(tree.num_entries)
         if self.length is None:  # only variable-length branches: look at the first entry
             for tree, n_e in zip(self._trees, entries, strict=True):
                 if n_e:
-                    first = tree[self.strain].array(entry_start=0, entry_stop=1, library="np")
+                    first = tree.array(self.strain, 0, 1, library="np")
                     self.length = len(first[0])
                     break
         if not self.length:
@@ -346,25 +323,17 @@ class BatchIterator(_BatchIteratorBase):
         return offsets, entries
 
     def _strain_layout(self, path, tree):
-        """(fixed, N) for a float[N] branch, (False, None) for vector<float>-like ones."""
-        import uproot
-
-        interp = tree[self.strain].interpretation
-        if isinstance(interp, uproot.interpretation.numerical.AsDtype):
-            dt = interp.to_dtype
-            if dt.subdtype is not None and dt.subdtype[0] == np.float32 and len(dt.shape) == 1:
-                return True, int(dt.shape[0])
-            if dt.subdtype is None:  # tree_reader.h says the same words
-                raise DataError(
-                    f"{_STRAIN_KINDS}, found one number per entry",
-                    file=path, tree=self.tree, branch=self.strain,
-                )  # fmt: skip
-        if isinstance(interp, uproot.interpretation.jagged.AsJagged):
-            content = interp.content
-            if getattr(content, "to_dtype", None) == np.dtype(np.float32):
+        """(fixed, N) for a float[N] branch (an std::array<float, N> field), (False, None) for
+        vector<float>-like ones."""
+        lay = tree.layout(self.strain)
+        if lay.dtype == np.float32 and lay.dims == 1:
+            if lay.width is None:
                 return False, None
+            if not lay.scalar:
+                return True, lay.width
+        found = "one number per entry" if lay.scalar else lay.text  # tree_reader.h's words
         raise DataError(
-            f"{_STRAIN_KINDS}, found {interp}",
+            f"{_STRAIN_KINDS}, found {found}",
             file=path, tree=self.tree, branch=self.strain,
         )  # fmt: skip
 
@@ -377,13 +346,11 @@ class BatchIterator(_BatchIteratorBase):
                 if name == self.strain:
                     arr = self._read_strain(block, tree)
                 else:
-                    arr = tree[name].array(
-                        entry_start=block.start, entry_stop=block.stop, library="np"
-                    )
+                    arr = tree.array(name, block.start, block.stop, library="np")
             except DataError:
                 raise
             except Exception as err:
-                entry = self._first_bad_basket(tree[name], block)
+                entry = self._first_bad_basket(tree, name, block)
                 raise DataError(
                     f"cannot read the data ({_why(err)}); the file may be truncated or corrupt",
                     file=path, tree=self.tree, branch=name, entry=entry,
@@ -402,12 +369,11 @@ class BatchIterator(_BatchIteratorBase):
         y[...] = y_raw
 
     def _read_strain(self, block: Block, tree) -> np.ndarray:
-        br = tree[self.strain]
         if self._fixed[block.file]:
-            return br.array(entry_start=block.start, entry_stop=block.stop, library="np")
+            return tree.array(self.strain, block.start, block.stop, library="np")
         import awkward as ak
 
-        arr = br.array(entry_start=block.start, entry_stop=block.stop, library="ak")
+        arr = tree.array(self.strain, block.start, block.stop, library="ak")
         counts = ak.to_numpy(ak.num(arr))
         wrong = np.flatnonzero(counts != self.length)
         if wrong.size:
@@ -420,21 +386,15 @@ class BatchIterator(_BatchIteratorBase):
         return ak.to_numpy(ak.flatten(arr)).reshape(len(counts), self.length)
 
     @staticmethod
-    def _first_bad_basket(branch, block: Block) -> int:
-        """First entry of the first basket in ``block`` that cannot be read."""
-        offsets = branch.entry_offsets
+    def _first_bad_basket(tree, name: str, block: Block) -> int:
+        """First entry of the first basket (cluster) in ``block`` that cannot be read."""
+        offsets = tree.offsets(name)
         for b in range(len(offsets) - 1):
-            lo, hi = offsets[b], offsets[b + 1]
+            lo, hi = int(offsets[b]), int(offsets[b + 1])
             if hi <= block.start or lo >= block.stop:
                 continue
             try:
-                branch.array(entry_start=lo, entry_stop=hi, library="np")
+                tree.array(name, lo, hi, library="np")
             except Exception:
                 return max(int(lo), block.start)
         return block.start
-
-
-def _why(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    first = text[0] if text else ""
-    return f"{type(err).__name__}: {first}" if first else type(err).__name__

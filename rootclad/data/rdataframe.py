@@ -12,9 +12,9 @@ import weakref
 from collections.abc import Sequence
 
 from rootclad.data.cling import import_root
+from rootclad.data.columns import why as _why
 from rootclad.data.compiled import CompiledTableIterator
 from rootclad.data.errors import DataError
-from rootclad.data.loader import _why
 from rootclad.data.schema import check_column_name
 from rootclad.data.table import TableIterator
 
@@ -57,7 +57,11 @@ def from_rdataframe(
     for c in [*columns, _ENTRY]:
         names.push_back(c)
     try:
-        df.Define(_ENTRY, "rdfentry_").Snapshot("table", path, names)
+        # a TTree whatever the source (an RNTuple source otherwise draws ROOT's warning that
+        # its default may change)
+        options = root.RDF.RSnapshotOptions()
+        options.fOutputFormat = root.RDF.ESnapshotOutputFormat.kTTree
+        df.Define(_ENTRY, "rdfentry_").Snapshot("table", path, names, options)
         import uproot
 
         with uproot.open(path) as f:

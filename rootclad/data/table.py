@@ -16,17 +16,18 @@ RDataFrame with its filters and defines, writes the columns it needs to a tempor
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 import numpy as np
 
+from rootclad.data.columns import open_columns
+from rootclad.data.columns import why as _why
 from rootclad.data.errors import DataError
-from rootclad.data.loader import _BatchIteratorBase, _why
+from rootclad.data.loader import _BatchIteratorBase
 
 
 class TableIterator(_BatchIteratorBase):
-    """Shuffled batches ``(x, y)`` or ``(x, y, w)`` from numeric columns of a TTree, via uproot.
+    """Shuffled batches ``(x, y)`` or ``(x, y, w)`` from numeric columns of a TTree or an RNTuple, via uproot.
 
     ``x`` float32 (B, F), F the summed lengths of ``features``; ``y`` (B,) int32 or float32;
     ``w`` float32 (B,) when ``weight`` names a column. Other arguments as
@@ -68,23 +69,11 @@ class TableIterator(_BatchIteratorBase):
 
     # -- opening -----------------------------------------------------------------------------
     def _open(self):
-        import uproot
-
         self._trees, offsets, entries = [], [], []
         self._widths: list[int] | None = None
         self._target_dtype = None
         for path in self.files:
-            if not os.path.exists(path):
-                raise DataError("file not found", file=path)
-            try:
-                f = uproot.open(path, array_cache=None)
-                tree = f[self.tree]
-            except KeyError as err:
-                raise DataError("no such tree in the file", file=path, tree=self.tree) from err
-            except Exception as err:
-                raise DataError(f"cannot open as a ROOT file ({_why(err)})", file=path) from err
-            if not isinstance(tree, uproot.behaviors.TTree.TTree):
-                raise DataError(f"'{self.tree}' is not a TTree", file=path, tree=self.tree)
+            tree = open_columns(path, self.tree)
             names = [*self.features, self.target, *([self.weight] if self.weight else [])]
             for name in names:
                 if name not in tree.keys():
@@ -109,45 +98,34 @@ class TableIterator(_BatchIteratorBase):
             if self.weight:
                 self._scalar_kind(path, tree, self.weight)
             self._trees.append(tree)
-            offsets.append(np.asarray(tree[self.features[0]].entry_offsets, dtype=np.int64))
-            entries.append(int(tree.num_entries))
+            offsets.append(tree.offsets(self.features[0]))
+            entries.append(tree.num_entries)
         self.length = sum(self._widths)
         self._starts = np.cumsum([0, *self._widths])
         return offsets, entries
 
-    def _interp(self, path, tree, name):
-        return tree[name].interpretation
-
     def _scalar_kind(self, path, tree, name) -> str:
-        dt = getattr(self._interp(path, tree, name), "to_dtype", None)
-        if dt is None or dt.shape != () or dt.kind not in "biuf":
+        lay = tree.layout(name)
+        if lay.dtype is None or not lay.scalar:
             raise DataError(
-                f"expected one number per entry, found {self._interp(path, tree, name)}",
+                f"expected one number per entry, found {lay.text}",
                 file=path, tree=self.tree, branch=name,
             )  # fmt: skip
-        return dt.kind
+        return lay.dtype.kind
 
     def _width(self, path, tree, name) -> int:
         """Values per entry of a feature; a vector's from its first entry (checked per entry
         when read)."""
-        import uproot
-
-        interp = self._interp(path, tree, name)
-        if isinstance(interp, uproot.interpretation.numerical.AsDtype):
-            dt = interp.to_dtype
-            base = dt.subdtype[0] if dt.subdtype is not None else dt
-            if base.kind in "biuf" and len(dt.shape) <= 1:
-                return int(dt.shape[0]) if dt.shape else 1
-        if isinstance(interp, uproot.interpretation.jagged.AsJagged):
-            content = getattr(interp.content, "to_dtype", None)
-            if content is not None and content.kind in "biuf":
-                if tree.num_entries == 0:
-                    return 0
-                first = tree[name].array(entry_start=0, entry_stop=1, library="ak")
-                return len(first[0])
+        lay = tree.layout(name)
+        if lay.dtype is not None and lay.dims == 1:
+            if lay.width is not None:
+                return lay.width
+            if tree.num_entries == 0:
+                return 0
+            return len(tree.array(name, 0, 1)[0])
         raise DataError(
             f"expected numbers: a scalar, a fixed-size array or a vector per entry, found "
-            f"{interp}",
+            f"{lay.text}",
             file=path, tree=self.tree, branch=name,
         )  # fmt: skip
 
@@ -159,8 +137,7 @@ class TableIterator(_BatchIteratorBase):
 
         def read(name):
             try:
-                arr = tree[name].array(entry_start=block.start, entry_stop=block.stop,
-                                       library="ak")  # fmt: skip
+                arr = tree.array(name, block.start, block.stop)
             except Exception as err:
                 raise DataError(
                     f"cannot read the data ({_why(err)}); the file may be truncated or corrupt",

@@ -11,9 +11,20 @@ from __future__ import annotations
 
 import sys
 
-# model.h and tree_reader.h use these (TFile, TTree, TMD5, RVec, the ImplicitMT pieces they
-# pull in)
-_LIBS = ["Core", "RIO", "Tree", "TreePlayer", "ROOTVecOps", "MathCore", "Imt", "Thread", "Net"]
+# model.h and tree_reader.h use these (TFile, TTree, RNTuple, TMD5, RVec, the ImplicitMT
+# pieces they pull in)
+_LIBS = [
+    "Core",
+    "RIO",
+    "Tree",
+    "TreePlayer",
+    "ROOTNTuple",
+    "ROOTVecOps",
+    "MathCore",
+    "Imt",
+    "Thread",
+    "Net",
+]
 
 
 def root_flags() -> list[str]:

@@ -46,11 +46,11 @@ def test_missing_tree(reader, good):
     assert (e.value.file, e.value.tree) == (str(good), "Events")
 
 
-def test_an_rntuple_is_not_a_ttree(reader, tmp_path):
-    path = tmp_path / "rntuple.root"
-    with uproot.recreate(path) as f:  # uproot writes a dict as an RNTuple
-        f["events"] = {"label": np.zeros(5, np.int32)}
-    with pytest.raises(DataError, match="not a TTree") as e:
+def test_a_histogram_is_neither_a_ttree_nor_an_rntuple(reader, tmp_path):
+    path = tmp_path / "histogram.root"
+    with uproot.recreate(path) as f:
+        f["events"] = np.histogram(np.zeros(5), bins=3)
+    with pytest.raises(DataError, match="TH1D, not a TTree or an RNTuple") as e:
         reader(str(path))
     assert (e.value.file, e.value.tree) == (str(path), "events")
 

@@ -51,12 +51,13 @@ def events(tmp_path_factory):
 
 @pytest.fixture
 def full_disk(tmp_path):
-    """A 1 MiB tmpfs, to be filled by fill() up to the last few KB."""
+    """A 4 MiB tmpfs (room for an export: the MLP's is about 1.1 MB), to be filled by fill()
+    up to the last few KB."""
     disk = tmp_path / "disk"
     disk.mkdir()
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("mounting a tmpfs needs root")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)],
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)],
                              capture_output=True, text=True)  # fmt: skip
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")

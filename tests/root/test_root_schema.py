@@ -304,3 +304,58 @@ def test_stem_h_and_headers_of_another_version_stop_with_an_error(toy, tmp_path)
     for name in ("old first", "old second"):
         code, err = results[name]
         assert code != 0 and "STEM.h of another rootclad version" in err, (name, err[-2000:])
+
+
+def write_ntuple(path: Path, data: dict) -> str:
+    """The toy's columns as an RNTuple "t" (uproot), in clusters of 128 entries."""
+    import awkward as ak
+
+    table = ak.Array(data)
+    with uproot.recreate(path) as f:
+        out = f.mkrntuple("t", table.layout.form)
+        for lo in range(0, len(table), 128):
+            out.extend(table[lo : lo + 128])
+    return str(path)
+
+
+@pytest.mark.parametrize("output_format", [None, "ttree"])
+def test_score_tree_on_an_rntuple_writes_the_net_s_scores(toy, output_format):
+    d, data, net, _, _ = toy
+    src = write_ntuple(d / f"toy_nt_{output_format}.root", data)
+    out = rootclad.root.score_tree(
+        src, d / "net", tree="t", batch_size=7, output_format=output_format
+    )
+    with uproot.open(out) as f:
+        kind = f.classname_of("scores")
+        got = f["scores"]["score"].array(library="np")
+    assert kind == ("TTree" if output_format == "ttree" else "ROOT::RNTuple")
+    ref = net(torch.tensor(features(data), dtype=torch.float32)).detach().numpy()[:, 0]
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="output_format 'parquet' is neither"):
+        rootclad.root.score_tree(src, d / "net", tree="t", output_format="parquet")
+
+
+def test_rntuple_dataframes_score_and_train_as_trees(toy):
+    d, data, net, _, _ = toy
+    src = write_ntuple(d / "toy_nt_rdf.root", data)
+    df = rootclad.root.define_score(ROOT.RDataFrame("t", src), d / "net")
+    ref = net(torch.tensor(features(data), dtype=torch.float32)).detach().numpy()[:, 0]
+    np.testing.assert_allclose(df.AsNumpy(["score"])["score"], ref, rtol=1e-5, atol=1e-6)
+    kw = dict(features=["pt", "eta", "jets"], target="label", weight="w", batch_size=64, seed=1)
+    a = list(from_rdataframe(ROOT.RDataFrame("t", src).Filter("pt > 45"), **kw))
+    b = list(from_rdataframe(ROOT.RDataFrame("t", str(d / "toy.root")).Filter("pt > 45"), **kw))
+    assert len(a) == len(b) > 1
+    for xa, xb in zip(a, b, strict=True):
+        for u, v in zip(xa, xb, strict=True):
+            np.testing.assert_array_equal(u, v)
+
+
+def test_entries_of_a_tree_an_rntuple_and_neither(toy):
+    from rootclad.root.errors import ScoringError
+    from rootclad.root.scale_out import _entries
+
+    d, data, *_ = toy
+    src = write_ntuple(d / "toy_nt_entries.root", data)
+    assert _entries(str(d / "toy.root"), "t") == _entries(src, "t") == N
+    with pytest.raises(ScoringError, match=r"toy_nt_entries.root: tree 'u': no such tree"):
+        _entries(src, "u")

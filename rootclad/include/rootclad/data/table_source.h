@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "ntuple_columns.h"
 #include "tree_file.h"
 
 namespace rootclad {
@@ -104,7 +105,8 @@ public:
 
   ~TableSource() {
     for (auto& c : features_)
-      c.branch->ResetAddress();
+      if (c.branch)
+        c.branch->ResetAddress();
   }
 
   // Values per entry of each feature: fixed ones from the branch, the others
@@ -128,7 +130,9 @@ public:
         os << n << " values where the first entry had " << widths[i];
         fail_entry(c.name, entry, os.str());
       }
-      if (c.vec)
+      if (c.nt)
+        c.nt->copy(out);
+      else if (c.vec)
         c.vec->copy(out);
       else if (c.is_float)
         std::memcpy(out, c.leaf->GetValuePointer(), sizeof(float) * n);
@@ -149,7 +153,8 @@ public:
     } else if (*y = scalar(target_, entry); target_.integral) {
       if (*y < (double)INT_MIN || *y > (double)INT_MAX) {
         std::ostringstream os;
-        os << "label " << target_.leaf->GetValueLong64(0) << " does not fit a 32-bit integer";
+        os << "label " << (target_.leaf ? target_.leaf->GetValueLong64(0) : (long long)*y)
+           << " does not fit a 32-bit integer";
         fail_entry(target_.name, entry, os.str());
       }
     } else if (!std::isfinite((float)*y)) {
@@ -175,6 +180,7 @@ private:
     TBranch* branch = nullptr;
     TLeaf* leaf = nullptr;                     // leaf columns
     std::shared_ptr<detail::VectorColumn> vec; // vector/RVec columns
+    std::shared_ptr<detail::NTupleColumn> nt;  // an RNTuple's fields
     int fixed = -1;                            // values per entry when fixed, else -1
     bool is_float = false, integral = false;
   };
@@ -182,6 +188,21 @@ private:
   Column open_column(const std::string& name, bool scalar) {
     Column c;
     c.name = name;
+    if (ntuple_) {
+      std::string why;
+      c.nt.reset(detail::make_ntuple_column(*ntuple_, name, scalar, why));
+      if (!c.nt)
+        fail(why == "no such branch" ? why
+             : scalar                ? "expected one number per entry, " + why
+                                     : "expected numbers: a scalar, a fixed-size array or a vector "
+                                       "per entry, " +
+                            why,
+             true, name);
+      c.fixed = c.nt->fixed;
+      c.is_float = c.nt->is_float;
+      c.integral = c.nt->integral;
+      return c;
+    }
     c.branch = branch(name);
     if (auto* be = dynamic_cast<TBranchElement*>(c.branch)) {
       TClass* cls = TClass::GetClass(be->GetClassName());
@@ -222,6 +243,8 @@ private:
   }
 
   long long entry_width(Column& c, long long entry) {
+    if (c.nt)
+      return read_ntuple(c, entry);
     if (c.branch->GetEntry(entry) <= 0)
       fail_entry(c.name, entry, "cannot read the entry (truncated or corrupt file?)");
     if (c.vec)
@@ -230,9 +253,21 @@ private:
   }
 
   double scalar(Column& c, long long entry) {
+    if (c.nt) {
+      read_ntuple(c, entry);
+      return c.nt->value();
+    }
     if (c.branch->GetEntry(entry) <= 0)
       fail_entry(c.name, entry, "cannot read the entry (truncated or corrupt file?)");
     return c.leaf->GetValue(0);
+  }
+
+  long long read_ntuple(Column& c, long long entry) {
+    try {
+      return c.nt->read(entry);
+    } catch (const ROOT::RException& e) {
+      fail_entry(c.name, entry, "cannot read the entry (" + first_line(e.what()) + ")");
+    }
   }
 
   std::vector<Column> features_;

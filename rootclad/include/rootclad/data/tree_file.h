@@ -4,6 +4,8 @@
 #ifndef ROOTCLAD_DATA_TREE_FILE_H
 #define ROOTCLAD_DATA_TREE_FILE_H
 
+#include <ROOT/RNTuple.hxx>
+#include <ROOT/RNTupleReader.hxx>
 #include <ROOT/RVec.hxx>
 #include <TBranch.h>
 #include <TBranchElement.h>
@@ -84,6 +86,12 @@ struct Block {
   long long size() const { return stop - start; }
 };
 
+// The first line of an exception's message (ROOT::RException's what() carries a stack trace).
+inline std::string first_line(const char* what) {
+  const std::string s = what;
+  return s.substr(0, s.find('\n'));
+}
+
 // ---- one TTree of one file: opening, checks and error messages ------------------
 
 // Opens `tree` in `path` (a "dir/name" path too) and names the file, tree, branch
@@ -111,9 +119,15 @@ public:
                     : nullptr;
     if (!key)
       fail("no such tree in the file", true);
+    if (std::string(key->GetClassName()) == "ROOT::RNTuple") {
+      open_ntuple(key);
+      return;
+    }
     TClass* cls = TClass::GetClass(key->GetClassName());
     if (!cls || !cls->InheritsFrom(TTree::Class()))
-      fail(std::string("'") + tree + "' is a " + key->GetClassName() + ", not a TTree", true);
+      fail(std::string("'") + tree + "' is a " + key->GetClassName() +
+               ", not a TTree or an RNTuple",
+           true);
     tree_ = static_cast<TTree*>(key->ReadObj());
     if (!tree_)
       fail("cannot read the tree (truncated or corrupt file?)", true);
@@ -124,7 +138,9 @@ public:
 
   long long entries() const { return entries_; }
   const std::string& path() const { return path_; }
-  // First entry of each basket of the first column read, then the entry count.
+  bool is_ntuple() const { return ntuple_ != nullptr; }
+  // First entry of each basket of the first column read (of each cluster of an RNTuple), then
+  // the entry count.
   const std::vector<long long>& basket_offsets() const { return offsets_; }
 
   [[noreturn]] void fail_entry(const std::string& branch, long long entry,
@@ -155,6 +171,15 @@ protected:
     return b;
   }
   void set_offsets(TBranch* br) {
+    if (ntuple_) { // an RNTuple's clusters, for every field
+      for (const auto& c : ntuple_->GetDescriptor().GetClusterIterable())
+        offsets_.push_back((long long)c.GetFirstEntryIndex());
+      std::sort(offsets_.begin(), offsets_.end());
+      offsets_.push_back(entries_);
+      if (offsets_.size() < 2 || offsets_.front() != 0)
+        offsets_ = {0, entries_};
+      return;
+    }
     const int nb = br->GetWriteBasket();
     const Long64_t* first = br->GetBasketEntry();
     for (int b = 0; b < nb; ++b)
@@ -164,9 +189,23 @@ protected:
       offsets_ = {0, entries_};
   }
 
+  // The RNTuple behind `key`: what the readers read instead of a TTree's branches.
+  void open_ntuple(TKey* key) {
+    try {
+      std::unique_ptr<ROOT::RNTuple> anchor(key->ReadObject<ROOT::RNTuple>());
+      if (!anchor)
+        fail("cannot read the RNTuple (truncated or corrupt file?)", true);
+      ntuple_ = ROOT::RNTupleReader::Open(*anchor);
+    } catch (const ROOT::RException& e) {
+      fail("cannot read the RNTuple (" + first_line(e.what()) + ")", true);
+    }
+    entries_ = (long long)ntuple_->GetNEntries();
+  }
+
   std::string path_, tree_name_;
   std::unique_ptr<TFile> file_;
-  TTree* tree_ = nullptr; // owned by file_
+  TTree* tree_ = nullptr;                       // owned by file_
+  std::unique_ptr<ROOT::RNTupleReader> ntuple_; // instead of tree_
   long long entries_ = 0;
   std::vector<long long> offsets_;
 };

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "ntuple_columns.h"
 #include "tree_file.h"
 
 namespace rootclad {
@@ -37,6 +38,10 @@ public:
   TreeSource(const std::string& path, const std::string& tree, const std::string& strain,
              const std::string& label = "")
       : TreeFile(path, tree), strain_name_(strain), label_name_(label) {
+    if (ntuple_) {
+      open_ntuple_fields();
+      return;
+    }
     strain_br_ = branch(strain);
     setup_strain();
     if (!label.empty()) {
@@ -50,6 +55,10 @@ public:
 
   // Reads entry `entry` into x[0..N) and *y (with a label). N = expected length.
   void read(long long entry, float* x, int* y, int N, bool check_finite) {
+    if (strain_nt_) {
+      copy_ntuple(x, N, entry, check_finite, y);
+      return;
+    }
     if (strain_br_->GetEntry(entry) <= 0)
       fail_entry(strain_name_, entry, "cannot read the entry (truncated or corrupt file?)");
     switch (kind_) {
@@ -66,37 +75,18 @@ public:
       copy_var(fixed_.data(), (long long)strain_leaf_->GetLen(), x, N, entry);
       break;
     }
-    if (check_finite && !all_finite(x, N)) {
-      int i = 0;
-      while (std::isfinite(x[i]))
-        ++i;
-      std::ostringstream os;
-      os << "non-finite value (" << x[i] << ") at index " << i << " of the strain";
-      fail_entry(strain_name_, entry, os.str());
-    }
+    check_strain(x, N, entry, check_finite);
     if (!label_br_)
       return;
     if (label_br_->GetEntry(entry) <= 0)
       fail_entry(label_name_, entry, "cannot read the entry (truncated or corrupt file?)");
-    const double v = label_leaf_->GetValue(0);
-    if (!std::isfinite(v) || v != std::floor(v)) {
-      std::ostringstream os;
-      os << "label " << v << " is not an integer";
-      fail_entry(label_name_, entry, os.str());
-    }
-    // labels are int: a wider value must not wrap (2**40 became INT_MIN); the Python reader
-    // says the same words
-    if (v < (double)INT_MIN || v > (double)INT_MAX) {
-      std::ostringstream os;
-      os << "label " << (label_integral_ ? label_leaf_->GetValueLong64(0) : (long long)v)
-         << " does not fit a 32-bit integer";
-      fail_entry(label_name_, entry, os.str());
-    }
-    *y = static_cast<int>(v);
+    *y = check_label(label_leaf_->GetValue(0), entry);
   }
 
   // Number of strain elements of `entry` (reads it).
   long long entry_length(long long entry) {
+    if (strain_nt_)
+      return ntuple_read(*strain_nt_, strain_name_, entry);
     if (strain_br_->GetEntry(entry) <= 0)
       fail_entry(strain_name_, entry, "cannot read the entry (truncated or corrupt file?)");
     switch (kind_) {
@@ -113,6 +103,79 @@ public:
 
 private:
   enum class Kind { Fixed, Counted, Vector, RVec };
+
+  void check_strain(const float* x, int N, long long entry, bool check_finite) {
+    if (check_finite && !all_finite(x, N)) {
+      int i = 0;
+      while (std::isfinite(x[i]))
+        ++i;
+      std::ostringstream os;
+      os << "non-finite value (" << x[i] << ") at index " << i << " of the strain";
+      fail_entry(strain_name_, entry, os.str());
+    }
+  }
+
+  // A label read as a double, checked and converted (the Python reader says the same words).
+  int check_label(double v, long long entry) {
+    if (!std::isfinite(v) || v != std::floor(v)) {
+      std::ostringstream os;
+      os << "label " << v << " is not an integer";
+      fail_entry(label_name_, entry, os.str());
+    }
+    // labels are int: a wider value must not wrap (2**40 became INT_MIN)
+    if (v < (double)INT_MIN || v > (double)INT_MAX) {
+      std::ostringstream os;
+      os << "label "
+         << (label_integral_ && label_leaf_ ? label_leaf_->GetValueLong64(0) : (long long)v)
+         << " does not fit a 32-bit integer";
+      fail_entry(label_name_, entry, os.str());
+    }
+    return static_cast<int>(v);
+  }
+
+  // ---- an RNTuple's fields -----------------------------------------------------
+  void open_ntuple_fields() {
+    std::string why;
+    strain_nt_.reset(detail::make_ntuple_column(*ntuple_, strain_name_, false, why));
+    if (!strain_nt_ && why == "no such branch")
+      fail(why, true, strain_name_);
+    if (strain_nt_ && strain_nt_->fixed == 1 && strain_nt_->is_float) // tree_reader's words
+      fail("expected a float[N] array or vector<float> per entry, found one number per entry", true,
+           strain_name_);
+    if (!strain_nt_ || !strain_nt_->is_float) // why: "found <the field's type>"
+      fail("expected a float[N] array or vector<float> per entry, " + why, true, strain_name_);
+    length_ = strain_nt_->fixed;
+    if (!label_name_.empty()) {
+      label_nt_.reset(detail::make_ntuple_column(*ntuple_, label_name_, true, why));
+      if (!label_nt_)
+        fail(why == "no such branch" ? why : "label must be a number per entry", true, label_name_);
+      label_integral_ = label_nt_->integral;
+    }
+    set_offsets(nullptr); // the clusters
+  }
+
+  long long ntuple_read(detail::NTupleColumn& c, const std::string& name, long long entry) {
+    try {
+      return c.read(entry);
+    } catch (const ROOT::RException& e) {
+      fail_entry(name, entry, "cannot read the entry (" + first_line(e.what()) + ")");
+    }
+  }
+
+  void copy_ntuple(float* x, int N, long long entry, bool check_finite, int* y) {
+    const long long n = ntuple_read(*strain_nt_, strain_name_, entry);
+    if (n != N) {
+      std::ostringstream os;
+      os << "strain has " << n << " elements, expected " << N;
+      fail_entry(strain_name_, entry, os.str());
+    }
+    strain_nt_->copy(x);
+    check_strain(x, N, entry, check_finite);
+    if (label_nt_) {
+      ntuple_read(*label_nt_, label_name_, entry);
+      *y = check_label(label_nt_->value(), entry);
+    }
+  }
 
   void copy_var(const float* src, long long n, float* x, int N, long long entry) {
     if (n != N) {
@@ -181,7 +244,7 @@ private:
 
 public:
   ~TreeSource() {
-    if (tree_) {
+    if (tree_ && strain_br_) {
       strain_br_->ResetAddress();
     }
     delete vec_;
@@ -200,6 +263,7 @@ private:
   std::vector<float> fixed_;
   std::vector<float>* vec_ = nullptr;
   ROOT::RVec<float>* rvec_ = nullptr;
+  std::unique_ptr<detail::NTupleColumn> strain_nt_, label_nt_; // an RNTuple's fields
 };
 
 } // namespace data

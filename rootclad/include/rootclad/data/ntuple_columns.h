@@ -1,0 +1,161 @@
+// rootclad/data/ntuple_columns.h — one field of an RNTuple read as numbers per entry, as the
+// readers read a TTree's branch (part of rootclad/tree_reader.h, which says how the readers work).
+//
+// A field is a number (float, double, std::int8_t ... std::uint64_t, bool), an std::array of
+// them (read whole into a buffer) or a collection of them (std::vector, ROOT::RVec: read through
+// the collection's size and its items' view, whichever container wrote it). Anything else is
+// refused with the field's type, in the words of the TTree reader's messages.
+#ifndef ROOTCLAD_DATA_NTUPLE_COLUMNS_H
+#define ROOTCLAD_DATA_NTUPLE_COLUMNS_H
+
+#include <ROOT/RNTupleReader.hxx>
+#include <ROOT/RNTupleView.hxx>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace rootclad {
+namespace data {
+namespace detail {
+
+struct NTupleColumn {
+  virtual ~NTupleColumn() = default;
+  virtual long long read(long long entry) = 0; // reads the entry; its number of values
+  virtual void copy(float* out) const = 0;     // the values read, converted to float
+  virtual double value() const = 0;            // the first value read
+  int fixed = -1;                              // values per entry when fixed, else -1
+  bool integral = false, is_float = false;
+};
+
+template <class T> struct NTupleScalar : NTupleColumn {
+  ROOT::RNTupleView<T> view;
+  T v{};
+  NTupleScalar(ROOT::RNTupleReader& r, const std::string& name) : view(r.GetView<T>(name)) {
+    fixed = 1;
+  }
+  long long read(long long entry) override {
+    v = view(entry);
+    return 1;
+  }
+  void copy(float* out) const override { out[0] = static_cast<float>(v); }
+  double value() const override { return static_cast<double>(v); }
+};
+
+// std::array<T, n>: the whole array read into a buffer by a view on the field bound to it
+template <class T> struct NTupleArray : NTupleColumn {
+  std::unique_ptr<T[]> buf; // not a std::vector: std::vector<bool> has no data()
+  std::unique_ptr<ROOT::RNTupleView<void>> view;
+  NTupleArray(ROOT::RNTupleReader& r, const std::string& name, const std::string& type, int n)
+      : buf(new T[n]()) {
+    fixed = n;
+    view.reset(new ROOT::RNTupleView<void>(r.GetView(name, (void*)buf.get(), type)));
+  }
+  long long read(long long entry) override {
+    (*view)(entry);
+    return fixed;
+  }
+  void copy(float* out) const override {
+    for (int i = 0; i < fixed; ++i)
+      out[i] = static_cast<float>(buf[i]);
+  }
+  double value() const override { return static_cast<double>(buf[0]); }
+};
+
+// A collection: its size per entry, then its items through their own view
+template <class T> struct NTupleCollection : NTupleColumn {
+  ROOT::RNTupleCollectionView coll;
+  ROOT::RNTupleView<T> items;
+  std::vector<T> buf;
+  NTupleCollection(ROOT::RNTupleReader& r, const std::string& name, const std::string& item)
+      : coll(r.GetCollectionView(name)), items(coll.GetView<T>(item)) {}
+  long long read(long long entry) override {
+    buf.clear();
+    for (auto i : coll.GetCollectionRange(entry))
+      buf.push_back(items(i));
+    return (long long)buf.size();
+  }
+  void copy(float* out) const override {
+    for (size_t i = 0; i < buf.size(); ++i)
+      out[i] = static_cast<float>(buf[i]);
+  }
+  double value() const override { return buf.empty() ? 0.0 : static_cast<double>(buf[0]); }
+};
+
+// The column for the number type `leaf` (a field's type name): `kind` 0 a number, 1 an array
+// of n (`type` the array's type name), 2 a collection (`item` its items' field name). Null for
+// a type that is not a number.
+inline NTupleColumn* ntuple_column_of(ROOT::RNTupleReader& r, const std::string& name,
+                                      const std::string& leaf, int kind, const std::string& type,
+                                      int n, const std::string& item) {
+  NTupleColumn* c = nullptr;
+  auto make = [&](auto tag) -> NTupleColumn* {
+    using T = decltype(tag);
+    if (kind == 0)
+      return new NTupleScalar<T>(r, name);
+    if (kind == 1)
+      return new NTupleArray<T>(r, name, type, n);
+    return new NTupleCollection<T>(r, name, item);
+  };
+  if (leaf == "float")
+    c = make(float{});
+  else if (leaf == "double")
+    c = make(double{});
+  else if (leaf == "std::int8_t")
+    c = make(std::int8_t{});
+  else if (leaf == "std::uint8_t")
+    c = make(std::uint8_t{});
+  else if (leaf == "std::int16_t")
+    c = make(std::int16_t{});
+  else if (leaf == "std::uint16_t")
+    c = make(std::uint16_t{});
+  else if (leaf == "std::int32_t")
+    c = make(std::int32_t{});
+  else if (leaf == "std::uint32_t")
+    c = make(std::uint32_t{});
+  else if (leaf == "std::int64_t")
+    c = make(std::int64_t{});
+  else if (leaf == "std::uint64_t")
+    c = make(std::uint64_t{});
+  else if (leaf == "bool")
+    c = make(bool{});
+  else
+    return nullptr;
+  c->integral = leaf != "float" && leaf != "double";
+  c->is_float = leaf == "float";
+  return c;
+}
+
+// The field `name` of `r` as numbers per entry; `scalar`: one number per entry. On a field of
+// another kind, `why` says what it holds ("found <type>") and the result is null.
+inline NTupleColumn* make_ntuple_column(ROOT::RNTupleReader& r, const std::string& name,
+                                        bool scalar, std::string& why) {
+  const ROOT::RNTupleDescriptor& d = r.GetDescriptor();
+  const auto id = d.FindFieldId(name);
+  if (id == ROOT::kInvalidDescriptorId) {
+    why = "no such branch";
+    return nullptr;
+  }
+  const ROOT::RFieldDescriptor& f = d.GetFieldDescriptor(id);
+  const std::string type = f.GetTypeName();
+  why = "found " + type;
+  const auto& links = f.GetLinkIds();
+  if (links.empty()) // a number
+    return f.GetNRepetitions() ? nullptr : ntuple_column_of(r, name, type, 0, type, 1, "");
+  if (scalar || links.size() != 1)
+    return nullptr;
+  const ROOT::RFieldDescriptor& item = d.GetFieldDescriptor(links[0]);
+  if (!item.GetLinkIds().empty())
+    return nullptr; // arrays of arrays, collections of records...
+  if (f.GetNRepetitions() > 0 && f.GetStructure() == ROOT::ENTupleStructure::kPlain)
+    return ntuple_column_of(r, name, item.GetTypeName(), 1, type, (int)f.GetNRepetitions(), "");
+  if (f.GetStructure() == ROOT::ENTupleStructure::kCollection)
+    return ntuple_column_of(r, name, item.GetTypeName(), 2, type, 0, item.GetFieldName());
+  return nullptr;
+}
+
+} // namespace detail
+} // namespace data
+} // namespace rootclad
+
+#endif // ROOTCLAD_DATA_NTUPLE_COLUMNS_H
