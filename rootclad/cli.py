@@ -111,7 +111,15 @@ def _cmd_emit(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rootclad", description=__doc__)
+    from rootclad import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="rootclad",
+        description="Compile PyTorch and ONNX models to C++ with generated gradients, for ROOT: "
+        "doctor (what was found), build and emit (export a model), gw (the gravitational-wave "
+        "workflow; gw run is the main job).",
+    )
+    parser.add_argument("--version", action="version", version=f"rootclad {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("doctor", help="show which engines, compilers, BLAS and ROOT were found")

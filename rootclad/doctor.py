@@ -7,6 +7,16 @@ import os
 import platform
 import warnings
 
+# What to do when Clad is not found (docs/install.md says more).
+CLAD_HOWTO = (
+    "to enable the clad engine: a Clad plugin built for an installed Clang, named by",
+    "  export ROOTCLAD_CLAD_PLUGIN=/path/to/lib/clad.so",
+    "  export ROOTCLAD_CLAD_INCLUDE=/path/to/include   # Clad's headers",
+    "  export ROOTCLAD_CXX=clang++-19                   # the Clang it was built for",
+    "or a ROOT built with Clad (-Dclad=ON); see docs/install.md. Until then the pullback",
+    "engine (rootclad's own reverse sweep) writes every backward pass.",
+)
+
 
 def _line(name: str, value: str) -> str:
     return f"  {name:<18} {value}"
@@ -69,6 +79,7 @@ def report() -> str:
         ]
     else:
         lines.append(_line("Clad", f"not found ({why})"))
+        lines += [_line("", line) for line in CLAD_HOWTO]
     try:
         _, _, blas = blas_flags()
         lines.append(_line("BLAS", blas))

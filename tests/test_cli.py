@@ -27,6 +27,24 @@ def test_doctor_says_where_it_looked_for_clad():
     assert "unavailable" in clad_line and "/nonexistent/clad.so" in clad_line, clad_line
 
 
+def test_doctor_says_how_to_enable_clad_where_it_is_missing():
+    text = _doctor({"ROOTCLAD_CLAD_PLUGIN": "/nonexistent/clad.so"})
+    needles = ("export ROOTCLAD_CLAD_PLUGIN=", "ROOTCLAD_CLAD_INCLUDE=", "ROOTCLAD_CXX=")
+    for needle in (*needles, "docs/install.md"):
+        assert needle in text, (needle, text)
+
+
+def test_version_and_a_help_without_markup():
+    from rootclad import __version__
+
+    out = _rootclad("--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"rootclad {__version__}", out
+    out = _rootclad("--help")
+    assert out.returncode == 0 and "``" not in out.stdout and "gw run" in out.stdout, out.stdout
+    text = " ".join(_rootclad("gw", "run", "--help").stdout.split())
+    assert "default: rootclad-gw-run" in text and "default 24576" in text, text
+
+
 def test_doctor_reports_rootclad_s_own_thread_count():
     line = next(ln for ln in _doctor({"ROOTCLAD_NUM_THREADS": "3"}).splitlines()
                 if "rootclad threads" in ln)  # fmt: skip

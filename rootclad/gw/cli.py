@@ -145,8 +145,17 @@ def register(subparsers) -> None:
         "report.html and summary.json (see docs/gw_run.md).",
     )
     p.add_argument("--config", help="a TOML file of RunConfig keys (see the written config.toml)")
-    p.add_argument("--out", default="rootclad-gw-run", help="output directory")
-    p.add_argument("--events", type=int, help="training events (validation N/6, test N/2)")
+    p.add_argument(
+        "--out",
+        default="rootclad-gw-run",
+        help="output directory (default: %(default)s, in the current directory)",
+    )
+    p.add_argument(
+        "--events",
+        type=int,
+        help="training events N (default 24576: validation 4096, test 12288; with --events, "
+        "validation N/6 (at least 256) and test N/2 (at least 1024))",
+    )
     p.add_argument("--epochs", type=int, help="most training epochs (12, or 30 with --preset "
                    "full; training stops early once the validation loss stops improving)")  # fmt: skip
     p.add_argument("--model", choices=["cnn", "mlp"], help="the network (default cnn)")

@@ -377,6 +377,13 @@ def versions() -> dict:
             out[pkg] = md.version(pkg)
         except md.PackageNotFoundError:
             pass
+    if "ROOT" in out:  # the wheel's own number (0.1a12) says less than ROOT's (6.40/00)
+        try:
+            from rootclad.data.cling import import_root
+
+            out["ROOT"] = f"{import_root().gROOT.GetVersion()} (package {out['ROOT']})"
+        except Exception:  # noqa: BLE001  (PyROOT fails in many ways; the number stays)
+            pass
     return out
 
 
