@@ -37,8 +37,8 @@ import numpy as np
 
 from rootclad.gw.run.background_report import METHODS
 from rootclad.gw.run.config import ConfigError, shown
-from rootclad.gw.run.files import replacing
 from rootclad.gw.run.weights import current_best
+from rootclad.paths import replacing
 
 FORMAT = 1
 # histogram edges per statistic: the network's logit and the matched filter's SNR; values

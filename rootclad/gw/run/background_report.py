@@ -186,7 +186,7 @@ def plots(out: Path, bg: dict, rc: dict, ev: dict, table: dict) -> list[tuple[st
 
 
 def write_png(path: Path):
-    from rootclad.gw.run.files import replacing
+    from rootclad.paths import replacing
 
     return replacing(path, ".png")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from rootclad.gw.run.config import RunConfig
-from rootclad.gw.run.files import replacing
+from rootclad.paths import replacing
 
 
 def _entries(path: Path) -> int:

@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from rootclad.gw.run.config import ConfigError, RunConfig
-from rootclad.gw.run.files import replacing, write_error
 from rootclad.gw.run.inputs import _entries, read_test, strain_chunks, strain_of, template_bank
+from rootclad.paths import replacing, write_error
 
 
 class Stages:

@@ -16,7 +16,7 @@ import numpy as np
 from scipy import special
 
 from rootclad.gw.run.evaluate import FAPS, fap_key
-from rootclad.gw.run.files import replacing
+from rootclad.paths import replacing
 
 METHODS = {"network": "network", "matched_filter": "matched filter"}
 

@@ -18,7 +18,7 @@ import tomllib
 import torch
 
 from rootclad.gw.run.config import RunConfig
-from rootclad.gw.run.files import replacing
+from rootclad.paths import replacing
 
 
 @dataclasses.dataclass

@@ -1,0 +1,180 @@
+"""rootclad.root.evaluate: a TMVA-style evaluation of an exported classifier.
+
+References: the torch module itself (its scores and input gradients on the same events),
+scikit-learn's roc_auc_score and roc_curve, numpy histograms and counts, ROOT's
+TH1::KolmogorovTest on histograms this test fills itself, and a net built to ignore one input
+(whose importance must then be zero)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import uproot
+from torch import nn
+
+ROOT = pytest.importorskip("ROOT", reason="evaluate reads RDataFrames and writes ROOT files")
+sklearn_metrics = pytest.importorskip("sklearn.metrics", reason="the AUC reference")
+pytestmark = pytest.mark.root
+
+import rootclad  # noqa: E402
+from rootclad.data import Schema  # noqa: E402
+
+N = 800  # events per file: half train, half test
+
+
+def _write(path: Path, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    label = rng.integers(0, 2, N).astype(np.int32)
+    data = {
+        "pt": (rng.normal(50, 10, N) + 6 * label).astype(np.float32),
+        "eta": rng.normal(0, 2, N).astype(np.float32),
+        "jets": (rng.normal(3, 1, (N, 4)) + 0.5 * label[:, None]).astype(np.float32),
+        "label": label,
+        "w": rng.uniform(0.5, 2, N),
+        "half": (np.arange(N) % 2).astype(np.int32),
+    }
+    types = {k: np.dtype((v.dtype, v.shape[1:])) for k, v in data.items()}
+    with uproot.recreate(path) as f:
+        f.mktree("t", types).extend(data)
+    return data
+
+
+def _x(data, keep) -> np.ndarray:
+    return np.concatenate([data["pt"][keep, None], data["eta"][keep, None], data["jets"][keep]], 1)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    d = tmp_path_factory.mktemp("evaluate")
+    data = _write(d / "toy.root", 3)
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 1))
+    with torch.no_grad():
+        net[0].weight[:, 0] *= 0.05  # pt in its units
+        net[0].weight[:, 1] = 0.0  # eta is ignored: its importance must be zero
+    cm = rootclad.compile(net, torch.zeros(1, 6), engine="pullback")
+    cm.export(d / "net", schema=Schema({"pt": 1, "eta": 1, "jets": 4}, target="label", weight="w"))
+    return d, data, net
+
+
+def _frames(d: Path, half: int):
+    df = ROOT.RDataFrame("t", str(d / "toy.root")).Filter(f"half == {half}")
+    return {"signal": df.Filter("label == 1"), "background": df.Filter("label == 0")}
+
+
+def _torch_scores(net, data, keep) -> np.ndarray:
+    with torch.no_grad():
+        return net(torch.tensor(_x(data, keep), dtype=torch.float32)).numpy()[:, 0]
+
+
+def test_evaluation_against_sklearn_numpy_and_root(setup):
+    d, data, net = setup
+    ev = rootclad.root.evaluate(
+        d / "net",
+        test=_frames(d, 1),
+        train=_frames(d, 0),
+        weight="w",
+        output=d / "ev.root",
+        bootstrap=50,
+    )
+    test = data["half"] == 1
+    score, y, w = _torch_scores(net, data, test), data["label"][test], data["w"][test]
+    assert ev.auc == pytest.approx(
+        sklearn_metrics.roc_auc_score(y, score, sample_weight=w), abs=1e-6
+    )
+    fpr, tpr, _ = sklearn_metrics.roc_curve(y, score, sample_weight=w, drop_intermediate=False)
+    sig, rej = ev.roc
+    np.testing.assert_allclose(1 - rej, fpr, atol=1e-9)  # a point per distinct score
+    np.testing.assert_allclose(sig, tpr, atol=1e-9)
+    assert 0 < ev.auc_error < 0.1
+
+    with uproot.open(d / "ev.root") as f:
+        counts, edges = f["score_test_signal"].to_numpy()
+        summary = json.loads(str(f["rootclad_evaluation"]))
+    # the edges are the scores' extremes: torch's float32 score of the extreme event may lie
+    # a rounding below rootclad's, outside them
+    inside = np.clip(score[y == 1], edges[0], edges[-1])
+    ref, _ = np.histogram(inside, edges, weights=w[y == 1])
+    np.testing.assert_allclose(counts, ref, rtol=1e-9)
+    assert summary["auc"] == pytest.approx(ev.auc)
+
+    # KS: ROOT's test on histograms filled here from torch's scores
+    train = data["half"] == 0
+    score_tr, y_tr, w_tr = _torch_scores(net, data, train), data["label"][train], data["w"][train]
+    for cls, c in (("signal", 1), ("background", 0)):
+        h = [ROOT.TH1D(f"ks_{cls}_{i}", "", len(edges) - 1, edges) for i in range(2)]
+        for hh, (s, ww) in zip(
+            h, ((score_tr[y_tr == c], w_tr[y_tr == c]), (score[y == c], w[y == c])), strict=True
+        ):
+            hh.Sumw2()
+            # as above; ROOT's last bin excludes its upper edge, numpy's includes it
+            s = np.clip(s, edges[0], np.nextafter(edges[-1], -np.inf)).astype(np.float64)
+            hh.FillN(len(s), s, ww.astype(np.float64))
+        assert ev.ks[cls] == pytest.approx(h[0].KolmogorovTest(h[1]), abs=1e-9)
+
+    f = ROOT.TFile.Open(str(d / "ev.root"))
+    eff = f.Get("efficiency_background")
+    for i, cut in enumerate(ev.cuts[:10], 1):
+        bkg = y == 0
+        assert eff.GetEfficiency(i) == pytest.approx(w[bkg][score[bkg] >= cut].sum() / w[bkg].sum())
+    f.Close()
+
+
+def test_importance_of_an_ignored_input_is_zero(setup):
+    d, data, net = setup
+    ev = rootclad.root.evaluate(
+        d / "net",
+        test=(str(d / "toy.root"), "t"),
+        label="label",
+        output=d / "ev_label.root",
+        plots=False,
+        bootstrap=2,
+    )
+    grad, perm = ev.importance["input gradient"], ev.importance["permutation (AUC lost)"]
+    assert set(grad) == set(perm) == {"pt", "eta", "jets"}
+    assert grad["eta"] == 0.0 and perm["eta"] == 0.0
+    assert grad["jets"] > 0 and grad["pt"] > 0
+    # the gradient importance against torch autograd: mean |d score / d x| * std(x), per column
+    x = torch.tensor(_x(data, slice(None)), dtype=torch.float32, requires_grad=True)
+    (g,) = torch.autograd.grad(net(x).sum(), x)
+    xn = x.detach().numpy().astype(np.float64)
+    ref = np.abs(g.numpy()).mean(0) * xn.std(0)
+    assert grad["jets"] == pytest.approx(ref[2:].sum(), rel=1e-4)
+    assert grad["pt"] == pytest.approx(ref[0], rel=1e-4)
+    assert "Variable ranking (input gradient)" in str(ev) and "AUC" in str(ev)
+
+
+def test_outputs_plots_and_bad_input(setup, tmp_path):
+    d, *_ = setup
+    ev = rootclad.root.evaluate(
+        d / "net", test=_frames(d, 1), output=tmp_path / "e.root", bootstrap=2
+    )
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [
+        "e.html",
+        "e.root",
+        "e_efficiency.png",
+        "e_importance.png",
+        "e_roc.png",
+        "e_scores.png",
+    ]
+    assert ev.ks == {}  # no train sample: no overtraining check
+    page = (tmp_path / "e.html").read_text()
+    assert "ROC integral" in page and 'src="e_roc.png"' in page
+    bad = {
+        "signal": ROOT.RDataFrame("t", str(d / "toy.root")),
+        "background": _frames(d, 1)["background"],
+    }
+    with pytest.raises(ValueError, match="the test signal source has no column 'nope'"):
+        rootclad.root.evaluate(d / "net", test=bad, weight="nope", output=tmp_path / "x.root")
+    with pytest.raises(ValueError, match="test= takes"):
+        rootclad.root.evaluate(d / "net", test={"signal": bad["signal"]})
+    with pytest.raises(ValueError, match="is the model's own"):
+        rootclad.root.evaluate(d / "net", test=_frames(d, 1), output=d / "net.root")
+    empty = {"signal": bad["signal"].Filter("pt < -1e9"), "background": bad["background"]}
+    with pytest.raises(ValueError, match="the test signal source holds no events"):
+        rootclad.root.evaluate(d / "net", test=empty, output=tmp_path / "y.root")
