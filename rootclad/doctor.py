@@ -13,8 +13,8 @@ CLAD_HOWTO = (
     "  export ROOTCLAD_CLAD_PLUGIN=/path/to/lib/clad.so",
     "  export ROOTCLAD_CLAD_INCLUDE=/path/to/include   # Clad's headers",
     "  export ROOTCLAD_CXX=clang++-19                   # the Clang it was built for",
-    "or a ROOT built with Clad (-Dclad=ON); see docs/install.md. Until then the pullback",
-    "engine (rootclad's own reverse sweep) writes every backward pass.",
+    "see docs/install.md. Until then the pullback engine (rootclad's own reverse sweep)",
+    "writes every backward pass.",
 )
 
 

@@ -34,7 +34,7 @@ def check_outputs(inputs, outputs, *, model_files=(), what: str | None = None) -
 
     Raises ValueError naming both files before anything is written; ``what`` (the caller, as
     ``"score_tree"``) starts the message. The one check of every command that writes files:
-    ``rootclad emit`` and ``build``, ``score_tree`` and ``score_files``."""
+    ``rootclad emit`` and ``build``, ``score_tree``, ``score_files`` and ``evaluate``."""
     lead = f"{what}: " if what else ""
     read = [(Path(f), "input") for f in inputs] + [(Path(f), "model") for f in model_files]
     read = [(path, kind, os.path.realpath(path), _file_id(path)) for path, kind in read]

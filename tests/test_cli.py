@@ -42,7 +42,7 @@ def test_version_and_a_help_without_markup():
     out = _rootclad("--help")
     assert out.returncode == 0 and "``" not in out.stdout and "gw run" in out.stdout, out.stdout
     text = " ".join(_rootclad("gw", "run", "--help").stdout.split())
-    assert "default: rootclad-gw-run" in text and "default 24576" in text, text
+    assert "default: rootclad-gw-run" in text and "the default preset's 24576" in text, text
 
 
 def test_doctor_reports_rootclad_s_own_thread_count():

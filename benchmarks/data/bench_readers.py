@@ -3,7 +3,8 @@
     python benchmarks/data/bench_readers.py [--events 20000] [--epochs 3]
 
 For each file (uncompressed, LZ4, ZLIB written by rootclad.gw.simulate
-through uproot; ZSTD re-written by ROOT) and each reader, one fresh process
+through uproot; ZSTD re-written by ROOT; the uncompressed and LZ4 events re-written by uproot
+as RNTuples, ``rntuple_none`` and ``rntuple_lz4``, one cluster per TTree basket) and each reader, one fresh process
 reads ``--epochs`` shuffled epochs of batch 256 and reports seconds per
 epoch. The first epoch includes warm-up (Cling JIT, first allocations); the
 best later epoch is the steady rate. Files are read from the page cache
@@ -114,13 +115,10 @@ def run_worker(reader: str, path: str, epochs: int, batch: int) -> dict:
 def build_gxx(tmp: Path) -> Path | None:
     if shutil.which("g++") is None:
         return None
-    from rootclad.data.cling import import_root
+    from rootclad.root.flags import root_flags
 
-    rootsys = Path(import_root().__file__).parent  # the wheel's ROOT/include and ROOT/lib
     exe = tmp / "bench_reader"
-    cmd = ["g++", "-O2", "-std=c++17", str(HERE / "bench_reader.cxx"), f"-I{REPO / 'rootclad/include'}",
-           f"-I{rootsys / 'include'}", f"-L{rootsys / 'lib'}", "-lCore", "-lRIO", "-lTree",
-           f"-Wl,-rpath,{rootsys / 'lib'}", "-o", str(exe)]  # fmt: skip
+    cmd = ["g++", "-O2", str(HERE / "bench_reader.cxx"), *root_flags(), "-o", str(exe)]
     subprocess.run(cmd, check=True)
     return exe
 
@@ -176,9 +174,37 @@ def make_files(tmp: Path, events: int) -> dict[str, dict]:
     src.Close()
     files["zstd"] = {"path": str(path), "write_seconds": round(time.perf_counter() - t0, 2),
                      "written_by": "ROOT CloneTree"}  # fmt: skip
+    for comp in ("none", "lz4"):
+        files[f"rntuple_{comp}"] = _as_rntuple(
+            files[comp]["path"], tmp / f"gw_rntuple_{comp}.root", comp
+        )
     for info in files.values():
         info["size_MB"] = round(Path(info["path"]).stat().st_size / 1e6, 1)
     return files
+
+
+def _as_rntuple(src: str, path: Path, comp: str) -> dict:
+    """The events of ``src`` written again as the RNTuple "events" (uproot), the strain as
+    ``std::array<float, 2048>``, a cluster where the TTree's strain baskets start."""
+    import awkward as ak
+    import uproot
+
+    t0 = time.perf_counter()
+    with uproot.open(src) as f:
+        tree = f["events"]
+        starts = list(tree["strain"].entry_offsets)
+        arrays = tree.arrays(["strain", "label"], library="np")
+    table = ak.Array({"strain": arrays["strain"], "label": arrays["label"]})
+    compression = uproot.LZ4(1) if comp == "lz4" else None
+    with uproot.recreate(path, compression=compression) as f:
+        out = f.mkrntuple("events", table.layout.form)
+        for lo, hi in zip(starts[:-1], starts[1:], strict=True):
+            out.extend(table[lo:hi])
+    return {
+        "path": str(path),
+        "write_seconds": round(time.perf_counter() - t0, 2),
+        "written_by": "uproot mkrntuple",
+    }
 
 
 def main() -> int:

@@ -29,12 +29,11 @@ class Layout:
 class Columns:
     """A TTree or an RNTuple of one file, opened with uproot."""
 
-    def __init__(self, obj, name: str, path: str):
+    def __init__(self, obj):
         import uproot
 
-        self.obj, self.name, self.path = obj, name, path
+        self.obj = obj
         self.is_ntuple = isinstance(obj, uproot.behaviors.RNTuple.RNTuple)
-        self.kind = "RNTuple" if self.is_ntuple else "TTree"
 
     def keys(self) -> list[str]:
         return list(self.obj.keys())
@@ -105,6 +104,7 @@ def open_columns(path: str, name: str) -> Columns:
 
     if not os.path.exists(path):
         raise DataError("file not found", file=path)
+    kinds = (uproot.behaviors.TTree.TTree, uproot.behaviors.RNTuple.RNTuple)
     try:
         f = uproot.open(path, array_cache=None)
     except Exception as err:
@@ -114,16 +114,26 @@ def open_columns(path: str, name: str) -> Columns:
     except KeyError as err:
         raise DataError("no such tree in the file", file=path, tree=name) from err
     except Exception as err:
-        raise DataError(
-            f"cannot read the tree ({why(err)}); the file may be truncated or corrupt",
-            file=path, tree=name,
-        ) from err  # fmt: skip
-    if not isinstance(obj, uproot.behaviors.TTree.TTree | uproot.behaviors.RNTuple.RNTuple):
+        raise _unreadable(err, path, name) from err
+    if not isinstance(obj, kinds):
         raise DataError(
             f"'{name}' is a {f.classname_of(name)}, not a TTree or an RNTuple",
-            file=path, tree=name,
-        )  # fmt: skip
-    return Columns(obj, name, path)
+            file=path,
+            tree=name,
+        )
+    try:
+        obj.keys(), obj.num_entries  # an RNTuple's header and footer are read here, not above
+    except Exception as err:
+        raise _unreadable(err, path, name) from err
+    return Columns(obj)
+
+
+def _unreadable(err: Exception, path: str, name: str) -> DataError:
+    return DataError(
+        f"cannot read the tree ({why(err)}); the file may be truncated or corrupt",
+        file=path,
+        tree=name,
+    )
 
 
 def why(err: BaseException) -> str:

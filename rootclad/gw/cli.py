@@ -153,7 +153,8 @@ def register(subparsers) -> None:
     p.add_argument(
         "--events",
         type=int,
-        help="training events N (default 24576: validation 4096, test 12288; with --events, "
+        help="training events N (the default preset's 24576: validation 4096, test 12288; with "
+        "--events, "
         "validation N/6 (at least 256) and test N/2 (at least 1024))",
     )
     p.add_argument("--epochs", type=int, help="most training epochs (12, or 30 with --preset "

@@ -25,6 +25,7 @@ import numpy as np
 
 from rootclad.data.cling import CLING_LOCK, import_root
 from rootclad.paths import check_outputs
+from rootclad.root import evaluate_output
 from rootclad.root.rdf import _cached_model, _stem, columns_of, model_files
 
 BINS = 50  # score histograms and cut values
@@ -53,6 +54,12 @@ class Evaluation:
     importance: dict[str, dict[str, float]] = field(default_factory=dict)  # method: column: value
     files: list[Path] = field(default_factory=list)
 
+    def signal_efficiency_at(self, background_efficiency: float) -> float:
+        """The signal efficiency where the background's is ``background_efficiency`` (linear
+        between the ROC's points)."""
+        sig, rej = self.roc
+        return float(np.interp(background_efficiency, 1 - rej, sig))  # 1 - rej ascends
+
     def __str__(self) -> str:
         lines = [
             f"Evaluation of {self.stem}",
@@ -62,7 +69,7 @@ class Evaluation:
         for cls, p in self.ks.items():
             lines.append(f"  Kolmogorov-Smirnov test, {cls} train vs test: probability {p:.3f}")
         for eff in (0.01, 0.1, 0.3):
-            at = _eff_at(self.roc, eff)
+            at = self.signal_efficiency_at(eff)
             lines.append(f"  signal efficiency at background efficiency {eff:g}: {at:.4f}")
         for method, ranks in self.importance.items():
             lines += ["", f"  Variable ranking ({method}):"]
@@ -73,18 +80,33 @@ class Evaluation:
         return "\n".join(lines)
 
 
-def _eff_at(roc, bkg_eff: float) -> float:
-    sig, rej = roc
-    return float(np.interp(bkg_eff, (1 - rej)[::-1], sig[::-1]))
-
-
 # ---- reading the samples -----------------------------------------------------------------
+def _sources(part) -> list:
+    """The sources of a ``test=``/``train=`` argument."""
+    if part is None:
+        return []
+    return list(part.values()) if isinstance(part, dict) else [part]
+
+
+def _file_of(source):
+    """The file a source names (a path or (path, tree)); None for an RDataFrame."""
+    if isinstance(source, tuple) and len(source) == 2:
+        source = source[0]
+    return source if isinstance(source, (str, os.PathLike)) else None
+
+
 def _frame(source, tree: str):
     root = import_root()
     if isinstance(source, (str, os.PathLike)):
         if not os.path.isfile(source):
             raise FileNotFoundError(f"evaluate: {source}: no such file")
-        return root.RDataFrame(tree, str(source))
+        try:
+            return root.RDataFrame(tree, str(source))
+        except Exception as err:  # noqa: BLE001  (PyROOT's runtime_error: no such tree)
+            first = (str(err).strip().splitlines() or [type(err).__name__])[-1]
+            raise ValueError(
+                f"evaluate: {source}: cannot read the tree '{tree}' ({first})"
+            ) from None
     if isinstance(source, tuple) and len(source) == 2:
         return _frame(source[0], str(source[1]))
     if hasattr(source, "AsNumpy"):
@@ -119,6 +141,10 @@ def _read(df, cols: list[str], n_in: int, weight: str | None, what: str, extra=(
             f"takes {n_in}"
         )
     w = np.asarray(got[weight], dtype=np.float64) if weight else np.ones(len(x))
+    if not np.isfinite(w).all():
+        raise ValueError(f"evaluate: {what}: the weight column '{weight}' holds a non-finite value")
+    if not np.isfinite(x).all():
+        raise ValueError(f"evaluate: {what}: an input column holds a non-finite value")
     return x, w, [np.asarray(got[e]) for e in extra], [p.shape[1] for p in parts]
 
 
@@ -163,7 +189,10 @@ def roc_curve(s: Sample, b: Sample):
 def auc(s: Sample, b: Sample) -> float:
     """The area under the ROC (signal efficiency against background efficiency)."""
     sig, rej, _ = roc_curve(s, b)
-    return float(np.trapezoid(sig, 1.0 - rej))
+    return float(_trapezoid(sig, 1.0 - rej))
+
+
+_trapezoid = getattr(np, "trapezoid", None) or np.trapz  # numpy 2 renamed it
 
 
 def _bootstrap_auc(s: Sample, b: Sample, n: int, seed: int) -> float:
@@ -176,20 +205,30 @@ def _bootstrap_auc(s: Sample, b: Sample, n: int, seed: int) -> float:
     return float(np.std(values, ddof=1)) if n > 1 else float("nan")
 
 
+def _chunks(model, n: int):
+    """Slices of at most the model's cache batch: the workspace a call grows stays that of
+    scoring (a whole sample at once would keep activations for every event)."""
+    step = max(1, int(model.cache_batch()))
+    return (slice(i, min(i + step, n)) for i in range(0, n, step))
+
+
 def _scores(model, x: np.ndarray) -> np.ndarray:
+    x = np.ascontiguousarray(x)
     out = np.zeros((len(x), int(model.output_size())))
-    if len(x):
-        with CLING_LOCK:
-            model.predict(np.ascontiguousarray(x), out, len(x))
+    with CLING_LOCK:
+        for sl in _chunks(model, len(x)):
+            model.predict(x[sl], out[sl], sl.stop - sl.start)
     return out[:, 0].copy()
 
 
 def _gradient_importance(model, x, w, cols, widths) -> dict[str, float]:
     """Per column: the weighted mean of |d score / d x_i| * std(x_i), summed over its values
     (a gradient scaled by how far the variable moves in the data)."""
+    x = np.ascontiguousarray(x)
     dx = np.zeros_like(x)
     with CLING_LOCK:
-        model.input_grad(np.ascontiguousarray(x), dx, len(x))
+        for sl in _chunks(model, len(x)):
+            model.input_grad(x[sl], dx[sl], sl.stop - sl.start)
     spread = np.sqrt(np.average((x - np.average(x, axis=0, weights=w)) ** 2, axis=0, weights=w))
     per = np.average(np.abs(dx), axis=0, weights=w) * spread
     return _by_column(per, cols, widths)
@@ -243,9 +282,24 @@ def evaluate(
     cols = columns_of(stem, inputs, "evaluate")
     cols = [cols] if isinstance(cols, str) else [str(c) for c in cols]
     n_in = int(model.input_size())
+    if int(model.output_size()) != 1:
+        raise ValueError(
+            f"evaluate: the model {stem} has {int(model.output_size())} outputs; it evaluates a "
+            "classifier of one output (its score: larger is more signal-like)"
+        )
     output = Path(output) if output else Path(stem + "_evaluation.root")
-    outputs = [output] + ([output.with_suffix(".html")] if plots else [])
-    check_outputs(inputs=[], outputs=outputs, model_files=model_files(stem), what="evaluate")
+    outputs = [output]
+    if plots:
+        base = output.with_suffix("")
+        outputs += [output.with_suffix(".html")]
+        outputs += [Path(f"{base}_{name}.png") for name in evaluate_output.PLOTS]
+    files = [_file_of(src) for part in (test, train) for src in _sources(part)]
+    check_outputs(
+        inputs=[f for f in files if f],
+        outputs=outputs,
+        model_files=model_files(stem),
+        what="evaluate",
+    )
     te, widths = _samples(test, tree, cols, n_in, weight, label, "test")
     tr, _ = _samples(train, tree, cols, n_in, weight, label, "train")
     for split, samples in (("test", te), ("train", tr)):
@@ -271,8 +325,6 @@ def evaluate(
         "input gradient": _gradient_importance(model, x_all, w_all, cols, widths),
         "permutation (AUC lost)": _permutation_importance(model, s, b, cols, widths, seed),
     }
-    from rootclad.root import evaluate_output
-
     ev.ks = evaluate_output.write_root(output, ev, te, tr, (lo, hi))
     ev.files.append(output)
     if plots:

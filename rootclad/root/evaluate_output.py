@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import json
 from pathlib import Path
+from urllib.parse import quote
 
 import numpy as np
 
@@ -15,6 +16,7 @@ from rootclad.data.cling import CLING_LOCK, import_root
 from rootclad.paths import replacing
 
 CLASSES = ("signal", "background")
+PLOTS = ("roc", "scores", "efficiency", "importance")  # <output stem>_<name>.png
 
 
 def _hist(root, name: str, title: str, values, weights, lo: float, hi: float, bins: int):
@@ -30,7 +32,9 @@ def _hist(root, name: str, title: str, values, weights, lo: float, hi: float, bi
 
 def _edges(span) -> tuple[float, float]:
     lo, hi = span
-    return lo, hi + 1e-9 * max(abs(hi - lo), 1.0)  # the largest score inside the last bin
+    # the largest score inside the last bin (ROOT's upper edge belongs to the overflow); at
+    # least a few float steps above it, however large the scores
+    return lo, hi + max(1e-9 * max(abs(hi - lo), 1.0), 4 * float(np.spacing(hi)))
 
 
 def write_root(output: Path, ev, test: dict, train: dict, span) -> dict[str, float]:
@@ -97,19 +101,21 @@ def write_root(output: Path, ev, test: dict, train: dict, span) -> dict[str, flo
             raise OSError(f"evaluate: ROOT cannot create {tmp}")
         for name, obj in objects:
             f.WriteObject(obj, name)
-        bad = f.TestBit(root.TFile.kWriteError)
-        f.Close()
-        if bad:
+        f.Close()  # writes the keys and the header too: a failure there counts
+        if f.TestBit(root.TFile.kWriteError):
             raise OSError(f"evaluate: ROOT could not write {output}")
+        check = root.TFile.Open(str(tmp))
+        whole = bool(check) and not check.IsZombie() and bool(check.GetKey("rootclad_evaluation"))
+        if check:
+            check.Close()
+        if not whole:
+            raise OSError(f"evaluate: {output} did not read back whole after writing")
     return ks
 
 
 def write_plots(output: Path, ev, test: dict, train: dict, span) -> list[Path]:
     """The PNGs (roc, scores, efficiency, importance) and ``<output>.html``; their paths."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: a notebook's backend stays as it is
 
     from rootclad.root.evaluate import BINS
 
@@ -123,11 +129,11 @@ def write_plots(output: Path, ev, test: dict, train: dict, span) -> list[Path]:
         path = Path(f"{stem}_{name}.png")
         with replacing(path, ".png") as tmp:
             fig.savefig(tmp, dpi=110, bbox_inches="tight")
-        plt.close(fig)
         written.append(path)
 
     sig, rej = ev.roc
-    fig, ax = plt.subplots(figsize=(5, 4.5))
+    fig = Figure(figsize=(5, 4.5))
+    ax = fig.subplots()
     ax.plot(sig, rej, lw=2, label=f"AUC {ev.auc:.4f} ± {ev.auc_error:.4f}")
     ax.set(
         xlabel="signal efficiency",
@@ -140,7 +146,8 @@ def write_plots(output: Path, ev, test: dict, train: dict, span) -> list[Path]:
     ax.legend(loc="lower left")
     save(fig, "roc")
 
-    fig, ax = plt.subplots(figsize=(6, 4.5))
+    fig = Figure(figsize=(6, 4.5))
+    ax = fig.subplots()
     colors = {"signal": "tab:blue", "background": "tab:red"}
     for cls in CLASSES:
         smp = test[cls]
@@ -169,7 +176,8 @@ def write_plots(output: Path, ev, test: dict, train: dict, span) -> list[Path]:
     ax.legend(fontsize=8)
     save(fig, "scores")
 
-    fig, ax = plt.subplots(figsize=(6, 4.5))
+    fig = Figure(figsize=(6, 4.5))
+    ax = fig.subplots()
     for cls in CLASSES:
         ax.plot(ev.cuts, ev.efficiency[cls], color=colors[cls], label=f"{cls} efficiency")
     ax.plot(
@@ -185,7 +193,8 @@ def write_plots(output: Path, ev, test: dict, train: dict, span) -> list[Path]:
     save(fig, "efficiency")
 
     methods = list(ev.importance)
-    fig, axes = plt.subplots(1, len(methods), figsize=(5 * len(methods), 3.5), squeeze=False)
+    fig = Figure(figsize=(5 * len(methods), 3.5))
+    axes = fig.subplots(1, len(methods), squeeze=False)
     for ax, method in zip(axes[0], methods, strict=True):
         ranks = sorted(ev.importance[method].items(), key=lambda kv: kv[1])
         ax.barh([k for k, _ in ranks], [v for _, v in ranks], color="tab:green")
@@ -220,7 +229,7 @@ def _html(ev, images: list[Path]) -> str:
             f"<h3>Variable ranking: {esc(method)}</h3><table><tr><th>rank</th>"
             f"<th>variable</th><th>importance</th></tr>{body}</table>"
         )
-    imgs = "".join(f'<img src="{esc(p.name)}" alt="{esc(p.stem)}">' for p in images)
+    imgs = "".join(f'<img src="{esc(quote(p.name))}" alt="{esc(p.stem)}">' for p in images)
     return (
         "<!doctype html><meta charset='utf-8'><title>rootclad evaluation</title>"
         "<style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 10px;text-align:left}"

@@ -365,13 +365,11 @@ def score_tree(
     out_tree: str = "scores",
     column: str = "score",
     batch_size: int | None = None,
-    output_format: str | None = None,
 ) -> Path:
     """Score every entry of the TTree or RNTuple ``tree`` in batches (C++:
-    ``rootclad::score_tree``) and write the scores, entry by entry, to ``out_tree`` of
-    ``output`` (default ``<file>_scores.root``): a TTree, a friend of an input TTree
-    (``t.AddFriend(out_tree, output)``), or an RNTuple for an input RNTuple
-    (``output_format``: ``"ttree"`` or ``"rntuple"`` to choose).
+    ``rootclad::score_tree``) and write the scores, entry by entry, to the TTree ``out_tree``
+    of ``output`` (default ``<file>_scores.root``): a friend of an input TTree
+    (``t.AddFriend(out_tree, output)``).
     ``inputs`` defaults to the columns stored with the export (checked when given, as
     :func:`define_score`'s): one branch holding the whole input (``float[N]``,
     ``vector<float>``) or a list of branches, numbers and arrays concatenated in order.
@@ -382,7 +380,6 @@ def score_tree(
     files (ValueError, before anything is written). A file that cannot be scored raises
     :class:`ScoringError`, an export that cannot be opened :class:`ExportError`."""
     check_column_name(column, "score_tree: column", dotted=False)
-    fmt = check_output_format(output_format, "score_tree")
     stem = _stem(stem)
     file = Path(file)
     if not file.is_file():
@@ -403,21 +400,8 @@ def score_tree(
     fn.__release_gil__ = True
     with cpp_errors(ScoringError):
         batch = int(batch_size or 0)
-        fn(model, str(file), tree, inputs, str(output), out_tree, column, batch, "", fmt)
+        fn(model, str(file), tree, inputs, str(output), out_tree, column, batch)
     return output
-
-
-def check_output_format(output_format: str | None, what: str) -> str:
-    """``output_format`` as C++'s score_tree takes it: "" (the input's kind), "ttree" or
-    "rntuple"; ValueError otherwise."""
-    if output_format in (None, ""):
-        return ""
-    if output_format not in ("ttree", "rntuple"):
-        raise ValueError(
-            f'{what}: output_format {output_format!r} is neither "ttree" nor "rntuple" (None: '
-            "the input's kind)"
-        )
-    return output_format
 
 
 _MODELS: dict = {}

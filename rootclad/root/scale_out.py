@@ -24,7 +24,7 @@ from rootclad.data.schema import check_column_name
 from rootclad.paths import check_outputs
 from rootclad.root import shipping
 from rootclad.root.errors import ExportError, ScoringError, cpp_errors, cpp_message
-from rootclad.root.rdf import _model_class, _stem, check_output_format, columns_of, model_files
+from rootclad.root.rdf import _model_class, _stem, columns_of, model_files
 from rootclad.toolchain.build import file_digest
 
 
@@ -150,23 +150,12 @@ def complete(output: str, note: dict) -> bool:
         f.Close()
     try:
         return _entries(output, note["out_tree"]) == note["entries"]
-    except ScoringError:  # no such TTree or RNTuple, or one that does not read
+    except ScoringError:  # no such tree, or one that does not read
         return False
 
 
 def score_task(
-    file,
-    output,
-    model,
-    want,
-    inputs,
-    tree,
-    out_tree,
-    column,
-    batch,
-    library_md5,
-    overwrite=False,
-    output_format="",
+    file, output, model, want, inputs, tree, out_tree, column, batch, library_md5, overwrite=False
 ):
     """One file on a Dask worker: "skipped" when ``output`` is complete, else "scored". Its
     error reaches the client as text made here (:class:`ScoringError`, naming the file, and
@@ -174,18 +163,7 @@ def score_task(
     object, which does not survive pickling (the client read garbage or failed to decode)."""
     try:
         return _score(
-            file,
-            output,
-            model,
-            want,
-            inputs,
-            tree,
-            out_tree,
-            column,
-            batch,
-            library_md5,
-            overwrite,
-            output_format,
+            file, output, model, want, inputs, tree, out_tree, column, batch, library_md5, overwrite
         )
     except Exception as err:  # noqa: BLE001  (every error, as text)
         raise _portable(err, file) from None
@@ -201,7 +179,7 @@ def _portable(err: Exception, file: str) -> Exception:
 
 
 def _score(
-    file, output, model, want, inputs, tree, out_tree, column, batch, library_md5, overwrite, fmt
+    file, output, model, want, inputs, tree, out_tree, column, batch, library_md5, overwrite
 ):
     shipping.open_on_worker(model, want)
     st = os.stat(file)  # a file rewritten with as many entries is another input
@@ -213,7 +191,6 @@ def _score(
         "inputs": inputs,
         "entries": _entries(file, tree),
         "out_tree": out_tree,
-        "output_format": fmt,
         "column": column,
         "input_size": st.st_size,
         "input_mtime_ns": st.st_mtime_ns,
@@ -233,8 +210,7 @@ def _score(
     with cpp_errors(ExportError):
         model_here = root.rootclad.shipped_model(model.id)
     with cpp_errors(ScoringError):
-        note = json.dumps(note)
-        fn(model_here, file, tree, cols, output, out_tree, column, int(batch), note, fmt)
+        fn(model_here, file, tree, cols, output, out_tree, column, int(batch), json.dumps(note))
     return "scored"
 
 
@@ -272,12 +248,11 @@ def score_files(
     retries: int = 0,
     timeout: float = 10.0,
     overwrite: bool = False,
-    output_format: str | None = None,
 ) -> ScoredFiles:
     """Score every entry of the TTree or RNTuple ``tree`` in each of ``files`` with the export
-    ``stem``, one Dask task per file, each writing a friend tree (an RNTuple for an RNTuple,
-    or as ``output_format`` says) as :func:`score_tree` does to ``<file>_scores.root`` (or
-    ``output_dir/<name>_scores.root``): whole or not at all.
+    ``stem``, one Dask
+    task per file, each writing a friend tree as :func:`score_tree` does to
+    ``<file>_scores.root`` (or ``output_dir/<name>_scores.root``): whole or not at all.
 
     ``client``: a ``dask.distributed.Client`` or a scheduler address (``"tcp://host:8786"``,
     connected within ``timeout`` seconds, closed after). The input files and ``output_dir``
@@ -299,7 +274,6 @@ def score_files(
     (no record) raises FileExistsError naming it, unless ``overwrite=True``."""
     _distributed()
     check_column_name(column, "score_files: column", dotted=False)
-    fmt = check_output_format(output_format, "score_files")
     stem = _stem(stem)
     files = [Path(f).resolve() for f in ([files] if isinstance(files, (str, Path)) else files)]
     if not files:
@@ -340,16 +314,13 @@ def score_files(
             batch_size or 0,
             retries,
             overwrite,
-            fmt,
         )
     finally:
         if owned:
             client.close()
 
 
-def _run(
-    client, stem, files, outputs, inputs, tree, out_tree, column, batch, retries, overwrite, fmt
-):
+def _run(client, stem, files, outputs, inputs, tree, out_tree, column, batch, retries, overwrite):
     shipping.check_workers(client, "score_files")
     model = shipping.ship(stem)
     if _lacking(client, model):  # uploaded once (a plugin: workers that join later get it too)
@@ -363,7 +334,7 @@ def _run(
     want = shipping.expected()
     md5 = file_digest(Path(stem + ".so"), "md5")
     token = uuid.uuid4().hex[:8]
-    args = (model, want, inputs, tree, out_tree, column, batch, md5, overwrite, fmt)
+    args = (model, want, inputs, tree, out_tree, column, batch, md5, overwrite)
     futures = []
     for i, (f, out) in enumerate(zip(files, outputs, strict=True)):
         key = f"rootclad-score-{f.name}-{i}-{token}"  # the file's name shows in Dask's dashboard

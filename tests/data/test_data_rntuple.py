@@ -149,6 +149,26 @@ def test_rntuple_bad_columns_name_the_file_ntuple_and_field(pairs, readers, kwar
     assert (e.value.file, e.value.tree, e.value.branch) == (path, "t", branch)
 
 
+def test_rntuple_entry_of_the_wrong_length_is_named(tmp_path, readers):
+    ids = np.arange(100)
+    cols = _columns(ids)
+    lengths = np.full(100, L)
+    lengths[70] = L - 1  # one vector entry a value short
+    cols["strain_vec"] = ak.unflatten(np.zeros(lengths.sum(), np.float32), lengths)
+    path = tmp_path / "short.root"
+    data = ak.Array(cols)
+    with uproot.recreate(path) as f:
+        f.mkrntuple("t", data.layout.form).extend(data)
+    with pytest.raises(DataError, match=f"strain has {L - 1} elements, expected {L}") as e:
+        _batches(readers[1](str(path), tree="t", strain="strain_vec", batch_size=32))
+    assert (e.value.file, e.value.tree, e.value.branch, e.value.entry) == (
+        str(path),
+        "t",
+        "strain_vec",
+        70,
+    )
+
+
 def test_rntuple_strain_of_the_wrong_kind_is_refused(pairs, readers):
     with pytest.raises(DataError, match="found one number per entry") as e:
         readers[1](pairs["RNTuple"][0], tree="t", strain="pt")

@@ -91,6 +91,9 @@ def test_evaluation_against_sklearn_numpy_and_root(setup):
     np.testing.assert_allclose(1 - rej, fpr, atol=1e-9)  # a point per distinct score
     np.testing.assert_allclose(sig, tpr, atol=1e-9)
     assert 0 < ev.auc_error < 0.1
+    for bkg_eff in (0.01, 0.1, 0.3):  # the summary's working points, against sklearn's ROC
+        want = np.interp(bkg_eff, fpr, tpr)
+        assert ev.signal_efficiency_at(bkg_eff) == pytest.approx(want, abs=1e-9)
 
     with uproot.open(d / "ev.root") as f:
         counts, edges = f["score_test_signal"].to_numpy()
@@ -175,6 +178,22 @@ def test_outputs_plots_and_bad_input(setup, tmp_path):
         rootclad.root.evaluate(d / "net", test={"signal": bad["signal"]})
     with pytest.raises(ValueError, match="is the model's own"):
         rootclad.root.evaluate(d / "net", test=_frames(d, 1), output=d / "net.root")
+    with pytest.raises(ValueError, match="is the input"):  # never written over a source
+        rootclad.root.evaluate(
+            d / "net", test=str(d / "toy.root"), label="label", tree="t", output=d / "toy.root"
+        )
+    with pytest.raises(ValueError, match="cannot read the tree 'nope'"):
+        rootclad.root.evaluate(
+            d / "net",
+            test=str(d / "toy.root"),
+            label="label",
+            tree="nope",
+            output=tmp_path / "z.root",
+        )
+    two = rootclad.compile(nn.Linear(6, 2), torch.zeros(1, 6), engine="pullback")
+    two.export(tmp_path / "two")
+    with pytest.raises(ValueError, match="has 2 outputs; it evaluates a classifier of one"):
+        rootclad.root.evaluate(tmp_path / "two", test=_frames(d, 1), inputs=["pt", "eta", "jets"])
     empty = {"signal": bad["signal"].Filter("pt < -1e9"), "background": bad["background"]}
     with pytest.raises(ValueError, match="the test signal source holds no events"):
         rootclad.root.evaluate(d / "net", test=empty, output=tmp_path / "y.root")

@@ -318,21 +318,14 @@ def write_ntuple(path: Path, data: dict) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("output_format", [None, "ttree"])
-def test_score_tree_on_an_rntuple_writes_the_net_s_scores(toy, output_format):
+def test_score_tree_on_an_rntuple_writes_the_net_s_scores(toy):
     d, data, net, _, _ = toy
-    src = write_ntuple(d / f"toy_nt_{output_format}.root", data)
-    out = rootclad.root.score_tree(
-        src, d / "net", tree="t", batch_size=7, output_format=output_format
-    )
+    src = write_ntuple(d / "toy_nt_scored.root", data)
+    out = rootclad.root.score_tree(src, d / "net", tree="t", batch_size=7)
     with uproot.open(out) as f:
-        kind = f.classname_of("scores")
         got = f["scores"]["score"].array(library="np")
-    assert kind == ("TTree" if output_format == "ttree" else "ROOT::RNTuple")
     ref = net(torch.tensor(features(data), dtype=torch.float32)).detach().numpy()[:, 0]
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
-    with pytest.raises(ValueError, match="output_format 'parquet' is neither"):
-        rootclad.root.score_tree(src, d / "net", tree="t", output_format="parquet")
 
 
 def test_rntuple_dataframes_score_and_train_as_trees(toy):

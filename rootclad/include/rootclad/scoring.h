@@ -1,11 +1,9 @@
 // rootclad/scoring.h — an exported model over a TTree or an RNTuple: score_tree writes one score
-// per entry to a friend tree (or an RNTuple); SlotModels gives RDataFrame's processing slots one
+// per entry to a friend tree; SlotModels gives RDataFrame's processing slots one
 // Model each, and shipped_model the tasks of a distributed RDataFrame one Model per thread.
 #ifndef ROOTCLAD_SCORING_H
 #define ROOTCLAD_SCORING_H
 
-#include <ROOT/RNTupleModel.hxx>
-#include <ROOT/RNTupleWriter.hxx>
 #include <TNamed.h>
 #include <TSystem.h>
 
@@ -70,40 +68,23 @@ inline void check_scoring(const Model& m, const std::string& file, const std::st
                                   "; choose another output");
 }
 
-// Whether the scores of `in` go to an RNTuple: `format` "rntuple" or "ttree", or "" for the
-// input's own kind.
-inline bool scores_as_ntuple(const data::TreeFile& in, const std::string& format) {
-  if (format.empty())
-    return in.is_ntuple();
-  if (format != "rntuple" && format != "ttree")
-    throw std::invalid_argument("rootclad::score_tree: format '" + format +
-                                "' is neither \"ttree\" nor \"rntuple\" (\"\": the input's)");
-  return format == "rntuple";
-}
-
 // Scores `entries` rows, read by read(entry, x) into x (input_size floats), in batches, to the
-// TTree (`ntuple`: the RNTuple) `out_tree` of `out_file` (write_root_file: whole or not at
-// all), with a TNamed "rootclad_scoring" titled `note` when one is given (what the scores were
-// made from).
+// TTree `out_tree` of `out_file` (write_root_file: whole or not at all), with a TNamed
+// "rootclad_scoring" titled `note` when one is given (what the scores were made from). (Not
+// an RNTuple for an RNTuple input yet: RNTupleWriter::Append in a macro's text crashed
+// root.exe when the macro ran again, ROOT 6.40.)
 template <class Read>
 long long score_rows(Model& m, long long entries, int batch, const std::string& out_file,
                      const std::string& out_tree, const std::string& column,
-                     const std::string& note, bool ntuple, Read read) {
+                     const std::string& note, Read read) {
   const long N = m.input_size(), K = m.output_size();
   batch = (int)std::min<long long>(batch, std::max<long long>(entries, 1)); // allocated below
   std::vector<float> xs((size_t)batch * N), out((size_t)batch * K);
   write_root_file(out_file, [&](TFile& f) {
-    TTree* scores = nullptr; // owned by the output file, which deletes it on Close
-    std::unique_ptr<ROOT::RNTupleWriter> writer;
-    float tree_value = 0, *value = &tree_value;
-    if (ntuple) {
-      auto model = ROOT::RNTupleModel::Create();
-      value = model->MakeField<float>(column).get(); // the entry the writer owns
-      writer = ROOT::RNTupleWriter::Append(std::move(model), out_tree, f);
-    } else {
-      scores = new TTree(out_tree.c_str(), ("rootclad scores of " + m.stem()).c_str());
-      scores->Branch<float>(column.c_str(), value); // the type from value; column checked
-    }
+    // owned by the output file, which deletes it on Close
+    auto* scores = new TTree(out_tree.c_str(), ("rootclad scores of " + m.stem()).c_str());
+    float value = 0;
+    scores->Branch<float>(column.c_str(), &value); // the type from &value; column checked
     // after a failed write (a full disk) the rest is not scored: write_root_file says why
     for (long long start = 0; start < entries && !f.TestBit(TFile::kWriteError); start += batch) {
       const int n = (int)std::min<long long>(batch, entries - start);
@@ -111,17 +92,11 @@ long long score_rows(Model& m, long long entries, int batch, const std::string& 
         read(start + i, xs.data() + (size_t)i * N);
       m.predict(xs.data(), out.data(), n);
       for (int i = 0; i < n; ++i) {
-        *value = out[(size_t)i * K];
-        if (writer)
-          writer->Fill();
-        else
-          scores->Fill();
+        value = out[(size_t)i * K];
+        scores->Fill();
       }
     }
-    if (writer)
-      writer.reset(); // commits the RNTuple's last cluster and its footer into the file
-    else
-      scores->Write();
+    scores->Write();
     if (!note.empty())
       TNamed("rootclad_scoring", note.c_str()).Write();
   });
@@ -142,7 +117,7 @@ inline long long score_tree(Model& m, const std::string& file, const std::string
                             const std::string& input, const std::string& out_file,
                             const std::string& out_tree = "scores",
                             const std::string& column = "score", int batch = 0,
-                            const std::string& note = "", const std::string& format = "") {
+                            const std::string& note = "") {
   detail::check_scoring(m, file, out_file, column);
   if (batch <= 0)
     batch = m.cache_batch();
@@ -152,10 +127,9 @@ inline long long score_tree(Model& m, const std::string& file, const std::string
     in.fail(std::to_string(in.length()) + " values per entry, the model " + m.stem() + " takes " +
                 std::to_string(N),
             true, input);
-  return detail::score_rows(m, in.entries(), batch, out_file, out_tree, column, note,
-                            detail::scores_as_ntuple(in, format), [&](long long entry, float* x) {
-                              in.read(entry, x, nullptr, (int)N, false);
-                            });
+  return detail::score_rows(
+      m, in.entries(), batch, out_file, out_tree, column, note,
+      [&](long long entry, float* x) { in.read(entry, x, nullptr, (int)N, false); });
 }
 
 // The same for a list of columns, numbers and arrays of any numeric type concatenated in order
@@ -167,7 +141,7 @@ inline long long score_tree(Model& m, const std::string& file, const std::string
                             const std::vector<std::string>& inputs, const std::string& out_file,
                             const std::string& out_tree = "scores",
                             const std::string& column = "score", int batch = 0,
-                            const std::string& note = "", const std::string& format = "") {
+                            const std::string& note = "") {
   detail::check_scoring(m, file, out_file, column);
   if (inputs.empty())
     throw std::invalid_argument("rootclad::score_tree: no input columns (the model " + m.stem() +
@@ -194,10 +168,9 @@ inline long long score_tree(Model& m, const std::string& file, const std::string
     in.fail("columns " + detail + " hold " + std::to_string(N) + " values per entry; the model " +
                 m.stem() + " takes " + std::to_string(m.input_size()),
             true);
-  return detail::score_rows(m, in.entries(), batch, out_file, out_tree, column, note,
-                            detail::scores_as_ntuple(in, format), [&](long long entry, float* x) {
-                              in.read(entry, widths, x, nullptr, nullptr, false);
-                            });
+  return detail::score_rows(
+      m, in.entries(), batch, out_file, out_tree, column, note,
+      [&](long long entry, float* x) { in.read(entry, widths, x, nullptr, nullptr, false); });
 }
 
 inline long long score_tree(const std::string& file, const std::string& tree,

@@ -3,7 +3,8 @@
 //
 // Header-only; needs ROOT (TFile, TTree). Works included from a root.exe
 // macro, declared from PyROOT through Cling, or compiled with g++ against
-// ROOT's headers and libraries (-lCore -lRIO -lTree).
+// ROOT's headers and libraries (-lCore -lRIO -lTree -lROOTNTuple; rootclad.root.flags gives
+// them all).
 //
 // It follows the plan of rootclad/data/schedule.py (split, basket-aligned
 // blocks, splitmix64 shuffling) exactly, so for the same files and settings

@@ -21,11 +21,11 @@ namespace detail {
 
 struct NTupleColumn {
   virtual ~NTupleColumn() = default;
-  virtual long long read(long long entry) = 0; // reads the entry; its number of values
-  virtual void copy(float* out) const = 0;     // the values read, converted to float
-  virtual double value() const = 0;            // the first value read
-  int fixed = -1;                              // values per entry when fixed, else -1
-  bool integral = false, is_float = false;
+  virtual long long read(long long entry) = 0;             // reads the entry; its number of values
+  virtual void copy(float* out) const = 0;                 // the values read, converted to float
+  virtual double value() const = 0;                        // the first value read
+  int fixed = -1;                                          // values per entry when fixed, else -1
+  bool integral = false, is_float = false, scalar = false; // scalar: a number, not an array
 };
 
 template <class T> struct NTupleScalar : NTupleColumn {
@@ -33,6 +33,7 @@ template <class T> struct NTupleScalar : NTupleColumn {
   T v{};
   NTupleScalar(ROOT::RNTupleReader& r, const std::string& name) : view(r.GetView<T>(name)) {
     fixed = 1;
+    scalar = true;
   }
   long long read(long long entry) override {
     v = view(entry);
@@ -82,6 +83,16 @@ template <class T> struct NTupleCollection : NTupleColumn {
   double value() const override { return buf.empty() ? 0.0 : static_cast<double>(buf[0]); }
 };
 
+template <class T>
+NTupleColumn* ntuple_column_as(ROOT::RNTupleReader& r, const std::string& name, int kind,
+                               const std::string& type, int n, const std::string& item) {
+  if (kind == 0)
+    return new NTupleScalar<T>(r, name);
+  if (kind == 1)
+    return new NTupleArray<T>(r, name, type, n);
+  return new NTupleCollection<T>(r, name, item);
+}
+
 // The column for the number type `leaf` (a field's type name): `kind` 0 a number, 1 an array
 // of n (`type` the array's type name), 2 a collection (`item` its items' field name). Null for
 // a type that is not a number.
@@ -89,36 +100,31 @@ inline NTupleColumn* ntuple_column_of(ROOT::RNTupleReader& r, const std::string&
                                       const std::string& leaf, int kind, const std::string& type,
                                       int n, const std::string& item) {
   NTupleColumn* c = nullptr;
-  auto make = [&](auto tag) -> NTupleColumn* {
-    using T = decltype(tag);
-    if (kind == 0)
-      return new NTupleScalar<T>(r, name);
-    if (kind == 1)
-      return new NTupleArray<T>(r, name, type, n);
-    return new NTupleCollection<T>(r, name, item);
-  };
+  // no generic lambda: Cling crashed running a macro with one again (root.exe's second .x)
   if (leaf == "float")
-    c = make(float{});
+    c = ntuple_column_as<float>(r, name, kind, type, n, item);
   else if (leaf == "double")
-    c = make(double{});
+    c = ntuple_column_as<double>(r, name, kind, type, n, item);
   else if (leaf == "std::int8_t")
-    c = make(std::int8_t{});
+    c = ntuple_column_as<std::int8_t>(r, name, kind, type, n, item);
   else if (leaf == "std::uint8_t")
-    c = make(std::uint8_t{});
+    c = ntuple_column_as<std::uint8_t>(r, name, kind, type, n, item);
   else if (leaf == "std::int16_t")
-    c = make(std::int16_t{});
+    c = ntuple_column_as<std::int16_t>(r, name, kind, type, n, item);
   else if (leaf == "std::uint16_t")
-    c = make(std::uint16_t{});
+    c = ntuple_column_as<std::uint16_t>(r, name, kind, type, n, item);
   else if (leaf == "std::int32_t")
-    c = make(std::int32_t{});
+    c = ntuple_column_as<std::int32_t>(r, name, kind, type, n, item);
   else if (leaf == "std::uint32_t")
-    c = make(std::uint32_t{});
+    c = ntuple_column_as<std::uint32_t>(r, name, kind, type, n, item);
   else if (leaf == "std::int64_t")
-    c = make(std::int64_t{});
+    c = ntuple_column_as<std::int64_t>(r, name, kind, type, n, item);
   else if (leaf == "std::uint64_t")
-    c = make(std::uint64_t{});
+    c = ntuple_column_as<std::uint64_t>(r, name, kind, type, n, item);
   else if (leaf == "bool")
-    c = make(bool{});
+    c = ntuple_column_as<bool>(r, name, kind, type, n, item);
+  else if (leaf == "char")
+    c = ntuple_column_as<char>(r, name, kind, type, n, item);
   else
     return nullptr;
   c->integral = leaf != "float" && leaf != "double";
@@ -126,10 +132,8 @@ inline NTupleColumn* ntuple_column_of(ROOT::RNTupleReader& r, const std::string&
   return c;
 }
 
-// The field `name` of `r` as numbers per entry; `scalar`: one number per entry. On a field of
-// another kind, `why` says what it holds ("found <type>") and the result is null.
-inline NTupleColumn* make_ntuple_column(ROOT::RNTupleReader& r, const std::string& name,
-                                        bool scalar, std::string& why) {
+inline NTupleColumn* make_ntuple_column_or_throw(ROOT::RNTupleReader& r, const std::string& name,
+                                                 bool scalar, std::string& why) {
   const ROOT::RNTupleDescriptor& d = r.GetDescriptor();
   const auto id = d.FindFieldId(name);
   if (id == ROOT::kInvalidDescriptorId) {
@@ -152,6 +156,20 @@ inline NTupleColumn* make_ntuple_column(ROOT::RNTupleReader& r, const std::strin
   if (f.GetStructure() == ROOT::ENTupleStructure::kCollection)
     return ntuple_column_of(r, name, item.GetTypeName(), 2, type, 0, item.GetFieldName());
   return nullptr;
+}
+
+// The field `name` of `r` as numbers per entry; `scalar`: one number per entry. On a field of
+// another kind, `why` says what it holds ("found <type>") and the result is null; a field
+// ROOT cannot read gives null and "cannot read the field (<ROOT's message>)".
+inline NTupleColumn* make_ntuple_column(ROOT::RNTupleReader& r, const std::string& name,
+                                        bool scalar, std::string& why) {
+  try {
+    return make_ntuple_column_or_throw(r, name, scalar, why);
+  } catch (const ROOT::RException& e) {
+    const std::string what = e.what();
+    why = "cannot read the field (" + what.substr(0, what.find('\n')) + ")";
+    return nullptr;
+  }
 }
 
 } // namespace detail

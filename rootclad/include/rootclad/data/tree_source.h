@@ -139,7 +139,7 @@ private:
     strain_nt_.reset(detail::make_ntuple_column(*ntuple_, strain_name_, false, why));
     if (!strain_nt_ && why == "no such branch")
       fail(why, true, strain_name_);
-    if (strain_nt_ && strain_nt_->fixed == 1 && strain_nt_->is_float) // tree_reader's words
+    if (strain_nt_ && strain_nt_->scalar) // the TTree reader's words, whatever the type
       fail("expected a float[N] array or vector<float> per entry, found one number per entry", true,
            strain_name_);
     if (!strain_nt_ || !strain_nt_->is_float) // why: "found <the field's type>"

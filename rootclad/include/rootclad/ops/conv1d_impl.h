@@ -117,7 +117,7 @@ void conv1d_tap_sums(T* dw, const T* g, const T* x, int L, int LO, int S, int P,
       const T* xs = x + (long)la * S - P + k0 * D;
       constexpr int VL = simd::lanes<T>();
       if (NK > 0 && NK % VL == 0 && D == 1) {
-        constexpr int NV = NK > 0 ? NK / VL : 1;
+        constexpr int NV = NK > 0 && NK % VL == 0 ? NK / VL : 1; // 1: the branch is not taken
         simd::V<T> va[NV];
         for (int v = 0; v < NV; ++v)
           va[v] = simd::V<T>{};

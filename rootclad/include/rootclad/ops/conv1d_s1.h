@@ -255,8 +255,6 @@ template <typename T, int OB, class Tap>
 void dweight_rows(T* dw, const T* g, const T* x, int B, int C, int Lx, int OC, int K, Tap tap,
                   int LO, int o0) {
   constexpr int KB = 4;
-  if (Tap::taps)
-    K = Tap::taps;
   for (int c = 0; c < C; ++c) {
     int k0 = 0;
     for (; k0 + KB <= K; k0 += KB)
