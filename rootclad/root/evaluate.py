@@ -28,8 +28,6 @@ from rootclad.paths import check_outputs
 from rootclad.root import evaluate_output
 from rootclad.root.rdf import _cached_model, _stem, columns_of, model_files
 
-BINS = 50  # score histograms and cut values
-
 
 @dataclass
 class Sample:
@@ -312,7 +310,7 @@ def evaluate(
     lo = min(smp.score.min() for part in (te, tr) for smp in part.values())
     hi = max(smp.score.max() for part in (te, tr) for smp in part.values())
     hi = hi if hi > lo else lo + 1.0
-    cuts = np.linspace(lo, hi, BINS + 1)[:-1]
+    cuts = np.linspace(lo, hi, evaluate_output.BINS + 1)[:-1]
     error = _bootstrap_auc(s, b, bootstrap, seed)
     ev = Evaluation(stem=stem, auc=auc(s, b), auc_error=error, roc=(sig, rej), cuts=cuts)
     ev.efficiency = {

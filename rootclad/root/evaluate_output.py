@@ -17,6 +17,7 @@ from rootclad.paths import replacing
 
 CLASSES = ("signal", "background")
 PLOTS = ("roc", "scores", "efficiency", "importance")  # <output stem>_<name>.png
+BINS = 50  # score histograms and cut values
 
 
 def _hist(root, name: str, title: str, values, weights, lo: float, hi: float, bins: int):
@@ -40,8 +41,6 @@ def _edges(span) -> tuple[float, float]:
 def write_root(output: Path, ev, test: dict, train: dict, span) -> dict[str, float]:
     """Writes ``output``; returns the Kolmogorov-Smirnov probability of train against test
     per class (ROOT's TH1::KolmogorovTest on the score histograms), {} without train."""
-    from rootclad.root.evaluate import BINS
-
     root = import_root()
     lo, hi = _edges(span)
     ks: dict[str, float] = {}
@@ -116,8 +115,6 @@ def write_root(output: Path, ev, test: dict, train: dict, span) -> dict[str, flo
 def write_plots(output: Path, ev, test: dict, train: dict, span) -> list[Path]:
     """The PNGs (roc, scores, efficiency, importance) and ``<output>.html``; their paths."""
     from matplotlib.figure import Figure  # no pyplot: a notebook's backend stays as it is
-
-    from rootclad.root.evaluate import BINS
 
     output = Path(output)
     stem = output.with_suffix("")
