@@ -26,10 +26,14 @@ def from_rdataframe(
     target: str,
     weight: str | None = None,
     compiled: bool = False,
+    stream: bool = False,
     **kwargs,
 ) -> TableIterator:
     """A :class:`TableIterator` over an RDataFrame, its filters and defines applied
     (``compiled=True``: a :class:`rootclad.data.CompiledTableIterator`, read in C++).
+
+    ``stream=True``: batches read from the RDataFrame's event loop block by block, no copy
+    (:class:`rootclad.data.rdf_stream.RDataFrameStream`; ``df`` may be a list of RDataFrames).
 
     The needed columns are written once with RDataFrame's Snapshot to a temporary file, kept
     as long as the iterator lives, and read from there (epochs then cost no event loop). A
@@ -37,6 +41,12 @@ def from_rdataframe(
     (a vector of another length, a non-finite weight) are reported with the column and the
     entry number of the RDataFrame (``rdfentry_``), never the temporary file. A column's name
     must be a C++ name (ValueError otherwise): the snapshot's leaf lists are made of them."""
+    if stream:
+        from rootclad.data.rdf_stream import RDataFrameStream
+
+        if compiled:
+            raise ValueError("stream=True reads in C++ already: compiled= does not apply")
+        return RDataFrameStream(df, features=features, target=target, weight=weight, **kwargs)
     feats = [features] if isinstance(features, str) else list(features)
     columns = [*feats, target, *([weight] if weight else [])]
     # Snapshot writes each column with the leaf list "<name>/<type>": a name such as s[64]
