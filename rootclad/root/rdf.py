@@ -14,6 +14,8 @@ from rootclad.ir.graph import CLASS_INDEX_LOSSES
 from rootclad.paths import check_outputs
 from rootclad.root import shipping
 from rootclad.root.errors import ExportError, ScoringError, cpp_errors
+from rootclad.root.ntuple_output import output_format as output_format_of
+from rootclad.root.ntuple_output import written_as
 
 
 def _stem(stem) -> str:
@@ -365,11 +367,14 @@ def score_tree(
     out_tree: str = "scores",
     column: str = "score",
     batch_size: int | None = None,
+    output_format: str = "auto",
 ) -> Path:
     """Score every entry of the TTree or RNTuple ``tree`` in batches (C++:
     ``rootclad::score_tree``) and write the scores, entry by entry, to the TTree ``out_tree``
     of ``output`` (default ``<file>_scores.root``): a friend of an input TTree
-    (``t.AddFriend(out_tree, output)``).
+    (``t.AddFriend(out_tree, output)``). ``output_format``: ``"auto"`` writes an RNTuple when
+    the input is one (RDataFrame joins the two by entry: ``AddFriend`` is a TTree's), else a
+    TTree; ``"ttree"`` or ``"rntuple"`` choose.
     ``inputs`` defaults to the columns stored with the export (checked when given, as
     :func:`define_score`'s): one branch holding the whole input (``float[N]``,
     ``vector<float>``) or a list of branches, numbers and arrays concatenated in order.
@@ -398,9 +403,9 @@ def score_tree(
         inputs = names
     fn = root.rootclad.score_tree
     fn.__release_gil__ = True
-    with cpp_errors(ScoringError):
-        batch = int(batch_size or 0)
-        fn(model, str(file), tree, inputs, str(output), out_tree, column, batch)
+    fmt = output_format_of(output_format, file, tree)
+    with cpp_errors(ScoringError), written_as(fmt, output, out_tree, column) as written:
+        fn(model, str(file), tree, inputs, written, out_tree, column, int(batch_size or 0))
     return output
 
 

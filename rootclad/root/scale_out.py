@@ -24,6 +24,8 @@ from rootclad.data.schema import check_column_name
 from rootclad.paths import check_outputs
 from rootclad.root import shipping
 from rootclad.root.errors import ExportError, ScoringError, cpp_errors, cpp_message
+from rootclad.root.ntuple_output import FORMATS, written_as
+from rootclad.root.ntuple_output import output_format as output_format_of
 from rootclad.root.rdf import _model_class, _stem, columns_of, model_files
 from rootclad.toolchain.build import file_digest
 
@@ -155,7 +157,18 @@ def complete(output: str, note: dict) -> bool:
 
 
 def score_task(
-    file, output, model, want, inputs, tree, out_tree, column, batch, library_md5, overwrite=False
+    file,
+    output,
+    model,
+    want,
+    inputs,
+    tree,
+    out_tree,
+    column,
+    batch,
+    library_md5,
+    overwrite=False,
+    output_format="ttree",
 ):
     """One file on a Dask worker: "skipped" when ``output`` is complete, else "scored". Its
     error reaches the client as text made here (:class:`ScoringError`, naming the file, and
@@ -163,7 +176,18 @@ def score_task(
     object, which does not survive pickling (the client read garbage or failed to decode)."""
     try:
         return _score(
-            file, output, model, want, inputs, tree, out_tree, column, batch, library_md5, overwrite
+            file,
+            output,
+            model,
+            want,
+            inputs,
+            tree,
+            out_tree,
+            column,
+            batch,
+            library_md5,
+            overwrite,
+            output_format,
         )
     except Exception as err:  # noqa: BLE001  (every error, as text)
         raise _portable(err, file) from None
@@ -179,9 +203,10 @@ def _portable(err: Exception, file: str) -> Exception:
 
 
 def _score(
-    file, output, model, want, inputs, tree, out_tree, column, batch, library_md5, overwrite
+    file, output, model, want, inputs, tree, out_tree, column, batch, library_md5, overwrite, fmt
 ):
     shipping.open_on_worker(model, want)
+    fmt = output_format_of(fmt, file, tree)
     st = os.stat(file)  # a file rewritten with as many entries is another input
     note = {
         "model": model.digest,
@@ -194,6 +219,7 @@ def _score(
         "column": column,
         "input_size": st.st_size,
         "input_mtime_ns": st.st_mtime_ns,
+        "format": fmt,
     }
     if complete(output, note):
         return "skipped"
@@ -209,8 +235,8 @@ def _score(
     fn.__release_gil__ = True  # the worker's heartbeats go on while C++ scores
     with cpp_errors(ExportError):
         model_here = root.rootclad.shipped_model(model.id)
-    with cpp_errors(ScoringError):
-        fn(model_here, file, tree, cols, output, out_tree, column, int(batch), json.dumps(note))
+    with cpp_errors(ScoringError), written_as(fmt, output, out_tree, column) as written:
+        fn(model_here, file, tree, cols, written, out_tree, column, int(batch), json.dumps(note))
     return "scored"
 
 
@@ -248,6 +274,7 @@ def score_files(
     retries: int = 0,
     timeout: float = 10.0,
     overwrite: bool = False,
+    output_format: str = "auto",
 ) -> ScoredFiles:
     """Score every entry of the TTree or RNTuple ``tree`` in each of ``files`` with the export
     ``stem``, one Dask
@@ -271,8 +298,13 @@ def score_files(
 
     Before any task runs: ``column`` must be an identifier and no output may be an input or
     the model's own file (ValueError); an output already there that score_files did not write
-    (no record) raises FileExistsError naming it, unless ``overwrite=True``."""
+    (no record) raises FileExistsError naming it, unless ``overwrite=True``.
+    ``output_format`` as :func:`score_tree`'s (``"auto"``: an RNTuple for an RNTuple input)."""
     _distributed()
+    if output_format not in FORMATS:
+        raise ValueError(
+            f"output_format must be one of {', '.join(FORMATS)}, got {output_format!r}"
+        )
     check_column_name(column, "score_files: column", dotted=False)
     stem = _stem(stem)
     files = [Path(f).resolve() for f in ([files] if isinstance(files, (str, Path)) else files)]
@@ -314,13 +346,16 @@ def score_files(
             batch_size or 0,
             retries,
             overwrite,
+            output_format,
         )
     finally:
         if owned:
             client.close()
 
 
-def _run(client, stem, files, outputs, inputs, tree, out_tree, column, batch, retries, overwrite):
+def _run(
+    client, stem, files, outputs, inputs, tree, out_tree, column, batch, retries, overwrite, fmt
+):
     shipping.check_workers(client, "score_files")
     model = shipping.ship(stem)
     if _lacking(client, model):  # uploaded once (a plugin: workers that join later get it too)
@@ -334,7 +369,7 @@ def _run(client, stem, files, outputs, inputs, tree, out_tree, column, batch, re
     want = shipping.expected()
     md5 = file_digest(Path(stem + ".so"), "md5")
     token = uuid.uuid4().hex[:8]
-    args = (model, want, inputs, tree, out_tree, column, batch, md5, overwrite)
+    args = (model, want, inputs, tree, out_tree, column, batch, md5, overwrite, fmt)
     futures = []
     for i, (f, out) in enumerate(zip(files, outputs, strict=True)):
         key = f"rootclad-score-{f.name}-{i}-{token}"  # the file's name shows in Dask's dashboard

@@ -208,6 +208,15 @@ def test_score_files_equals_score_tree_and_skips_complete_outputs(data, client, 
     for out, ref in zip(fourth.outputs, reference_outputs(files, other, tmp_path), strict=True):
         np.testing.assert_array_equal(read_scores(out), ref)
 
+    ntuples = tmp_path / "ntuples"  # scores as an RNTuple, recognised as complete when there
+    ntuples.mkdir()
+    kw = dict(output_dir=ntuples, output_format="rntuple")
+    fifth = rr.score_files(files[:1], stem, client, **kw)
+    with uproot.open(fifth.outputs[0]) as f:
+        assert f.classname_of("scores") == "ROOT::RNTuple"
+    np.testing.assert_array_equal(read_scores(fifth.outputs[0]), refs[0])
+    assert rr.score_files(files[:1], stem, client, **kw).skipped == [Path(files[0])]
+
 
 def test_a_bad_file_is_named_and_the_others_are_scored(data, client, tmp_path):
     """A file ROOT cannot read among good ones: ScoreFilesError names it (and only it) after

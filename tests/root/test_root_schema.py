@@ -322,10 +322,20 @@ def test_score_tree_on_an_rntuple_writes_the_net_s_scores(toy):
     d, data, net, _, _ = toy
     src = write_ntuple(d / "toy_nt_scored.root", data)
     out = rootclad.root.score_tree(src, d / "net", tree="t", batch_size=7)
-    with uproot.open(out) as f:
-        got = f["scores"]["score"].array(library="np")
     ref = net(torch.tensor(features(data), dtype=torch.float32)).detach().numpy()[:, 0]
+    with uproot.open(out) as f:  # an RNTuple in, an RNTuple out
+        assert f.classname_of("scores") == "ROOT::RNTuple"
+        got = f["scores"]["score"].array(library="np")
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    as_tree = rootclad.root.score_tree(
+        src, d / "net", tree="t", output=d / "nt_tree.root", output_format="ttree", batch_size=7
+    )
+    with uproot.open(as_tree) as f:
+        assert f.classname_of("scores") == "TTree"
+        np.testing.assert_array_equal(f["scores"]["score"].array(library="np"), got)
+    assert sorted(p.name for p in d.iterdir() if p.name.startswith(".")) == []  # no temporaries
+    with pytest.raises(ValueError, match="output_format must be one of auto, ttree, rntuple"):
+        rootclad.root.score_tree(src, d / "net", tree="t", output_format="parquet")
 
 
 def test_rntuple_dataframes_score_and_train_as_trees(toy):
