@@ -93,7 +93,9 @@ def _column_type(type_name: str) -> tuple[str, str, bool] | None:
 class RDataFrameStream(TableIterator):
     """Shuffled batches ``(x, y)`` or ``(x, y, w)`` from one or more RDataFrames, read from
     their event loops (see the module's text). Arguments as :class:`TableIterator`'s, the
-    files being the RDataFrames (``block_size``: rows per event loop, default 8192)."""
+    files being the RDataFrames; a block (one event loop) is whole clusters of the source, as
+    many as stay within ``block_size`` passing rows (default 8192), or one larger cluster.
+    Single-threaded loops only (ImplicitMT off: see rootclad/data/rdf_stream.h)."""
 
     def __init__(self, dataframes, *, features, target, weight=None, block_size=8192, **kwargs):
         if not isinstance(dataframes, (list, tuple)):
@@ -114,6 +116,14 @@ class RDataFrameStream(TableIterator):
     # -- opening -----------------------------------------------------------------------------
     def _open(self):
         root = import_root()
+        if root.IsImplicitMTEnabled():
+            raise DataError(
+                "cannot stream while ROOT's ImplicitMT is on: a multi-threaded event loop's "
+                "rdfentry_ numbers entries in the order threads take them, so a block's rows "
+                "cannot be put in entry order; call ROOT.DisableImplicitMT() first, or use "
+                "from_rdataframe(df, ...) without stream=True",
+                file=self.files[0],
+            )
         with CLING_LOCK:
             declare_header("data/rdf_stream.h")
         self._nodes, self._accepted, self._types = [], [], None

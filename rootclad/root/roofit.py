@@ -57,18 +57,23 @@ def library() -> Path:
         declare_header("model.h")
         root = import_root()
         build = _build_dir()
+        system = root.gSystem
+        # ACLiC's build directory is the process's: the user's own builds keep theirs (the
+        # include path keeps rootclad's include directory, which names no other headers)
+        old_dir = str(system.GetBuildDir())
         lock = os.open(build / "aclic.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            root.gSystem.SetBuildDir(str(build), True)
-            root.gSystem.AddIncludePath(f"-I{get_include()}")
+            system.SetBuildDir(str(build), True)
+            system.AddIncludePath(f"-I{get_include()}")
             # k: keep the library; O: optimised. ACLiC rebuilds when the header is newer.
-            if not root.gSystem.CompileMacro(str(HEADER), "kO"):
+            if not system.CompileMacro(str(HEADER), "kO"):
                 raise RuntimeError(
                     f"rootclad: ACLiC could not build {HEADER} in {build} (its messages above)"
                 )
         finally:
             os.close(lock)
+            system.SetBuildDir(old_dir)
         (path,) = sorted(build.rglob("roofit_h.so"))
         _LIBRARY.append(path)
         return path
@@ -94,13 +99,9 @@ def function(model, inputs, name: str = "network", title: str | None = None):
         if hasattr(model, "export"):
             stem = str(Path(tmp) / "model")
             model.export(stem)
-        try:
-            with cpp_errors(RooFitError):
-                return root.rootclad.RooModelFunction(name, title or name, stem, args)
-        except RooFitError as err:
-            if stem == str(model):
-                raise
-            raise RooFitError(str(err).replace(stem, "a compiled model")) from None
+        origin = stem if stem == str(model) else "a compiled model (exported for the function)"
+        with cpp_errors(RooFitError):
+            return root.rootclad.RooModelFunction(name, title or name, stem, args, origin)
 
 
 def trust(md5: str) -> None:

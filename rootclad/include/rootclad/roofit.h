@@ -3,7 +3,7 @@
 //
 //   rootclad::RooModelFunction nn("nn", "network", "build/lr", RooArgList(x, mu));
 //       its value: the model's one output for the list's values (in the model's input order);
-//       hasGradient(): Minuit2 takes d value / d each floating parameter from the backward.
+//       hasGradient(): Minuit2 takes d value / d each parameter from the backward.
 //   rootclad::RooModelSum nll("nll", "-sum log r", nn, data, -1.0);
 //       scale * sum over the rows of `data` (weighted) of the model's output, the inputs that
 //       are columns of `data` read from each row, the others being the fit's parameters: a
@@ -15,9 +15,11 @@
 // neither the export's files nor any path; the bytes are written once into the private cache
 // ($ROOTCLAD_CACHE_DIR/exports, named by their MD5) and loaded from there. The library is
 // code: one read from a file runs only when this account has run it before (its copy is in
-// the private cache) or after RooModelExport::trust(its MD5), which the refusal names. They need a
-// dictionary: compile this header with ACLiC (python -m rootclad.root.roofit builds it once
-// and prints the library to gSystem->Load in a macro; rootclad.root.roofit.load() in Python).
+// the private cache) or after RooModelExport::trust(its MD5), which the refusal names. One
+// function's model serves its clones too: a function is not for evaluation from several
+// threads at once (RooFit evaluates on one). They need a dictionary: compile this header with
+// ACLiC (python -m rootclad.root.roofit builds it once and prints the library to
+// gSystem->Load in a macro; rootclad.root.roofit.load() in Python).
 #ifndef ROOTCLAD_ROOFIT_H
 #define ROOTCLAD_ROOFIT_H
 
@@ -81,16 +83,14 @@ inline void write_private(const std::string& dir, const std::string& name,
   }
 }
 
-// The floating parameters of `f` in the order RooMinimizer gives them to Minuit: its
-// parameters (getParameters sorts them by name) that are not constant and are lvalues
-inline RooArgList floating_parameters(const RooAbsArg& f) {
+// The parameters of `f` in the order RooMinimizer lays out a gradient: all of them, constant
+// ones too (RooMinimizerFcn asks gradient() for one value per parameter of
+// getParameters(nullptr, set, /*stripDisconnected*/ false), sorted by name, and picks the
+// floating ones from it)
+inline RooArgSet gradient_parameters(const RooAbsArg& f) {
   RooArgSet params;
-  f.getParameters(nullptr, params);
-  RooArgList out;
-  for (RooAbsArg* a : params)
-    if (!a->isConstant() && dynamic_cast<RooAbsRealLValue*>(a))
-      out.add(*a);
-  return out;
+  f.getParameters(nullptr, params, false);
+  return params;
 }
 
 } // namespace detail
@@ -142,6 +142,7 @@ public:
   }
   // where it was exported from (for messages: the function works without it)
   const std::string& stem() const { return stem_; }
+  void set_origin(const std::string& origin) { stem_ = origin; }
 
 private:
   bool known(const std::string& stem) const {
@@ -168,9 +169,13 @@ class RooModelFunction : public RooAbsReal {
 public:
   RooModelFunction() = default;
   // `stem`: the export (STEM.so, STEM.root), read now; `inputs`: one RooAbsReal per model input
-  RooModelFunction(const char* name, const char* title, const char* stem, const RooArgList& inputs)
+  // `origin`: how messages name the export (default: its stem)
+  RooModelFunction(const char* name, const char* title, const char* stem, const RooArgList& inputs,
+                   const char* origin = nullptr)
       : RooAbsReal(name, title), inputs_("inputs", "the model's inputs", this),
         export_(stem ? stem : "") {
+    if (origin)
+      export_.set_origin(origin);
     inputs_.add(inputs);
     check();
   }
@@ -187,14 +192,14 @@ public:
         return false;
     return true;
   }
-  // d value / d each floating parameter, in RooMinimizer's order
+  // d value / d each parameter (constant ones too), in RooMinimizer's layout
   void gradient(double* out) const override {
     const std::vector<double> dx = input_gradient();
-    const RooArgList floating = detail::floating_parameters(*this);
-    for (int k = 0; k < floating.getSize(); ++k) {
+    const RooArgSet params = detail::gradient_parameters(*this);
+    for (std::size_t k = 0; k < params.size(); ++k) {
       out[k] = 0;
       for (int i = 0; i < inputs_.getSize(); ++i)
-        if (inputs_.at(i) == floating.at(k))
+        if (inputs_.at(i) == params[k])
           out[k] += dx[i];
     }
   }
@@ -285,9 +290,14 @@ public:
     weights_.resize(n);
     for (long e = 0; e < n; ++e) {
       const RooArgSet* r = data.get(e);
-      for (int i : columns_)
-        rows_[e * n_inputs_ + i] =
-            static_cast<const RooAbsReal*>(r->find(in[i].GetName()))->getVal();
+      for (int i : columns_) {
+        const auto* v = dynamic_cast<const RooAbsReal*>(r->find(in[i].GetName()));
+        if (!v)
+          throw std::invalid_argument(std::string("rootclad: RooModelSum '") + name +
+                                      "': column '" + in[i].GetName() + "' of dataset '" +
+                                      data.GetName() + "' is not real-valued");
+        rows_[e * n_inputs_ + i] = v->getVal();
+      }
       weights_[e] = data.weight();
     }
   }
@@ -308,11 +318,11 @@ public:
     const long n = (long)weights_.size();
     std::vector<double> x = filled(), dx(x.size());
     export_.model().input_grad(x.data(), dx.data(), (int)n);
-    const RooArgList floating = detail::floating_parameters(*this);
-    for (int k = 0; k < floating.getSize(); ++k) {
+    const RooArgSet params = detail::gradient_parameters(*this);
+    for (std::size_t k = 0; k < params.size(); ++k) {
       double sum = 0;
       for (size_t p = 0; p < slots_.size(); ++p)
-        if (params_.at(p) == floating.at(k))
+        if (params_.at(p) == params[k])
           for (long e = 0; e < n; ++e)
             sum += weights_[e] * dx[e * n_inputs_ + slots_[p]];
       out[k] = scale_ * sum;

@@ -4,8 +4,10 @@
 //
 // One event loop per block: the loop's entry range is moved to the block's source entries
 // (ROOT::Internal::RDF::ChangeBeginAndEndEntries, as ROOT's own RDataLoader does), each column
-// is taken (a typed Take, so no JIT per block), and the rows are put in entry order (a
-// multi-threaded loop takes them slot by slot) and flattened into the caller's arrays.
+// is taken (a typed Take, so no JIT per block), and the rows are flattened into the caller's
+// arrays in entry order (rdfentry_). Single-threaded loops only: with ImplicitMT, rdfentry_ of
+// a TTree's loop counts entries in the order threads take them, not the entry numbers
+// (rootclad.data.rdf_stream refuses to stream then).
 #ifndef ROOTCLAD_DATA_RDF_STREAM_H
 #define ROOTCLAD_DATA_RDF_STREAM_H
 
@@ -93,15 +95,16 @@ struct RDFFirstPass {
 // One event loop: the entries `node`'s filters pass, and the count of its source's entries
 // (its loop's full range, which read_rdf_block restores after each block)
 inline RDFFirstPass rdf_first_pass(ROOT::RDF::RNode node) {
-  auto taken = node.Take<ULong64_t>("rdfentry_");
   RDFFirstPass out;
-  out.accepted = *taken;
-  std::sort(out.accepted.begin(), out.accepted.end());
-  // the dataset's clusters, as ROOT's RDataLoader finds them: the last one ends with the source
+  // the dataset's clusters, as ROOT's RDataLoader finds them (a source that has none, neither
+  // a TTree nor an RNTuple, throws here, before any loop): the last one ends with the source
   const auto clusters = ROOT::Internal::RDF::GetDatasetGlobalClusterBoundaries(node);
   out.source_entries = clusters.empty() ? 0 : clusters.back().second;
   for (const auto& c : clusters)
     out.cluster_starts.push_back(c.first);
+  auto taken = node.Take<ULong64_t>("rdfentry_");
+  out.accepted = *taken;
+  std::sort(out.accepted.begin(), out.accepted.end());
   return out;
 }
 
@@ -134,11 +137,9 @@ inline RDFBlock read_rdf_block(ROOT::RDF::RNode node, Long64_t begin, Long64_t e
   std::iota(order.begin(), order.end(), std::size_t(0));
   std::sort(order.begin(), order.end(),
             [&taken](std::size_t a, std::size_t b) { return taken[a] < taken[b]; });
-  // a multi-threaded loop over a moved range numbers its entries from the range's start
-  const ULong64_t offset = ROOT::IsImplicitMTEnabled() ? (ULong64_t)begin : 0;
   out.entries.resize(taken.size());
   for (std::size_t i = 0; i < order.size(); ++i)
-    out.entries[i] = taken[order[i]] + offset;
+    out.entries[i] = taken[order[i]];
   if (!order.empty())
     for (std::size_t c = 0; c < widths.size(); ++c)
       out.first_lengths.push_back(columns[c]->copy(order[0], nullptr, -1));
