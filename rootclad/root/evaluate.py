@@ -254,6 +254,7 @@ def _by_column(per_value, cols, widths) -> dict[str, float]:
     return {c: float(per_value[lo:hi].sum()) for c, lo, hi in bounds}
 
 
+@evaluate_output.keeps_directory
 def evaluate(
     stem,
     test,

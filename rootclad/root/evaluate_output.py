@@ -5,8 +5,10 @@ at all."""
 
 from __future__ import annotations
 
+import functools
 import html
 import json
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
@@ -31,6 +33,34 @@ def _hist(root, name: str, title: str, values, weights, lo: float, hi: float, bi
     return h
 
 
+@contextmanager
+def _detached(root):
+    """Histograms made here join no directory: made in the user's current directory (an open
+    file), one named as one of the user's would take its place there."""
+    before = root.TH1.AddDirectoryStatus()
+    root.TH1.AddDirectory(False)
+    try:
+        yield
+    finally:
+        root.TH1.AddDirectory(before)
+
+
+def keeps_directory(function):
+    """``function`` leaves ROOT's current directory as it found it (opening the model's
+    weights, the sources and the output moves it: the user's open file would no longer be
+    where their next histogram goes)."""
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        context = import_root().TDirectory.TContext()  # restores it when destroyed
+        try:
+            return function(*args, **kwargs)
+        finally:
+            del context
+
+    return wrapper
+
+
 def _edges(span) -> tuple[float, float]:
     lo, hi = span
     # the largest score inside the last bin (ROOT's upper edge belongs to the overflow); at
@@ -44,7 +74,7 @@ def write_root(output: Path, ev, test: dict, train: dict, span) -> dict[str, flo
     root = import_root()
     lo, hi = _edges(span)
     ks: dict[str, float] = {}
-    with CLING_LOCK, replacing(Path(output), ".root") as tmp:
+    with CLING_LOCK, replacing(Path(output), ".root") as tmp, _detached(root):
         objects = []
         hists = {}
         for split, samples in (("test", test), ("train", train)):

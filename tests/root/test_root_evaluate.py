@@ -127,8 +127,10 @@ def test_evaluation_against_sklearn_numpy_and_root(setup):
     f.Close()
 
 
-def test_importance_of_an_ignored_input_is_zero(setup):
+def test_importance_of_an_ignored_input_is_zero(setup, tmp_path):
     d, data, net = setup
+    mine = ROOT.TFile.Open(str(tmp_path / "mine.root"), "RECREATE")  # the user's current file
+    theirs = ROOT.TH1D("score_test_signal", "the user's own", 3, 0, 1)
     ev = rootclad.root.evaluate(
         d / "net",
         test=(str(d / "toy.root"), "t"),
@@ -137,6 +139,10 @@ def test_importance_of_an_ignored_input_is_zero(setup):
         plots=False,
         bootstrap=2,
     )
+    assert mine.Get("score_test_signal") == theirs  # left where it was, named as it was
+    assert ROOT.gDirectory.GetPath() == mine.GetPath()  # still the user's current directory
+    assert ROOT.TH1.AddDirectoryStatus()
+    mine.Close()
     grad, perm = ev.importance["input gradient"], ev.importance["permutation (AUC lost)"]
     assert set(grad) == set(perm) == {"pt", "eta", "jets"}
     assert grad["eta"] == 0.0 and perm["eta"] == 0.0
