@@ -203,3 +203,68 @@ def test_outputs_plots_and_bad_input(setup, tmp_path):
     empty = {"signal": bad["signal"].Filter("pt < -1e9"), "background": bad["background"]}
     with pytest.raises(ValueError, match="the test signal source holds no events"):
         rootclad.root.evaluate(d / "net", test=empty, output=tmp_path / "y.root")
+
+
+def test_the_cpp_twin_gives_the_python_evaluation(setup, tmp_path):
+    """rootclad/evaluate.h (for macros) on files of each class and half: the AUC, ROC,
+    efficiencies and KS probabilities of the Python evaluation (itself checked against
+    scikit-learn and ROOT above), and the same objects in its file."""
+    from rootclad.data.cling import declare_header
+
+    d, data, _ = setup
+    sources = {}
+    for half, split in ((1, "test"), (0, "train")):
+        for lab, cls in ((1, "signal"), (0, "background")):
+            keep = (data["half"] == half) & (data["label"] == lab)
+            path = tmp_path / f"{split}_{cls}.root"
+            part = {k: v[keep] for k, v in data.items()}
+            with uproot.recreate(path) as f:
+                f.mktree("t", {k: np.dtype((v.dtype, v.shape[1:])) for k, v in part.items()})
+                f["t"].extend(part)
+            sources[split, cls] = str(path)
+    py = rootclad.root.evaluate(
+        d / "net",
+        test={c: sources["test", c] for c in ("signal", "background")},
+        train={c: sources["train", c] for c in ("signal", "background")},
+        tree="t",
+        weight="w",
+        output=tmp_path / "py.root",
+        plots=False,
+        bootstrap=2,
+    )
+    declare_header("evaluate.h")
+    model = rootclad.root.load(d / "net")
+
+    def src(split, cls):
+        return ROOT.rootclad.EvaluationSource(sources[split, cls], "t", "w")
+
+    cc = ROOT.rootclad.evaluate(
+        model,
+        src("test", "signal"),
+        src("test", "background"),
+        str(tmp_path / "cc.root"),
+        src("train", "signal"),
+        src("train", "background"),
+    )
+    assert cc.auc == pytest.approx(py.auc, rel=1e-6)  # Python sums float32 weights
+    np.testing.assert_allclose(list(cc.roc_signal_efficiency), py.roc[0], rtol=1e-6)
+    np.testing.assert_allclose(list(cc.roc_background_rejection), py.roc[1], rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(list(cc.cuts), py.cuts)
+    np.testing.assert_allclose(list(cc.signal_efficiency), py.efficiency["signal"], rtol=1e-6)
+    np.testing.assert_allclose(
+        list(cc.background_efficiency), py.efficiency["background"], rtol=1e-6
+    )
+    assert (cc.ks_signal, cc.ks_background) == pytest.approx(
+        (py.ks["signal"], py.ks["background"]), rel=1e-6
+    )
+    with uproot.open(tmp_path / "py.root") as a, uproot.open(tmp_path / "cc.root") as b:
+        for name in ("score_test_signal", "score_train_background"):
+            np.testing.assert_allclose(a[name].values(), b[name].values(), rtol=1e-6)
+        assert json.loads(str(b["rootclad_evaluation"]))["auc"] == pytest.approx(py.auc)
+    with pytest.raises(Exception, match="holds no events|no such"):
+        ROOT.rootclad.evaluate(
+            model,
+            ROOT.rootclad.EvaluationSource(sources["test", "signal"], "nope", ""),
+            src("test", "background"),
+            str(tmp_path / "x.root"),
+        )
