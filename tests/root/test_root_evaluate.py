@@ -257,8 +257,11 @@ def test_the_cpp_twin_gives_the_python_evaluation(setup, tmp_path):
     assert (cc.ks_signal, cc.ks_background) == pytest.approx(
         (py.ks["signal"], py.ks["background"]), rel=1e-6
     )
+    grad = py.importance["input gradient"]
+    assert list(cc.columns) == list(grad)
+    np.testing.assert_allclose(list(cc.gradient_importance), list(grad.values()), rtol=1e-5)
     with uproot.open(tmp_path / "py.root") as a, uproot.open(tmp_path / "cc.root") as b:
-        for name in ("score_test_signal", "score_train_background"):
+        for name in ("score_test_signal", "score_train_background", "importance_input"):
             np.testing.assert_allclose(a[name].values(), b[name].values(), rtol=1e-6)
         assert json.loads(str(b["rootclad_evaluation"]))["auc"] == pytest.approx(py.auc)
     with pytest.raises(Exception, match="holds no events|no such"):

@@ -3,7 +3,8 @@
 // distributions, TH1::KolmogorovTest) and the efficiencies against the cut, written as the
 // ROOT objects the Python evaluation writes (TH1D score_<split>_<class>, TGraph roc,
 // TEfficiency efficiency_<class>, the summary as JSON in the TObjString rootclad_evaluation).
-// The variable rankings, the bootstrap error of the AUC and the plots are the Python one's.
+// And the input columns ranked by the compiled model's input gradient (TH1D importance_input);
+// the ranking by permutation, the AUC's bootstrap error and the plots are the Python one's.
 //
 //   rootclad::Model m("build/net");                       // an export with its input columns
 //   auto ev = rootclad::evaluate(m, {"sig_test.root", "events", "w"},
@@ -50,6 +51,10 @@ struct Evaluation {
   std::vector<double> roc_signal_efficiency, roc_background_rejection;
   // the cuts (score >= cut passes) and each class's efficiency there
   std::vector<double> cuts, signal_efficiency, background_efficiency;
+  // the input columns ranked by the input gradient: per column, the weighted mean over the
+  // test events of |d score / d x| times the weighted spread of x, summed over its values
+  std::vector<std::string> columns;
+  std::vector<double> gradient_importance;
 };
 
 namespace detail {
@@ -58,7 +63,14 @@ struct ScoredEvents {
   std::vector<double> score, w;
 };
 
-inline ScoredEvents score_source(Model& m, const EvaluationSource& src, const std::string& what) {
+// Per input value: sums over events of w, w x, w x^2 and w |d score / d x|
+struct GradientSums {
+  double w = 0;
+  std::vector<double> x, x2, dx;
+};
+
+inline ScoredEvents score_source(Model& m, const EvaluationSource& src, const std::string& what,
+                                 GradientSums* sums = nullptr) {
   const std::vector<std::string>& inputs = m.input_columns();
   if (inputs.empty())
     throw std::invalid_argument("rootclad::evaluate: the model " + m.stem() +
@@ -77,6 +89,9 @@ inline ScoredEvents score_source(Model& m, const EvaluationSource& src, const st
   const long K = m.output_size();
   const int batch = (int)std::min<long long>(m.cache_batch(), entries);
   std::vector<float> x((size_t)batch * n_in), out((size_t)batch * K), w(batch, 1.0f);
+  std::vector<float> dx(sums ? x.size() : 0);
+  if (sums && sums->x.empty())
+    sums->x.assign(n_in, 0.0), sums->x2.assign(n_in, 0.0), sums->dx.assign(n_in, 0.0);
   ScoredEvents s;
   for (long long start = 0; start < entries; start += batch) {
     const int n = (int)std::min<long long>(batch, entries - start);
@@ -87,6 +102,18 @@ inline ScoredEvents score_source(Model& m, const EvaluationSource& src, const st
     for (int i = 0; i < n; ++i) {
       s.score.push_back(out[(size_t)i * K]);
       s.w.push_back(w[i]);
+    }
+    if (sums) {
+      m.input_grad(x.data(), dx.data(), n);
+      for (int i = 0; i < n; ++i) {
+        const double wi = w[i];
+        sums->w += wi;
+        for (long j = 0; j < n_in; ++j) {
+          const double v = x[(size_t)i * n_in + j];
+          sums->x[j] += wi * v, sums->x2[j] += wi * v * v;
+          sums->dx[j] += wi * std::fabs((double)dx[(size_t)i * n_in + j]);
+        }
+      }
     }
   }
   return s;
@@ -161,8 +188,9 @@ inline Evaluation evaluate(Model& m, const EvaluationSource& signal,
   for (const auto* src : {&signal, &background, &train_signal, &train_background})
     if (!src->file.empty())
       detail::check_scoring(m, src->file, output, "score");
-  const auto s = detail::score_source(m, signal, "test signal");
-  const auto b = detail::score_source(m, background, "test background");
+  detail::GradientSums sums;
+  const auto s = detail::score_source(m, signal, "test signal", &sums);
+  const auto b = detail::score_source(m, background, "test background", &sums);
   detail::ScoredEvents ts, tb;
   if (train) {
     ts = detail::score_source(m, train_signal, "train signal");
@@ -239,6 +267,29 @@ inline Evaluation evaluate(Model& m, const EvaluationSource& signal,
     te->SetTitle((cls + " efficiency;cut on the score (score >= cut passes);efficiency").c_str());
     te->SetDirectory(nullptr);
     keep("efficiency_" + cls, te);
+  }
+  { // the input-gradient ranking, by column (a column's values summed)
+    data::TableSource in(signal.file, signal.tree, m.input_columns(), "", "");
+    const std::vector<int> widths = in.widths();
+    long j = 0;
+    for (size_t c = 0; c < widths.size(); ++c) {
+      double total = 0;
+      for (int k = 0; k < widths[c]; ++k, ++j) {
+        const double mean = sums.x[j] / sums.w;
+        const double var = std::max(sums.x2[j] / sums.w - mean * mean, 0.0);
+        total += sums.dx[j] / sums.w * std::sqrt(var);
+      }
+      ev.columns.push_back(m.input_columns()[c]);
+      ev.gradient_importance.push_back(total);
+    }
+    auto* rank = new TH1D("importance_input", "variable ranking: input gradient;;importance",
+                          (int)ev.columns.size(), 0, (double)ev.columns.size());
+    rank->SetDirectory(nullptr);
+    for (size_t c = 0; c < ev.columns.size(); ++c) {
+      rank->SetBinContent((int)c + 1, ev.gradient_importance[c]);
+      rank->GetXaxis()->SetBinLabel((int)c + 1, ev.columns[c].c_str());
+    }
+    keep("importance_input", rank);
   }
   std::ostringstream json;
   json.precision(17);
