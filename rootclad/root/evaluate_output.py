@@ -36,13 +36,13 @@ def _hist(root, name: str, title: str, values, weights, lo: float, hi: float, bi
 @contextmanager
 def _detached(root):
     """Histograms made here join no directory: made in the user's current directory (an open
-    file), one named as one of the user's would take its place there."""
-    before = root.TH1.AddDirectoryStatus()
-    root.TH1.AddDirectory(False)
+    file), one named as one of the user's would take its place there. (No current directory
+    for this thread while they are made: TH1::AddDirectory is a switch of the whole process.)"""
+    none = root.TDirectory.TContext(root.nullptr)
     try:
         yield
     finally:
-        root.TH1.AddDirectory(before)
+        del none
 
 
 def keeps_directory(function):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import uuid
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -25,7 +26,12 @@ def output_format(fmt: str, file, tree: str) -> str:
     try:
         with uproot.open(file) as f:
             return "rntuple" if f.classname_of(tree) == "ROOT::RNTuple" else "ttree"
-    except Exception:  # noqa: BLE001  (the scoring itself says what is wrong with the input)
+    except Exception as err:  # noqa: BLE001  (the scoring itself says what is wrong with it)
+        warnings.warn(
+            f"{file}: cannot tell whether '{tree}' is an RNTuple ({err}); the scores "
+            "are written as a TTree",
+            stacklevel=3,
+        )
         return "ttree"
 
 
@@ -50,20 +56,35 @@ def written_as(fmt: str, output, out_tree: str, column: str):
 
 
 def _rewrite(tree_file: Path, ntuple_file: Path, out_tree: str, column: str) -> None:
+    """The scores' TTree as an RNTuple with its record, checked before it may be renamed: uproot
+    writes it (one writer in entry order: RDataFrame's Snapshot under ImplicitMT writes clusters
+    in the order threads finish them), PyROOT adds the TNamed record."""
+    import uproot
+
+    with uproot.open(tree_file) as f:
+        scores = f[out_tree][column].array(library="np")
+    with uproot.recreate(ntuple_file) as f:
+        f.mkrntuple(out_tree, {column: scores})
     root = import_root()
     with CLING_LOCK:
-        options = root.RDF.RSnapshotOptions()
-        options.fOutputFormat = root.RDF.ESnapshotOutputFormat.kRNTuple
-        names = root.std.vector["std::string"]()
-        names.push_back(column)
-        root.RDataFrame(out_tree, str(tree_file)).Snapshot(
-            out_tree, str(ntuple_file), names, options
-        )
-        src = root.TFile.Open(str(tree_file))
-        record = src.Get("rootclad_scoring")
-        title = str(record.GetTitle()) if record else None
-        src.Close()
-        if title is not None:  # score_files's record of what was scored
-            dst = root.TFile.Open(str(ntuple_file), "UPDATE")
-            root.TNamed("rootclad_scoring", title).Write()
-            dst.Close()
+        keep = root.TDirectory.TContext()  # the caller's current directory, theirs again after
+        try:
+            src = root.TFile.Open(str(tree_file))
+            record = src.Get("rootclad_scoring")
+            title = str(record.GetTitle()) if record else None
+            src.Close()
+            if title is not None:  # score_files's record of what was scored
+                dst = root.TFile.Open(str(ntuple_file), "UPDATE")
+                if not dst or dst.IsZombie():
+                    raise OSError(f"cannot add the scoring record to {ntuple_file}")
+                root.TNamed("rootclad_scoring", title).Write()
+                dst.Close()
+                if dst.TestBit(root.TFile.kWriteError):
+                    raise OSError(f"cannot write the scoring record to {ntuple_file}")
+        finally:
+            del keep
+    with uproot.open(ntuple_file) as f:  # what will be renamed into place, read back
+        ok = f.classname_of(out_tree) == "ROOT::RNTuple" and f[out_tree].num_entries == len(scores)
+        ok = ok and (title is None or "rootclad_scoring" in f)
+    if not ok:
+        raise OSError(f"the scores rewritten as an RNTuple in {ntuple_file} do not read back")

@@ -2,7 +2,8 @@
 
 Each task runs ``rootclad::score_tree`` on one input file and writes its friend tree to
 ``<file>_scores.root`` (or ``output_dir/<name>_scores.root``) through ``write_root_file``: a
-temporary name renamed once whole. The output records what it was made from (a TNamed
+temporary name renamed once whole (an RNTuple's scores as an RNTuple: ``ntuple_output``, read
+back before the rename). The output records what it was made from (a TNamed
 ``rootclad_scoring``: the model's content hash and library MD5, the input file, tree, columns
 and entry count); a rerun skips the outputs that match and scores the rest. An output already
 there without that record (a file score_files did not write) is refused, unless told to

@@ -141,7 +141,6 @@ def test_importance_of_an_ignored_input_is_zero(setup, tmp_path):
     )
     assert mine.Get("score_test_signal") == theirs  # left where it was, named as it was
     assert ROOT.gDirectory.GetPath() == mine.GetPath()  # still the user's current directory
-    assert ROOT.TH1.AddDirectoryStatus()
     mine.Close()
     grad, perm = ev.importance["input gradient"], ev.importance["permutation (AUC lost)"]
     assert set(grad) == set(perm) == {"pt", "eta", "jets"}
@@ -264,6 +263,20 @@ def test_the_cpp_twin_gives_the_python_evaluation(setup, tmp_path):
         for name in ("score_test_signal", "score_train_background", "importance_input"):
             np.testing.assert_allclose(a[name].values(), b[name].values(), rtol=1e-6)
         assert json.loads(str(b["rootclad_evaluation"]))["auc"] == pytest.approx(py.auc)
+    ROOT.TH1D("score_test_signal", "the user's own", 3, 0, 1)  # in the current directory
+    mine = ROOT.gDirectory.GetList().FindObject("score_test_signal")
+    ROOT.rootclad.evaluate(
+        model, src("test", "signal"), src("test", "background"), str(tmp_path / "again.root")
+    )
+    assert ROOT.gDirectory.GetList().FindObject("score_test_signal") == mine  # left as it was
+    with pytest.raises(Exception, match="train sources of both classes, or none"):
+        ROOT.rootclad.evaluate(
+            model,
+            src("test", "signal"),
+            src("test", "background"),
+            str(tmp_path / "w.root"),
+            src("train", "signal"),
+        )
     with pytest.raises(Exception, match="holds no events|no such"):
         ROOT.rootclad.evaluate(
             model,

@@ -63,10 +63,11 @@ struct ScoredEvents {
   std::vector<double> score, w;
 };
 
-// Per input value: sums over events of w, w x, w x^2 and w |d score / d x|
+// Per input value: sums over events of w, w d, w d^2 (d: x less the first event's x, so that
+// a large mean does not cancel the spread) and w |d score / d x|
 struct GradientSums {
   double w = 0;
-  std::vector<double> x, x2, dx;
+  std::vector<double> shift, x, x2, dx;
 };
 
 inline ScoredEvents score_source(Model& m, const EvaluationSource& src, const std::string& what,
@@ -92,6 +93,7 @@ inline ScoredEvents score_source(Model& m, const EvaluationSource& src, const st
   std::vector<float> dx(sums ? x.size() : 0);
   if (sums && sums->x.empty())
     sums->x.assign(n_in, 0.0), sums->x2.assign(n_in, 0.0), sums->dx.assign(n_in, 0.0);
+  double sum_w = 0;
   ScoredEvents s;
   for (long long start = 0; start < entries; start += batch) {
     const int n = (int)std::min<long long>(batch, entries - start);
@@ -100,22 +102,33 @@ inline ScoredEvents score_source(Model& m, const EvaluationSource& src, const st
               src.weight.empty() ? nullptr : &w[i], true);
     m.predict(x.data(), out.data(), n);
     for (int i = 0; i < n; ++i) {
-      s.score.push_back(out[(size_t)i * K]);
+      const double score = out[(size_t)i * K];
+      if (!std::isfinite(score))
+        throw std::runtime_error("rootclad::evaluate: the model " + m.stem() + " scores entry " +
+                                 std::to_string(start + i) + " of the " + what + " source " +
+                                 src.file + " " + std::to_string(score));
+      s.score.push_back(score);
       s.w.push_back(w[i]);
+      sum_w += w[i];
     }
     if (sums) {
       m.input_grad(x.data(), dx.data(), n);
+      if (sums->shift.empty())
+        sums->shift.assign(x.begin(), x.begin() + n_in);
       for (int i = 0; i < n; ++i) {
         const double wi = w[i];
         sums->w += wi;
         for (long j = 0; j < n_in; ++j) {
-          const double v = x[(size_t)i * n_in + j];
+          const double v = x[(size_t)i * n_in + j] - sums->shift[j];
           sums->x[j] += wi * v, sums->x2[j] += wi * v * v;
           sums->dx[j] += wi * std::fabs((double)dx[(size_t)i * n_in + j]);
         }
       }
     }
   }
+  if (!(sum_w > 0))
+    throw std::invalid_argument("rootclad::evaluate: the " + what + " source " + src.file +
+                                " has no positive total weight");
   return s;
 }
 
@@ -185,6 +198,12 @@ inline Evaluation evaluate(Model& m, const EvaluationSource& signal,
                                 std::to_string(m.output_size()) +
                                 " outputs; it evaluates a classifier of one output");
   const bool train = !train_signal.file.empty() && !train_background.file.empty();
+  if (train_signal.file.empty() != train_background.file.empty())
+    throw std::invalid_argument("rootclad::evaluate: train sources of both classes, or none");
+  // the caller's current directory is theirs again after (opening the sources moves it), and
+  // the objects made here join no directory (one named as a user's histogram would take its
+  // place there)
+  TDirectory::TContext caller_directory;
   for (const auto* src : {&signal, &background, &train_signal, &train_background})
     if (!src->file.empty())
       detail::check_scoring(m, src->file, output, "score");
@@ -213,7 +232,8 @@ inline Evaluation evaluate(Model& m, const EvaluationSource& signal,
   // the largest score inside the last bin (ROOT's upper edge belongs to the overflow)
   const double edge =
       hi + std::max(1e-9 * std::max(std::fabs(hi - lo), 1.0),
-                    4 * (std::nextafter(hi, std::numeric_limits<double>::infinity()) - hi));
+                    4 * (std::nextafter(hi, std::copysign(HUGE_VAL, hi)) - hi)); // np.spacing
+  TDirectory::TContext none(nullptr);
   std::vector<std::pair<std::string, std::unique_ptr<TObject>>> owned; // written below
   auto keep = [&owned](const std::string& name, TObject* obj) {
     owned.emplace_back(name, std::unique_ptr<TObject>(obj));
@@ -297,7 +317,11 @@ inline Evaluation evaluate(Model& m, const EvaluationSource& signal,
        << ", \"ks\": {";
   if (train)
     json << "\"signal\": " << ev.ks_signal << ", \"background\": " << ev.ks_background;
-  json << "}}";
+  json << "}, \"importance\": {\"input gradient\": {";
+  for (size_t c = 0; c < ev.columns.size(); ++c)
+    json << (c ? ", " : "") << detail::json_quoted(ev.columns[c]) << ": "
+         << ev.gradient_importance[c];
+  json << "}}}";
   keep("rootclad_evaluation", new TObjString(json.str().c_str()));
   write_root_file(output, [&](TFile& f) {
     for (const auto& [name, obj] : owned)

@@ -29,6 +29,7 @@
 #include <RooArgList.h>
 #include <RooArgSet.h>
 #include <RooListProxy.h>
+#include <RooRealVar.h>
 #include <TMD5.h>
 
 #include <cstdio>
@@ -185,10 +186,11 @@ public:
     return new RooModelFunction(*this, newname);
   }
 
-  // Minuit2 asks for gradient() when every input is a variable (an lvalue)
+  // Minuit2 asks for gradient() when every input is a variable (a RooRealVar: a RooLinearVar
+  // is an lvalue whose parameters are not the inputs)
   bool hasGradient() const override {
     for (const RooAbsArg* a : inputs_)
-      if (!dynamic_cast<const RooAbsRealLValue*>(a))
+      if (!dynamic_cast<const RooRealVar*>(a))
         return false;
     return true;
   }
@@ -309,7 +311,7 @@ public:
 
   bool hasGradient() const override {
     for (const RooAbsArg* a : params_)
-      if (!dynamic_cast<const RooAbsRealLValue*>(a))
+      if (!dynamic_cast<const RooRealVar*>(a))
         return false;
     return true;
   }
