@@ -82,7 +82,7 @@ def test_plain_root_cannot_run_a_macro_of_std_templates_twice(tmp_path):
     assert "unresolved while linking" in out.stdout + out.stderr
 
 
-@pytest.mark.parametrize("header", ["model.h", "scoring.h", "tree_reader.h", "fit.h"])
+@pytest.mark.parametrize("header", ["model.h", "scoring.h", "tree_reader.h", "fit.h", "evaluate.h"])
 def test_a_macro_including_rootclad_runs_again_without_crashing_root(tmp_path, header):
     """The headers alone (declarations, nothing instantiated by the macro): .x twice, and
     gROOT->ProcessLine(".x ...") in a loop. Before: *** Break *** illegal instruction."""

@@ -18,12 +18,12 @@
 // per thread (rootclad::SlotModels does that for RDataFrame's processing slots).
 // A fingerprint of these headers (export.py: headers_id): an exported STEM.h of another
 // version and these in one program would share include guards; they stop here instead.
-#if defined(ROOTCLAD_MODEL_H) && ROOTCLAD_HEADERS_ID + 0 != 0x042b192
+#if defined(ROOTCLAD_MODEL_H) && ROOTCLAD_HEADERS_ID + 0 != 0x796c23a
 #error "rootclad: STEM.h of another rootclad version: include only one, or export again"
 #endif
 #ifndef ROOTCLAD_MODEL_H
 #define ROOTCLAD_MODEL_H
-#define ROOTCLAD_HEADERS_ID 0x042b192
+#define ROOTCLAD_HEADERS_ID 0x796c23a
 
 #include <TDirectory.h>
 #include <TFile.h>
