@@ -26,10 +26,12 @@ def output_format(fmt: str, file, tree: str) -> str:
     try:
         with uproot.open(file) as f:
             return "rntuple" if f.classname_of(tree) == "ROOT::RNTuple" else "ttree"
+    except uproot.KeyInFileError:  # no such tree: the scoring names it
+        return "ttree"
     except Exception as err:  # noqa: BLE001  (the scoring itself says what is wrong with it)
         warnings.warn(
-            f"{file}: cannot tell whether '{tree}' is an RNTuple ({err}); the scores "
-            "are written as a TTree",
+            f"{file}: cannot tell whether '{tree}' is an RNTuple ({err}); the scores are "
+            "written as a TTree",
             stacklevel=3,
         )
         return "ttree"
