@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -70,7 +69,6 @@ _CONTAINERS = {
     "vector": "std::vector",
 }
 _CONTAINER = re.compile(r"^(?P<kind>[\w:]+)<\s*(?P<item>[\w: ]+?)\s*(?:,\s*(?P<n>\d{1,9})\s*)?>$")
-_INTEGRAL = {"float": False, "double": False}
 
 
 def _column_type(type_name: str) -> tuple[str, str, bool] | None:
@@ -78,15 +76,15 @@ def _column_type(type_name: str) -> tuple[str, str, bool] | None:
     name = type_name.strip()
     if name in _NUMBERS:
         cpp = _NUMBERS[name]
-        return "scalar", cpp, _INTEGRAL.get(cpp, True)
+        return "scalar", cpp, cpp not in ("float", "double")
     m = _CONTAINER.match(name)
     if not m or m["item"].strip() not in _NUMBERS:
         return None
     item = _NUMBERS[m["item"].strip()]
     if m["kind"] == "std::array" and m["n"] is not None:
-        return "array", f"std::array<{item}, {int(m['n'])}>", _INTEGRAL.get(item, True)
+        return "array", f"std::array<{item}, {int(m['n'])}>", item not in ("float", "double")
     if m["kind"] in _CONTAINERS and m["n"] is None:
-        return "array", f"{_CONTAINERS[m['kind']]}<{item}>", _INTEGRAL.get(item, True)
+        return "array", f"{_CONTAINERS[m['kind']]}<{item}>", item not in ("float", "double")
     return None
 
 
@@ -308,10 +306,3 @@ class RDataFrameStream(TableIterator):
                     branch=column,
                     entry=int(entries[row]),
                 )
-
-
-def stream_rdataframes(
-    dataframes, *, features: str | Sequence[str], target: str, weight: str | None = None, **kwargs
-) -> RDataFrameStream:
-    """:class:`RDataFrameStream` over one RDataFrame or a list of them."""
-    return RDataFrameStream(dataframes, features=features, target=target, weight=weight, **kwargs)

@@ -25,7 +25,6 @@
 
 #include <RooAbsData.h>
 #include <RooAbsReal.h>
-#include <RooAbsRealLValue.h>
 #include <RooArgList.h>
 #include <RooArgSet.h>
 #include <RooListProxy.h>
@@ -125,16 +124,15 @@ public:
 
   Model& model() const {
     if (!model_) {
-      const std::string dir = detail::library_dir();
-      const std::string key = "roofit-" + md5();
-      if (!trusted_ && !known(dir + "/" + key) && !trusted_by_user(md5()))
+      const std::string dir = detail::library_dir(), hash = md5(), key = "roofit-" + hash;
+      if (!trusted_ && !known(dir + "/" + key) && !trusted_by_user(hash))
         throw std::runtime_error(
             "rootclad: a RooFit function read from a file carries the compiled library of the "
             "export " +
-            stem_ + " (MD5 " + md5() +
+            stem_ + " (MD5 " + hash +
             "), which this account has not run: it is "
             "code. If you trust its author, call rootclad::RooModelExport::trust(\"" +
-            md5() + "\") (Python: rootclad.root.roofit.trust(\"" + md5() + "\")) first");
+            hash + "\") (Python: rootclad.root.roofit.trust(\"" + hash + "\")) first");
       detail::write_private(dir, key + ".so", library_);
       detail::write_private(dir, key + ".root", weights_);
       model_ = std::make_shared<Model>(dir + "/" + key);
