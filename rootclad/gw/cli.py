@@ -90,11 +90,26 @@ def _faps(text: str) -> tuple[float, ...]:
 def _cmd_background(args: argparse.Namespace) -> int:
     from rootclad.gw.run.background import StudyConfig, run_study
 
-    sc = StudyConfig(segments=args.segments, per_task=args.per_task, seed=args.seed,
-                     faps=args.faps, keep=args.keep, bootstrap=args.bootstrap)  # fmt: skip
-    s = run_study(Path(args.run), args.out and Path(args.out), sc, workers=args.workers,
-                  scheduler=args.scheduler, connect_timeout=args.connect_timeout,
-                  progress=not args.quiet, log=print)  # fmt: skip
+    sc = StudyConfig(
+        segments=args.segments,
+        per_task=args.per_task,
+        seed=args.seed,
+        faps=args.faps,
+        keep=args.keep,
+        bootstrap=args.bootstrap,
+        min_match=args.min_match,
+    )
+    s = run_study(
+        Path(args.run),
+        args.out and Path(args.out),
+        sc,
+        workers=args.workers,
+        scheduler=args.scheduler,
+        connect_timeout=args.connect_timeout,
+        progress=not args.quiet,
+        log=print,
+        mf_cache=not args.no_mf_cache,
+    )
     out = Path(args.out) if args.out else Path(args.run) / "background"
     print(f"{s['segments']} segments; {s['verdict']}")
     print(f"report: {out / 'background.html'}")
@@ -159,7 +174,9 @@ def register(subparsers) -> None:
     )
     p.add_argument("--epochs", type=int, help="most training epochs (12, or 30 with --preset "
                    "full; training stops early once the validation loss stops improving)")  # fmt: skip
-    p.add_argument("--model", choices=["cnn", "mlp"], help="the network (default cnn)")
+    p.add_argument(
+        "--model", choices=["cnn", "mlp", "resnet", "resnet-deep"], help="the network (default cnn)"
+    )
     p.add_argument("--engine", choices=["auto", "clad", "pullback"],
                    help="how the backward is written (default auto: Clad where found)")  # fmt: skip
     p.add_argument("--seed", type=int, help="of the simulation and the training (default 1)")
@@ -210,6 +227,19 @@ def register(subparsers) -> None:
     p.add_argument("--keep", type=int, default=2000, help="loudest values of each statistic "
                    "kept per task (thresholds are exact down to where they reach)")  # fmt: skip
     p.add_argument("--bootstrap", type=int, default=200, help="resamplings for the SNR50 errors")
+    p.add_argument(
+        "--min-match",
+        type=float,
+        help="the template bank's minimal match (default: "
+        "the run's bank_min_match, 0.97; 0.99 places about twice the templates)",
+    )
+    p.add_argument(
+        "--no-mf-cache",
+        action="store_true",
+        help="compute the matched filter of "
+        "every task, not taking a study's on the same noise and bank from the "
+        "private cache",
+    )
     p.add_argument("--workers", type=int, default=1,
                    help="local worker processes (default 1: this process)")  # fmt: skip
     p.add_argument("--scheduler", help="a Dask scheduler's address (tcp://host:port): run the "

@@ -4,7 +4,9 @@
   the 1-d CNN family of Gabbard et al. 2018;
 - :func:`gw_mlp`: two hidden layers (541k parameters), for comparison;
 - :func:`gw_resnet`: a ResNet-style 1-d classifier (residual blocks, optionally with
-  BatchNorm, global pooling), a graph rather than a chain.
+  BatchNorm, global pooling), a graph rather than a chain;
+- :func:`gw_resnet_deep`: a deeper one (three stages of two residual blocks, GroupNorm, the
+  average and the maximum over time), the 1-d ResNets of the GW searches that use them.
 """
 
 from __future__ import annotations
@@ -78,12 +80,69 @@ def gw_resnet(n: int = 2048, channels: int = 16, batch_norm: bool = False):
     return GWResNet()
 
 
+def gw_resnet_deep(n: int = 2048, channels: int = 16, groups: int = 4):
+    """A deeper ResNet GW classifier for segments of ``n`` samples (input (B, 1, n)): a strided
+    stem, three stages of two residual blocks at ``channels``, 2x and 4x as many (GroupNorm of
+    ``groups`` groups after each convolution, MaxPool1d(2) between stages), then the mean and
+    the maximum of each channel over time into one Linear layer (a short signal is a peak in
+    time, which the mean alone dilutes)."""
+    import torch
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self, c_in: int, c: int):
+            super().__init__()
+            self.conv1 = nn.Conv1d(c_in, c, 7, padding=3, bias=False)
+            self.gn1 = nn.GroupNorm(groups, c)
+            self.conv2 = nn.Conv1d(c, c, 7, padding=3, bias=False)
+            self.gn2 = nn.GroupNorm(groups, c)
+            self.skip = nn.Conv1d(c_in, c, 1, bias=False) if c_in != c else nn.Identity()
+
+        def forward(self, x):
+            h = self.gn2(self.conv2(torch.relu(self.gn1(self.conv1(x)))))
+            return torch.relu(self.skip(x) + h)
+
+    class GWResNetDeep(nn.Module):
+        def __init__(self):
+            super().__init__()
+            c = channels
+            self.stem = nn.Sequential(
+                nn.Conv1d(1, c, 16, stride=2, bias=False),
+                nn.GroupNorm(groups, c),
+                nn.ReLU(),
+                nn.MaxPool1d(4),
+            )
+            widths = (c, c, 2 * c, 2 * c, 4 * c, 4 * c)
+            self.blocks = nn.ModuleList(
+                Block(a, b) for a, b in zip((c, *widths[:-1]), widths, strict=True)
+            )
+            self.pool = nn.MaxPool1d(2)
+            self.head = nn.Linear(8 * c, 1)
+
+        def forward(self, x):
+            h = self.stem(x)
+            for i, block in enumerate(self.blocks):
+                h = block(h)
+                if i in (1, 3):
+                    h = self.pool(h)
+            return self.head(torch.cat([h.mean(dim=2), h.amax(dim=2)], dim=1))
+
+    if ((n - 16) // 2 + 1) // 16 < 1:
+        raise ValueError(f"segments of {n} samples are too short for the GW ResNet (at least 46)")
+    return GWResNetDeep()
+
+
+MODELS = ("cnn", "mlp", "resnet", "resnet-deep")
+
+
 def make(name: str, n: int = 2048):
-    """``"cnn"``, ``"mlp"`` or ``"resnet"``."""
+    """One of :data:`MODELS`: ``"cnn"``, ``"mlp"``, ``"resnet"`` or ``"resnet-deep"``."""
     if name == "cnn":
         return gw_cnn(n)
     if name == "mlp":
         return gw_mlp(n)
     if name == "resnet":
         return gw_resnet(n)
-    raise ValueError(f"unknown GW model '{name}' (cnn, mlp or resnet)")
+    if name == "resnet-deep":
+        return gw_resnet_deep(n)
+    raise ValueError(f"unknown GW model '{name}' ({', '.join(MODELS)})")

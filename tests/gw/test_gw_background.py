@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import shutil
 import socket
 import sys
 import time
@@ -171,7 +172,8 @@ def test_an_interrupted_study_resumes_with_only_the_missing_tasks(run_dir, refer
 
 def test_two_local_workers_give_the_same_statistics_as_one(run_dir, reference, tmp_path):
     ref_out, ref = reference
-    s = run_study(run_dir, tmp_path / "bg", STUDY, workers=2, log=QUIET)
+    # the matched filter computed on the workers, not taken from the reference's cache
+    s = run_study(run_dir, tmp_path / "bg", STUDY, workers=2, log=QUIET, mf_cache=False)
     _same_tasks(tmp_path / "bg", ref_out, 3)
     assert s["thresholds"] == ref["thresholds"] and s["snr50"] == ref["snr50"]
     assert s["this_call"]["workers"] == 2
@@ -182,10 +184,54 @@ def test_a_dask_local_cluster_gives_the_same_statistics(run_dir, reference, tmp_
     ref_out, ref = reference
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as cluster:  # fmt: skip
-        s = run_study(run_dir, tmp_path / "bg", STUDY, scheduler=cluster.scheduler_address,
-                      log=QUIET)  # fmt: skip
+        s = run_study(
+            run_dir,
+            tmp_path / "bg",
+            STUDY,
+            scheduler=cluster.scheduler_address,
+            log=QUIET,
+            mf_cache=False,
+        )
     _same_tasks(tmp_path / "bg", ref_out, 3)
     assert s["thresholds"] == ref["thresholds"]
+
+
+def test_the_matched_filter_cache_gives_what_the_filter_computes(
+    run_dir, reference, tmp_path, monkeypatch
+):
+    """A study taking the matched filter from the cache writes the tasks of one that computes
+    it; a cached file that is not a task's values (a template outside the bank) is computed
+    again; the cache is keyed by the bank (another bank's study does not read it)."""
+    from rootclad.gw.run import mf_cache
+
+    ref_out, _ = reference
+    monkeypatch.setenv("ROOTCLAD_CACHE_DIR", str(tmp_path / "cache"))
+    run_study(run_dir, tmp_path / "fill", STUDY, log=QUIET)  # computes and keeps
+    files = sorted((tmp_path / "cache" / "gw-matched-filter").glob("*/task-*.npz"))
+    assert len(files) == 3
+
+    def no_filter(*args, **kwargs):
+        raise AssertionError("the matched filter ran although its values were cached")
+
+    (tmp_path / "cached").mkdir()  # the test signals' statistics: the fill's
+    shutil.copy(tmp_path / "fill" / "signals.npz", tmp_path / "cached")
+    with monkeypatch.context() as m:
+        m.setattr("rootclad.gw.matched_filter.matched_filter_snr", no_filter)
+        run_study(run_dir, tmp_path / "cached", STUDY, log=QUIET)
+    _same_tasks(tmp_path / "cached", ref_out, 3)
+    with np.load(files[1]) as z:
+        forged = {k: z[k] for k in z.files}
+    forged["template"][0] = 10**6
+    np.savez(files[1], **forged)
+    assert mf_cache.load(files[1].parent.name, 1, STUDY.per_task, 10, 0.25) is None
+    run_study(run_dir, tmp_path / "again", STUDY, log=QUIET)
+    _same_tasks(tmp_path / "again", ref_out, 3)
+    with np.load(files[1]) as z:  # replaced by the values computed again
+        assert z["template"].max() < 10**6
+    spec = bgm.load_run(run_dir, QUIET)
+    other = {**spec, "bank": {**spec["bank"], "templates": spec["bank"]["templates"][:1]}}
+    study = {"seed": STUDY.seed, "per_task": STUDY.per_task}
+    assert mf_cache.key(other, study) != mf_cache.key(spec, study)
 
 
 def test_thresholds_given_to_at_thresholds_reproduce_evaluate():

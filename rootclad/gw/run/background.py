@@ -36,11 +36,13 @@ from pathlib import Path
 import numpy as np
 
 from rootclad.gw.run.background_report import METHODS
+from rootclad.gw.run.background_workers import run_dask, run_local
 from rootclad.gw.run.config import ConfigError, shown
+from rootclad.gw.run.fresh import check_disjoint
 from rootclad.gw.run.weights import current_best
 from rootclad.paths import replacing
 
-FORMAT = 1
+FORMAT = 2  # 2: the matched filter in single precision (SNRs to 2e-7 of themselves)
 # histogram edges per statistic: the network's logit and the matched filter's SNR; values
 # outside land in the first or last bin (the thresholds that matter are read exactly)
 EDGES = {"network": (-60.0, 60.0, 24000), "matched_filter": (0.0, 30.0, 15000)}
@@ -61,6 +63,7 @@ class StudyConfig:
     faps: tuple[float, ...] = (1e-3, 1e-4, 1e-5)
     keep: int = 2000  # loudest values of each statistic kept per task
     bootstrap: int = 200
+    min_match: float | None = None  # of the template bank (None: the run's, bank_min_match)
 
     @property
     def tasks(self) -> int:
@@ -76,6 +79,11 @@ class StudyConfig:
                 raise ConfigError(f"{key} must be at least 1, got {getattr(self, key)}")
         if self.seed < 0 or self.bootstrap < 0:
             raise ConfigError("seed and bootstrap must not be negative")
+        mm = self.min_match
+        if mm is not None and (
+            isinstance(mm, bool) or not isinstance(mm, (int, float)) or not 0.5 < mm < 1
+        ):
+            raise ConfigError(f"min_match must be in (0.5, 1), got {shown(mm)}")
         if not self.faps or not all(0 < f < 1 for f in self.faps):
             raise ConfigError(f"false-alarm probabilities must lie in (0, 1), got {self.faps}")
         return self
@@ -88,11 +96,12 @@ def task_seeds(seed: int, task: int, n: int) -> np.ndarray:
 
 
 # -- the run directory -----------------------------------------------------------------------
-def load_run(run: Path, log=print) -> dict:
+def load_run(run: Path, log=print, min_match: float | None = None) -> dict:
     """What every task needs from a ``rootclad gw run`` directory, as plain values (sent to
     the workers, which need no access to the directory): the run's configuration, the weights,
     the noise configuration and the template bank; and which weights those are
-    (``weights_from``: their sha256 and file)."""
+    (``weights_from``: their sha256 and file). ``min_match``: the bank's (default the run's
+    ``bank_min_match``)."""
     from rootclad.gw.run.config import resolve
     from rootclad.gw.run.inputs import template_bank
 
@@ -105,6 +114,8 @@ def load_run(run: Path, log=print) -> dict:
                           "are needed); rerun `rootclad gw run` there")  # fmt: skip
     cfg = resolve(run / "config.toml")
     weights, source = current_best(run, cfg)
+    if min_match is not None:
+        cfg = dataclasses.replace(cfg, bank_min_match=float(min_match))
     spec = make_spec(cfg, weights, test, template_bank(cfg, test, run / "cache", log))
     spec["weights_from"] = source
     return spec
@@ -189,6 +200,7 @@ def hist_edges(method: str) -> np.ndarray:
 def run_task(spec: dict, study: dict, task: int, threads: int | None = None) -> dict:
     """Task ``task`` of the study: its segments generated, whitened and scored; what is kept."""
     from rootclad.gw.matched_filter import matched_filter_snr
+    from rootclad.gw.run import mf_cache
     from rootclad.gw.run.train import scores
 
     cfg, cm, bank, gen = scorer(spec, threads)
@@ -197,16 +209,25 @@ def run_task(spec: dict, study: dict, task: int, threads: int | None = None) -> 
     stat = {m: np.empty(n) for m in METHODS}
     template, when = np.empty(n, np.int64), np.empty(n)
     seconds = np.zeros(3)  # generation and whitening, network, matched filter
+    mf_key = mf_cache.key(spec, study) if study.get("mf_cache") else None
+    cached = mf_key and mf_cache.load(mf_key, task, n, len(bank), bank.n / bank.sample_rate)
     for lo in range(0, n, SLICE):
         t0 = time.perf_counter()
         x = gen.events(seeds[lo : lo + SLICE])["strain"][:, None, :]
         t1 = time.perf_counter()
         stat["network"][lo : lo + len(x)] = scores(cm, cfg, x, NET_BATCH)
         t2 = time.perf_counter()
-        r = matched_filter_snr(x, bank, workers=-1 if threads is None else threads)
-        stat["matched_filter"][lo : lo + len(x)] = r.snr
-        template[lo : lo + len(x)], when[lo : lo + len(x)] = r.template, r.time
+        if not cached:
+            r = matched_filter_snr(x, bank, workers=-1 if threads is None else threads)
+            stat["matched_filter"][lo : lo + len(x)] = r.snr
+            template[lo : lo + len(x)], when[lo : lo + len(x)] = r.template, r.time
         seconds += (t1 - t0, t2 - t1, time.perf_counter() - t2)
+    if cached:
+        stat["matched_filter"], template, when = cached["snr"], cached["template"], cached["time"]
+    elif mf_key:
+        mf_cache.store(
+            mf_key, task, {"snr": stat["matched_filter"], "template": template, "time": when}
+        )
     out = {"task": np.int64(task), "segments": np.int64(n), "seconds": seconds,
            "key": np.str_(study["key"])}  # fmt: skip
     k = min(study["keep"], n)
@@ -388,79 +409,27 @@ def merge(results) -> dict:
     return out
 
 
-# -- running the tasks -----------------------------------------------------------------------
-def _run_local(spec, study, todo, workers):
-    """Yield (task, result) from ``workers`` spawned processes (fresh interpreters: the
-    compiled model's thread pool and torch's are not forked), one thread each."""
-    import multiprocessing as mp
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
-    pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"))
-    pending: dict = {}
-    queue = list(todo)
-    finished = False
-    try:
-        while queue or pending:
-            while queue and len(pending) < 2 * workers:
-                i = queue.pop(0)
-                pending[_submit(pool, spec, study, i)] = i
-            done, _ = wait(set(pending), return_when=FIRST_COMPLETED)
-            for f in done:
-                i = pending.pop(f)
-                yield i, _result(f, i)
-        finished = True
-    finally:
-        if not finished:  # stop the workers now, not after their tasks
-            for proc in list((getattr(pool, "_processes", None) or {}).values()):
-                proc.kill()
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _submit(pool, spec, study, task: int):
-    """Submit a task; a pool broken by a worker that died before this task was queued fails
-    it the way a running task fails (named, with the same advice)."""
-    try:
-        return pool.submit(run_task, spec, study, task, 1)
-    except Exception as err:
-        raise _task_failed(task, err) from err
-
-
-def _task_failed(task: int, err: BaseException) -> RuntimeError:
-    return RuntimeError(f"background task {task} failed: {type(err).__name__}: {err} "
-                        "(the finished tasks are kept; run the study again to "
-                        "complete it)")  # fmt: skip
-
-
-def _result(future, task: int):
-    """A task's result; its failure raised naming the task (its finished siblings are kept:
-    a rerun runs only the missing tasks)."""
-    try:
-        return future.result()
-    except Exception as err:
-        raise _task_failed(task, err) from err
-
-
-def _run_dask(client, spec, study, todo):
-    from dask.distributed import as_completed
-
-    # in a list: a dict is scattered value by value, under its keys' names
-    (shared,) = client.scatter([spec], broadcast=True)
-    futures = {client.submit(run_task, shared, study, i, 1, pure=False): i for i in todo}
-    try:
-        for f in as_completed(list(futures)):
-            yield futures[f], _result(f, futures[f])
-    finally:
-        client.cancel(list(futures))
-
-
-def run_study(run: Path, out: Path | None = None, sc: StudyConfig | None = None, *,
-              workers: int = 1, scheduler: str | None = None, connect_timeout: float = 10.0,
-              client=None, progress: bool = False, log=print, on_task=None) -> dict:  # fmt: skip
+def run_study(
+    run: Path,
+    out: Path | None = None,
+    sc: StudyConfig | None = None,
+    *,
+    workers: int = 1,
+    scheduler: str | None = None,
+    connect_timeout: float = 10.0,
+    client=None,
+    progress: bool = False,
+    log=print,
+    on_task=None,
+    mf_cache: bool = True,
+) -> dict:
     """The background study of the run in ``run``, written to ``out`` (default
     ``run/background``): the tasks that are not finished yet, then the thresholds, the
     efficiencies and the report. Returns the summary (also ``out/background.json``). The tasks
     run on ``workers`` local processes, the workers of the Dask scheduler at ``scheduler``, or
-    those of ``client`` (a ``dask.distributed.Client``, left open)."""
+    those of ``client`` (a ``dask.distributed.Client``, left open). ``mf_cache``: take the
+    matched filter's values of tasks that a study on the same noise and bank computed before
+    from the private cache (:mod:`.mf_cache`), and keep those computed now."""
     from tqdm.auto import tqdm
 
     from rootclad.gw.run import background_report
@@ -478,12 +447,14 @@ def run_study(run: Path, out: Path | None = None, sc: StudyConfig | None = None,
     where = scheduler or (f"{len(client.nthreads())} Dask workers" if client
                           else f"{workers} local process" + ("es" if workers > 1 else ""))  # fmt: skip
     try:
-        spec = load_run(run, log)
+        spec = load_run(run, log, sc.min_match)
+        check_disjoint(spec["config"], sc.tasks, lambda i: task_seeds(sc.seed, i, sc.per_task))
         key = _fingerprint(spec, sc)
         sha = spec["weights_from"]["sha256"]
         _claim(out, key, sc, sha)
         study = {"seed": sc.seed, "per_task": sc.per_task, "keep": sc.keep, "key": key}
         study["templates"] = len(spec["bank"]["masses"])
+        study["mf_cache"] = bool(mf_cache)
         todo = [i for i in range(sc.tasks) if read_task(out, i, study) is None]
         log(f"weights: {spec['weights_from']['file']} (sha256 {sha[:16]})")
         log(
@@ -493,9 +464,9 @@ def run_study(run: Path, out: Path | None = None, sc: StudyConfig | None = None,
         )
         t0 = time.perf_counter()
         if client is not None:
-            results = _run_dask(client, spec, study, todo)
+            results = run_dask(run_task, client, spec, study, todo)
         elif workers > 1 and len(todo) > 1:
-            results = _run_local(spec, study, todo, min(workers, len(todo)))
+            results = run_local(run_task, spec, study, todo, min(workers, len(todo)))
         else:
             results = ((i, run_task(spec, study, i)) for i in todo)
         with tqdm(total=len(todo), unit="task", disable=not progress, desc="background") as bar:

@@ -191,11 +191,19 @@ def write_png(path: Path):
     return replacing(path, ".png")
 
 
+def bank_min_match(spec: dict) -> float:
+    """The minimal match of the bank a study used (its configuration's)."""
+    import tomllib
+
+    return float(tomllib.loads(spec["config"])["bank_min_match"])
+
+
 def markdown(s: dict, figures) -> str:
     lines = ["# rootclad gw background", "",
              f"Run `{s['run']}`: {s['segments']} noise-only segments in {s['tasks']} tasks of "
              f"{s['per_task']} (study seed {s['seed']}), scored by the network and by a bank of "
-             f"{s['template_bank']} templates; {s['signal_events']} test signals.", "",
+             f"{s['template_bank']} templates (minimal match {s['bank_min_match']}); "
+             f"{s['signal_events']} test signals.", "",
              f"Weights: `{s['weights']['file']}` (sha256 {s['weights']['sha256'][:16]}...).", "",
              "| false-alarm probability | method | threshold | exact | SNR50 | ± |",
              "|---|---|---|---|---|---|"]  # fmt: skip
@@ -240,6 +248,7 @@ def write(out: Path, run: Path, spec: dict, sc, bg: dict, signals: dict, timing:
         "per_task": sc.per_task,
         "seed": sc.seed,
         "template_bank": len(spec["bank"]["masses"]),
+        "bank_min_match": bank_min_match(spec),
         # which weights were scored: the run's current best (gw/run/weights.py)
         "weights": spec["weights_from"],
         "signal_events": int(len(signals["snr"])),

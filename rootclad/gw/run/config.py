@@ -39,6 +39,17 @@ class RunConfig:
     batch_size: int = 64
     lr: float = 1e-3
     patience: int = 4  # epochs without a better validation loss before stopping
+    # training that targets the noise tail (fresh.py): "file" trains on train.root every
+    # epoch; "fresh" on events simulated afresh each epoch, with a curriculum over SNR for the
+    # first curriculum_epochs, the hard_negatives loudest of hard_pool fresh noise segments in
+    # each epoch's noise, and (select = "pauc") the epoch kept by the partial AUC at
+    # false-alarm probabilities up to 1e-3 over val_noise noise segments
+    training_data: str = "file"
+    curriculum_epochs: int = 0
+    hard_negatives: int = 0
+    hard_pool: int = 65536
+    select: str = "loss"
+    val_noise: int = 32768
     # evaluation
     bank_min_match: float = 0.97
     bootstrap: int = 200
@@ -127,11 +138,27 @@ PRESETS = {
     "search": {"background_segments": 1_000_000},
 }
 
-_INT = {"seed", "train_events", "val_events", "test_events", "epochs", "batch_size", "patience",
-        "bootstrap", "saliency_examples", "background_segments", "workers"}  # fmt: skip
+_INT = {
+    "seed",
+    "train_events",
+    "val_events",
+    "test_events",
+    "epochs",
+    "batch_size",
+    "patience",
+    "bootstrap",
+    "saliency_examples",
+    "background_segments",
+    "workers",
+    "curriculum_epochs",
+    "hard_negatives",
+    "hard_pool",
+    "val_noise",
+}
 _FLOAT = {"duration", "sample_rate", "lr", "bank_min_match"}
 _PAIR = {"snr", "mass_range"}
-_STR = {"approximant": None, "compression": ("lz4", "none", "zlib", "zstd", "lzma"), "model": ("cnn", "mlp"), "engine": ("auto", "clad", "pullback"),
+_STR = {"approximant": None, "compression": ("lz4", "none", "zlib", "zstd", "lzma"), "model": ("cnn", "mlp", "resnet", "resnet-deep"),
+        "training_data": ("file", "fresh"), "select": ("loss", "pauc"), "engine": ("auto", "clad", "pullback"),
         "device": ("cpu", "cuda"), "scheduler": None}  # fmt: skip
 
 
@@ -185,7 +212,15 @@ def check(c: RunConfig) -> RunConfig:
     if c.test_events < 200:
         raise ConfigError(f"test_events must be at least 200 (thresholds at a false-alarm "
                           f"probability of 1e-2 need noise events), got {c.test_events}")  # fmt: skip
-    for key in ("bootstrap", "saliency_examples", "seed", "background_segments", "workers"):
+    for key in (
+        "bootstrap",
+        "saliency_examples",
+        "seed",
+        "background_segments",
+        "workers",
+        "curriculum_epochs",
+        "hard_negatives",
+    ):
         if getattr(c, key) < 0:
             raise ConfigError(f"{key} must not be negative, got {shown(getattr(c, key))}")
     if c.seed > MAX_SEED:
@@ -201,6 +236,26 @@ def check(c: RunConfig) -> RunConfig:
         raise ConfigError('device = "cuda" runs in one process; the distributed route trains '
                           "on the workers' CPUs (for several GPUs: rootclad.distributed with a "
                           "DeviceModel per rank, docs/distributed_training.md)")  # fmt: skip
+    if c.training_data == "file" and (c.curriculum_epochs or c.hard_negatives):
+        raise ConfigError(
+            'curriculum_epochs and hard_negatives need training_data = "fresh" '
+            "(events simulated for each epoch)"
+        )
+    if c.hard_negatives and not c.hard_negatives <= min(c.hard_pool, c.train_events // 2):
+        raise ConfigError(
+            f"hard_negatives must be at most hard_pool ({c.hard_pool}) and half "
+            f"of train_events ({c.train_events}), got {c.hard_negatives}"
+        )
+    if c.val_noise < 1000 or c.hard_pool < 1:
+        raise ConfigError(
+            "val_noise must be at least 1000 (a partial AUC to 1e-3 needs the "
+            "noise) and hard_pool at least 1"
+        )
+    if (c.training_data == "fresh" or c.select == "pauc") and (c.workers > 1 or c.scheduler):
+        raise ConfigError(
+            'training_data = "fresh" and select = "pauc" train in one process; '
+            "the distributed route reads the training file"
+        )
     for key in ("duration", "sample_rate", "lr"):
         v = getattr(c, key)
         if not (math.isfinite(v) and v > 0):

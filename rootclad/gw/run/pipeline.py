@@ -347,7 +347,7 @@ def onnx_round_trip(cm, cfg, stem: Path, test_file: Path, network: np.ndarray,
     net.load_state_dict(cm.state_dict())
     net.eval()
     path = stem.with_suffix(".onnx")
-    shape = (2, 1, n) if cfg.model == "cnn" else (2, n)
+    shape = (2, n) if cfg.model == "mlp" else (2, 1, n)
     # the TorchScript-based exporter warns that it is legacy
     with warnings.catch_warnings(), replacing(path) as tmp:
         warnings.simplefilter("ignore")
@@ -447,7 +447,8 @@ def _run(cfg: RunConfig, out: Path, client, resume: bool, resuming: bool, progre
     else:
         tr = stages.run("train", cluster.train, client, cfg, files["train"], files["val"], out,
                         resume=resume, log=log)  # fmt: skip
-    log(f"engine: {tr.engine} on {tr.cm.device}; best validation loss at epoch {tr.best_epoch}")
+    what = "1 - partial AUC" if cfg.select == "pauc" else "loss"
+    log(f"engine: {tr.engine} on {tr.cm.device}; best validation {what} at epoch {tr.best_epoch}")
     test = read_test(files["test"])
     if client is None:
         network = stages.run("score (network)", network_scores, tr.cm, cfg, files["test"])
@@ -486,8 +487,19 @@ def _run(cfg: RunConfig, out: Path, client, resume: bool, resuming: bool, progre
         from rootclad.gw.run.background import StudyConfig, run_study
 
         sc = StudyConfig(segments=cfg.background_segments, seed=cfg.seed, bootstrap=cfg.bootstrap)
-        bg = stages.run("background", run_study, out, out / "background", sc, client=client,
-                        progress=progress, log=log)  # fmt: skip
+        # without Dask workers the study runs on one local process per core
+        local = 1 if client is not None else len(os.sched_getaffinity(0))
+        bg = stages.run(
+            "background",
+            run_study,
+            out,
+            out / "background",
+            sc,
+            client=client,
+            workers=local,
+            progress=progress,
+            log=log,
+        )
         summary["background"] = {"file": str(out / "background" / "background.json"),
                                  "verdict": bg["verdict"], "seconds": stages.times["background"]}  # fmt: skip
         report.write_text(out / "summary.json", json.dumps(summary, indent=1, default=float) + "\n")

@@ -110,11 +110,17 @@ def plots(out: Path, cfg, tr, ev, test, network, mf, examples) -> list[tuple[str
     h = tr.history
     fig, ax = plt.subplots(figsize=(6, 3.6))
     ax.plot([e["epoch"] for e in h], [e["train_loss"] for e in h], "o-", label="train")
-    ax.plot([e["epoch"] for e in h], [e["val_loss"] for e in h], "s-", label="validation")
+    pauc = cfg.select == "pauc"
+    val = "validation 1 - partial AUC (FAP <= 1e-3)" if pauc else "validation"
+    ax.plot([e["epoch"] for e in h], [e["val_loss"] for e in h], "s-", label=val)
     ax.axvline(tr.best_epoch, color="grey", ls=":", label=f"best (epoch {tr.best_epoch})")
-    ax.set(xlabel="epoch", ylabel="binary cross-entropy", title=f"training ({tr.engine} engine)")
+    ax.set(
+        xlabel="epoch",
+        ylabel="binary cross-entropy" + (" / 1 - pAUC" if pauc else ""),
+        title=f"training ({tr.engine} engine)",
+    )
     ax.legend()
-    save(fig, "loss", "Training and validation loss per epoch.")
+    save(fig, "loss", "Training loss and the validation number monitored per epoch.")
 
     fig, ax = plt.subplots(figsize=(5, 4.5))
     for m, label in _methods(cfg).items():

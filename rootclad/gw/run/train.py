@@ -52,13 +52,13 @@ def compile_model(cfg: RunConfig):
     n = round(cfg.duration * cfg.sample_rate)
     torch.manual_seed(cfg.seed)
     net = make(cfg.model, n)
-    shape = (1, 1, n) if cfg.model == "cnn" else (1, n)
+    shape = (1, n) if cfg.model == "mlp" else (1, 1, n)
     return rootclad.compile(net, example_input=torch.zeros(shape), loss="bce_with_logits",
                             engine=cfg.engine, device=cfg.device)  # fmt: skip
 
 
 def _shape(cfg, x):
-    return x if cfg.model == "cnn" else x.reshape(x.shape[0], -1)
+    return x.reshape(x.shape[0], -1) if cfg.model == "mlp" else x
 
 
 def _tensor(cm, a: np.ndarray) -> torch.Tensor:
@@ -90,7 +90,20 @@ def _same_training(a: str, b: str) -> bool:
     for c in (first, second):
         for key in ("compression", "background_segments", "workers", "scheduler"):
             c.pop(key, None)
+        for key, value in _NEWER_KEYS.items():  # a checkpoint from before these keys
+            c.setdefault(key, value)
     return first == second
+
+
+# keys added after checkpoints were written, and the value that training had
+_NEWER_KEYS = {
+    "training_data": "file",
+    "curriculum_epochs": 0,
+    "hard_negatives": 0,
+    "hard_pool": 65536,
+    "select": "loss",
+    "val_noise": 32768,
+}
 
 
 def load_checkpoint(path: Path, map_location=None) -> dict:
@@ -152,12 +165,26 @@ def train(cfg: RunConfig, train_file, val_file, out: Path, *, resume: bool = Fal
     stopping after ``patience`` epochs without a better one, the best weights kept, and after
     each epoch (its log line first) a checkpoint, which ``resume`` continues from."""
     import rootclad
+    from rootclad.gw.dataset import read_config
+    from rootclad.gw.run import fresh
     from rootclad.torch.fit import fit
 
     cm = compile_model(cfg)
     opt = rootclad.optim.Adam(cm, lr=cfg.lr)
-    tr = batches([train_file], cfg, batch_size=cfg.batch_size)
-    va = batches([val_file], cfg, batch_size=1024, shuffle=False)
+    sim = read_config(train_file)
+    score = lambda x: scores(cm, cfg, x)  # noqa: E731
+    if cfg.training_data == "fresh":
+        miner = fresh.hard_miner(cm, cfg, sim, score) if cfg.hard_negatives else None
+        tr = fresh.FreshBatches(cfg, sim, miner)
+    else:
+        tr = batches([train_file], cfg, batch_size=cfg.batch_size)
+    if cfg.select == "pauc":
+        validation = fresh.pauc_validation(cm, cfg, sim, val_file, score)
+        said = log
+        log = lambda line: said(line.replace("validation loss", "validation 1 - pAUC"))  # noqa: E731
+    else:
+        va = batches([val_file], cfg, batch_size=1024, shuffle=False)
+        validation = lambda: validation_loss(cm, va, cfg)  # noqa: E731
     out.mkdir(parents=True, exist_ok=True)
     ckpt = out / "checkpoint.pt"
     state = resume_state(cfg, ckpt, resume, log)
@@ -167,7 +194,7 @@ def train(cfg: RunConfig, train_file, val_file, out: Path, *, resume: bool = Fal
 
     # the shape and the device transfer are fit's; on a GPU the loss stays there until the
     # epoch ends (or the bar reads it, every 20 batches)
-    result = fit(cm, opt, tr, epochs=cfg.epochs, validation=lambda: validation_loss(cm, va, cfg),
+    result = fit(cm, opt, tr, epochs=cfg.epochs, validation=validation,
                  patience=cfg.patience, transform=lambda x: _shape(cfg, x), progress=progress,
                  log=log, on_epoch_end=save, resume=state)  # fmt: skip
     return TrainResult(cm, cm.engine, result.history, result.best_epoch, result.stopped_early,
