@@ -37,6 +37,10 @@ RECIPES = [
     ("+ SNR curriculum", {"curriculum_epochs": 4}),
     ("+ hard negatives", {"hard_negatives": 1024}),
     ("+ pAUC selection", {"select": "pauc"}),
+    (
+        "+ 40 epochs, cosine rate",
+        {"epochs": 40, "patience": 10, "lr_schedule": "cosine", "curriculum_epochs": 6},
+    ),
 ]
 
 
@@ -124,7 +128,7 @@ def row(label: str, keys: dict, run: Path, bg: dict, train_s, study_s) -> dict:
 def table(rows: list[dict]) -> str:
     faps = ("1e-3", "1e-4", "1e-5")
     head = "| recipe | segments | bank | " + " | ".join(f"ratio {f}" for f in faps)
-    lines = [head + " | run's ratio 1e-2 | train s |", "|" + " --- |" * (len(faps) + 5)]
+    lines = [head + " | run's ratio 1e-2 | epochs (best) |", "|" + " --- |" * (len(faps) + 5)]
     for r in rows:
         cells = []
         for f in faps:
@@ -138,7 +142,7 @@ def table(rows: list[dict]) -> str:
             f"| {r['label']} | {r['segments']:,} | {r['template_bank']} "
             f"(mm {r['bank_min_match']}) | "
             + " | ".join(cells)
-            + f" | {rr['value']:.3f} ± {rr['std']:.3f} | {r['train_seconds']:.0f} |"
+            + f" | {rr['value']:.3f} ± {rr['std']:.3f} | {r['epochs']} ({r['best_epoch']}) |"
         )
     return "\n".join(lines) + "\n"
 

@@ -18,6 +18,8 @@ import socket
 import sys
 import time
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -287,17 +289,24 @@ def test_bad_input_is_refused_quickly_and_clearly(run_dir, reference, tmp_path, 
     assert summary["segments"] == 300
 
 
-def test_the_search_preset_adds_a_study_without_changing_the_training():
-    """``gw run --preset search`` is the default run and a background study of 1e6 segments
-    after the report; a checkpoint of the default run resumes under it (same training)."""
+def test_the_search_preset_trains_for_the_tail_then_runs_a_study():
+    """``gw run --preset search`` is the ablation's last recipe (benchmarks/gw/bench_search.py)
+    and a background study of 2e6 segments after the report; the study does not change the
+    training (a checkpoint of the recipe without it resumes under the preset)."""
+    import sys
+
     from rootclad.gw.run.config import resolve
     from rootclad.gw.run.train import _same_training
 
-    search, default = resolve(preset="search"), resolve()
-    assert search.background_segments == 1_000_000 and default.background_segments == 0
-    assert search == default.__class__(**{**default.__dict__, "background_segments": 10**6})
-    assert _same_training(search.to_toml(), default.to_toml())
-    assert not _same_training(search.to_toml(), resolve(lr=2e-3).to_toml())
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "gw"))
+    from bench_search import recipe_configs
+
+    search = resolve(preset="search")
+    last = resolve(**recipe_configs()[-1][1])
+    assert search.background_segments == 2_000_000 and last.background_segments == 0
+    assert search == last.__class__(**{**last.__dict__, "background_segments": 2 * 10**6})
+    assert _same_training(search.to_toml(), last.to_toml())
+    assert not _same_training(search.to_toml(), resolve().to_toml())
     with pytest.raises(ConfigError, match="background_segments must not be negative"):
         resolve(background_segments=-1)
 

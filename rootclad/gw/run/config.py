@@ -50,6 +50,9 @@ class RunConfig:
     hard_pool: int = 65536
     select: str = "loss"
     val_noise: int = 32768
+    # the learning rate: constant, halved when the monitored number has not improved for 2
+    # epochs ("plateau"), or annealed to 0 over the epochs ("cosine")
+    lr_schedule: str = "constant"
     # evaluation
     bank_min_match: float = 0.97
     bootstrap: int = 200
@@ -133,9 +136,19 @@ PRESETS = {
         "epochs": 30,
         "patience": 6,
     },  # fmt: skip
-    # the default run, then 1e6 noise-only segments through both methods (thresholds down to
-    # 1e-5, docs/gw_background.md): about an hour on 2 cores
-    "search": {"background_segments": 1_000_000},
+    # training for the noise tail (fresh.py, the recipe of docs/gw_background.md's ablation),
+    # then 2e6 noise-only segments through both methods (thresholds down to 1e-5 on 20
+    # segments, docs/gw_background.md)
+    "search": {
+        "training_data": "fresh",
+        "curriculum_epochs": 6,
+        "hard_negatives": 1024,
+        "select": "pauc",
+        "epochs": 40,
+        "patience": 10,
+        "lr_schedule": "cosine",
+        "background_segments": 2_000_000,
+    },
 }
 
 _INT = {
@@ -158,7 +171,8 @@ _INT = {
 _FLOAT = {"duration", "sample_rate", "lr", "bank_min_match"}
 _PAIR = {"snr", "mass_range"}
 _STR = {"approximant": None, "compression": ("lz4", "none", "zlib", "zstd", "lzma"), "model": ("cnn", "mlp", "resnet", "resnet-deep"),
-        "training_data": ("file", "fresh"), "select": ("loss", "pauc"), "engine": ("auto", "clad", "pullback"),
+        "training_data": ("file", "fresh"), "select": ("loss", "pauc"),
+        "lr_schedule": ("constant", "plateau", "cosine"), "engine": ("auto", "clad", "pullback"),
         "device": ("cpu", "cuda"), "scheduler": None}  # fmt: skip
 
 

@@ -103,6 +103,7 @@ _NEWER_KEYS = {
     "hard_pool": 65536,
     "select": "loss",
     "val_noise": 32768,
+    "lr_schedule": "constant",
 }
 
 
@@ -196,9 +197,20 @@ def train(cfg: RunConfig, train_file, val_file, out: Path, *, resume: bool = Fal
     # epoch ends (or the bar reads it, every 20 batches)
     result = fit(cm, opt, tr, epochs=cfg.epochs, validation=validation,
                  patience=cfg.patience, transform=lambda x: _shape(cfg, x), progress=progress,
-                 log=log, on_epoch_end=save, resume=state)  # fmt: skip
+                 log=log, on_epoch_end=save, resume=state,
+                 scheduler=lr_scheduler(cfg, opt))  # fmt: skip
     return TrainResult(cm, cm.engine, result.history, result.best_epoch, result.stopped_early,
                        result.resumed_from)  # fmt: skip
+
+
+def lr_scheduler(cfg: RunConfig, opt):
+    """The configured ``lr_schedule`` on ``opt`` (None: constant)."""
+    sched = torch.optim.lr_scheduler
+    if cfg.lr_schedule == "plateau":
+        return sched.ReduceLROnPlateau(opt, factor=0.5, patience=2)
+    if cfg.lr_schedule == "cosine":
+        return sched.CosineAnnealingLR(opt, T_max=cfg.epochs)
+    return None
 
 
 def scores(cm, cfg, x: np.ndarray, batch: int = 1024) -> np.ndarray:
