@@ -189,10 +189,14 @@ def register(subparsers) -> None:
     )
     p.add_argument("--compression", choices=["lz4", "none", "zlib", "zstd", "lzma"],
                    help="of the data files (default lz4; zlib also detects corrupted strain)")  # fmt: skip
-    p.add_argument("--preset", default="default", choices=["default", "full", "search"],
-                   help="sizes of the run (default: the embedded default; full: more data and "
-                   "epochs; search: training for the noise tail, then a background study of "
-                   "2e6 noise segments; see docs/gw_run.md)")  # fmt: skip
+    p.add_argument(
+        "--preset",
+        default="default",
+        choices=["default", "full", "search"],
+        help="sizes of the run (default: the embedded default; full: more data and "
+        "epochs; search: training for the noise tail, then a background study of "
+        "2e6 noise segments; see docs/gw_run.md)",
+    )
     p.add_argument("--workers", type=int, help="simulate, train (data-parallel, one rank per "
                    "worker) and score on N local Dask worker processes (default: this process "
                    "alone; docs/gw_run.md)")  # fmt: skip

@@ -17,7 +17,6 @@ import shutil
 import socket
 import sys
 import time
-
 from pathlib import Path
 
 import numpy as np

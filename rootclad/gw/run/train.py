@@ -195,10 +195,20 @@ def train(cfg: RunConfig, train_file, val_file, out: Path, *, resume: bool = Fal
 
     # the shape and the device transfer are fit's; on a GPU the loss stays there until the
     # epoch ends (or the bar reads it, every 20 batches)
-    result = fit(cm, opt, tr, epochs=cfg.epochs, validation=validation,
-                 patience=cfg.patience, transform=lambda x: _shape(cfg, x), progress=progress,
-                 log=log, on_epoch_end=save, resume=state,
-                 scheduler=lr_scheduler(cfg, opt))  # fmt: skip
+    result = fit(
+        cm,
+        opt,
+        tr,
+        epochs=cfg.epochs,
+        validation=validation,
+        patience=cfg.patience,
+        transform=lambda x: _shape(cfg, x),
+        progress=progress,
+        log=log,
+        on_epoch_end=save,
+        resume=state,
+        scheduler=lr_scheduler(cfg, opt),
+    )
     return TrainResult(cm, cm.engine, result.history, result.best_epoch, result.stopped_early,
                        result.resumed_from)  # fmt: skip
 
