@@ -6,7 +6,7 @@ false-alarm probabilities 1e-3, 1e-4 and 1e-5, measured by a background study.
 
 For each recipe (the default run, then one change at a time, cumulative), ``rootclad gw run
 --config`` trains in ``DIR/<label>`` (skipped when that directory holds a finished run of the
-same configuration) and ``rootclad gw background --seed 1`` measures it on ``--segments``
+same training) and ``rootclad gw background --seed 1`` measures it on ``--segments``
 noise segments (the study seed of ``--preset search``; the matched filter's values come from
 the private cache after the first study, :mod:`rootclad.gw.run.mf_cache`). Writes
 ``benchmarks/results/gw_search_ablation.json`` (the commands, each recipe's configuration,
@@ -62,26 +62,29 @@ def _toml(keys: dict) -> str:
     return "".join(f"{k} = {toml_value(v)}\n" for k, v in keys.items())
 
 
-def train(label: str, keys: dict, work: Path) -> tuple[Path, float | None]:
-    """The run directory of a recipe, trained unless a finished run of it is there."""
+def train(label: str, keys: dict, work: Path) -> Path:
+    """The run directory of a recipe, trained unless a finished run of the same training is
+    there (`gw run --preset search` made the last one: its study does not change it)."""
     from rootclad.gw.run.config import resolve
+    from rootclad.gw.run.train import _same_training
 
     out = work / slug(label)
     conf = work / f"{slug(label)}.toml"
     conf.write_text(_toml(keys))
     want = resolve(conf).to_toml()
-    done = (out / "summary.json").exists() and (out / "config.toml").read_text() == want
-    if done:
-        return out, None
-    t = time.perf_counter()
+    if (out / "summary.json").exists() and _same_training((out / "config.toml").read_text(), want):
+        return out
     subprocess.run(
         ["rootclad", "gw", "run", "--config", str(conf), "--out", str(out), "-q"], check=True
     )
-    return out, time.perf_counter() - t
+    return out
 
 
 def study(run: Path, segments: int, workers: int, min_match: float | None) -> tuple[dict, float]:
-    out = run / ("background" if min_match is None else f"background-mm{min_match}")
+    """The recipe's background study (in RUN/background-<segments>[-mm<min match>]; the
+    tasks a study of the same size ran before are read, not run)."""
+    name = f"background-{segments}" + ("" if min_match is None else f"-mm{min_match}")
+    out = run / name
     cmd = [
         "rootclad",
         "gw",
@@ -104,7 +107,7 @@ def study(run: Path, segments: int, workers: int, min_match: float | None) -> tu
     return json.loads((out / "background.json").read_text()), time.perf_counter() - t
 
 
-def row(label: str, keys: dict, run: Path, bg: dict, train_s, study_s) -> dict:
+def row(label: str, keys: dict, run: Path, bg: dict, study_s) -> dict:
     summary = json.loads((run / "summary.json").read_text())
     tr = summary["training"]
     return {
@@ -114,7 +117,6 @@ def row(label: str, keys: dict, run: Path, bg: dict, train_s, study_s) -> dict:
         "epochs": len(tr.get("history", [])),
         "best_epoch": tr.get("best_epoch"),
         "run_ratio_1e-2": summary["ratio"]["1e-2"],
-        "run_wall_seconds": train_s,
         "segments": bg["segments"],
         "template_bank": bg["template_bank"],
         "bank_min_match": bg.get("bank_min_match"),
@@ -165,9 +167,9 @@ def main() -> None:
     for label, keys in recipe_configs():
         if only is not None and slug(label) not in only:
             continue
-        run, train_s = train(label, keys, args.work)
+        run = train(label, keys, args.work)
         bg, study_s = study(run, args.segments, args.workers, args.min_match)
-        rows[label] = row(label, keys, run, bg, train_s, study_s)
+        rows[label] = row(label, keys, run, bg, study_s)
         order = [lab for lab, _ in RECIPES if lab in rows]
         result = {
             "command": " ".join(["python", "benchmarks/gw/bench_search.py", *sys.argv[1:]]),

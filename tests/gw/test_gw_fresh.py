@@ -102,7 +102,7 @@ def test_hard_negatives_are_the_loudest_of_their_pool():
     def score(x):
         return np.abs(x).max(axis=(1, 2)).astype(np.float64)
 
-    mined = fresh.hard_miner(None, cfg, sim, score)(1)
+    mined = fresh.hard_miner(cfg, sim, score)(1)
     pool = fresh.kind_seeds(cfg.seed, "hard", 1, cfg.hard_pool, fresh.file_seeds(cfg))
     x = generate_events(pool, dataclasses.replace(sim, signal_fraction=0.0))["strain"][:, None]
     expected = x[np.argsort(-score(x), kind="stable")[:16]]
@@ -143,7 +143,6 @@ def test_the_training_seeds_the_test_files_and_a_studys_are_disjoint():
         (dict(training_data="file"), 'need training_data = "fresh"'),
         (dict(hard_negatives=200), "hard_negatives must be at most hard_pool"),
         (dict(val_noise=10), "val_noise must be at least 1000"),
-        (dict(workers=2, batch_size=32), "train in one process"),
         (dict(select="best"), "select must be one of loss, pauc"),
         (dict(model="transformer"), "model must be one of cnn, mlp, resnet, resnet-deep"),
     ],
@@ -173,3 +172,42 @@ def fresh_keys():
         "select",
         "val_noise",
     )
+
+
+def test_the_deep_gw_resnet_compiles_to_torchs_forward_and_gradients():
+    """resnet-deep (GroupNorm, residual stages, the mean and maximum over time) compiled:
+    its output and every gradient against torch autograd in float64."""
+    import torch
+
+    from rootclad.gw.models import gw_resnet_deep
+    from tests.fixtures.core import check_against_torch
+
+    torch.manual_seed(0)
+    net = gw_resnet_deep(512)
+    check_against_torch(net, torch.randn(3, 1, 512), torch.float64)
+
+
+def test_the_pauc_validation_reads_the_files_signals_and_fresh_noise(tmp_path):
+    from rootclad.gw.dataset import generate_events, simulate
+    from rootclad.gw.run.inputs import read_test
+
+    cfg = resolve(**SMALL)
+    sim = _sim(cfg)
+    kw = cfg.simulation("val")
+    val = tmp_path / "val.root"
+    simulate(
+        val,
+        kw.pop("n_events"),
+        workers=1,
+        progress=False,
+        t_merger=(0.12, 0.2),
+        **{k: v for k, v in kw.items() if k != "compression"},
+    )
+    monitored = fresh.pauc_validation(cfg, sim, val, lambda x: np.abs(x).max(axis=(1, 2)))
+    meta = read_test(val)
+    seeds = meta["seed"][meta["label"] == 1]
+    signal = generate_events(seeds, dataclasses.replace(sim, snr=cfg.snr))["strain"]
+    noise_seeds = fresh.kind_seeds(cfg.seed, "val_noise", 0, 1000, fresh.file_seeds(cfg))
+    noise = generate_events(noise_seeds, dataclasses.replace(sim, signal_fraction=0.0))["strain"]
+    want = 1 - fresh.partial_auc(np.abs(signal).max(axis=1), np.abs(noise).max(axis=1))
+    assert monitored() == pytest.approx(want, abs=1e-12)

@@ -34,7 +34,7 @@ def test_config_file_round_trips_and_bad_values_name_their_key(tmp_path):
         ("train_events = 0", "train_events must be at least 1"),
         ("test_events = 100", "test_events must be at least 200"),
         ("duration = 0.1", "at least 280"),
-        ("model = 'resnet'", "model must be one of cnn, mlp"),
+        ("model = 'vit'", "model must be one of cnn, mlp, resnet, resnet-deep"),
         ("lr = nan", "lr must be a positive number"),
         ("epochs = ", "not TOML"),
     ]:

@@ -265,11 +265,6 @@ def check(c: RunConfig) -> RunConfig:
             "val_noise must be at least 1000 (a partial AUC to 1e-3 needs the "
             "noise) and hard_pool at least 1"
         )
-    if (c.training_data == "fresh" or c.select == "pauc") and (c.workers > 1 or c.scheduler):
-        raise ConfigError(
-            'training_data = "fresh" and select = "pauc" train in one process; '
-            "the distributed route reads the training file"
-        )
     for key in ("duration", "sample_rate", "lr"):
         v = getattr(c, key)
         if not (math.isfinite(v) and v > 0):

@@ -129,7 +129,7 @@ class FreshBatches:
             yield x[lo : lo + b], y[lo : lo + b]
 
 
-def hard_miner(cm, cfg, sim, score):
+def hard_miner(cfg, sim, score):
     """A function of the epoch: the ``hard_negatives`` loudest of ``hard_pool`` fresh noise
     segments as the network now scores them ((H, 1, n) float32)."""
     from rootclad.gw.dataset import _Generator
@@ -163,7 +163,7 @@ def partial_auc(signal: np.ndarray, noise: np.ndarray, fap_max: float = FAP_MAX)
     return float(above.mean() / len(s))
 
 
-def pauc_validation(cm, cfg, sim, val_file, score):
+def pauc_validation(cfg, sim, val_file, score):
     """A function of no arguments returning 1 - partial AUC on the validation file's signals
     and ``val_noise`` fresh noise segments (generated once)."""
     from rootclad.gw.dataset import _Generator

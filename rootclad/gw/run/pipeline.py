@@ -441,7 +441,8 @@ def _run(cfg: RunConfig, out: Path, client, resume: bool, resuming: bool, progre
     report.write_text(out / "config.toml", cfg.to_toml())
     stages = Stages(log)
     files = stages.run("simulate", simulate_all, cfg, out / "data", progress, log, client)
-    if client is None:
+    if client is None or cfg.training_data == "fresh" or cfg.select == "pauc":
+        # training for the tail simulates its events here: this process trains
         tr = stages.run("train", train.train, cfg, files["train"], files["val"], out,
                         resume=resume, progress=progress, log=log)  # fmt: skip
     else:

@@ -175,12 +175,12 @@ def train(cfg: RunConfig, train_file, val_file, out: Path, *, resume: bool = Fal
     sim = read_config(train_file)
     score = lambda x: scores(cm, cfg, x)  # noqa: E731
     if cfg.training_data == "fresh":
-        miner = fresh.hard_miner(cm, cfg, sim, score) if cfg.hard_negatives else None
+        miner = fresh.hard_miner(cfg, sim, score) if cfg.hard_negatives else None
         tr = fresh.FreshBatches(cfg, sim, miner)
     else:
         tr = batches([train_file], cfg, batch_size=cfg.batch_size)
     if cfg.select == "pauc":
-        validation = fresh.pauc_validation(cm, cfg, sim, val_file, score)
+        validation = fresh.pauc_validation(cfg, sim, val_file, score)
         said = log
         log = lambda line: said(line.replace("validation loss", "validation 1 - pAUC"))  # noqa: E731
     else:
