@@ -339,22 +339,29 @@ def test_a_killed_worker_stops_the_study_and_a_rerun_completes_it(run_dir, refer
     _same_tasks(out, ref_out, 3)  # the first three tasks are the reference study's
 
 
-def test_where_a_run_ran_is_no_part_of_a_studys_key(run_dir):
-    """A study's fingerprint hashes the run's configuration as it was written before the
-    distributed route's keys existed: studies of older runs resume, and the same model run on
-    workers has the same key."""
+def test_a_studys_key_is_what_the_scores_depend_on(run_dir):
+    """A study's fingerprint hashes the network's kind, input length and weights, the noise and
+    the bank: not where the run ran (the same model run on workers has the same key) nor how
+    it was trained (the same weights under another training key); another model's weights or
+    another bank give another key."""
     from rootclad.gw.run.background import load_run, make_spec
     from rootclad.gw.run.config import resolve
     from rootclad.gw.run.inputs import template_bank
 
     spec = load_run(run_dir, QUIET)
     cfg = resolve(run_dir / "config.toml")
-    bank = template_bank(cfg, run_dir / "data" / "test.root", run_dir / "cache", QUIET)
+    test = run_dir / "data" / "test.root"
+    bank = template_bank(cfg, test, run_dir / "cache", QUIET)
     there = make_spec(dataclasses.replace(cfg, workers=2, scheduler="tcp://10.0.0.1:8786"),
-                      spec["weights"], run_dir / "data" / "test.root", bank)  # fmt: skip
+                      spec["weights"], test, bank)  # fmt: skip
     assert there["model_key"] == spec["model_key"]
-    assert spec["config"].endswith("background_segments = 0\n")  # the older key's last line
     assert "workers" not in spec["config"] and "scheduler" not in spec["config"]
+    trained = dataclasses.replace(cfg, lr=0.5, epochs=99, lr_schedule="cosine")
+    assert make_spec(trained, spec["weights"], test, bank)["model_key"] == spec["model_key"]
+    w = {k: v + (k == sorted(v for v in spec["weights"])[0]) for k, v in spec["weights"].items()}
+    assert make_spec(cfg, w, test, bank)["model_key"] != spec["model_key"]
+    fewer = dataclasses.replace(bank, masses=bank.masses[:1], templates=bank.templates[:1])
+    assert make_spec(cfg, spec["weights"], test, fewer)["model_key"] != spec["model_key"]
 
 
 # -- which weights a study scores ------------------------------------------------------------

@@ -127,15 +127,17 @@ def make_spec(cfg, weights: dict[str, np.ndarray], test: Path, bank) -> dict:
     from rootclad.gw.dataset import read_config
 
     sim = dataclasses.replace(read_config(test), signal_fraction=0.0)
-    # where the run ran is no part of the model, nor of a study's fingerprint: the text is
-    # that of a configuration from before these keys, as a study's key was computed then
+    # where the run ran is no part of the model (the workers rebuild it from the rest)
     text = "".join(line for line in cfg.to_toml().splitlines(keepends=True)
                    if line.split(" =")[0] not in ("workers", "scheduler"))  # fmt: skip
     spec = {"config": text, "weights": weights, "simulation": sim.to_json(),
             "bank": {"masses": bank.masses, "templates": bank.templates, "n": bank.n,
                      "sample_rate": bank.sample_rate, "band": tuple(bank.band),
                      "psd": bank.psd, "t_ref": bank.t_ref, "approximant": bank.approximant}}  # fmt: skip
-    h = hashlib.sha256(spec["config"].encode() + spec["simulation"].encode())
+    # the key: what the scores depend on (the network's kind and input length, its weights,
+    # the noise, the bank), not how it was trained: a key of the training does not move it
+    scoring = f"{cfg.model}:{cfg.duration!r}:{cfg.sample_rate!r}:"
+    h = hashlib.sha256(scoring.encode() + spec["simulation"].encode())
     for k in sorted(weights):
         h.update(k.encode() + np.ascontiguousarray(weights[k], np.float64).tobytes())
     h.update(np.ascontiguousarray(bank.templates).tobytes())
