@@ -207,7 +207,8 @@ def test_the_matched_filter_cache_gives_what_the_filter_computes(
 
     ref_out, _ = reference
     monkeypatch.setenv("ROOTCLAD_CACHE_DIR", str(tmp_path / "cache"))
-    run_study(run_dir, tmp_path / "fill", STUDY, log=QUIET)  # computes and keeps
+    fill = run_study(run_dir, tmp_path / "fill", STUDY, log=QUIET)  # computes and keeps
+    assert fill["matched_filter_tasks_from_cache"] == 0
     files = sorted((tmp_path / "cache" / "gw-matched-filter").glob("*/task-*.npz"))
     assert len(files) == 3
 
@@ -218,8 +219,11 @@ def test_the_matched_filter_cache_gives_what_the_filter_computes(
     shutil.copy(tmp_path / "fill" / "signals.npz", tmp_path / "cached")
     with monkeypatch.context() as m:
         m.setattr("rootclad.gw.matched_filter.matched_filter_snr", no_filter)
-        run_study(run_dir, tmp_path / "cached", STUDY, log=QUIET)
+        cached = run_study(run_dir, tmp_path / "cached", STUDY, log=QUIET)
     _same_tasks(tmp_path / "cached", ref_out, 3)
+    # its rate of the matched filter is not a cache read's: none measured
+    assert cached["matched_filter_tasks_from_cache"] == 3
+    assert cached["segments_per_second_per_worker"]["matched_filter"] is None
     with np.load(files[1]) as z:
         forged = {k: z[k] for k in z.files}
     forged["template"][0] = 10**6

@@ -385,8 +385,10 @@ def merge(results) -> dict:
     """The whole background from the tasks' results (any iterable: read one at a time, so
     only the kept values, not every task's histograms, are held): per statistic the loudest
     values (with ``floor``, above which they hold every value of the background), the
-    histogram, the loudest events; and the segment count and seconds."""
-    out: dict = {"segments": 0, "tasks": 0, "seconds": np.zeros(3)}
+    histogram, the loudest events; and the segment count and seconds (``mf_filtered``: the
+    segments and seconds of the tasks that ran the matched filter, not read it from the
+    cache: reading takes under 1% of the network's time, filtering 5x the network's)."""
+    out: dict = {"segments": 0, "tasks": 0, "seconds": np.zeros(3), "mf_filtered": [0, 0.0]}
     parts: dict = {
         m: {"top": [], "partial": [], "loud": [], "seed": [], "hist": 0} for m in METHODS
     }
@@ -394,6 +396,9 @@ def merge(results) -> dict:
         out["segments"] += int(r["segments"])
         out["tasks"] += 1
         out["seconds"] = out["seconds"] + r["seconds"]
+        if r["seconds"][2] > 0.01 * r["seconds"][1]:
+            out["mf_filtered"][0] += int(r["segments"])
+            out["mf_filtered"][1] += float(r["seconds"][2])
         for m, p in parts.items():
             p["top"].append(r[f"{m}_top"])
             # a task that dropped values dropped only ones at or below its smallest kept one

@@ -240,7 +240,8 @@ def write(out: Path, run: Path, spec: dict, sc, bg: dict, signals: dict, timing:
                        bootstrap=sc.bootstrap, seed=sc.seed)  # fmt: skip
     rc = roc(bg, signals)
     seg = bg["segments"]
-    sim, net, mf = (float(x) for x in bg["seconds"])
+    sim, net, _ = (float(x) for x in bg["seconds"])
+    filtered, mf = bg.get("mf_filtered", (seg, float(bg["seconds"][2])))
     s = {
         "run": str(run),
         "segments": seg,
@@ -281,8 +282,10 @@ def write(out: Path, run: Path, spec: dict, sc, bg: dict, signals: dict, timing:
         "segments_per_second_per_worker": {
             "simulation_and_whitening": seg / sim if sim else None,
             "network": seg / net if net else None,
-            "matched_filter": seg / mf if mf else None,
+            # over the tasks that ran it (the others read it from the cache)
+            "matched_filter": filtered / mf if mf else None,
         },
+        "matched_filter_tasks_from_cache": (seg - filtered) // sc.per_task,
         "this_call": timing,
         "machine": machine(),
     }
