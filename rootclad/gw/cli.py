@@ -197,9 +197,13 @@ def register(subparsers) -> None:
         "epochs; search: training for the noise tail, then a background study of "
         "2e6 noise segments; see docs/gw_run.md)",
     )
-    p.add_argument("--workers", type=int, help="simulate, train (data-parallel, one rank per "
-                   "worker) and score on N local Dask worker processes (default: this process "
-                   "alone; docs/gw_run.md)")  # fmt: skip
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="simulate, train (data-parallel, one rank per worker; training for the noise "
+        "tail, as --preset search's, trains in this process) and score on N local Dask worker "
+        "processes (default: this process alone; docs/gw_run.md)",
+    )
     p.add_argument("--scheduler", help="a Dask scheduler's address (tcp://host:port): the same "
                    "on its workers, which must see --out at the same path")  # fmt: skip
     p.add_argument("--resume", action="store_true", help="continue from out/checkpoint.pt")

@@ -356,8 +356,8 @@ def test_a_studys_key_is_what_the_scores_depend_on(run_dir):
     cfg = resolve(run_dir / "config.toml")
     test = run_dir / "data" / "test.root"
     bank = template_bank(cfg, test, run_dir / "cache", QUIET)
-    there = make_spec(dataclasses.replace(cfg, workers=2, scheduler="tcp://10.0.0.1:8786"),
-                      spec["weights"], test, bank)  # fmt: skip
+    moved = dataclasses.replace(cfg, workers=2, scheduler="tcp://10.0.0.1:8786")
+    there = make_spec(moved, spec["weights"], test, bank)
     assert there["model_key"] == spec["model_key"]
     assert "workers" not in spec["config"] and "scheduler" not in spec["config"]
     trained = dataclasses.replace(cfg, lr=0.5, epochs=99, lr_schedule="cosine")

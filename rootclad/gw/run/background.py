@@ -26,6 +26,7 @@ come from :func:`rootclad.gw.run.evaluate.at_thresholds`; the report from
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -226,10 +227,11 @@ def run_task(spec: dict, study: dict, task: int, threads: int | None = None) -> 
         seconds += (t1 - t0, t2 - t1, time.perf_counter() - t2)
     if cached:
         stat["matched_filter"], template, when = cached["snr"], cached["template"], cached["time"]
-    elif mf_key:
-        mf_cache.store(
-            mf_key, task, {"snr": stat["matched_filter"], "template": template, "time": when}
-        )
+    elif mf_key:  # the values are computed: a cache that cannot be written loses nothing
+        with contextlib.suppress(OSError, RuntimeError):
+            mf_cache.store(
+                mf_key, task, {"snr": stat["matched_filter"], "template": template, "time": when}
+            )
     out = {"task": np.int64(task), "segments": np.int64(n), "seconds": seconds,
            "key": np.str_(study["key"])}  # fmt: skip
     k = min(study["keep"], n)
@@ -366,7 +368,9 @@ def _claim(out: Path, key: str, sc: StudyConfig, weights: str) -> None:
         old = old if isinstance(old, dict) else {}
         if old.get("key") is not None and old.get("key") != key:
             scored = old.get("weights")
-            why = "other model, seed, per_task or keep"
+            why = (
+                "another format (a study from before 2026-12), model, bank, seed, per_task or keep"
+            )
             if isinstance(scored, str) and scored != weights:
                 why = f"its tasks scored weights sha256 {scored[:16]}, the run's are now "
                 why += weights[:16]

@@ -69,8 +69,8 @@ def training_seeds(cfg) -> np.ndarray:
             parts.append(kind_seeds(cfg.seed, "train", e, cfg.train_events, ex))
             if cfg.hard_negatives:
                 parts.append(kind_seeds(cfg.seed, "hard", e, cfg.hard_pool, ex))
-        if cfg.select == "pauc":
-            parts.append(kind_seeds(cfg.seed, "val_noise", 0, cfg.val_noise, ex))
+    if cfg.select == "pauc":  # with either training data
+        parts.append(kind_seeds(cfg.seed, "val_noise", 0, cfg.val_noise, file_seeds(cfg)))
     return np.unique(np.concatenate(parts))
 
 
@@ -102,7 +102,7 @@ class FreshBatches:
     def set_epoch(self, epoch: int) -> None:
         if self._data is not None and self.epoch == epoch:
             return
-        self.epoch = epoch
+        self.epoch, self._data = epoch, None  # the last epoch's events go first
         cfg = self.cfg
         seeds = kind_seeds(cfg.seed, "train", epoch, cfg.train_events, self.exclude)
         gen = self.gen

@@ -441,7 +441,8 @@ def _run(cfg: RunConfig, out: Path, client, resume: bool, resuming: bool, progre
     report.write_text(out / "config.toml", cfg.to_toml())
     stages = Stages(log)
     files = stages.run("simulate", simulate_all, cfg, out / "data", progress, log, client)
-    if client is None or cfg.training_data == "fresh" or cfg.select == "pauc":
+    tail = cfg.training_data == "fresh" or cfg.select == "pauc" or cfg.lr_schedule != "constant"
+    if client is None or tail:
         # training for the tail simulates its events here: this process trains
         tr = stages.run("train", train.train, cfg, files["train"], files["val"], out,
                         resume=resume, progress=progress, log=log)  # fmt: skip
@@ -488,8 +489,11 @@ def _run(cfg: RunConfig, out: Path, client, resume: bool, resuming: bool, progre
         from rootclad.gw.run.background import StudyConfig, run_study
 
         sc = StudyConfig(segments=cfg.background_segments, seed=cfg.seed, bootstrap=cfg.bootstrap)
-        # without Dask workers the study runs on one local process per core
-        local = 1 if client is not None else len(os.sched_getaffinity(0))
+        from rootclad.gw.dataset import _default_workers
+
+        # without Dask workers the study runs on one local process per core (one on a GPU:
+        # each process would hold a CUDA context)
+        local = 1 if client is not None or cfg.device == "cuda" else _default_workers()
         bg = stages.run(
             "background",
             run_study,
