@@ -152,6 +152,33 @@ def test_snr50_fit_is_nan_without_a_crossing():
     assert np.isnan(ev.fit_snr50(snr, (snr > 4.0).astype(float)))
 
 
+@pytest.mark.parametrize("a, b", [(5.3, 2.46), (7.1, 0.6), (6.0, 1.3)])
+def test_snr50_fit_is_the_maximum_likelihood_found_by_scipy(a, b):
+    """The probit fit against scipy's L-BFGS on the same binned likelihood started at the
+    truth, and against the truth within the statistical error; broad curves included (a
+    simplex search from the median and width 1 stopped near width 1.28 for b = 2.46)."""
+    from scipy import optimize, special, stats
+
+    rng = np.random.default_rng(11)
+    snr = rng.uniform(2.0, 12.0, 20000)
+    det = (rng.uniform(size=len(snr)) < stats.norm.cdf((snr - a) / b)).astype(float)
+    got = ev.fit_probit(snr, det)
+    idx = ((snr - snr.min()) / 0.02).astype(np.int64)
+    n, k = np.bincount(idx), np.bincount(idx, weights=det)
+    x = snr.min() + (np.arange(len(n)) + 0.5) * 0.02
+
+    def nll(p):
+        z = (x - p[0]) / p[1]
+        return -np.sum(k * special.log_ndtr(z) + (n - k) * special.log_ndtr(-z))
+
+    ref = optimize.minimize(nll, [a, b], method="L-BFGS-B", bounds=[(2, 12), (0.05, 10)],
+                            options={"ftol": 1e-15, "gtol": 1e-10}).x  # fmt: skip
+    assert got == pytest.approx(tuple(ref), abs=2e-3)
+    assert abs(got[0] - a) < 0.1 and abs(got[1] - b) < 0.1 * b
+    assert nll(got) <= nll(ref) + 1e-6
+    assert abs(nll((got[0], 1.28)) - nll(got)) > 1.0 or abs(b - 1.28) < 0.1  # a stall is told
+
+
 # -- training: resume ends where an uninterrupted run ends -----------------------------------
 @pytest.fixture(scope="module")
 def small_files(tmp_path_factory):

@@ -51,7 +51,8 @@ def fit_snr50(snr: np.ndarray, detected: np.ndarray, step: float = 0.02) -> floa
 
 def fit_probit(snr: np.ndarray, detected: np.ndarray, step: float = 0.02) -> tuple[float, float]:
     """Fit P(detected) = Phi((snr - a) / b) (a statistic that is about Gaussian with a mean
-    growing with the SNR gives this shape) by maximum likelihood; (a, b). The events are
+    growing with the SNR gives this shape) by maximum likelihood (Fisher scoring; a simplex
+    search where the counts separate and the width runs to 0); (a, b). The events are
     counted in SNR bins of ``step`` (the likelihood of the counts, 50 times faster than event
     by event, for a shift below step / 2). (NaN, NaN) when the fit has no crossing inside the
     injected range."""
@@ -63,16 +64,64 @@ def fit_probit(snr: np.ndarray, detected: np.ndarray, step: float = 0.02) -> tup
     k = np.bincount(idx, weights=detected)
     keep = n > 0
     x, n, k = lo + (np.flatnonzero(keep) + 0.5) * step, n[keep], k[keep]
+    a0 = float(np.median(snr))
+    fitted = _probit_scoring(x, n, k, a0)
+    if fitted is None:  # separated counts (the width runs to 0): the simplex search's answer
+        fitted = _probit_simplex(x, n, k, a0)
+    a, b = fitted
+    return (a, b) if snr.min() <= a <= snr.max() else (float("nan"), float("nan"))
+
+
+def _loglik(c, x, n, k) -> float:
+    eta = c[0] + c[1] * x
+    return float(np.sum(k * special.log_ndtr(eta) + (n - k) * special.log_ndtr(-eta)))
+
+
+def _probit_scoring(x, n, k, a0: float, iterations: int = 60):
+    """Fisher scoring (the probit GLM's iteratively reweighted least squares) for P = Phi(c0 +
+    c1 x) on binned counts, with step halving: (a, b) = (-c0 / c1, 1 / c1), or None when it
+    does not converge to a rising curve. About 0.3 ms a fit, against the simplex's 10 ms: the
+    bootstrap's 1,200 fits of a run take a second."""
+    c = np.array([-a0, 1.0])
+    design = np.stack([np.ones_like(x), x], axis=1)
+    current = _loglik(c, x, n, k)
+    for _ in range(iterations):
+        eta = c[0] + c[1] * x
+        logpdf = -0.5 * eta * eta - 0.5 * np.log(2.0 * np.pi)
+        up = np.exp(logpdf - special.log_ndtr(eta))  # pdf / P, stable in both tails
+        down = np.exp(logpdf - special.log_ndtr(-eta))  # pdf / (1 - P)
+        grad = design.T @ (k * up - (n - k) * down)
+        info = design.T @ ((n * np.exp(logpdf) * (up + down))[:, None] * design)
+        try:
+            delta = np.linalg.solve(info, grad)
+        except np.linalg.LinAlgError:
+            return None
+        t = 1.0
+        while True:
+            trial = c + t * delta
+            value = _loglik(trial, x, n, k)
+            if value >= current - 1e-12 or t < 1e-6:
+                break
+            t *= 0.5
+        c, current = trial, value
+        if np.abs(t * delta).max() < 1e-9 * max(1.0, np.abs(c).max()):
+            break
+    else:
+        return None
+    if not (np.isfinite(c).all() and c[1] > 0):
+        return None
+    return float(-c[0] / c[1]), float(1.0 / c[1])
+
+
+def _probit_simplex(x, n, k, a0: float) -> tuple[float, float]:
+    """The same likelihood's maximum by Nelder-Mead over (a, log b)."""
 
     def nll(p):
-        z = (x - p[0]) / np.exp(p[1])
-        return -np.sum(k * special.log_ndtr(z) + (n - k) * special.log_ndtr(-z))
+        return -_loglik((-p[0] / np.exp(p[1]), 1.0 / np.exp(p[1])), x, n, k)
 
-    a0 = float(np.median(snr))
     res = optimize.minimize(nll, [a0, 0.0], method="Nelder-Mead",
                             options={"xatol": 1e-4, "fatol": 1e-7, "maxiter": 2000})  # fmt: skip
-    a, b = float(res.x[0]), float(np.exp(res.x[1]))
-    return (a, b) if snr.min() <= a <= snr.max() else (float("nan"), float("nan"))
+    return float(res.x[0]), float(np.exp(res.x[1]))
 
 
 def wilson(k: float, n: int, z: float = 1.0) -> tuple[float, float]:
