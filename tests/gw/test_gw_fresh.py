@@ -117,6 +117,43 @@ def test_hard_negatives_are_the_loudest_of_their_pool():
     assert len(placed) == 16 and not any(placed)
 
 
+def test_carried_hard_negatives_are_the_loudest_of_every_pool_so_far():
+    import torch
+
+    from rootclad.gw.dataset import event_seeds, generate_events
+
+    cfg = resolve(**{**SMALL, "hard_mining": "carry"})
+    sim = _sim(cfg)
+    noise = dataclasses.replace(sim, signal_fraction=0.0)
+
+    def score(x):
+        return np.abs(x).max(axis=(1, 2)).astype(np.float64)
+
+    mine = fresh.hard_miner(cfg, sim, score)
+    mine(1)
+    second = mine(2)
+    ex = fresh.file_seeds(cfg)
+    pools = np.r_[fresh.kind_seeds(cfg.seed, "hard", 1, 200, ex),
+                  fresh.kind_seeds(cfg.seed, "hard", 2, 200, ex)]  # fmt: skip
+    s = score(generate_events(pools, noise)["strain"][:, None])
+    # the 16 loudest of both pools (scores are distinct: ties cannot decide it)
+    assert set(mine.kept) == set(pools[np.argsort(-s)[:16]])
+    assert np.isin(mine.kept, pools[:200]).any()  # some carried over from epoch 1
+    regenerated = generate_events(mine.kept, noise)["strain"][:, None]
+    np.testing.assert_array_equal(np.sort(score(regenerated)), np.sort(score(second)))
+    # a checkpoint's carried seeds resume only when they are the pools' (after 3 epochs)
+    state = {"epoch": 3, "hard_kept": torch.from_numpy(mine.kept)}
+    np.testing.assert_array_equal(fresh.carried_seeds(cfg, state, "ck.pt"), mine.kept)
+    test = event_seeds(cfg.simulation("test")["seed"], 0, 1)
+    for bad in (np.r_[mine.kept[:3], test], mine.kept[:3].astype(np.float64), mine.kept):
+        state = {"epoch": 3 if bad.dtype == np.int64 and len(bad) < 16 else 2,
+                 "hard_kept": torch.from_numpy(bad)}  # fmt: skip
+        with pytest.raises(ValueError, match="ck.pt: its hard_kept is not at most 16 seeds"):
+            fresh.carried_seeds(cfg, state, "ck.pt")
+    with pytest.raises(ConfigError, match='hard_mining = "carry" needs hard_negatives'):
+        resolve(**{**SMALL, "hard_mining": "carry", "hard_negatives": 0})
+
+
 def test_the_training_seeds_the_test_files_and_a_studys_are_disjoint():
     from rootclad.gw.dataset import event_seeds
     from rootclad.gw.run.background import task_seeds
@@ -144,6 +181,7 @@ def test_the_training_seeds_the_test_files_and_a_studys_are_disjoint():
         (dict(hard_negatives=200), "hard_negatives must be at most hard_pool"),
         (dict(val_noise=10), "val_noise must be at least 1000"),
         (dict(select="best"), "select must be one of loss, pauc"),
+        (dict(hard_mining="all"), "hard_mining must be one of pool, carry"),
         (dict(model="transformer"), "model must be one of cnn, mlp, resnet, resnet-deep"),
     ],
 )
@@ -169,6 +207,7 @@ def fresh_keys():
         "curriculum_epochs",
         "hard_negatives",
         "hard_pool",
+        "hard_mining",
         "select",
         "val_noise",
         "lr_schedule",

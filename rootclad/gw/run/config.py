@@ -48,6 +48,7 @@ class RunConfig:
     curriculum_epochs: int = 0
     hard_negatives: int = 0
     hard_pool: int = 65536
+    hard_mining: str = "pool"  # "carry": the last epoch's hard negatives join the pool
     select: str = "loss"
     val_noise: int = 32768
     # the learning rate: constant, halved when the monitored number has not improved for 2
@@ -172,6 +173,7 @@ _FLOAT = {"duration", "sample_rate", "lr", "bank_min_match"}
 _PAIR = {"snr", "mass_range"}
 _STR = {"approximant": None, "compression": ("lz4", "none", "zlib", "zstd", "lzma"), "model": ("cnn", "mlp", "resnet", "resnet-deep"),
         "training_data": ("file", "fresh"), "select": ("loss", "pauc"),
+        "hard_mining": ("pool", "carry"),
         "lr_schedule": ("constant", "plateau", "cosine"), "engine": ("auto", "clad", "pullback"),
         "device": ("cpu", "cuda"), "scheduler": None}  # fmt: skip
 
@@ -260,6 +262,8 @@ def check(c: RunConfig) -> RunConfig:
             f"hard_negatives must be at most hard_pool ({c.hard_pool}) and half "
             f"of train_events ({c.train_events}), got {c.hard_negatives}"
         )
+    if c.hard_mining == "carry" and not c.hard_negatives:
+        raise ConfigError('hard_mining = "carry" needs hard_negatives (the set it carries)')
     if c.val_noise < 1000 or c.hard_pool < 1:
         raise ConfigError(
             "val_noise must be at least 1000 (a partial AUC to 1e-3 needs the "

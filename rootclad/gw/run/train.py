@@ -101,6 +101,7 @@ _NEWER_KEYS = {
     "curriculum_epochs": 0,
     "hard_negatives": 0,
     "hard_pool": 65536,
+    "hard_mining": "pool",
     "select": "loss",
     "val_noise": 32768,
     "lr_schedule": "constant",
@@ -190,8 +191,13 @@ def train(cfg: RunConfig, train_file, val_file, out: Path, *, resume: bool = Fal
     ckpt = out / "checkpoint.pt"
     state = resume_state(cfg, ckpt, resume, log)
 
+    kept = cfg.hard_mining == "carry"  # the carried hard negatives' seeds resume with it
+    if kept and state is not None:
+        miner.kept = fresh.carried_seeds(cfg, state, ckpt)
+
     def save(s) -> None:
-        _save_checkpoint(ckpt, {"config": cfg.to_toml(), **s.checkpoint()})
+        extra = {"hard_kept": torch.from_numpy(miner.kept)} if kept else {}
+        _save_checkpoint(ckpt, {"config": cfg.to_toml(), **s.checkpoint(), **extra})
 
     # the shape and the device transfer are fit's; on a GPU the loss stays there until the
     # epoch ends (or the bar reads it, every 20 batches)
