@@ -189,32 +189,45 @@ def small_files(tmp_path_factory):
     return cfg, simulate_all(cfg, d / "data", False, lambda *_: None)
 
 
-def test_interrupted_training_resumes_to_the_same_weights(small_files, tmp_path):
+# training for the noise tail: fresh events, a curriculum, carried hard negatives (their seeds
+# restored from the checkpoint; a pool of 24 so that carried ones are among the 16 mined: with
+# 200 a resume that dropped them went unseen), the partial AUC's selection and a cosine rate
+TAIL = dict(training_data="fresh", curriculum_epochs=1, hard_negatives=16, hard_pool=24,
+            hard_mining="carry", select="pauc", val_noise=1000, lr_schedule="cosine")  # fmt: skip
+
+
+@pytest.mark.parametrize("keys", [{}, TAIL], ids=["file", "tail"])
+def test_interrupted_training_resumes_to_the_same_weights(small_files, tmp_path, keys):
     from rootclad.gw.run.train import train
 
     cfg, files = small_files
-    cfg = resolve(**{**SMALL, "epochs": 3, "engine": "pullback"})
+    # the tail stops in epoch 3: its checkpoint then carries epoch 2's hard negatives
+    stop = 3 if keys else 2
+    cfg = resolve(**{**SMALL, "epochs": stop + 1, "engine": "pullback", **keys})
     quiet = lambda *_: None  # noqa: E731
     full = train(cfg, files["train"], files["val"], tmp_path / "a", progress=False, log=quiet)
 
-    def stop_after_two(msg):
-        if msg.startswith("epoch 2:"):
+    def stop_at(msg):
+        if msg.startswith(f"epoch {stop}:"):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         train(cfg, files["train"], files["val"], tmp_path / "b", progress=False,
-              log=stop_after_two)  # fmt: skip
-    # the log line comes before the epoch's checkpoint: the last good one is epoch 1's
-    assert torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=True)["epoch"] == 1
+              log=stop_at)  # fmt: skip
+    # the log line comes before the epoch's checkpoint: the last good one is the epoch before
+    assert torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=True)["epoch"] == stop - 1
     assert [p.name for p in (tmp_path / "b").iterdir()] == ["checkpoint.pt"]
     resumed = train(cfg, files["train"], files["val"], tmp_path / "b", resume=True,
                     progress=False, log=quiet)  # fmt: skip
-    assert resumed.resumed_from == 1
+    assert resumed.resumed_from == stop - 1
     assert [h["val_loss"] for h in resumed.history] == [h["val_loss"] for h in full.history]
     for (k, a), b in zip(full.cm.state_dict().items(), resumed.cm.state_dict().values(),
                          strict=True):  # fmt: skip
         assert torch.equal(a, b), k
-    other = resolve(**{**SMALL, "epochs": 3, "engine": "pullback", "lr": 2e-3})
+    if keys:  # the carried seeds are the checkpoint's: without them epoch 4 mines otherwise
+        kept = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=True)["hard_kept"]
+        assert len(kept) == 16
+    other = resolve(**{**SMALL, "epochs": stop + 1, "engine": "pullback", "lr": 2e-3, **keys})
     with pytest.raises(ValueError, match="another configuration"):
         train(other, files["train"], files["val"], tmp_path / "b", resume=True, progress=False,
               log=quiet)  # fmt: skip
