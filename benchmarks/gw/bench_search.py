@@ -4,7 +4,8 @@ false-alarm probabilities 1e-3, 1e-4 and 1e-5, measured by a background study.
     python benchmarks/gw/bench_search.py --work DIR [--segments 500000] [--workers 2]
                                          [--only LABEL,...] [--min-match 0.99]
 
-For each recipe (the default run, then one change at a time, cumulative), ``rootclad gw run
+For each recipe (the default run, then one change at a time, cumulative; then the variants
+tried on top of the last recipe and not kept), ``rootclad gw run
 --config`` trains in ``DIR/<label>`` (skipped when that directory holds a finished run of the
 same training) and ``rootclad gw background --seed 1`` measures it on ``--segments``
 noise segments (the study seed of ``--preset search``; the matched filter's values come from
@@ -44,12 +45,18 @@ RECIPES = [
 ]
 
 
+# changes tried on top of the last recipe and not kept (they measured worse)
+VARIANTS = [
+    ("carried hard negatives", {"hard_mining": "carry"}),
+]
+
+
 def recipe_configs() -> list[tuple[str, dict]]:
     out, acc = [], {}
     for label, keys in RECIPES:
         acc = {**acc, **keys}
         out.append((label, dict(acc)))
-    return out
+    return out + [(f"{RECIPES[-1][0]}, {label}", {**acc, **keys}) for label, keys in VARIANTS]
 
 
 def slug(label: str) -> str:
@@ -170,7 +177,7 @@ def main() -> None:
         run = train(label, keys, args.work)
         bg, study_s = study(run, args.segments, args.workers, args.min_match)
         rows[label] = row(label, keys, run, bg, study_s)
-        order = [lab for lab, _ in RECIPES if lab in rows]
+        order = [lab for lab, _ in recipe_configs() if lab in rows]
         result = {
             "command": " ".join(["python", "benchmarks/gw/bench_search.py", *sys.argv[1:]]),
             "machine": {"cpus": os.cpu_count(), "processor": platform.processor()},
