@@ -52,11 +52,17 @@ VARIANTS = [
 
 
 def recipe_configs() -> list[tuple[str, dict]]:
+    """Every recipe's configuration keys: the cumulative ones, then the variants."""
     out, acc = [], {}
     for label, keys in RECIPES:
         acc = {**acc, **keys}
         out.append((label, dict(acc)))
     return out + [(f"{RECIPES[-1][0]}, {label}", {**acc, **keys}) for label, keys in VARIANTS]
+
+
+def kept_recipe() -> dict:
+    """The last cumulative recipe's keys: what ``gw run --preset search`` trains."""
+    return recipe_configs()[len(RECIPES) - 1][1]
 
 
 def slug(label: str) -> str:

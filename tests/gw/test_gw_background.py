@@ -302,10 +302,10 @@ def test_the_search_preset_trains_for_the_tail_then_runs_a_study():
     from rootclad.gw.run.train import _same_training
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "gw"))
-    from bench_search import recipe_configs
+    from bench_search import kept_recipe
 
     search = resolve(preset="search")
-    last = resolve(**recipe_configs()[-1][1])
+    last = resolve(**kept_recipe())
     assert search.background_segments == 2_000_000 and last.background_segments == 0
     assert search == last.__class__(**{**last.__dict__, "background_segments": 2 * 10**6})
     assert _same_training(search.to_toml(), last.to_toml())
