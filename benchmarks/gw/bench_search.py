@@ -5,7 +5,7 @@ false-alarm probabilities 1e-3, 1e-4 and 1e-5, measured by a background study.
                                          [--only LABEL,...] [--min-match 0.99]
 
 For each recipe (the default run, then one change at a time, cumulative; then the variants
-tried on top of the last recipe and not kept), ``rootclad gw run
+tried on top of one of them and not kept), ``rootclad gw run
 --config`` trains in ``DIR/<label>`` (skipped when that directory holds a finished run of the
 same training) and ``rootclad gw background --seed 1`` measures it on ``--segments``
 noise segments (the study seed of ``--preset search``; the matched filter's values come from
@@ -42,12 +42,13 @@ RECIPES = [
         "+ 40 epochs, cosine rate",
         {"epochs": 40, "patience": 10, "lr_schedule": "cosine", "curriculum_epochs": 6},
     ),
+    ("+ 49,152 events an epoch", {"train_events": 49152}),
 ]
 
 
-# changes tried on top of the last recipe and not kept (they measured worse)
+# changes tried on top of a recipe and not kept (they measured worse): (that recipe, label, keys)
 VARIANTS = [
-    ("carried hard negatives", {"hard_mining": "carry"}),
+    ("+ 40 epochs, cosine rate", "carried hard negatives", {"hard_mining": "carry"}),
 ]
 
 
@@ -57,7 +58,8 @@ def recipe_configs() -> list[tuple[str, dict]]:
     for label, keys in RECIPES:
         acc = {**acc, **keys}
         out.append((label, dict(acc)))
-    return out + [(f"{RECIPES[-1][0]}, {label}", {**acc, **keys}) for label, keys in VARIANTS]
+    base = dict(out)
+    return out + [(f"{on}, {label}", {**base[on], **keys}) for on, label, keys in VARIANTS]
 
 
 def kept_recipe() -> dict:
