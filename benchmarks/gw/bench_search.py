@@ -3,6 +3,7 @@ false-alarm probabilities 1e-3, 1e-4 and 1e-5, measured by a background study.
 
     python benchmarks/gw/bench_search.py --work DIR [--segments 500000] [--workers 2]
                                          [--only LABEL,...] [--min-match 0.99]
+    python benchmarks/gw/bench_search.py --keep RUN
 
 For each recipe (the default run, then one change at a time, cumulative; then the variants
 tried on top of one of them and not kept), ``rootclad gw run
@@ -13,7 +14,9 @@ the private cache after the first study, :mod:`rootclad.gw.run.mf_cache`). Write
 ``benchmarks/results/gw_search_ablation.json`` (the commands, each recipe's configuration,
 training time, the run's own ratio at 1e-2, and the study's thresholds, segments above them
 and SNR50 ratios with bootstrap errors) and ``docs/benchmarks/gw_search_ablation.md``.
-Recipes already in the JSON and not run again are kept.
+Recipes already in the JSON and not run again are kept. ``--keep RUN`` stores a finished
+``rootclad gw run --preset search --out RUN`` as ``gw_search_run.json`` (its summary) and
+``gw_search_study.json`` (its study of 2e6 segments).
 """
 
 from __future__ import annotations
@@ -164,15 +167,41 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def keep(run: Path) -> None:
+    """Keep a finished ``rootclad gw run --preset search --out RUN``: its summary as
+    gw_search_run.json and its study as gw_search_study.json (refused when RUN is a run of
+    another configuration or its study is not there)."""
+    from rootclad.gw.run.config import resolve
+
+    summary = json.loads((run / "summary.json").read_text())
+    want = json.loads(json.dumps(resolve(preset="search").__dict__))
+    if summary["config"] != want:
+        raise SystemExit(f"{run} holds a run of another configuration than --preset search")
+    study = run / "background" / "background.json"
+    if not study.exists():
+        raise SystemExit(f"{run}: no background study (background/background.json)")
+    results = ROOT / "benchmarks" / "results"
+    (results / "gw_search_run.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (results / "gw_search_study.json").write_text(study.read_text())
+    print(f"kept {run}: gw_search_run.json, gw_search_study.json")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--work", type=Path, required=True)
+    ap.add_argument("--work", type=Path, help="the recipes' run directories (required to run)")
     ap.add_argument("--segments", type=int, default=500_000)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--only", help="labels' slugs, comma-separated (default: every recipe)")
     ap.add_argument("--min-match", type=float, help="the study's bank (default the run's)")
     ap.add_argument("--tag", default="", help="a suffix of the JSON's and table's names")
+    ap.add_argument(
+        "--keep", type=Path, metavar="RUN", help="keep a finished `gw run --preset search`"
+    )
     args = ap.parse_args()
+    if args.keep:
+        return keep(args.keep)
+    if args.work is None:
+        ap.error("--work is required to run the recipes")
     args.work.mkdir(parents=True, exist_ok=True)
     name = f"gw_search_ablation{args.tag}"
     path = ROOT / "benchmarks" / "results" / f"{name}.json"
