@@ -74,8 +74,9 @@ def render(runs: dict) -> str:
         ratio = " | ".join(f"{s['ratio'][k]['value']:.3f} ± {s['ratio'][k]['std']:.3f}"
                            for k in ("1e-1", "1e-2", "1e-3"))  # fmt: skip
         device = s.get("device", "cpu")  # runs kept before the field: on the CPU
+        seconds = f"{_command(s)}{sum(s['seconds'].values()):.0f}, {s['seconds']['train']:.0f})"
         lines.append(f"| {name} | {device} | {s['engine']} | {s['config']['train_events']} | "
-                     f"{_command(s)}{sum(s['seconds'].values()):.0f}, {s['seconds']['train']:.0f}) | "
+                     f"{seconds} | "
                      f"{s['auc']['network']:.4f} / "
                      f"{s['auc']['matched_filter']:.4f} | {ratio} |")  # fmt: skip
     return "\n".join(lines) + "\n"

@@ -133,8 +133,7 @@ def test_carried_hard_negatives_are_the_loudest_of_every_pool_so_far():
     mine(1)
     second = mine(2)
     ex = fresh.file_seeds(cfg)
-    pools = np.r_[fresh.kind_seeds(cfg.seed, "hard", 1, 200, ex),
-                  fresh.kind_seeds(cfg.seed, "hard", 2, 200, ex)]  # fmt: skip
+    pools = np.r_[[fresh.kind_seeds(cfg.seed, "hard", e, 200, ex) for e in (1, 2)]].ravel()
     s = score(generate_events(pools, noise)["strain"][:, None])
     # the 16 loudest of both pools (scores are distinct: ties cannot decide it)
     assert set(mine.kept) == set(pools[np.argsort(-s)[:16]])
@@ -145,9 +144,9 @@ def test_carried_hard_negatives_are_the_loudest_of_every_pool_so_far():
     state = {"epoch": 3, "hard_kept": torch.from_numpy(mine.kept)}
     np.testing.assert_array_equal(fresh.carried_seeds(cfg, state, "ck.pt"), mine.kept)
     test = event_seeds(cfg.simulation("test")["seed"], 0, 1)
-    for bad in (np.r_[mine.kept[:3], test], mine.kept[:3].astype(np.float64), mine.kept):
-        state = {"epoch": 3 if bad.dtype == np.int64 and len(bad) < 16 else 2,
-                 "hard_kept": torch.from_numpy(bad)}  # fmt: skip
+    # a test file's seed; floats; epoch 2's seeds in a checkpoint of 2 epochs (its pool: 1's)
+    for bad, epoch in ((np.r_[mine.kept[:3], test], 3), (mine.kept[:3] * 1.0, 3), (mine.kept, 2)):
+        state = {"epoch": epoch, "hard_kept": torch.from_numpy(bad)}
         with pytest.raises(ValueError, match="ck.pt: its hard_kept is not at most 16 seeds"):
             fresh.carried_seeds(cfg, state, "ck.pt")
     with pytest.raises(ConfigError, match='hard_mining = "carry" needs hard_negatives'):

@@ -152,15 +152,18 @@ def test_snr50_fit_is_nan_without_a_crossing():
     assert np.isnan(ev.fit_snr50(snr, (snr > 4.0).astype(float)))
 
 
-@pytest.mark.parametrize("a, b", [(5.3, 2.46), (7.1, 0.6), (6.0, 1.3)])
-def test_snr50_fit_is_the_maximum_likelihood_found_by_scipy(a, b):
+@pytest.mark.parametrize(
+    "a, b, top", [(10.0, 4.0, 20.0), (5.3, 2.46, 12.0), (7.1, 0.6, 12.0), (6.0, 1.3, 12.0)]
+)
+def test_snr50_fit_is_the_maximum_likelihood_found_by_scipy(a, b, top):
     """The probit fit against scipy's L-BFGS on the same binned likelihood started at the
-    truth, and against the truth within the statistical error; broad curves included (a
-    simplex search from the median and width 1 stopped near width 1.28 for b = 2.46)."""
+    truth, and against the truth within the statistical error; a broad curve included (a
+    simplex search from the median and width 1, the fit before, stopped at width 1.284 on the
+    first case's data, 8,400 units of log-likelihood below the maximum)."""
     from scipy import optimize, special, stats
 
     rng = np.random.default_rng(11)
-    snr = rng.uniform(2.0, 12.0, 20000)
+    snr = rng.uniform(2.0, top, 20000)
     det = (rng.uniform(size=len(snr)) < stats.norm.cdf((snr - a) / b)).astype(float)
     got = ev.fit_probit(snr, det)
     idx = ((snr - snr.min()) / 0.02).astype(np.int64)
@@ -171,12 +174,12 @@ def test_snr50_fit_is_the_maximum_likelihood_found_by_scipy(a, b):
         z = (x - p[0]) / p[1]
         return -np.sum(k * special.log_ndtr(z) + (n - k) * special.log_ndtr(-z))
 
-    ref = optimize.minimize(nll, [a, b], method="L-BFGS-B", bounds=[(2, 12), (0.05, 10)],
-                            options={"ftol": 1e-15, "gtol": 1e-10}).x  # fmt: skip
+    options = {"ftol": 1e-15, "gtol": 1e-10}
+    bounds = [(2, top), (0.05, 10)]
+    ref = optimize.minimize(nll, [a, b], method="L-BFGS-B", bounds=bounds, options=options).x
     assert got == pytest.approx(tuple(ref), abs=2e-3)
-    assert abs(got[0] - a) < 0.1 and abs(got[1] - b) < 0.1 * b
+    assert abs(got[0] - a) < 0.1 * b and abs(got[1] - b) < 0.1 * b
     assert nll(got) <= nll(ref) + 1e-6
-    assert abs(nll((got[0], 1.28)) - nll(got)) > 1.0 or abs(b - 1.28) < 0.1  # a stall is told
 
 
 # -- training: resume ends where an uninterrupted run ends -----------------------------------
@@ -192,11 +195,21 @@ def small_files(tmp_path_factory):
 # training for the noise tail: fresh events, a curriculum, carried hard negatives (their seeds
 # restored from the checkpoint; a pool of 24 so that carried ones are among the 16 mined: with
 # 200 a resume that dropped them went unseen), the partial AUC's selection and a cosine rate
-TAIL = dict(training_data="fresh", curriculum_epochs=1, hard_negatives=16, hard_pool=24,
-            hard_mining="carry", select="pauc", val_noise=1000, lr_schedule="cosine")  # fmt: skip
+TAIL = dict(
+    training_data="fresh",
+    curriculum_epochs=1,
+    hard_negatives=16,
+    hard_pool=24,
+    hard_mining="carry",
+    select="pauc",
+    val_noise=1000,
+    lr_schedule="cosine",
+)
 
 
-@pytest.mark.parametrize("keys", [{}, TAIL], ids=["file", "tail"])
+@pytest.mark.parametrize(
+    "keys", [pytest.param({}, id="file"), pytest.param(TAIL, id="tail", marks=pytest.mark.slow)]
+)
 def test_interrupted_training_resumes_to_the_same_weights(small_files, tmp_path, keys):
     from rootclad.gw.run.train import train
 
@@ -211,16 +224,17 @@ def test_interrupted_training_resumes_to_the_same_weights(small_files, tmp_path,
         if msg.startswith(f"epoch {stop}:"):
             raise KeyboardInterrupt
 
+    interrupted = (cfg, files["train"], files["val"], tmp_path / "b")
     with pytest.raises(KeyboardInterrupt):
-        train(cfg, files["train"], files["val"], tmp_path / "b", progress=False,
-              log=stop_at)  # fmt: skip
+        train(*interrupted, progress=False, log=stop_at)
     # the log line comes before the epoch's checkpoint: the last good one is the epoch before
     assert torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=True)["epoch"] == stop - 1
     assert [p.name for p in (tmp_path / "b").iterdir()] == ["checkpoint.pt"]
     resumed = train(cfg, files["train"], files["val"], tmp_path / "b", resume=True,
                     progress=False, log=quiet)  # fmt: skip
     assert resumed.resumed_from == stop - 1
-    assert [h["val_loss"] for h in resumed.history] == [h["val_loss"] for h in full.history]
+    for key in ("train_loss", "val_loss"):  # every epoch's, the last one's mined from the carry
+        assert [h[key] for h in resumed.history] == [h[key] for h in full.history], key
     for (k, a), b in zip(full.cm.state_dict().items(), resumed.cm.state_dict().values(),
                          strict=True):  # fmt: skip
         assert torch.equal(a, b), k

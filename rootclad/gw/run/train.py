@@ -175,6 +175,7 @@ def train(cfg: RunConfig, train_file, val_file, out: Path, *, resume: bool = Fal
     opt = rootclad.optim.Adam(cm, lr=cfg.lr)
     sim = read_config(train_file)
     score = lambda x: scores(cm, cfg, x)  # noqa: E731
+    miner = None
     if cfg.training_data == "fresh":
         miner = fresh.hard_miner(cfg, sim, score) if cfg.hard_negatives else None
         tr = fresh.FreshBatches(cfg, sim, miner)
@@ -192,6 +193,7 @@ def train(cfg: RunConfig, train_file, val_file, out: Path, *, resume: bool = Fal
     state = resume_state(cfg, ckpt, resume, log)
 
     kept = cfg.hard_mining == "carry"  # the carried hard negatives' seeds resume with it
+    assert miner is not None or not kept, "config.check: carry needs hard_negatives"
     if kept and state is not None:
         miner.kept = fresh.carried_seeds(cfg, state, ckpt)
 
