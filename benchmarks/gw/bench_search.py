@@ -46,6 +46,7 @@ RECIPES = [
         {"epochs": 40, "patience": 10, "lr_schedule": "cosine", "curriculum_epochs": 6},
     ),
     ("+ 49,152 events an epoch", {"train_events": 49152}),
+    ("+ 98,304 events an epoch", {"train_events": 98304}),
 ]
 
 

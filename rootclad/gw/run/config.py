@@ -141,7 +141,7 @@ PRESETS = {
     # then 2e6 noise-only segments through both methods (thresholds down to 1e-5 on 20
     # segments, docs/gw_background.md)
     "search": {
-        "train_events": 49152,
+        "train_events": 98304,
         "training_data": "fresh",
         "curriculum_epochs": 6,
         "hard_negatives": 1024,
