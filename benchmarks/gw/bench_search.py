@@ -187,6 +187,18 @@ def keep(run: Path) -> None:
     print(f"kept {run}: gw_search_run.json, gw_search_study.json")
 
 
+def write_md(name: str, tag: str, result: dict) -> None:
+    """docs/benchmarks/NAME.md: the table of an ablation JSON (``result``)."""
+    (ROOT / "docs" / "benchmarks" / f"{name}.md").write_text(
+        f"# GW search ablation{tag}\n\nRows from one or more runs of "
+        f"`benchmarks/gw/bench_search.py`, the last `{result['command']}` "
+        f"(`benchmarks/results/{name}.json`). Ratio: the network's SNR50 over the "
+        "matched filter's at each false-alarm probability, with its bootstrap "
+        "error and (in brackets) the background segments above the network's "
+        "threshold.\n\n" + table(result["rows"])
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--work", type=Path, help="the recipes' run directories (required to run)")
@@ -222,14 +234,7 @@ def main() -> None:
             "rows": [rows[lab] for lab in order],
         }
         path.write_text(json.dumps(result, indent=1, default=float) + "\n")
-        md = ROOT / "docs" / "benchmarks" / f"{name}.md"
-        md.write_text(
-            f"# GW search ablation{args.tag}\n\n`{result['command']}` "
-            f"(`benchmarks/results/{name}.json`). Ratio: the network's SNR50 over the "
-            "matched filter's at each false-alarm probability, with its bootstrap "
-            "error and (in brackets) the background segments above the network's "
-            "threshold.\n\n" + table(result["rows"])
-        )
+        write_md(name, args.tag, result)
         print(table(result["rows"]))
 
 

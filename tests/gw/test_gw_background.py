@@ -293,7 +293,7 @@ def test_bad_input_is_refused_quickly_and_clearly(run_dir, reference, tmp_path, 
 
 
 def test_the_search_preset_trains_for_the_tail_then_runs_a_study():
-    """``gw run --preset search`` is the ablation's last recipe (benchmarks/gw/bench_search.py)
+    """``gw run --preset search`` is the ablation's kept recipe (benchmarks/gw/bench_search.py)
     and a background study of 2e6 segments after the report; the study does not change the
     training (a checkpoint of the recipe without it resumes under the preset)."""
     import sys

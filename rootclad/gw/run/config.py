@@ -138,7 +138,7 @@ PRESETS = {
         "patience": 6,
     },  # fmt: skip
     # training for the noise tail (fresh.py, the recipe of docs/gw_background.md's ablation),
-    # then 2e6 noise-only segments through both methods (thresholds down to 1e-5 on 20
+    # then 2e6 noise-only segments through both methods (thresholds down to 1e-5 on 21
     # segments, docs/gw_background.md)
     "search": {
         "train_events": 98304,
