@@ -215,13 +215,20 @@ class _Generator:
         }
 
 
-def generate_events(seeds, config: SimulationConfig | None = None) -> dict[str, np.ndarray]:
+def generate_events(seeds, config: SimulationConfig | None = None, workers: int = 1) -> dict:
     """Events with the given per-event ``seeds`` (int64), as :func:`simulate` writes them.
 
     Returns a dict of numpy arrays keyed by branch name (``strain``: float32 (B, n)).
+    ``workers``: processes generating them (the same events whatever the number).
     """
     config = config or SimulationConfig()
-    return _Generator(config).events(np.atleast_1d(np.asarray(seeds, dtype=np.int64)))
+    seeds = np.atleast_1d(np.asarray(seeds, dtype=np.int64))
+    step = 4 * _Generator.SLICE
+    chunks = [seeds[i : i + step] for i in range(0, len(seeds), step)]
+    if min(workers, len(chunks)) <= 1:
+        return _Generator(config).events(seeds)
+    parts = list(_chunk_results(config, chunks, workers))
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
 def injected_signals(seeds, config: SimulationConfig) -> np.ndarray:
@@ -260,9 +267,9 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def _worker_chunk(seed: int, start: int, stop: int) -> dict[str, np.ndarray]:
+def _worker_chunk(seeds: np.ndarray) -> dict[str, np.ndarray]:
     assert _WORKER is not None
-    return _WORKER.events(event_seeds(seed, start, stop))
+    return _WORKER.events(seeds)
 
 
 def _compression(spec):
@@ -403,8 +410,11 @@ def simulate(
                 title="rootclad GW events: whitened strain",
             )
             with tqdm(total=n_events, unit="ev", disable=not progress, desc=path.name) as bar:
-                results = (_dask_chunks(client, config, chunks, path) if client is not None
-                           else _chunk_results(config, chunks, workers))  # fmt: skip
+                if client is not None:
+                    results = _dask_chunks(client, config, chunks, path)
+                else:
+                    seeds = [event_seeds(config.seed, a, b) for a, b in chunks]
+                    results = _chunk_results(config, seeds, workers)
                 for data in results:
                     tree.extend(data)
                     bar.update(len(data["label"]))
@@ -469,11 +479,12 @@ def _terminate_like_interrupt():
 
 
 def _chunk_results(config: SimulationConfig, chunks, workers: int):
-    """Yield chunk results in order, at most ``2 * workers`` chunks in flight."""
+    """Yield the events of each chunk (an array of seeds) in order, at most ``2 * workers``
+    chunks in flight."""
     if workers <= 1:
         gen = _Generator(config)
-        for start, stop in chunks:
-            yield gen.events(event_seeds(config.seed, start, stop))
+        for seeds in chunks:
+            yield gen.events(seeds)
         return
     import multiprocessing as mp
 
@@ -485,8 +496,8 @@ def _chunk_results(config: SimulationConfig, chunks, workers: int):
     pending = []
     finished = False
     try:
-        for start, stop in chunks:
-            pending.append(pool.submit(_worker_chunk, config.seed, start, stop))
+        for seeds in chunks:
+            pending.append(pool.submit(_worker_chunk, seeds))
             if len(pending) >= 2 * workers:
                 yield pending.pop(0).result()
         while pending:

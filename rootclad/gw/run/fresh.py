@@ -86,15 +86,20 @@ def curriculum_snr(cfg, epoch: int) -> tuple[float, float]:
     return lo + (start - lo) * (1.0 - epoch / k), hi
 
 
+def _generated(seeds: np.ndarray, sim) -> dict[str, np.ndarray]:
+    """The events of ``seeds``, made by a process per core (the per-event random draws hold
+    Python's lock: threads would not run them side by side)."""
+    from rootclad.gw.dataset import _default_workers, generate_events
+
+    return generate_events(seeds, sim, workers=_default_workers())
+
+
 class FreshBatches:
     """The batches of an epoch of fresh events (``set_epoch`` before each pass): (x, y) with x
     float32 (B, 1, n), y float32 (B, 1); the order shuffled by (seed, epoch)."""
 
     def __init__(self, cfg, sim, miner=None):
-        from rootclad.gw.dataset import _Generator
-
         self.cfg, self.sim, self.miner = cfg, sim, miner
-        self.gen = _Generator(sim)
         self.exclude = file_seeds(cfg)
         self.epoch = 0
         self._data = None
@@ -108,13 +113,8 @@ class FreshBatches:
         self.epoch, self._data = epoch, None  # the last epoch's events go first
         cfg = self.cfg
         seeds = kind_seeds(cfg.seed, "train", epoch, cfg.train_events, self.exclude)
-        gen = self.gen
-        lo, hi = curriculum_snr(cfg, epoch)
-        if (lo, hi) != tuple(self.sim.snr):
-            from rootclad.gw.dataset import _Generator
-
-            gen = _Generator(dataclasses.replace(self.sim, snr=(lo, hi)))
-        ev = gen.events(seeds)
+        sim = dataclasses.replace(self.sim, snr=curriculum_snr(cfg, epoch))
+        ev = _generated(seeds, sim)
         x, y = ev["strain"][:, None, :], ev["label"].astype(np.float32)[:, None]
         if self.miner is not None and epoch > 0:
             hard = self.miner(epoch)
@@ -137,9 +137,7 @@ def hard_miner(cfg, sim, score):
     segments as the network now scores them ((H, 1, n) float32). With ``hard_mining =
     "carry"`` the seeds it returned last (``mine.kept``, which a checkpoint holds so that a
     resumed run mines what an uninterrupted one would) are part of the pool."""
-    from rootclad.gw.dataset import _Generator
-
-    gen = _Generator(dataclasses.replace(sim, signal_fraction=0.0))
+    noise = dataclasses.replace(sim, signal_fraction=0.0)
     exclude = file_seeds(cfg)
 
     def mine(epoch: int) -> np.ndarray:
@@ -149,7 +147,7 @@ def hard_miner(cfg, sim, score):
         best_s, best_seed = np.empty(0), np.empty(0, np.int64)
         best_x = np.empty((0, 1, sim.n), np.float32)
         for lo in range(0, len(seeds), 8192):
-            x = gen.events(seeds[lo : lo + 8192])["strain"][:, None, :]
+            x = _generated(seeds[lo : lo + 8192], noise)["strain"][:, None, :]
             s = np.concatenate([best_s, score(x)])
             xs = np.concatenate([best_x, x])
             ss = np.concatenate([best_seed, seeds[lo : lo + 8192]])
@@ -198,15 +196,13 @@ def partial_auc(signal: np.ndarray, noise: np.ndarray, fap_max: float = FAP_MAX)
 def pauc_validation(cfg, sim, val_file, score):
     """A function of no arguments returning 1 - partial AUC on the validation file's signals
     and ``val_noise`` fresh noise segments (generated once)."""
-    from rootclad.gw.dataset import _Generator
     from rootclad.gw.run.inputs import read_test, strain_chunks
 
     meta = read_test(val_file)
     sig = [x[meta["label"][lo : lo + len(x)] == 1] for lo, x in _chunks(strain_chunks(val_file))]
     signal_x = np.concatenate(sig)
-    gen = _Generator(dataclasses.replace(sim, signal_fraction=0.0))
     seeds = kind_seeds(cfg.seed, "val_noise", 0, cfg.val_noise, file_seeds(cfg))
-    noise_x = gen.events(seeds)["strain"][:, None, :]
+    noise_x = _generated(seeds, dataclasses.replace(sim, signal_fraction=0.0))["strain"][:, None, :]
 
     def monitored() -> float:
         return 1.0 - partial_auc(score(signal_x), score(noise_x))
