@@ -168,12 +168,17 @@ def register(subparsers) -> None:
     p.add_argument(
         "--events",
         type=int,
-        help="training events N (the default preset's 24576: validation 4096, test 12288; with "
-        "--events, "
-        "validation N/6 (at least 256) and test N/2 (at least 1024))",
+        help="training events N an epoch, simulated for each (--preset full: train.root's) (the "
+        "default preset's 24576: "
+        "validation 4096, test 12288; with --events, validation N/6 (at least 256) and test N/2 "
+        "(at least 1024))",
     )
-    p.add_argument("--epochs", type=int, help="most training epochs (12, or 30 with --preset "
-                   "full; training stops early once the validation loss stops improving)")  # fmt: skip
+    p.add_argument(
+        "--epochs",
+        type=int,
+        help="most training epochs (10, or 30 with --preset full; training stops early once the "
+        "validation loss stops improving)",
+    )
     p.add_argument(
         "--model", choices=["cnn", "mlp", "resnet", "resnet-deep"], help="the network (default cnn)"
     )

@@ -95,6 +95,7 @@ def test_data_written_with_another_compression_is_simulated_again(tmp_path):
     from rootclad.gw.run.pipeline import simulate_all
 
     small = dict(train_events=40, val_events=20, test_events=200, batch_size=8)
+    small.update(training_data="file", curriculum_epochs=0)  # train.root too
     lines = []
     simulate_all(resolve(**small), tmp_path, False, lines.append)
     assert file_compression(tmp_path / "train.root") == "lz4:1"

@@ -110,7 +110,7 @@ def test_the_free_space_check_counts_only_data_still_to_simulate(tiny, tmp_path,
 
     cfg, files, *_ = tiny
     out = tmp_path / "run"
-    shutil.copytree(files["train"].parent, out / "data")
+    shutil.copytree(files["val"].parent, out / "data")  # no train.root: fresh events
     # room for everything but the data files (the check's 50 MB margin)
     monkeypatch.setattr(pipeline.shutil, "disk_usage",
                         lambda p: shutil._ntuple_diskusage(10**9, 10**9 - 52 * 10**6, 52 * 10**6))  # fmt: skip

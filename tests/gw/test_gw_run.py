@@ -187,9 +187,12 @@ def test_snr50_fit_is_the_maximum_likelihood_found_by_scipy(a, b, top):
 def small_files(tmp_path_factory):
     from rootclad.gw.run.pipeline import simulate_all
 
-    cfg = resolve(**SMALL)
-    d = tmp_path_factory.mktemp("gwrun")
-    return cfg, simulate_all(cfg, d / "data", False, lambda *_: None)
+    d = tmp_path_factory.mktemp("gwrun")  # train.root too, for FILE's training
+    files = simulate_all(resolve(**SMALL, **FILE), d / "data", False, lambda *_: None)
+    return resolve(**SMALL), files
+
+
+FILE = dict(training_data="file", curriculum_epochs=0)  # train.root's events every epoch
 
 
 # training for the noise tail: fresh events, a curriculum, carried hard negatives (their seeds
@@ -208,14 +211,14 @@ TAIL = dict(
 
 
 @pytest.mark.parametrize(
-    "keys", [pytest.param({}, id="file"), pytest.param(TAIL, id="tail", marks=pytest.mark.slow)]
+    "keys", [pytest.param(FILE, id="file"), pytest.param(TAIL, id="tail", marks=pytest.mark.slow)]
 )
 def test_interrupted_training_resumes_to_the_same_weights(small_files, tmp_path, keys):
     from rootclad.gw.run.train import train
 
     cfg, files = small_files
     # the tail stops in epoch 3: its checkpoint then carries epoch 2's hard negatives
-    stop = 3 if keys else 2
+    stop = 3 if keys is TAIL else 2
     cfg = resolve(**{**SMALL, "epochs": stop + 1, "engine": "pullback", **keys})
     quiet = lambda *_: None  # noqa: E731
     full = train(cfg, files["train"], files["val"], tmp_path / "a", progress=False, log=quiet)
@@ -238,7 +241,7 @@ def test_interrupted_training_resumes_to_the_same_weights(small_files, tmp_path,
     for (k, a), b in zip(full.cm.state_dict().items(), resumed.cm.state_dict().values(),
                          strict=True):  # fmt: skip
         assert torch.equal(a, b), k
-    if keys:  # the carried seeds are the checkpoint's: without them epoch 4 mines otherwise
+    if keys is TAIL:  # the carried seeds are the checkpoint's: without them epoch 4 mines otherwise
         kept = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=True)["hard_kept"]
         assert len(kept) == 16
     other = resolve(**{**SMALL, "epochs": stop + 1, "engine": "pullback", "lr": 2e-3, **keys})
@@ -254,10 +257,12 @@ def test_small_run_writes_summary_report_and_root_file(small_files, tmp_path):
 
     cfg, files = small_files
     out = tmp_path / "run"
-    shutil.copytree(files["train"].parent, out / "data")
+    # the default trains on fresh events: no train.root is read or written
+    shutil.copytree(files["val"].parent, out / "data", ignore=shutil.ignore_patterns("train*"))
     lines = []
     summary = run(cfg, out, progress=False, log=lines.append)
-    assert sum("reused" in line for line in lines) == 3  # same configuration: not rewritten
+    assert sum("reused" in line for line in lines) == 2  # same configuration: not rewritten
+    assert not (out / "data" / "train.root").exists()
     s = json.loads((out / "summary.json").read_text())
     assert s["engine"] in ("clad", "pullback") and s["engine"] == summary["engine"]
     for m in ("network", "matched_filter"):

@@ -20,6 +20,8 @@ distributed = pytest.importorskip("distributed")
 
 SMALL = dict(train_events=1200, val_events=300, test_events=800, epochs=2, bootstrap=20,
              bank_min_match=0.9, saliency_examples=2, engine="pullback")  # fmt: skip
+# the data-parallel route trains on train.root (fresh events train in the driver)
+SMALL.update(training_data="file", curriculum_epochs=0)
 QUIET = lambda *_: None  # noqa: E731
 
 

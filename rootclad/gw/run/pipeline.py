@@ -74,7 +74,9 @@ def _check_output(out: Path, cfg: RunConfig) -> None:
     n = round(cfg.duration * cfg.sample_rate)
     # data files a resumed or repeated run reuses need no space; one it replaces needs it all,
     # the old file staying until the new one is complete
-    todo = [split for split in SPLITS if not _reusable(out / "data" / f"{split}.root", cfg, split)]
+    todo = [
+        split for split in splits(cfg) if not _reusable(out / "data" / f"{split}.root", cfg, split)
+    ]
     events = sum(cfg.simulation(split)["n_events"] for split in todo)
     need = events * (n * 4 + 64) * 1.05 + 50e6
     free = shutil.disk_usage(out).free
@@ -86,22 +88,22 @@ def _check_output(out: Path, cfg: RunConfig) -> None:
 SPLITS = ("train", "val", "test")
 
 
+def splits(cfg: RunConfig) -> tuple[str, ...]:
+    """The data files a run simulates: training on fresh events reads no training file."""
+    return SPLITS[1:] if cfg.training_data == "fresh" else SPLITS
+
+
 def _reusable(path: Path, cfg: RunConfig, split: str) -> bool:
     """Whether ``path`` holds the split's events as ``cfg`` would simulate them, written with
     the compression it asks for (which decides what corruption a read detects)."""
-    from rootclad.gw.dataset import (
-        SimulationConfig,
-        compression_name,
-        file_compression,
-        read_config,
-    )
+    from rootclad.gw.dataset import compression_name, file_compression, read_config
+    from rootclad.gw.run.train import simulation_config
 
     kwargs = cfg.simulation(split)
-    n = kwargs.pop("n_events")
-    compression = compression_name(kwargs.pop("compression"))
     try:
-        same = path.exists() and read_config(path) == SimulationConfig(**kwargs)
-        return same and _entries(path) == n and file_compression(path) == compression
+        same = path.exists() and read_config(path) == simulation_config(cfg, split)
+        same = same and _entries(path) == kwargs["n_events"]
+        return same and file_compression(path) == compression_name(kwargs["compression"])
     except Exception:  # unreadable: simulate again
         return False
 
@@ -110,8 +112,8 @@ def simulate_all(cfg: RunConfig, data: Path, progress, log, client=None) -> dict
     from rootclad.gw.dataset import simulate
 
     data.mkdir(parents=True, exist_ok=True)
-    files = {}
-    for split in SPLITS:
+    files = {"train": None}
+    for split in splits(cfg):
         path = data / f"{split}.root"
         kwargs = cfg.simulation(split)
         n = kwargs.pop("n_events")

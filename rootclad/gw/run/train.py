@@ -45,6 +45,16 @@ def batches(files, cfg: RunConfig, **kwargs):
     return cls([str(f) for f in files], seed=cfg.seed, **kwargs)
 
 
+def simulation_config(cfg: RunConfig, split: str):
+    """The :class:`~rootclad.gw.dataset.SimulationConfig` of a split (what its file stores; a
+    training on fresh events has no training file)."""
+    from rootclad.gw.dataset import SimulationConfig
+
+    kwargs = cfg.simulation(split)
+    del kwargs["n_events"], kwargs["compression"]
+    return SimulationConfig(**kwargs)
+
+
 def compile_model(cfg: RunConfig):
     import rootclad
     from rootclad.gw.models import make
@@ -167,13 +177,12 @@ def train(cfg: RunConfig, train_file, val_file, out: Path, *, resume: bool = Fal
     stopping after ``patience`` epochs without a better one, the best weights kept, and after
     each epoch (its log line first) a checkpoint, which ``resume`` continues from."""
     import rootclad
-    from rootclad.gw.dataset import read_config
     from rootclad.gw.run import fresh
     from rootclad.torch.fit import fit
 
     cm = compile_model(cfg)
     opt = rootclad.optim.Adam(cm, lr=cfg.lr)
-    sim = read_config(train_file)
+    sim = simulation_config(cfg, "train")
     score = lambda x: scores(cm, cfg, x)  # noqa: E731
     miner = None
     if cfg.training_data == "fresh":
