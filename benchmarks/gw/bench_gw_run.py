@@ -78,7 +78,10 @@ def render(runs: dict) -> str:
                            for k in ("1e-1", "1e-2", "1e-3"))  # fmt: skip
         device = s.get("device", "cpu")  # runs kept before the field: on the CPU
         seconds = f"{_command(s)}{sum(s['seconds'].values()):.0f}, {s['seconds']['train']:.0f})"
-        lines.append(f"| {name} | {device} | {s['engine']} | {s['config']['train_events']} | "
+        events = s["config"]["train_events"]
+        if s["config"].get("training_data", "file") == "fresh":  # simulated for each epoch
+            events = f"{events} an epoch, fresh"
+        lines.append(f"| {name} | {device} | {s['engine']} | {events} | "
                      f"{seconds} | "
                      f"{s['auc']['network']:.4f} / "
                      f"{s['auc']['matched_filter']:.4f} | {ratio} |")  # fmt: skip

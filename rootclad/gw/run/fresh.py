@@ -4,7 +4,7 @@ number that is the partial area under the ROC at false-alarm probabilities up to
 
 - **Fresh events**: epoch ``e`` trains on ``train_events`` events generated from seeds of its
   own (:func:`epoch_seeds`), so the network never sees the same noise twice; the training
-  file is not read. Generation (12,650 segments/s per core) is a few seconds an epoch.
+  file is not written. Generation, in a process per core, is a few seconds an epoch.
 - **Curriculum** (``curriculum_epochs = K``): epoch ``e < K`` draws its signals' SNR from
   ``[lo + (2/3 hi - lo)(1 - e/K), hi]`` (loud signals first), then from the configured range.
 - **Hard negatives** (``hard_negatives = H``): from epoch 2 on, before each epoch the network
